@@ -1,0 +1,201 @@
+//! The crate's single error type. Every structural error names the absolute
+//! byte offset where the problem was found.
+
+use alloc::string::String;
+use core::fmt;
+
+/// Which stored hash failed verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashKind {
+    /// The CRC-32 (zlib / IEEE) value.
+    Crc32,
+    /// The SHA-256 digest.
+    Sha256,
+}
+
+impl fmt::Display for HashKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Crc32 => "CRC32",
+            Self::Sha256 => "SHA256",
+        })
+    }
+}
+
+/// Everything that can go wrong while parsing, emitting, hashing or
+/// decrypting tensorizer data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The input ended early: `needed` more bytes were required at `offset`.
+    Truncated {
+        /// Absolute offset where more bytes were needed.
+        offset: u64,
+        /// How many bytes were still missing.
+        needed: u64,
+    },
+    /// The file does not start with `|TZR|`.
+    NotTensorizer,
+    /// The data version is not one of 1 to 5.
+    UnsupportedVersion {
+        /// The version found in the file.
+        version: u32,
+    },
+    /// The feature flags contain bits this format does not define, or a flag
+    /// the data version does not allow.
+    UnsupportedFlags {
+        /// The lowest 64 bits of the flags field.
+        flags: u64,
+        /// The data version of the file.
+        version: u32,
+    },
+    /// The bytes at `offset` do not form a valid record.
+    Malformed {
+        /// Absolute offset of the offending field.
+        offset: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A declared size is above one of the limits in [`crate::layout`].
+    LimitExceeded {
+        /// Absolute offset of the declaring field.
+        offset: u64,
+        /// What the size measures.
+        what: &'static str,
+        /// The declared value.
+        value: u64,
+        /// The limit it broke.
+        limit: u64,
+    },
+    /// A tensor name is not a valid plain or structured tensor path.
+    InvalidName {
+        /// Absolute offset of the name (0 when emitting).
+        offset: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A dtype string this crate cannot interpret.
+    UnsupportedDtype {
+        /// Absolute offset of the dtype string (0 when emitting).
+        offset: u64,
+        /// The dtype string, lossily decoded.
+        dtype: String,
+    },
+    /// Two tensor paths conflict: a duplicate, a path that is also a prefix
+    /// of another, or string and integer keys mixed at one level.
+    ConflictingPaths {
+        /// The path that could not be registered.
+        path: String,
+    },
+    /// A tensor header disagrees with its metadata index entry.
+    HeaderMismatch {
+        /// Absolute offset of the tensor header.
+        offset: u64,
+        /// The field that differs.
+        field: &'static str,
+    },
+    /// A stored hash does not match the recomputed one.
+    HashMismatch {
+        /// The tensor's name as stored.
+        tensor: String,
+        /// Which hash failed.
+        kind: HashKind,
+        /// The stored value, hex.
+        expected: String,
+        /// The recomputed value, hex.
+        actual: String,
+    },
+    /// Decryption failed: wrong key, or corrupted ciphertext or MAC.
+    /// Deliberately carries no detail.
+    Decryption,
+    /// The file (or tensor) is encrypted but no key was supplied, or a key
+    /// was supplied for data that is not encrypted, or the key material does
+    /// not fit the file (for example a passphrase for a file without a
+    /// key-derivation chunk).
+    Encryption {
+        /// What does not fit.
+        reason: &'static str,
+    },
+    /// The writer's metadata reservation is too small for the tensors given.
+    MetadataOverflow {
+        /// Bytes the index needs.
+        needed: u64,
+        /// Bytes reserved.
+        capacity: u64,
+    },
+    /// A writer was given an argument it cannot encode.
+    InvalidArgument {
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { offset, needed } => {
+                write!(f, "file truncated at byte {offset}: {needed} more bytes needed")
+            }
+            Self::NotTensorizer => f.write_str("not a tensorizer file (magic |TZR| missing)"),
+            Self::UnsupportedVersion { version } => {
+                write!(f, "unsupported data version {version} (supported: 1 to 5)")
+            }
+            Self::UnsupportedFlags { flags, version } => {
+                write!(f, "unsupported feature flags {flags:#x} for data version {version}")
+            }
+            Self::Malformed { offset, reason } => write!(f, "malformed at byte {offset}: {reason}"),
+            Self::LimitExceeded { offset, what, value, limit } => {
+                write!(f, "at byte {offset}: {what} is {value}, above the limit of {limit}")
+            }
+            Self::InvalidName { offset, reason } => {
+                write!(f, "invalid tensor name at byte {offset}: {reason}")
+            }
+            Self::UnsupportedDtype { offset, dtype } => {
+                write!(f, "unsupported dtype {dtype:?} at byte {offset}")
+            }
+            Self::ConflictingPaths { path } => write!(f, "conflicting tensor paths at {path}"),
+            Self::HeaderMismatch { offset, field } => write!(
+                f,
+                "tensor header at byte {offset} disagrees with the metadata index ({field})"
+            ),
+            Self::HashMismatch { tensor, kind, expected, actual } => write!(
+                f,
+                "tensor {tensor:?} failed {kind} verification: expected {expected}, got {actual}"
+            ),
+            Self::Decryption => f.write_str("tensor decryption failed (wrong key or corrupted data)"),
+            Self::Encryption { reason } => write!(f, "encryption: {reason}"),
+            Self::MetadataOverflow { needed, capacity } => write!(
+                f,
+                "metadata overflow: the index needs {needed} bytes but {capacity} are reserved"
+            ),
+            Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+impl Error {
+    #[cold]
+    pub(crate) fn malformed(offset: u64, reason: &'static str) -> Self {
+        Self::Malformed { offset, reason }
+    }
+
+    #[cold]
+    pub(crate) fn truncated(offset: u64, needed: u64) -> Self {
+        Self::Truncated { offset, needed }
+    }
+
+    #[cold]
+    pub(crate) fn limit(offset: u64, what: &'static str, value: u64, limit: u64) -> Self {
+        Self::LimitExceeded { offset, what, value, limit }
+    }
+
+    #[cold]
+    pub(crate) fn invalid(reason: &'static str) -> Self {
+        Self::InvalidArgument { reason }
+    }
+}

@@ -1,0 +1,96 @@
+//! Fixed sizes, magic numbers and resource limits: the single source of truth
+//! for the byte layout (see `spec/`).
+
+/// The five magic bytes every tensorizer file starts with: ASCII `|TZR|`.
+pub const MAGIC: [u8; 5] = *b"|TZR|";
+
+/// Length of the fixed file header: magic (5), version (4), feature flags
+/// (32), tensor data total (8), padding (8), tensor count (8) and the
+/// metadata index length (8). The metadata index starts right after it.
+pub const FILE_HEADER_LEN: usize = 73;
+
+/// Offset of the metadata index in every file.
+pub const METADATA_OFFSET: u64 = FILE_HEADER_LEN as u64;
+
+/// The metadata reservation tensorizer always writes (256 KiB, zero-filled).
+pub const TENSORIZER_METADATA_LEN: u64 = 256 * 1024;
+
+/// Size of the end-of-file marker: a zero `u64` "header length".
+pub const END_MARKER_LEN: u64 = 8;
+
+/// Default data alignment for files written by tensorizer-rs.
+pub const DEFAULT_ALIGNMENT: u64 = 64;
+
+/// Largest alignment a writer accepts (one huge page).
+pub const MAX_ALIGNMENT: u64 = 2 * 1024 * 1024;
+
+/// The encryption chunk size tensorizer's writer always uses (2 MiB).
+pub const CRYPT_CHUNK_SIZE: u64 = 2 << 20;
+
+/// Encryption chunk sizes must be a multiple of this many bytes.
+pub const CRYPT_CHUNK_QUANTUM: u64 = 64;
+
+/// Smallest encryption chunk size a reader accepts.
+pub const MIN_CRYPT_CHUNK_SIZE: u64 = 1024;
+
+/// Length of a secretbox key.
+pub const KEY_LEN: usize = 32;
+
+/// Length of an XSalsa20 nonce.
+pub const NONCE_LEN: usize = 24;
+
+/// Length of a Poly1305 tag.
+pub const MAC_LEN: usize = 16;
+
+/// Length of an Argon2id salt as libsodium uses it.
+pub const SALT_LEN: usize = 16;
+
+/// libsodium's `crypto_pwhash_ALG_ARGON2ID13`.
+pub const PWHASH_ALG_ARGON2ID13: i32 = 2;
+
+/// Feature flag bit 0: every tensor header carries a crypt-info block.
+pub const FLAG_ENCRYPTED: u8 = 1;
+
+/// Feature flag bit 1: every metadata entry starts with a u32 version tag.
+pub const FLAG_VERSIONED_HEADERS: u8 = 2;
+
+/// Metadata tag of an entry with 32-bit dimensions.
+pub const METADATA_TAG_SHORT: u32 = 1;
+
+/// Metadata tag of an entry with 64-bit dimensions.
+pub const METADATA_TAG_LONG: u32 = 5;
+
+// ---- resource limits: checked before any work or allocation -------------
+
+/// Longest tensor header a reader accepts. A header holds 16 bytes of MAC
+/// per 2 MiB of data, so this admits encrypted tensors of several TiB.
+pub const MAX_TENSOR_HEADER_LEN: u64 = 64 * 1024 * 1024;
+
+/// Longest metadata index a reader accepts (hosts also check the file size).
+pub const MAX_METADATA_LEN: u64 = 1024 * 1024 * 1024;
+
+/// Longest tensor name (the name length is a u16 on disk).
+pub const MAX_NAME_LEN: usize = u16::MAX as usize;
+
+/// Longest dtype string (the length is a u8 on disk).
+pub const MAX_DTYPE_LEN: usize = u8::MAX as usize;
+
+/// Most dimensions a tensor may have (the count is a u8 on disk).
+pub const MAX_NDIM: usize = u8::MAX as usize;
+
+/// Smallest possible metadata entry: name length, one name byte, type,
+/// dtype length, one dtype byte, ndim, three u64 offsets.
+pub const MIN_METADATA_ENTRY_LEN: usize = 2 + 1 + 1 + 1 + 1 + 1 + 24;
+
+/// Default cap on an Argon2id memory cost taken from a file (libsodium's
+/// SENSITIVE preset, 1 GiB). Callers may raise it through `KdfLimits`.
+pub const DEFAULT_MAX_KDF_MEMLIMIT: u64 = 1024 * 1024 * 1024;
+
+/// Default cap on an Argon2id time cost taken from a file.
+pub const DEFAULT_MAX_KDF_OPSLIMIT: u64 = 64;
+
+/// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
+pub const MIN_KDF_MEMLIMIT: u64 = 8192;
+
+/// Longest key-derivation salt accepted.
+pub const MAX_SALT_LEN: usize = 64;

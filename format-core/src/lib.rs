@@ -1,0 +1,31 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+extern crate alloc;
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+mod codec;
+pub mod crypto;
+pub mod dtype;
+pub mod error;
+pub mod hash;
+pub mod layout;
+pub mod path;
+pub mod read;
+mod registry;
+mod tensor_type;
+pub mod write;
+
+pub use codec::crypt_info::{CryptChunk, CryptInfo, KdfParams};
+pub use codec::file_header::{FileHeader, MAX_VERSION};
+pub use codec::metadata::{Metadata, MetadataEntry};
+pub use codec::tensor_header::{HashValue, HeaderLayout, TensorHeader};
+pub use dtype::{Dtype, ElementType};
+pub use error::{Error, HashKind, Result};
+pub use path::{PathComponent, TensorPath};
+pub use read::{File, KeySource, TensorRecord};
+pub use tensor_type::TensorType;
+pub use write::{TensorSpec, Writer, WriterOptions};
