@@ -18,10 +18,8 @@ pub enum ByteOrder {
     Little,
     /// `>`
     Big,
-    /// `|`: single-byte or void types.
+    /// `|`: single-byte types.
     NotApplicable,
-    /// `=` or no character at all: the writer's native order.
-    Native,
 }
 
 /// The element types tensorizer writes, named after torch.
@@ -239,12 +237,12 @@ impl Dtype {
             Some(b'<') => (ByteOrder::Little, &numpy[1..]),
             Some(b'>') => (ByteOrder::Big, &numpy[1..]),
             Some(b'|') => (ByteOrder::NotApplicable, &numpy[1..]),
-            Some(b'=') => (ByteOrder::Native, &numpy[1..]),
-            _ => (ByteOrder::Native, numpy),
+            _ => return Err(unsupported()),
         };
-        let mut chars = rest.bytes();
-        let kind = chars.next().ok_or_else(unsupported)?;
-        let digits = &rest[1..];
+        let (kind, digits) = match rest.as_bytes().first() {
+            Some(&k) if k.is_ascii_alphabetic() => (k, &rest[1..]),
+            _ => return Err(unsupported()),
+        };
         if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(unsupported());
         }
@@ -254,26 +252,30 @@ impl Dtype {
             b'i' | b'u' => matches!(itemsize, 1 | 2 | 4 | 8),
             b'f' => matches!(itemsize, 2 | 4 | 8),
             b'c' => matches!(itemsize, 8 | 16),
-            b'V' => (1..=u16::MAX as u32).contains(&itemsize),
+            b'V' => (1..=u32::from(u16::MAX)).contains(&itemsize),
             _ => false,
         };
-        if !valid_size {
+        // `|` is only for single-byte types; single-byte types ignore order.
+        let order = match (order, itemsize) {
+            (_, 1) => ByteOrder::NotApplicable,
+            (ByteOrder::NotApplicable, _) => return Err(unsupported()),
+            (o, _) => o,
+        };
+        // An opaque type is exactly a void type with a torch name.
+        if !valid_size || (kind == b'V') != torch.is_some() {
             return Err(unsupported());
         }
         let element = match torch {
-            // A torch name only matters on a void type; tensorizer ignores
-            // it otherwise, so the numpy part decides.
-            Some(name) if kind == b'V' => {
+            Some(name) => {
                 let name = name.strip_prefix("torch.").ok_or_else(unsupported)?;
                 match ElementType::from_torch_name(name) {
                     Some(t) if t.size() != itemsize => return Err(unsupported()),
                     found => found,
                 }
             }
-            Some(name) if !name.starts_with("torch.") => return Err(unsupported()),
-            _ => NUMPY_TYPES.iter().find(|e| e.1 == kind && e.2 == itemsize).map(|e| e.0),
+            None => NUMPY_TYPES.iter().find(|e| e.1 == kind && e.2 == itemsize).map(|e| e.0),
         };
-        // A void type without a torch name has no element type, only a size.
+        // An unknown torch name keeps no element type, only a size.
         Ok(Self {
             torch_start: torch.map(|_| numpy.len() + 1),
             text: text.to_string(),
@@ -401,7 +403,7 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "<", "<f", "<f3", "<S4", "<V2\0x\0y", "<f4\0bfloat16", "<V2\0bfloat16", "\u{e9}"] {
+        for bad in ["", "<", "<f", "<f3", "<S4", "<V2\0x\0y", "<f4\0torch.bfloat16", "<V2\0bfloat16", "\u{e9}", "<\u{e9}", "=f4", "f4", "|f4", "<V2"] {
             assert!(Dtype::parse(bad.as_bytes(), 9).is_err(), "{bad:?}");
         }
         assert_eq!(Dtype::parse(b">f8", 0).unwrap().byte_order(), ByteOrder::Big);

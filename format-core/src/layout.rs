@@ -91,6 +91,3 @@ pub const DEFAULT_MAX_KDF_OPSLIMIT: u64 = 64;
 
 /// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
 pub const MIN_KDF_MEMLIMIT: u64 = 8192;
-
-/// Longest key-derivation salt accepted.
-pub const MAX_SALT_LEN: usize = 64;

@@ -214,8 +214,8 @@ impl Writer {
     /// Starts a file whose index reserves `options.metadata_len` bytes
     /// (256 KiB when unset; use [`Writer::plan`] to size it automatically).
     pub fn new(options: &WriterOptions) -> Result<Self> {
-        if options.alignment == 0 || options.alignment > MAX_ALIGNMENT {
-            return Err(Error::invalid("alignment must be between 1 and 2 MiB"));
+        if !options.alignment.is_power_of_two() || options.alignment > MAX_ALIGNMENT {
+            return Err(Error::invalid("alignment must be a power of two up to 2 MiB"));
         }
         let metadata_len = options.metadata_len.unwrap_or(TENSORIZER_METADATA_LEN);
         let encrypted = options.encryption.is_some();

@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use super::cursor::{Cursor, Emit};
 use crate::error::{Error, Result};
-use crate::layout::{CRYPT_CHUNK_QUANTUM, MAC_LEN, MAX_SALT_LEN, MIN_CRYPT_CHUNK_SIZE, NONCE_LEN};
+use crate::layout::{CRYPT_CHUNK_QUANTUM, MAC_LEN, MIN_CRYPT_CHUNK_SIZE, NONCE_LEN, SALT_LEN};
 
 const CHUNK_KEY_DERIVATION: u16 = 1;
 const CHUNK_XSALSA20_PARALLEL: u16 = 2;
@@ -126,8 +126,8 @@ impl CryptChunk {
                 let alg = c.i32()?;
                 let salt_at = c.offset();
                 let salt_len = c.u16()?;
-                if usize::from(salt_len) > MAX_SALT_LEN {
-                    return Err(Error::limit(salt_at, "salt length", salt_len.into(), MAX_SALT_LEN as u64));
+                if usize::from(salt_len) != SALT_LEN {
+                    return Err(Error::malformed(salt_at, "key derivation salt is not 16 bytes"));
                 }
                 let salt = c.take(salt_len.into())?.to_vec();
                 Ok(Self::KeyDerivation(KdfParams { opslimit, memlimit, alg, salt }))
