@@ -22,7 +22,8 @@ For every vector the script then:
 All output is produced in a temporary directory first and moved into place
 only when every check passed, so a failed run never leaves half a set.
 
-Usage: ``python generate.py --out DIR`` (``regenerate.sh`` does this).
+Usage: ``python generate.py [--out DIR]`` (``regenerate.sh`` does this), or
+``python generate.py --verify`` to check the existing files against the manifest.
 """
 
 from __future__ import annotations
@@ -479,6 +480,32 @@ def tensorizer_read_back(path: str, vec: Vector) -> None:
             raise AssertionError(f"{vec.file}: tensor {name!r} differs after tensorizer load")
 
 
+def describe_entry(e: Dict[str, Any]) -> Dict[str, Any]:
+    """Manifest entry for one tensor parsed by parse_file()."""
+    needed = element_size_of_dtype_string(e["dtype"]) * int(np.prod(e["shape"], dtype=object))
+    xs = e["crypt"]["xsalsa20"] if e["crypt"] else None
+    return {
+        "name": e["name"].decode("utf-8"),
+        "path": path_of_name(e["name"]),
+        "tensor_type": e["tensor_type"],
+        "module_index": e["module_index"],
+        "dtype": e["dtype"],
+        "shape": e["shape"],
+        "long_shape": e["tag"] == 5,
+        "is_meta": e["data_length"] == 0 and needed > 0,
+        "data_length": e["data_length"],
+        "deserialized_length": needed,
+        "sha256": hashlib.sha256(e["plaintext"]).hexdigest(),
+        "header_offset": e["header_offset"],
+        "header_size": e["header_size"],
+        "data_offset": e["data_offset"],
+        "stored_crc32": e["crc32"],
+        "stored_sha256": e["header_sha256"],
+        "crypt_chunk_types": e["crypt"]["chunk_types"] if e["crypt"] else None,
+        "num_macs": len(xs["macs"]) if xs else None,
+    }
+
+
 def check_and_describe(path: str, vec: Vector) -> Dict[str, Any]:
     """Verify a written vector both ways and build its manifest entry."""
     parsed = parse_file(path, key_for(vec.encryption))
@@ -505,39 +532,18 @@ def check_and_describe(path: str, vec: Vector) -> Dict[str, Any]:
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise AssertionError(f"{vec.file}: {exp.path!r}: mismatch in {', '.join(bad)}")
-        needed = element_size_of_dtype_string(e["dtype"]) * int(np.prod(e["shape"], dtype=object))
-        is_meta = e["data_length"] == 0 and needed > 0
-        if is_meta != t.is_meta:
+        entry = describe_entry(e)
+        if entry["is_meta"] != t.is_meta:
             raise AssertionError(f"{vec.file}: {exp.path!r}: meta flag mismatch")
-        xs = e["crypt"]["xsalsa20"] if e["crypt"] else None
-        tensors.append({
-            "name": e["name"].decode("utf-8"),
-            "path": path_of_name(e["name"]),
-            "tensor_type": e["tensor_type"],
-            "module_index": e["module_index"],
-            "dtype": e["dtype"],
-            "shape": e["shape"],
-            "long_shape": e["tag"] == 5,
-            "is_meta": is_meta,
-            "data_length": e["data_length"],
-            "deserialized_length": needed,
-            "sha256": hashlib.sha256(e["plaintext"]).hexdigest(),
-            "header_offset": e["header_offset"],
-            "header_size": e["header_size"],
-            "data_offset": e["data_offset"],
-            "stored_crc32": e["crc32"],
-            "stored_sha256": e["header_sha256"],
-            "crypt_chunk_types": e["crypt"]["chunk_types"] if e["crypt"] else None,
-            "num_macs": len(xs["macs"]) if xs else None,
-        })
+        tensors.append(entry)
 
     if vec.encryption == "passphrase":
+        # Every tensor with data must carry the Argon2id (alg 2) KDF chunk.
+        want_kdf = {"opslimit": ARGON2_OPSLIMIT, "memlimit": ARGON2_MEMLIMIT, "alg": 2,
+                    "salt": TEST_SALT}
         for e in parsed["entries"]:
-            kdf = e["crypt"]["kdf"] if e["data_length"] else None
-            if kdf is not None and (kdf["opslimit"], kdf["memlimit"], kdf["alg"], kdf["salt"]) != (
-                ARGON2_OPSLIMIT, ARGON2_MEMLIMIT, 2, TEST_SALT
-            ):
-                raise AssertionError(f"{vec.file}: unexpected KDF parameters {kdf}")
+            if e["data_length"] and e["crypt"]["kdf"] != want_kdf:
+                raise AssertionError(f"{vec.file}: unexpected KDF chunk {e['crypt']['kdf']}")
 
     if vec.tensorizer_can_read:
         tensorizer_read_back(path, vec)
@@ -964,14 +970,63 @@ def check_versions(allow_other: bool) -> None:
         print("warning: " + msg, file=sys.stderr)
 
 
+def verify_existing(out: str) -> None:
+    """--verify: check the committed vectors against manifest.json without
+    rewriting anything (independent parser, then tensorizer itself)."""
+    manifest = json.load(open(os.path.join(out, "manifest.json"), encoding="ascii"))
+    for v in manifest["vectors"]:
+        path = os.path.join(out, v["file"])
+        enc = v["encryption"]
+        key = None if enc is None else bytes.fromhex(enc.get("key_hex") or enc["derived_key_hex"])
+        parsed = parse_file(path, key)
+        got = {"data_version": parsed["version"], "feature_flags": parsed["flags"],
+               "size": parsed["size"], "sha256": parsed["sha256"],
+               "tensors": [describe_entry(e) for e in parsed["entries"]]}
+        for field, value in got.items():
+            if value != v[field]:
+                raise AssertionError(f"{v['file']}: {field} differs from manifest.json")
+        if enc is None:
+            dec = None
+        elif "key_hex" in enc:
+            dec = DecryptionParams.from_key(key)
+        else:
+            dec = DecryptionParams.from_string(enc["passphrase"])
+        try:
+            with TensorDeserializer(path, device="cpu", lazy_load=True, verify_hash=True,
+                                    encryption=dec) as d:
+                loaded = list(d.read_tensors(verify_hash=True))
+        except Exception as exc:
+            if v["tensorizer_can_read"]:
+                raise
+            if f"{type(exc).__name__}: {exc}" != v["tensorizer_read_error"]:
+                raise AssertionError(f"{v['file']}: tensorizer failed differently: {exc}")
+        else:
+            if not v["tensorizer_can_read"]:
+                raise AssertionError(f"{v['file']}: tensorizer unexpectedly read it")
+            for (_, _, _, t), want in zip(loaded, v["tensors"], strict=True):
+                flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+                if want["is_meta"]:  # zeros, without copying 4 GiB into bytes
+                    ok = flat.numel() == want["deserialized_length"] and not bool(flat.any())
+                else:
+                    ok = hashlib.sha256(flat.numpy().tobytes()).hexdigest() == want["sha256"]
+                if not ok:
+                    raise AssertionError(f"{v['file']}: {want['name']!r} differs on load")
+        print(f"{v['file']}: ok")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)),
                     help="directory to write the vectors, manifest.json and secrets.json into")
     ap.add_argument("--allow-other-versions", action="store_true",
                     help="run even if tensorizer/torch are not the pinned versions")
+    ap.add_argument("--verify", action="store_true",
+                    help="only check the existing vectors in --out against manifest.json")
     args = ap.parse_args()
     check_versions(args.allow_other_versions)
+    if args.verify:
+        verify_existing(args.out)
+        return
 
     refused: List[Dict[str, str]] = []
     survey: Dict[str, Any] = {}

@@ -46,7 +46,10 @@ impl FileHeader {
         }
         let flag_bytes: [u8; 32] = c.array()?;
         let tensor_size = c.u64()?;
-        let _unused = c.u64()?;
+        let pad_offset = c.offset();
+        if c.u64()? != 0 {
+            return Err(Error::malformed(pad_offset, "reserved header field is not zero"));
+        }
         let count_offset = c.offset();
         let tensor_count = c.u64()?;
         let len_offset = c.offset();
@@ -58,7 +61,9 @@ impl FileHeader {
         if flag_bytes[1..].iter().any(|&b| b != 0) || flags & !known != 0 {
             return Err(Error::UnsupportedFlags { flags: low, version });
         }
-        if flags & FLAG_VERSIONED_HEADERS != 0 && version < 5 {
+        // Writers store flags only from version 4 on, and versioned headers
+        // only in version 5: anything else is corruption.
+        if (flags != 0 && version < 4) || (flags & FLAG_VERSIONED_HEADERS != 0 && version < 5) {
             return Err(Error::UnsupportedFlags { flags: low, version });
         }
         if metadata_len > MAX_METADATA_LEN {

@@ -204,6 +204,14 @@ impl Metadata {
             next_free = entry.data_end();
             entries.push(entry);
         }
+        // Writers zero-fill the reservation: anything else is corruption.
+        if let Some(pos) = bytes[c.position()..].iter().position(|&b| b != 0) {
+            return Err(Error::malformed(c.offset() + pos as u64, "non-zero bytes after the last index entry"));
+        }
+        let total = entries.iter().try_fold(0u64, |acc, e| acc.checked_add(e.data_length));
+        if total != Some(header.tensor_size) {
+            return Err(Error::malformed(0x29, "tensor data total disagrees with the index"));
+        }
         Ok(Self { entries })
     }
 

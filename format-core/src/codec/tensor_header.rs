@@ -160,6 +160,10 @@ impl TensorHeader {
             layout.hash_values.push(value_start..value_start + value.len());
             hashes.push(hash);
         }
+        // Writers size the block exactly; leftover bytes mean a damaged count.
+        if h.remaining() != 0 {
+            return Err(Error::malformed(h.offset(), "hash block longer than its entries"));
+        }
 
         let crypt_info = if has_crypt_info {
             let start = c.position();
