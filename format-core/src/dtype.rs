@@ -145,7 +145,10 @@ impl ElementType {
             Self::F64 => "float64",
             Self::Complex64 => "complex64",
             Self::Complex128 => "complex128",
-            other => OPAQUE_TYPES.iter().find(|e| e.0 == other).map_or("?", |e| e.1),
+            other => OPAQUE_TYPES
+                .iter()
+                .find(|e| e.0 == other)
+                .map_or("?", |e| e.1),
         }
     }
 
@@ -157,23 +160,7 @@ impl ElementType {
     /// Looks a type up by torch's name (with or without `torch.`).
     pub fn from_torch_name(name: &str) -> Option<Self> {
         let name = name.strip_prefix("torch.").unwrap_or(name);
-        let plain = [
-            ElementType::Bool,
-            ElementType::U8,
-            ElementType::I8,
-            ElementType::U16,
-            ElementType::I16,
-            ElementType::U32,
-            ElementType::I32,
-            ElementType::U64,
-            ElementType::I64,
-            ElementType::F16,
-            ElementType::F32,
-            ElementType::F64,
-            ElementType::Complex64,
-            ElementType::Complex128,
-        ];
-        if let Some(t) = plain.into_iter().find(|t| t.torch_name() == name) {
+        if let Some(&(t, _, _)) = NUMPY_TYPES.iter().find(|e| e.0.torch_name() == name) {
             return Some(t);
         }
         let alias = match name {
@@ -211,7 +198,10 @@ impl Dtype {
         let text = if let Some(&(_, kind, _)) = NUMPY_TYPES.iter().find(|e| e.0 == element) {
             alloc::format!("{order}{}{size}", kind as char)
         } else {
-            alloc::format!("{order}V{size}{OPAQUE_SEPARATOR}torch.{}", element.torch_name())
+            alloc::format!(
+                "{order}V{size}{OPAQUE_SEPARATOR}torch.{}",
+                element.torch_name()
+            )
         };
         // Every string built above is valid by construction.
         Self::parse(text.as_bytes(), 0).unwrap_or_else(|_| unreachable_dtype())
@@ -273,7 +263,10 @@ impl Dtype {
                     found => found,
                 }
             }
-            None => NUMPY_TYPES.iter().find(|e| e.1 == kind && e.2 == itemsize).map(|e| e.0),
+            None => NUMPY_TYPES
+                .iter()
+                .find(|e| e.1 == kind && e.2 == itemsize)
+                .map(|e| e.0),
         };
         // An unknown torch name keeps no element type, only a size.
         Ok(Self {
@@ -331,7 +324,9 @@ impl Dtype {
 
     /// Bytes of a tensor of `shape`, or `None` on overflow.
     pub fn nbytes(&self, shape: &[u64]) -> Option<u64> {
-        shape.iter().try_fold(u64::from(self.itemsize), |acc, &d| acc.checked_mul(d))
+        shape
+            .iter()
+            .try_fold(u64::from(self.itemsize), |acc, &d| acc.checked_mul(d))
     }
 }
 
@@ -365,7 +360,11 @@ impl fmt::Display for Dtype {
 
 /// Every element type, for tests and tools.
 pub fn all_element_types() -> Vec<ElementType> {
-    NUMPY_TYPES.iter().map(|e| e.0).chain(OPAQUE_TYPES.iter().map(|e| e.0)).collect()
+    NUMPY_TYPES
+        .iter()
+        .map(|e| e.0)
+        .chain(OPAQUE_TYPES.iter().map(|e| e.0))
+        .collect()
 }
 
 #[cfg(test)]
@@ -403,10 +402,31 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "<", "<f", "<f3", "<S4", "<V2\0x\0y", "<f4\0torch.bfloat16", "<V2\0bfloat16", "\u{e9}", "<\u{e9}", "=f4", "f4", "|f4", "<V2"] {
+        for bad in [
+            "",
+            "<",
+            "<f",
+            "<f3",
+            "<S4",
+            "<V2\0x\0y",
+            "<f4\0torch.bfloat16",
+            "<V2\0bfloat16",
+            "\u{e9}",
+            "<\u{e9}",
+            "=f4",
+            "f4",
+            "|f4",
+            "<V2",
+        ] {
             assert!(Dtype::parse(bad.as_bytes(), 9).is_err(), "{bad:?}");
         }
-        assert_eq!(Dtype::parse(b">f8", 0).unwrap().byte_order(), ByteOrder::Big);
-        assert_eq!(Dtype::parse(b"<V2\0torch.mystery", 0).unwrap().element(), None);
+        assert_eq!(
+            Dtype::parse(b">f8", 0).unwrap().byte_order(),
+            ByteOrder::Big
+        );
+        assert_eq!(
+            Dtype::parse(b"<V2\0torch.mystery", 0).unwrap().element(),
+            None
+        );
     }
 }

@@ -31,8 +31,14 @@ impl TensorHasher {
 
     /// Starts hashing for exactly the hashes `header` stores.
     pub fn for_header(header: &TensorHeader, hashable_header: &[u8]) -> Self {
-        let crc = header.hashes.iter().any(|h| matches!(h, HashValue::Crc32(_)));
-        let sha = header.hashes.iter().any(|h| matches!(h, HashValue::Sha256(_)));
+        let crc = header
+            .hashes
+            .iter()
+            .any(|h| matches!(h, HashValue::Crc32(_)));
+        let sha = header
+            .hashes
+            .iter()
+            .any(|h| matches!(h, HashValue::Sha256(_)));
         Self::new(hashable_header, crc, sha)
     }
 

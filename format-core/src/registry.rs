@@ -26,15 +26,17 @@ pub(crate) struct PathRegistry {
 
 impl PathRegistry {
     pub(crate) fn insert(&mut self, path: &TensorPath) -> Result<()> {
-        let conflict = || Error::ConflictingPaths { path: path.to_string() };
+        let conflict = || Error::ConflictingPaths {
+            path: path.to_string(),
+        };
         let components = path.components();
         let mut branch = &mut self.root;
         for (depth, component) in components.iter().enumerate() {
             let is_index = matches!(component, PathComponent::Index(_));
-            if let Some((first, _)) = branch.children.iter().next() {
-                if matches!(first, PathComponent::Index(_)) != is_index {
-                    return Err(conflict());
-                }
+            if let Some((first, _)) = branch.children.iter().next()
+                && matches!(first, PathComponent::Index(_)) != is_index
+            {
+                return Err(conflict());
             }
             let last = depth + 1 == components.len();
             if last {

@@ -41,7 +41,11 @@ pub struct WriterOptions {
 impl Default for WriterOptions {
     /// tensorizer-rs's layout: 64-byte aligned data, index sized to fit.
     fn default() -> Self {
-        Self { alignment: DEFAULT_ALIGNMENT, metadata_len: None, encryption: None }
+        Self {
+            alignment: DEFAULT_ALIGNMENT,
+            metadata_len: None,
+            encryption: None,
+        }
     }
 }
 
@@ -50,7 +54,11 @@ impl WriterOptions {
     /// "metadata overflow" error when it does not fit. Byte-identical to
     /// tensorizer for unencrypted input.
     pub fn tensorizer() -> Self {
-        Self { alignment: 1, metadata_len: Some(TENSORIZER_METADATA_LEN), encryption: None }
+        Self {
+            alignment: 1,
+            metadata_len: Some(TENSORIZER_METADATA_LEN),
+            encryption: None,
+        }
     }
 }
 
@@ -74,7 +82,14 @@ pub struct TensorSpec {
 impl TensorSpec {
     /// A state-dict entry.
     pub fn state_dict(path: impl Into<TensorPath>, dtype: Dtype, shape: Vec<u64>) -> Self {
-        Self { path: path.into(), tensor_type: TensorType::StateDict, module_index: 0, dtype, shape, meta: false }
+        Self {
+            path: path.into(),
+            tensor_type: TensorType::StateDict,
+            module_index: 0,
+            dtype,
+            shape,
+            meta: false,
+        }
     }
 
     /// Bytes of data this tensor stores (0 for meta tensors).
@@ -82,7 +97,9 @@ impl TensorSpec {
         if self.meta {
             return Ok(0);
         }
-        self.dtype.nbytes(&self.shape).ok_or(Error::invalid("tensor size overflows 64 bits"))
+        self.dtype
+            .nbytes(&self.shape)
+            .ok_or(Error::invalid("tensor size overflows 64 bits"))
     }
 
     fn long_dims(&self) -> bool {
@@ -207,7 +224,10 @@ impl Writer {
         if let Some(len) = options.metadata_len {
             return Ok(len);
         }
-        let entries = specs.iter().map(|s| s.entry(0, 0)).collect::<Result<Vec<_>>>()?;
+        let entries = specs
+            .iter()
+            .map(|s| s.entry(0, 0))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Metadata::needed_len(&entries)?.max(TENSORIZER_METADATA_LEN))
     }
 
@@ -215,7 +235,9 @@ impl Writer {
     /// (256 KiB when unset; use [`Writer::plan`] to size it automatically).
     pub fn new(options: &WriterOptions) -> Result<Self> {
         if !options.alignment.is_power_of_two() || options.alignment > MAX_ALIGNMENT {
-            return Err(Error::invalid("alignment must be a power of two up to 2 MiB"));
+            return Err(Error::invalid(
+                "alignment must be a power of two up to 2 MiB",
+            ));
         }
         let metadata_len = options.metadata_len.unwrap_or(TENSORIZER_METADATA_LEN);
         let encrypted = options.encryption.is_some();
@@ -236,15 +258,26 @@ impl Writer {
     /// A writer whose index is sized for `specs` (see [`WriterOptions`]).
     pub fn plan(specs: &[TensorSpec], options: &WriterOptions) -> Result<Self> {
         let metadata_len = Self::metadata_len_for(specs, options)?;
-        Self::new(&WriterOptions { metadata_len: Some(metadata_len), ..options.clone() })
+        Self::new(&WriterOptions {
+            metadata_len: Some(metadata_len),
+            ..options.clone()
+        })
     }
 
     /// Places the next tensor. Encrypted files need a fresh random
     /// `nonce` for every tensor that has data.
-    pub fn add(&mut self, spec: &TensorSpec, nonce: Option<[u8; NONCE_LEN]>) -> Result<PlannedTensor> {
+    pub fn add(
+        &mut self,
+        spec: &TensorSpec,
+        nonce: Option<[u8; NONCE_LEN]>,
+    ) -> Result<PlannedTensor> {
         spec.path.to_bytes()?;
-        if matches!(spec.path, TensorPath::Structured(_)) && spec.tensor_type != TensorType::StateDict {
-            return Err(Error::invalid("structured paths are only allowed for STATE_DICT tensors"));
+        if matches!(spec.path, TensorPath::Structured(_))
+            && spec.tensor_type != TensorType::StateDict
+        {
+            return Err(Error::invalid(
+                "structured paths are only allowed for STATE_DICT tensors",
+            ));
         }
         let data_length = spec.data_length()?;
         let long_dims = spec.long_dims();
@@ -262,7 +295,10 @@ impl Writer {
             needed += 4 * self.entries.len() as u64;
         }
         if needed > self.metadata_len {
-            return Err(Error::MetadataOverflow { needed, capacity: self.metadata_len });
+            return Err(Error::MetadataOverflow {
+                needed,
+                capacity: self.metadata_len,
+            });
         }
         self.registry.insert(&spec.path)?;
 
@@ -387,12 +423,15 @@ pub fn to_vec(
         return Err(Error::invalid("a key is required exactly when encrypting"));
     }
     let mut w = Writer::plan(specs, options)?;
-    let mut out = alloc::vec![0u8; usize::try_from(w.next_offset).map_err(|_| Error::invalid("too large"))?];
+    let mut out =
+        alloc::vec![0u8; usize::try_from(w.next_offset).map_err(|_| Error::invalid("too large"))?];
     for (spec, plain) in specs.iter().zip(data) {
         let nonce = key.map(|_| next_nonce());
         let mut t = w.add(spec, nonce)?;
         if plain.len() as u64 != t.data_length {
-            return Err(Error::invalid("data buffer length does not match dtype and shape"));
+            return Err(Error::invalid(
+                "data buffer length does not match dtype and shape",
+            ));
         }
         let mut hasher = t.hasher();
         hasher.update(plain);

@@ -92,13 +92,24 @@ impl MetadataEntry {
             .nbytes(&shape)
             .ok_or_else(|| Error::malformed(shape_at, "tensor size overflows 64 bits"))?;
         if data_length != nbytes && data_length != 0 {
-            return Err(Error::malformed(shape_at, "data length does not match dtype and shape"));
+            return Err(Error::malformed(
+                shape_at,
+                "data length does not match dtype and shape",
+            ));
         }
         let Some(header_len) = data_offset.checked_sub(header_offset) else {
-            return Err(Error::malformed(shape_at, "data offset precedes header offset"));
+            return Err(Error::malformed(
+                shape_at,
+                "data offset precedes header offset",
+            ));
         };
         if header_len > MAX_TENSOR_HEADER_LEN {
-            return Err(Error::limit(shape_at, "tensor header length", header_len, MAX_TENSOR_HEADER_LEN));
+            return Err(Error::limit(
+                shape_at,
+                "tensor header length",
+                header_len,
+                MAX_TENSOR_HEADER_LEN,
+            ));
         }
         if header_len < 8 || data_offset.checked_add(data_length).is_none() {
             return Err(Error::malformed(shape_at, "impossible tensor offsets"));
@@ -118,7 +129,11 @@ impl MetadataEntry {
     /// Appends the encoded entry (with a version tag when `versioned`).
     pub fn emit(&self, out: &mut Vec<u8>, versioned: bool) -> Result<()> {
         if versioned {
-            out.put_u32(if self.long_dims { METADATA_TAG_LONG } else { METADATA_TAG_SHORT });
+            out.put_u32(if self.long_dims {
+                METADATA_TAG_LONG
+            } else {
+                METADATA_TAG_SHORT
+            });
         }
         let name = self.path.to_bytes()?;
         out.put_u16(name.len() as u16);
@@ -138,7 +153,15 @@ impl MetadataEntry {
         let name = self.path.to_bytes()?.len() as u64;
         let dim = if self.long_dims { 8 } else { 4 };
         let tag = if versioned { 4 } else { 0 };
-        Ok(tag + 2 + name + 1 + 1 + self.dtype.as_str().len() as u64 + 1 + dim * self.shape.len() as u64 + 24)
+        Ok(tag
+            + 2
+            + name
+            + 1
+            + 1
+            + self.dtype.as_str().len() as u64
+            + 1
+            + dim * self.shape.len() as u64
+            + 24)
     }
 }
 
@@ -148,7 +171,11 @@ pub(crate) fn parse_shape(c: &mut Cursor<'_>, long_dims: bool) -> Result<Vec<u64
     // ndim ≤ 255, so this allocation is bounded by the format itself.
     let mut shape = Vec::with_capacity(ndim.min(c.remaining() / width));
     for _ in 0..ndim {
-        shape.push(if long_dims { c.u64()? } else { u64::from(c.u32()?) });
+        shape.push(if long_dims {
+            c.u64()?
+        } else {
+            u64::from(c.u32()?)
+        });
     }
     Ok(shape)
 }
@@ -160,7 +187,8 @@ pub(crate) fn emit_shape(out: &mut Vec<u8>, shape: &[u64], long_dims: bool) -> R
         if long_dims {
             out.put_u64(d);
         } else {
-            let d = u32::try_from(d).map_err(|_| Error::invalid("dimension needs the long layout"))?;
+            let d =
+                u32::try_from(d).map_err(|_| Error::invalid("dimension needs the long layout"))?;
             out.put_u32(d);
         }
     }
@@ -199,18 +227,29 @@ impl Metadata {
             let entry = MetadataEntry::parse(&mut c, header.versioned_headers())?;
             registry.insert(&entry.path)?;
             if entry.header_offset < next_free {
-                return Err(Error::malformed(at, "tensor overlaps the index or the previous tensor"));
+                return Err(Error::malformed(
+                    at,
+                    "tensor overlaps the index or the previous tensor",
+                ));
             }
             next_free = entry.data_end();
             entries.push(entry);
         }
         // Writers zero-fill the reservation: anything else is corruption.
         if let Some(pos) = bytes[c.position()..].iter().position(|&b| b != 0) {
-            return Err(Error::malformed(c.offset() + pos as u64, "non-zero bytes after the last index entry"));
+            return Err(Error::malformed(
+                c.offset() + pos as u64,
+                "non-zero bytes after the last index entry",
+            ));
         }
-        let total = entries.iter().try_fold(0u64, |acc, e| acc.checked_add(e.data_length));
+        let total = entries
+            .iter()
+            .try_fold(0u64, |acc, e| acc.checked_add(e.data_length));
         if total != Some(header.tensor_size) {
-            return Err(Error::malformed(0x29, "tensor data total disagrees with the index"));
+            return Err(Error::malformed(
+                0x29,
+                "tensor data total disagrees with the index",
+            ));
         }
         Ok(Self { entries })
     }
@@ -236,9 +275,13 @@ impl Metadata {
         let used = (out.len() - start) as u64;
         if used > capacity {
             out.truncate(start);
-            return Err(Error::MetadataOverflow { needed: used, capacity });
+            return Err(Error::MetadataOverflow {
+                needed: used,
+                capacity,
+            });
         }
-        let capacity = usize::try_from(capacity).map_err(|_| Error::invalid("metadata too large"))?;
+        let capacity =
+            usize::try_from(capacity).map_err(|_| Error::invalid("metadata too large"))?;
         out.resize(start + capacity, 0);
         Ok(())
     }
@@ -246,6 +289,8 @@ impl Metadata {
     /// Bytes the index needs for `entries`.
     pub fn needed_len(entries: &[MetadataEntry]) -> Result<u64> {
         let versioned = entries.iter().any(|e| e.long_dims);
-        entries.iter().try_fold(0u64, |acc, e| Ok(acc + e.encoded_len(versioned)?))
+        entries
+            .iter()
+            .try_fold(0u64, |acc, e| Ok(acc + e.encoded_len(versioned)?))
     }
 }

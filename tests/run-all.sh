@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every check and test of the project. Safe to run repeatedly on a
+# fresh machine: it installs what it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain components"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+have_wasm=1
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || have_wasm=0
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy (workspace, all targets)"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+step "clippy (core without std)"
+cargo clippy --locked -p tensorizer-core --no-default-features -- -D warnings
+
+step "core without std must not enable any dependency's std feature"
+if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then
+    echo "a dependency's std feature is enabled in the no_std build" >&2
+    exit 1
+fi
+
+step "wasm32-unknown-unknown build of the core (no std)"
+if [ "$have_wasm" = 1 ]; then
+    cargo build --locked -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
+else
+    echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target"
+fi
+
+step "docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core
+
+step "fuzz targets build (stable)"
+cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
+
+step "tests (core without std)"
+cargo test --locked -p tensorizer-core --no-default-features --lib
+
+step "tests (workspace)"
+cargo test --locked --workspace
