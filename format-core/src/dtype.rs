@@ -233,7 +233,11 @@ impl Dtype {
             Some(&k) if k.is_ascii_alphabetic() => (k, &rest[1..]),
             _ => return Err(unsupported()),
         };
-        if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        if digits.is_empty()
+            || digits.starts_with('0')
+            || digits.len() > 5
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(unsupported());
         }
         let itemsize: u32 = digits.parse().map_err(|_| unsupported())?;
@@ -257,7 +261,10 @@ impl Dtype {
         }
         let element = match torch {
             Some(name) => {
-                let name = name.strip_prefix("torch.").ok_or_else(unsupported)?;
+                let name = name
+                    .strip_prefix("torch.")
+                    .filter(|n| !n.is_empty() && !n.starts_with("torch."))
+                    .ok_or_else(unsupported)?;
                 match ElementType::from_torch_name(name) {
                     Some(t) if t.size() != itemsize => return Err(unsupported()),
                     found => found,

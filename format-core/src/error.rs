@@ -100,9 +100,10 @@ pub enum Error {
         tensor: String,
         /// Which hash failed.
         kind: HashKind,
-        /// The stored value, hex.
+        /// The stored value (CRC-32 in decimal as tensorizer prints it,
+        /// SHA-256 in hex).
         expected: String,
-        /// The recomputed value, hex.
+        /// The recomputed value, in the same notation.
         actual: String,
     },
     /// Decryption failed: wrong key, or corrupted ciphertext or MAC.

@@ -153,6 +153,11 @@ impl TensorRecord {
     /// Decrypts `data` in place when the tensor is encrypted. `key` must
     /// be given exactly when the file has crypt info.
     pub fn decrypt(&self, key: Option<&KeySource>, data: &mut [u8]) -> Result<()> {
+        if data.len() as u64 != self.header.data_length {
+            return Err(Error::invalid(
+                "data buffer length differs from the stored data length",
+            ));
+        }
         let Some(cipher) = self.cipher()? else {
             return Ok(());
         };

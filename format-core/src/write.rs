@@ -8,6 +8,7 @@
 //! at 1 (3 when encrypting); an opaque dtype raises it to 2, a meta tensor
 //! to 4, a dimension ≥ 2³² to 5.
 
+use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
 use crate::codec::crypt_info::{CryptChunk, CryptInfo, KdfParams};
@@ -19,7 +20,8 @@ use crate::error::{Error, Result};
 use crate::hash::TensorHasher;
 use crate::layout::{
     CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS,
-    MAC_LEN, MAX_ALIGNMENT, METADATA_OFFSET, NONCE_LEN, TENSORIZER_METADATA_LEN,
+    MAC_LEN, MAX_ALIGNMENT, MAX_NDIM, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN,
+    PWHASH_ALG_ARGON2ID13, SALT_LEN, TENSORIZER_METADATA_LEN,
 };
 use crate::path::TensorPath;
 use crate::registry::PathRegistry;
@@ -216,10 +218,12 @@ pub struct Writer {
     next_offset: u64,
     tensor_size: u64,
     index_bytes: u64,
+    used_nonces: BTreeSet<[u8; NONCE_LEN]>,
 }
 
 impl Writer {
-    /// Sizes the metadata index for `specs` under `options`.
+    /// Sizes the metadata index for `specs` under `options`: the fixed
+    /// length if one is set, else max(256 KiB, what the entries need).
     pub fn metadata_len_for(specs: &[TensorSpec], options: &WriterOptions) -> Result<u64> {
         if let Some(len) = options.metadata_len {
             return Ok(len);
@@ -231,13 +235,23 @@ impl Writer {
         Ok(Metadata::needed_len(&entries)?.max(TENSORIZER_METADATA_LEN))
     }
 
-    /// Starts a file whose index reserves `options.metadata_len` bytes
-    /// (256 KiB when unset; use [`Writer::plan`] to size it automatically).
+    /// Starts a file whose index reserves `options.metadata_len` bytes.
+    /// When that is unset a streaming writer cannot know the tensors to
+    /// come, so it reserves tensorizer's 256 KiB; use [`Writer::plan`] to
+    /// size the index for a known list of tensors.
     pub fn new(options: &WriterOptions) -> Result<Self> {
         if !options.alignment.is_power_of_two() || options.alignment > MAX_ALIGNMENT {
             return Err(Error::invalid(
                 "alignment must be a power of two up to 2 MiB",
             ));
+        }
+        if let Some(Some(k)) = &options.encryption
+            && (k.salt.len() != SALT_LEN
+                || k.alg != PWHASH_ALG_ARGON2ID13
+                || k.memlimit < MIN_KDF_MEMLIMIT
+                || k.opslimit == 0)
+        {
+            return Err(Error::invalid("invalid key-derivation parameters"));
         }
         let metadata_len = options.metadata_len.unwrap_or(TENSORIZER_METADATA_LEN);
         let encrypted = options.encryption.is_some();
@@ -272,6 +286,16 @@ impl Writer {
         nonce: Option<[u8; NONCE_LEN]>,
     ) -> Result<PlannedTensor> {
         spec.path.to_bytes()?;
+        if spec.shape.len() > MAX_NDIM {
+            return Err(Error::invalid("more than 255 dimensions"));
+        }
+        if let Some(e) = spec.dtype.element()
+            && Dtype::from_element(e) != spec.dtype
+        {
+            return Err(Error::invalid(
+                "dtype string is not the form tensorizer writes",
+            ));
+        }
         if matches!(spec.path, TensorPath::Structured(_))
             && spec.tensor_type != TensorType::StateDict
         {
@@ -300,7 +324,6 @@ impl Writer {
                 capacity: self.metadata_len,
             });
         }
-        self.registry.insert(&spec.path)?;
 
         let crypt_info = self.encrypted.then(|| {
             let mut info = CryptInfo::default();
@@ -336,16 +359,37 @@ impl Writer {
         };
         let header_offset = self.next_offset;
         let unpadded = header.unpadded_len()?;
+        let too_large = || Error::invalid("file larger than 2^64 bytes");
         if self.alignment > 1 && data_length > 0 {
-            let end = header_offset + unpadded;
+            let end = header_offset.checked_add(unpadded).ok_or_else(too_large)?;
             header.padding = (self.alignment - end % self.alignment) % self.alignment;
         }
         let mut bytes = Vec::new();
         let layout = header.emit(&mut bytes)?;
-        let data_offset = header_offset + bytes.len() as u64;
+        let data_offset = header_offset
+            .checked_add(bytes.len() as u64)
+            .ok_or_else(too_large)?;
         let data_end = data_offset
             .checked_add(data_length)
-            .ok_or(Error::invalid("file larger than 2^64 bytes"))?;
+            .filter(|e| e.checked_add(END_MARKER_LEN).is_some())
+            .ok_or_else(too_large)?;
+        // Every fallible step is done: commit the name and the nonces.
+        if let Some(n) = nonce {
+            let chunks = crate::crypto::chunk_count(data_length, CRYPT_CHUNK_SIZE);
+            let fresh = (0..chunks).all(|i| {
+                !self
+                    .used_nonces
+                    .contains(&crate::crypto::chunk_nonce(&n, i))
+            });
+            if !fresh {
+                return Err(Error::invalid("illegal nonce reuse"));
+            }
+            self.registry.insert(&spec.path)?;
+            self.used_nonces
+                .extend((0..chunks).map(|i| crate::crypto::chunk_nonce(&n, i)));
+        } else {
+            self.registry.insert(&spec.path)?;
+        }
 
         if spec.dtype.is_opaque() {
             self.version = self.version.max(2);

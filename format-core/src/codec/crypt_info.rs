@@ -12,7 +12,7 @@ const CHUNK_XSALSA20_SEQUENTIAL: u16 = 3;
 const KDF_METHOD_PWHASH: u16 = 1;
 
 /// Argon2id parameters stored in a key-derivation chunk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KdfParams {
     /// libsodium opslimit = Argon2 time cost.
     pub opslimit: u64,

@@ -39,7 +39,7 @@ pub struct MetadataEntry {
 impl MetadataEntry {
     /// Length of the tensor header.
     pub fn header_len(&self) -> u64 {
-        self.data_offset - self.header_offset
+        self.data_offset.saturating_sub(self.header_offset)
     }
 
     /// Bytes the tensor occupies in memory: item size × element count.
@@ -55,7 +55,7 @@ impl MetadataEntry {
 
     /// Absolute end of the data.
     pub fn data_end(&self) -> u64 {
-        self.data_offset + self.data_length
+        self.data_offset.saturating_add(self.data_length)
     }
 
     /// Whether a dimension needs the long (u64) layout.
@@ -204,7 +204,7 @@ pub struct Metadata {
 
 impl Metadata {
     /// Parses the metadata index (the `header.metadata_len` bytes that
-    /// follow the file header). Bytes after the last entry are ignored.
+    /// follow the file header). Bytes after the last entry must be zero.
     ///
     /// Checks every entry's own consistency, that names do not conflict,
     /// and that tensors lie after the index, in order, without overlap.
@@ -219,7 +219,10 @@ impl Metadata {
         let bytes = &bytes[..expected];
         let mut c = Cursor::new(bytes, METADATA_OFFSET);
         let count = usize::try_from(header.tensor_count).unwrap_or(usize::MAX);
-        let mut entries = Vec::with_capacity(count.min(bytes.len() / MIN_METADATA_ENTRY_LEN));
+        // Reserve for what the bytes can hold, and no more than a page of
+        // entries up front: growth is paid for by entries actually parsed.
+        let mut entries =
+            Vec::with_capacity(count.min(bytes.len() / MIN_METADATA_ENTRY_LEN).min(4096));
         let mut registry = PathRegistry::default();
         let mut next_free = METADATA_OFFSET + header.metadata_len;
         for _ in 0..count {
@@ -252,6 +255,12 @@ impl Metadata {
             ));
         }
         Ok(Self { entries })
+    }
+
+    /// Position of the tensor named `path`, if any (a linear scan; hosts
+    /// keep their own map for repeated lookups).
+    pub fn find(&self, path: &TensorPath) -> Option<usize> {
+        self.entries.iter().position(|e| &e.path == path)
     }
 
     /// Checks that every tensor ends within a file of `file_len` bytes.

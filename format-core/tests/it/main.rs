@@ -5,3 +5,4 @@ mod common;
 mod malformed;
 mod props;
 mod vectors;
+mod writer;

@@ -1,0 +1,2 @@
+//! The `tzr` command-line tool.
+fn main() {}

@@ -1,0 +1,123 @@
+//! Where bytes come from: anything that can serve positioned reads
+//! concurrently. Local files use `pread`; remote sources plug in here.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::error::{Error, Result, io_err};
+
+/// A byte source that serves concurrent positioned reads.
+pub trait RangeSource: Send + Sync {
+    /// Total length in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether the source is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `buf` with the bytes at `offset`. Reading past the end is an
+    /// error.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// A name for messages: a path or a URI.
+    fn name(&self) -> &str;
+}
+
+/// A local file read with `pread`, so any number of threads share one
+/// descriptor.
+#[derive(Debug)]
+pub struct LocalFile {
+    file: File,
+    len: u64,
+    name: String,
+}
+
+impl LocalFile {
+    /// Opens `path` for reading.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let name = path.as_ref().display().to_string();
+        let file = File::open(path.as_ref()).map_err(io_err(&name, 0))?;
+        let len = file.metadata().map_err(io_err(&name, 0))?.len();
+        Ok(Self { file, len, name })
+    }
+
+    /// The underlying file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl RangeSource for LocalFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(buf.len() as u64);
+        if end.is_none_or(|e| e > self.len) {
+            return Err(Error::format(
+                self.name.clone(),
+                tensorizer_core::Error::Truncated {
+                    offset: self.len.min(offset),
+                    needed: end.map_or(u64::MAX, |e| e - self.len.min(e)),
+                },
+            ));
+        }
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(io_err(&self.name, offset))
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// An in-memory source (tests, small files, already-fetched bytes).
+#[derive(Debug, Clone)]
+pub struct MemorySource {
+    bytes: Vec<u8>,
+    name: String,
+}
+
+impl MemorySource {
+    /// Wraps `bytes` under a display name.
+    pub fn new(bytes: Vec<u8>, name: impl Into<String>) -> Self {
+        Self {
+            bytes,
+            name: name.into(),
+        }
+    }
+}
+
+impl RangeSource for MemorySource {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        match start
+            .checked_add(buf.len())
+            .and_then(|end| self.bytes.get(start..end))
+        {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            None => Err(Error::format(
+                self.name.clone(),
+                tensorizer_core::Error::Truncated {
+                    offset: self.len().min(offset),
+                    needed: (offset + buf.len() as u64).saturating_sub(self.len()),
+                },
+            )),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
