@@ -9,6 +9,7 @@ mod parallel;
 pub mod reader;
 pub mod safetensors;
 pub mod source;
+pub mod verify;
 pub mod writer;
 
 pub use error::{Error, Result};

@@ -87,18 +87,12 @@ impl<S: RangeSource> Reader<S> {
         source.read_exact_at(FileHeader::LEN as u64, &mut index)?;
         let metadata = Metadata::parse(&header, &index).map_err(fmt)?;
         metadata.check_file_len(source.len()).map_err(fmt)?;
-        match (header.has_crypt_info(), options.key.is_some()) {
-            (true, false) => {
-                return Err(fmt(tensorizer_core::Error::Encryption {
-                    reason: "the file is encrypted but no key or passphrase was given",
-                }));
-            }
-            (false, true) => {
-                return Err(fmt(tensorizer_core::Error::Encryption {
-                    reason: "a key was given but the file is not encrypted",
-                }));
-            }
-            _ => {}
+        // A missing key is reported when an encrypted tensor is read, so
+        // that an encrypted file can still be inspected without one.
+        if !header.has_crypt_info() && options.key.is_some() {
+            return Err(fmt(tensorizer_core::Error::Encryption {
+                reason: "a key was given but the file is not encrypted",
+            }));
         }
         let by_name = metadata
             .entries
@@ -136,6 +130,11 @@ impl<S: RangeSource> Reader<S> {
         &self.source
     }
 
+    /// Whether tensor data is encrypted (a key is needed to load it).
+    pub fn is_encrypted(&self) -> bool {
+        self.header.has_crypt_info()
+    }
+
     /// The options this reader was opened with.
     pub fn options(&self) -> &ReadOptions {
         &self.options
@@ -169,13 +168,15 @@ impl<S: RangeSource> Reader<S> {
         let Some(info) = &record.header.crypt_info else {
             return Ok(None);
         };
-        let Some(source) = &self.options.key else {
-            return Ok(None);
-        };
-        if info.chunks.is_empty() {
+        let err = |e| Error::tensor(self.source.name(), record.header.path.to_string(), e);
+        if record.cipher().map_err(err)?.is_none() {
             return Ok(None);
         }
-        let err = |e| Error::tensor(self.source.name(), record.header.path.to_string(), e);
+        let Some(source) = &self.options.key else {
+            return Err(err(tensorizer_core::Error::Encryption {
+                reason: "the file is encrypted but no key or passphrase was given",
+            }));
+        };
         match source {
             KeySource::Key(k) => Ok(Some(k.clone())),
             KeySource::Passphrase(..) => {

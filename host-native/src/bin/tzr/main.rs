@@ -1,2 +1,179 @@
-//! The `tzr` command-line tool.
-fn main() {}
+//! `tzr`: inspect, verify, encrypt, decrypt and convert tensorizer files.
+
+mod crypt;
+mod inspect;
+mod keys;
+mod progress;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tensorizer_native::Error;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  verification failed: a hash did not match, or decryption failed (wrong key or tampered data)
+  2  usage error (bad arguments)
+  3  the input is not a valid tensorizer/safetensors file, or reading or writing failed";
+
+#[derive(Parser)]
+#[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt and convert tensorizer (.tensors) files", after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the file header and a table of tensors (reads only the header and index).
+    Inspect {
+        /// The .tensors file.
+        file: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every tensor's stored hashes (decrypting first when encrypted).
+    Verify {
+        /// The .tensors file.
+        file: PathBuf,
+        #[command(flatten)]
+        key: keys::KeyArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Concurrent readers (default: one per core).
+        #[arg(long)]
+        num_readers: Option<usize>,
+    },
+    /// Write an encrypted copy of a file (atomically).
+    Encrypt {
+        /// The plain .tensors file.
+        input: PathBuf,
+        /// Where to write the encrypted file.
+        output: PathBuf,
+        #[command(flatten)]
+        key: keys::KeyArgs,
+        /// Create a new random key, write it (hex) to this file, and use it.
+        #[arg(long, conflicts_with_all = ["key_file", "passphrase", "passphrase_env"])]
+        generate_key: Option<PathBuf>,
+        /// Argon2id cost for a passphrase: interactive, moderate or sensitive.
+        #[arg(long, default_value = "moderate")]
+        kdf: keys::KdfPreset,
+        #[command(flatten)]
+        layout: LayoutArgs,
+    },
+    /// Write a decrypted copy of a file (atomically).
+    Decrypt {
+        /// The encrypted .tensors file.
+        input: PathBuf,
+        /// Where to write the plain file.
+        output: PathBuf,
+        #[command(flatten)]
+        key: keys::KeyArgs,
+        #[command(flatten)]
+        layout: LayoutArgs,
+    },
+    /// Convert between tensorizer and safetensors; the direction follows the
+    /// `.safetensors` extension of INPUT or OUTPUT.
+    Convert {
+        /// The file to read.
+        input: PathBuf,
+        /// The file to write.
+        output: PathBuf,
+        /// Key for an encrypted tensorizer input.
+        #[command(flatten)]
+        key: keys::KeyArgs,
+        #[command(flatten)]
+        layout: LayoutArgs,
+    },
+}
+
+#[derive(Args, Clone, Copy)]
+struct LayoutArgs {
+    /// Write exactly tensorizer's layout (no data alignment, 256 KiB index).
+    #[arg(long)]
+    tensorizer_layout: bool,
+}
+
+impl LayoutArgs {
+    fn options(self) -> tensorizer_core::WriterOptions {
+        if self.tensorizer_layout {
+            tensorizer_core::WriterOptions::tensorizer()
+        } else {
+            tensorizer_core::WriterOptions::default()
+        }
+    }
+}
+
+/// Why the command failed, mapped to an exit code.
+enum Failure {
+    /// Checks ran and something did not verify (exit 1).
+    Verification,
+    /// An error to print (exit 1 for verification errors, 3 otherwise).
+    Error(Error),
+    /// Bad arguments discovered after parsing (exit 2).
+    Usage(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Self::Error(e)
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Inspect { file, json } => inspect::run(&file, json),
+        Command::Verify {
+            file,
+            key,
+            json,
+            num_readers,
+        } => crypt::verify(&file, &key, json, num_readers),
+        Command::Encrypt {
+            input,
+            output,
+            key,
+            generate_key,
+            kdf,
+            layout,
+        } => crypt::encrypt(
+            &input,
+            &output,
+            &key,
+            generate_key.as_deref(),
+            kdf,
+            layout.options(),
+        ),
+        Command::Decrypt {
+            input,
+            output,
+            key,
+            layout,
+        } => crypt::decrypt(&input, &output, &key, layout.options()),
+        Command::Convert {
+            input,
+            output,
+            key,
+            layout,
+        } => crypt::convert(&input, &output, &key, layout.options()),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Verification) => ExitCode::from(1),
+        Err(Failure::Usage(msg)) => {
+            eprintln!("tzr: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Error(e)) => {
+            eprintln!("tzr: {e}");
+            ExitCode::from(if e.is_verification_failure() { 1 } else { 3 })
+        }
+    }
+}

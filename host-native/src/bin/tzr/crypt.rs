@@ -1,0 +1,228 @@
+//! `tzr verify`, `encrypt`, `decrypt` and `convert`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::json;
+use tensorizer_core::{TensorSpec, WriterOptions};
+use tensorizer_native::verify::verify_all;
+use tensorizer_native::writer::FileWriter;
+use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers, safetensors};
+
+use crate::keys::{KdfPreset, KeyArgs, generate_key_file};
+use crate::{Failure, Outcome, progress};
+
+fn open(file: &Path, key: &KeyArgs, num_readers: Option<usize>) -> Result<Reader, Failure> {
+    let options = ReadOptions {
+        num_readers: num_readers.unwrap_or_else(default_readers).max(1),
+        verify_hash: true,
+        key: key.for_reading()?,
+    };
+    Ok(Reader::open(file, options)?)
+}
+
+fn total_bytes(reader: &Reader) -> u64 {
+    reader.entries().iter().map(|e| e.data_length).sum()
+}
+
+pub(crate) fn verify(
+    file: &Path,
+    key: &KeyArgs,
+    json: bool,
+    num_readers: Option<usize>,
+) -> Outcome {
+    let reader = open(file, key, num_readers)?;
+    if reader.is_encrypted() && !key.given() {
+        return Err(Failure::Usage(format!(
+            "{}: the file is encrypted; give --key-file, --passphrase-env VAR or --passphrase",
+            file.display()
+        )));
+    }
+    let bar = progress::bytes(total_bytes(&reader), "verifying");
+    let started = Instant::now();
+    let results = verify_all(&reader, |done| bar.set_position(done))?;
+    bar.finish_and_clear();
+    let failures: Vec<_> = results.iter().filter(|r| r.error.is_some()).collect();
+    if json {
+        let report = json!({
+            "file": file.display().to_string(),
+            "ok": failures.is_empty(),
+            "tensors": results.len(),
+            "data_bytes": total_bytes(&reader),
+            "seconds": started.elapsed().as_secs_f64(),
+            "failures": failures.iter().map(|r| json!({
+                "index": r.index,
+                "tensor": r.name,
+                "error": r.error.as_ref().map(ToString::to_string),
+            })).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        for r in &failures {
+            if let Some(e) = &r.error {
+                eprintln!("tzr: {e}");
+            }
+        }
+        if failures.is_empty() {
+            println!(
+                "{}: all {} tensors verified ({} in {:.2} s)",
+                file.display(),
+                results.len(),
+                crate::inspect::human(total_bytes(&reader)),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    match failures.first().and_then(|r| r.error.as_ref()) {
+        None => Ok(()),
+        Some(e) if e.is_verification_failure() => Err(Failure::Verification),
+        Some(_) => Err(Failure::Error(Error::Invalid(format!(
+            "{}: {} tensors are unreadable",
+            file.display(),
+            failures.len()
+        )))),
+    }
+}
+
+/// The writer input mirroring every tensor of `reader`.
+fn specs_of(reader: &Reader) -> Result<Vec<TensorSpec>, Failure> {
+    let mut specs = Vec::with_capacity(reader.entries().len());
+    for (i, e) in reader.entries().iter().enumerate() {
+        let record = reader.record(i)?;
+        specs.push(TensorSpec {
+            path: e.path.clone(),
+            tensor_type: e.tensor_type,
+            module_index: record.header.module_index,
+            dtype: e.dtype.clone(),
+            shape: e.shape.clone(),
+            meta: e.is_meta(),
+        });
+    }
+    Ok(specs)
+}
+
+/// Streams every tensor of `reader` into a new file at `output`.
+fn rewrite(reader: &Reader, output: &Path, options: WriteOptions, message: &str) -> Outcome {
+    let specs = specs_of(reader)?;
+    let writer = FileWriter::create(output, &specs, &options)?;
+    let bar = progress::bytes(total_bytes(reader), message);
+    let mut done = 0u64;
+    for i in 0..specs.len() {
+        let mut sink = writer.tensor(i)?;
+        reader.stream(i, 8 << 20, true, |piece| {
+            done += piece.len() as u64;
+            bar.set_position(done);
+            sink.write(piece)
+        })?;
+        sink.finish()?;
+    }
+    writer.commit()?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+pub(crate) fn encrypt(
+    input: &Path,
+    output: &Path,
+    key: &KeyArgs,
+    generate: Option<&Path>,
+    kdf: KdfPreset,
+    layout: WriterOptions,
+) -> Outcome {
+    let reader = open(input, &KeyArgs::default(), None)?;
+    if reader.is_encrypted() {
+        return Err(Failure::Usage(format!(
+            "{}: already encrypted; decrypt it first",
+            input.display()
+        )));
+    }
+    let (key, params) = match (generate, key.given()) {
+        (Some(path), _) => (generate_key_file(path)?, None),
+        (None, true) => key
+            .for_writing(kdf)?
+            .ok_or_else(|| Failure::Usage("no key given".into()))?,
+        (None, false) => {
+            return Err(Failure::Usage(
+                "give --key-file, --passphrase-env VAR, --passphrase or --generate-key FILE".into(),
+            ));
+        }
+    };
+    let options = WriteOptions {
+        layout: WriterOptions {
+            encryption: Some(params),
+            ..layout
+        },
+        key: Some(key),
+        num_writers: 0,
+    };
+    rewrite(&reader, output, options, "encrypting")
+}
+
+pub(crate) fn decrypt(
+    input: &Path,
+    output: &Path,
+    key: &KeyArgs,
+    layout: WriterOptions,
+) -> Outcome {
+    if !key.given() {
+        return Err(Failure::Usage(
+            "give --key-file, --passphrase-env VAR or --passphrase".into(),
+        ));
+    }
+    let reader = open(input, key, None)?;
+    rewrite(
+        &reader,
+        output,
+        WriteOptions {
+            layout,
+            key: None,
+            num_writers: 0,
+        },
+        "decrypting",
+    )
+}
+
+fn is_safetensors(p: &Path) -> bool {
+    p.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+}
+
+pub(crate) fn convert(
+    input: &Path,
+    output: &Path,
+    key: &KeyArgs,
+    layout: WriterOptions,
+) -> Outcome {
+    match (is_safetensors(input), is_safetensors(output)) {
+        (true, false) => {
+            let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
+            let bar = progress::bytes(total, "converting");
+            safetensors::from_safetensors(
+                input,
+                output,
+                &WriteOptions {
+                    layout,
+                    key: None,
+                    num_writers: 0,
+                },
+                |d| bar.set_position(d),
+            )?;
+            bar.finish_and_clear();
+            Ok(())
+        }
+        (false, true) => {
+            let reader = open(input, key, None)?;
+            let bar = progress::bytes(total_bytes(&reader), "converting");
+            safetensors::to_safetensors(&reader, output, |d| bar.set_position(d))?;
+            bar.finish_and_clear();
+            Ok(())
+        }
+        _ => Err(Failure::Usage(
+            "exactly one of INPUT and OUTPUT must end in .safetensors (tensorizer <-> safetensors)"
+                .into(),
+        )),
+    }
+}

@@ -1,0 +1,160 @@
+//! `tzr inspect`: the header, totals by dtype, and one row per tensor.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
+use tensorizer_native::{ReadOptions, Reader};
+
+use crate::Outcome;
+
+#[derive(Serialize)]
+struct Report {
+    file: String,
+    file_bytes: u64,
+    data_version: u32,
+    encrypted: bool,
+    versioned_headers: bool,
+    tensor_count: usize,
+    data_bytes: u64,
+    metadata_index_bytes: u64,
+    by_dtype: BTreeMap<String, DtypeTotal>,
+    tensors: Vec<Row>,
+}
+
+#[derive(Serialize, Default)]
+struct DtypeTotal {
+    tensors: u64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Row {
+    name: String,
+    path: Vec<serde_json::Value>,
+    tensor_type: String,
+    dtype: String,
+    dtype_string: String,
+    shape: Vec<u64>,
+    bytes: u64,
+    data_length: u64,
+    meta: bool,
+    header_offset: u64,
+    data_offset: u64,
+}
+
+fn row(e: &MetadataEntry) -> Row {
+    let path = match &e.path {
+        TensorPath::Plain(s) => vec![serde_json::Value::from(s.clone())],
+        TensorPath::Structured(c) => c
+            .iter()
+            .map(|p| match p {
+                PathComponent::Key(k) => serde_json::Value::from(k.clone()),
+                PathComponent::Index(i) => serde_json::Value::from(*i),
+            })
+            .collect(),
+    };
+    Row {
+        name: e.path.to_string(),
+        path,
+        tensor_type: e.tensor_type.to_string(),
+        dtype: e.dtype.to_string(),
+        dtype_string: e.dtype.as_str().to_string(),
+        shape: e.shape.clone(),
+        bytes: e.nbytes(),
+        data_length: e.data_length,
+        meta: e.is_meta(),
+        header_offset: e.header_offset,
+        data_offset: e.data_offset,
+    }
+}
+
+pub(crate) fn run(file: &Path, json: bool) -> Outcome {
+    let reader = Reader::open(file, ReadOptions::default())?;
+    let h = reader.header();
+    let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+    for e in reader.entries() {
+        let t = by_dtype.entry(e.dtype.to_string()).or_default();
+        t.tensors += 1;
+        t.bytes += e.nbytes();
+    }
+    let report = Report {
+        file: file.display().to_string(),
+        file_bytes: tensorizer_native::RangeSource::len(reader.source()),
+        data_version: h.version,
+        encrypted: h.has_crypt_info(),
+        versioned_headers: h.versioned_headers(),
+        tensor_count: reader.entries().len(),
+        data_bytes: h.tensor_size,
+        metadata_index_bytes: h.metadata_len,
+        by_dtype,
+        tensors: reader.entries().iter().map(row).collect(),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    println!("{}", report.file);
+    println!(
+        "  data version {}{}{}, {} tensors, {} of data, {}-byte index, {} file",
+        report.data_version,
+        if report.encrypted { ", encrypted" } else { "" },
+        if report.versioned_headers {
+            ", long dimensions"
+        } else {
+            ""
+        },
+        report.tensor_count,
+        human(report.data_bytes),
+        report.metadata_index_bytes,
+        human(report.file_bytes),
+    );
+    println!("\n  {:<18} {:>8} {:>12}", "dtype", "tensors", "bytes");
+    for (dtype, t) in &report.by_dtype {
+        println!("  {dtype:<18} {:>8} {:>12}", t.tensors, human(t.bytes));
+    }
+    let width = report
+        .tensors
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60);
+    println!(
+        "\n  {:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {:>10}  {:>12}  {:>12}",
+        "#", "name", "type", "dtype", "shape", "bytes", "header@", "data@"
+    );
+    for (i, r) in report.tensors.iter().enumerate() {
+        let shape = format!("{:?}", r.shape);
+        let bytes = if r.meta {
+            format!("meta {}", human(r.bytes))
+        } else {
+            human(r.bytes)
+        };
+        println!(
+            "  {i:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {bytes:>10}  {:>12}  {:>12}",
+            r.name, r.tensor_type, r.dtype, shape, r.header_offset, r.data_offset
+        );
+    }
+    Ok(())
+}
+
+/// Bytes in binary units.
+pub(crate) fn human(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the native host: reading every vector, writing
+//! atomically, converting, and the `tzr` command line.
+
+mod atomic;
+mod cli;
+mod common;
+mod convert;
+mod read_write;

@@ -1,0 +1,226 @@
+//! Every vector loads through the concurrent reader exactly as the format
+//! core loads it; files we write read back; memory maps borrow aligned data.
+
+use tensorizer_core::write::WriterOptions;
+use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
+use tensorizer_native::mmap::MappedFile;
+use tensorizer_native::writer::FileWriter;
+use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions, write_file};
+
+use crate::common::vectors;
+
+fn load_everything<S: tensorizer_native::RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
+    let mut bufs: Vec<Vec<u8>> = reader
+        .entries()
+        .iter()
+        .map(|e| vec![0xAA; e.nbytes() as usize])
+        .collect();
+    let jobs = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| (i, b.as_mut_slice()))
+        .collect();
+    reader.load_many(jobs).unwrap();
+    bufs
+}
+
+#[test]
+fn reader_matches_the_core_for_every_vector() {
+    for v in vectors() {
+        let bytes = std::fs::read(&v.path).unwrap();
+        let file = File::parse(&bytes).unwrap();
+        let expected: Vec<Vec<u8>> = (0..file.metadata.entries.len())
+            .map(|i| {
+                let mut data = file.load(i, v.key().as_ref()).unwrap();
+                if data.is_empty() {
+                    data = vec![0; file.metadata.entries[i].nbytes() as usize];
+                }
+                data
+            })
+            .collect();
+        for readers in [1, 4] {
+            if v.name().contains("long") {
+                continue; // a 4 GiB meta tensor: covered by the core tests
+            }
+            let options = ReadOptions {
+                num_readers: readers,
+                verify_hash: true,
+                key: v.key(),
+            };
+            let reader = Reader::open(&v.path, options).unwrap();
+            assert_eq!(
+                load_everything(&reader),
+                expected,
+                "{} with {readers} readers",
+                v.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn large_tensors_are_read_in_parallel_pieces() {
+    // 40 MiB of f32 across pieces, plus many small tensors, encrypted and not.
+    let big: Vec<u8> = (0..10u32 << 20)
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = vec![(
+        TensorSpec::state_dict("big", Dtype::from_element(ElementType::F32), vec![10 << 20]),
+        big,
+    )];
+    for i in 0..300u32 {
+        let data: Vec<u8> = (0..i % 17)
+            .flat_map(|v| (v as u16 + i as u16).to_le_bytes())
+            .collect();
+        tensors.push((
+            TensorSpec::state_dict(
+                format!("small.{i}").as_str(),
+                Dtype::from_element(ElementType::BF16),
+                vec![u64::from(i % 17)],
+            ),
+            data,
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for encrypted in [false, true] {
+        let path = dir.path().join(format!("m{encrypted}.tensors"));
+        let key = tensorizer_core::crypto::Key::from_bytes([7; 32]);
+        let options = WriteOptions {
+            layout: WriterOptions {
+                encryption: encrypted.then_some(None),
+                ..WriterOptions::default()
+            },
+            key: encrypted.then(|| key.clone()),
+            num_writers: 2,
+        };
+        let input: Vec<(TensorSpec, &[u8])> = tensors
+            .iter()
+            .map(|(s, d)| (s.clone(), d.as_slice()))
+            .collect();
+        write_file(&path, &input, &options).unwrap();
+        let read = ReadOptions {
+            num_readers: 3,
+            verify_hash: true,
+            key: encrypted.then(|| tensorizer_core::KeySource::Key(key.clone())),
+        };
+        let reader = Reader::open(&path, read).unwrap();
+        let loaded = load_everything(&reader);
+        for ((_, data), got) in tensors.iter().zip(&loaded) {
+            assert_eq!(data, got);
+        }
+        for e in reader.entries().iter().filter(|e| e.data_length > 0) {
+            assert_eq!(e.data_offset % 64, 0, "aligned by default");
+        }
+    }
+}
+
+#[test]
+fn corruption_is_reported_with_file_and_tensor() {
+    let v = vectors()
+        .into_iter()
+        .find(|v| v.name() == "v1_flat.tensors")
+        .unwrap();
+    let mut bytes = std::fs::read(&v.path).unwrap();
+    let reader = Reader::new(
+        MemorySource::new(bytes.clone(), "flat"),
+        ReadOptions::default(),
+    )
+    .unwrap();
+    let target = reader.entries()[0].data_offset as usize;
+    bytes[target] ^= 1;
+    let options = ReadOptions {
+        verify_hash: true,
+        ..ReadOptions::default()
+    };
+    let reader = Reader::new(MemorySource::new(bytes, "flat"), options).unwrap();
+    let mut buf = vec![0; reader.entries()[0].nbytes() as usize];
+    let err = reader.load_into(0, &mut buf).unwrap_err();
+    assert!(err.is_verification_failure(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("flat") && text.contains("f32_2x3") && text.contains("CRC32"),
+        "{text}"
+    );
+    // A wrongly sized buffer is refused before any read.
+    assert!(reader.load_into(0, &mut [0u8; 3]).is_err());
+}
+
+#[test]
+fn streaming_writer_accepts_any_order_and_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tensors");
+    let specs: Vec<TensorSpec> = (0..4)
+        .map(|i| {
+            TensorSpec::state_dict(
+                format!("t{i}").as_str(),
+                Dtype::from_element(ElementType::U8),
+                vec![5000 + i],
+            )
+        })
+        .collect();
+    let writer = FileWriter::create(&path, &specs, &WriteOptions::default()).unwrap();
+    for i in [2usize, 0, 3, 1] {
+        let mut sink = writer.tensor(i).unwrap();
+        let data: Vec<u8> = (0..5000 + i).map(|b| (b % 251) as u8).collect();
+        for piece in data.chunks(777) {
+            sink.write(piece).unwrap();
+        }
+        sink.finish().unwrap();
+    }
+    writer.commit().unwrap();
+    let reader = Reader::open(
+        &path,
+        ReadOptions {
+            verify_hash: true,
+            ..ReadOptions::default()
+        },
+    )
+    .unwrap();
+    let loaded = load_everything(&reader);
+    for (i, got) in loaded.iter().enumerate() {
+        assert_eq!(got.len(), 5000 + i);
+        assert!(got.iter().enumerate().all(|(b, &v)| v == (b % 251) as u8));
+    }
+    // An unfinished file is never committed.
+    let writer = FileWriter::create(
+        dir.path().join("u.tensors"),
+        &specs,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    assert!(writer.commit().is_err());
+    assert!(!dir.path().join("u.tensors").exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary files left behind"
+    );
+}
+
+#[test]
+fn memory_map_borrows_aligned_data_and_copies_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.tensors");
+    let data: Vec<u8> = (0..4096u32).flat_map(|v| v.to_le_bytes()).collect();
+    let spec = TensorSpec::state_dict("w", Dtype::from_element(ElementType::U32), vec![4096]);
+    write_file(&path, &[(spec, data.as_slice())], &WriteOptions::default()).unwrap();
+    let map = MappedFile::open(&path).unwrap();
+    assert!(map.is_aligned(0, 64));
+    assert!(
+        matches!(map.aligned(0, true).unwrap(), std::borrow::Cow::Borrowed(b) if b == data.as_slice())
+    );
+    // tensorizer's own layout is unaligned: the fallback copies.
+    let flat = crate::common::vectors_dir().join("v1_flat.tensors");
+    let map = MappedFile::open(&flat).unwrap();
+    let i = map
+        .entries()
+        .iter()
+        .position(|e| e.dtype.itemsize() == 8 && e.data_offset % 8 != 0)
+        .unwrap();
+    assert!(matches!(
+        map.aligned(i, true).unwrap(),
+        std::borrow::Cow::Owned(_)
+    ));
+    let enc = crate::common::vectors_dir().join("v3_enc_key.tensors");
+    assert!(MappedFile::open(&enc).is_err());
+}
