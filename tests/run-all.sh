@@ -34,7 +34,7 @@ else
 fi
 
 step "docs"
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native
 
 step "fuzz targets build (stable)"
 cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz

@@ -16,8 +16,8 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use crate::codec::crypt_info::KdfParams;
 use crate::error::{Error, Result};
 use crate::layout::{
-    DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, KEY_LEN, MAC_LEN, MIN_KDF_MEMLIMIT,
-    NONCE_LEN, PWHASH_ALG_ARGON2ID13,
+    DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, KEY_LEN, MAC_LEN, MIN_KDF_MEMLIMIT, NONCE_LEN,
+    PWHASH_ALG_ARGON2ID13,
 };
 
 /// A 32-byte secretbox key. Zeroed on drop; `Debug` never prints it.
@@ -32,9 +32,8 @@ impl Key {
 
     /// Wraps a key given as a slice; it must be exactly 32 bytes.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let arr: [u8; KEY_LEN] = bytes.try_into().map_err(|_| Error::Encryption {
-            reason: "a key must be exactly 32 bytes",
-        })?;
+        let arr: [u8; KEY_LEN] =
+            bytes.try_into().map_err(|_| Error::Encryption { reason: "a key must be exactly 32 bytes" })?;
         Ok(Self(arr))
     }
 
@@ -47,47 +46,28 @@ impl Key {
     /// refusing costs above `limits` before doing any work.
     pub fn derive(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<Self> {
         if params.alg != PWHASH_ALG_ARGON2ID13 {
-            return Err(Error::Encryption {
-                reason: "unsupported password hash algorithm",
-            });
+            return Err(Error::Encryption { reason: "unsupported password hash algorithm" });
         }
         if params.memlimit > limits.max_memlimit || params.opslimit > limits.max_opslimit {
-            return Err(Error::Encryption {
-                reason: "key derivation cost is above the configured limit",
-            });
+            return Err(Error::Encryption { reason: "key derivation cost is above the configured limit" });
         }
         if passphrase.is_empty() {
-            return Err(Error::Encryption {
-                reason: "empty passphrase",
-            });
+            return Err(Error::Encryption { reason: "empty passphrase" });
         }
-        let m_cost = u32::try_from(params.memlimit / 1024).map_err(|_| Error::Encryption {
-            reason: "key derivation memory cost too large",
-        })?;
-        let t_cost = u32::try_from(params.opslimit).map_err(|_| Error::Encryption {
-            reason: "key derivation time cost too large",
-        })?;
+        let m_cost = u32::try_from(params.memlimit / 1024)
+            .map_err(|_| Error::Encryption { reason: "key derivation memory cost too large" })?;
+        let t_cost = u32::try_from(params.opslimit)
+            .map_err(|_| Error::Encryption { reason: "key derivation time cost too large" })?;
         if params.memlimit < MIN_KDF_MEMLIMIT || t_cost == 0 {
-            return Err(Error::Encryption {
-                reason: "key derivation cost below libsodium's minimum",
-            });
+            return Err(Error::Encryption { reason: "key derivation cost below libsodium's minimum" });
         }
-        let argon_params = argon2::Params::new(m_cost, t_cost, 1, Some(KEY_LEN)).map_err(|_| {
-            Error::Encryption {
-                reason: "invalid key derivation parameters",
-            }
-        })?;
-        let argon = argon2::Argon2::new(
-            argon2::Algorithm::Argon2id,
-            argon2::Version::V0x13,
-            argon_params,
-        );
+        let argon_params = argon2::Params::new(m_cost, t_cost, 1, Some(KEY_LEN))
+            .map_err(|_| Error::Encryption { reason: "invalid key derivation parameters" })?;
+        let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, argon_params);
         let mut key = [0u8; KEY_LEN];
         argon
             .hash_password_into(passphrase, &params.salt, &mut key)
-            .map_err(|_| Error::Encryption {
-                reason: "key derivation failed (check the salt length)",
-            })?;
+            .map_err(|_| Error::Encryption { reason: "key derivation failed (check the salt length)" })?;
         Ok(Self(key))
     }
 }
@@ -109,10 +89,7 @@ pub struct KdfLimits {
 
 impl Default for KdfLimits {
     fn default() -> Self {
-        Self {
-            max_memlimit: DEFAULT_MAX_KDF_MEMLIMIT,
-            max_opslimit: DEFAULT_MAX_KDF_OPSLIMIT,
-        }
+        Self { max_memlimit: DEFAULT_MAX_KDF_MEMLIMIT, max_opslimit: DEFAULT_MAX_KDF_OPSLIMIT }
     }
 }
 
@@ -146,11 +123,7 @@ pub fn chunk_nonce(initial: &[u8; NONCE_LEN], index: u64) -> [u8; NONCE_LEN] {
 
 /// Number of encryption chunks for `len` bytes.
 pub fn chunk_count(len: u64, chunk_size: u64) -> u64 {
-    if chunk_size == 0 {
-        0
-    } else {
-        len.div_ceil(chunk_size)
-    }
+    if chunk_size == 0 { 0 } else { len.div_ceil(chunk_size) }
 }
 
 fn cipher(key: &Key) -> XSalsa20Poly1305 {
@@ -158,16 +131,9 @@ fn cipher(key: &Key) -> XSalsa20Poly1305 {
 }
 
 /// Encrypts chunk `index` in place and returns its MAC.
-pub fn seal_chunk(
-    key: &Key,
-    initial_nonce: &[u8; NONCE_LEN],
-    index: u64,
-    buf: &mut [u8],
-) -> [u8; MAC_LEN] {
+pub fn seal_chunk(key: &Key, initial_nonce: &[u8; NONCE_LEN], index: u64, buf: &mut [u8]) -> [u8; MAC_LEN] {
     let nonce = chunk_nonce(initial_nonce, index);
-    let tag = cipher(key)
-        .encrypt_in_place_detached(GenericArray::from_slice(&nonce), b"", buf)
-        .unwrap_or_default();
+    let tag = cipher(key).encrypt_in_place_detached(GenericArray::from_slice(&nonce), b"", buf).unwrap_or_default();
     tag.into()
 }
 
@@ -182,12 +148,7 @@ pub fn open_chunk(
 ) -> Result<()> {
     let nonce = chunk_nonce(initial_nonce, index);
     cipher(key)
-        .decrypt_in_place_detached(
-            GenericArray::from_slice(&nonce),
-            b"",
-            buf,
-            GenericArray::from_slice(mac),
-        )
+        .decrypt_in_place_detached(GenericArray::from_slice(&nonce), b"", buf, GenericArray::from_slice(mac))
         .map_err(|_| Error::Decryption)
 }
 
@@ -218,54 +179,32 @@ mod tests {
     use super::*;
 
     fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     #[test]
     fn secretbox_vector_from_spec() {
         let key = Key::from_bytes(core::array::from_fn(|i| i as u8));
-        let nonce: [u8; 24] = unhex("508820da74212a752fe698534bcd5167838e79c7a10db61c")
-            .try_into()
-            .unwrap();
+        let nonce: [u8; 24] = unhex("508820da74212a752fe698534bcd5167838e79c7a10db61c").try_into().unwrap();
         let mut buf = unhex("000000000000803f0000004000004040000080400000a040");
         let mac = seal_chunk(&key, &nonce, 0, &mut buf);
-        assert_eq!(
-            buf,
-            unhex("bfde81e03bd2291999b93180570600ac9533ce0d7046ac98")
-        );
+        assert_eq!(buf, unhex("bfde81e03bd2291999b93180570600ac9533ce0d7046ac98"));
         assert_eq!(mac.to_vec(), unhex("06c0e0a6cc1ef6874a1e2ea37abed1eb"));
         open_chunk(&key, &nonce, 0, &mut buf, &mac).unwrap();
-        assert_eq!(
-            buf,
-            unhex("000000000000803f0000004000004040000080400000a040")
-        );
+        assert_eq!(buf, unhex("000000000000803f0000004000004040000080400000a040"));
         let wrong = Key::from_bytes([9; 32]);
-        assert_eq!(
-            open_chunk(&wrong, &nonce, 0, &mut buf, &mac),
-            Err(Error::Decryption)
-        );
+        assert_eq!(open_chunk(&wrong, &nonce, 0, &mut buf, &mac), Err(Error::Decryption));
     }
 
     #[test]
     fn argon2id_vector_from_spec() {
-        let params = KdfParams {
-            opslimit: 1,
-            memlimit: 8192,
-            alg: 2,
-            salt: alloc::vec![0; 16],
-        };
+        let params = KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: alloc::vec![0; 16] };
         let key = Key::derive(b"hunter2", &params, &KdfLimits::default()).unwrap();
         assert_eq!(
             key.expose_secret().to_vec(),
             unhex("8315324b07f486af074d47a9d137668c1fc304a159cc9acd6ba5cf3adf7df577")
         );
-        let greedy = KdfParams {
-            memlimit: 1 << 40,
-            ..params
-        };
+        let greedy = KdfParams { memlimit: 1 << 40, ..params };
         assert!(Key::derive(b"hunter2", &greedy, &KdfLimits::default()).is_err());
     }
 
@@ -278,9 +217,6 @@ mod tests {
         assert_eq!(next[23], 1);
         assert_eq!(chunk_nonce(&[0xff; 24], 1), [0; 24]);
         assert_eq!(chunk_nonce(&[0; 24], 0x0102)[..3], [2, 1, 0]);
-        assert_eq!(
-            alloc::format!("{:?}", Key::from_bytes([1; 32])),
-            "Key(<redacted>)"
-        );
+        assert_eq!(alloc::format!("{:?}", Key::from_bytes([1; 32])), "Key(<redacted>)");
     }
 }

@@ -145,10 +145,7 @@ impl ElementType {
             Self::F64 => "float64",
             Self::Complex64 => "complex64",
             Self::Complex128 => "complex128",
-            other => OPAQUE_TYPES
-                .iter()
-                .find(|e| e.0 == other)
-                .map_or("?", |e| e.1),
+            other => OPAQUE_TYPES.iter().find(|e| e.0 == other).map_or("?", |e| e.1),
         }
     }
 
@@ -198,10 +195,7 @@ impl Dtype {
         let text = if let Some(&(_, kind, _)) = NUMPY_TYPES.iter().find(|e| e.0 == element) {
             alloc::format!("{order}{}{size}", kind as char)
         } else {
-            alloc::format!(
-                "{order}V{size}{OPAQUE_SEPARATOR}torch.{}",
-                element.torch_name()
-            )
+            alloc::format!("{order}V{size}{OPAQUE_SEPARATOR}torch.{}", element.torch_name())
         };
         // Every string built above is valid by construction.
         Self::parse(text.as_bytes(), 0).unwrap_or_else(|_| unreachable_dtype())
@@ -209,10 +203,7 @@ impl Dtype {
 
     /// Parses a stored dtype string. `offset` is used in errors only.
     pub fn parse(bytes: &[u8], offset: u64) -> Result<Self> {
-        let unsupported = || Error::UnsupportedDtype {
-            offset,
-            dtype: String::from_utf8_lossy(bytes).into_owned(),
-        };
+        let unsupported = || Error::UnsupportedDtype { offset, dtype: String::from_utf8_lossy(bytes).into_owned() };
         if bytes.is_empty() || bytes.len() > MAX_DTYPE_LEN {
             return Err(unsupported());
         }
@@ -270,20 +261,10 @@ impl Dtype {
                     found => found,
                 }
             }
-            None => NUMPY_TYPES
-                .iter()
-                .find(|e| e.1 == kind && e.2 == itemsize)
-                .map(|e| e.0),
+            None => NUMPY_TYPES.iter().find(|e| e.1 == kind && e.2 == itemsize).map(|e| e.0),
         };
         // An unknown torch name keeps no element type, only a size.
-        Ok(Self {
-            torch_start: torch.map(|_| numpy.len() + 1),
-            text: text.to_string(),
-            order,
-            kind,
-            itemsize,
-            element,
-        })
+        Ok(Self { torch_start: torch.map(|_| numpy.len() + 1), text: text.to_string(), order, kind, itemsize, element })
     }
 
     /// The exact stored string.
@@ -331,9 +312,7 @@ impl Dtype {
 
     /// Bytes of a tensor of `shape`, or `None` on overflow.
     pub fn nbytes(&self, shape: &[u64]) -> Option<u64> {
-        shape
-            .iter()
-            .try_fold(u64::from(self.itemsize), |acc, &d| acc.checked_mul(d))
+        shape.iter().try_fold(u64::from(self.itemsize), |acc, &d| acc.checked_mul(d))
     }
 }
 
@@ -367,11 +346,7 @@ impl fmt::Display for Dtype {
 
 /// Every element type, for tests and tools.
 pub fn all_element_types() -> Vec<ElementType> {
-    NUMPY_TYPES
-        .iter()
-        .map(|e| e.0)
-        .chain(OPAQUE_TYPES.iter().map(|e| e.0))
-        .collect()
+    NUMPY_TYPES.iter().map(|e| e.0).chain(OPAQUE_TYPES.iter().map(|e| e.0)).collect()
 }
 
 #[cfg(test)]
@@ -427,13 +402,7 @@ mod tests {
         ] {
             assert!(Dtype::parse(bad.as_bytes(), 9).is_err(), "{bad:?}");
         }
-        assert_eq!(
-            Dtype::parse(b">f8", 0).unwrap().byte_order(),
-            ByteOrder::Big
-        );
-        assert_eq!(
-            Dtype::parse(b"<V2\0torch.mystery", 0).unwrap().element(),
-            None
-        );
+        assert_eq!(Dtype::parse(b">f8", 0).unwrap().byte_order(), ByteOrder::Big);
+        assert_eq!(Dtype::parse(b"<V2\0torch.mystery", 0).unwrap().element(), None);
     }
 }

@@ -135,32 +135,18 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Truncated { offset, needed } => {
-                write!(
-                    f,
-                    "file truncated at byte {offset}: {needed} more bytes needed"
-                )
+                write!(f, "file truncated at byte {offset}: {needed} more bytes needed")
             }
             Self::NotTensorizer => f.write_str("not a tensorizer file (magic |TZR| missing)"),
             Self::UnsupportedVersion { version } => {
                 write!(f, "unsupported data version {version} (supported: 1 to 5)")
             }
             Self::UnsupportedFlags { flags, version } => {
-                write!(
-                    f,
-                    "unsupported feature flags {flags:#x} for data version {version}"
-                )
+                write!(f, "unsupported feature flags {flags:#x} for data version {version}")
             }
             Self::Malformed { offset, reason } => write!(f, "malformed at byte {offset}: {reason}"),
-            Self::LimitExceeded {
-                offset,
-                what,
-                value,
-                limit,
-            } => {
-                write!(
-                    f,
-                    "at byte {offset}: {what} is {value}, above the limit of {limit}"
-                )
+            Self::LimitExceeded { offset, what, value, limit } => {
+                write!(f, "at byte {offset}: {what} is {value}, above the limit of {limit}")
             }
             Self::InvalidName { offset, reason } => {
                 write!(f, "invalid tensor name at byte {offset}: {reason}")
@@ -169,27 +155,17 @@ impl fmt::Display for Error {
                 write!(f, "unsupported dtype {dtype:?} at byte {offset}")
             }
             Self::ConflictingPaths { path } => write!(f, "conflicting tensor paths at {path}"),
-            Self::HeaderMismatch { offset, field } => write!(
-                f,
-                "tensor header at byte {offset} disagrees with the metadata index ({field})"
-            ),
-            Self::HashMismatch {
-                tensor,
-                kind,
-                expected,
-                actual,
-            } => write!(
-                f,
-                "tensor {tensor:?} failed {kind} verification: expected {expected}, got {actual}"
-            ),
-            Self::Decryption => {
-                f.write_str("tensor decryption failed (wrong key or corrupted data)")
+            Self::HeaderMismatch { offset, field } => {
+                write!(f, "tensor header at byte {offset} disagrees with the metadata index ({field})")
             }
+            Self::HashMismatch { tensor, kind, expected, actual } => {
+                write!(f, "tensor {tensor:?} failed {kind} verification: expected {expected}, got {actual}")
+            }
+            Self::Decryption => f.write_str("tensor decryption failed (wrong key or corrupted data)"),
             Self::Encryption { reason } => write!(f, "encryption: {reason}"),
-            Self::MetadataOverflow { needed, capacity } => write!(
-                f,
-                "metadata overflow: the index needs {needed} bytes but {capacity} are reserved"
-            ),
+            Self::MetadataOverflow { needed, capacity } => {
+                write!(f, "metadata overflow: the index needs {needed} bytes but {capacity} are reserved")
+            }
             Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
         }
     }
@@ -213,12 +189,7 @@ impl Error {
 
     #[cold]
     pub(crate) fn limit(offset: u64, what: &'static str, value: u64, limit: u64) -> Self {
-        Self::LimitExceeded {
-            offset,
-            what,
-            value,
-            limit,
-        }
+        Self::LimitExceeded { offset, what, value, limit }
     }
 
     #[cold]

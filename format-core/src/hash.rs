@@ -10,6 +10,9 @@ use sha2::{Digest, Sha256};
 use crate::codec::tensor_header::{HashValue, TensorHeader};
 use crate::error::{Error, Result};
 
+/// Data is fed to both hashes in blocks of this size (fits in L1/L2).
+const BLOCK: usize = 32 * 1024;
+
 /// Incremental hasher for one tensor.
 #[derive(Clone)]
 pub struct TensorHasher {
@@ -21,34 +24,28 @@ impl TensorHasher {
     /// Starts hashing with the hashable header bytes. Only the hashes the
     /// caller asks for are computed.
     pub fn new(hashable_header: &[u8], crc32: bool, sha256: bool) -> Self {
-        let mut this = Self {
-            crc: crc32.then(crc32fast::Hasher::new),
-            sha: sha256.then(Sha256::new),
-        };
+        let mut this = Self { crc: crc32.then(crc32fast::Hasher::new), sha: sha256.then(Sha256::new) };
         this.update(hashable_header);
         this
     }
 
     /// Starts hashing for exactly the hashes `header` stores.
     pub fn for_header(header: &TensorHeader, hashable_header: &[u8]) -> Self {
-        let crc = header
-            .hashes
-            .iter()
-            .any(|h| matches!(h, HashValue::Crc32(_)));
-        let sha = header
-            .hashes
-            .iter()
-            .any(|h| matches!(h, HashValue::Sha256(_)));
+        let crc = header.hashes.iter().any(|h| matches!(h, HashValue::Crc32(_)));
+        let sha = header.hashes.iter().any(|h| matches!(h, HashValue::Sha256(_)));
         Self::new(hashable_header, crc, sha)
     }
 
     /// Feeds the next piece of plaintext data.
     pub fn update(&mut self, data: &[u8]) {
-        if let Some(c) = &mut self.crc {
-            c.update(data);
-        }
-        if let Some(s) = &mut self.sha {
-            s.update(data);
+        // Both hashes take each block while it is still in cache.
+        for block in data.chunks(BLOCK) {
+            if let Some(c) = &mut self.crc {
+                c.update(block);
+            }
+            if let Some(s) = &mut self.sha {
+                s.update(block);
+            }
         }
     }
 

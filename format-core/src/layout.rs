@@ -86,8 +86,9 @@ pub const MIN_METADATA_ENTRY_LEN: usize = 2 + 1 + 1 + 1 + 1 + 1 + 24;
 /// SENSITIVE preset, 1 GiB). Callers may raise it through `KdfLimits`.
 pub const DEFAULT_MAX_KDF_MEMLIMIT: u64 = 1024 * 1024 * 1024;
 
-/// Default cap on an Argon2id time cost taken from a file.
-pub const DEFAULT_MAX_KDF_OPSLIMIT: u64 = 64;
+/// Default cap on an Argon2id time cost taken from a file: twice libsodium's
+/// SENSITIVE preset (4), so a hostile file cannot buy minutes of CPU.
+pub const DEFAULT_MAX_KDF_OPSLIMIT: u64 = 8;
 
 /// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
 pub const MIN_KDF_MEMLIMIT: u64 = 8192;

@@ -33,16 +33,10 @@ impl TensorPath {
     /// Builds a path from components, normalising a lone key to `Plain`.
     pub fn from_components(mut components: Vec<PathComponent>) -> Result<Self> {
         match components.as_slice() {
-            [] => Err(Error::InvalidName {
-                offset: 0,
-                reason: "empty tensor path",
-            }),
+            [] => Err(Error::InvalidName { offset: 0, reason: "empty tensor path" }),
             [PathComponent::Key(_)] => match components.pop() {
                 Some(PathComponent::Key(k)) => Ok(Self::Plain(k)),
-                _ => Err(Error::InvalidName {
-                    offset: 0,
-                    reason: "empty tensor path",
-                }),
+                _ => Err(Error::InvalidName { offset: 0, reason: "empty tensor path" }),
             },
             _ => Ok(Self::Structured(components)),
         }
@@ -69,8 +63,8 @@ impl TensorPath {
                 if json.iter().any(|&b| b == b'\n' || b == b'\r') {
                     return Err(bad("structured path contains a line break"));
                 }
-                let value: serde_json::Value = serde_json::from_slice(json)
-                    .map_err(|_| bad("structured path is not valid JSON"))?;
+                let value: serde_json::Value =
+                    serde_json::from_slice(json).map_err(|_| bad("structured path is not valid JSON"))?;
                 let serde_json::Value::Array(items) = value else {
                     return Err(bad("structured path is not a JSON array"));
                 };
@@ -110,9 +104,7 @@ impl TensorPath {
                 return Err(bad("a plain name may not start with 0x1E"));
             }
             Self::Plain(s) => s.as_bytes().to_vec(),
-            Self::Structured(c)
-                if c.len() < 2 && !matches!(c.as_slice(), [PathComponent::Index(_)]) =>
-            {
+            Self::Structured(c) if c.len() < 2 && !matches!(c.as_slice(), [PathComponent::Index(_)]) => {
                 return Err(bad("a structured path needs an index or two components"));
             }
             Self::Structured(components) => {
@@ -203,29 +195,16 @@ mod tests {
     fn structured_matches_python_json() {
         let p = TensorPath::Structured(alloc::vec![key("model"), key("layer"), Index(0), key("w")]);
         assert_eq!(p.to_bytes().unwrap(), b"\x1e[\"model\",\"layer\",0,\"w\"]");
-        let q =
-            TensorPath::Structured(alloc::vec![key("q\"\\\n\t\u{7f}\u{e9}\u{1f600}"), Index(7)]);
-        assert_eq!(
-            q.to_bytes().unwrap(),
-            b"\x1e[\"q\\\"\\\\\\n\\t\\u007f\\u00e9\\ud83d\\ude00\",7]".to_vec()
-        );
+        let q = TensorPath::Structured(alloc::vec![key("q\"\\\n\t\u{7f}\u{e9}\u{1f600}"), Index(7)]);
+        assert_eq!(q.to_bytes().unwrap(), b"\x1e[\"q\\\"\\\\\\n\\t\\u007f\\u00e9\\ud83d\\ude00\",7]".to_vec());
         assert_eq!(TensorPath::parse(&q.to_bytes().unwrap(), 0).unwrap(), q);
     }
 
     #[test]
     fn decoding_rules() {
-        assert_eq!(
-            TensorPath::parse(b"a.b", 0).unwrap(),
-            TensorPath::Plain("a.b".into())
-        );
-        assert_eq!(
-            TensorPath::parse(b"\x1e[\"x\"]", 0).unwrap(),
-            TensorPath::Plain("x".into())
-        );
-        assert_eq!(
-            TensorPath::parse(b"\x1e[3]", 0).unwrap(),
-            TensorPath::Structured(alloc::vec![Index(3)])
-        );
+        assert_eq!(TensorPath::parse(b"a.b", 0).unwrap(), TensorPath::Plain("a.b".into()));
+        assert_eq!(TensorPath::parse(b"\x1e[\"x\"]", 0).unwrap(), TensorPath::Plain("x".into()));
+        assert_eq!(TensorPath::parse(b"\x1e[3]", 0).unwrap(), TensorPath::Structured(alloc::vec![Index(3)]));
         for bad in [
             &b""[..],
             b"\x1eabc",
@@ -245,10 +224,6 @@ mod tests {
     fn writer_rejects_unreadable_names() {
         assert!(TensorPath::Plain(String::new()).to_bytes().is_err());
         assert!(TensorPath::Plain("\u{1e}x".into()).to_bytes().is_err());
-        assert!(
-            TensorPath::Structured(alloc::vec![key("a")])
-                .to_bytes()
-                .is_err()
-        );
+        assert!(TensorPath::Structured(alloc::vec![key("a")]).to_bytes().is_err());
     }
 }

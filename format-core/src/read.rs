@@ -78,19 +78,11 @@ impl TensorRecord {
     /// Parses the raw header of `entry` (exactly `entry.header_len()` bytes)
     /// and checks it against the entry.
     pub fn parse(entry: &MetadataEntry, raw_header: &[u8], file: &FileHeader) -> Result<Self> {
-        let (header, layout) = TensorHeader::parse(
-            raw_header,
-            entry.header_offset,
-            entry.long_dims,
-            file.has_crypt_info(),
-        )?;
+        let (header, layout) =
+            TensorHeader::parse(raw_header, entry.header_offset, entry.long_dims, file.has_crypt_info())?;
         header.check_against(entry)?;
         let hashable_header = layout.hashable(raw_header);
-        Ok(Self {
-            header,
-            layout,
-            hashable_header,
-        })
+        Ok(Self { header, layout, hashable_header })
     }
 
     /// How the data is encrypted, or `None` if it is stored in plain text.
@@ -102,45 +94,20 @@ impl TensorRecord {
         let Some(info) = &self.header.crypt_info else {
             return Ok(None);
         };
-        let at = self
-            .layout
-            .crypt_info
-            .as_ref()
-            .map_or(0, |r| r.start as u64);
+        let at = self.layout.crypt_info.as_ref().map_or(0, |r| r.start as u64);
         match info.cipher()? {
-            None if len > 0 => Err(Error::Encryption {
-                reason: "tensor is not encrypted in an encrypted file",
-            }),
+            None if len > 0 => Err(Error::Encryption { reason: "tensor is not encrypted in an encrypted file" }),
             None => Ok(None),
-            Some(CryptChunk::Parallel {
-                chunk_size,
-                nonce,
-                macs,
-            }) => {
-                let chunk_size = if macs.len() == 1 {
-                    len.max(1)
-                } else {
-                    *chunk_size
-                };
-                if macs.len() as u64 != chunk_count(len, chunk_size)
-                    && !(macs.len() == 1 && len == 0)
-                {
-                    return Err(Error::malformed(
-                        at,
-                        "MAC count does not match the data length",
-                    ));
+            Some(CryptChunk::Parallel { chunk_size, nonce, macs }) => {
+                let chunk_size = if macs.len() == 1 { len.max(1) } else { *chunk_size };
+                if macs.len() as u64 != chunk_count(len, chunk_size) && !(macs.len() == 1 && len == 0) {
+                    return Err(Error::malformed(at, "MAC count does not match the data length"));
                 }
-                Ok(Some(Cipher {
-                    chunk_size,
-                    nonce,
-                    macs,
-                }))
+                Ok(Some(Cipher { chunk_size, nonce, macs }))
             }
-            Some(CryptChunk::Sequential { nonce, mac }) => Ok(Some(Cipher {
-                chunk_size: len.max(1),
-                nonce,
-                macs: core::slice::from_ref(mac),
-            })),
+            Some(CryptChunk::Sequential { nonce, mac }) => {
+                Ok(Some(Cipher { chunk_size: len.max(1), nonce, macs: core::slice::from_ref(mac) }))
+            }
             Some(CryptChunk::KeyDerivation(_)) => Err(Error::malformed(at, "no encryption chunk")),
         }
     }
@@ -154,9 +121,7 @@ impl TensorRecord {
     /// be given exactly when the file has crypt info.
     pub fn decrypt(&self, key: Option<&KeySource>, data: &mut [u8]) -> Result<()> {
         if data.len() as u64 != self.header.data_length {
-            return Err(Error::invalid(
-                "data buffer length differs from the stored data length",
-            ));
+            return Err(Error::invalid("data buffer length differs from the stored data length"));
         }
         let Some(cipher) = self.cipher()? else {
             return Ok(());
@@ -165,9 +130,7 @@ impl TensorRecord {
             return Ok(());
         }
         let Some(source) = key else {
-            return Err(Error::Encryption {
-                reason: "the tensor is encrypted but no key was given",
-            });
+            return Err(Error::Encryption { reason: "the tensor is encrypted but no key was given" });
         };
         let info = self.header.crypt_info.as_ref().ok_or(Error::Decryption)?;
         cipher.open_all(&source.key_for(info)?, data)
@@ -199,20 +162,12 @@ impl<'data> File<'data> {
         let index = bytes.get(range.start as usize..).unwrap_or_default();
         let metadata = Metadata::parse(&header, index)?;
         metadata.check_file_len(bytes.len() as u64)?;
-        Ok(Self {
-            bytes,
-            header,
-            metadata,
-        })
+        Ok(Self { bytes, header, metadata })
     }
 
     /// Parses tensor `i`'s header and returns it with its raw data bytes.
     pub fn tensor(&self, i: usize) -> Result<(TensorRecord, &'data [u8])> {
-        let entry = self
-            .metadata
-            .entries
-            .get(i)
-            .ok_or(Error::invalid("tensor index out of range"))?;
+        let entry = self.metadata.entries.get(i).ok_or(Error::invalid("tensor index out of range"))?;
         // Entries were checked to lie inside the buffer by `parse`.
         let raw = self
             .bytes
@@ -225,18 +180,42 @@ impl<'data> File<'data> {
         Ok((TensorRecord::parse(entry, raw, &self.header)?, data))
     }
 
+    /// Loads every tensor (see [`File::load`]), deriving a passphrase key
+    /// once per distinct key-derivation setting rather than per tensor.
+    pub fn load_all(&self, key: Option<&KeySource>) -> Result<Vec<Vec<u8>>> {
+        let mut derived: Vec<(crate::KdfParams, KeySource)> = Vec::new();
+        let mut out = Vec::with_capacity(self.metadata.entries.len());
+        for i in 0..self.metadata.entries.len() {
+            let resolved = match key {
+                Some(KeySource::Passphrase(..)) => {
+                    let (record, _) = self.tensor(i)?;
+                    match record.header.crypt_info.as_ref().map(CryptInfo::kdf) {
+                        Some(Ok(params)) => {
+                            if !derived.iter().any(|(p, _)| p == params) {
+                                let k = key.ok_or(Error::Decryption)?;
+                                let info = record.header.crypt_info.as_ref().ok_or(Error::Decryption)?;
+                                derived.push((params.clone(), KeySource::Key(k.key_for(info)?)));
+                            }
+                            derived.iter().find(|(p, _)| p == params).map(|(_, k)| k)
+                        }
+                        _ => key,
+                    }
+                }
+                other => other,
+            };
+            out.push(self.load(i, resolved)?);
+        }
+        Ok(out)
+    }
+
     /// Decrypts (when needed) and verifies tensor `i`, returning its stored
     /// plaintext bytes (empty for meta tensors).
     pub fn load(&self, i: usize, key: Option<&KeySource>) -> Result<Vec<u8>> {
         if self.header.has_crypt_info() && key.is_none() {
-            return Err(Error::Encryption {
-                reason: "the file is encrypted but no key was given",
-            });
+            return Err(Error::Encryption { reason: "the file is encrypted but no key was given" });
         }
         if !self.header.has_crypt_info() && key.is_some() {
-            return Err(Error::Encryption {
-                reason: "a key was given but the file is not encrypted",
-            });
+            return Err(Error::Encryption { reason: "a key was given but the file is not encrypted" });
         }
         let (record, data) = self.tensor(i)?;
         let mut data = data.to_vec();

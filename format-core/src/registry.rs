@@ -26,9 +26,7 @@ pub(crate) struct PathRegistry {
 
 impl PathRegistry {
     pub(crate) fn insert(&mut self, path: &TensorPath) -> Result<()> {
-        let conflict = || Error::ConflictingPaths {
-            path: path.to_string(),
-        };
+        let conflict = || Error::ConflictingPaths { path: path.to_string() };
         let components = path.components();
         let mut branch = &mut self.root;
         for (depth, component) in components.iter().enumerate() {
@@ -46,10 +44,7 @@ impl PathRegistry {
                 branch.children.insert(component.clone(), Node::Leaf);
                 return Ok(());
             }
-            let node = branch
-                .children
-                .entry(component.clone())
-                .or_insert_with(|| Node::Branch(Branch::default()));
+            let node = branch.children.entry(component.clone()).or_insert_with(|| Node::Branch(Branch::default()));
             branch = match node {
                 Node::Leaf => return Err(conflict()),
                 Node::Branch(b) => b,

@@ -19,9 +19,9 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::hash::TensorHasher;
 use crate::layout::{
-    CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS,
-    MAC_LEN, MAX_ALIGNMENT, MAX_NDIM, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN,
-    PWHASH_ALG_ARGON2ID13, SALT_LEN, TENSORIZER_METADATA_LEN,
+    CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAC_LEN,
+    MAX_ALIGNMENT, MAX_NDIM, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN,
+    TENSORIZER_METADATA_LEN,
 };
 use crate::path::TensorPath;
 use crate::registry::PathRegistry;
@@ -43,11 +43,7 @@ pub struct WriterOptions {
 impl Default for WriterOptions {
     /// tensorizer-rs's layout: 64-byte aligned data, index sized to fit.
     fn default() -> Self {
-        Self {
-            alignment: DEFAULT_ALIGNMENT,
-            metadata_len: None,
-            encryption: None,
-        }
+        Self { alignment: DEFAULT_ALIGNMENT, metadata_len: None, encryption: None }
     }
 }
 
@@ -56,11 +52,7 @@ impl WriterOptions {
     /// "metadata overflow" error when it does not fit. Byte-identical to
     /// tensorizer for unencrypted input.
     pub fn tensorizer() -> Self {
-        Self {
-            alignment: 1,
-            metadata_len: Some(TENSORIZER_METADATA_LEN),
-            encryption: None,
-        }
+        Self { alignment: 1, metadata_len: Some(TENSORIZER_METADATA_LEN), encryption: None }
     }
 }
 
@@ -84,14 +76,7 @@ pub struct TensorSpec {
 impl TensorSpec {
     /// A state-dict entry.
     pub fn state_dict(path: impl Into<TensorPath>, dtype: Dtype, shape: Vec<u64>) -> Self {
-        Self {
-            path: path.into(),
-            tensor_type: TensorType::StateDict,
-            module_index: 0,
-            dtype,
-            shape,
-            meta: false,
-        }
+        Self { path: path.into(), tensor_type: TensorType::StateDict, module_index: 0, dtype, shape, meta: false }
     }
 
     /// Bytes of data this tensor stores (0 for meta tensors).
@@ -99,9 +84,7 @@ impl TensorSpec {
         if self.meta {
             return Ok(0);
         }
-        self.dtype
-            .nbytes(&self.shape)
-            .ok_or(Error::invalid("tensor size overflows 64 bits"))
+        self.dtype.nbytes(&self.shape).ok_or(Error::invalid("tensor size overflows 64 bits"))
     }
 
     fn long_dims(&self) -> bool {
@@ -218,6 +201,7 @@ pub struct Writer {
     next_offset: u64,
     tensor_size: u64,
     index_bytes: u64,
+    versioned: bool,
     used_nonces: BTreeSet<[u8; NONCE_LEN]>,
 }
 
@@ -228,10 +212,7 @@ impl Writer {
         if let Some(len) = options.metadata_len {
             return Ok(len);
         }
-        let entries = specs
-            .iter()
-            .map(|s| s.entry(0, 0))
-            .collect::<Result<Vec<_>>>()?;
+        let entries = specs.iter().map(|s| s.entry(0, 0)).collect::<Result<Vec<_>>>()?;
         Ok(Metadata::needed_len(&entries)?.max(TENSORIZER_METADATA_LEN))
     }
 
@@ -241,9 +222,7 @@ impl Writer {
     /// size the index for a known list of tensors.
     pub fn new(options: &WriterOptions) -> Result<Self> {
         if !options.alignment.is_power_of_two() || options.alignment > MAX_ALIGNMENT {
-            return Err(Error::invalid(
-                "alignment must be a power of two up to 2 MiB",
-            ));
+            return Err(Error::invalid("alignment must be a power of two up to 2 MiB"));
         }
         if let Some(Some(k)) = &options.encryption
             && (k.salt.len() != SALT_LEN
@@ -272,19 +251,12 @@ impl Writer {
     /// A writer whose index is sized for `specs` (see [`WriterOptions`]).
     pub fn plan(specs: &[TensorSpec], options: &WriterOptions) -> Result<Self> {
         let metadata_len = Self::metadata_len_for(specs, options)?;
-        Self::new(&WriterOptions {
-            metadata_len: Some(metadata_len),
-            ..options.clone()
-        })
+        Self::new(&WriterOptions { metadata_len: Some(metadata_len), ..options.clone() })
     }
 
     /// Places the next tensor. Encrypted files need a fresh random
     /// `nonce` for every tensor that has data.
-    pub fn add(
-        &mut self,
-        spec: &TensorSpec,
-        nonce: Option<[u8; NONCE_LEN]>,
-    ) -> Result<PlannedTensor> {
+    pub fn add(&mut self, spec: &TensorSpec, nonce: Option<[u8; NONCE_LEN]>) -> Result<PlannedTensor> {
         spec.path.to_bytes()?;
         if spec.shape.len() > MAX_NDIM {
             return Err(Error::invalid("more than 255 dimensions"));
@@ -292,16 +264,10 @@ impl Writer {
         if let Some(e) = spec.dtype.element()
             && Dtype::from_element(e) != spec.dtype
         {
-            return Err(Error::invalid(
-                "dtype string is not the form tensorizer writes",
-            ));
+            return Err(Error::invalid("dtype string is not the form tensorizer writes"));
         }
-        if matches!(spec.path, TensorPath::Structured(_))
-            && spec.tensor_type != TensorType::StateDict
-        {
-            return Err(Error::invalid(
-                "structured paths are only allowed for STATE_DICT tensors",
-            ));
+        if matches!(spec.path, TensorPath::Structured(_)) && spec.tensor_type != TensorType::StateDict {
+            return Err(Error::invalid("structured paths are only allowed for STATE_DICT tensors"));
         }
         let data_length = spec.data_length()?;
         let long_dims = spec.long_dims();
@@ -312,17 +278,14 @@ impl Writer {
             (false, _) => None,
         };
         // Index capacity, including tags should this tensor turn them on.
-        let versioned = long_dims || self.entries.iter().any(|e| e.long_dims);
+        let versioned = long_dims || self.versioned;
         let mut needed = spec.entry(0, 0)?.encoded_len(versioned)?;
         needed += self.index_bytes;
-        if versioned && !self.entries.iter().any(|e| e.long_dims) {
+        if versioned && !self.versioned {
             needed += 4 * self.entries.len() as u64;
         }
         if needed > self.metadata_len {
-            return Err(Error::MetadataOverflow {
-                needed,
-                capacity: self.metadata_len,
-            });
+            return Err(Error::MetadataOverflow { needed, capacity: self.metadata_len });
         }
 
         let crypt_info = self.encrypted.then(|| {
@@ -366,9 +329,7 @@ impl Writer {
         }
         let mut bytes = Vec::new();
         let layout = header.emit(&mut bytes)?;
-        let data_offset = header_offset
-            .checked_add(bytes.len() as u64)
-            .ok_or_else(too_large)?;
+        let data_offset = header_offset.checked_add(bytes.len() as u64).ok_or_else(too_large)?;
         let data_end = data_offset
             .checked_add(data_length)
             .filter(|e| e.checked_add(END_MARKER_LEN).is_some())
@@ -376,17 +337,12 @@ impl Writer {
         // Every fallible step is done: commit the name and the nonces.
         if let Some(n) = nonce {
             let chunks = crate::crypto::chunk_count(data_length, CRYPT_CHUNK_SIZE);
-            let fresh = (0..chunks).all(|i| {
-                !self
-                    .used_nonces
-                    .contains(&crate::crypto::chunk_nonce(&n, i))
-            });
+            let fresh = (0..chunks).all(|i| !self.used_nonces.contains(&crate::crypto::chunk_nonce(&n, i)));
             if !fresh {
                 return Err(Error::invalid("illegal nonce reuse"));
             }
             self.registry.insert(&spec.path)?;
-            self.used_nonces
-                .extend((0..chunks).map(|i| crate::crypto::chunk_nonce(&n, i)));
+            self.used_nonces.extend((0..chunks).map(|i| crate::crypto::chunk_nonce(&n, i)));
         } else {
             self.registry.insert(&spec.path)?;
         }
@@ -402,6 +358,7 @@ impl Writer {
             self.flags |= FLAG_VERSIONED_HEADERS;
         }
         self.index_bytes = needed;
+        self.versioned = versioned;
         self.entries.push(spec.entry(header_offset, data_offset)?);
         self.next_offset = data_end;
         self.tensor_size += data_length;
@@ -467,15 +424,12 @@ pub fn to_vec(
         return Err(Error::invalid("a key is required exactly when encrypting"));
     }
     let mut w = Writer::plan(specs, options)?;
-    let mut out =
-        alloc::vec![0u8; usize::try_from(w.next_offset).map_err(|_| Error::invalid("too large"))?];
+    let mut out = alloc::vec![0u8; usize::try_from(w.next_offset).map_err(|_| Error::invalid("too large"))?];
     for (spec, plain) in specs.iter().zip(data) {
         let nonce = key.map(|_| next_nonce());
         let mut t = w.add(spec, nonce)?;
         if plain.len() as u64 != t.data_length {
-            return Err(Error::invalid(
-                "data buffer length does not match dtype and shape",
-            ));
+            return Err(Error::invalid("data buffer length does not match dtype and shape"));
         }
         let mut hasher = t.hasher();
         hasher.update(plain);

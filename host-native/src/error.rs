@@ -46,22 +46,11 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn format(file: impl Into<String>, source: tensorizer_core::Error) -> Self {
-        Self::Format {
-            file: file.into(),
-            source: Box::new(source),
-        }
+        Self::Format { file: file.into(), source: Box::new(source) }
     }
 
-    pub(crate) fn tensor(
-        file: impl Into<String>,
-        tensor: impl Into<String>,
-        source: tensorizer_core::Error,
-    ) -> Self {
-        Self::Tensor {
-            file: file.into(),
-            tensor: tensor.into(),
-            source: Box::new(source),
-        }
+    pub(crate) fn tensor(file: impl Into<String>, tensor: impl Into<String>, source: tensorizer_core::Error) -> Self {
+        Self::Tensor { file: file.into(), tensor: tensor.into(), source: Box::new(source) }
     }
 
     /// The format-core error behind this error, if any.
@@ -86,9 +75,5 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub(crate) fn io_err(file: &str, offset: u64) -> impl FnOnce(io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        file: file.to_string(),
-        offset,
-        source,
-    }
+    move |source| Error::Io { file: file.to_string(), offset, source }
 }

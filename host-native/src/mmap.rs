@@ -44,12 +44,7 @@ impl MappedFile {
         }
         let header = parsed.header;
         let entries = parsed.metadata.entries;
-        Ok(Self {
-            map,
-            name,
-            header,
-            entries,
-        })
+        Ok(Self { map, name, header, entries })
     }
 
     /// The file header.
@@ -74,10 +69,8 @@ impl MappedFile {
     /// The stored bytes of tensor `i`, borrowed from the map (empty for meta
     /// tensors). With `verify`, its hashes are checked first.
     pub fn bytes(&self, i: usize, verify: bool) -> Result<&[u8]> {
-        let entry = self
-            .entries
-            .get(i)
-            .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.name)))?;
+        let entry =
+            self.entries.get(i).ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.name)))?;
         let err = |source| Error::tensor(self.name.clone(), entry.path.to_string(), source);
         let (record, data) = self.view()?.tensor(i).map_err(err)?;
         if verify {
@@ -101,10 +94,6 @@ impl MappedFile {
         let bytes = self.bytes(i, verify)?;
         let itemsize = self.entries[i].dtype.itemsize() as usize;
         let need = itemsize.next_power_of_two().min(16);
-        if self.is_aligned(i, need) {
-            Ok(Cow::Borrowed(bytes))
-        } else {
-            Ok(Cow::Owned(bytes.to_vec()))
-        }
+        if self.is_aligned(i, need) { Ok(Cow::Borrowed(bytes)) } else { Ok(Cow::Owned(bytes.to_vec())) }
     }
 }

@@ -7,11 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::error::{Error, Result};
 
 /// Runs `f` over `items` on up to `threads` threads.
-pub(crate) fn for_each<T: Send>(
-    threads: usize,
-    items: Vec<T>,
-    f: impl Fn(T) -> Result<()> + Sync,
-) -> Result<()> {
+pub(crate) fn for_each<T: Send>(threads: usize, items: Vec<T>, f: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
     let threads = threads.clamp(1, items.len().max(1));
     if threads == 1 {
         return items.into_iter().try_for_each(f);
@@ -44,7 +40,5 @@ pub(crate) fn for_each<T: Send>(
 
 /// The default number of concurrent readers: one per core, at most 16.
 pub fn default_readers() -> usize {
-    std::thread::available_parallelism()
-        .map_or(4, |n| n.get())
-        .clamp(1, 16)
+    std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 16)
 }

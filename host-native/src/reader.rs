@@ -11,9 +11,7 @@ use std::sync::Mutex;
 
 use tensorizer_core::crypto::Key;
 use tensorizer_core::read::Cipher;
-use tensorizer_core::{
-    FileHeader, KdfParams, KeySource, Metadata, MetadataEntry, TensorPath, TensorRecord,
-};
+use tensorizer_core::{FileHeader, KdfParams, KeySource, Metadata, MetadataEntry, TensorPath, TensorRecord};
 
 use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
@@ -43,11 +41,7 @@ pub struct ReadOptions {
 
 impl Default for ReadOptions {
     fn default() -> Self {
-        Self {
-            num_readers: default_readers(),
-            verify_hash: false,
-            key: None,
-        }
+        Self { num_readers: default_readers(), verify_hash: false, key: None }
     }
 }
 
@@ -94,20 +88,8 @@ impl<S: RangeSource> Reader<S> {
                 reason: "a key was given but the file is not encrypted",
             }));
         }
-        let by_name = metadata
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.path.clone(), i))
-            .collect();
-        Ok(Self {
-            source,
-            header,
-            metadata,
-            by_name,
-            options,
-            keys: Mutex::new(HashMap::new()),
-        })
+        let by_name = metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
+        Ok(Self { source, header, metadata, by_name, options, keys: Mutex::new(HashMap::new()) })
     }
 
     /// The file header.
@@ -147,10 +129,7 @@ impl<S: RangeSource> Reader<S> {
             .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.source.name())))
     }
 
-    fn tensor_err(
-        &self,
-        entry: &MetadataEntry,
-    ) -> impl FnOnce(tensorizer_core::Error) -> Error + '_ {
+    fn tensor_err(&self, entry: &MetadataEntry) -> impl FnOnce(tensorizer_core::Error) -> Error + '_ {
         let tensor = entry.path.to_string();
         move |source| Error::tensor(self.source.name().to_string(), tensor, source)
     }
@@ -225,9 +204,7 @@ impl<S: RangeSource> Reader<S> {
             let fits = batches
                 .last()
                 .and_then(|b| b.first())
-                .is_some_and(|(first, _)| {
-                    e.data_end() - self.metadata.entries[*first].header_offset <= BATCH_SPAN
-                });
+                .is_some_and(|(first, _)| e.data_end() - self.metadata.entries[*first].header_offset <= BATCH_SPAN);
             if fits {
                 if let Some(b) = batches.last_mut() {
                     b.push((i, out));
@@ -246,12 +223,7 @@ impl<S: RangeSource> Reader<S> {
                 Header(usize, &'a mut Option<TensorRecord>),
             }
             let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
-            work.extend(
-                large
-                    .iter()
-                    .zip(records.iter_mut())
-                    .map(|((i, _), slot)| Work::Header(*i, slot)),
-            );
+            work.extend(large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)));
             for_each(threads, work, |w| match w {
                 Work::Batch(members) => self.read_batch(members),
                 Work::Header(i, slot) => {
@@ -278,8 +250,7 @@ impl<S: RangeSource> Reader<S> {
             }
             for_each(threads, pieces, |(entry, cipher, key, n, piece)| {
                 let offset = (n * PIECE_LEN) as u64;
-                self.source
-                    .read_exact_at(entry.data_offset + offset, piece)?;
+                self.source.read_exact_at(entry.data_offset + offset, piece)?;
                 if let (Some(cipher), Some(key)) = (cipher, key)
                     && piecewise(&cipher)
                 {
@@ -293,8 +264,7 @@ impl<S: RangeSource> Reader<S> {
         for (((i, out), record), key) in large.iter_mut().zip(&records).zip(&keys) {
             let entry = &self.metadata.entries[*i];
             let Some(record) = record else { continue };
-            if let (Some(cipher), Some(key)) =
-                (record.cipher().map_err(self.tensor_err(entry))?, key)
+            if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(entry))?, key)
                 && !piecewise(&cipher)
             {
                 decrypt_piece(&cipher, key, 0, out).map_err(self.tensor_err(entry))?;
@@ -329,8 +299,7 @@ impl<S: RangeSource> Reader<S> {
             let entry = &self.metadata.entries[i];
             let at = |o: u64| (o - start) as usize;
             let raw = &scratch[at(entry.header_offset)..at(entry.data_offset)];
-            let record =
-                TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
+            let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
             if entry.is_meta() {
                 if self.options.verify_hash {
                     record.verify(&[]).map_err(self.tensor_err(entry))?;
@@ -339,10 +308,9 @@ impl<S: RangeSource> Reader<S> {
                 continue;
             }
             out.copy_from_slice(&scratch[at(entry.data_offset)..at(entry.data_end())]);
-            if let (Some(cipher), Some(key)) = (
-                record.cipher().map_err(self.tensor_err(entry))?,
-                self.key_for(&record)?,
-            ) {
+            if let (Some(cipher), Some(key)) =
+                (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?)
+            {
                 decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
             }
             if self.options.verify_hash {
@@ -387,8 +355,7 @@ impl<S: RangeSource> Reader<S> {
             done += n as u64;
         }
         if let Some(h) = hasher {
-            tensorizer_core::hash::verify(&record.header, &h.finish())
-                .map_err(self.tensor_err(entry))?;
+            tensorizer_core::hash::verify(&record.header, &h.finish()).map_err(self.tensor_err(entry))?;
         }
         Ok(record)
     }
@@ -401,12 +368,7 @@ fn piecewise(cipher: &Cipher<'_>) -> bool {
 
 /// Decrypts `piece`, which starts `offset` bytes into the data (a multiple
 /// of the chunk size).
-fn decrypt_piece(
-    cipher: &Cipher<'_>,
-    key: &Key,
-    offset: u64,
-    piece: &mut [u8],
-) -> tensorizer_core::Result<()> {
+fn decrypt_piece(cipher: &Cipher<'_>, key: &Key, offset: u64, piece: &mut [u8]) -> tensorizer_core::Result<()> {
     let first = (offset / cipher.chunk_size) as usize;
     let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX);
     for (n, chunk) in piece.chunks_mut(size).enumerate() {

@@ -46,10 +46,7 @@ pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {
 }
 
 fn element_from_safetensors(name: &str) -> Option<ElementType> {
-    crate::safetensors::ALL
-        .iter()
-        .copied()
-        .find(|&e| safetensors_dtype(e) == Some(name))
+    crate::safetensors::ALL.iter().copied().find(|&e| safetensors_dtype(e) == Some(name))
 }
 
 const ALL: &[ElementType] = &[
@@ -90,11 +87,7 @@ pub fn flat_name(path: &TensorPath) -> String {
 
 /// Converts a tensorizer file to safetensors, verifying every hash on the
 /// way. `progress` is called with the bytes done so far.
-pub fn to_safetensors<S: RangeSource>(
-    reader: &Reader<S>,
-    out: &Path,
-    mut progress: impl FnMut(u64),
-) -> Result<()> {
+pub fn to_safetensors<S: RangeSource>(reader: &Reader<S>, out: &Path, mut progress: impl FnMut(u64)) -> Result<()> {
     let src = reader.source().name().to_string();
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), json!({"format": "pt"}));
@@ -104,9 +97,7 @@ pub fn to_safetensors<S: RangeSource>(
         let name = flat_name(&e.path);
         let fail = |why: &str| Error::Invalid(format!("{src}: tensor {name:?}: {why}"));
         if e.is_meta() {
-            return Err(fail(
-                "meta tensors (no data) cannot be stored in safetensors",
-            ));
+            return Err(fail("meta tensors (no data) cannot be stored in safetensors"));
         }
         let Some(dtype) = e.dtype.element().and_then(safetensors_dtype) else {
             return Err(fail(&format!("safetensors has no dtype for {}", e.dtype)));
@@ -114,27 +105,20 @@ pub fn to_safetensors<S: RangeSource>(
         if !names.insert(name.clone()) {
             return Err(fail("two tensors flatten to this name"));
         }
-        header.insert(name, json!({"dtype": dtype, "shape": e.shape, "data_offsets": [offset, offset + e.data_length]}));
+        header
+            .insert(name, json!({"dtype": dtype, "shape": e.shape, "data_offsets": [offset, offset + e.data_length]}));
         offset += e.data_length;
     }
-    let mut json =
-        serde_json::to_vec(&Value::Object(header)).map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut json = serde_json::to_vec(&Value::Object(header)).map_err(|e| Error::Invalid(e.to_string()))?;
     while json.len() % 8 != 0 {
         json.push(b' ');
     }
     let name = out.display().to_string();
-    let dir = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".tzr-convert.")
-        .tempfile_in(dir)
-        .map_err(io_err(&name, 0))?;
+    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new().prefix(".tzr-convert.").tempfile_in(dir).map_err(io_err(&name, 0))?;
     {
         let mut w = BufWriter::with_capacity(STEP, tmp.as_file());
-        w.write_all(&(json.len() as u64).to_le_bytes())
-            .map_err(io_err(&name, 0))?;
+        w.write_all(&(json.len() as u64).to_le_bytes()).map_err(io_err(&name, 0))?;
         w.write_all(&json).map_err(io_err(&name, 8))?;
         let mut done = 0u64;
         for i in 0..reader.entries().len() {
@@ -148,11 +132,7 @@ pub fn to_safetensors<S: RangeSource>(
         w.flush().map_err(io_err(&name, 0))?;
     }
     tmp.as_file().sync_all().map_err(io_err(&name, 0))?;
-    tmp.persist(out).map_err(|e| Error::Io {
-        file: name,
-        offset: 0,
-        source: e.error,
-    })?;
+    tmp.persist(out).map_err(|e| Error::Io { file: name, offset: 0, source: e.error })?;
     Ok(())
 }
 
@@ -162,18 +142,14 @@ type Entries = Vec<(String, ElementType, Vec<u64>, u64, u64)>;
 fn read_safetensors_header(file: &File, name: &str, len: u64) -> Result<(u64, Entries)> {
     let bad = |why: String| Error::Invalid(format!("{name}: not a valid safetensors file: {why}"));
     let mut n = [0u8; 8];
-    file.read_exact_at(&mut n, 0)
-        .map_err(|_| bad("shorter than 8 bytes".into()))?;
+    file.read_exact_at(&mut n, 0).map_err(|_| bad("shorter than 8 bytes".into()))?;
     let n = u64::from_le_bytes(n);
     if n > MAX_SAFETENSORS_HEADER || n.checked_add(8).is_none_or(|end| end > len) {
-        return Err(bad(format!(
-            "header length {n} is impossible for a {len}-byte file"
-        )));
+        return Err(bad(format!("header length {n} is impossible for a {len}-byte file")));
     }
     let mut raw = vec![0u8; n as usize];
     file.read_exact_at(&mut raw, 8).map_err(io_err(name, 8))?;
-    let header: BTreeMap<String, Value> =
-        serde_json::from_slice(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
+    let header: BTreeMap<String, Value> = serde_json::from_slice(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
     let data_start = 8 + n;
     let mut entries = Entries::new();
     for (key, v) in header {
@@ -181,28 +157,17 @@ fn read_safetensors_header(file: &File, name: &str, len: u64) -> Result<(u64, En
             continue;
         }
         let dtype = v["dtype"].as_str().and_then(element_from_safetensors);
-        let shape: Option<Vec<u64>> = v["shape"]
-            .as_array()
-            .and_then(|a| a.iter().map(Value::as_u64).collect());
-        let offsets: Option<Vec<u64>> = v["data_offsets"]
-            .as_array()
-            .and_then(|a| a.iter().map(Value::as_u64).collect());
-        let (Some(dtype), Some(shape), Some([start, end])) = (
-            dtype,
-            shape,
-            offsets
-                .as_deref()
-                .and_then(|o| <[u64; 2]>::try_from(o).ok()),
-        ) else {
-            return Err(bad(format!(
-                "tensor {key:?} has a missing or unsupported dtype, shape or data_offsets"
-            )));
+        let shape: Option<Vec<u64>> = v["shape"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
+        let offsets: Option<Vec<u64>> =
+            v["data_offsets"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
+        let (Some(dtype), Some(shape), Some([start, end])) =
+            (dtype, shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
+        else {
+            return Err(bad(format!("tensor {key:?} has a missing or unsupported dtype, shape or data_offsets")));
         };
         let nbytes = Dtype::from_element(dtype).nbytes(&shape);
         if end < start || nbytes != Some(end - start) {
-            return Err(bad(format!(
-                "tensor {key:?}: data_offsets do not match dtype and shape"
-            )));
+            return Err(bad(format!("tensor {key:?}: data_offsets do not match dtype and shape")));
         }
         entries.push((key, dtype, shape, start, end));
     }
@@ -210,29 +175,18 @@ fn read_safetensors_header(file: &File, name: &str, len: u64) -> Result<(u64, En
     let mut expect = 0;
     for e in &entries {
         if e.3 != expect {
-            return Err(bad(format!(
-                "tensor {:?} does not start where the previous one ends",
-                e.0
-            )));
+            return Err(bad(format!("tensor {:?} does not start where the previous one ends", e.0)));
         }
         expect = e.4;
     }
     if data_start + expect != len {
-        return Err(bad(format!(
-            "data covers {expect} bytes but the file holds {}",
-            len - data_start
-        )));
+        return Err(bad(format!("data covers {expect} bytes but the file holds {}", len - data_start)));
     }
     Ok((data_start, entries))
 }
 
 /// Converts a safetensors file to a tensorizer file, streaming.
-pub fn from_safetensors(
-    input: &Path,
-    out: &Path,
-    options: &WriteOptions,
-    mut progress: impl FnMut(u64),
-) -> Result<()> {
+pub fn from_safetensors(input: &Path, out: &Path, options: &WriteOptions, mut progress: impl FnMut(u64)) -> Result<()> {
     let name = input.display().to_string();
     let file = File::open(input).map_err(io_err(&name, 0))?;
     let len = file.metadata().map_err(io_err(&name, 0))?.len();
@@ -256,8 +210,7 @@ pub fn from_safetensors(
         let mut at = *start;
         while at < *end {
             let n = ((end - at) as usize).min(STEP);
-            file.read_exact_at(&mut buf[..n], data_start + at)
-                .map_err(io_err(&name, data_start + at))?;
+            file.read_exact_at(&mut buf[..n], data_start + at).map_err(io_err(&name, data_start + at))?;
             sink.write(&buf[..n])?;
             at += n as u64;
             done += n as u64;

@@ -65,9 +65,7 @@ impl RangeSource for LocalFile {
                 },
             ));
         }
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(io_err(&self.name, offset))
+        self.file.read_exact_at(buf, offset).map_err(io_err(&self.name, offset))
     }
 
     fn name(&self) -> &str {
@@ -85,10 +83,7 @@ pub struct MemorySource {
 impl MemorySource {
     /// Wraps `bytes` under a display name.
     pub fn new(bytes: Vec<u8>, name: impl Into<String>) -> Self {
-        Self {
-            bytes,
-            name: name.into(),
-        }
+        Self { bytes, name: name.into() }
     }
 }
 
@@ -99,10 +94,7 @@ impl RangeSource for MemorySource {
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        match start
-            .checked_add(buf.len())
-            .and_then(|end| self.bytes.get(start..end))
-        {
+        match start.checked_add(buf.len()).and_then(|end| self.bytes.get(start..end)) {
             Some(src) => {
                 buf.copy_from_slice(src);
                 Ok(())

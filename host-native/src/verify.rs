@@ -23,10 +23,7 @@ pub struct TensorCheck {
 
 /// Verifies every tensor; failures are collected, not fatal. `progress`
 /// receives the running total of data bytes checked.
-pub fn verify_all<S: RangeSource>(
-    reader: &Reader<S>,
-    progress: impl Fn(u64) + Sync,
-) -> Result<Vec<TensorCheck>> {
+pub fn verify_all<S: RangeSource>(reader: &Reader<S>, progress: impl Fn(u64) + Sync) -> Result<Vec<TensorCheck>> {
     let done = AtomicU64::new(0);
     let results = Mutex::new(Vec::with_capacity(reader.entries().len()));
     let threads = reader.options().num_readers;
@@ -43,11 +40,7 @@ pub fn verify_all<S: RangeSource>(
         };
         let name = reader.entries()[i].path.to_string();
         if let Ok(mut r) = results.lock() {
-            r.push(TensorCheck {
-                index: i,
-                name,
-                error,
-            });
+            r.push(TensorCheck { index: i, name, error });
         }
         Ok(())
     })?;

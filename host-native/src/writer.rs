@@ -22,6 +22,37 @@ use tensorizer_core::{FileHeader, TensorSpec};
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each};
 
+/// Tensors whose header and data together are at most this long are
+/// written in runs.
+const SMALL_TENSOR: u64 = 256 << 10;
+
+/// Bytes per write call when streaming large tensors.
+const PIECE: usize = 8 << 20;
+
+/// Longest run of small tensors written with one call.
+const RUN_LEN: u64 = 4 << 20;
+
+/// Writes at least this long ask the kernel to start writing back at once,
+/// so the disk works while later tensors are still being hashed.
+const WRITEBACK_KICK: usize = 1 << 20;
+
+/// Starts asynchronous writeback of a range (Linux `sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`). Purely a performance hint: failures are
+/// ignored, and the final `fsync` still makes everything durable.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor stays open for the lifetime of `file`; the
+    // call reads only its integer arguments and touches no memory of ours.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
+
 /// How to write.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
@@ -47,18 +78,12 @@ pub struct FileWriter {
 
 impl FileWriter {
     /// Lays out `specs` and creates the temporary file next to `path`.
-    pub fn create(
-        path: impl AsRef<Path>,
-        specs: &[TensorSpec],
-        options: &WriteOptions,
-    ) -> Result<Self> {
+    pub fn create(path: impl AsRef<Path>, specs: &[TensorSpec], options: &WriteOptions) -> Result<Self> {
         let target = path.as_ref().to_path_buf();
         let name = target.display().to_string();
         let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{name}: {e}"));
         if options.layout.encryption.is_some() != options.key.is_some() {
-            return Err(Error::Invalid(format!(
-                "{name}: a key is required exactly when encrypting"
-            )));
+            return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
         }
         let mut writer = Writer::plan(specs, &options.layout).map_err(invalid)?;
         let mut planned = Vec::with_capacity(specs.len());
@@ -70,13 +95,8 @@ impl FileWriter {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let mode = std::fs::metadata(&target)
-            .map(|m| m.permissions().mode())
-            .unwrap_or(0o644);
-        let file_name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let mode = std::fs::metadata(&target).map(|m| m.permissions().mode()).unwrap_or(0o644);
+        let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{file_name}."))
             .suffix(".tmp")
@@ -86,15 +106,7 @@ impl FileWriter {
         let file_len = writer.finish().map_err(invalid)?.file_len;
         tmp.as_file().set_len(file_len).map_err(io_err(&name, 0))?;
         let finished = Mutex::new(vec![false; planned.len()]);
-        Ok(Self {
-            tmp,
-            target,
-            name,
-            planned,
-            finished,
-            writer,
-            key: options.key.clone(),
-        })
+        Ok(Self { tmp, target, name, planned, finished, writer, key: options.key.clone() })
     }
 
     /// Number of tensors.
@@ -116,80 +128,165 @@ impl FileWriter {
             .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.name)))?;
         let hasher = planned.hasher();
         let staging = match (&self.key, planned.nonce) {
-            (Some(_), Some(_)) => {
-                Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize)
-            }
+            (Some(_), Some(_)) => Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize),
             _ => Vec::new(),
         };
-        Ok(TensorSink {
-            owner: self,
-            index: i,
-            planned,
-            hasher,
-            written: 0,
-            staging,
-            macs: Vec::new(),
-        })
+        Ok(TensorSink { owner: self, index: i, planned, hasher, written: 0, staging, macs: Vec::new() })
     }
 
     fn pwrite(&self, offset: u64, bytes: &[u8]) -> Result<()> {
-        self.tmp
-            .as_file()
-            .write_all_at(bytes, offset)
-            .map_err(io_err(&self.name, offset))
+        self.tmp.as_file().write_all_at(bytes, offset).map_err(io_err(&self.name, offset))?;
+        if bytes.len() >= WRITEBACK_KICK {
+            start_writeback(self.tmp.as_file(), offset, bytes.len());
+        }
+        Ok(())
     }
 
-    /// Writes `data[i]` as tensor `i`, using several threads.
+    fn mark_finished(&self, i: usize) {
+        if let Ok(mut f) = self.finished.lock() {
+            f[i] = true;
+        }
+    }
+
+    fn is_small(&self, i: usize) -> bool {
+        let p = &self.planned[i];
+        p.header.len() as u64 + p.data_length <= SMALL_TENSOR
+    }
+
+    /// Writes `data[i]` as tensor `i`, using several threads. Runs of small
+    /// tensors are assembled in memory and written with one call each.
     pub fn write_all(&self, data: &[&[u8]], num_writers: usize) -> Result<()> {
         if data.len() != self.planned.len() {
-            return Err(Error::Invalid(format!(
-                "{}: one data buffer per tensor is required",
-                self.name
-            )));
+            return Err(Error::Invalid(format!("{}: one data buffer per tensor is required", self.name)));
         }
-        let threads = if num_writers == 0 {
-            default_readers()
-        } else {
-            num_writers
-        };
-        for_each(threads, data.iter().enumerate().collect(), |(i, bytes)| {
-            let mut sink = self.tensor(i)?;
-            sink.write(bytes)?;
-            sink.finish()
+        let threads = if num_writers == 0 { default_readers() } else { num_writers };
+        let mut work: Vec<Vec<usize>> = Vec::new();
+        let mut run_len = u64::MAX;
+        for (i, p) in self.planned.iter().enumerate() {
+            let span = p.header.len() as u64 + p.data_length;
+            if !self.is_small(i) {
+                work.push(vec![i]);
+                run_len = u64::MAX;
+                continue;
+            }
+            match work.last_mut() {
+                Some(run) if run_len.saturating_add(span) <= RUN_LEN => run.push(i),
+                _ => {
+                    work.push(vec![i]);
+                    run_len = 0;
+                }
+            }
+            run_len += span;
+        }
+        if self.key.is_some() {
+            // Encryption must happen before the data can be written.
+            return for_each(threads, work, |run| match run.as_slice() {
+                [i] if !self.is_small(*i) => {
+                    let mut sink = self.tensor(*i)?;
+                    sink.write(data[*i])?;
+                    sink.finish()
+                }
+                _ => self.write_run(&run, data),
+            });
+        }
+        // Plain data does not depend on its hashes: one thread streams the
+        // large tensors' data to the file (starting writeback as it goes)
+        // while the others hash, so disk and CPU work overlap.
+        let large: Vec<usize> = (0..self.planned.len()).filter(|&i| !self.is_small(i)).collect();
+        let hashers = threads;
+        std::thread::scope(|scope| {
+            let streamer = scope.spawn(|| -> Result<()> {
+                for &i in &large {
+                    let p = &self.planned[i];
+                    let bytes = data[i];
+                    if bytes.len() as u64 != p.data_length {
+                        return Err(Error::Invalid(format!(
+                            "{}: tensor {i} has {} bytes of data, expected {}",
+                            self.name,
+                            bytes.len(),
+                            p.data_length
+                        )));
+                    }
+                    for (n, piece) in bytes.chunks(PIECE).enumerate() {
+                        self.pwrite(p.data_offset + (n * PIECE) as u64, piece)?;
+                    }
+                }
+                Ok(())
+            });
+            let hashed = for_each(hashers, work, |run| match run.as_slice() {
+                [i] if !self.is_small(*i) => {
+                    let mut planned = self.planned[*i].clone();
+                    let mut hasher = planned.hasher();
+                    hasher.update(data[*i]);
+                    planned.set_hashes(&hasher.finish()).map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
+                    self.pwrite(planned.header_offset, &planned.header)?;
+                    self.mark_finished(*i);
+                    Ok(())
+                }
+                _ => self.write_run(&run, data),
+            });
+            let streamed = streamer.join().unwrap_or_else(|_| Err(Error::Invalid("writer thread panicked".into())));
+            hashed.and(streamed)
         })
+    }
+
+    /// Writes consecutive small tensors with a single positioned write.
+    fn write_run(&self, run: &[usize], data: &[&[u8]]) -> Result<()> {
+        let (Some(&first), Some(&last)) = (run.first(), run.last()) else { return Ok(()) };
+        let start = self.planned[first].header_offset;
+        let end = self.planned[last].data_offset + self.planned[last].data_length;
+        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
+        let mut buf = Vec::with_capacity((end - start) as usize);
+        for &i in run {
+            let mut planned = self.planned[i].clone();
+            let bytes = data[i];
+            if bytes.len() as u64 != planned.data_length {
+                return Err(Error::Invalid(format!(
+                    "{}: tensor {i} has {} bytes of data, expected {}",
+                    self.name,
+                    bytes.len(),
+                    planned.data_length
+                )));
+            }
+            let mut hasher = planned.hasher();
+            hasher.update(bytes);
+            planned.set_hashes(&hasher.finish()).map_err(invalid)?;
+            let at = buf.len();
+            buf.extend_from_slice(&planned.header);
+            let data_at = buf.len();
+            buf.extend_from_slice(bytes);
+            if let (Some(key), Some(nonce)) = (&self.key, planned.nonce) {
+                let chunk = planned.chunk_size as usize;
+                let macs: Vec<_> = buf[data_at..]
+                    .chunks_mut(chunk)
+                    .enumerate()
+                    .map(|(n, c)| seal_chunk(key, &nonce, n as u64, c))
+                    .collect();
+                planned.set_macs(&macs).map_err(invalid)?;
+                buf[at..data_at].copy_from_slice(&planned.header);
+            }
+        }
+        self.pwrite(start, &buf)?;
+        for &i in run {
+            self.mark_finished(i);
+        }
+        Ok(())
     }
 
     /// Writes the file header and index, fsyncs, and renames the file over
     /// the target. Fails if any tensor was not finished.
     pub fn commit(self) -> Result<()> {
-        let done = self
-            .finished
-            .lock()
-            .map(|f| f.iter().all(|&d| d))
-            .unwrap_or(false);
+        let done = self.finished.lock().map(|f| f.iter().all(|&d| d)).unwrap_or(false);
         if !done {
-            return Err(Error::Invalid(format!(
-                "{}: not every tensor was written",
-                self.name
-            )));
+            return Err(Error::Invalid(format!("{}: not every tensor was written", self.name)));
         }
-        let fin = self
-            .writer
-            .finish()
-            .map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
+        let fin = self.writer.finish().map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
         self.pwrite(0, &fin.header_bytes)?;
         self.pwrite(FileHeader::LEN as u64, &fin.metadata)?;
         self.pwrite(fin.end_marker_offset, &[0u8; END_MARKER_LEN as usize])?;
-        self.tmp
-            .as_file()
-            .sync_all()
-            .map_err(io_err(&self.name, 0))?;
+        self.tmp.as_file().sync_all().map_err(io_err(&self.name, 0))?;
         let name = self.name;
-        self.tmp.persist(&self.target).map_err(|e| Error::Io {
-            file: name.clone(),
-            offset: 0,
-            source: e.error,
-        })?;
+        self.tmp.persist(&self.target).map_err(|e| Error::Io { file: name.clone(), offset: 0, source: e.error })?;
         if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
             // Make the rename itself durable.
             if let Ok(d) = File::open(dir) {
@@ -223,8 +320,7 @@ impl TensorSink<'_> {
         }
         self.hasher.update(bytes);
         let (Some(key), Some(nonce)) = (&self.owner.key, self.planned.nonce) else {
-            self.owner
-                .pwrite(self.planned.data_offset + self.written, bytes)?;
+            self.owner.pwrite(self.planned.data_offset + self.written, bytes)?;
             self.written += bytes.len() as u64;
             return Ok(());
         };
@@ -235,14 +331,8 @@ impl TensorSink<'_> {
             bytes = &bytes[take..];
             let last = self.written + self.staging.len() as u64 == self.planned.data_length;
             if self.staging.len() == chunk || last {
-                self.macs.push(seal_chunk(
-                    key,
-                    &nonce,
-                    self.macs.len() as u64,
-                    &mut self.staging,
-                ));
-                self.owner
-                    .pwrite(self.planned.data_offset + self.written, &self.staging)?;
+                self.macs.push(seal_chunk(key, &nonce, self.macs.len() as u64, &mut self.staging));
+                self.owner.pwrite(self.planned.data_offset + self.written, &self.staging)?;
                 self.written += self.staging.len() as u64;
                 self.staging.clear();
             }
@@ -259,25 +349,19 @@ impl TensorSink<'_> {
             )));
         }
         let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{e}"));
-        self.planned
-            .set_hashes(&self.hasher.finish())
-            .map_err(invalid)?;
+        self.planned.set_hashes(&self.hasher.finish()).map_err(invalid)?;
         if self.planned.nonce.is_some() {
             self.planned.set_macs(&self.macs).map_err(invalid)?;
         }
-        self.owner
-            .pwrite(self.planned.header_offset, &self.planned.header)?;
-        if let Ok(mut f) = self.owner.finished.lock() {
-            f[self.index] = true;
-        }
+        self.owner.pwrite(self.planned.header_offset, &self.planned.header)?;
+        self.owner.mark_finished(self.index);
         Ok(())
     }
 }
 
 fn random_nonce() -> Result<[u8; NONCE_LEN]> {
     let mut n = [0u8; NONCE_LEN];
-    getrandom::fill(&mut n)
-        .map_err(|e| Error::Invalid(format!("no randomness for a nonce: {e}")))?;
+    getrandom::fill(&mut n).map_err(|e| Error::Invalid(format!("no randomness for a nonce: {e}")))?;
     Ok(n)
 }
 
@@ -290,11 +374,7 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
 
 /// Writes a whole file atomically: `tensors[i].1` is the data of
 /// `tensors[i].0` (empty for meta tensors).
-pub fn write_file(
-    path: impl AsRef<Path>,
-    tensors: &[(TensorSpec, &[u8])],
-    options: &WriteOptions,
-) -> Result<()> {
+pub fn write_file(path: impl AsRef<Path>, tensors: &[(TensorSpec, &[u8])], options: &WriteOptions) -> Result<()> {
     let specs: Vec<TensorSpec> = tensors.iter().map(|(s, _)| s.clone()).collect();
     let writer = FileWriter::create(path, &specs, options)?;
     let data: Vec<&[u8]> = tensors.iter().map(|(_, d)| *d).collect();

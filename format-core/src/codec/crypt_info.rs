@@ -104,15 +104,10 @@ impl CryptInfo {
         if self.chunks.is_empty() {
             return Ok(None);
         }
-        let mut found = self
-            .chunks
-            .iter()
-            .filter(|c| !matches!(c, CryptChunk::KeyDerivation(_)));
+        let mut found = self.chunks.iter().filter(|c| !matches!(c, CryptChunk::KeyDerivation(_)));
         match (found.next(), found.next()) {
             (Some(c), None) => Ok(Some(c)),
-            _ => Err(Error::Encryption {
-                reason: "expected exactly one encryption chunk",
-            }),
+            _ => Err(Error::Encryption { reason: "expected exactly one encryption chunk" }),
         }
     }
 }
@@ -132,18 +127,10 @@ impl CryptChunk {
                 let salt_at = c.offset();
                 let salt_len = c.u16()?;
                 if usize::from(salt_len) != SALT_LEN {
-                    return Err(Error::malformed(
-                        salt_at,
-                        "key derivation salt is not 16 bytes",
-                    ));
+                    return Err(Error::malformed(salt_at, "key derivation salt is not 16 bytes"));
                 }
                 let salt = c.take(salt_len.into())?.to_vec();
-                Ok(Self::KeyDerivation(KdfParams {
-                    opslimit,
-                    memlimit,
-                    alg,
-                    salt,
-                }))
+                Ok(Self::KeyDerivation(KdfParams { opslimit, memlimit, alg, salt }))
             }
             CHUNK_XSALSA20_PARALLEL => {
                 let at = c.offset();
@@ -166,16 +153,9 @@ impl CryptChunk {
                         mac
                     })
                     .collect();
-                Ok(Self::Parallel {
-                    chunk_size,
-                    nonce,
-                    macs,
-                })
+                Ok(Self::Parallel { chunk_size, nonce, macs })
             }
-            CHUNK_XSALSA20_SEQUENTIAL => Ok(Self::Sequential {
-                nonce: c.array()?,
-                mac: c.array()?,
-            }),
+            CHUNK_XSALSA20_SEQUENTIAL => Ok(Self::Sequential { nonce: c.array()?, mac: c.array()? }),
             _ => Err(Error::malformed(offset, "unknown crypt-info chunk type")),
         }
     }
@@ -191,11 +171,7 @@ impl CryptChunk {
                 out.put_u16(p.salt.len() as u16);
                 out.put(&p.salt);
             }
-            Self::Parallel {
-                chunk_size,
-                nonce,
-                macs,
-            } => {
+            Self::Parallel { chunk_size, nonce, macs } => {
                 out.put_u16(CHUNK_XSALSA20_PARALLEL);
                 out.put_u64(*chunk_size);
                 out.put(nonce);
@@ -216,9 +192,7 @@ impl CryptChunk {
     pub fn encoded_len(&self) -> u64 {
         match self {
             Self::KeyDerivation(p) => 2 + 2 + 8 + 8 + 4 + 2 + p.salt.len() as u64,
-            Self::Parallel { macs, .. } => {
-                2 + 8 + NONCE_LEN as u64 + 8 + (MAC_LEN * macs.len()) as u64
-            }
+            Self::Parallel { macs, .. } => 2 + 8 + NONCE_LEN as u64 + 8 + (MAC_LEN * macs.len()) as u64,
             Self::Sequential { .. } => 2 + (NONCE_LEN + MAC_LEN) as u64,
         }
     }
@@ -232,21 +206,9 @@ mod tests {
     fn round_trip_all_chunk_kinds() {
         let info = CryptInfo {
             chunks: alloc::vec![
-                CryptChunk::KeyDerivation(KdfParams {
-                    opslimit: 1,
-                    memlimit: 8192,
-                    alg: 2,
-                    salt: alloc::vec![0; 16]
-                }),
-                CryptChunk::Parallel {
-                    chunk_size: 2 << 20,
-                    nonce: [7; 24],
-                    macs: alloc::vec![[1; 16], [2; 16]]
-                },
-                CryptChunk::Sequential {
-                    nonce: [3; 24],
-                    mac: [4; 16]
-                },
+                CryptChunk::KeyDerivation(KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: alloc::vec![0; 16] }),
+                CryptChunk::Parallel { chunk_size: 2 << 20, nonce: [7; 24], macs: alloc::vec![[1; 16], [2; 16]] },
+                CryptChunk::Sequential { nonce: [3; 24], mac: [4; 16] },
             ],
         };
         let mut out = Vec::new();
@@ -267,9 +229,6 @@ mod tests {
         body.put_u64(2 << 20);
         body.put(&[0; 24]);
         body.put_u64(u64::MAX / 8);
-        assert!(matches!(
-            CryptInfo::parse(&body, 0),
-            Err(Error::Truncated { .. } | Error::Malformed { .. })
-        ));
+        assert!(matches!(CryptInfo::parse(&body, 0), Err(Error::Truncated { .. } | Error::Malformed { .. })));
     }
 }

@@ -19,11 +19,7 @@ pub(crate) struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     pub(crate) fn new(input: &'a [u8], base: u64) -> Self {
-        Self {
-            input,
-            rest: input,
-            base,
-        }
+        Self { input, rest: input, base }
     }
 
     /// Absolute offset of the next unread byte.
@@ -49,10 +45,7 @@ impl<'a> Cursor<'a> {
                 self.rest = rest;
                 Ok(value)
             }
-            Err(_) => Err(Error::truncated(
-                self.offset(),
-                width.saturating_sub(self.rest.len() as u64),
-            )),
+            Err(_) => Err(Error::truncated(self.offset(), width.saturating_sub(self.rest.len() as u64))),
         }
     }
 
@@ -136,20 +129,8 @@ mod tests {
     fn truncation_reports_offset_and_missing_bytes() {
         let mut c = Cursor::new(&[1, 0, 7], 100);
         assert_eq!(c.u16().unwrap(), 1);
-        assert_eq!(
-            c.u32(),
-            Err(Error::Truncated {
-                offset: 102,
-                needed: 3
-            })
-        );
-        assert_eq!(
-            c.take(u64::MAX),
-            Err(Error::Truncated {
-                offset: 102,
-                needed: u64::MAX - 1
-            })
-        );
+        assert_eq!(c.u32(), Err(Error::Truncated { offset: 102, needed: 3 }));
+        assert_eq!(c.take(u64::MAX), Err(Error::Truncated { offset: 102, needed: u64::MAX - 1 }));
         assert_eq!(c.u8().unwrap(), 7);
     }
 }

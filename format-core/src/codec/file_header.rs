@@ -5,8 +5,8 @@ use alloc::vec::Vec;
 use super::cursor::{Cursor, Emit};
 use crate::error::{Error, Result};
 use crate::layout::{
-    FILE_HEADER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAGIC, MAX_METADATA_LEN,
-    METADATA_OFFSET, MIN_METADATA_ENTRY_LEN,
+    FILE_HEADER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAGIC, MAX_METADATA_LEN, METADATA_OFFSET,
+    MIN_METADATA_ENTRY_LEN,
 };
 
 /// Highest data version this crate reads and writes.
@@ -48,10 +48,7 @@ impl FileHeader {
         let tensor_size = c.u64()?;
         let pad_offset = c.offset();
         if c.u64()? != 0 {
-            return Err(Error::malformed(
-                pad_offset,
-                "reserved header field is not zero",
-            ));
+            return Err(Error::malformed(pad_offset, "reserved header field is not zero"));
         }
         let count_offset = c.offset();
         let tensor_count = c.u64()?;
@@ -62,41 +59,21 @@ impl FileHeader {
         let known = FLAG_ENCRYPTED | FLAG_VERSIONED_HEADERS;
         let flags = flag_bytes[0];
         if flag_bytes[1..].iter().any(|&b| b != 0) || flags & !known != 0 {
-            return Err(Error::UnsupportedFlags {
-                flags: low,
-                version,
-            });
+            return Err(Error::UnsupportedFlags { flags: low, version });
         }
         // Writers store flags only from version 4 on, and versioned headers
         // only in version 5: anything else is corruption.
         if (flags != 0 && version < 4) || (flags & FLAG_VERSIONED_HEADERS != 0 && version < 5) {
-            return Err(Error::UnsupportedFlags {
-                flags: low,
-                version,
-            });
+            return Err(Error::UnsupportedFlags { flags: low, version });
         }
         if metadata_len > MAX_METADATA_LEN {
-            return Err(Error::limit(
-                len_offset,
-                "metadata index length",
-                metadata_len,
-                MAX_METADATA_LEN,
-            ));
+            return Err(Error::limit(len_offset, "metadata index length", metadata_len, MAX_METADATA_LEN));
         }
         let max_count = metadata_len / MIN_METADATA_ENTRY_LEN as u64;
         if tensor_count > max_count {
-            return Err(Error::malformed(
-                count_offset,
-                "tensor count does not fit in the metadata index",
-            ));
+            return Err(Error::malformed(count_offset, "tensor count does not fit in the metadata index"));
         }
-        Ok(Self {
-            version,
-            flags,
-            tensor_size,
-            tensor_count,
-            metadata_len,
-        })
+        Ok(Self { version, flags, tensor_size, tensor_count, metadata_len })
     }
 
     /// Appends the encoded header (exactly [`FileHeader::LEN`] bytes).
@@ -135,13 +112,7 @@ mod tests {
     use super::*;
 
     fn sample() -> FileHeader {
-        FileHeader {
-            version: 4,
-            flags: 1,
-            tensor_size: 48,
-            tensor_count: 2,
-            metadata_len: 262144,
-        }
+        FileHeader { version: 4, flags: 1, tensor_size: 48, tensor_count: 2, metadata_len: 262144 }
     }
 
     #[test]
@@ -158,40 +129,19 @@ mod tests {
         let mut out = Vec::new();
         sample().emit(&mut out);
         assert_eq!(FileHeader::parse(b"|TZX|"), Err(Error::NotTensorizer));
-        assert_eq!(
-            FileHeader::parse(&out[..3]),
-            Err(Error::Truncated {
-                offset: 0,
-                needed: 2
-            })
-        );
-        assert!(matches!(
-            FileHeader::parse(&out[..40]),
-            Err(Error::Truncated { .. })
-        ));
+        assert_eq!(FileHeader::parse(&out[..3]), Err(Error::Truncated { offset: 0, needed: 2 }));
+        assert!(matches!(FileHeader::parse(&out[..40]), Err(Error::Truncated { .. })));
         let mut v = out.clone();
         v[5] = 6;
-        assert_eq!(
-            FileHeader::parse(&v),
-            Err(Error::UnsupportedVersion { version: 6 })
-        );
+        assert_eq!(FileHeader::parse(&v), Err(Error::UnsupportedVersion { version: 6 }));
         let mut v = out.clone();
         v[9] = 2; // versioned headers at version 4
-        assert!(matches!(
-            FileHeader::parse(&v),
-            Err(Error::UnsupportedFlags { .. })
-        ));
+        assert!(matches!(FileHeader::parse(&v), Err(Error::UnsupportedFlags { .. })));
         let mut v = out.clone();
         v[40] = 1;
-        assert!(matches!(
-            FileHeader::parse(&v),
-            Err(Error::UnsupportedFlags { .. })
-        ));
+        assert!(matches!(FileHeader::parse(&v), Err(Error::UnsupportedFlags { .. })));
         let mut v = out;
         v[0x39..0x41].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(matches!(
-            FileHeader::parse(&v),
-            Err(Error::Malformed { offset: 0x39, .. })
-        ));
+        assert!(matches!(FileHeader::parse(&v), Err(Error::Malformed { offset: 0x39, .. })));
     }
 }

@@ -104,28 +104,15 @@ pub struct TensorHeader {
 impl TensorHeader {
     /// Parses a complete header. `bytes` must be exactly the header (the
     /// metadata entry gives its length); `offset` is its absolute position.
-    pub fn parse(
-        bytes: &[u8],
-        offset: u64,
-        long_dims: bool,
-        has_crypt_info: bool,
-    ) -> Result<(Self, HeaderLayout)> {
+    pub fn parse(bytes: &[u8], offset: u64, long_dims: bool, has_crypt_info: bool) -> Result<(Self, HeaderLayout)> {
         let total = bytes.len();
         if total as u64 > MAX_TENSOR_HEADER_LEN {
-            return Err(Error::limit(
-                offset,
-                "tensor header length",
-                total as u64,
-                MAX_TENSOR_HEADER_LEN,
-            ));
+            return Err(Error::limit(offset, "tensor header length", total as u64, MAX_TENSOR_HEADER_LEN));
         }
         let mut c = Cursor::new(bytes, offset);
         let size = c.u64()?;
         if size != total as u64 {
-            return Err(Error::HeaderMismatch {
-                offset,
-                field: "header size",
-            });
+            return Err(Error::HeaderMismatch { offset, field: "header size" });
         }
         let Some(body_end) = total.checked_sub(8).filter(|&e| e >= 8) else {
             return Err(Error::malformed(offset, "tensor header too short"));
@@ -134,26 +121,20 @@ impl TensorHeader {
         c.u64()?;
         let module_index = c.u16()?;
         let type_at = c.offset();
-        let tensor_type = TensorType::from_u8(c.u8()?)
-            .ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
+        let tensor_type =
+            TensorType::from_u8(c.u8()?).ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
         let name_len = c.u16()?;
         let name_at = c.offset();
         let path = TensorPath::parse(c.take(name_len.into())?, name_at)?;
         if matches!(path, TensorPath::Structured(_)) && tensor_type != TensorType::StateDict {
-            return Err(Error::InvalidName {
-                offset: name_at,
-                reason: "structured path on a non-state-dict tensor",
-            });
+            return Err(Error::InvalidName { offset: name_at, reason: "structured path on a non-state-dict tensor" });
         }
         let dtype_len = c.u8()?;
         let dtype_at = c.offset();
         let dtype = Dtype::parse(c.take(dtype_len.into())?, dtype_at)?;
         let shape = parse_shape(&mut c, long_dims)?;
 
-        let mut layout = HeaderLayout {
-            len: total,
-            ..HeaderLayout::default()
-        };
+        let mut layout = HeaderLayout { len: total, ..HeaderLayout::default() };
         let block_len = c.u16()?;
         let block_start = c.position();
         let block = c.take(block_len.into())?;
@@ -167,9 +148,7 @@ impl TensorHeader {
             let value_start = block_start + h.position();
             let value = h.take(len.into())?;
             let hash = match (kind, value.len()) {
-                (HASH_CRC32, 4) => {
-                    HashValue::Crc32(u32::from_le_bytes([value[0], value[1], value[2], value[3]]))
-                }
+                (HASH_CRC32, 4) => HashValue::Crc32(u32::from_le_bytes([value[0], value[1], value[2], value[3]])),
                 (HASH_SHA256, 32) => {
                     let mut d = [0u8; 32];
                     d.copy_from_slice(value);
@@ -180,17 +159,12 @@ impl TensorHeader {
                 }
                 _ => return Err(Error::malformed(at, "unknown hash type")),
             };
-            layout
-                .hash_values
-                .push(value_start..value_start + value.len());
+            layout.hash_values.push(value_start..value_start + value.len());
             hashes.push(hash);
         }
         // Writers size the block exactly; leftover bytes mean a damaged count.
         if h.remaining() != 0 {
-            return Err(Error::malformed(
-                h.offset(),
-                "hash block longer than its entries",
-            ));
+            return Err(Error::malformed(h.offset(), "hash block longer than its entries"));
         }
 
         let crypt_info = if has_crypt_info {
@@ -209,20 +183,9 @@ impl TensorHeader {
         let padding = c.remaining() as u64;
         let tail_at = offset + body_end as u64;
         let mut tail = Cursor::new(&bytes[body_end..], tail_at);
-        let data_length = u64::try_from(tail.i64()?)
-            .map_err(|_| Error::malformed(tail_at, "negative data length"))?;
-        let header = Self {
-            module_index,
-            tensor_type,
-            path,
-            dtype,
-            shape,
-            long_dims,
-            hashes,
-            crypt_info,
-            padding,
-            data_length,
-        };
+        let data_length = u64::try_from(tail.i64()?).map_err(|_| Error::malformed(tail_at, "negative data length"))?;
+        let header =
+            Self { module_index, tensor_type, path, dtype, shape, long_dims, hashes, crypt_info, padding, data_length };
         Ok((header, layout))
     }
 
@@ -232,19 +195,7 @@ impl TensorHeader {
         let dims = self.shape.len() as u64 * if self.long_dims { 8 } else { 4 };
         let hashes: u64 = self.hashes.iter().map(|h| 2 + h.value_len() as u64).sum();
         let crypt = self.crypt_info.as_ref().map_or(0, CryptInfo::encoded_len);
-        Ok(8 + 2
-            + 1
-            + 2
-            + name
-            + 1
-            + self.dtype.as_str().len() as u64
-            + 1
-            + dims
-            + 2
-            + 1
-            + hashes
-            + crypt
-            + 8)
+        Ok(8 + 2 + 1 + 2 + name + 1 + self.dtype.as_str().len() as u64 + 1 + dims + 2 + 1 + hashes + crypt + 8)
     }
 
     /// Appends the encoded header and returns where its hash values and
@@ -270,16 +221,12 @@ impl TensorHeader {
             match h {
                 HashValue::Crc32(v) => {
                     out.put(&[HASH_CRC32, 4]);
-                    layout
-                        .hash_values
-                        .push(out.len() - start..out.len() - start + 4);
+                    layout.hash_values.push(out.len() - start..out.len() - start + 4);
                     out.put(&v.to_le_bytes());
                 }
                 HashValue::Sha256(d) => {
                     out.put(&[HASH_SHA256, 32]);
-                    layout
-                        .hash_values
-                        .push(out.len() - start..out.len() - start + 32);
+                    layout.hash_values.push(out.len() - start..out.len() - start + 32);
                     out.put(d);
                 }
             }
@@ -290,8 +237,7 @@ impl TensorHeader {
             layout.crypt_info = Some(at..out.len() - start);
             layout.macs = mac_range(info, at);
         }
-        let padding =
-            usize::try_from(self.padding).map_err(|_| Error::invalid("padding too large"))?;
+        let padding = usize::try_from(self.padding).map_err(|_| Error::invalid("padding too large"))?;
         out.resize(out.len() + padding, 0);
         out.put_u64(self.data_length);
         layout.len = out.len() - start;

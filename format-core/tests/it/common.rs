@@ -24,10 +24,7 @@ impl Vector {
             return Some(KeySource::Key(Key::from_slice(&k).unwrap()));
         }
         let pass = enc.get("passphrase")?.as_str()?;
-        Some(KeySource::Passphrase(
-            Passphrase::new(pass.as_bytes()),
-            KdfLimits::default(),
-        ))
+        Some(KeySource::Passphrase(Passphrase::new(pass.as_bytes()), KdfLimits::default()))
     }
 
     pub(crate) fn readable_by_tensorizer(&self) -> bool {
@@ -39,22 +36,15 @@ impl Vector {
     }
 
     /// Every tensor's plaintext, or the first error.
-    pub(crate) fn load_all(
-        bytes: &[u8],
-        key: Option<&KeySource>,
-    ) -> tensorizer_core::Result<Vec<Vec<u8>>> {
-        let file = File::parse(bytes)?;
-        (0..file.metadata.entries.len())
-            .map(|i| file.load(i, key))
-            .collect()
+    pub(crate) fn load_all(bytes: &[u8], key: Option<&KeySource>) -> tensorizer_core::Result<Vec<Vec<u8>>> {
+        File::parse(bytes)?.load_all(key)
     }
 }
 
 pub(crate) fn vectors() -> Vec<Vector> {
     let dir = vectors_dir();
     let manifest: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json"))
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json")).unwrap();
     manifest["vectors"]
         .as_array()
         .unwrap()
@@ -62,11 +52,7 @@ pub(crate) fn vectors() -> Vec<Vector> {
         .map(|v| {
             let name = v["file"].as_str().unwrap().to_string();
             let bytes = std::fs::read(dir.join(&name)).unwrap();
-            Vector {
-                name,
-                bytes,
-                info: v.clone(),
-            }
+            Vector { name, bytes, info: v.clone() }
         })
         .collect()
 }

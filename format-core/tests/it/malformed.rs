@@ -11,16 +11,8 @@ use crate::common::{Vector, vectors};
 fn regions(v: &Vector) -> Vec<usize> {
     let file = File::parse(&v.bytes).unwrap();
     let mut offsets: Vec<usize> = (0..FileHeader::LEN).collect();
-    let first = file
-        .metadata
-        .entries
-        .first()
-        .map_or(v.bytes.len(), |e| e.header_offset as usize);
-    let index_end = 73
-        + v.bytes[73..first]
-            .iter()
-            .rposition(|&b| b != 0)
-            .map_or(0, |p| p + 1);
+    let first = file.metadata.entries.first().map_or(v.bytes.len(), |e| e.header_offset as usize);
+    let index_end = 73 + v.bytes[73..first].iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
     offsets.extend(73..(index_end + 16).min(first));
     offsets.extend((index_end + 16..first).step_by(4093));
     for e in &file.metadata.entries {
@@ -45,9 +37,10 @@ fn harmless(v: &Vector, offset: usize, flipped: &[u8]) -> bool {
     let file = File::parse(&v.bytes).unwrap();
     let in_crypt_info = file.metadata.entries.iter().enumerate().any(|(i, e)| {
         let (record, _) = file.tensor(i).unwrap();
-        record.layout.crypt_info.is_some_and(|r| {
-            (e.header_offset as usize + r.start..e.header_offset as usize + r.end).contains(&offset)
-        })
+        record
+            .layout
+            .crypt_info
+            .is_some_and(|r| (e.header_offset as usize + r.start..e.header_offset as usize + r.end).contains(&offset))
     });
     loaded == original && ((5..9).contains(&offset) || in_crypt_info)
 }
@@ -62,10 +55,7 @@ fn every_byte_flip_is_caught() {
                 copy[offset] ^= mask;
                 let result = Vector::load_all(&copy, key.as_ref());
                 if result.is_ok() && !harmless(v, offset, &copy) {
-                    panic!(
-                        "{}: flipping bit {mask:#x} at byte {offset} went unnoticed",
-                        v.name
-                    );
+                    panic!("{}: flipping bit {mask:#x} at byte {offset} went unnoticed", v.name);
                 }
                 copy[offset] ^= mask;
             }
@@ -97,8 +87,7 @@ fn truncation_at_every_offset_is_an_error() {
 #[test]
 fn wrong_key_is_one_opaque_error() {
     for v in vectors().iter().filter(|v| v.encrypted()) {
-        let wrong =
-            tensorizer_core::KeySource::Key(tensorizer_core::crypto::Key::from_bytes([0x5a; 32]));
+        let wrong = tensorizer_core::KeySource::Key(tensorizer_core::crypto::Key::from_bytes([0x5a; 32]));
         let result = Vector::load_all(&v.bytes, Some(&wrong));
         assert_eq!(result.unwrap_err(), Error::Decryption, "{}", v.name);
         let none = Vector::load_all(&v.bytes, None);
@@ -106,8 +95,5 @@ fn wrong_key_is_one_opaque_error() {
     }
     let plain = vectors().into_iter().find(|v| !v.encrypted()).unwrap();
     let key = tensorizer_core::KeySource::Key(tensorizer_core::crypto::Key::from_bytes([1; 32]));
-    assert!(matches!(
-        Vector::load_all(&plain.bytes, Some(&key)),
-        Err(Error::Encryption { .. })
-    ));
+    assert!(matches!(Vector::load_all(&plain.bytes, Some(&key)), Err(Error::Encryption { .. })));
 }

@@ -5,21 +5,15 @@ use proptest::prelude::*;
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::dtype::all_element_types;
 use tensorizer_core::write::{WriterOptions, to_vec};
-use tensorizer_core::{
-    Dtype, File, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType,
-};
+use tensorizer_core::{Dtype, File, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType};
 
 fn path_strategy() -> impl Strategy<Value = TensorPath> {
     let key = "[a-zA-Z_\u{e9}\u{4e2d}\"\\\\ .\t-]{1,12}";
     prop_oneof![
-        key.prop_filter("plain names may not start with 0x1E", |s: &String| !s
-            .starts_with('\u{1e}'))
+        key.prop_filter("plain names may not start with 0x1E", |s: &String| !s.starts_with('\u{1e}'))
             .prop_map(TensorPath::Plain),
         prop::collection::vec(
-            prop_oneof![
-                key.prop_map(PathComponent::Key),
-                (0u64..1000).prop_map(PathComponent::Index)
-            ],
+            prop_oneof![key.prop_map(PathComponent::Key), (0u64..1000).prop_map(PathComponent::Index)],
             2..5
         )
         .prop_map(TensorPath::Structured),
@@ -60,14 +54,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 _ => TensorType::Buffer,
             };
             let dtype = Dtype::from_element(element);
-            let spec = TensorSpec {
-                path,
-                tensor_type,
-                module_index: module,
-                dtype,
-                shape,
-                meta,
-            };
+            let spec = TensorSpec { path, tensor_type, module_index: module, dtype, shape, meta };
             let len = spec.data_length().unwrap() as usize;
             data.push((0..len).map(|i| fill.wrapping_add(i as u8)).collect());
             specs.push(spec);
@@ -77,12 +64,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
 }
 
 fn cheap_kdf() -> KdfParams {
-    KdfParams {
-        opslimit: 1,
-        memlimit: 8192,
-        alg: 2,
-        salt: vec![7; 16],
-    }
+    KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: vec![7; 16] }
 }
 
 proptest! {

@@ -19,11 +19,7 @@ fn atomic_child_writer() {
     let Ok(target) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let specs = vec![TensorSpec::state_dict(
-        "w",
-        Dtype::from_element(ElementType::U8),
-        vec![64 << 20],
-    )];
+    let specs = vec![TensorSpec::state_dict("w", Dtype::from_element(ElementType::U8), vec![64 << 20])];
     let writer = FileWriter::create(&target, &specs, &WriteOptions::default()).unwrap();
     let mut sink = writer.tensor(0).unwrap();
     let piece = vec![0x5a; 1 << 20];
@@ -41,12 +37,7 @@ fn killed_writer_leaves_the_old_file() {
     let target = dir.path().join("model.tensors");
     std::fs::write(&target, b"the previous, good file").unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "atomic::atomic_child_writer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "atomic::atomic_child_writer", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &target)
         .spawn()
         .unwrap();

@@ -23,23 +23,13 @@ fn inspect_prints_a_table_and_json() {
     let out = tzr(&["inspect", path(&file)]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains("data version 2") && text.contains("bfloat16"),
-        "{text}"
-    );
+    assert!(text.contains("data version 2") && text.contains("bfloat16"), "{text}");
     let out = tzr(&["inspect", "--json", path(&file)]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["data_version"], 2);
-    assert_eq!(
-        json["tensors"].as_array().unwrap().len(),
-        json["tensor_count"].as_u64().unwrap() as usize
-    );
+    assert_eq!(json["tensors"].as_array().unwrap().len(), json["tensor_count"].as_u64().unwrap() as usize);
     // Encrypted files can be inspected without a key.
-    assert!(
-        tzr(&["inspect", path(&vectors_dir().join("v3_enc_key.tensors"))])
-            .status
-            .success()
-    );
+    assert!(tzr(&["inspect", path(&vectors_dir().join("v3_enc_key.tensors"))]).status.success());
 }
 
 #[test]
@@ -48,66 +38,23 @@ fn verify_encrypt_decrypt_round_trip() {
     let key = dir.path().join("key.hex");
     std::fs::write(&key, TEST_KEY_HEX).unwrap();
     let enc = vectors_dir().join("v3_enc_key.tensors");
-    assert_eq!(
-        tzr(&["verify", path(&enc), "--key-file", path(&key)])
-            .status
-            .code(),
-        Some(0)
-    );
+    assert_eq!(tzr(&["verify", path(&enc), "--key-file", path(&key)]).status.code(), Some(0));
     let pass = vectors_dir().join("v3_enc_pass.tensors");
-    assert_eq!(
-        tzr(&["verify", path(&pass), "--passphrase-env", "TZR_TEST_PASS"])
-            .status
-            .code(),
-        Some(0)
-    );
+    assert_eq!(tzr(&["verify", path(&pass), "--passphrase-env", "TZR_TEST_PASS"]).status.code(), Some(0));
 
     let plain = dir.path().join("plain.tensors");
-    assert_eq!(
-        tzr(&[
-            "decrypt",
-            path(&enc),
-            path(&plain),
-            "--key-file",
-            path(&key)
-        ])
-        .status
-        .code(),
-        Some(0)
-    );
+    assert_eq!(tzr(&["decrypt", path(&enc), path(&plain), "--key-file", path(&key)]).status.code(), Some(0));
     let out = tzr(&["verify", "--json", path(&plain)]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["ok"], true);
 
     let new_key = dir.path().join("new.key");
     let again = dir.path().join("again.tensors");
-    let out = tzr(&[
-        "encrypt",
-        path(&plain),
-        path(&again),
-        "--generate-key",
-        path(&new_key),
-        "--tensorizer-layout",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        tzr(&["verify", path(&again), "--key-file", path(&new_key)])
-            .status
-            .code(),
-        Some(0)
-    );
+    let out = tzr(&["encrypt", path(&plain), path(&again), "--generate-key", path(&new_key), "--tensorizer-layout"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(tzr(&["verify", path(&again), "--key-file", path(&new_key)]).status.code(), Some(0));
     // The wrong key is a verification failure (exit 1), not a crash.
-    assert_eq!(
-        tzr(&["verify", path(&again), "--key-file", path(&key)])
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(tzr(&["verify", path(&again), "--key-file", path(&key)]).status.code(), Some(1));
 }
 
 #[test]
@@ -116,19 +63,10 @@ fn convert_both_ways() {
     let st = dir.path().join("m.safetensors");
     let back = dir.path().join("m.tensors");
     let src = vectors_dir().join("v1_module.tensors");
-    assert_eq!(
-        tzr(&["convert", path(&src), path(&st)]).status.code(),
-        Some(0)
-    );
-    assert_eq!(
-        tzr(&["convert", path(&st), path(&back)]).status.code(),
-        Some(0)
-    );
+    assert_eq!(tzr(&["convert", path(&src), path(&st)]).status.code(), Some(0));
+    assert_eq!(tzr(&["convert", path(&st), path(&back)]).status.code(), Some(0));
     assert_eq!(tzr(&["verify", path(&back)]).status.code(), Some(0));
-    assert_eq!(
-        tzr(&["convert", path(&src), path(&back)]).status.code(),
-        Some(2)
-    );
+    assert_eq!(tzr(&["convert", path(&src), path(&back)]).status.code(), Some(2));
 }
 
 #[test]
@@ -139,11 +77,7 @@ fn bad_files_give_one_line_and_a_documented_exit_code() {
         ("empty", Vec::new(), 3),
         ("not-tensorizer", b"PK\x03\x04 a zip file".to_vec(), 3),
         ("truncated", good[..good.len() - 100].to_vec(), 3),
-        (
-            "bad-version",
-            [&good[..5], &[9, 0, 0, 0], &good[9..]].concat(),
-            3,
-        ),
+        ("bad-version", [&good[..5], &[9, 0, 0, 0], &good[9..]].concat(), 3),
         (
             "flipped-data",
             {
@@ -161,26 +95,14 @@ fn bad_files_give_one_line_and_a_documented_exit_code() {
         let out = tzr(&["verify", path(&file)]);
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert_eq!(out.status.code(), Some(code), "{name}: {stderr}");
-        assert!(
-            stderr.starts_with("tzr: ") && stderr.contains(name),
-            "{name}: {stderr}"
-        );
+        assert!(stderr.starts_with("tzr: ") && stderr.contains(name), "{name}: {stderr}");
         assert!(!stderr.contains("panicked"), "{name}: {stderr}");
         let out = tzr(&["inspect", path(&file)]);
         if code == 3 {
             assert_eq!(out.status.code(), Some(3), "{name}");
-            assert_eq!(
-                String::from_utf8(out.stderr).unwrap().lines().count(),
-                1,
-                "{name}"
-            );
+            assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 1, "{name}");
         }
     }
-    assert_eq!(
-        tzr(&["verify", path(&dir.path().join("missing.tensors"))])
-            .status
-            .code(),
-        Some(3)
-    );
+    assert_eq!(tzr(&["verify", path(&dir.path().join("missing.tensors"))]).status.code(), Some(3));
     assert_eq!(tzr(&["frobnicate"]).status.code(), Some(2));
 }

@@ -10,14 +10,7 @@ fn vectors_survive_a_round_trip_through_safetensors() {
     let dir = tempfile::tempdir().unwrap();
     let mut converted = 0;
     for v in vectors() {
-        let reader = Reader::open(
-            &v.path,
-            ReadOptions {
-                key: v.key(),
-                ..ReadOptions::default()
-            },
-        )
-        .unwrap();
+        let reader = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         let st = dir.path().join(format!("{}.safetensors", v.name()));
         if to_safetensors(&reader, &st, |_| {}).is_err() {
             // Meta tensors, or dtypes safetensors lacks: refused, and nothing is left behind.
@@ -27,14 +20,7 @@ fn vectors_survive_a_round_trip_through_safetensors() {
         converted += 1;
         let back = dir.path().join(format!("{}.back.tensors", v.name()));
         from_safetensors(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
-        let again = Reader::open(
-            &back,
-            ReadOptions {
-                verify_hash: true,
-                ..ReadOptions::default()
-            },
-        )
-        .unwrap();
+        let again = Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
         for (i, e) in reader.entries().iter().enumerate() {
             let j = again
                 .entries()
@@ -60,20 +46,13 @@ fn hostile_safetensors_headers_are_refused() {
         vec![1, 2, 3],
         u64::MAX.to_le_bytes().to_vec(),
         [&16u64.to_le_bytes()[..], b"{\"a\": 1}        "].concat(),
-        [
-            &48u64.to_le_bytes()[..],
-            br#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,99]}}"#.as_slice(),
-        ]
-        .concat(),
+        [&48u64.to_le_bytes()[..], br#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,99]}}"#.as_slice()].concat(),
     ];
     for (n, bytes) in cases.iter().enumerate() {
         let input = dir.path().join(format!("bad{n}.safetensors"));
         std::fs::write(&input, bytes).unwrap();
         let out = dir.path().join(format!("bad{n}.tensors"));
-        assert!(
-            from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).is_err(),
-            "case {n}"
-        );
+        assert!(from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).is_err(), "case {n}");
         assert!(!out.exists());
     }
 }

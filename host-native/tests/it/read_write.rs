@@ -10,16 +10,8 @@ use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions, write_f
 use crate::common::vectors;
 
 fn load_everything<S: tensorizer_native::RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
-    let mut bufs: Vec<Vec<u8>> = reader
-        .entries()
-        .iter()
-        .map(|e| vec![0xAA; e.nbytes() as usize])
-        .collect();
-    let jobs = bufs
-        .iter_mut()
-        .enumerate()
-        .map(|(i, b)| (i, b.as_mut_slice()))
-        .collect();
+    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0xAA; e.nbytes() as usize]).collect();
+    let jobs = bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
     reader.load_many(jobs).unwrap();
     bufs
 }
@@ -42,18 +34,9 @@ fn reader_matches_the_core_for_every_vector() {
             if v.name().contains("long") {
                 continue; // a 4 GiB meta tensor: covered by the core tests
             }
-            let options = ReadOptions {
-                num_readers: readers,
-                verify_hash: true,
-                key: v.key(),
-            };
+            let options = ReadOptions { num_readers: readers, verify_hash: true, key: v.key() };
             let reader = Reader::open(&v.path, options).unwrap();
-            assert_eq!(
-                load_everything(&reader),
-                expected,
-                "{} with {readers} readers",
-                v.name()
-            );
+            assert_eq!(load_everything(&reader), expected, "{} with {readers} readers", v.name());
         }
     }
 }
@@ -61,17 +44,11 @@ fn reader_matches_the_core_for_every_vector() {
 #[test]
 fn large_tensors_are_read_in_parallel_pieces() {
     // 40 MiB of f32 across pieces, plus many small tensors, encrypted and not.
-    let big: Vec<u8> = (0..10u32 << 20)
-        .flat_map(|i| (i as f32).to_le_bytes())
-        .collect();
-    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = vec![(
-        TensorSpec::state_dict("big", Dtype::from_element(ElementType::F32), vec![10 << 20]),
-        big,
-    )];
+    let big: Vec<u8> = (0..10u32 << 20).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> =
+        vec![(TensorSpec::state_dict("big", Dtype::from_element(ElementType::F32), vec![10 << 20]), big)];
     for i in 0..300u32 {
-        let data: Vec<u8> = (0..i % 17)
-            .flat_map(|v| (v as u16 + i as u16).to_le_bytes())
-            .collect();
+        let data: Vec<u8> = (0..i % 17).flat_map(|v| (v as u16 + i as u16).to_le_bytes()).collect();
         tensors.push((
             TensorSpec::state_dict(
                 format!("small.{i}").as_str(),
@@ -86,17 +63,11 @@ fn large_tensors_are_read_in_parallel_pieces() {
         let path = dir.path().join(format!("m{encrypted}.tensors"));
         let key = tensorizer_core::crypto::Key::from_bytes([7; 32]);
         let options = WriteOptions {
-            layout: WriterOptions {
-                encryption: encrypted.then_some(None),
-                ..WriterOptions::default()
-            },
+            layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
             key: encrypted.then(|| key.clone()),
             num_writers: 2,
         };
-        let input: Vec<(TensorSpec, &[u8])> = tensors
-            .iter()
-            .map(|(s, d)| (s.clone(), d.as_slice()))
-            .collect();
+        let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
         write_file(&path, &input, &options).unwrap();
         let read = ReadOptions {
             num_readers: 3,
@@ -116,31 +87,18 @@ fn large_tensors_are_read_in_parallel_pieces() {
 
 #[test]
 fn corruption_is_reported_with_file_and_tensor() {
-    let v = vectors()
-        .into_iter()
-        .find(|v| v.name() == "v1_flat.tensors")
-        .unwrap();
+    let v = vectors().into_iter().find(|v| v.name() == "v1_flat.tensors").unwrap();
     let mut bytes = std::fs::read(&v.path).unwrap();
-    let reader = Reader::new(
-        MemorySource::new(bytes.clone(), "flat"),
-        ReadOptions::default(),
-    )
-    .unwrap();
+    let reader = Reader::new(MemorySource::new(bytes.clone(), "flat"), ReadOptions::default()).unwrap();
     let target = reader.entries()[0].data_offset as usize;
     bytes[target] ^= 1;
-    let options = ReadOptions {
-        verify_hash: true,
-        ..ReadOptions::default()
-    };
+    let options = ReadOptions { verify_hash: true, ..ReadOptions::default() };
     let reader = Reader::new(MemorySource::new(bytes, "flat"), options).unwrap();
     let mut buf = vec![0; reader.entries()[0].nbytes() as usize];
     let err = reader.load_into(0, &mut buf).unwrap_err();
     assert!(err.is_verification_failure(), "{err}");
     let text = err.to_string();
-    assert!(
-        text.contains("flat") && text.contains("f32_2x3") && text.contains("CRC32"),
-        "{text}"
-    );
+    assert!(text.contains("flat") && text.contains("f32_2x3") && text.contains("CRC32"), "{text}");
     // A wrongly sized buffer is refused before any read.
     assert!(reader.load_into(0, &mut [0u8; 3]).is_err());
 }
@@ -150,13 +108,7 @@ fn streaming_writer_accepts_any_order_and_pieces() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.tensors");
     let specs: Vec<TensorSpec> = (0..4)
-        .map(|i| {
-            TensorSpec::state_dict(
-                format!("t{i}").as_str(),
-                Dtype::from_element(ElementType::U8),
-                vec![5000 + i],
-            )
-        })
+        .map(|i| TensorSpec::state_dict(format!("t{i}").as_str(), Dtype::from_element(ElementType::U8), vec![5000 + i]))
         .collect();
     let writer = FileWriter::create(&path, &specs, &WriteOptions::default()).unwrap();
     for i in [2usize, 0, 3, 1] {
@@ -168,33 +120,17 @@ fn streaming_writer_accepts_any_order_and_pieces() {
         sink.finish().unwrap();
     }
     writer.commit().unwrap();
-    let reader = Reader::open(
-        &path,
-        ReadOptions {
-            verify_hash: true,
-            ..ReadOptions::default()
-        },
-    )
-    .unwrap();
+    let reader = Reader::open(&path, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
     let loaded = load_everything(&reader);
     for (i, got) in loaded.iter().enumerate() {
         assert_eq!(got.len(), 5000 + i);
         assert!(got.iter().enumerate().all(|(b, &v)| v == (b % 251) as u8));
     }
     // An unfinished file is never committed.
-    let writer = FileWriter::create(
-        dir.path().join("u.tensors"),
-        &specs,
-        &WriteOptions::default(),
-    )
-    .unwrap();
+    let writer = FileWriter::create(dir.path().join("u.tensors"), &specs, &WriteOptions::default()).unwrap();
     assert!(writer.commit().is_err());
     assert!(!dir.path().join("u.tensors").exists());
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        1,
-        "no temporary files left behind"
-    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary files left behind");
 }
 
 #[test]
@@ -206,21 +142,49 @@ fn memory_map_borrows_aligned_data_and_copies_otherwise() {
     write_file(&path, &[(spec, data.as_slice())], &WriteOptions::default()).unwrap();
     let map = MappedFile::open(&path).unwrap();
     assert!(map.is_aligned(0, 64));
-    assert!(
-        matches!(map.aligned(0, true).unwrap(), std::borrow::Cow::Borrowed(b) if b == data.as_slice())
-    );
+    assert!(matches!(map.aligned(0, true).unwrap(), std::borrow::Cow::Borrowed(b) if b == data.as_slice()));
     // tensorizer's own layout is unaligned: the fallback copies.
     let flat = crate::common::vectors_dir().join("v1_flat.tensors");
     let map = MappedFile::open(&flat).unwrap();
-    let i = map
-        .entries()
-        .iter()
-        .position(|e| e.dtype.itemsize() == 8 && e.data_offset % 8 != 0)
-        .unwrap();
-    assert!(matches!(
-        map.aligned(i, true).unwrap(),
-        std::borrow::Cow::Owned(_)
-    ));
+    let i = map.entries().iter().position(|e| e.dtype.itemsize() == 8 && e.data_offset % 8 != 0).unwrap();
+    assert!(matches!(map.aligned(i, true).unwrap(), std::borrow::Cow::Owned(_)));
     let enc = crate::common::vectors_dir().join("v3_enc_key.tensors");
     assert!(MappedFile::open(&enc).is_err());
+}
+
+#[test]
+fn file_writer_reproduces_every_unencrypted_vector_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    for v in vectors().iter().filter(|v| v.key().is_none()) {
+        let bytes = std::fs::read(&v.path).unwrap();
+        let reader = Reader::open(&v.path, ReadOptions::default()).unwrap();
+        let mut specs = Vec::new();
+        let mut data = Vec::new();
+        for (i, e) in reader.entries().iter().enumerate() {
+            let record = reader.record(i).unwrap();
+            specs.push(TensorSpec {
+                path: e.path.clone(),
+                tensor_type: e.tensor_type,
+                module_index: record.header.module_index,
+                dtype: e.dtype.clone(),
+                shape: e.shape.clone(),
+                meta: e.is_meta(),
+            });
+            let mut buf = Vec::new();
+            reader
+                .stream(i, 1 << 20, true, |p| {
+                    buf.extend_from_slice(p);
+                    Ok(())
+                })
+                .unwrap();
+            data.push(buf);
+        }
+        let out = dir.path().join(v.name());
+        let options = WriteOptions { layout: WriterOptions::tensorizer(), ..WriteOptions::default() };
+        let writer = FileWriter::create(&out, &specs, &options).unwrap();
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        writer.write_all(&refs, 3).unwrap();
+        writer.commit().unwrap();
+        assert!(std::fs::read(&out).unwrap() == bytes, "{} differs", v.name());
+    }
 }

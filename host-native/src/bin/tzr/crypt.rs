@@ -25,12 +25,7 @@ fn total_bytes(reader: &Reader) -> u64 {
     reader.entries().iter().map(|e| e.data_length).sum()
 }
 
-pub(crate) fn verify(
-    file: &Path,
-    key: &KeyArgs,
-    json: bool,
-    num_readers: Option<usize>,
-) -> Outcome {
+pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option<usize>) -> Outcome {
     let reader = open(file, key, num_readers)?;
     if reader.is_encrypted() && !key.given() {
         return Err(Failure::Usage(format!(
@@ -56,10 +51,7 @@ pub(crate) fn verify(
                 "error": r.error.as_ref().map(ToString::to_string),
             })).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         for r in &failures {
             if let Some(e) = &r.error {
@@ -134,82 +126,42 @@ pub(crate) fn encrypt(
 ) -> Outcome {
     let reader = open(input, &KeyArgs::default(), None)?;
     if reader.is_encrypted() {
-        return Err(Failure::Usage(format!(
-            "{}: already encrypted; decrypt it first",
-            input.display()
-        )));
+        return Err(Failure::Usage(format!("{}: already encrypted; decrypt it first", input.display())));
     }
     let (key, params) = match (generate, key.given()) {
         (Some(path), _) => (generate_key_file(path)?, None),
-        (None, true) => key
-            .for_writing(kdf)?
-            .ok_or_else(|| Failure::Usage("no key given".into()))?,
+        (None, true) => key.for_writing(kdf)?.ok_or_else(|| Failure::Usage("no key given".into()))?,
         (None, false) => {
             return Err(Failure::Usage(
                 "give --key-file, --passphrase-env VAR, --passphrase or --generate-key FILE".into(),
             ));
         }
     };
-    let options = WriteOptions {
-        layout: WriterOptions {
-            encryption: Some(params),
-            ..layout
-        },
-        key: Some(key),
-        num_writers: 0,
-    };
+    let options =
+        WriteOptions { layout: WriterOptions { encryption: Some(params), ..layout }, key: Some(key), num_writers: 0 };
     rewrite(&reader, output, options, "encrypting")
 }
 
-pub(crate) fn decrypt(
-    input: &Path,
-    output: &Path,
-    key: &KeyArgs,
-    layout: WriterOptions,
-) -> Outcome {
+pub(crate) fn decrypt(input: &Path, output: &Path, key: &KeyArgs, layout: WriterOptions) -> Outcome {
     if !key.given() {
-        return Err(Failure::Usage(
-            "give --key-file, --passphrase-env VAR or --passphrase".into(),
-        ));
+        return Err(Failure::Usage("give --key-file, --passphrase-env VAR or --passphrase".into()));
     }
     let reader = open(input, key, None)?;
-    rewrite(
-        &reader,
-        output,
-        WriteOptions {
-            layout,
-            key: None,
-            num_writers: 0,
-        },
-        "decrypting",
-    )
+    rewrite(&reader, output, WriteOptions { layout, key: None, num_writers: 0 }, "decrypting")
 }
 
 fn is_safetensors(p: &Path) -> bool {
-    p.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+    p.extension().is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
 }
 
-pub(crate) fn convert(
-    input: &Path,
-    output: &Path,
-    key: &KeyArgs,
-    layout: WriterOptions,
-) -> Outcome {
+pub(crate) fn convert(input: &Path, output: &Path, key: &KeyArgs, layout: WriterOptions) -> Outcome {
     match (is_safetensors(input), is_safetensors(output)) {
         (true, false) => {
             let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
             let bar = progress::bytes(total, "converting");
-            safetensors::from_safetensors(
-                input,
-                output,
-                &WriteOptions {
-                    layout,
-                    key: None,
-                    num_writers: 0,
-                },
-                |d| bar.set_position(d),
-            )?;
+            safetensors::from_safetensors(input, output, &WriteOptions { layout, key: None, num_writers: 0 }, |d| {
+                bar.set_position(d)
+            })?;
             bar.finish_and_clear();
             Ok(())
         }
@@ -221,8 +173,7 @@ pub(crate) fn convert(
             Ok(())
         }
         _ => Err(Failure::Usage(
-            "exactly one of INPUT and OUTPUT must end in .safetensors (tensorizer <-> safetensors)"
-                .into(),
+            "exactly one of INPUT and OUTPUT must end in .safetensors (tensorizer <-> safetensors)".into(),
         )),
     }
 }

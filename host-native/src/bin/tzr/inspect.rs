@@ -92,10 +92,7 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         tensors: reader.entries().iter().map(row).collect(),
     };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
         return Ok(());
     }
     println!("{}", report.file);
@@ -103,11 +100,7 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         "  data version {}{}{}, {} tensors, {} of data, {}-byte index, {} file",
         report.data_version,
         if report.encrypted { ", encrypted" } else { "" },
-        if report.versioned_headers {
-            ", long dimensions"
-        } else {
-            ""
-        },
+        if report.versioned_headers { ", long dimensions" } else { "" },
         report.tensor_count,
         human(report.data_bytes),
         report.metadata_index_bytes,
@@ -117,24 +110,14 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     for (dtype, t) in &report.by_dtype {
         println!("  {dtype:<18} {:>8} {:>12}", t.tensors, human(t.bytes));
     }
-    let width = report
-        .tensors
-        .iter()
-        .map(|r| r.name.chars().count())
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 60);
+    let width = report.tensors.iter().map(|r| r.name.chars().count()).max().unwrap_or(4).clamp(4, 60);
     println!(
         "\n  {:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {:>10}  {:>12}  {:>12}",
         "#", "name", "type", "dtype", "shape", "bytes", "header@", "data@"
     );
     for (i, r) in report.tensors.iter().enumerate() {
         let shape = format!("{:?}", r.shape);
-        let bytes = if r.meta {
-            format!("meta {}", human(r.bytes))
-        } else {
-            human(r.bytes)
-        };
+        let bytes = if r.meta { format!("meta {}", human(r.bytes)) } else { human(r.bytes) };
         println!(
             "  {i:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {bytes:>10}  {:>12}  {:>12}",
             r.name, r.tensor_type, r.dtype, shape, r.header_offset, r.data_offset
@@ -152,9 +135,5 @@ pub(crate) fn human(n: u64) -> String {
         v /= 1024.0;
         unit += 1;
     }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
+    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
 }

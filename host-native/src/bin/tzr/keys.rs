@@ -46,25 +46,21 @@ impl KeyArgs {
 
     fn passphrase_bytes(&self, confirm: bool) -> Result<Option<Passphrase>, Failure> {
         if let Some(var) = &self.passphrase_env {
-            let value = std::env::var(var)
-                .map_err(|_| Failure::Usage(format!("environment variable {var} is not set")))?;
+            let value =
+                std::env::var(var).map_err(|_| Failure::Usage(format!("environment variable {var} is not set")))?;
             if value.is_empty() {
-                return Err(Failure::Usage(format!(
-                    "environment variable {var} is empty"
-                )));
+                return Err(Failure::Usage(format!("environment variable {var} is empty")));
             }
             return Ok(Some(Passphrase::new(value.into_bytes())));
         }
         if !self.passphrase {
             return Ok(None);
         }
-        let first = rpassword::prompt_password("Passphrase: ").map_err(|e| {
-            Failure::Usage(format!("cannot read a passphrase from the terminal: {e}"))
-        })?;
+        let first = rpassword::prompt_password("Passphrase: ")
+            .map_err(|e| Failure::Usage(format!("cannot read a passphrase from the terminal: {e}")))?;
         if confirm {
-            let again = rpassword::prompt_password("Repeat passphrase: ").map_err(|e| {
-                Failure::Usage(format!("cannot read a passphrase from the terminal: {e}"))
-            })?;
+            let again = rpassword::prompt_password("Repeat passphrase: ")
+                .map_err(|e| Failure::Usage(format!("cannot read a passphrase from the terminal: {e}")))?;
             if again != first {
                 return Err(Failure::Usage("the passphrases do not match".into()));
             }
@@ -80,17 +76,12 @@ impl KeyArgs {
         if let Some(path) = &self.key_file {
             return Ok(Some(KeySource::Key(read_key_file(path)?)));
         }
-        Ok(self
-            .passphrase_bytes(false)?
-            .map(|p| KeySource::Passphrase(p, KdfLimits::default())))
+        Ok(self.passphrase_bytes(false)?.map(|p| KeySource::Passphrase(p, KdfLimits::default())))
     }
 
     /// The key to encrypt with, and the KDF parameters to record when it
     /// came from a passphrase.
-    pub(crate) fn for_writing(
-        &self,
-        preset: KdfPreset,
-    ) -> Result<Option<(Key, Option<KdfParams>)>, Failure> {
+    pub(crate) fn for_writing(&self, preset: KdfPreset) -> Result<Option<(Key, Option<KdfParams>)>, Failure> {
         if let Some(path) = &self.key_file {
             return Ok(Some((read_key_file(path)?, None)));
         }
@@ -99,16 +90,8 @@ impl KeyArgs {
         };
         let (opslimit, memlimit) = preset.costs();
         let salt = tensorizer_native::writer::random_bytes::<16>()?.to_vec();
-        let params = KdfParams {
-            opslimit,
-            memlimit,
-            alg: 2,
-            salt,
-        };
-        let limits = KdfLimits {
-            max_memlimit: memlimit,
-            max_opslimit: opslimit,
-        };
+        let params = KdfParams { opslimit, memlimit, alg: 2, salt };
+        let limits = KdfLimits { max_memlimit: memlimit, max_opslimit: opslimit };
         let key = Key::derive(pass.expose_secret(), &params, &limits)
             .map_err(|e| Failure::Usage(format!("key derivation failed: {e}")))?;
         Ok(Some((key, Some(params))))
@@ -116,8 +99,8 @@ impl KeyArgs {
 }
 
 fn read_key_file(path: &Path) -> Result<Key, Failure> {
-    let raw = std::fs::read(path)
-        .map_err(|e| Failure::Usage(format!("{}: cannot read key file: {e}", path.display())))?;
+    let raw =
+        std::fs::read(path).map_err(|e| Failure::Usage(format!("{}: cannot read key file: {e}", path.display())))?;
     let text = std::str::from_utf8(&raw).map(str::trim).unwrap_or("");
     let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
         hex::decode(text).unwrap_or_default()
@@ -125,10 +108,7 @@ fn read_key_file(path: &Path) -> Result<Key, Failure> {
         raw
     };
     Key::from_slice(&bytes).map_err(|_| {
-        Failure::Usage(format!(
-            "{}: a key file must hold exactly 32 bytes or 64 hex digits",
-            path.display()
-        ))
+        Failure::Usage(format!("{}: a key file must hold exactly 32 bytes or 64 hex digits", path.display()))
     })
 }
 

@@ -130,39 +130,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Inspect { file, json } => inspect::run(&file, json),
-        Command::Verify {
-            file,
-            key,
-            json,
-            num_readers,
-        } => crypt::verify(&file, &key, json, num_readers),
-        Command::Encrypt {
-            input,
-            output,
-            key,
-            generate_key,
-            kdf,
-            layout,
-        } => crypt::encrypt(
-            &input,
-            &output,
-            &key,
-            generate_key.as_deref(),
-            kdf,
-            layout.options(),
-        ),
-        Command::Decrypt {
-            input,
-            output,
-            key,
-            layout,
-        } => crypt::decrypt(&input, &output, &key, layout.options()),
-        Command::Convert {
-            input,
-            output,
-            key,
-            layout,
-        } => crypt::convert(&input, &output, &key, layout.options()),
+        Command::Verify { file, key, json, num_readers } => crypt::verify(&file, &key, json, num_readers),
+        Command::Encrypt { input, output, key, generate_key, kdf, layout } => {
+            crypt::encrypt(&input, &output, &key, generate_key.as_deref(), kdf, layout.options())
+        }
+        Command::Decrypt { input, output, key, layout } => crypt::decrypt(&input, &output, &key, layout.options()),
+        Command::Convert { input, output, key, layout } => crypt::convert(&input, &output, &key, layout.options()),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
