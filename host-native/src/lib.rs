@@ -1,7 +1,4 @@
-//! Native host for tensorizer files: positioned reads from local files
-//! (and any [`RangeSource`]), zero-copy memory maps, atomic writers, and
-//! the `tzr` command-line tool. The byte layout lives in
-//! [`tensorizer_core`]; this crate does the I/O and the parallelism.
+#![doc = include_str!("../README.md")]
 
 pub mod error;
 pub mod mmap;
