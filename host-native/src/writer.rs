@@ -74,6 +74,8 @@ pub struct FileWriter {
     finished: Mutex<Vec<bool>>,
     writer: Writer,
     key: Option<Key>,
+    /// Set when an append failed part-way: the file can no longer be committed.
+    poisoned: bool,
 }
 
 impl FileWriter {
@@ -91,22 +93,34 @@ impl FileWriter {
             let nonce = options.key.as_ref().map(|_| random_nonce()).transpose()?;
             planned.push(writer.add(spec, nonce).map_err(invalid)?);
         }
-        let dir = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let mode = std::fs::metadata(&target).map(|m| m.permissions().mode()).unwrap_or(0o644);
-        let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{file_name}."))
-            .suffix(".tmp")
-            .permissions(Permissions::from_mode(mode))
-            .tempfile_in(&dir)
-            .map_err(io_err(&name, 0))?;
+        let tmp = temp_beside(&target, &name)?;
         let file_len = writer.finish().map_err(invalid)?.file_len;
         tmp.as_file().set_len(file_len).map_err(io_err(&name, 0))?;
         let finished = Mutex::new(vec![false; planned.len()]);
-        Ok(Self { tmp, target, name, planned, finished, writer, key: options.key.clone() })
+        Ok(Self { tmp, target, name, planned, finished, writer, key: options.key.clone(), poisoned: false })
+    }
+
+    /// Starts an empty file to which tensors are added with
+    /// [`FileWriter::append`]. The metadata index is reserved up front:
+    /// `options.layout.metadata_len`, or tensorizer's 256 KiB when unset.
+    pub fn open(path: impl AsRef<Path>, options: &WriteOptions) -> Result<Self> {
+        let target = path.as_ref().to_path_buf();
+        let name = target.display().to_string();
+        if options.layout.encryption.is_some() != options.key.is_some() {
+            return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
+        }
+        let writer = Writer::new(&options.layout).map_err(|e| Error::Invalid(format!("{name}: {e}")))?;
+        let tmp = temp_beside(&target, &name)?;
+        Ok(Self {
+            tmp,
+            target,
+            name,
+            planned: Vec::new(),
+            finished: Mutex::new(Vec::new()),
+            writer,
+            key: options.key.clone(),
+            poisoned: false,
+        })
     }
 
     /// Number of tensors.
@@ -126,12 +140,16 @@ impl FileWriter {
             .get(i)
             .cloned()
             .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.name)))?;
+        Ok(self.sink(planned, i))
+    }
+
+    fn sink(&self, planned: PlannedTensor, index: usize) -> TensorSink<'_> {
         let hasher = planned.hasher();
         let staging = match (&self.key, planned.nonce) {
             (Some(_), Some(_)) => Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize),
             _ => Vec::new(),
         };
-        Ok(TensorSink { owner: self, index: i, planned, hasher, written: 0, staging, macs: Vec::new() })
+        TensorSink { owner: self, index, planned, hasher, written: 0, staging, macs: Vec::new() }
     }
 
     fn pwrite(&self, offset: u64, bytes: &[u8]) -> Result<()> {
@@ -148,23 +166,76 @@ impl FileWriter {
         }
     }
 
-    fn is_small(&self, i: usize) -> bool {
-        let p = &self.planned[i];
-        p.header.len() as u64 + p.data_length <= SMALL_TENSOR
-    }
-
     /// Writes `data[i]` as tensor `i`, using several threads. Runs of small
     /// tensors are assembled in memory and written with one call each.
     pub fn write_all(&self, data: &[&[u8]], num_writers: usize) -> Result<()> {
         if data.len() != self.planned.len() {
             return Err(Error::Invalid(format!("{}: one data buffer per tensor is required", self.name)));
         }
+        self.write_planned(&self.planned, data, num_writers)?;
+        for i in 0..self.planned.len() {
+            self.mark_finished(i);
+        }
+        Ok(())
+    }
+
+    /// Plans `tensors` after those already in the file and writes them at
+    /// once (hashing, encrypting and writing on several threads). This is
+    /// the incremental mode: the index must have been reserved big enough
+    /// by [`FileWriter::open`].
+    pub fn append(&mut self, tensors: &[(TensorSpec, &[u8])], num_writers: usize) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Invalid(format!("{}: an earlier write failed; start a new file", self.name)));
+        }
+        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
+        let mut planned = Vec::with_capacity(tensors.len());
+        for (spec, data) in tensors {
+            if spec.data_length().map_err(invalid)? != data.len() as u64 {
+                return Err(Error::Invalid(format!(
+                    "{}: tensor {:?} has {} bytes of data, expected {}",
+                    self.name,
+                    spec.path.to_string(),
+                    data.len(),
+                    spec.data_length().unwrap_or(0)
+                )));
+            }
+        }
+        for (spec, _) in tensors {
+            let nonce = self.key.as_ref().map(|_| random_nonce()).transpose()?;
+            match self.writer.add(spec, nonce) {
+                Ok(p) => planned.push(p),
+                Err(e) if planned.is_empty() => return Err(invalid(e)),
+                Err(e) => {
+                    self.poisoned = true;
+                    return Err(invalid(e));
+                }
+            }
+        }
+        let data: Vec<&[u8]> = tensors.iter().map(|(_, d)| *d).collect();
+        let result = self.write_planned(&planned, &data, num_writers);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    /// The data version chosen so far.
+    pub fn version(&self) -> u32 {
+        self.writer.version()
+    }
+
+    /// Bytes of tensor data written so far.
+    pub fn tensor_size(&self) -> u64 {
+        self.writer.file_header().tensor_size
+    }
+
+    fn write_planned(&self, planned: &[PlannedTensor], data: &[&[u8]], num_writers: usize) -> Result<()> {
         let threads = if num_writers == 0 { default_readers() } else { num_writers };
         let mut work: Vec<Vec<usize>> = Vec::new();
         let mut run_len = u64::MAX;
-        for (i, p) in self.planned.iter().enumerate() {
+        for (i, p) in planned.iter().enumerate() {
             let span = p.header.len() as u64 + p.data_length;
-            if !self.is_small(i) {
+            if !is_small(p) {
                 work.push(vec![i]);
                 run_len = u64::MAX;
                 continue;
@@ -181,23 +252,23 @@ impl FileWriter {
         if self.key.is_some() {
             // Encryption must happen before the data can be written.
             return for_each(threads, work, |run| match run.as_slice() {
-                [i] if !self.is_small(*i) => {
-                    let mut sink = self.tensor(*i)?;
+                [i] if !is_small(&planned[*i]) => {
+                    let mut sink = self.sink(planned[*i].clone(), *i);
                     sink.write(data[*i])?;
                     sink.finish()
                 }
-                _ => self.write_run(&run, data),
+                _ => self.write_run(planned, &run, data),
             });
         }
         // Plain data does not depend on its hashes: one thread streams the
         // large tensors' data to the file (starting writeback as it goes)
         // while the others hash, so disk and CPU work overlap.
-        let large: Vec<usize> = (0..self.planned.len()).filter(|&i| !self.is_small(i)).collect();
+        let large: Vec<usize> = (0..planned.len()).filter(|&i| !is_small(&planned[i])).collect();
         let hashers = threads;
         std::thread::scope(|scope| {
             let streamer = scope.spawn(|| -> Result<()> {
                 for &i in &large {
-                    let p = &self.planned[i];
+                    let p = &planned[i];
                     let bytes = data[i];
                     if bytes.len() as u64 != p.data_length {
                         return Err(Error::Invalid(format!(
@@ -214,16 +285,14 @@ impl FileWriter {
                 Ok(())
             });
             let hashed = for_each(hashers, work, |run| match run.as_slice() {
-                [i] if !self.is_small(*i) => {
-                    let mut planned = self.planned[*i].clone();
-                    let mut hasher = planned.hasher();
+                [i] if !is_small(&planned[*i]) => {
+                    let mut one = planned[*i].clone();
+                    let mut hasher = one.hasher();
                     hasher.update(data[*i]);
-                    planned.set_hashes(&hasher.finish()).map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
-                    self.pwrite(planned.header_offset, &planned.header)?;
-                    self.mark_finished(*i);
-                    Ok(())
+                    one.set_hashes(&hasher.finish()).map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
+                    self.pwrite(one.header_offset, &one.header)
                 }
-                _ => self.write_run(&run, data),
+                _ => self.write_run(planned, &run, data),
             });
             let streamed = streamer.join().unwrap_or_else(|_| Err(Error::Invalid("writer thread panicked".into())));
             hashed.and(streamed)
@@ -231,14 +300,14 @@ impl FileWriter {
     }
 
     /// Writes consecutive small tensors with a single positioned write.
-    fn write_run(&self, run: &[usize], data: &[&[u8]]) -> Result<()> {
+    fn write_run(&self, planned: &[PlannedTensor], run: &[usize], data: &[&[u8]]) -> Result<()> {
         let (Some(&first), Some(&last)) = (run.first(), run.last()) else { return Ok(()) };
-        let start = self.planned[first].header_offset;
-        let end = self.planned[last].data_offset + self.planned[last].data_length;
+        let start = planned[first].header_offset;
+        let end = planned[last].data_offset + planned[last].data_length;
         let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
         let mut buf = Vec::with_capacity((end - start) as usize);
         for &i in run {
-            let mut planned = self.planned[i].clone();
+            let mut planned = planned[i].clone();
             let bytes = data[i];
             if bytes.len() as u64 != planned.data_length {
                 return Err(Error::Invalid(format!(
@@ -266,17 +335,13 @@ impl FileWriter {
                 buf[at..data_at].copy_from_slice(&planned.header);
             }
         }
-        self.pwrite(start, &buf)?;
-        for &i in run {
-            self.mark_finished(i);
-        }
-        Ok(())
+        self.pwrite(start, &buf)
     }
 
     /// Writes the file header and index, fsyncs, and renames the file over
     /// the target. Fails if any tensor was not finished.
     pub fn commit(self) -> Result<()> {
-        let done = self.finished.lock().map(|f| f.iter().all(|&d| d)).unwrap_or(false);
+        let done = !self.poisoned && self.finished.lock().map(|f| f.iter().all(|&d| d)).unwrap_or(false);
         if !done {
             return Err(Error::Invalid(format!("{}: not every tensor was written", self.name)));
         }
@@ -354,9 +419,33 @@ impl TensorSink<'_> {
             self.planned.set_macs(&self.macs).map_err(invalid)?;
         }
         self.owner.pwrite(self.planned.header_offset, &self.planned.header)?;
-        self.owner.mark_finished(self.index);
+        if self.index < self.owner.planned.len() {
+            self.owner.mark_finished(self.index);
+        }
         Ok(())
     }
+}
+
+/// Whether a tensor is written as part of a run of small ones.
+fn is_small(p: &PlannedTensor) -> bool {
+    p.header.len() as u64 + p.data_length <= SMALL_TENSOR
+}
+
+/// A temporary file in `target`'s directory, with the target's permissions
+/// (or 0644 for a new file).
+fn temp_beside(target: &Path, name: &str) -> Result<NamedTempFile> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mode = std::fs::metadata(target).map(|m| m.permissions().mode()).unwrap_or(0o644);
+    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    tempfile::Builder::new()
+        .prefix(&format!(".{file_name}."))
+        .suffix(".tmp")
+        .permissions(Permissions::from_mode(mode))
+        .tempfile_in(&dir)
+        .map_err(io_err(name, 0))
 }
 
 fn random_nonce() -> Result<[u8; NONCE_LEN]> {

@@ -188,3 +188,22 @@ fn file_writer_reproduces_every_unencrypted_vector_byte_for_byte() {
         assert!(std::fs::read(&out).unwrap() == bytes, "{} differs", v.name());
     }
 }
+
+#[test]
+fn incremental_appends_build_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inc.tensors");
+    let mut writer = FileWriter::open(&path, &WriteOptions::default()).unwrap();
+    let a: Vec<u8> = (0..600_000u32).flat_map(|v| v.to_le_bytes()).collect();
+    let spec = |n: &str, len: u64| TensorSpec::state_dict(n, Dtype::from_element(ElementType::U32), vec![len]);
+    writer.append(&[(spec("a", 600_000), a.as_slice())], 2).unwrap();
+    writer.append(&[(spec("b", 2), &[1, 0, 0, 0, 2, 0, 0, 0][..]), (spec("c", 1), &[9, 0, 0, 0][..])], 2).unwrap();
+    // A conflicting name is refused without spoiling the file.
+    assert!(writer.append(&[(spec("a", 1), &[0, 0, 0, 0][..])], 2).is_err());
+    assert_eq!(writer.version(), 1);
+    writer.commit().unwrap();
+    let reader = Reader::open(&path, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+    let loaded = load_everything(&reader);
+    assert_eq!(loaded[0], a);
+    assert_eq!(loaded[2], vec![9, 0, 0, 0]);
+}
