@@ -178,8 +178,14 @@ impl<S: RangeSource> Reader<S> {
         self.load_many(vec![(i, out)])
     }
 
-    /// Reads many tensors concurrently, each into its own buffer.
-    pub fn load_many(&self, mut jobs: Vec<(usize, &mut [u8])>) -> Result<()> {
+    /// Reads many tensors concurrently, each into its own buffer; hashes are
+    /// checked when the reader was opened with `verify_hash`.
+    pub fn load_many(&self, jobs: Vec<(usize, &mut [u8])>) -> Result<()> {
+        self.load_many_with(jobs, self.options.verify_hash)
+    }
+
+    /// [`Reader::load_many`] with hash verification chosen per call.
+    pub fn load_many_with(&self, mut jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
         for (i, out) in &jobs {
             let entry = self.entry(*i)?;
             if out.len() as u64 != entry.nbytes() {
@@ -225,7 +231,7 @@ impl<S: RangeSource> Reader<S> {
             let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
             work.extend(large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)));
             for_each(threads, work, |w| match w {
-                Work::Batch(members) => self.read_batch(members),
+                Work::Batch(members) => self.read_batch(members, verify),
                 Work::Header(i, slot) => {
                     *slot = Some(self.record(i)?);
                     Ok(())
@@ -272,7 +278,7 @@ impl<S: RangeSource> Reader<S> {
         }
 
         // Phase 3: hashes of large tensors.
-        if self.options.verify_hash {
+        if verify {
             let work: Vec<_> = large.iter().zip(&records).collect();
             for_each(threads, work, |((i, out), record)| {
                 let entry = &self.metadata.entries[*i];
@@ -287,7 +293,7 @@ impl<S: RangeSource> Reader<S> {
 
     /// One read covering consecutive small tensors, then per tensor: parse,
     /// copy data out, decrypt, verify.
-    fn read_batch(&self, members: Vec<(usize, &mut [u8])>) -> Result<()> {
+    fn read_batch(&self, members: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
         let (Some((first, _)), Some((last, _))) = (members.first(), members.last()) else {
             return Ok(());
         };
@@ -301,7 +307,7 @@ impl<S: RangeSource> Reader<S> {
             let raw = &scratch[at(entry.header_offset)..at(entry.data_offset)];
             let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
             if entry.is_meta() {
-                if self.options.verify_hash {
+                if verify {
                     record.verify(&[]).map_err(self.tensor_err(entry))?;
                 }
                 out.fill(0);
@@ -313,7 +319,7 @@ impl<S: RangeSource> Reader<S> {
             {
                 decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
             }
-            if self.options.verify_hash {
+            if verify {
                 record.verify(out).map_err(self.tensor_err(entry))?;
             }
         }

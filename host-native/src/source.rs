@@ -113,3 +113,17 @@ impl RangeSource for MemorySource {
         &self.name
     }
 }
+
+impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_exact_at(offset, buf)
+    }
+
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}

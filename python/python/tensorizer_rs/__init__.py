@@ -1,0 +1,35 @@
+"""tensorizer-rs: tensorizer's API on a Rust core.
+
+``import tensorizer_rs as tensorizer`` works for code written for
+tensorizer 2.12: the same classes, arguments and file format, loading with
+parallel reads straight into tensors allocated by torch.
+"""
+
+from . import serialization, stream_io, utils
+from ._native import __version__ as _native_version
+from .serialization import (
+    CryptographyError,
+    DecryptionParams,
+    EncryptionParams,
+    FilterFuncType,
+    HashMismatchError,
+    TensorDeserializer,
+    TensorSerializer,
+    TensorType,
+)
+
+__version__ = _native_version
+
+__all__ = [
+    "serialization",
+    "stream_io",
+    "utils",
+    "TensorSerializer",
+    "TensorDeserializer",
+    "TensorType",
+    "CryptographyError",
+    "EncryptionParams",
+    "DecryptionParams",
+    "FilterFuncType",
+    "HashMismatchError",
+]

@@ -1,0 +1,395 @@
+"""TensorDeserializer: tensorizer's reader API over the Rust reader."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import types
+import zlib
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Union
+
+import numpy as np
+
+from . import _dtypes, _native, _paths
+from ._crypt import CryptographyError, DecryptionParams
+from ._types import TensorType
+
+FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
+
+
+class _Entry:
+    __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta")
+
+    def __init__(self, index: int, raw: tuple[Any, ...]) -> None:
+        path, _name_bytes, tensor_type, dtype, shape, data_length, nbytes, is_meta, _h, _d = raw
+        self.index = index
+        self.path: _paths.Path = tuple(path)
+        self.name = _paths.normalize(self.path)
+        self.tensor_type = TensorType(tensor_type)
+        self.dtype: str = dtype
+        self.shape = tuple(shape)
+        self.data_length: int = data_length
+        self.nbytes: int = nbytes
+        self.is_meta: bool = is_meta
+
+
+def _resolve_device(device: Any) -> Any:
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("CUDA was requested but is not available")
+    return device
+
+
+class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["TensorDeserializer"]):
+    """Reads a ``.tensors`` file: a read-only mapping from top-level keys to
+    tensors (``torch.nn.Parameter``) or nested read-only mappings.
+
+    Same arguments as ``tensorizer.TensorDeserializer``. Loading fills
+    tensors allocated by torch directly from the file, in parallel, with the
+    GIL released. Eager (the default) loads everything in the constructor.
+    """
+
+    def __init__(
+        self,
+        file_obj: Any,
+        device: Any = None,
+        filter_func: FilterFuncType | None = None,
+        dtype: Any = None,
+        *,
+        lazy_load: bool = False,
+        plaid_mode: bool | None = None,
+        plaid_mode_buffers: int | None = None,
+        num_readers: int | None = None,
+        verify_hash: bool = False,
+        encryption: DecryptionParams | None = None,
+    ) -> None:
+        if encryption is not None and not isinstance(encryption, DecryptionParams):
+            raise TypeError("encryption must be a DecryptionParams object or None")
+        if num_readers is not None:
+            if not isinstance(num_readers, int) or isinstance(num_readers, bool):
+                raise TypeError("num_readers must be an int or None")
+            if num_readers < 1:
+                raise ValueError("num_readers must be at least 1")
+        self._device_arg = device
+        self._dtype = dtype
+        self._verify_hash = verify_hash
+        self._closed = False
+        enc_args = encryption.native_args() if encryption is not None else {}
+        source, name = _source_of(file_obj)
+        self._reader: Any = _native.NativeReader(
+            source, num_readers=num_readers, verify_hash=verify_hash, name=name, **enc_args
+        )
+        version, flags, tensor_size, _index_len, encrypted = self._reader.header_info()
+        if encrypted and encryption is None:
+            raise CryptographyError("Tensor is encrypted, but decryption was not requested")
+        self._version = version
+        self.total_file_bytes = tensor_size
+        entries = [_Entry(i, raw) for i, raw in enumerate(self._reader.entries())]
+        self._all = entries
+        self._selected = [e for e in entries if filter_func is None or filter_func(e.name)]
+        self._structure: dict[Any, Any] = {}
+        for e in self._selected:
+            layer = self._structure
+            for part in e.path[:-1]:
+                layer = layer.setdefault(part, {})
+                if isinstance(layer, _Entry):
+                    raise ValueError(f"Conflicting tensor paths at {e.name!r}")
+            layer[e.path[-1]] = e
+        self._cache: dict[int, Any] = {}
+        self._position: dict[int, int] = {e.index: k for k, e in enumerate(self._selected)}
+        self._last_yielded = -1
+        self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
+        self.read_bytes = 0
+        self.total_compressed_tensor_bytes = 0
+        self._lazy = lazy_load
+        if not lazy_load:
+            self._load(self._selected, verify_hash)
+            self._last_yielded = len(self._selected) - 1
+            self.total_tensor_bytes = sum(e.data_length for e in self._selected)
+
+    # -- loading --------------------------------------------------------------
+
+    @property
+    def _device(self) -> Any:
+        return _resolve_device(self._device_arg)
+
+    def _check_open(self) -> None:
+        if self._reader is None:
+            raise RuntimeError("the deserializer is closed")
+
+    def _load(self, entries: list[_Entry], verify_hash: bool | None) -> None:
+        """Loads every entry not yet cached, in one parallel native call."""
+        import torch
+
+        todo = [e for e in entries if e.index not in self._cache]
+        if not todo:
+            return
+        self._check_open()
+        device = self._device
+        pin = device.type == "cuda"
+        staged = []
+        for e in todo:
+            dtype = _dtypes.torch_dtype(e.dtype)
+            staged.append(torch.empty(e.shape, dtype=dtype, pin_memory=pin))
+        buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
+        self._reader.load_into([e.index for e in todo], buffers, verify_hash)
+        for e, t in zip(todo, staged):
+            if device.type != "cpu":
+                t = t.to(device, non_blocking=pin)
+            if self._dtype is not None and t.dtype != torch.bool:
+                t = t.to(self._dtype)
+            self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(t.dtype))
+        if pin:
+            torch.cuda.synchronize(device)
+
+    def _tensor(self, e: _Entry) -> Any:
+        if e.index not in self._cache:
+            self._load([e], self._verify_hash)
+        return self._cache[e.index]
+
+    def _leaves(self, node: Any) -> Iterator[_Entry]:
+        if isinstance(node, _Entry):
+            yield node
+        else:
+            for child in node.values():
+                yield from self._leaves(child)
+
+    def _view(self, node: Any) -> Any:
+        if isinstance(node, _Entry):
+            return self._tensor(node)
+        self._load(list(self._leaves(node)), self._verify_hash)
+        return types.MappingProxyType({k: self._view(v) for k, v in node.items()})
+
+    # -- Mapping ----------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        if key not in self._structure:
+            raise KeyError(f"Tensor {key} not found")
+        node = self._structure[key]
+        value = self._view(node)
+        if isinstance(node, _Entry):
+            self._last_yielded = max(self._last_yielded, self._position[node.index])
+        return value
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._structure)
+
+    def __len__(self) -> int:
+        return len(self._structure)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._structure
+
+    def keys(self) -> Any:  # type: ignore[override]
+        return self._structure.keys()
+
+    def tree(
+        self,
+        prefix: Any = None,
+        *,
+        default: Any = None,
+        filter_func: FilterFuncType | None = None,
+    ) -> Any:
+        """The subtree at ``prefix`` as real dicts and lists (int-keyed
+        layers become lists), or the leaf tensor, or ``default``."""
+        if prefix is None:
+            prefix = ()
+        if isinstance(prefix, (str, int)):
+            raise TypeError("prefix must be a sequence of keys, e.g. ('model',)")
+        node: Any = self._structure
+        for part in prefix:
+            if isinstance(node, _Entry) or part not in node:
+                return default
+            node = node[part]
+        if isinstance(node, _Entry):
+            return self._tensor(node)
+
+        def build(n: Any) -> Any:
+            out: dict[Any, Any] = {}
+            for k, v in n.items():
+                if isinstance(v, _Entry):
+                    if filter_func is None or filter_func(v.name):
+                        out[k] = self._tensor(v)
+                else:
+                    sub = build(v)
+                    if sub or filter_func is None:
+                        out[k] = sub
+            if out and all(isinstance(k, int) for k in out):
+                return [out[k] for k in sorted(out)]
+            return out
+
+        wanted = [e for e in self._leaves(node) if filter_func is None or filter_func(e.name)]
+        self._load(wanted, self._verify_hash)
+        result = build(node)
+        return result if (result or not wanted) else default
+
+    # -- bulk reads -----------------------------------------------------------
+
+    def _pending(self, filter_func: FilterFuncType | None, num_tensors: int) -> list[_Entry]:
+        if num_tensors < -1:
+            raise ValueError("num_tensors must be -1 (all) or non-negative")
+        out = []
+        for e in self._selected[self._last_yielded + 1 :]:
+            if num_tensors != -1 and len(out) >= num_tensors:
+                break
+            if filter_func is None or filter_func(e.name):
+                out.append(e)
+        return out
+
+    def read_tensors(
+        self,
+        filter_func: FilterFuncType | None = None,
+        num_tensors: int = -1,
+        verify_hash: bool | None = None,
+    ) -> Iterator[tuple[int, TensorType, Any, Any]]:
+        """Yields ``(module_index, tensor_type, name, tensor)`` in file order,
+        continuing after the last tensor already handed out."""
+        entries = self._pending(filter_func, num_tensors)
+        if not entries:
+            return
+        self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
+        indices = self._reader.module_indices([e.index for e in entries]) if self._reader else [0] * len(entries)
+        for e, idx in zip(entries, indices):
+            self._last_yielded = self._position[e.index]
+            yield idx, e.tensor_type, e.name, self._cache[e.index]
+
+    def read_numpy_arrays(
+        self,
+        filter_func: FilterFuncType | None = None,
+        num_tensors: int = -1,
+        allow_raw_data: bool = False,
+        verify_hash: bool | None = None,
+    ) -> Iterator[tuple[int, TensorType, Any, np.ndarray[Any, Any], bool, str | None]]:
+        """Yields ``(module_index, tensor_type, name, array, is_opaque,
+        torch_dtype)``; opaque dtypes (e.g. bfloat16) come as same-sized
+        integers only with ``allow_raw_data=True``. Needs no torch."""
+        if self._device_arg is not None and str(self._device_arg) != "cpu":
+            raise RuntimeError("read_numpy_arrays requires device='cpu'")
+        entries = self._pending(filter_func, num_tensors)
+        if not entries:
+            return
+        self._check_open()
+        arrays = []
+        for e in entries:
+            np_dtype, torch_name = _dtypes.numpy_dtype(e.dtype)
+            if torch_name is not None and not allow_raw_data:
+                raise ValueError(
+                    f"{e.name} has an opaque datatype: (Torch: {torch_name}, Numpy: {np_dtype.str}). "
+                    f"Set `allow_raw_data=True` to return as a numpy array with a datatype of {np_dtype.str}"
+                )
+            arrays.append((np.empty(e.shape, dtype=np_dtype), torch_name))
+        buffers = [a.reshape(-1).view(np.uint8) for a, _ in arrays]
+        verify = self._verify_hash if verify_hash is None else verify_hash
+        self._reader.load_into([e.index for e in entries], buffers, verify)
+        indices = self._reader.module_indices([e.index for e in entries])
+        for e, idx, (arr, torch_name) in zip(entries, indices, arrays):
+            self._last_yielded = self._position[e.index]
+            yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
+
+    def load_into_module(
+        self,
+        m: Any,
+        filter_func: FilterFuncType | None = None,
+        verify_hash: bool | None = None,
+    ) -> int:
+        """Registers every PARAM and BUFFER entry on the submodule its name
+        points to (``"0.weight"`` → module ``"0"``, attribute ``weight``);
+        returns how many. The tensors are inserted as loaded: no copies."""
+        import torch
+
+        entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
+        for e in entries:
+            if e.tensor_type == TensorType.STATE_DICT:
+                raise NotImplementedError(
+                    "This was serialized with write_state_dict(); "
+                    "use the TensorDeserializer directly as a state_dict mapping instead."
+                )
+            if not isinstance(e.name, str):
+                raise NotImplementedError("Cannot load structured tensor paths into a module")
+        self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
+        modules = dict(m.named_modules())
+        for e in entries:
+            assert isinstance(e.name, str)
+            prefix, _, attr = e.name.rpartition(".")
+            if prefix not in modules:
+                raise KeyError(f"Module {prefix!r} for tensor {e.name!r} not found in {type(m).__name__}")
+            module = modules[prefix]
+            tensor = self._cache[e.index]
+            if e.tensor_type == TensorType.PARAM:
+                module.register_parameter(attr, tensor)
+            else:
+                buffer = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
+                persistent = attr not in getattr(module, "_non_persistent_buffers_set", set())
+                module.register_buffer(attr, buffer, persistent=persistent)
+        return len(entries)
+
+    def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
+        """Checks a module's tensors against the stored hashes, without
+        reading tensor data from the file."""
+        import torch
+
+        self._check_open()
+        tensors = dict(m.state_dict())
+        tensors.update(dict(m.named_buffers()))
+        results = []
+        for e in self._selected:
+            name = e.name if isinstance(e.name, str) else ".".join(map(str, e.name))
+            t = tensors.get(name, tensors.get(name.lstrip(".")))
+            ok = False
+            if t is not None:
+                header, crc, sha = self._reader.hash_info(e.index)
+                data = b"" if e.is_meta else t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                same_type = _dtypes.dtype_string(t.dtype) == e.dtype and tuple(t.shape) == e.shape
+                ok = same_type
+                if crc is not None:
+                    ok = ok and zlib.crc32(data, zlib.crc32(header)) == crc
+                if sha is not None:
+                    ok = ok and hashlib.sha256(header + data).digest() == sha
+            results.append((e.name, ok))
+        return all(ok for _, ok in results), results
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def close(self) -> None:
+        self._closed = True
+        self._reader = None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    @property
+    def total_bytes_read(self) -> int:
+        return sum(e.data_length for e in self._selected if e.index in self._cache)
+
+    cache_status = None
+
+
+def _source_of(file_obj: Any) -> tuple[Any, str | None]:
+    """A path or bytes for the native reader, and a display name."""
+    if isinstance(file_obj, (str, os.PathLike)):
+        path = os.fspath(file_obj)
+        if "://" in path.split("/", 1)[0] + "/" and not path.startswith("file://"):
+            scheme = path.split("://", 1)[0]
+            raise NotImplementedError(f"{scheme}:// sources are not supported yet; download the file first")
+        return path, None
+    if isinstance(file_obj, (bytes, int)):
+        raise TypeError("file_obj must be a path or a binary file object")
+    if isinstance(file_obj, io.TextIOBase):
+        raise ValueError('file_obj must be readable and in binary mode (mode="rb")')
+    if hasattr(file_obj, "readable") and not file_obj.readable():
+        raise ValueError('file_obj must be readable and in binary mode (mode="rb")')
+    name = getattr(file_obj, "name", None)
+    if isinstance(name, str) and os.path.isfile(name) and (not hasattr(file_obj, "tell") or file_obj.tell() == 0):
+        return name, None
+    return bytes(file_obj.read()), str(name) if name is not None else "<stream>"

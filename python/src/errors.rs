@@ -1,0 +1,42 @@
+//! One place maps Rust errors to Python exceptions.
+
+use pyo3::PyErr;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use tensorizer_native::Error;
+
+create_exception!(_native, FormatError, PyValueError, "The bytes are not a valid tensorizer file.");
+create_exception!(_native, HashMismatchError, PyException, "A tensor's data does not match its stored hash.");
+create_exception!(
+    _native,
+    CryptographyError,
+    PyException,
+    "Encryption or decryption failed, or the key does not fit the file."
+);
+
+/// Maps a format-core error, prefixed with `context` (file and tensor).
+pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> PyErr {
+    use tensorizer_core::Error as E;
+    let msg = match context {
+        Some(c) => format!("{c}: {e}"),
+        None => e.to_string(),
+    };
+    match e {
+        E::HashMismatch { .. } => HashMismatchError::new_err(msg),
+        E::Decryption | E::Encryption { .. } => CryptographyError::new_err(msg),
+        E::InvalidArgument { .. } | E::MetadataOverflow { .. } | E::InvalidName { offset: 0, .. } => {
+            PyValueError::new_err(msg)
+        }
+        _ => FormatError::new_err(msg),
+    }
+}
+
+/// Maps a host error.
+pub(crate) fn to_py(e: Error) -> PyErr {
+    match &e {
+        Error::Format { file, source } => core_to_py(source, Some(file)),
+        Error::Tensor { file, tensor, source } => core_to_py(source, Some(&format!("{file}: tensor {tensor:?}"))),
+        Error::Io { .. } => PyOSError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}

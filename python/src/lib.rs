@@ -1,0 +1,60 @@
+//! `tensorizer_rs._native`: thin pyo3 glue over `tensorizer-native`.
+//!
+//! Everything here converts arguments, calls the Rust host with the GIL
+//! released, and converts results and errors. The Python package around it
+//! (`python/python/tensorizer_rs`) supplies tensorizer's API.
+
+mod buffers;
+mod errors;
+mod reader;
+mod writer;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _native {
+    #[pymodule_export]
+    use crate::errors::{CryptographyError, FormatError, HashMismatchError};
+    #[pymodule_export]
+    use crate::reader::NativeReader;
+    #[pymodule_export]
+    use crate::writer::NativeWriter;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
+        Ok(())
+    }
+
+    /// Derives a 32-byte key from a passphrase with Argon2id exactly as
+    /// libsodium's `crypto_pwhash` does (parallelism 1, version 1.3).
+    #[pyfunction]
+    fn derive_key(
+        py: Python<'_>,
+        passphrase: Vec<u8>,
+        opslimit: u64,
+        memlimit: u64,
+        salt: Vec<u8>,
+    ) -> PyResult<Vec<u8>> {
+        let params = tensorizer_core::KdfParams { opslimit, memlimit, alg: 2, salt };
+        let limits = tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX };
+        let key = py
+            .detach(|| tensorizer_core::crypto::Key::derive(&passphrase, &params, &limits))
+            .map_err(|e| crate::errors::core_to_py(&e, None))?;
+        Ok(key.expose_secret().to_vec())
+    }
+
+    /// Random bytes from the operating system.
+    #[pyfunction]
+    fn random_bytes(n: usize) -> PyResult<Vec<u8>> {
+        let mut out = vec![0u8; n];
+        for chunk in out.chunks_mut(32) {
+            let b = tensorizer_native::writer::random_bytes::<32>().map_err(crate::errors::to_py)?;
+            chunk.copy_from_slice(&b[..chunk.len()]);
+        }
+        Ok(out)
+    }
+}

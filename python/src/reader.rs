@@ -1,0 +1,159 @@
+//! `NativeReader`: a parsed file whose tensors load into caller buffers.
+
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
+use tensorizer_core::{HashValue, KeySource, PathComponent, TensorPath};
+use tensorizer_native::{LocalFile, MemorySource, RangeSource, ReadOptions, Reader, default_readers};
+
+use crate::buffers::Held;
+use crate::errors::{CryptographyError, to_py};
+
+type Source = Box<dyn RangeSource>;
+
+/// (hashable header, CRC32, SHA-256) of one tensor.
+type HashInfo<'py> = (Bound<'py, PyBytes>, Option<u32>, Option<Bound<'py, PyBytes>>);
+
+/// A tensorizer file opened for reading.
+#[pyclass(module = "tensorizer_rs._native", frozen)]
+pub struct NativeReader {
+    inner: Reader<Source>,
+}
+
+fn key_source(key: Option<Vec<u8>>, passphrase: Option<Vec<u8>>) -> PyResult<Option<KeySource>> {
+    match (key, passphrase) {
+        (Some(k), _) => Key::from_slice(&k)
+            .map(|k| Some(KeySource::Key(k)))
+            .map_err(|_| CryptographyError::new_err("a key must be exactly 32 bytes")),
+        (None, Some(p)) => Ok(Some(KeySource::Passphrase(Passphrase::new(p), KdfLimits::default()))),
+        (None, None) => Ok(None),
+    }
+}
+
+pub(crate) fn path_to_py<'py>(py: Python<'py>, path: &TensorPath) -> PyResult<Bound<'py, PyTuple>> {
+    let items: Vec<Bound<'py, PyAny>> = path
+        .components()
+        .into_iter()
+        .map(|c| match c {
+            PathComponent::Key(k) => pyo3::types::PyString::new(py, &k).into_any(),
+            PathComponent::Index(i) => pyo3::types::PyInt::new(py, i).into_any(),
+        })
+        .collect();
+    PyTuple::new(py, items)
+}
+
+#[pymethods]
+impl NativeReader {
+    /// Opens a local path (str) or in-memory bytes and parses the header and
+    /// index. `key` (32 bytes) or `passphrase` decrypt encrypted files.
+    #[new]
+    #[pyo3(signature = (source, *, num_readers=None, verify_hash=false, key=None, passphrase=None, name=None))]
+    fn new(
+        py: Python<'_>,
+        source: &Bound<'_, PyAny>,
+        num_readers: Option<usize>,
+        verify_hash: bool,
+        key: Option<Vec<u8>>,
+        passphrase: Option<Vec<u8>>,
+        name: Option<String>,
+    ) -> PyResult<Self> {
+        let source: Source = if let Ok(bytes) = source.cast::<PyBytes>() {
+            Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name.unwrap_or_else(|| "<bytes>".into())))
+        } else {
+            let path: std::path::PathBuf = source.extract()?;
+            Box::new(py.detach(|| LocalFile::open(&path)).map_err(to_py)?)
+        };
+        let options = ReadOptions {
+            num_readers: num_readers.unwrap_or_else(default_readers).max(1),
+            verify_hash,
+            key: key_source(key, passphrase)?,
+        };
+        let inner = py.detach(|| Reader::new(source, options)).map_err(to_py)?;
+        Ok(Self { inner })
+    }
+
+    /// (data version, feature flags, tensor data total, index length, encrypted).
+    fn header_info(&self) -> (u32, u8, u64, u64, bool) {
+        let h = self.inner.header();
+        (h.version, h.flags, h.tensor_size, h.metadata_len, h.has_crypt_info())
+    }
+
+    /// The file's name as given.
+    fn name(&self) -> String {
+        self.inner.source().name().to_string()
+    }
+
+    /// One tuple per tensor in file order: (path components, stored name
+    /// bytes, tensor type, dtype string, shape, data length, bytes in
+    /// memory, is meta, header offset, data offset).
+    #[allow(clippy::type_complexity)]
+    fn entries<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        self.inner
+            .entries()
+            .iter()
+            .map(|e| {
+                let name = e.path.to_bytes().unwrap_or_default();
+                (
+                    path_to_py(py, &e.path)?,
+                    PyBytes::new(py, &name),
+                    e.tensor_type.as_u8(),
+                    e.dtype.as_str(),
+                    e.shape.clone(),
+                    e.data_length,
+                    e.nbytes(),
+                    e.is_meta(),
+                    e.header_offset,
+                    e.data_offset,
+                )
+                    .into_pyobject(py)
+            })
+            .collect()
+    }
+
+    /// Module index of each listed tensor (reads their headers).
+    fn module_indices(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<u16>> {
+        py.detach(|| {
+            indices.iter().map(|&i| self.inner.record(i).map(|r| r.header.module_index)).collect::<Result<_, _>>()
+        })
+        .map_err(to_py)
+    }
+
+    /// (hashable header, CRC32 or None, SHA-256 or None) of tensor `i`, for
+    /// comparing in-memory tensors with the file without reading its data.
+    fn hash_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<HashInfo<'py>> {
+        if i >= self.inner.entries().len() {
+            return Err(PyIndexError::new_err(format!("no tensor number {i}")));
+        }
+        let record = py.detach(|| self.inner.record(i)).map_err(to_py)?;
+        let mut crc = None;
+        let mut sha = None;
+        for h in &record.header.hashes {
+            match h {
+                HashValue::Crc32(c) => crc = Some(*c),
+                HashValue::Sha256(d) => sha = Some(PyBytes::new(py, d)),
+            }
+        }
+        Ok((PyBytes::new(py, &record.hashable_header), crc, sha))
+    }
+
+    /// Loads tensors `indices[k]` into `buffers[k]` (writable, C-contiguous
+    /// uint8 buffers of exactly each tensor's size) with the GIL released.
+    #[pyo3(signature = (indices, buffers, verify_hash=None))]
+    fn load_into(
+        &self,
+        py: Python<'_>,
+        indices: Vec<usize>,
+        buffers: Vec<Bound<'_, PyAny>>,
+        verify_hash: Option<bool>,
+    ) -> PyResult<()> {
+        if indices.len() != buffers.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("one buffer per tensor index is required"));
+        }
+        let mut held = Held::acquire(&buffers, true)?;
+        let verify = verify_hash.unwrap_or(self.inner.options().verify_hash);
+        let slices = held.slices_mut();
+        let jobs: Vec<(usize, &mut [u8])> = indices.into_iter().zip(slices).collect();
+        py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
+    }
+}

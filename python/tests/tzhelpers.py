@@ -1,0 +1,273 @@
+"""Shared helpers for the tensorizer_rs pytest suite.
+
+The implementation under test is chosen with the environment variable
+``TZ_UNDER_TEST`` (default ``tensorizer_rs``).  Running the suite with
+``TZ_UNDER_TEST=tensorizer`` validates the tests against the real tensorizer
+(the oracle); tests that only make sense for our implementation, or that would
+compare tensorizer with itself, skip themselves in that mode.
+
+This module is imported by ``conftest.py`` and by the test modules
+(``conftest.py`` puts this directory on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import pathlib
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import pytest
+import torch
+
+# --------------------------------------------------------------------------
+# The implementation under test.  No importorskip: when TZ_UNDER_TEST is unset
+# the tensorizer_rs package must be importable, otherwise the suite errors.
+# --------------------------------------------------------------------------
+TZ_NAME = os.environ.get("TZ_UNDER_TEST", "tensorizer_rs")
+tz = importlib.import_module(TZ_NAME)
+
+#: True when the suite runs against the real tensorizer itself.
+IS_ORACLE = TZ_NAME == "tensorizer"
+
+ORACLE_SKIP_REASON = (
+    "not applicable when TZ_UNDER_TEST=tensorizer: this test compares "
+    "tensorizer_rs with the real tensorizer (it would compare tensorizer "
+    "with itself)"
+)
+
+#: Decorator for tests that need two distinct implementations.
+needs_two_impls = pytest.mark.skipif(IS_ORACLE, reason=ORACLE_SKIP_REASON)
+
+
+def oracle_bug(reason: str):
+    """Skip a test under the oracle because tensorizer has a known bug there."""
+    return pytest.mark.skipif(IS_ORACLE, reason="tensorizer 2.12.1 bug: " + reason)
+
+
+def import_oracle():
+    """The real tensorizer (PyPI 2.12.1) used as the reference."""
+    return pytest.importorskip(
+        "tensorizer", reason="the reference package `tensorizer` is not installed"
+    )
+
+
+# --------------------------------------------------------------------------
+# Test vectors
+# --------------------------------------------------------------------------
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+VECTORS_DIR = REPO_ROOT / "tests" / "vectors"
+MANIFEST_PATH = VECTORS_DIR / "manifest.json"
+
+
+def load_manifest() -> Dict[str, Any]:
+    with open(MANIFEST_PATH, "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def manifest_vectors(readable_only: bool = True) -> List[Dict[str, Any]]:
+    if not MANIFEST_PATH.exists():
+        return []
+    vecs = load_manifest()["vectors"]
+    if readable_only:
+        vecs = [v for v in vecs if v["tensorizer_can_read"]]
+    return vecs
+
+
+def vector_entry(file_name: str) -> Dict[str, Any]:
+    for v in load_manifest()["vectors"]:
+        if v["file"] == file_name:
+            return v
+    raise KeyError(file_name)
+
+
+def entry_key(entry: Dict[str, Any]):
+    """The name as exposed by the deserializer: str for plain, tuple for structured."""
+    if entry["name"].startswith("\x1e"):
+        return tuple(entry["path"])
+    return entry["name"]
+
+
+def decryption_params(module, enc: Dict[str, Any] | None):
+    """DecryptionParams of `module` for a manifest `encryption` entry."""
+    if enc is None:
+        return None
+    if "key_hex" in enc:
+        return module.DecryptionParams.from_key(bytes.fromhex(enc["key_hex"]))
+    return module.DecryptionParams.from_string(enc["passphrase"])
+
+
+TEST_KEY = bytes(range(32))
+TEST_PASSPHRASE = "test-passphrase-not-secret"
+
+
+# --------------------------------------------------------------------------
+# Tensor helpers
+# --------------------------------------------------------------------------
+def raw_bytes(t: torch.Tensor) -> bytes:
+    """Raw C-contiguous element bytes of a (non-meta) tensor, any dtype."""
+    t = t.detach()
+    assert not t.is_meta, "raw_bytes() called on a meta tensor"
+    if t.numel() == 0:
+        return b""
+    flat = t.contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def sha256_hex(t: torch.Tensor) -> str:
+    return hashlib.sha256(raw_bytes(t)).hexdigest()
+
+
+def assert_same_tensor(got: torch.Tensor, expected: torch.Tensor, what: str = ""):
+    """dtype, shape and raw bytes identical (NaN-safe, works for opaque dtypes).
+
+    A meta `expected` tensor means "zeros of that dtype/shape".
+    """
+    assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype} != {expected.dtype}"
+    assert tuple(got.shape) == tuple(expected.shape), (
+        f"{what}: shape {tuple(got.shape)} != {tuple(expected.shape)}"
+    )
+    assert not got.is_meta, f"{what}: loaded tensor is still on the meta device"
+    if expected.is_meta:
+        nbytes = expected.numel() * expected.element_size()
+        assert raw_bytes(got) == bytes(nbytes), f"{what}: meta tensor did not load as zeros"
+    else:
+        assert raw_bytes(got) == raw_bytes(expected), f"{what}: data differs"
+
+
+def flatten(obj, prefix: Tuple = ()) -> Iterator[Tuple[Tuple, torch.Tensor]]:
+    """Depth-first (path, tensor) leaves, in the order tensorizer writes them."""
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from flatten(v, prefix + (k,))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from flatten(v, prefix + (i,))
+    else:
+        raise TypeError(type(obj))
+
+
+def normalized_name(path: Tuple):
+    """How tensorizer reports a path: a 1-element str path as a plain str."""
+    if len(path) == 1 and isinstance(path[0], str):
+        return path[0]
+    return tuple(path)
+
+
+def get_path(mapping, path):
+    """Walk a deserializer / MappingProxyType by a path (str or tuple)."""
+    if isinstance(path, str):
+        return mapping[path]
+    node = mapping
+    for comp in path:
+        node = node[comp]
+    return node
+
+
+def data_version(path) -> int:
+    with open(path, "rb") as f:
+        head = f.read(9 + 32)
+    return int.from_bytes(head[5:9], "little")
+
+
+def feature_flags(path) -> int:
+    with open(path, "rb") as f:
+        head = f.read(9 + 32)
+    return int.from_bytes(head[9:41], "little")
+
+
+# --------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------
+_DTYPE_NAMES = [
+    "bool",
+    "uint8", "uint16", "uint32", "uint64",
+    "int8", "int16", "int32", "int64",
+    "float16", "float32", "float64", "bfloat16",
+    "complex32", "complex64", "complex128",
+    "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz",
+    "float8_e8m0fnu",
+]
+#: Every torch dtype tensorizer can round-trip (those missing from this torch
+#: build are dropped).
+ALL_DTYPES = [getattr(torch, n) for n in _DTYPE_NAMES if hasattr(torch, n)]
+
+#: dtypes numpy understands natively (stored with a plain numpy dtype string).
+NUMPY_DTYPES = [
+    torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+    torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64,
+    torch.complex64, torch.complex128,
+]
+#: dtypes stored as opaque "<V2\0torch.bfloat16"-style strings (data version 2).
+OPAQUE_DTYPES = [d for d in ALL_DTYPES if d not in NUMPY_DTYPES]
+
+
+def dtype_id(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def is_float_like(dt: torch.dtype) -> bool:
+    return dt.is_floating_point or dt.is_complex
+
+
+def make_tensor(dt: torch.dtype, shape, seed: int = 0) -> torch.Tensor:
+    """Deterministic tensor of any dtype, built from random bytes (NaNs allowed)."""
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    if dt == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g, dtype=torch.uint8).bool().reshape(shape)
+    itemsize = torch.empty((), dtype=dt).element_size()
+    raw = torch.randint(0, 256, (n * itemsize,), generator=g, dtype=torch.uint8)
+    return raw.view(dt).reshape(shape).clone()
+
+
+def all_dtypes_state_dict(seed: int = 0) -> Dict[str, torch.Tensor]:
+    sd = {}
+    for i, dt in enumerate(ALL_DTYPES):
+        sd[dtype_id(dt)] = make_tensor(dt, (2, 3), seed + i)
+        sd[dtype_id(dt) + "_scalar"] = make_tensor(dt, (), seed + 100 + i)
+    return sd
+
+
+def module_with_buffers(seed: int = 0) -> torch.nn.Module:
+    """Sequential(Linear, BatchNorm1d) with a root buffer and a non-persistent buffer."""
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    with torch.no_grad():
+        m[1].weight.uniform_()
+        m[1].bias.uniform_()
+        m[1].running_mean.uniform_()
+        m[1].running_var.uniform_(0.5, 2.0)
+        m[1].num_batches_tracked.fill_(17)
+    m.register_buffer("root_scale", torch.tensor([0.5, 2.0]))
+    m[1].register_buffer("scratch", torch.arange(3, dtype=torch.int32), persistent=False)
+    return m
+
+
+def module_entries(m: torch.nn.Module, include_non_persistent: bool = True):
+    """(module_idx, type_value, name, tensor) in tensorizer's write_module order."""
+    out = []
+    for idx, (mod_name, mod) in enumerate(m.named_modules()):
+        for name, p in mod.named_parameters(recurse=False):
+            out.append((idx, 0, f"{mod_name}.{name}", p))
+        for name, b in mod.named_buffers(recurse=False):
+            if not include_non_persistent and name in mod._non_persistent_buffers_set:
+                continue
+            out.append((idx, 1, f"{mod_name}.{name}", b))
+    return out
+
+
+def write_with(module, path, writer: Callable, **kwargs) -> None:
+    """Run writer(serializer) with `module.TensorSerializer(path, **kwargs)`, then close."""
+    s = module.TensorSerializer(str(path), **kwargs)
+    try:
+        writer(s)
+    finally:
+        s.close()
