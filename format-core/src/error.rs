@@ -137,12 +137,15 @@ impl fmt::Display for Error {
             Self::Truncated { offset, needed } => {
                 write!(f, "file truncated at byte {offset}: {needed} more bytes needed")
             }
-            Self::NotTensorizer => f.write_str("not a tensorizer file (magic |TZR| missing)"),
+            Self::NotTensorizer => f.write_str("Not a tensorizer file (the magic bytes |TZR| are missing)"),
             Self::UnsupportedVersion { version } => {
-                write!(f, "unsupported data version {version} (supported: 1 to 5)")
+                write!(f, "Unsupported version: data version {version} (this reader handles 1 to 5)")
+            }
+            Self::UnsupportedFlags { flags, version } if flags & 2 != 0 && *version < 5 => {
+                write!(f, "Invalid feature flag present: versioned headers need data version 5, the file has {version}")
             }
             Self::UnsupportedFlags { flags, version } => {
-                write!(f, "unsupported feature flags {flags:#x} for data version {version}")
+                write!(f, "Unsupported feature flags {flags:#x} for data version {version}")
             }
             Self::Malformed { offset, reason } => write!(f, "malformed at byte {offset}: {reason}"),
             Self::LimitExceeded { offset, what, value, limit } => {
@@ -154,14 +157,14 @@ impl fmt::Display for Error {
             Self::UnsupportedDtype { offset, dtype } => {
                 write!(f, "unsupported dtype {dtype:?} at byte {offset}")
             }
-            Self::ConflictingPaths { path } => write!(f, "conflicting tensor paths at {path}"),
+            Self::ConflictingPaths { path } => write!(f, "Conflicting tensor paths at {path}"),
             Self::HeaderMismatch { offset, field } => {
                 write!(f, "tensor header at byte {offset} disagrees with the metadata index ({field})")
             }
             Self::HashMismatch { tensor, kind, expected, actual } => {
                 write!(f, "tensor {tensor:?} failed {kind} verification: expected {expected}, got {actual}")
             }
-            Self::Decryption => f.write_str("tensor decryption failed (wrong key or corrupted data)"),
+            Self::Decryption => f.write_str("Tensor decryption failed (wrong key or corrupted data)"),
             Self::Encryption { reason } => write!(f, "encryption: {reason}"),
             Self::MetadataOverflow { needed, capacity } => {
                 write!(f, "metadata overflow: the index needs {needed} bytes but {capacity} are reserved")

@@ -10,8 +10,9 @@ One run compares, on the same state dict:
   beside the raw limits: one-thread reads of the same ``.tensors`` file into a
   preallocated, pre-faulted buffer (and into a fresh one) and a ``copy_`` of
   the same number of bytes between two pre-faulted buffers;
-* peak RSS of each load in a fresh subprocess (above the post-import
-  baseline, minus the output size);
+* peak RSS of each load in a fresh subprocess (VmHWM after resetting the
+  watermark once imports are done, minus the RSS at that point, minus the
+  output size; ``ru_maxrss`` is kept in the JSON);
 * saving (case a): tensorizer_rs, tensorizer, ``safetensors.torch.save_file``
   and ``torch.save``, each followed by an fsync done by this harness, beside a
   raw write + fsync of the same number of bytes.
@@ -103,9 +104,12 @@ LIBS: Dict[str, object] = {}
 LIB_ERR: Dict[str, str] = {}
 
 
-def import_libs() -> None:
+def import_libs(skip_rs: bool = False) -> None:
     import importlib
 
+    if skip_rs:
+        LIB_ERR["tensorizer_rs"] = LIB_ERR["tensorizer_rs.utils"] = (
+            "skipped with --no-rs")
     for name in (
         "torch",
         "tensorizer_rs",
@@ -113,6 +117,8 @@ def import_libs() -> None:
         "safetensors.torch",
         "tensorizer_rs.utils",
     ):
+        if name in LIB_ERR:
+            continue
         try:
             LIBS[name] = importlib.import_module(name)
         except Exception as e:  # ImportError, or a broken build
@@ -123,7 +129,7 @@ def import_libs() -> None:
 
 def lib_version(name: str) -> str:
     if name not in LIBS:
-        return "not installed"
+        return "not available" if "skipped" in LIB_ERR.get(name, "") else "not installed"
     mod = LIBS[name]
     v = getattr(mod, "__version__", None)
     if v is None and name == "safetensors.torch":
@@ -330,7 +336,7 @@ def load_contenders(plan: dict, state: dict) -> List[Contender]:
     tz_why = plan.get("tz_unavailable") or "not installed"
     tz_own = plan.get("tz_writer") == "tensorizer"
     have_st = "safetensors.torch" in LIBS
-    rs_why = "not installed (" + LIB_ERR.get("tensorizer_rs", "") + ")"
+    rs_why = lib_version("tensorizer_rs") + " (" + LIB_ERR.get("tensorizer_rs", "") + ")"
     cs: List[Contender] = []
 
     cs.append(
@@ -493,9 +499,9 @@ def save_contenders(plan: dict, sd: dict, state: dict) -> List[Contender]:
             rs_save,
             kind="saver",
             fsync_target=p("rs.tensors"),
-            lib_fsync="harness (+ the library's own, if any, inside the save time)",
+            lib_fsync="library (fsync + rename, inside the save time) and harness",
             available=have_rs,
-            why="not installed",
+            why=lib_version("tensorizer_rs"),
         )
     )
     cs.append(
@@ -505,9 +511,9 @@ def save_contenders(plan: dict, sd: dict, state: dict) -> List[Contender]:
             lambda: rs_save("tensorizer"),
             kind="saver",
             fsync_target=p("rs.tensors"),
-            lib_fsync="harness (+ the library's own, if any, inside the save time)",
+            lib_fsync="library (fsync + rename, inside the save time) and harness",
             available=have_rs,
-            why="not installed",
+            why=lib_version("tensorizer_rs"),
         )
     )
 
@@ -652,7 +658,7 @@ def _status_kib(field: str) -> int:
 
 def worker_main(args) -> None:
     pin_malloc_threshold(not args.no_mallopt)
-    import_libs()
+    import_libs(args.no_rs)
     with open(args.plan) as f:
         plan = json.load(f)
     plan = plan[args.case]
@@ -661,19 +667,27 @@ def worker_main(args) -> None:
     c = cs[args.worker]
     gc.collect()
     base = _status_kib("VmRSS")
+    # ru_maxrss cannot be trusted here: it is max(peak of the address space,
+    # the peak recorded whenever a thread exited), and importing torch
+    # starts and ends threads at a ~200 MiB transient peak that nothing
+    # resets. Resetting the address space's watermark (clear_refs 5) and
+    # reading VmHWM gives the peak of this load alone; ru_maxrss is reported
+    # beside it.
     reset = False
     try:
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak-RSS watermark (VmHWM, ru_maxrss)
+            f.write("5")
         reset = True
     except OSError:
         pass
     out = c.run()
     n_out = data_bytes(as_tensors(out)) if out is not None else 0
     touch(as_tensors(out) if out is not None else ())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"base_kib": base, "peak_kib": peak,
-                      "reset": reset, "out_bytes": n_out}))
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    hwm = _status_kib("VmHWM") if reset else 0
+    print(json.dumps({"base_kib": base, "peak_kib": hwm or maxrss,
+                      "ru_maxrss_kib": maxrss, "reset": reset and bool(hwm),
+                      "out_bytes": n_out}))
 
 
 def measure_rss(c: Contender, args, case: str, plan_path: str) -> Optional[dict]:
@@ -681,6 +695,8 @@ def measure_rss(c: Contender, args, case: str, plan_path: str) -> Optional[dict]
            "--case", case, "--plan", plan_path]
     if args.no_mallopt:
         cmd.append("--no-mallopt")
+    if args.no_rs:
+        cmd.append("--no-rs")
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -954,6 +970,9 @@ def main() -> None:
                     help="skip the peak-RSS subprocesses")
     ap.add_argument("--no-mallopt", action="store_true",
                     help="leave glibc's dynamic mmap threshold alone")
+    ap.add_argument("--no-rs", action="store_true",
+                    default=bool(os.environ.get("BENCH_NO_RS")),
+                    help="run as if tensorizer_rs were not installed (env BENCH_NO_RS)")
     ap.add_argument("--dir", default=None,
                     help="where to write files (a fresh subdirectory is made "
                          "and removed; default: the system temp dir)")
@@ -970,7 +989,7 @@ def main() -> None:
         return
 
     pin_malloc_threshold(not args.no_mallopt)
-    import_libs()
+    import_libs(args.no_rs)
     torch = LIBS["torch"]
 
     def log(msg: str) -> None:
@@ -994,7 +1013,7 @@ def main() -> None:
         )
         md.append("")
         if "tensorizer_rs" not in LIBS:
-            md.append(f"**tensorizer_rs: not installed** "
+            md.append(f"**tensorizer_rs: not available** "
                       f"({LIB_ERR.get('tensorizer_rs')}); its rows are skipped.")
             md.append("")
         plans = {}

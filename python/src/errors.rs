@@ -1,8 +1,10 @@
 //! One place maps Rust errors to Python exceptions.
 
-use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use tensorizer_native::Error;
 
 create_exception!(_native, FormatError, PyValueError, "The bytes are not a valid tensorizer file.");
@@ -14,6 +16,24 @@ create_exception!(
     "Encryption or decryption failed, or the key does not fit the file."
 );
 
+/// `TruncatedError(FormatError, struct.error)`: tensorizer surfaces a short
+/// file as `struct.error`, so code catching that keeps working.
+static TRUNCATED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+pub(crate) fn truncated_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    TRUNCATED
+        .get_or_try_init(py, || {
+            let struct_error = py.import("struct")?.getattr("error")?;
+            let bases = PyTuple::new(py, [py.get_type::<FormatError>().into_any(), struct_error])?;
+            let namespace = PyDict::new(py);
+            namespace.set_item("__module__", "tensorizer_rs._native")?;
+            namespace.set_item("__doc__", "The file ended before a complete structure was read.")?;
+            let made = py.get_type::<PyType>().call1(("TruncatedError", bases, namespace))?;
+            Ok::<_, PyErr>(made.cast_into::<PyType>()?.unbind())
+        })
+        .map(|t| t.bind(py))
+}
+
 /// Maps a format-core error, prefixed with `context` (file and tensor).
 pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> PyErr {
     use tensorizer_core::Error as E;
@@ -22,6 +42,10 @@ pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> P
         None => e.to_string(),
     };
     match e {
+        E::Truncated { .. } => Python::attach(|py| match truncated_type(py) {
+            Ok(t) => PyErr::from_type(t.clone(), msg),
+            Err(err) => err,
+        }),
         E::HashMismatch { .. } => HashMismatchError::new_err(msg),
         E::Decryption | E::Encryption { .. } => CryptographyError::new_err(msg),
         E::InvalidArgument { .. } | E::MetadataOverflow { .. } | E::InvalidName { offset: 0, .. } => {

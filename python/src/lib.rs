@@ -26,6 +26,7 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
+        m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         Ok(())
     }
 

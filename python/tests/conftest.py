@@ -33,6 +33,12 @@ import tzhelpers  # noqa: E402
 tz = tzhelpers.tz
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "filterwarnings", "ignore:ComplexHalf support is experimental:UserWarning"
+    )
+
+
 def pytest_report_header(config):
     where = getattr(tz, "__file__", "?")
     ver = getattr(tz, "__version__", "?")

@@ -145,7 +145,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 t = t.to(device, non_blocking=pin)
             if self._dtype is not None and t.dtype != torch.bool:
                 t = t.to(self._dtype)
-            self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(t.dtype))
+            stored = _dtypes.torch_dtype(e.dtype)
+            self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(stored))
         if pin:
             torch.cuda.synchronize(device)
 
@@ -187,7 +188,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     def __contains__(self, key: object) -> bool:
         return key in self._structure
 
-    def keys(self) -> Any:  # type: ignore[override]
+    def keys(self) -> Any:
         return self._structure.keys()
 
     def tree(
@@ -235,7 +236,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     def _pending(self, filter_func: FilterFuncType | None, num_tensors: int) -> list[_Entry]:
         if num_tensors < -1:
             raise ValueError("num_tensors must be -1 (all) or non-negative")
-        out = []
+        out: list[_Entry] = []
         for e in self._selected[self._last_yielded + 1 :]:
             if num_tensors != -1 and len(out) >= num_tensors:
                 break

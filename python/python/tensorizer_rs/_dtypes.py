@@ -71,13 +71,13 @@ def torch_dtype(stored: str) -> torch.dtype:
         found = getattr(torch, name, None)
         if not isinstance(found, torch.dtype):
             raise ValueError(f"unknown torch dtype {torch_part!r} in dtype string {stored!r}")
-        return found
+        return found  # type: ignore[no-any-return]
     key = numpy_part if numpy_part[0] in "<>|" else "<" + numpy_part
     if key[1:] in ("u1", "i1", "b1"):
         key = "|" + key[1:]
     if key not in _FROM_NUMPY:
         raise ValueError(f"dtype {stored!r} has no torch equivalent")
-    return getattr(torch, _FROM_NUMPY[key])
+    return getattr(torch, _FROM_NUMPY[key])  # type: ignore[no-any-return]
 
 
 def numpy_dtype(stored: str) -> tuple[np.dtype[Any], str | None]:

@@ -82,7 +82,10 @@ class TensorSerializer:
         elif isinstance(file_obj, (bytes, int)):
             raise TypeError("file_obj must be a path or a binary file object")
         else:
-            if isinstance(file_obj, io.TextIOBase):
+            usable = not isinstance(file_obj, io.TextIOBase) and all(
+                getattr(file_obj, check, lambda: True)() for check in ("readable", "writable")
+            )
+            if not usable:
                 raise ValueError('file_obj must be readable, writable, and in binary mode (mode="wb+")')
             if not hasattr(file_obj, "write"):
                 raise TypeError("file_obj must be a path or a binary file object")
@@ -137,17 +140,14 @@ class TensorSerializer:
     def write_tensor(
         self,
         idx: int,
-        name: str | Sequence[Union[str, int]],
+        name: str,
         tensor_type: TensorType,
         tensor: Any,
     ) -> None:
         """Writes one tensor (a torch.Tensor or numpy.ndarray) now."""
-        if isinstance(name, (tuple, list)):
-            path = tuple(name)
-        elif isinstance(name, str):
-            path = (name,)
-        else:
-            raise TypeError(f"Invalid tensor path type: {type(name)!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"Invalid tensor path type: {type(name)!r}; write_tensor takes a str name")
+        path = (name,)
         if not 0 <= int(idx) <= 0xFFFF:
             raise ValueError(f"module index {idx} does not fit in 16 bits")
         self._append([(path, TensorType(tensor_type), int(idx), tensor)])
@@ -167,7 +167,7 @@ class TensorSerializer:
             for name, param in module.named_parameters(recurse=False):
                 items.append(((f"{module_name}.{name}",), TensorType.PARAM, idx, param))
                 removals.append((module, name))
-            non_persistent = getattr(module, "_non_persistent_buffers_set", set())
+            non_persistent: set[str] = getattr(module, "_non_persistent_buffers_set", set())
             for name, buf in module.named_buffers(recurse=False):
                 if not include_non_persistent_buffers and name in non_persistent:
                     continue

@@ -69,7 +69,7 @@ def _patch() -> None:
         kwargs["device"] = "meta"
         return original_empty(*args, **kwargs)
 
-    torch.empty = meta_empty  # type: ignore[assignment]
+    torch.empty = meta_empty
     for cls in (torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm):
         _saved[cls.__name__] = cls.reset_parameters
         cls.reset_parameters = lambda self, *a, **k: None  # type: ignore[method-assign]

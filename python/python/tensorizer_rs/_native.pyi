@@ -1,0 +1,73 @@
+"""Type stubs for the compiled extension ``tensorizer_rs._native``."""
+
+import struct
+from collections.abc import Sequence
+from os import PathLike
+from typing import Any, final
+
+__all__ = [
+    "CryptographyError",
+    "FormatError",
+    "HashMismatchError",
+    "TruncatedError",
+    "NativeReader",
+    "NativeWriter",
+    "derive_key",
+    "random_bytes",
+    "__version__",
+    "DEFAULT_READERS",
+]
+
+__version__: str
+DEFAULT_READERS: int
+
+class FormatError(ValueError): ...
+class HashMismatchError(Exception): ...
+class CryptographyError(Exception): ...
+class TruncatedError(FormatError, struct.error): ...
+
+def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
+def random_bytes(n: int) -> bytes: ...
+
+@final
+class NativeReader:
+    def __new__(
+        cls,
+        source: str | PathLike[str] | bytes,
+        *,
+        num_readers: int | None = None,
+        verify_hash: bool = False,
+        key: bytes | None = None,
+        passphrase: bytes | None = None,
+        name: str | None = None,
+    ) -> NativeReader: ...
+    def header_info(self) -> tuple[int, int, int, int, bool]: ...
+    def name(self) -> str: ...
+    def entries(
+        self,
+    ) -> list[tuple[tuple[str | int, ...], bytes, int, str, list[int], int, int, bool, int, int]]: ...
+    def module_indices(self, indices: Sequence[int]) -> list[int]: ...
+    def hash_info(self, i: int) -> tuple[bytes, int | None, bytes | None]: ...
+    def load_into(self, indices: Sequence[int], buffers: Sequence[Any], verify_hash: bool | None = None) -> None: ...
+
+@final
+class NativeWriter:
+    def __new__(
+        cls,
+        path: str | PathLike[str],
+        *,
+        alignment: int = 64,
+        metadata_len: int | None = None,
+        key: bytes | None = None,
+        kdf: tuple[int, int, bytes] | None = None,
+        num_writers: int | None = None,
+    ) -> NativeWriter: ...
+    def append(
+        self,
+        specs: Sequence[tuple[Sequence[str | int], int, int, str, Sequence[int], bool]],
+        buffers: Sequence[Any],
+    ) -> None: ...
+    def version(self) -> int: ...
+    def tensor_size(self) -> int: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
