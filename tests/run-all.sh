@@ -44,3 +44,13 @@ cargo test --locked -p tensorizer-core --no-default-features --lib
 
 step "tests (workspace)"
 cargo test --locked --workspace
+
+step "python: virtual environment (torch, tensorizer 2.12.1, transformers, MiniLM) and tensorizer_rs build"
+VENV="$(bash tests/python-env.sh | tail -1)"
+
+step "python: stubs match the extension (mypy.stubtest), package is strictly typed"
+(cd python && "$VENV/bin/python" -m mypy.stubtest tensorizer_rs._native)
+"$VENV/bin/python" -m mypy --strict python/python/tensorizer_rs
+
+step "python: tests, interop with the real tensorizer, real models"
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider

@@ -659,6 +659,8 @@ def _status_kib(field: str) -> int:
 def worker_main(args) -> None:
     pin_malloc_threshold(not args.no_mallopt)
     import_libs(args.no_rs)
+    if args.torch_threads:
+        LIBS["torch"].set_num_threads(args.torch_threads)
     with open(args.plan) as f:
         plan = json.load(f)
     plan = plan[args.case]
@@ -697,6 +699,8 @@ def measure_rss(c: Contender, args, case: str, plan_path: str) -> Optional[dict]
         cmd.append("--no-mallopt")
     if args.no_rs:
         cmd.append("--no-rs")
+    if args.torch_threads:
+        cmd += ["--torch-threads", str(args.torch_threads)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -873,6 +877,22 @@ def report_save(plan: dict, cs: List[Contender], reps: int) -> List[str]:
 # ---------------------------------------------------------------------------
 
 
+def fs_type(path: str) -> str:
+    """Filesystem type of ``path`` from /proc/mounts (tmpfs makes fsync free)."""
+    best, kind = "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                mnt, typ = parts[1], parts[2]
+                p = os.path.realpath(path)
+                if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                    best, kind = mnt, typ
+    except OSError:
+        pass
+    return kind
+
+
 def find_tzr() -> Optional[str]:
     """The repository's `tzr` CLI: $TZR, PATH, or target/{release,debug}."""
     cand = [os.environ.get("TZR"), shutil.which("tzr")]
@@ -968,6 +988,9 @@ def main() -> None:
     ap.add_argument("--no-save", action="store_true", help="skip the save benchmark")
     ap.add_argument("--no-rss", action="store_true",
                     help="skip the peak-RSS subprocesses")
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="torch.set_num_threads for parent and workers "
+                         "(default: torch's choice)")
     ap.add_argument("--no-mallopt", action="store_true",
                     help="leave glibc's dynamic mmap threshold alone")
     ap.add_argument("--no-rs", action="store_true",
@@ -991,6 +1014,8 @@ def main() -> None:
     pin_malloc_threshold(not args.no_mallopt)
     import_libs(args.no_rs)
     torch = LIBS["torch"]
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -1009,7 +1034,7 @@ def main() -> None:
             f"tensorizer_rs {lib_version('tensorizer_rs')}, "
             f"tensorizer {lib_version('tensorizer')}, "
             f"safetensors {lib_version('safetensors.torch')}. "
-            f"Files in {os.path.dirname(work)}. Allocator: {_MALLOC_NOTE}."
+            f"Files in {os.path.dirname(work)} ({fs_type(work)}). Allocator: {_MALLOC_NOTE}."
         )
         md.append("")
         if "tensorizer_rs" not in LIBS:
