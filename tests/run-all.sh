@@ -6,6 +6,17 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "servers for the remote-source tests (nginx, from Debian)"
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    else
+        echo "nginx is missing and this user cannot install it (apt-get install nginx-light)" >&2
+        exit 1
+    fi
+fi
+export TZR_REQUIRE_SERVERS=1
+
 step "toolchain components"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 have_wasm=1

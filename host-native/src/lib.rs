@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 pub mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod mmap;
 mod parallel;
 pub mod reader;
@@ -12,5 +14,5 @@ pub mod writer;
 pub use error::{Error, Result};
 pub use parallel::default_readers;
 pub use reader::{ReadOptions, Reader};
-pub use source::{LocalFile, MemorySource, RangeSource};
+pub use source::{LocalFile, MemorySource, RangeSource, open_source};
 pub use writer::{FileWriter, WriteOptions, write_file};

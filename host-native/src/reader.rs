@@ -62,6 +62,13 @@ impl Reader<LocalFile> {
     }
 }
 
+impl Reader<Box<dyn RangeSource>> {
+    /// Opens a local path or a remote URI (see [`crate::source::open_source`]).
+    pub fn open_uri(uri: &str, options: ReadOptions) -> Result<Self> {
+        Self::new(crate::source::open_source(uri)?, options)
+    }
+}
+
 impl<S: RangeSource> Reader<S> {
     /// Reads the file header and the metadata index (two reads).
     pub fn new(source: S, options: ReadOptions) -> Result<Self> {

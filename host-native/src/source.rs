@@ -127,3 +127,18 @@ impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
         (**self).name()
     }
 }
+
+/// Opens a local path or, with the `http` feature, an `http(s)://` URL.
+pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
+    #[cfg(feature = "http")]
+    if crate::http::is_http_url(uri) {
+        return Ok(Box::new(crate::http::HttpSource::open(uri, crate::http::HttpOptions::default())?));
+    }
+    let lower = uri.to_ascii_lowercase();
+    for scheme in ["s3://", "redis://", "http://", "https://"] {
+        if lower.starts_with(scheme) {
+            return Err(Error::Invalid(format!("{uri}: {scheme} sources are not supported by this build yet")));
+        }
+    }
+    Ok(Box::new(LocalFile::open(uri)?))
+}

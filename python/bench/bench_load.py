@@ -463,7 +463,8 @@ def load_contenders(plan: dict, state: dict) -> List[Contender]:
     cs.append(
         Contender(
             "memcpy",
-            f"memcpy (torch copy_, {torch.get_num_threads()} threads), pre-faulted",
+            f"memcpy (torch copy_, {torch.get_num_threads()} thread"
+            f"{'s' * (torch.get_num_threads() != 1)}), pre-faulted",
             memcpy,
             kind="limit",
             nbytes=n_raw,
@@ -757,9 +758,10 @@ def report_load(case: str, plan: dict, cs: List[Contender], rss: dict,
              f"({out_bytes / 1024:.0f} KiB of data)")
     L += [title, ""]
     L.append(f"Load (best / median of {reps}, warm page cache, every page "
-             f"touched). Ratios above 1 are faster than the reference; "
-             f"\"tensorizer_rs speedup\" is this row's time over "
-             f"tensorizer_rs's. Peak RSS: VmHWM of a fresh process after the "
+             f"touched). \"× raw read\": the raw read's time over this row's "
+             f"(above 1: faster than that read); \"tensorizer_rs speedup\": "
+             f"this row's time over tensorizer_rs's (above 1: tensorizer_rs "
+             f"is faster). Peak RSS: VmHWM of a fresh process after the "
              f"watermark is reset post-import, minus the RSS at that point, "
              f"minus the {out_bytes / (1 << 20):.1f} MiB output (a limit row: "
              f"minus its buffer).")
@@ -856,7 +858,9 @@ def report_save(plan: dict, cs: List[Contender], reps: int) -> List[str]:
     raw_t = best(raw) if raw and raw.times else None
     L = [f"Save of the same state dict ({nb / (1 << 20):.1f} MiB), each to a "
          f"new file, then fsync of file and directory by this harness "
-         f"(best / median of {reps}).", ""]
+         f"(best / median of {reps}). \"× raw write\": raw write + fsync time "
+         f"over this row's; \"tensorizer_rs speedup\": this row's time over "
+         f"tensorizer_rs's.", ""]
     hdr = ["contender", "save + fsync best", "median", "of which fsync "
            "(median)", "GB/s", "× raw write", "tensorizer_rs speedup",
            "who fsyncs"]

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{HashValue, KeySource, PathComponent, TensorPath};
-use tensorizer_native::{LocalFile, MemorySource, RangeSource, ReadOptions, Reader, default_readers};
+use tensorizer_native::{MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_source};
 
 use crate::buffers::Held;
 use crate::errors::{CryptographyError, to_py};
@@ -62,7 +62,8 @@ impl NativeReader {
             Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name.unwrap_or_else(|| "<bytes>".into())))
         } else {
             let path: std::path::PathBuf = source.extract()?;
-            Box::new(py.detach(|| LocalFile::open(&path)).map_err(to_py)?)
+            let uri = path.to_string_lossy().into_owned();
+            py.detach(|| open_source(&uri)).map_err(to_py)?
         };
         let options = ReadOptions {
             num_readers: num_readers.unwrap_or_else(default_readers).max(1),

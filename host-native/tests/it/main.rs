@@ -5,4 +5,6 @@ mod atomic;
 mod cli;
 mod common;
 mod convert;
+mod http;
 mod read_write;
+mod servers;

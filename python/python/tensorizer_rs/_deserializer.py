@@ -380,8 +380,8 @@ def _source_of(file_obj: Any) -> tuple[Any, str | None]:
     """A path or bytes for the native reader, and a display name."""
     if isinstance(file_obj, (str, os.PathLike)):
         path = os.fspath(file_obj)
-        if "://" in path.split("/", 1)[0] + "/" and not path.startswith("file://"):
-            scheme = path.split("://", 1)[0]
+        scheme = path.split("://", 1)[0].lower() if "://" in path else ""
+        if scheme in ("s3", "redis"):
             raise NotImplementedError(f"{scheme}:// sources are not supported yet; download the file first")
         return path, None
     if isinstance(file_obj, (bytes, int)):

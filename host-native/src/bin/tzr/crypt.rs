@@ -12,16 +12,18 @@ use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_reader
 use crate::keys::{KdfPreset, KeyArgs, generate_key_file};
 use crate::{Failure, Outcome, progress};
 
-fn open(file: &Path, key: &KeyArgs, num_readers: Option<usize>) -> Result<Reader, Failure> {
+type AnyReader = Reader<Box<dyn tensorizer_native::RangeSource>>;
+
+fn open(file: &Path, key: &KeyArgs, num_readers: Option<usize>) -> Result<AnyReader, Failure> {
     let options = ReadOptions {
         num_readers: num_readers.unwrap_or_else(default_readers).max(1),
         verify_hash: true,
         key: key.for_reading()?,
     };
-    Ok(Reader::open(file, options)?)
+    Ok(Reader::open_uri(&file.to_string_lossy(), options)?)
 }
 
-fn total_bytes(reader: &Reader) -> u64 {
+fn total_bytes(reader: &AnyReader) -> u64 {
     reader.entries().iter().map(|e| e.data_length).sum()
 }
 
@@ -80,7 +82,7 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
 }
 
 /// The writer input mirroring every tensor of `reader`.
-fn specs_of(reader: &Reader) -> Result<Vec<TensorSpec>, Failure> {
+fn specs_of(reader: &AnyReader) -> Result<Vec<TensorSpec>, Failure> {
     let mut specs = Vec::with_capacity(reader.entries().len());
     for (i, e) in reader.entries().iter().enumerate() {
         let record = reader.record(i)?;
@@ -97,7 +99,7 @@ fn specs_of(reader: &Reader) -> Result<Vec<TensorSpec>, Failure> {
 }
 
 /// Streams every tensor of `reader` into a new file at `output`.
-fn rewrite(reader: &Reader, output: &Path, options: WriteOptions, message: &str) -> Outcome {
+fn rewrite(reader: &AnyReader, output: &Path, options: WriteOptions, message: &str) -> Outcome {
     let specs = specs_of(reader)?;
     let writer = FileWriter::create(output, &specs, &options)?;
     let bar = progress::bytes(total_bytes(reader), message);

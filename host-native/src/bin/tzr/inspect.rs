@@ -71,7 +71,7 @@ fn row(e: &MetadataEntry) -> Row {
 }
 
 pub(crate) fn run(file: &Path, json: bool) -> Outcome {
-    let reader = Reader::open(file, ReadOptions::default())?;
+    let reader = Reader::open_uri(&file.to_string_lossy(), ReadOptions::default())?;
     let h = reader.header();
     let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
     for e in reader.entries() {

@@ -1,0 +1,236 @@
+//! HTTP(S) range reads: a [`RangeSource`] over a URL served with
+//! `Accept-Ranges: bytes` (nginx, object stores, CDNs).
+//!
+//! Each read is one `Range` request on a pooled keep-alive connection, so
+//! the reader's threads are concurrent range streams. There is no timeout
+//! on a whole response, only on each socket read (a stall), and a failed or
+//! short read re-fetches only the bytes still missing, with exponential
+//! backoff, up to a bounded number of attempts. A server that ignores
+//! `Range`, or an object whose ETag changes during the load, is an error
+//! naming the URL and the range.
+
+use std::io::Read;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::source::RangeSource;
+
+/// Retry and timeout settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// Attempts per range before giving up (at least 1).
+    pub attempts: u32,
+    /// Delay before the first retry; doubled each time.
+    pub backoff: Duration,
+    /// Longest wait for any single socket read (a stalled server).
+    pub read_timeout: Duration,
+    /// Longest wait to connect.
+    pub connect_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            attempts: 6,
+            backoff: Duration::from_millis(100),
+            read_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A remote object read with HTTP range requests.
+pub struct HttpSource {
+    agent: ureq::Agent,
+    url: String,
+    len: u64,
+    etag: Option<String>,
+    options: HttpOptions,
+}
+
+impl std::fmt::Debug for HttpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSource").field("url", &self.url).field("len", &self.len).finish()
+    }
+}
+
+/// Parses `bytes START-END/TOTAL`.
+fn content_range(value: &str) -> Option<(u64, u64, u64)> {
+    let rest = value.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (start, end) = range.split_once('-')?;
+    Some((start.trim().parse().ok()?, end.trim().parse().ok()?, total.trim().parse().ok()?))
+}
+
+impl HttpSource {
+    /// Opens `url`: one request for its first byte gives the length, the
+    /// ETag, and proof that the server honours `Range`.
+    pub fn open(url: &str, options: HttpOptions) -> Result<Self> {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_per_read(Some(options.read_timeout))
+            .timeout_connect(Some(options.connect_timeout))
+            .max_idle_connections_per_host(64)
+            .user_agent(concat!("tensorizer-rs/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .new_agent();
+        let mut this = Self { agent, url: url.to_string(), len: 0, etag: None, options };
+        let (len, etag) = this.with_retries(0, 1, |this| this.probe())?;
+        this.len = len;
+        this.etag = etag;
+        Ok(this)
+    }
+
+    fn fail(&self, offset: u64, len: u64, why: impl std::fmt::Display) -> Error {
+        Error::Io {
+            file: self.url.clone(),
+            offset,
+            source: std::io::Error::other(format!("range {offset}-{}: {why}", offset + len.max(1) - 1)),
+        }
+    }
+
+    /// Errors worth retrying are `Err(Some(e))`; final ones `Err(None)` after
+    /// recording the error in `Attempt::Final`.
+    fn probe(&self) -> Attempt<(u64, Option<String>)> {
+        let resp = match self.agent.get(&self.url).header("Range", "bytes=0-0").call() {
+            Ok(r) => r,
+            Err(e) => return Attempt::Retry(self.fail(0, 1, e)),
+        };
+        let status = resp.status().as_u16();
+        if status == 200 {
+            return Attempt::Final(self.fail(0, 1, "the server ignores Range requests (answered 200, not 206)"));
+        }
+        if status >= 500 || status == 429 {
+            return Attempt::Retry(self.fail(0, 1, format!("HTTP {status}")));
+        }
+        if status != 206 {
+            return Attempt::Final(self.fail(0, 1, format!("HTTP {status}")));
+        }
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let Some((_, _, total)) = header("content-range").as_deref().and_then(content_range) else {
+            return Attempt::Final(self.fail(0, 1, "missing or invalid Content-Range"));
+        };
+        Attempt::Ok((total, header("etag")))
+    }
+
+    fn with_retries<T>(&mut self, offset: u64, len: u64, mut f: impl FnMut(&Self) -> Attempt<T>) -> Result<T> {
+        let mut delay = self.options.backoff;
+        let mut last = None;
+        for attempt in 0..self.options.attempts.max(1) {
+            if attempt > 0 {
+                std::thread::sleep(delay);
+                delay = delay.saturating_mul(2);
+            }
+            match f(self) {
+                Attempt::Ok(v) => return Ok(v),
+                Attempt::Final(e) => return Err(e),
+                Attempt::Retry(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| self.fail(offset, len, "no attempt made")))
+    }
+
+    /// One attempt at filling `buf[*done..]`; progress survives failures.
+    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize) -> Attempt<()> {
+        let start = offset + *done as u64;
+        let end = offset + buf.len() as u64 - 1;
+        let range = format!("bytes={start}-{end}");
+        let resp = match self.agent.get(&self.url).header("Range", &range).call() {
+            Ok(r) => r,
+            Err(e) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
+        };
+        let status = resp.status().as_u16();
+        let span = end + 1 - start;
+        match status {
+            206 => {}
+            200 => return Attempt::Final(self.fail(start, span, "the server ignored the Range header")),
+            429 | 500..=599 => return Attempt::Retry(self.fail(start, span, format!("HTTP {status}"))),
+            _ => return Attempt::Final(self.fail(start, span, format!("HTTP {status}"))),
+        }
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        if let Some(expected) = &self.etag
+            && header("etag").as_ref() != Some(expected)
+        {
+            return Attempt::Final(self.fail(start, span, "the object changed during the load (ETag differs)"));
+        }
+        match header("content-range").as_deref().and_then(content_range) {
+            Some((s, e, total)) if s == start && e == end && total == self.len => {}
+            _ => return Attempt::Final(self.fail(start, span, "the server returned a different range")),
+        }
+        let mut reader = resp.into_body().into_reader();
+        while *done < buf.len() {
+            match reader.read(&mut buf[*done..]) {
+                Ok(0) => return Attempt::Retry(self.fail(start, span, "connection closed early (short body)")),
+                Ok(n) => *done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Attempt::Retry(self.fail(start, span, e)),
+            }
+        }
+        Attempt::Ok(())
+    }
+}
+
+/// The outcome of one attempt.
+enum Attempt<T> {
+    Ok(T),
+    Retry(Error),
+    Final(Error),
+}
+
+impl RangeSource for HttpSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.len) {
+            return Err(Error::format(
+                self.url.clone(),
+                tensorizer_core::Error::Truncated {
+                    offset: self.len.min(offset),
+                    needed: (offset + buf.len() as u64).saturating_sub(self.len),
+                },
+            ));
+        }
+        let mut done = 0usize;
+        let mut delay = self.options.backoff;
+        let mut last = None;
+        for attempt in 0..self.options.attempts.max(1) {
+            if attempt > 0 {
+                std::thread::sleep(delay);
+                delay = delay.saturating_mul(2);
+            }
+            match self.fetch(offset, buf, &mut done) {
+                Attempt::Ok(()) => return Ok(()),
+                Attempt::Final(e) => return Err(e),
+                Attempt::Retry(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))
+    }
+
+    fn name(&self) -> &str {
+        &self.url
+    }
+}
+
+/// Whether `s` is an `http://` or `https://` URL.
+pub fn is_http_url(s: &str) -> bool {
+    let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_content_range() {
+        assert_eq!(content_range("bytes 0-0/262425"), Some((0, 0, 262425)));
+        assert_eq!(content_range("bytes 10-19/*"), None);
+        assert!(is_http_url("HTTPS://x/y") && !is_http_url("s3://b/k"));
+    }
+}

@@ -1,0 +1,179 @@
+//! Real servers for the remote-source tests, started on 127.0.0.1 by the
+//! tests themselves: nginx serving a directory with Range support, and a
+//! small fault-injecting TCP proxy in front of it.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Finds a binary, or explains why the test cannot run. With
+/// `TZR_REQUIRE_SERVERS=1` (set by tests/run-all.sh) a missing server fails.
+pub(crate) fn binary(name: &str, candidates: &[&str]) -> Option<PathBuf> {
+    let found = candidates.iter().map(PathBuf::from).find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var("TZR_REQUIRE_SERVERS").is_err(),
+            "{name} is required (install it: apt-get install {name})"
+        );
+        eprintln!("SKIPPED: {name} is not installed");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap()
+}
+
+/// nginx serving `root` on a loopback port; stopped on drop.
+pub(crate) struct Nginx {
+    child: Child,
+    pub(crate) port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    pub(crate) fn serve(root: &Path) -> Option<Self> {
+        let bin = binary("nginx", &["/usr/sbin/nginx", "/usr/bin/nginx"])?;
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
+                     uwsgi_temp_path {d}; scgi_temp_path {d}; sendfile on; keepalive_requests 10000;\n\
+               server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} }} }}\n",
+            d = dir.path().display(),
+            root = root.display(),
+        );
+        let conf_path = dir.path().join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = Command::new(bin).arg("-c").arg(&conf_path).arg("-p").arg(dir.path()).spawn().unwrap();
+        for _ in 0..100 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(Self { child, port, _dir: dir });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("nginx did not start on port {port}");
+    }
+
+    pub(crate) fn url(&self, file: &str) -> String {
+        format!("http://127.0.0.1:{}/{file}", self.port)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the proxy does to connection number `n` (counting from 0).
+#[derive(Clone, Copy)]
+pub(crate) enum Fault {
+    /// Answer every other connection with `503` without asking upstream.
+    Status503,
+    /// Cut every third connection after this many response bytes.
+    ResetAfter(usize),
+    /// Hold every other connection silent after this many response bytes.
+    StallAfter(usize),
+}
+
+/// A TCP proxy to `upstream` that injects `fault`; stopped on drop.
+pub(crate) struct FaultProxy {
+    pub(crate) port: u16,
+    stop: Arc<AtomicBool>,
+    pub(crate) connections: Arc<AtomicUsize>,
+}
+
+impl FaultProxy {
+    pub(crate) fn start(upstream: u16, fault: Fault) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (s, c) = (stop.clone(), connections.clone());
+        std::thread::spawn(move || {
+            // Bounded: the proxy exits when dropped, and handles at most 10,000 connections.
+            while !s.load(Ordering::Relaxed) && c.load(Ordering::Relaxed) < 10_000 {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let n = c.fetch_add(1, Ordering::Relaxed);
+                        let stop = s.clone();
+                        std::thread::spawn(move || handle(client, upstream, fault, n, stop));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self { port, stop, connections }
+    }
+
+    pub(crate) fn url(&self, file: &str) -> String {
+        format!("http://127.0.0.1:{}/{file}", self.port)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Arc<AtomicBool>) {
+    if let Fault::Status503 = fault
+        && n % 2 == 1
+    {
+        let mut buf = [0u8; 4096];
+        let _ = client.read(&mut buf);
+        let _ = client.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+    }
+    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { return };
+    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut s2);
+        let _ = s2.shutdown(Shutdown::Write);
+    });
+    let limit = match fault {
+        Fault::ResetAfter(bytes) if n % 3 == 1 => Some((bytes, false)),
+        Fault::StallAfter(bytes) if n % 2 == 1 => Some((bytes, true)),
+        _ => None,
+    };
+    let mut server = server;
+    let mut sent = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let Ok(k) = server.read(&mut buf) else { break };
+        if k == 0 {
+            break;
+        }
+        let k = match limit {
+            Some((max, _)) if sent + k > max => max - sent,
+            _ => k,
+        };
+        if client.write_all(&buf[..k]).is_err() {
+            break;
+        }
+        sent += k;
+        if let Some((max, stall)) = limit
+            && sent >= max
+        {
+            if stall {
+                // Hold the connection open and silent until the test ends.
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            break;
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+}
