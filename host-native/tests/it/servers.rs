@@ -52,9 +52,11 @@ impl Nginx {
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();
         let child = Command::new(bin).arg("-c").arg(&conf_path).arg("-p").arg(dir.path()).spawn().unwrap();
+        // Owned from here on: dropping `server` kills and reaps nginx.
+        let server = Self { child, port, _dir: dir };
         for _ in 0..100 {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(Self { child, port, _dir: dir });
+                return Some(server);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -150,8 +152,7 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
     let mut server = server;
     let mut sent = 0usize;
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let Ok(k) = server.read(&mut buf) else { break };
+    while let Ok(k) = server.read(&mut buf) {
         if k == 0 {
             break;
         }
