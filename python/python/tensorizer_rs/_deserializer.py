@@ -21,10 +21,10 @@ FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 
 class _Entry:
-    __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta")
+    __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta", "data_offset")
 
     def __init__(self, index: int, raw: tuple[Any, ...]) -> None:
-        path, _name_bytes, tensor_type, dtype, shape, data_length, nbytes, is_meta, _h, _d = raw
+        path, _name_bytes, tensor_type, dtype, shape, data_length, nbytes, is_meta, _h, data_offset = raw
         self.index = index
         self.path: _paths.Path = tuple(path)
         self.name = _paths.normalize(self.path)
@@ -34,6 +34,7 @@ class _Entry:
         self.data_length: int = data_length
         self.nbytes: int = nbytes
         self.is_meta: bool = is_meta
+        self.data_offset: int = data_offset
 
 
 def _resolve_device(device: Any) -> Any:
@@ -69,6 +70,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         num_readers: int | None = None,
         verify_hash: bool = False,
         encryption: DecryptionParams | None = None,
+        mmap: bool | None = None,
     ) -> None:
         if encryption is not None and not isinstance(encryption, DecryptionParams):
             raise TypeError("encryption must be a DecryptionParams object or None")
@@ -109,6 +111,15 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self.read_bytes = 0
         self.total_compressed_tensor_bytes = 0
         self._lazy = lazy_load
+        # Zero-copy loads from a private, copy-on-write memory map of a
+        # local, unencrypted file (``mmap=False`` forces copies).
+        self._map: Any = None
+        if mmap is not False and not encrypted and isinstance(source, str) and os.path.isfile(source):
+            import mmap as _mmap
+
+            with open(source, "rb") as f:
+                if os.fstat(f.fileno()).st_size > 0:
+                    self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         if not lazy_load:
             self._load(self._selected, verify_hash)
             self._last_yielded = len(self._selected) - 1
@@ -133,6 +144,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             return
         self._check_open()
         device = self._device
+        if self._map is not None and not verify_hash and device.type == "cpu":
+            todo = self._load_mapped(todo)
+            if not todo:
+                return
         pin = device.type == "cuda"
         staged = []
         for e in todo:
@@ -149,6 +164,30 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(stored))
         if pin:
             torch.cuda.synchronize(device)
+
+    def _load_mapped(self, todo: list[_Entry]) -> list[_Entry]:
+        """Views straight into the memory map for entries whose data is
+        aligned to their element size; returns the entries left to copy."""
+        import torch
+
+        rest = []
+        mapped = []
+        for e in todo:
+            dtype = _dtypes.torch_dtype(e.dtype)
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            if e.is_meta or e.data_length == 0 or e.data_offset % itemsize:
+                rest.append(e)
+                continue
+            mapped.append((e, dtype, e.data_length // itemsize))
+        if mapped:
+            # Parse each header once: the index and the headers must agree.
+            self._reader.module_indices([e.index for e, _, _ in mapped])
+        for e, dtype, count in mapped:
+            t = torch.frombuffer(self._map, dtype=dtype, count=count, offset=e.data_offset).reshape(e.shape)
+            if self._dtype is not None and t.dtype != torch.bool:
+                t = t.to(self._dtype)
+            self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(dtype))
+        return rest
 
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:
@@ -361,6 +400,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     def close(self) -> None:
         self._closed = True
         self._reader = None
+        # Tensors already handed out keep the mapping alive through their
+        # buffer references; only ours is dropped here.
+        self._map = None
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
