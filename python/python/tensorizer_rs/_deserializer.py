@@ -52,9 +52,20 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     """Reads a ``.tensors`` file: a read-only mapping from top-level keys to
     tensors (``torch.nn.Parameter``) or nested read-only mappings.
 
-    Same arguments as ``tensorizer.TensorDeserializer``. Loading fills
-    tensors allocated by torch directly from the file, in parallel, with the
-    GIL released. Eager (the default) loads everything in the constructor.
+    Same arguments as ``tensorizer.TensorDeserializer``, plus ``mmap``.
+    Eager (the default) loads everything in the constructor.
+
+    How tensors are filled:
+
+    * Local, unencrypted files on CPU without ``verify_hash``: tensors are
+      zero-copy views of a private, copy-on-write memory map wherever the
+      data is aligned to the element size (always, for files tensorizer_rs
+      writes). Writing to such a tensor never touches the file. Pass
+      ``mmap=False`` to get independent copies instead (e.g. when another
+      program may rewrite the file in place while the tensors are in use).
+    * Otherwise: tensors are allocated by torch (pinned memory for CUDA
+      targets) and filled directly from the file by Rust, in parallel, with
+      the GIL released; decryption and hash checks happen on the way.
     """
 
     def __init__(
