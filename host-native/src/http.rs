@@ -75,7 +75,8 @@ impl HttpSource {
             .build()
             .new_agent();
         let mut this = Self { agent, url: url.to_string(), len: 0, etag: None, options };
-        let (len, etag) = this.with_retries(0, 1, |this| this.probe())?;
+        let (len, etag) =
+            retry(&options, || this.probe()).map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = len;
         this.etag = etag;
         Ok(this)
@@ -111,23 +112,6 @@ impl HttpSource {
             return Attempt::Final(self.fail(0, 1, "missing or invalid Content-Range"));
         };
         Attempt::Ok((total, header("etag")))
-    }
-
-    fn with_retries<T>(&mut self, offset: u64, len: u64, mut f: impl FnMut(&Self) -> Attempt<T>) -> Result<T> {
-        let mut delay = self.options.backoff;
-        let mut last = None;
-        for attempt in 0..self.options.attempts.max(1) {
-            if attempt > 0 {
-                std::thread::sleep(delay);
-                delay = delay.saturating_mul(2);
-            }
-            match f(self) {
-                Attempt::Ok(v) => return Ok(v),
-                Attempt::Final(e) => return Err(e),
-                Attempt::Retry(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| self.fail(offset, len, "no attempt made")))
     }
 
     /// One attempt at filling `buf[*done..]`; progress survives failures.
@@ -177,6 +161,26 @@ enum Attempt<T> {
     Final(Error),
 }
 
+/// Runs `attempt` until it succeeds, fails for good, or `options.attempts`
+/// are used up, sleeping with exponential backoff in between. The error is
+/// the last one seen (`None` only if no attempt ran).
+fn retry<T>(options: &HttpOptions, mut attempt: impl FnMut() -> Attempt<T>) -> Result<T, Option<Error>> {
+    let mut delay = options.backoff;
+    let mut last = None;
+    for n in 0..options.attempts.max(1) {
+        if n > 0 {
+            std::thread::sleep(delay);
+            delay = delay.saturating_mul(2);
+        }
+        match attempt() {
+            Attempt::Ok(v) => return Ok(v),
+            Attempt::Final(e) => return Err(Some(e)),
+            Attempt::Retry(e) => last = Some(e),
+        }
+    }
+    Err(last)
+}
+
 impl RangeSource for HttpSource {
     fn len(&self) -> u64 {
         self.len
@@ -196,20 +200,8 @@ impl RangeSource for HttpSource {
             ));
         }
         let mut done = 0usize;
-        let mut delay = self.options.backoff;
-        let mut last = None;
-        for attempt in 0..self.options.attempts.max(1) {
-            if attempt > 0 {
-                std::thread::sleep(delay);
-                delay = delay.saturating_mul(2);
-            }
-            match self.fetch(offset, buf, &mut done) {
-                Attempt::Ok(()) => return Ok(()),
-                Attempt::Final(e) => return Err(e),
-                Attempt::Retry(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))
+        retry(&self.options, || self.fetch(offset, buf, &mut done))
+            .map_err(|e| e.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))
     }
 
     fn name(&self) -> &str {
