@@ -190,15 +190,7 @@ impl RangeSource for HttpSource {
         if buf.is_empty() {
             return Ok(());
         }
-        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.len) {
-            return Err(Error::format(
-                self.url.clone(),
-                tensorizer_core::Error::Truncated {
-                    offset: self.len.min(offset),
-                    needed: (offset + buf.len() as u64).saturating_sub(self.len),
-                },
-            ));
-        }
+        crate::source::check_range(&self.url, self.len, offset, buf.len())?;
         let mut done = 0usize;
         retry(&self.options, || self.fetch(offset, buf, &mut done))
             .map_err(|e| e.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))

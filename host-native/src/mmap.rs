@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use tensorizer_core::{File, MetadataEntry, TensorPath};
+use tensorizer_core::{File, MetadataEntry, TensorPath, TensorRecord};
 
 use crate::error::{Error, Result, io_err};
 
@@ -62,17 +62,16 @@ impl MappedFile {
         self.entries.iter().position(|e| &e.path == path)
     }
 
-    fn view(&self) -> Result<File<'_>> {
-        File::parse(&self.map).map_err(|source| Error::format(self.name.clone(), source))
-    }
-
     /// The stored bytes of tensor `i`, borrowed from the map (empty for meta
     /// tensors). With `verify`, its hashes are checked first.
     pub fn bytes(&self, i: usize, verify: bool) -> Result<&[u8]> {
         let entry =
             self.entries.get(i).ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.name)))?;
         let err = |source| Error::tensor(self.name.clone(), entry.path.to_string(), source);
-        let (record, data) = self.view()?.tensor(i).map_err(err)?;
+        // Offsets were checked against the map's length when it was opened.
+        let raw = &self.map[entry.header_offset as usize..entry.data_offset as usize];
+        let data = &self.map[entry.data_offset as usize..entry.data_end() as usize];
+        let record = TensorRecord::parse(entry, raw, &self.header).map_err(err)?;
         if verify {
             record.verify(data).map_err(err)?;
         }

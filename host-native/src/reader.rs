@@ -149,6 +149,21 @@ impl<S: RangeSource> Reader<S> {
         TensorRecord::parse(entry, &raw, &self.header).map_err(self.tensor_err(entry))
     }
 
+    /// The writer input that reproduces tensor `i` (reads its header for
+    /// the module index).
+    pub fn spec(&self, i: usize) -> Result<tensorizer_core::TensorSpec> {
+        let entry = self.entry(i)?;
+        let record = self.record(i)?;
+        Ok(tensorizer_core::TensorSpec {
+            path: entry.path.clone(),
+            tensor_type: entry.tensor_type,
+            module_index: record.header.module_index,
+            dtype: entry.dtype.clone(),
+            shape: entry.shape.clone(),
+            meta: entry.is_meta(),
+        })
+    }
+
     /// The key for `record`, derived once per key-derivation setting.
     fn key_for(&self, record: &TensorRecord) -> Result<Option<Key>> {
         let Some(info) = &record.header.crypt_info else {

@@ -25,6 +25,21 @@ pub trait RangeSource: Send + Sync {
     fn name(&self) -> &str;
 }
 
+/// Fails with a `Truncated` format error when `len` bytes at `offset` do
+/// not lie inside a source of `total` bytes.
+pub(crate) fn check_range(name: &str, total: u64, offset: u64, len: usize) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= total => Ok(()),
+        end => Err(Error::format(
+            name,
+            tensorizer_core::Error::Truncated {
+                offset: total.min(offset),
+                needed: end.map_or(u64::MAX, |e| e - total),
+            },
+        )),
+    }
+}
+
 /// A local file read with `pread`, so any number of threads share one
 /// descriptor.
 #[derive(Debug)]
@@ -55,16 +70,7 @@ impl RangeSource for LocalFile {
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let end = offset.checked_add(buf.len() as u64);
-        if end.is_none_or(|e| e > self.len) {
-            return Err(Error::format(
-                self.name.clone(),
-                tensorizer_core::Error::Truncated {
-                    offset: self.len.min(offset),
-                    needed: end.map_or(u64::MAX, |e| e - self.len.min(e)),
-                },
-            ));
-        }
+        check_range(&self.name, self.len, offset, buf.len())?;
         self.file.read_exact_at(buf, offset).map_err(io_err(&self.name, offset))
     }
 
@@ -99,13 +105,7 @@ impl RangeSource for MemorySource {
                 buf.copy_from_slice(src);
                 Ok(())
             }
-            None => Err(Error::format(
-                self.name.clone(),
-                tensorizer_core::Error::Truncated {
-                    offset: self.len().min(offset),
-                    needed: (offset + buf.len() as u64).saturating_sub(self.len()),
-                },
-            )),
+            None => check_range(&self.name, self.len(), offset, buf.len()),
         }
     }
 

@@ -160,16 +160,8 @@ fn file_writer_reproduces_every_unencrypted_vector_byte_for_byte() {
         let reader = Reader::open(&v.path, ReadOptions::default()).unwrap();
         let mut specs = Vec::new();
         let mut data = Vec::new();
-        for (i, e) in reader.entries().iter().enumerate() {
-            let record = reader.record(i).unwrap();
-            specs.push(TensorSpec {
-                path: e.path.clone(),
-                tensor_type: e.tensor_type,
-                module_index: record.header.module_index,
-                dtype: e.dtype.clone(),
-                shape: e.shape.clone(),
-                meta: e.is_meta(),
-            });
+        for i in 0..reader.entries().len() {
+            specs.push(reader.spec(i).unwrap());
             let mut buf = Vec::new();
             reader
                 .stream(i, 1 << 20, true, |p| {

@@ -32,8 +32,3 @@ def normalize(path: Path) -> str | Path:
         return path[0]
     return path
 
-
-def as_path(name: str | Sequence[PathComponent]) -> Path:
-    if isinstance(name, str):
-        return (name,)
-    return tuple(name)

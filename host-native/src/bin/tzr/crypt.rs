@@ -83,19 +83,7 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
 
 /// The writer input mirroring every tensor of `reader`.
 fn specs_of(reader: &AnyReader) -> Result<Vec<TensorSpec>, Failure> {
-    let mut specs = Vec::with_capacity(reader.entries().len());
-    for (i, e) in reader.entries().iter().enumerate() {
-        let record = reader.record(i)?;
-        specs.push(TensorSpec {
-            path: e.path.clone(),
-            tensor_type: e.tensor_type,
-            module_index: record.header.module_index,
-            dtype: e.dtype.clone(),
-            shape: e.shape.clone(),
-            meta: e.is_meta(),
-        });
-    }
-    Ok(specs)
+    Ok((0..reader.entries().len()).map(|i| reader.spec(i)).collect::<Result<_, _>>()?)
 }
 
 /// Streams every tensor of `reader` into a new file at `output`.
