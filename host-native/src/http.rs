@@ -13,6 +13,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::retry::{Attempt, retry};
 use crate::source::RangeSource;
 
 /// Retry and timeout settings.
@@ -76,7 +77,7 @@ impl HttpSource {
             .new_agent();
         let mut this = Self { agent, url: url.to_string(), len: 0, etag: None, options };
         let (len, etag) =
-            retry(&options, || this.probe()).map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
+            retry(options.attempts, options.backoff, || this.probe()).map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = len;
         this.etag = etag;
         Ok(this)
@@ -154,33 +155,6 @@ impl HttpSource {
     }
 }
 
-/// The outcome of one attempt.
-enum Attempt<T> {
-    Ok(T),
-    Retry(Error),
-    Final(Error),
-}
-
-/// Runs `attempt` until it succeeds, fails for good, or `options.attempts`
-/// are used up, sleeping with exponential backoff in between. The error is
-/// the last one seen (`None` only if no attempt ran).
-fn retry<T>(options: &HttpOptions, mut attempt: impl FnMut() -> Attempt<T>) -> Result<T, Option<Error>> {
-    let mut delay = options.backoff;
-    let mut last = None;
-    for n in 0..options.attempts.max(1) {
-        if n > 0 {
-            std::thread::sleep(delay);
-            delay = delay.saturating_mul(2);
-        }
-        match attempt() {
-            Attempt::Ok(v) => return Ok(v),
-            Attempt::Final(e) => return Err(Some(e)),
-            Attempt::Retry(e) => last = Some(e),
-        }
-    }
-    Err(last)
-}
-
 impl RangeSource for HttpSource {
     fn len(&self) -> u64 {
         self.len
@@ -192,7 +166,7 @@ impl RangeSource for HttpSource {
         }
         crate::source::check_range(&self.url, self.len, offset, buf.len())?;
         let mut done = 0usize;
-        retry(&self.options, || self.fetch(offset, buf, &mut done))
+        retry(self.options.attempts, self.options.backoff, || self.fetch(offset, buf, &mut done))
             .map_err(|e| e.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))
     }
 

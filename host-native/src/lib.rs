@@ -6,6 +6,7 @@ pub mod http;
 pub mod mmap;
 mod parallel;
 pub mod reader;
+mod retry;
 pub mod safetensors;
 pub mod source;
 pub mod verify;

@@ -1,0 +1,39 @@
+//! Bounded retries with exponential backoff, shared by the network sources.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// The outcome of one attempt.
+pub(crate) enum Attempt<T> {
+    /// Done.
+    Ok(T),
+    /// A transient failure (reset, stall, 5xx, short body): try again.
+    Retry(Error),
+    /// A failure that another attempt cannot fix.
+    Final(Error),
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `attempts` are used
+/// up, sleeping `backoff`, then twice that, and so on in between. The error
+/// is the last one seen (`None` only if no attempt ran).
+pub(crate) fn retry<T>(
+    attempts: u32,
+    backoff: Duration,
+    mut attempt: impl FnMut() -> Attempt<T>,
+) -> Result<T, Option<Error>> {
+    let mut delay = backoff;
+    let mut last = None;
+    for n in 0..attempts.max(1) {
+        if n > 0 {
+            std::thread::sleep(delay);
+            delay = delay.saturating_mul(2);
+        }
+        match attempt() {
+            Attempt::Ok(v) => return Ok(v),
+            Attempt::Final(e) => return Err(Some(e)),
+            Attempt::Retry(e) => last = Some(e),
+        }
+    }
+    Err(last)
+}
