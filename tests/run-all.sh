@@ -6,12 +6,15 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "servers for the remote-source tests (nginx, from Debian)"
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+step "servers for the remote-source tests (nginx and redis-server, from Debian)"
+missing=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "nginx is missing and this user cannot install it (apt-get install nginx-light)" >&2
+        echo "missing: ${missing[*]}, and this user cannot install them (apt-get install ${missing[*]})" >&2
         exit 1
     fi
 fi
@@ -50,14 +53,16 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p te
 step "fuzz targets build (stable)"
 cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
 
+step "python: virtual environment (torch, tensorizer 2.12.1, transformers, MiniLM) and tensorizer_rs build"
+VENV="$(bash tests/python-env.sh | tail -1)"
+# The S3 tests start moto_server from that environment.
+export TZR_MOTO_SERVER="$VENV/bin/moto_server"
+
 step "tests (core without std)"
 cargo test --locked -p tensorizer-core --no-default-features --lib
 
 step "tests (workspace)"
 cargo test --locked --workspace
-
-step "python: virtual environment (torch, tensorizer 2.12.1, transformers, MiniLM) and tensorizer_rs build"
-VENV="$(bash tests/python-env.sh | tail -1)"
 
 step "python: stubs match the extension (mypy.stubtest), package is strictly typed"
 (cd python && "$VENV/bin/python" -m mypy.stubtest tensorizer_rs._native)

@@ -23,7 +23,7 @@ pub struct HttpOptions {
     pub attempts: u32,
     /// Delay before the first retry; doubled each time.
     pub backoff: Duration,
-    /// Longest wait for any single socket read (a stalled server).
+    /// Longest wait for any single socket read or write (a stalled server).
     pub read_timeout: Duration,
     /// Longest wait to connect.
     pub connect_timeout: Duration,
@@ -44,6 +44,7 @@ impl Default for HttpOptions {
 pub struct HttpSource {
     agent: ureq::Agent,
     url: String,
+    name: String,
     len: u64,
     etag: Option<String>,
     options: HttpOptions,
@@ -51,8 +52,22 @@ pub struct HttpSource {
 
 impl std::fmt::Debug for HttpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpSource").field("url", &self.url).field("len", &self.len).finish()
+        f.debug_struct("HttpSource").field("name", &self.name).field("len", &self.len).finish()
     }
+}
+
+/// One agent per source: pooled keep-alive connections, a timeout on each
+/// socket read and write (a stall) but none on a whole body.
+pub(crate) fn agent(options: &HttpOptions) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_per_read(Some(options.read_timeout))
+        .timeout_per_write(Some(options.read_timeout))
+        .timeout_connect(Some(options.connect_timeout))
+        .max_idle_connections_per_host(64)
+        .user_agent(concat!("tensorizer-rs/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .new_agent()
 }
 
 /// Parses `bytes START-END/TOTAL`.
@@ -67,17 +82,16 @@ impl HttpSource {
     /// Opens `url`: one request for its first byte gives the length, the
     /// ETag, and proof that the server honours `Range`.
     pub fn open(url: &str, options: HttpOptions) -> Result<Self> {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_per_read(Some(options.read_timeout))
-            .timeout_connect(Some(options.connect_timeout))
-            .max_idle_connections_per_host(64)
-            .user_agent(concat!("tensorizer-rs/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .new_agent();
-        let mut this = Self { agent, url: url.to_string(), len: 0, etag: None, options };
-        let (len, etag) =
-            retry(options.attempts, options.backoff, || this.probe()).map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
+        Self::open_named(url, url, options)
+    }
+
+    /// Opens `url` but names it `name` in every message (a presigned URL
+    /// carries a signature that must not end up in logs).
+    pub fn open_named(url: &str, name: &str, options: HttpOptions) -> Result<Self> {
+        let mut this =
+            Self { agent: agent(&options), url: url.to_string(), name: name.to_string(), len: 0, etag: None, options };
+        let (len, etag) = retry(options.attempts, options.backoff, || this.probe())
+            .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = len;
         this.etag = etag;
         Ok(this)
@@ -85,7 +99,7 @@ impl HttpSource {
 
     fn fail(&self, offset: u64, len: u64, why: impl std::fmt::Display) -> Error {
         Error::Io {
-            file: self.url.clone(),
+            file: self.name.clone(),
             offset,
             source: std::io::Error::other(format!("range {offset}-{}: {why}", offset + len.max(1) - 1)),
         }
@@ -164,14 +178,14 @@ impl RangeSource for HttpSource {
         if buf.is_empty() {
             return Ok(());
         }
-        crate::source::check_range(&self.url, self.len, offset, buf.len())?;
+        crate::source::check_range(&self.name, self.len, offset, buf.len())?;
         let mut done = 0usize;
         retry(self.options.attempts, self.options.backoff, || self.fetch(offset, buf, &mut done))
             .map_err(|e| e.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))
     }
 
     fn name(&self) -> &str {
-        &self.url
+        &self.name
     }
 }
 

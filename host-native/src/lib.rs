@@ -7,6 +7,8 @@ pub mod mmap;
 mod parallel;
 pub mod reader;
 mod retry;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod safetensors;
 pub mod source;
 pub mod verify;

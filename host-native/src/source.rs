@@ -128,8 +128,14 @@ impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
     }
 }
 
-/// Opens a local path or, with the `http` feature, an `http(s)://` URL.
+/// Opens a local path or, with the `http` and `s3` features, an
+/// `http(s)://` URL or an `s3://` URI (configured from the environment; see
+/// [`crate::s3::S3Options`]).
 pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
+    #[cfg(feature = "s3")]
+    if crate::s3::is_s3_uri(uri) {
+        return Ok(Box::new(crate::s3::open(uri, &crate::s3::S3Options::default())?));
+    }
     #[cfg(feature = "http")]
     if crate::http::is_http_url(uri) {
         return Ok(Box::new(crate::http::HttpSource::open(uri, crate::http::HttpOptions::default())?));

@@ -7,4 +7,5 @@ mod common;
 mod convert;
 mod http;
 mod read_write;
+mod s3;
 mod servers;

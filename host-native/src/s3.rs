@@ -1,0 +1,656 @@
+//! S3 and S3-compatible object stores (`s3://bucket/key`).
+//!
+//! Reads go through [`HttpSource`] on a presigned (SigV4, query-string)
+//! GET URL, so they get the same concurrent range requests, retries and
+//! ETag checks as plain HTTP, and messages name the `s3://` URI, never the
+//! signature. Writes upload a finished local file: one signed PUT when it
+//! fits in a part, otherwise a multipart upload with parts sent
+//! concurrently, each retried on its own; any failure aborts the upload, so
+//! nothing partial ever becomes visible under the key.
+//!
+//! Configuration is resolved the way tensorizer users have it set up; see
+//! [`S3Options`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::http::{HttpOptions, HttpSource, agent};
+use crate::retry::{Attempt, retry};
+
+/// tensorizer's default endpoint for reads when nothing else names one.
+pub const DEFAULT_READ_ENDPOINT: &str = "accel-object.ord1.coreweave.com";
+/// tensorizer's default endpoint for writes.
+pub const DEFAULT_WRITE_ENDPOINT: &str = "object.ord1.coreweave.com";
+/// Lifetime of a presigned URL.
+const PRESIGN_SECONDS: u64 = 24 * 3600;
+/// S3's smallest part (except the last) and largest part count.
+const MIN_PART: u64 = 5 << 20;
+const MAX_PARTS: u64 = 10_000;
+
+/// Where an S3 object lives and how to reach it. Every field is optional;
+/// unset ones are filled in this order (the first that has a value wins):
+///
+/// * keys: the explicit field → vLLM's `S3_ACCESS_KEY_ID` /
+///   `S3_SECRET_ACCESS_KEY` → the `[default]` section of `config_path` (which
+///   must exist) or `~/.s3cfg` (`access_key`, `secret_key`) →
+///   `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN` →
+///   anonymous (unsigned) requests. Empty keys also mean anonymous.
+/// * endpoint: the explicit field → `S3_ENDPOINT_URL` → `host_base` of the
+///   s3cfg file → `AWS_ENDPOINT_URL_S3` → `AWS_ENDPOINT_URL` → tensorizer's
+///   CoreWeave defaults. A bare host gets `https://` (`http://` with
+///   `force_http`, or s3cfg `use_https = False`); an explicit or s3cfg
+///   `http://` endpoint needs `force_http`, as in tensorizer, while one from
+///   the environment may be `http://`.
+/// * region: the explicit field → `AWS_REGION` → `AWS_DEFAULT_REGION` →
+///   `us-east-1`.
+///
+/// Addressing is path-style (`endpoint/bucket/key`), which every
+/// S3-compatible server accepts, except on `*.amazonaws.com` where
+/// DNS-compatible buckets use virtual-hosted style.
+#[derive(Clone, Default)]
+pub struct S3Options {
+    /// Access key id (`s3_access_key_id`).
+    pub access_key_id: Option<String>,
+    /// Secret access key (`s3_secret_access_key`).
+    pub secret_access_key: Option<String>,
+    /// Session token for temporary credentials.
+    pub session_token: Option<String>,
+    /// Endpoint URL or host (`s3_endpoint`).
+    pub endpoint: Option<String>,
+    /// An s3cmd config file (`s3_config_path`).
+    pub config_path: Option<PathBuf>,
+    /// Signing region (`s3_region_name`).
+    pub region: Option<String>,
+    /// Use plain HTTP (`force_http`).
+    pub force_http: Option<bool>,
+    /// Retries and timeouts of each request.
+    pub http: HttpOptions,
+    /// Bytes per uploaded part (default 16 MiB; raised when a file would
+    /// need more than 10,000 parts).
+    pub part_size: Option<u64>,
+    /// Parts uploaded at once (default 8).
+    pub upload_concurrency: Option<usize>,
+}
+
+impl std::fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Options")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Signing credentials.
+#[derive(Clone, PartialEq, Eq)]
+struct Credentials {
+    access_key_id: String,
+    secret_access_key: String,
+    session_token: Option<String>,
+}
+
+/// A resolved S3 object: endpoint, bucket, key, region, credentials.
+#[derive(Clone)]
+pub struct S3Object {
+    uri: String,
+    secure: bool,
+    /// `host` or `host:port`, exactly as sent in the Host header.
+    authority: String,
+    bucket: String,
+    key: String,
+    virtual_host: bool,
+    region: String,
+    credentials: Option<Credentials>,
+    options: S3Options,
+}
+
+impl std::fmt::Debug for S3Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Object")
+            .field("uri", &self.uri)
+            .field("endpoint", &self.endpoint())
+            .field("region", &self.region)
+            .field("signed", &self.credentials.is_some())
+            .finish()
+    }
+}
+
+/// Whether `s` is an `s3://` URI.
+pub fn is_s3_uri(s: &str) -> bool {
+    s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("s3://"))
+}
+
+/// Splits `s3://bucket/key` into bucket and key.
+pub fn parse_s3_uri(uri: &str) -> Result<(String, String)> {
+    let rest = if is_s3_uri(uri) { &uri[5..] } else { "" };
+    match rest.split_once('/') {
+        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Ok((bucket.to_string(), key.to_string())),
+        _ => Err(Error::Invalid(format!("{uri}: not an S3 object URI (expected s3://bucket/key)"))),
+    }
+}
+
+/// The `[default]` fields tensorizer reads from an s3cmd config file.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct S3Cfg {
+    access_key: Option<String>,
+    secret_key: Option<String>,
+    host_base: Option<String>,
+    use_https: Option<bool>,
+}
+
+fn parse_s3cfg(text: &str) -> S3Cfg {
+    let mut cfg = S3Cfg::default();
+    let mut in_default = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_default = line == "[default]";
+            continue;
+        }
+        if !in_default || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=').or_else(|| line.split_once(':')) else { continue };
+        let v = v.trim().to_string();
+        let value = (!v.is_empty()).then_some(v);
+        match k.trim() {
+            "access_key" => cfg.access_key = value,
+            "secret_key" => cfg.secret_key = value,
+            "host_base" => cfg.host_base = value,
+            "use_https" => {
+                cfg.use_https = value.map(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"))
+            }
+            _ => {}
+        }
+    }
+    cfg
+}
+
+impl S3Options {
+    /// Resolves `uri` against these options, the environment and the
+    /// s3cmd config file. `for_write` picks tensorizer's default write
+    /// endpoint when none is configured.
+    pub fn resolve(&self, uri: &str, for_write: bool) -> Result<S3Object> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        self.resolve_with(uri, for_write, &|name| std::env::var(name).ok().filter(|v| !v.is_empty()), home.as_deref())
+    }
+
+    fn resolve_with(
+        &self,
+        uri: &str,
+        for_write: bool,
+        env: &dyn Fn(&str) -> Option<String>,
+        home: Option<&Path>,
+    ) -> Result<S3Object> {
+        let (bucket, key) = parse_s3_uri(uri)?;
+        let cfg = match (&self.config_path, home) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Invalid(format!("{uri}: cannot read the S3 config file {}: {e}", path.display()))
+                })?;
+                parse_s3cfg(&text)
+            }
+            (None, Some(home)) => std::fs::read_to_string(home.join(".s3cfg")).map(|t| parse_s3cfg(&t)).unwrap_or_default(),
+            (None, None) => S3Cfg::default(),
+        };
+        let pick = |explicit: &Option<String>, vllm: &str, from_cfg: &Option<String>, aws: &str| {
+            explicit.clone().or_else(|| env(vllm)).or_else(|| from_cfg.clone()).or_else(|| env(aws))
+        };
+        let access = pick(&self.access_key_id, "S3_ACCESS_KEY_ID", &cfg.access_key, "AWS_ACCESS_KEY_ID");
+        let secret = pick(&self.secret_access_key, "S3_SECRET_ACCESS_KEY", &cfg.secret_key, "AWS_SECRET_ACCESS_KEY");
+        let credentials = match (access, secret) {
+            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => Some(Credentials {
+                access_key_id: a,
+                secret_access_key: s,
+                session_token: self.session_token.clone().or_else(|| env("AWS_SESSION_TOKEN")),
+            }),
+            (Some(a), None) if !a.is_empty() => {
+                return Err(Error::Invalid(format!("{uri}: an S3 access key id was given but no secret access key")));
+            }
+            _ => None,
+        };
+
+        let force_http = self.force_http.or(cfg.use_https.map(|https| !https)).unwrap_or(false);
+        let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone().or_else(|| cfg.host_base.clone()) {
+            (e, false)
+        } else if let Some(e) = env("S3_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"))
+        {
+            (e, true)
+        } else {
+            let default = if for_write { DEFAULT_WRITE_ENDPOINT } else { DEFAULT_READ_ENDPOINT };
+            (default.to_string(), false)
+        };
+        let (secure, authority) = split_endpoint(uri, &endpoint, allow_http, force_http)?;
+        let region = self
+            .region
+            .clone()
+            .or_else(|| env("AWS_REGION"))
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let host = authority.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        let dns_bucket = bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && (3..=63).contains(&bucket.len());
+        let virtual_host = host.ends_with(".amazonaws.com") && dns_bucket;
+        Ok(S3Object {
+            uri: uri.to_string(),
+            secure,
+            authority,
+            bucket,
+            key,
+            virtual_host,
+            region,
+            credentials,
+            options: self.clone(),
+        })
+    }
+}
+
+/// tensorizer's scheme rules: a bare host gets `https://` (or `http://`
+/// when forced); `https://` becomes `http://` when forced; `http://` is
+/// refused unless forced or allowed.
+fn split_endpoint(uri: &str, endpoint: &str, allow_http: bool, force_http: bool) -> Result<(bool, String)> {
+    let (scheme, rest) = match endpoint.split_once("://") {
+        Some((s, r)) => (Some(s.to_ascii_lowercase()), r),
+        None => (None, endpoint),
+    };
+    let secure = match scheme.as_deref() {
+        None | Some("https") => !force_http,
+        Some("http") if force_http || allow_http => false,
+        _ => {
+            return Err(Error::Invalid(format!(
+                "{uri}: non-HTTPS endpoint URLs are not allowed ({endpoint}); pass force_http to use plain HTTP"
+            )));
+        }
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(Error::Invalid(format!("{uri}: invalid S3 endpoint {endpoint:?}")));
+    }
+    // The Host header leaves out a default port; so must the signature.
+    let default_port = if secure { ":443" } else { ":80" };
+    Ok((secure, authority.strip_suffix(default_port).unwrap_or(authority).to_string()))
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (and `/`
+/// when `keep_slash`), as SigV4 requires.
+fn uri_encode(s: &str, keep_slash: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') || (keep_slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `(YYYYMMDD, YYYYMMDDTHHMMSSZ)` for a Unix time, in UTC.
+fn amz_dates(unix: u64) -> (String, String) {
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let date = format!("{year:04}{month:02}{day:02}");
+    let stamp = format!("{date}T{:02}{:02}{:02}Z", secs / 3600, secs / 60 % 60, secs % 60);
+    (date, stamp)
+}
+
+fn hmac(key: &[u8], data: &str) -> Vec<u8> {
+    // HMAC accepts keys of any length, so this cannot fail.
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
+    mac.update(data.as_bytes());
+    mac.finalize().into_bytes().to_vec()
+}
+
+impl S3Object {
+    /// The object's `s3://` URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// The endpoint in use, e.g. `http://127.0.0.1:9000`.
+    pub fn endpoint(&self) -> String {
+        format!("{}://{}", if self.secure { "https" } else { "http" }, self.authority)
+    }
+
+    fn host_and_path(&self) -> (String, String) {
+        let key = uri_encode(&self.key, true);
+        if self.virtual_host {
+            (format!("{}.{}", self.bucket, self.authority), format!("/{key}"))
+        } else {
+            (self.authority.clone(), format!("/{}/{key}", uri_encode(&self.bucket, false)))
+        }
+    }
+
+    /// A URL for `method` on this object with `query` added, presigned
+    /// (SigV4, `UNSIGNED-PAYLOAD`) at `now` for `expires` seconds, or
+    /// unsigned for anonymous access.
+    fn presign(&self, method: &str, query: &[(&str, &str)], now: SystemTime, expires: u64) -> String {
+        let (host, path) = self.host_and_path();
+        let scheme = if self.secure { "https" } else { "http" };
+        let mut params: Vec<(String, String)> =
+            query.iter().map(|(k, v)| (uri_encode(k, false), uri_encode(v, false))).collect();
+        let Some(creds) = &self.credentials else {
+            params.sort();
+            return join_url(scheme, &host, &path, &params);
+        };
+        let unix = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let (date, stamp) = amz_dates(unix);
+        let scope = format!("{date}/{}/s3/aws4_request", self.region);
+        let mut add = |k: &str, v: &str| params.push((k.to_string(), uri_encode(v, false)));
+        add("X-Amz-Algorithm", "AWS4-HMAC-SHA256");
+        add("X-Amz-Credential", &format!("{}/{scope}", creds.access_key_id));
+        add("X-Amz-Date", &stamp);
+        add("X-Amz-Expires", &expires.to_string());
+        if let Some(token) = &creds.session_token {
+            add("X-Amz-Security-Token", token);
+        }
+        add("X-Amz-SignedHeaders", "host");
+        params.sort();
+        let canonical_query = params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&");
+        let canonical = format!("{method}\n{path}\n{canonical_query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
+        let to_sign =
+            format!("AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}", hex::encode(Sha256::digest(canonical.as_bytes())));
+        let mut key = hmac(format!("AWS4{}", creds.secret_access_key).as_bytes(), &date);
+        for part in [self.region.as_str(), "s3", "aws4_request"] {
+            key = hmac(&key, part);
+        }
+        let signature = hex::encode(hmac(&key, &to_sign));
+        params.push(("X-Amz-Signature".to_string(), signature));
+        join_url(scheme, &host, &path, &params)
+    }
+
+    fn url(&self, method: &str, query: &[(&str, &str)]) -> String {
+        self.presign(method, query, SystemTime::now(), PRESIGN_SECONDS)
+    }
+
+    /// Opens the object for concurrent range reads.
+    pub fn open(&self) -> Result<HttpSource> {
+        HttpSource::open_named(&self.url("GET", &[]), &self.uri, self.options.http)
+    }
+
+    fn fail(&self, what: impl std::fmt::Display) -> Error {
+        Error::Io { file: self.uri.clone(), offset: 0, source: std::io::Error::other(what.to_string()) }
+    }
+
+    /// Uploads the local file at `path` to this object. Nothing is visible
+    /// under the key unless the whole upload succeeds.
+    pub fn upload(&self, path: &Path) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(crate::error::io_err(&name, 0))?;
+        let len = file.metadata().map_err(crate::error::io_err(&name, 0))?.len();
+        let part = self.part_size(len);
+        let agent = agent(&self.options.http);
+        if len <= part {
+            let mut body = vec![0u8; usize::try_from(len).map_err(|_| self.fail("file too large"))?];
+            file.read_exact_at(&mut body, 0).map_err(crate::error::io_err(&name, 0))?;
+            return self.request(&agent, "PUT", &[], &body, "upload").map(drop);
+        }
+        let reply = self.request(&agent, "POST", &[("uploads", "")], &[], "start a multipart upload")?;
+        let upload_id = xml_field(&reply.body, "UploadId")
+            .ok_or_else(|| self.fail("starting a multipart upload: no UploadId in the reply"))?;
+        match self.upload_parts(&agent, &file, &name, len, part, &upload_id) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.abort(&agent, &upload_id, e)),
+        }
+    }
+
+    fn part_size(&self, len: u64) -> u64 {
+        let wanted = self.options.part_size.unwrap_or(16 << 20).max(MIN_PART);
+        let needed = len.div_ceil(MAX_PARTS).next_multiple_of(1 << 20);
+        wanted.max(needed)
+    }
+
+    fn upload_parts(
+        &self,
+        agent: &ureq::Agent,
+        file: &std::fs::File,
+        name: &str,
+        len: u64,
+        part: u64,
+        upload_id: &str,
+    ) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let count = len.div_ceil(part);
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let etags = Mutex::new(vec![String::new(); count as usize]);
+        let first_error = Mutex::new(None);
+        let workers = self.options.upload_concurrency.unwrap_or(8).clamp(1, 64).min(count as usize);
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    let mut body = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as u64;
+                        if i >= count || failed.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let start = i * part;
+                        // `part` fits in memory: it is at most len / 10,000 or the configured size.
+                        body.resize((part.min(len - start)) as usize, 0);
+                        let number = (i + 1).to_string();
+                        let result = file
+                            .read_exact_at(&mut body, start)
+                            .map_err(crate::error::io_err(name, start))
+                            .and_then(|()| {
+                                self.request(
+                                    agent,
+                                    "PUT",
+                                    &[("partNumber", &number), ("uploadId", upload_id)],
+                                    &body,
+                                    &format!("upload part {number} (bytes {start}-{})", start + body.len() as u64 - 1),
+                                )
+                            });
+                        match result.and_then(|r| r.etag.ok_or_else(|| self.fail(format!("part {number}: no ETag")))) {
+                            Ok(etag) => etags.lock().unwrap_or_else(|p| p.into_inner())[i as usize] = etag,
+                            Err(e) => {
+                                failed.store(true, Ordering::Relaxed);
+                                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        let mut xml = String::from("<CompleteMultipartUpload>");
+        for (i, etag) in etags.into_inner().unwrap_or_else(|p| p.into_inner()).iter().enumerate() {
+            xml.push_str(&format!("<Part><PartNumber>{}</PartNumber><ETag>{etag}</ETag></Part>", i + 1));
+        }
+        xml.push_str("</CompleteMultipartUpload>");
+        self.request(agent, "POST", &[("uploadId", upload_id)], xml.as_bytes(), "complete the multipart upload")
+            .map(drop)
+    }
+
+    /// Aborts the multipart upload after `cause`; the error says whether
+    /// the abort itself went through.
+    fn abort(&self, agent: &ureq::Agent, upload_id: &str, cause: Error) -> Error {
+        // The abort gets a few attempts even when the caller allowed one.
+        let mut this = self.clone();
+        this.options.http.attempts = this.options.http.attempts.max(4);
+        match this.request(agent, "DELETE", &[("uploadId", upload_id)], &[], "abort the multipart upload") {
+            Ok(_) => cause,
+            Err(e) => self.fail(format!(
+                "{cause}; aborting multipart upload {upload_id} also failed ({e}), so its parts stay stored \
+                 (invisible) until the bucket's lifecycle rules remove them"
+            )),
+        }
+    }
+
+    /// One S3 call with retries on transient failures. S3 may answer 200
+    /// with an `<Error>` body (CompleteMultipartUpload); that counts as a
+    /// failure too.
+    fn request(
+        &self,
+        agent: &ureq::Agent,
+        method: &str,
+        query: &[(&str, &str)],
+        body: &[u8],
+        what: &str,
+    ) -> Result<Reply> {
+        let http = &self.options.http;
+        retry(http.attempts, http.backoff, || {
+            let url = self.url(method, query);
+            let sent = match method {
+                "PUT" => agent.put(&url).send(body),
+                "POST" => agent.post(&url).send(body),
+                "DELETE" => agent.delete(&url).call(),
+                _ => agent.get(&url).call(),
+            };
+            let resp = match sent {
+                Ok(r) => r,
+                Err(e) => return Attempt::Retry(self.fail(format!("{what}: {e}"))),
+            };
+            let status = resp.status().as_u16();
+            let etag = resp.headers().get("etag").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let text = match resp.into_body().with_config().limit(1 << 20).read_to_string() {
+                Ok(t) => t,
+                Err(e) => return Attempt::Retry(self.fail(format!("{what}: reading the reply: {e}"))),
+            };
+            let error = || {
+                let code = xml_field(&text, "Code").unwrap_or_default();
+                let message = xml_field(&text, "Message").unwrap_or_default();
+                self.fail(format!("{what}: HTTP {status} {code} {message}").trim_end().to_string())
+            };
+            match status {
+                200..=299 if !text.contains("<Error>") => Attempt::Ok(Reply { etag, body: text }),
+                200..=299 | 429 | 500..=599 => Attempt::Retry(error()),
+                _ => Attempt::Final(error()),
+            }
+        })
+        .map_err(|e| e.unwrap_or_else(|| self.fail(format!("{what}: no attempt made"))))
+    }
+}
+
+/// What an S3 call answered.
+struct Reply {
+    etag: Option<String>,
+    body: String,
+}
+
+/// The URL with `params` in the order given (the signature goes last).
+fn join_url(scheme: &str, host: &str, path: &str, params: &[(String, String)]) -> String {
+    let query = params
+        .iter()
+        .map(|(k, v)| if v.is_empty() && k == "uploads" { k.clone() } else { format!("{k}={v}") })
+        .collect::<Vec<_>>()
+        .join("&");
+    if query.is_empty() { format!("{scheme}://{host}{path}") } else { format!("{scheme}://{host}{path}?{query}") }
+}
+
+/// The text of the first `<name>…</name>` element.
+fn xml_field(xml: &str, name: &str) -> Option<String> {
+    let start = xml.find(&format!("<{name}>"))? + name.len() + 2;
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    Some(xml[start..end].replace("&quot;", "\"").replace("&amp;", "&"))
+}
+
+/// Opens `s3://bucket/key` for reading with `options`.
+pub fn open(uri: &str, options: &S3Options) -> Result<HttpSource> {
+    options.resolve(uri, false)?.open()
+}
+
+/// Uploads the local file `path` to `s3://bucket/key`.
+pub fn upload(path: &Path, uri: &str, options: &S3Options) -> Result<()> {
+    options.resolve(uri, true)?.upload(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn env_from(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+    }
+
+    /// The presigned-URL example of AWS's SigV4 documentation
+    /// ("Authenticating Requests: Using Query Parameters").
+    #[test]
+    fn presign_matches_the_aws_example() {
+        let options = S3Options {
+            access_key_id: Some("AKIAIOSFODNN7EXAMPLE".into()),
+            secret_access_key: Some("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into()),
+            endpoint: Some("https://s3.amazonaws.com".into()),
+            ..S3Options::default()
+        };
+        let object = options.resolve_with("s3://examplebucket/test.txt", false, &|_| None, None).unwrap();
+        let url = object.presign("GET", &[], UNIX_EPOCH + Duration::from_secs(1_369_353_600), 86_400);
+        assert_eq!(
+            url,
+            "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+             &X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request\
+             &X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
+             &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+        );
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(amz_dates(0), ("19700101".into(), "19700101T000000Z".into()));
+        assert_eq!(amz_dates(1_709_251_199), ("20240229".into(), "20240229T235959Z".into()));
+    }
+
+    #[test]
+    fn resolution_order() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(".s3cfg"),
+            "[other]\naccess_key = no\n[default]\naccess_key = cfg-key\nsecret_key = cfg-secret\n\
+             host_base = minio.local:9000\nuse_https = False\n",
+        )
+        .unwrap();
+        let none = S3Options::default();
+        let home = Some(dir.path());
+        let env = env_from(&[("AWS_ACCESS_KEY_ID", "aws"), ("AWS_SECRET_ACCESS_KEY", "aws-s"), ("AWS_REGION", "eu")]);
+        let o = none.resolve_with("s3://b/k", false, &env, home).unwrap();
+        assert_eq!(o.credentials.as_ref().unwrap().access_key_id, "cfg-key");
+        assert_eq!(o.endpoint(), "http://minio.local:9000");
+        assert_eq!(o.region, "eu");
+        // vLLM's variables come before the config file.
+        let vllm = env_from(&[
+            ("S3_ACCESS_KEY_ID", "v"),
+            ("S3_SECRET_ACCESS_KEY", "vs"),
+            ("S3_ENDPOINT_URL", "http://127.0.0.1:9"),
+        ]);
+        let o = none.resolve_with("s3://b/k", false, &vllm, home).unwrap();
+        assert_eq!(o.credentials.as_ref().unwrap().access_key_id, "v");
+        assert_eq!(o.endpoint(), "http://minio.local:9000", "the config file's host_base outranks the environment");
+        // No config file: the AWS variables, then tensorizer's defaults.
+        let o = none.resolve_with("s3://b/k", true, &env, None).unwrap();
+        assert_eq!(o.credentials.as_ref().unwrap().access_key_id, "aws");
+        assert_eq!(o.endpoint(), "https://object.ord1.coreweave.com");
+        let o = none.resolve_with("s3://b/k/x y", false, &|_| None, None).unwrap();
+        assert!(o.credentials.is_none());
+        assert_eq!(o.url("GET", &[]), "https://accel-object.ord1.coreweave.com/b/k/x%20y");
+        // Explicit http:// endpoints need force_http, as in tensorizer.
+        let http = S3Options { endpoint: Some("http://h".into()), ..S3Options::default() };
+        assert!(http.resolve_with("s3://b/k", false, &|_| None, None).is_err());
+        let forced = S3Options { force_http: Some(true), ..http };
+        assert_eq!(forced.resolve_with("s3://b/k", false, &|_| None, None).unwrap().endpoint(), "http://h");
+        assert!(parse_s3_uri("s3://bucket").is_err() && parse_s3_uri("s3:///k").is_err());
+    }
+}

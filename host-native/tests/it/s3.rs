@@ -1,0 +1,160 @@
+//! Reading and writing `s3://` objects against a real S3-compatible server
+//! (moto's `moto_server`, from PyPI) on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tensorizer_native::http::HttpOptions;
+use tensorizer_native::s3::{self, S3Options};
+use tensorizer_native::{RangeSource, ReadOptions, Reader};
+
+use crate::common::vectors;
+use crate::servers::{Fault, FaultProxy};
+
+/// `moto_server` on a loopback port; stopped on drop.
+pub(crate) struct Moto {
+    child: Child,
+    pub(crate) port: u16,
+}
+
+impl Moto {
+    /// Starts moto from `$TZR_MOTO_SERVER` or the test virtualenv
+    /// (tests/python-env.sh installs it).
+    pub(crate) fn start() -> Option<Self> {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let env_bin = std::env::var("TZR_MOTO_SERVER").unwrap_or_default();
+        let venv_bin = root.join(".venv-test/bin/moto_server");
+        let bin = crate::servers::binary("moto_server", &[env_bin.as_str(), &venv_bin.to_string_lossy()])?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().port();
+        let child = Command::new(bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Self { child, port };
+        for _ in 0..300 {
+            if raw(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_some() {
+                return Some(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("moto_server did not start on port {port}");
+    }
+
+    pub(crate) fn create_bucket(&self, bucket: &str) {
+        let reply = raw(
+            self.port,
+            &format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+        )
+        .unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    }
+
+    pub(crate) fn options(&self, port: u16) -> S3Options {
+        S3Options {
+            access_key_id: Some("testing".into()),
+            secret_access_key: Some("testing".into()),
+            endpoint: Some(format!("http://127.0.0.1:{port}")),
+            force_http: Some(true),
+            http: HttpOptions { backoff: Duration::from_millis(5), ..HttpOptions::default() },
+            ..S3Options::default()
+        }
+    }
+
+    /// The raw reply to a GET of `path`.
+    pub(crate) fn get(&self, path: &str) -> String {
+        raw(self.port, &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")).unwrap()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 exchange over a fresh connection; the reply as text.
+fn raw(port: u16, request: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(request.as_bytes()).ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn load_all<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
+    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+    reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect()).unwrap();
+    bufs
+}
+
+#[test]
+fn vectors_round_trip_through_s3() {
+    let Some(moto) = Moto::start() else { return };
+    moto.create_bucket("models");
+    let options = moto.options(moto.port);
+    for v in vectors().iter().filter(|v| !v.name().contains("long")) {
+        let uri = format!("s3://models/vectors/{}", v.name());
+        s3::upload(&v.path, &uri, &options).unwrap();
+        let local = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
+        for num_readers in [1, 4] {
+            let source = s3::open(&uri, &options).unwrap();
+            assert_eq!(source.name(), uri, "messages name the s3:// URI, not the presigned URL");
+            let remote = Reader::new(source, ReadOptions { key: v.key(), verify_hash: true, num_readers }).unwrap();
+            assert_eq!(load_all(&remote), load_all(&local), "{}", v.name());
+        }
+    }
+}
+
+#[test]
+fn multipart_uploads_and_aborts_leave_nothing_partial() {
+    let Some(moto) = Moto::start() else { return };
+    moto.create_bucket("big");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blob");
+    let data: Vec<u8> = (0..(23u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
+    std::fs::write(&path, &data).unwrap();
+    let mut options = moto.options(moto.port);
+    options.part_size = Some(5 << 20);
+    options.upload_concurrency = Some(3);
+    s3::upload(&path, "s3://big/blob", &options).unwrap();
+    let source = s3::open("s3://big/blob", &options).unwrap();
+    let mut back = vec![0u8; data.len()];
+    source.read_exact_at(0, &mut back).unwrap();
+    assert!(back == data, "five parts reassemble to the file");
+
+    // Every other connection answers 503 and nothing is retried: some part
+    // fails, the upload is aborted, and the old object stays as it was.
+    let proxy = FaultProxy::start(moto.port, Fault::Status503);
+    let mut failing = moto.options(proxy.port);
+    failing.part_size = Some(5 << 20);
+    failing.http.attempts = 1;
+    std::fs::write(&path, vec![7u8; 12 << 20]).unwrap();
+    let err = s3::upload(&path, "s3://big/blob", &failing).unwrap_err().to_string();
+    assert!(err.contains("s3://big/blob") && err.contains("part") && !err.contains("abort"), "{err}");
+    let mut again = vec![0u8; data.len()];
+    s3::open("s3://big/blob", &options).unwrap().read_exact_at(0, &mut again).unwrap();
+    assert!(again == data, "a failed upload leaves the previous object intact");
+    let uploads = moto.get("/big?uploads");
+    assert!(uploads.contains("ListMultipartUploadsResult") && !uploads.contains("<UploadId>"), "{uploads}");
+}
+
+#[test]
+fn missing_objects_and_buckets_are_clear_errors() {
+    let Some(moto) = Moto::start() else { return };
+    moto.create_bucket("here");
+    let options = moto.options(moto.port);
+    let err = s3::open("s3://here/missing.tensors", &options).unwrap_err().to_string();
+    assert!(err.contains("s3://here/missing.tensors") && err.contains("404"), "{err}");
+    assert!(!err.contains("Signature"), "no credentials in messages: {err}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let err = s3::upload(&dir.path().join("f"), "s3://nobucket/f", &options).unwrap_err().to_string();
+    assert!(err.contains("NoSuchBucket"), "{err}");
+}
