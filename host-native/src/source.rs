@@ -128,6 +128,20 @@ impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
     }
 }
 
+impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_exact_at(offset, buf)
+    }
+
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}
+
 /// Opens a local path or, with the `http` and `s3` features, an
 /// `http(s)://` URL or an `s3://` URI (configured from the environment; see
 /// [`crate::s3::S3Options`]).

@@ -7,6 +7,7 @@
 mod buffers;
 mod errors;
 mod reader;
+mod source;
 mod writer;
 
 use pyo3::prelude::*;
@@ -17,6 +18,8 @@ mod _native {
     use crate::errors::{CryptographyError, FormatError, HashMismatchError};
     #[pymodule_export]
     use crate::reader::NativeReader;
+    #[pymodule_export]
+    use crate::source::{NativeSource, s3_upload};
     #[pymodule_export]
     use crate::writer::NativeWriter;
 

@@ -45,7 +45,8 @@ pub(crate) fn path_to_py<'py>(py: Python<'py>, path: &TensorPath) -> PyResult<Bo
 
 #[pymethods]
 impl NativeReader {
-    /// Opens a local path (str) or in-memory bytes and parses the header and
+    /// Opens a local path or URI (str), an opened `NativeSource`, or
+    /// in-memory bytes, and parses the header and
     /// index. `key` (32 bytes) or `passphrase` decrypt encrypted files.
     #[new]
     #[pyo3(signature = (source, *, num_readers=None, verify_hash=false, key=None, passphrase=None, name=None))]
@@ -58,7 +59,9 @@ impl NativeReader {
         passphrase: Option<Vec<u8>>,
         name: Option<String>,
     ) -> PyResult<Self> {
-        let source: Source = if let Ok(bytes) = source.cast::<PyBytes>() {
+        let source: Source = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
+            Box::new(opened.get().inner.clone())
+        } else if let Ok(bytes) = source.cast::<PyBytes>() {
             Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name.unwrap_or_else(|| "<bytes>".into())))
         } else {
             let path: std::path::PathBuf = source.extract()?;
@@ -78,6 +81,20 @@ impl NativeReader {
     fn header_info(&self) -> (u32, u8, u64, u64, bool) {
         let h = self.inner.header();
         (h.version, h.flags, h.tensor_size, h.metadata_len, h.has_crypt_info())
+    }
+
+    /// Up to `n` raw bytes of the file at `offset` (fewer only at the end).
+    fn read_range<'py>(&self, py: Python<'py>, offset: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let source = self.inner.source();
+        let n = n.min(usize::try_from(source.len().saturating_sub(offset)).unwrap_or(usize::MAX));
+        let mut buf = vec![0u8; n];
+        py.detach(|| source.read_exact_at(offset, &mut buf)).map_err(to_py)?;
+        Ok(PyBytes::new(py, &buf))
+    }
+
+    /// The file's length in bytes.
+    fn size(&self) -> u64 {
+        self.inner.source().len()
     }
 
     /// The file's name as given.

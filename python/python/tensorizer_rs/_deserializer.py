@@ -16,15 +16,16 @@ import numpy as np
 from . import _dtypes, _native, _paths
 from ._crypt import CryptographyError, DecryptionParams
 from ._types import TensorType
+from .stream_io import RemoteStream
 
 FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 
 class _Entry:
-    __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta", "data_offset")
+    __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta", "data_offset", "header_offset", "name_bytes")
 
     def __init__(self, index: int, raw: tuple[Any, ...]) -> None:
-        path, _name_bytes, tensor_type, dtype, shape, data_length, nbytes, is_meta, _h, data_offset = raw
+        path, name_bytes, tensor_type, dtype, shape, data_length, nbytes, is_meta, header_offset, data_offset = raw
         self.index = index
         self.path: _paths.Path = tuple(path)
         self.name = _paths.normalize(self.path)
@@ -35,6 +36,8 @@ class _Entry:
         self.nbytes: int = nbytes
         self.is_meta: bool = is_meta
         self.data_offset: int = data_offset
+        self.header_offset: int = header_offset
+        self.name_bytes: bytes = name_bytes
 
 
 def _resolve_device(device: Any) -> Any:
@@ -406,6 +409,31 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             results.append((e.name, ok))
         return all(ok for _, ok in results), results
 
+    # -- Redis ------------------------------------------------------------------
+
+    def to_redis(self, redis_client: Any, key_prefix: str, force: bool = False) -> None:
+        """Stores the file under ``key_prefix`` in tensorizer's Redis layout,
+        readable with ``redis://host:port/<key_prefix>``: the header and
+        index in ``{prefix}:header:0``, then each tensor's header and data
+        under ``{prefix}:{name}:{byte offset}``.
+
+        As in tensorizer, a tensor whose header key already exists is
+        skipped unless ``force`` is true, and every tensor of the file is
+        stored, whatever ``filter_func`` selected. ``redis_client`` is a
+        ``redis.Redis`` (anything with ``set`` and ``exists``).
+        """
+        self._check_open()
+        entries = self._all
+        first = entries[0].header_offset if entries else max(0, self._reader.size() - 8)
+        redis_client.set(f"{key_prefix}:header:0", self._reader.read_range(0, first))
+        for e in entries:
+            name = e.name_bytes.decode("utf-8")
+            header_key = f"{key_prefix}:{name}:{e.header_offset}"
+            if not force and redis_client.exists(header_key):
+                continue
+            redis_client.set(header_key, self._reader.read_range(e.header_offset, e.data_offset - e.header_offset))
+            redis_client.set(f"{key_prefix}:{name}:{e.data_offset}", self._reader.read_range(e.data_offset, e.data_length))
+
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
@@ -430,13 +458,14 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:
-    """A path or bytes for the native reader, and a display name."""
+    """A path, URI, opened source or bytes for the native reader, and a
+    display name."""
     if isinstance(file_obj, (str, os.PathLike)):
-        path = os.fspath(file_obj)
-        scheme = path.split("://", 1)[0].lower() if "://" in path else ""
-        if scheme in ("s3", "redis"):
-            raise NotImplementedError(f"{scheme}:// sources are not supported yet; download the file first")
-        return path, None
+        # Local paths and http(s)://, s3:// (configured from the environment
+        # and ~/.s3cfg) and redis:// URIs; open_stream takes S3 arguments.
+        return os.fspath(file_obj), None
+    if isinstance(file_obj, RemoteStream):
+        return file_obj.native_source, None
     if isinstance(file_obj, (bytes, int)):
         raise TypeError("file_obj must be a path or a binary file object")
     if isinstance(file_obj, io.TextIOBase):

@@ -11,6 +11,8 @@ __all__ = [
     "HashMismatchError",
     "TruncatedError",
     "NativeReader",
+    "NativeSource",
+    "s3_upload",
     "NativeWriter",
     "derive_key",
     "random_bytes",
@@ -28,12 +30,41 @@ class TruncatedError(FormatError, struct.error): ...
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
+def s3_upload(
+    path: str | PathLike[str],
+    uri: str,
+    *,
+    s3_access_key_id: str | None = None,
+    s3_secret_access_key: str | None = None,
+    s3_endpoint: str | None = None,
+    s3_config_path: str | PathLike[str] | None = None,
+    s3_region_name: str | None = None,
+    force_http: bool | None = None,
+) -> None: ...
+@final
+class NativeSource:
+    def __new__(
+        cls,
+        uri: str | PathLike[str],
+        *,
+        s3_access_key_id: str | None = None,
+        s3_secret_access_key: str | None = None,
+        s3_endpoint: str | None = None,
+        s3_config_path: str | PathLike[str] | None = None,
+        s3_region_name: str | None = None,
+        force_http: bool | None = None,
+    ) -> NativeSource: ...
+    def __len__(self) -> int: ...
+    def size(self) -> int: ...
+    def name(self) -> str: ...
+    def read_at(self, offset: int, n: int) -> bytes: ...
+    def readinto_at(self, offset: int, buffer: Any) -> int: ...
 
 @final
 class NativeReader:
     def __new__(
         cls,
-        source: str | PathLike[str] | bytes,
+        source: str | PathLike[str] | bytes | NativeSource,
         *,
         num_readers: int | None = None,
         verify_hash: bool = False,
@@ -42,6 +73,8 @@ class NativeReader:
         name: str | None = None,
     ) -> NativeReader: ...
     def header_info(self) -> tuple[int, int, int, int, bool]: ...
+    def read_range(self, offset: int, n: int) -> bytes: ...
+    def size(self) -> int: ...
     def name(self) -> str: ...
     def entries(
         self,

@@ -14,6 +14,7 @@ import numpy as np
 from . import _dtypes, _native, _paths
 from ._crypt import EncryptionParams
 from ._types import TensorType
+from .stream_io import S3Upload
 
 _TENSORIZER_INDEX = 256 * 1024
 _DEFAULT_ALIGNMENT = 64
@@ -75,7 +76,17 @@ class TensorSerializer:
         self._writer: Any = None
         self._closed = False
         self._sink: Any = None
-        if isinstance(file_obj, (str, os.PathLike)):
+        self._upload_uri: str | None = None
+        scheme = file_obj.split("://", 1)[0].lower() if isinstance(file_obj, str) and "://" in file_obj else ""
+        if scheme == "s3":
+            # Written to a private temporary file, uploaded on close.
+            self._upload_uri = file_obj
+            self._tmpdir = tempfile.mkdtemp(prefix="tensorizer-rs-")
+            self._path = os.path.join(self._tmpdir, "out.tensors")
+        elif scheme in ("http", "https", "redis"):
+            label = "http(s)" if scheme.startswith("http") else scheme
+            raise ValueError(f'Only the mode "rb" is valid when opening {label}:// streams.')
+        elif isinstance(file_obj, (str, os.PathLike)):
             self._path = os.fspath(file_obj)
             parent = os.path.dirname(os.path.abspath(self._path))
             os.makedirs(parent, exist_ok=True)
@@ -208,7 +219,18 @@ class TensorSerializer:
                 kdf=self._encryption._kdf if self._encryption else None,
             )
         self._writer.commit()
-        if self._sink is not None:
+        if self._upload_uri is not None:
+            try:
+                _native.s3_upload(self._path, self._upload_uri)
+            finally:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+        elif isinstance(self._sink, S3Upload):
+            # The stream uploads when its owner closes it: hand it the file.
+            try:
+                self._sink._replace_contents(self._path)
+            finally:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+        elif self._sink is not None:
             try:
                 with open(self._path, "rb") as src:
                     if hasattr(self._sink, "seek"):
@@ -223,7 +245,7 @@ class TensorSerializer:
         self._closed = True
         if self._writer is not None:
             self._writer.abort()
-        if self._sink is not None:
+        if self._sink is not None or self._upload_uri is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def __enter__(self) -> TensorSerializer:

@@ -1,0 +1,136 @@
+//! `NativeSource`: any byte source the native host can open (local path,
+//! `http(s)://`, `s3://`, `redis://`), for `stream_io.open_stream` and for
+//! handing to `NativeReader` without re-opening; and `s3_upload`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use tensorizer_native::RangeSource;
+use tensorizer_native::s3::{self, S3Options};
+
+use crate::buffers::Held;
+use crate::errors::to_py;
+
+/// An opened byte source serving positioned reads from any thread.
+#[pyclass(module = "tensorizer_rs._native", frozen)]
+pub struct NativeSource {
+    pub(crate) inner: Arc<dyn RangeSource>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn s3_options(
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+    endpoint: Option<String>,
+    config_path: Option<PathBuf>,
+    region: Option<String>,
+    force_http: Option<bool>,
+) -> S3Options {
+    S3Options {
+        access_key_id,
+        secret_access_key,
+        endpoint,
+        config_path,
+        region,
+        force_http,
+        ..S3Options::default()
+    }
+}
+
+#[pymethods]
+impl NativeSource {
+    /// Opens `uri`. The `s3_*` arguments and `force_http` configure `s3://`
+    /// (unset ones come from the environment and `~/.s3cfg`).
+    #[new]
+    #[pyo3(signature = (uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
+                        s3_config_path=None, s3_region_name=None, force_http=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        uri: PathBuf,
+        s3_access_key_id: Option<String>,
+        s3_secret_access_key: Option<String>,
+        s3_endpoint: Option<String>,
+        s3_config_path: Option<PathBuf>,
+        s3_region_name: Option<String>,
+        force_http: Option<bool>,
+    ) -> PyResult<Self> {
+        let uri = uri.to_string_lossy().into_owned();
+        let inner: Arc<dyn RangeSource> = if s3::is_s3_uri(&uri) {
+            let options = s3_options(
+                s3_access_key_id,
+                s3_secret_access_key,
+                s3_endpoint,
+                s3_config_path,
+                s3_region_name,
+                force_http,
+            );
+            Arc::new(py.detach(|| s3::open(&uri, &options)).map_err(to_py)?)
+        } else {
+            Arc::from(py.detach(|| tensorizer_native::open_source(&uri)).map_err(to_py)?)
+        };
+        Ok(Self { inner })
+    }
+
+    /// Total length in bytes.
+    fn __len__(&self) -> usize {
+        usize::try_from(self.inner.len()).unwrap_or(usize::MAX)
+    }
+
+    /// Length in bytes (also beyond `sys.maxsize`).
+    fn size(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// The path or URI, as shown in messages.
+    fn name(&self) -> String {
+        self.inner.name().to_string()
+    }
+
+    /// Up to `n` bytes at `offset` (fewer only at the end).
+    fn read_at<'py>(&self, py: Python<'py>, offset: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let n = n.min(usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX));
+        let mut buf = vec![0u8; n];
+        py.detach(|| self.inner.read_exact_at(offset, &mut buf)).map_err(to_py)?;
+        Ok(PyBytes::new(py, &buf))
+    }
+
+    /// Fills as much of the writable `buffer` as the source has at
+    /// `offset`; returns the byte count.
+    fn readinto_at(&self, py: Python<'_>, offset: u64, buffer: Bound<'_, PyAny>) -> PyResult<usize> {
+        let mut held = Held::acquire(&[buffer], true)?;
+        let mut slices = held.slices_mut();
+        let Some(buf) = slices.pop() else { return Ok(0) };
+        let n = buf.len().min(usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX));
+        py.detach(|| self.inner.read_exact_at(offset, &mut buf[..n])).map_err(to_py)?;
+        Ok(n)
+    }
+}
+
+/// Uploads the local file `path` to `uri` (`s3://bucket/key`): one PUT or
+/// a multipart upload that is aborted on any error.
+#[pyfunction]
+#[pyo3(signature = (path, uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
+                    s3_config_path=None, s3_region_name=None, force_http=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn s3_upload(
+    py: Python<'_>,
+    path: PathBuf,
+    uri: String,
+    s3_access_key_id: Option<String>,
+    s3_secret_access_key: Option<String>,
+    s3_endpoint: Option<String>,
+    s3_config_path: Option<PathBuf>,
+    s3_region_name: Option<String>,
+    force_http: Option<bool>,
+) -> PyResult<()> {
+    if !s3::is_s3_uri(&uri) {
+        return Err(PyValueError::new_err(format!("{uri}: not an s3:// URI")));
+    }
+    let options =
+        s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http);
+    py.detach(|| s3::upload(&path, &uri, &options)).map_err(to_py)
+}

@@ -1,0 +1,99 @@
+"""Real servers on 127.0.0.1 for the remote-source tests: nginx (HTTP Range),
+moto_server (S3) and redis-server. Each is started in a private temporary
+directory and killed at the end. A missing binary skips the test, or fails
+it when TZR_REQUIRE_SERVERS=1 (set by tests/run-all.sh)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+
+def _binary(name: str, candidates: list[str]) -> str:
+    for c in candidates:
+        if c and os.path.exists(c):
+            return c
+    found = shutil.which(name)
+    if found:
+        return found
+    if os.environ.get("TZR_REQUIRE_SERVERS"):
+        pytest.fail(f"{name} is required for this test but is not installed")
+    pytest.skip(f"{name} is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    for _ in range(400):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.025)
+    raise RuntimeError(f"{what} did not start on port {port}")
+
+
+@contextmanager
+def _running(args: list[str], port: int, what: str) -> Iterator[None]:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(port, proc, what)
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def nginx(root: str) -> Iterator[str]:
+    """Serves ``root``; yields the base URL."""
+    binary = _binary("nginx", ["/usr/sbin/nginx", "/usr/bin/nginx"])
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(
+                f"daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n"
+                "events { worker_connections 256; }\n"
+                f"http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n"
+                f"  uwsgi_temp_path {d}; scgi_temp_path {d}; sendfile on; keepalive_requests 10000;\n"
+                f"  server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} }} }}\n"
+            )
+        with _running([binary, "-c", conf, "-p", d], port, "nginx"):
+            yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def moto() -> Iterator[str]:
+    """An S3-compatible server; yields its endpoint URL."""
+    here = os.path.join(os.path.dirname(sys.executable), "moto_server")
+    binary = _binary("moto_server", [os.environ.get("TZR_MOTO_SERVER", ""), here])
+    port = _free_port()
+    with _running([binary, "-H", "127.0.0.1", "-p", str(port)], port, "moto_server"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def redis() -> Iterator[int]:
+    """A redis-server without persistence; yields its port."""
+    binary = _binary("redis-server", ["/usr/bin/redis-server"])
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as d:
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d]
+        with _running(args, port, "redis-server"):
+            yield port
