@@ -47,6 +47,9 @@ pub struct HttpSource {
     name: String,
     len: u64,
     etag: Option<String>,
+    /// The object's first bytes, fetched by the probe: the file header and
+    /// (usually) the whole index, so opening a file costs one request.
+    prefix: Vec<u8>,
     options: HttpOptions,
 }
 
@@ -55,6 +58,9 @@ impl std::fmt::Debug for HttpSource {
         f.debug_struct("HttpSource").field("name", &self.name).field("len", &self.len).finish()
     }
 }
+
+/// Bytes fetched (and kept) by the opening request.
+pub const PREFIX: u64 = 1 << 20;
 
 /// One agent per source: pooled keep-alive connections, a timeout on each
 /// socket read and write (a stall) but none on a whole body.
@@ -79,8 +85,9 @@ fn content_range(value: &str) -> Option<(u64, u64, u64)> {
 }
 
 impl HttpSource {
-    /// Opens `url`: one request for its first byte gives the length, the
-    /// ETag, and proof that the server honours `Range`.
+    /// Opens `url`: one request for its first [`PREFIX`] bytes gives the
+    /// length, the ETag, proof that the server honours `Range`, and the
+    /// bytes a reader needs first (kept).
     pub fn open(url: &str, options: HttpOptions) -> Result<Self> {
         Self::open_named(url, url, options)
     }
@@ -88,12 +95,20 @@ impl HttpSource {
     /// Opens `url` but names it `name` in every message (a presigned URL
     /// carries a signature that must not end up in logs).
     pub fn open_named(url: &str, name: &str, options: HttpOptions) -> Result<Self> {
-        let mut this =
-            Self { agent: agent(&options), url: url.to_string(), name: name.to_string(), len: 0, etag: None, options };
-        let (len, etag) = retry(options.attempts, options.backoff, || this.probe())
+        let mut this = Self {
+            agent: agent(&options),
+            url: url.to_string(),
+            name: name.to_string(),
+            len: 0,
+            etag: None,
+            prefix: Vec::new(),
+            options,
+        };
+        let (len, etag, prefix) = retry(options.attempts, options.backoff, || this.probe())
             .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = len;
         this.etag = etag;
+        this.prefix = prefix;
         Ok(this)
     }
 
@@ -107,32 +122,44 @@ impl HttpSource {
 
     /// Errors worth retrying are `Err(Some(e))`; final ones `Err(None)` after
     /// recording the error in `Attempt::Final`.
-    fn probe(&self) -> Attempt<(u64, Option<String>)> {
-        let resp = match self.agent.get(&self.url).header("Range", "bytes=0-0").call() {
+    fn probe(&self) -> Attempt<(u64, Option<String>, Vec<u8>)> {
+        let range = format!("bytes=0-{}", PREFIX - 1);
+        let resp = match self.agent.get(&self.url).header("Range", &range).call() {
             Ok(r) => r,
-            Err(e) => return Attempt::Retry(self.fail(0, 1, e)),
+            Err(e) => return Attempt::Retry(self.fail(0, PREFIX, e)),
         };
         let status = resp.status().as_u16();
         if status == 200 {
-            return Attempt::Final(self.fail(0, 1, "the server ignores Range requests (answered 200, not 206)"));
+            return Attempt::Final(self.fail(0, PREFIX, "the server ignores Range requests (answered 200, not 206)"));
         }
         if status >= 500 || status == 429 {
-            return Attempt::Retry(self.fail(0, 1, format!("HTTP {status}")));
+            return Attempt::Retry(self.fail(0, PREFIX, format!("HTTP {status}")));
         }
         if status != 206 {
-            return Attempt::Final(self.fail(0, 1, format!("HTTP {status}")));
+            return Attempt::Final(self.fail(0, PREFIX, format!("HTTP {status}")));
         }
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let Some((_, _, total)) = header("content-range").as_deref().and_then(content_range) else {
-            return Attempt::Final(self.fail(0, 1, "missing or invalid Content-Range"));
+        let etag = header("etag");
+        let (0, end, total) = header("content-range").as_deref().and_then(content_range).unwrap_or((1, 0, 0)) else {
+            return Attempt::Final(self.fail(0, PREFIX, "missing or invalid Content-Range"));
         };
-        Attempt::Ok((total, header("etag")))
+        if end >= PREFIX || end >= total {
+            return Attempt::Final(self.fail(0, PREFIX, "the server returned a different range"));
+        }
+        // At most PREFIX bytes, as checked above.
+        let mut prefix = vec![0u8; end as usize + 1];
+        if let Err(e) = resp.into_body().into_reader().read_exact(&mut prefix) {
+            return Attempt::Retry(self.fail(0, PREFIX, e));
+        }
+        Attempt::Ok((total, etag, prefix))
     }
 
-    /// One attempt at filling `buf[*done..]`; progress survives failures.
-    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize) -> Attempt<()> {
-        let start = offset + *done as u64;
-        let end = offset + buf.len() as u64 - 1;
+    /// One attempt at filling what is left of `bufs` (consecutive bytes
+    /// from `offset`, `total` in all) after the first `*done`; progress
+    /// survives failures.
+    fn fetch(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) -> Attempt<()> {
+        let start = offset + *done;
+        let end = offset + total - 1;
         let range = format!("bytes={start}-{end}");
         let resp = match self.agent.get(&self.url).header("Range", &range).call() {
             Ok(r) => r,
@@ -157,13 +184,27 @@ impl HttpSource {
             _ => return Attempt::Final(self.fail(start, span, "the server returned a different range")),
         }
         let mut reader = resp.into_body().into_reader();
-        while *done < buf.len() {
-            match reader.read(&mut buf[*done..]) {
-                Ok(0) => return Attempt::Retry(self.fail(start, span, "connection closed early (short body)")),
-                Ok(n) => *done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Attempt::Retry(self.fail(start, span, e)),
+        let mut base = 0u64;
+        for buf in bufs.iter_mut() {
+            let len = buf.len() as u64;
+            if base + len <= *done {
+                base += len;
+                continue;
             }
+            // `*done - base` < `len`, a buffer length.
+            let mut pos = (*done - base) as usize;
+            while pos < buf.len() {
+                match reader.read(&mut buf[pos..]) {
+                    Ok(0) => return Attempt::Retry(self.fail(start, span, "connection closed early (short body)")),
+                    Ok(n) => {
+                        pos += n;
+                        *done += n as u64;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Attempt::Retry(self.fail(start, span, e)),
+                }
+            }
+            base += len;
         }
         Attempt::Ok(())
     }
@@ -175,13 +216,33 @@ impl RangeSource for HttpSource {
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if buf.is_empty() {
+        self.read_vectored_at(offset, &mut [buf])
+    }
+
+    fn prefers_long_reads(&self) -> bool {
+        true
+    }
+
+    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        if total == 0 {
             return Ok(());
         }
-        crate::source::check_range(&self.name, self.len, offset, buf.len())?;
-        let mut done = 0usize;
-        retry(self.options.attempts, self.options.backoff, || self.fetch(offset, buf, &mut done))
-            .map_err(|e| e.unwrap_or_else(|| self.fail(offset, buf.len() as u64, "no attempt made")))
+        crate::source::check_range(&self.name, self.len, offset, usize::try_from(total).unwrap_or(usize::MAX))?;
+        if let Some(cached) = usize::try_from(offset)
+            .ok()
+            .and_then(|start| self.prefix.get(start..start.checked_add(usize::try_from(total).ok()?)?))
+        {
+            let mut at = 0;
+            for buf in bufs.iter_mut() {
+                buf.copy_from_slice(&cached[at..at + buf.len()]);
+                at += buf.len();
+            }
+            return Ok(());
+        }
+        let mut done = 0u64;
+        retry(self.options.attempts, self.options.backoff, || self.fetch(offset, bufs, total, &mut done))
+            .map_err(|e| e.unwrap_or_else(|| self.fail(offset, total, "no attempt made")))
     }
 
     fn name(&self) -> &str {

@@ -6,6 +6,7 @@ pub mod http;
 pub mod mmap;
 mod parallel;
 pub mod reader;
+pub mod redis;
 mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;

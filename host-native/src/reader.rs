@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
+mod spans;
+
 /// Bytes per parallel read of a large tensor (a multiple of the 2 MiB
 /// encryption chunk, so each piece decrypts on its own).
 pub const PIECE_LEN: usize = 8 << 20;
@@ -221,6 +223,9 @@ impl<S: RangeSource> Reader<S> {
             }
         }
         jobs.sort_by_key(|(i, _)| *i);
+        if self.source.prefers_long_reads() {
+            return self.load_spans(jobs, verify);
+        }
         let mut batches: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
         let mut large: Vec<(usize, &mut [u8])> = Vec::new();
         for (i, out) in jobs {

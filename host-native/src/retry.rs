@@ -15,8 +15,10 @@ pub(crate) enum Attempt<T> {
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or `attempts` are used
-/// up, sleeping `backoff`, then twice that, and so on in between. The error
-/// is the last one seen (`None` only if no attempt ran).
+/// up. The first retry is immediate (a lone reset or stall is usually
+/// transient and each attempt re-fetches only what is missing); later ones
+/// wait `backoff`, then twice that, and so on. The error is the last one
+/// seen (`None` only if no attempt ran).
 pub(crate) fn retry<T>(
     attempts: u32,
     backoff: Duration,
@@ -25,7 +27,7 @@ pub(crate) fn retry<T>(
     let mut delay = backoff;
     let mut last = None;
     for n in 0..attempts.max(1) {
-        if n > 0 {
+        if n > 1 {
             std::thread::sleep(delay);
             delay = delay.saturating_mul(2);
         }

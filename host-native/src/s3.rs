@@ -198,7 +198,9 @@ impl S3Options {
                 })?;
                 parse_s3cfg(&text)
             }
-            (None, Some(home)) => std::fs::read_to_string(home.join(".s3cfg")).map(|t| parse_s3cfg(&t)).unwrap_or_default(),
+            (None, Some(home)) => {
+                std::fs::read_to_string(home.join(".s3cfg")).map(|t| parse_s3cfg(&t)).unwrap_or_default()
+            }
             (None, None) => S3Cfg::default(),
         };
         let pick = |explicit: &Option<String>, vllm: &str, from_cfg: &Option<String>, aws: &str| {
@@ -221,7 +223,8 @@ impl S3Options {
         let force_http = self.force_http.or(cfg.use_https.map(|https| !https)).unwrap_or(false);
         let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone().or_else(|| cfg.host_base.clone()) {
             (e, false)
-        } else if let Some(e) = env("S3_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"))
+        } else if let Some(e) =
+            env("S3_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"))
         {
             (e, true)
         } else {

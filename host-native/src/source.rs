@@ -23,6 +23,24 @@ pub trait RangeSource: Send + Sync {
 
     /// A name for messages: a path or a URI.
     fn name(&self) -> &str;
+
+    /// Whether each request costs far more than the bytes it moves (network
+    /// sources). The reader then fetches a few long spans, one request per
+    /// reader thread, instead of many pieces.
+    fn prefers_long_reads(&self) -> bool {
+        false
+    }
+
+    /// Fills `bufs`, which together cover consecutive bytes starting at
+    /// `offset`. Network sources serve this with one request.
+    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let mut at = offset;
+        for buf in bufs.iter_mut() {
+            self.read_exact_at(at, buf)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
 }
 
 /// Fails with a `Truncated` format error when `len` bytes at `offset` do
@@ -126,6 +144,14 @@ impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
     fn name(&self) -> &str {
         (**self).name()
     }
+
+    fn prefers_long_reads(&self) -> bool {
+        (**self).prefers_long_reads()
+    }
+
+    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        (**self).read_vectored_at(offset, bufs)
+    }
 }
 
 impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
@@ -140,9 +166,18 @@ impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
     fn name(&self) -> &str {
         (**self).name()
     }
+
+    fn prefers_long_reads(&self) -> bool {
+        (**self).prefers_long_reads()
+    }
+
+    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        (**self).read_vectored_at(offset, bufs)
+    }
 }
 
-/// Opens a local path or, with the `http` and `s3` features, an
+/// Opens a local path, a `redis://host[:port]/prefix` URI (see
+/// [`crate::redis`]) or, with the `http` and `s3` features, an
 /// `http(s)://` URL or an `s3://` URI (configured from the environment; see
 /// [`crate::s3::S3Options`]).
 pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
@@ -154,8 +189,11 @@ pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
     if crate::http::is_http_url(uri) {
         return Ok(Box::new(crate::http::HttpSource::open(uri, crate::http::HttpOptions::default())?));
     }
+    if crate::redis::is_redis_uri(uri) {
+        return Ok(Box::new(crate::redis::RedisSource::open(uri, crate::redis::RedisOptions::default())?));
+    }
     let lower = uri.to_ascii_lowercase();
-    for scheme in ["s3://", "redis://", "http://", "https://"] {
+    for scheme in ["s3://", "http://", "https://"] {
         if lower.starts_with(scheme) {
             return Err(Error::Invalid(format!("{uri}: {scheme} sources are not supported by this build yet")));
         }

@@ -29,15 +29,7 @@ fn s3_options(
     region: Option<String>,
     force_http: Option<bool>,
 ) -> S3Options {
-    S3Options {
-        access_key_id,
-        secret_access_key,
-        endpoint,
-        config_path,
-        region,
-        force_http,
-        ..S3Options::default()
-    }
+    S3Options { access_key_id, secret_access_key, endpoint, config_path, region, force_http, ..S3Options::default() }
 }
 
 #[pymethods]

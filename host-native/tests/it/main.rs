@@ -7,5 +7,6 @@ mod common;
 mod convert;
 mod http;
 mod read_write;
+mod redis;
 mod s3;
 mod servers;

@@ -178,3 +178,60 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
     }
     let _ = client.shutdown(Shutdown::Both);
 }
+
+/// redis-server on a loopback port with persistence off, its files in a
+/// temporary directory; killed on drop.
+pub(crate) struct RedisServer {
+    child: Child,
+    pub(crate) port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub(crate) fn start() -> Option<Self> {
+        let bin = binary("redis-server", &["/usr/bin/redis-server", "/usr/local/bin/redis-server"])?;
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(dir.path().join("redis.log"))
+            .spawn()
+            .unwrap();
+        // Owned from here on: dropping `server` kills and reaps redis-server.
+        let server = Self { child, port, _dir: dir };
+        for _ in 0..250 {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                let mut reply = [0u8; 7];
+                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
+                    return Some(server);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not start on port {port}");
+    }
+
+    pub(crate) fn uri(&self, prefix: &str) -> String {
+        format!("redis://127.0.0.1:{}/{prefix}", self.port)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the server.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

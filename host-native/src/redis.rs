@@ -1,0 +1,559 @@
+//! Redis as a source and a sink: a `.tensors` file stored as string keys
+//! under `redis://host[:port]/prefix`, laid out as tensorizer 2.12's
+//! `TensorDeserializer.to_redis` writes it and `RedisStreamFile` reads it.
+//!
+//! * `{prefix}:header:0` holds the bytes from 0 up to the first tensor
+//!   header (magic, file header, metadata index);
+//! * for each tensor, `{prefix}:{name}:{header_offset}` holds its header and
+//!   `{prefix}:{name}:{data_offset}` its data (empty for meta tensors), with
+//!   `name` the stored tensor path ([`TensorPath::to_bytes`]).
+//!
+//! A reader treats the keys as one file, each key's bytes starting at the
+//! integer after its last `:`. The file's trailing 8-byte end marker is not
+//! stored, so a [`RedisSource`] is 8 bytes shorter than the file written.
+//!
+//! [`RedisSource`] finds the keys with `SCAN`, checks that they tile the
+//! file exactly, and serves reads with `GETRANGE` (pipelined when a read
+//! spans several keys) on a small pool of connections, retrying a failed
+//! read on a new connection for the bytes still missing. [`write_redis`]
+//! writes every key under a temporary prefix, then swaps them in with one
+//! `MULTI`/`EXEC`, so readers see the old file or the new one, never a mix.
+//!
+//! The path of the URI is the key prefix, not a database number (database
+//! 0 is used, as tensorizer does). Credentials, TLS (`rediss://`) and Redis
+//! Cluster are not supported. Keys of another file whose prefix starts with
+//! `{prefix}:` match the same `SCAN` pattern, so such prefixes must not be
+//! nested.
+//!
+//! [`TensorPath::to_bytes`]: tensorizer_core::TensorPath::to_bytes
+
+mod resp;
+mod write;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::retry::{Attempt, retry};
+use crate::source::{RangeSource, check_range};
+use resp::{Conn, Fault, Reply};
+pub use write::write_redis;
+
+/// Most keys one file may have (two per tensor, plus the header).
+const MAX_KEYS: usize = 1 << 22;
+
+/// Keys asked for per `SCAN` call.
+const SCAN_COUNT: &[u8] = b"1000";
+
+/// Commands sent before their replies are read.
+const PIPELINE: usize = 512;
+
+/// Longest `GETRANGE` asked for at once (bounds the server's reply buffer).
+const MAX_GETRANGE: u64 = 16 << 20;
+
+/// Idle connections a source keeps for later reads.
+const MAX_IDLE: usize = 32;
+
+/// A parsed `redis://host[:port]/prefix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisUri {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// TCP port, 6379 unless given.
+    pub port: u16,
+    /// The key prefix: the URI's path without its leading slashes.
+    pub prefix: String,
+}
+
+impl RedisUri {
+    /// The port used when the URI names none.
+    pub const DEFAULT_PORT: u16 = 6379;
+
+    /// Parses `redis://host[:port]/prefix` as tensorizer does (scheme in
+    /// any case, default port 6379, leading slashes of the path dropped).
+    /// Unlike tensorizer, an empty prefix, credentials, a query or a
+    /// fragment are rejected rather than silently dropped.
+    pub fn parse(uri: &str) -> Result<Self> {
+        let bad = |why: &str| Error::Invalid(format!("{uri}: not a redis://host[:port]/prefix URI: {why}"));
+        let Some((scheme, rest)) = uri.split_once("://") else {
+            return Err(bad("no scheme"));
+        };
+        if scheme.eq_ignore_ascii_case("rediss") {
+            return Err(bad("TLS (rediss://) is not supported"));
+        }
+        if !scheme.eq_ignore_ascii_case("redis") {
+            return Err(bad("the scheme is not redis"));
+        }
+        if rest.contains(['?', '#']) {
+            return Err(bad("a query or fragment is not allowed"));
+        }
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if authority.contains('@') {
+            return Err(bad("credentials are not supported"));
+        }
+        let (host, port) = match authority.strip_prefix('[') {
+            Some(bracketed) => {
+                let Some((host, after)) = bracketed.split_once(']') else {
+                    return Err(bad("unclosed '[' in the host"));
+                };
+                match after {
+                    "" => (host, ""),
+                    _ => match after.strip_prefix(':') {
+                        Some(port) => (host, port),
+                        None => return Err(bad("junk after the bracketed host")),
+                    },
+                }
+            }
+            None => match authority.split_once(':') {
+                Some((_, port)) if port.contains(':') => return Err(bad("IPv6 addresses need brackets")),
+                Some((host, port)) => (host, port),
+                None => (authority, ""),
+            },
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port = match port {
+            "" => Self::DEFAULT_PORT,
+            p => match p.parse::<u16>() {
+                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => return Err(bad("the port is not a number from 1 to 65535")),
+            },
+        };
+        let prefix = path.trim_start_matches('/');
+        if prefix.is_empty() {
+            return Err(bad("no key prefix after the host"));
+        }
+        Ok(Self { host: host.to_ascii_lowercase(), port, prefix: prefix.to_string() })
+    }
+
+    /// The `SCAN` pattern for every key under the prefix: the prefix with
+    /// its glob characters escaped, then `:*`.
+    fn pattern(&self) -> Vec<u8> {
+        glob_pattern(&self.prefix)
+    }
+
+    /// The first bytes of every key under the prefix.
+    fn key_start(&self) -> Vec<u8> {
+        format!("{}:", self.prefix).into_bytes()
+    }
+}
+
+impl fmt::Display for RedisUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "redis://[{}]:{}/{}", self.host, self.port, self.prefix)
+        } else {
+            write!(f, "redis://{}:{}/{}", self.host, self.port, self.prefix)
+        }
+    }
+}
+
+/// `prefix` with Redis glob characters escaped, then `:*`.
+fn glob_pattern(prefix: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + 2);
+    for &b in prefix.as_bytes() {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out.extend_from_slice(b":*");
+    out
+}
+
+/// Whether `uri` starts with `redis://` (any case).
+pub fn is_redis_uri(uri: &str) -> bool {
+    uri.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("redis://"))
+}
+
+/// Retry and timeout settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// Attempts per read (and for listing the keys) before giving up (at
+    /// least 1).
+    pub attempts: u32,
+    /// Delay before the first retry; doubled each time.
+    pub backoff: Duration,
+    /// Longest wait for any single socket read or write (a stalled server).
+    pub io_timeout: Duration,
+    /// Longest wait to connect.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            attempts: 6,
+            backoff: Duration::from_millis(100),
+            io_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One key of a stored file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisKey {
+    /// The full key name.
+    pub name: Vec<u8>,
+    /// Where its bytes start in the file.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+impl RedisKey {
+    fn display(&self) -> String {
+        format!("{:?}", String::from_utf8_lossy(&self.name))
+    }
+}
+
+/// A file stored in Redis, read with `GETRANGE`.
+pub struct RedisSource {
+    uri: String,
+    addr: RedisUri,
+    options: RedisOptions,
+    /// Non-empty keys sorted by offset, tiling `0..len`.
+    keys: Vec<RedisKey>,
+    len: u64,
+    pool: Mutex<Vec<Conn>>,
+}
+
+impl fmt::Debug for RedisSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSource")
+            .field("uri", &self.uri)
+            .field("keys", &self.keys.len())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl RedisSource {
+    /// Lists the keys under the URI's prefix (`SCAN`, then `STRLEN` of
+    /// each) and checks that they tile the file: no keys, a gap or an
+    /// overlap is an error naming the URI and the byte offset.
+    pub fn open(uri: &str, options: RedisOptions) -> Result<Self> {
+        let addr = RedisUri::parse(uri)?;
+        let mut this =
+            Self { uri: uri.to_string(), addr, options, keys: Vec::new(), len: 0, pool: Mutex::new(Vec::new()) };
+        let found = retry(options.attempts, options.backoff, || this.attempt(0, 0, this.list_keys()))
+            .map_err(|e| e.unwrap_or_else(|| this.fail(0, 0, "no attempt made")))?;
+        let (keys, len) = tile(uri, &this.addr.prefix, found)?;
+        this.keys = keys;
+        this.len = len;
+        Ok(this)
+    }
+
+    /// The non-empty keys, in file order.
+    pub fn keys(&self) -> &[RedisKey] {
+        &self.keys
+    }
+
+    fn fail(&self, offset: u64, len: u64, why: impl fmt::Display) -> Error {
+        fault_error(&self.uri, offset, len, io::ErrorKind::Other, why)
+    }
+
+    /// Maps a fault to a retry decision, naming the range. A broken
+    /// connection also drops the idle ones: they likely broke the same way
+    /// (a restarted server), and the retry should not pick one of them.
+    fn attempt<T>(&self, offset: u64, len: u64, result: Result<T, Fault>) -> Attempt<T> {
+        match result {
+            Ok(v) => Attempt::Ok(v),
+            Err(f) => {
+                if let (Fault::Io(_), Ok(mut pool)) = (&f, self.pool.lock()) {
+                    pool.clear();
+                }
+                let error = fault_error(&self.uri, offset, len, f.kind(), &f);
+                if f.is_transient() { Attempt::Retry(error) } else { Attempt::Final(error) }
+            }
+        }
+    }
+
+    fn conn(&self) -> Result<Conn, Fault> {
+        if let Some(c) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
+            return Ok(c);
+        }
+        Conn::connect(&self.addr.host, self.addr.port, self.options.connect_timeout, self.options.io_timeout)
+    }
+
+    /// Returns a healthy connection to the pool (one that failed is dropped
+    /// instead: its stream may be mid-reply).
+    fn put(&self, conn: Conn) {
+        if let Ok(mut pool) = self.pool.lock()
+            && pool.len() < MAX_IDLE
+        {
+            pool.push(conn);
+        }
+    }
+
+    /// Every key under the prefix whose name ends in `:<offset>`, with its
+    /// length.
+    fn list_keys(&self) -> Result<Vec<RedisKey>, Fault> {
+        let mut conn = self.conn()?;
+        let names = scan(&mut conn, &self.addr)?;
+        let mut keys: Vec<RedisKey> = names
+            .into_iter()
+            .filter_map(|name| key_offset(&name).map(|offset| RedisKey { name, offset, len: 0 }))
+            .collect();
+        for batch in keys.chunks_mut(PIPELINE) {
+            for k in batch.iter() {
+                conn.command(&[b"STRLEN", &k.name]);
+            }
+            conn.flush()?;
+            for k in batch.iter_mut() {
+                match conn.reply() {
+                    Ok(Reply::Int(n)) if n >= 0 => k.len = n as u64,
+                    Ok(other) => return Err(Fault::Protocol(format!("STRLEN {} answered {other:?}", k.display()))),
+                    Err(Fault::Server(m)) => return Err(Fault::Server(format!("{m} (key {})", k.display()))),
+                    Err(f) => return Err(f),
+                }
+            }
+        }
+        self.put(conn);
+        Ok(keys)
+    }
+
+    /// One attempt at filling `buf[*done..]`, pipelining one `GETRANGE`
+    /// per key (or per [`MAX_GETRANGE`] bytes) it spans; progress survives
+    /// failures.
+    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize) -> Result<(), Fault> {
+        let mut conn = self.conn()?;
+        while *done < buf.len() {
+            // Plan up to PIPELINE pieces starting at the first missing byte.
+            let mut pieces: Vec<(usize, u64, usize)> = Vec::new();
+            let mut planned = *done;
+            let mut k = self.keys.partition_point(|k| k.offset <= offset + planned as u64).saturating_sub(1);
+            while planned < buf.len() && pieces.len() < PIPELINE {
+                let Some(key) = self.keys.get(k) else {
+                    return Err(Fault::Protocol(format!("no key holds byte {}", offset + planned as u64)));
+                };
+                let at = offset + planned as u64;
+                let within = at - key.offset;
+                let n = (key.len - within).min(MAX_GETRANGE).min((buf.len() - planned) as u64) as usize;
+                conn.command(&[
+                    b"GETRANGE",
+                    &key.name,
+                    within.to_string().as_bytes(),
+                    (within + n as u64 - 1).to_string().as_bytes(),
+                ]);
+                pieces.push((k, within, n));
+                planned += n;
+                if within + n as u64 == key.len {
+                    k += 1;
+                }
+            }
+            conn.flush()?;
+            for (k, within, n) in pieces {
+                let got = conn.bulk_into(&mut buf[*done..*done + n])?;
+                if got != n {
+                    let key = &self.keys[k];
+                    return Err(Fault::Protocol(format!(
+                        "key {} holds {} bytes from byte {within}, not {n}: it changed after the source was opened",
+                        key.display(),
+                        got
+                    )));
+                }
+                *done += n;
+            }
+        }
+        self.put(conn);
+        Ok(())
+    }
+}
+
+impl RangeSource for RedisSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        check_range(&self.uri, self.len, offset, buf.len())?;
+        let len = buf.len() as u64;
+        let mut done = 0usize;
+        retry(self.options.attempts, self.options.backoff, || {
+            let start = offset + done as u64;
+            let result = self.fetch(offset, buf, &mut done);
+            self.attempt(start, offset + len - start, result)
+        })
+        .map_err(|e| e.unwrap_or_else(|| self.fail(offset, len, "no attempt made")))
+    }
+
+    fn name(&self) -> &str {
+        &self.uri
+    }
+}
+
+/// An error naming the URI and the byte range `offset..offset + len`.
+fn fault_error(uri: &str, offset: u64, len: u64, kind: io::ErrorKind, why: impl fmt::Display) -> Error {
+    // `Error::Io` already names the first byte.
+    let message = match len {
+        0 => why.to_string(),
+        _ => format!("bytes {offset}..{}: {why}", offset.saturating_add(len)),
+    };
+    Error::Io { file: uri.to_string(), offset, source: io::Error::new(kind, message) }
+}
+
+/// The offset after the last `:` of a key name, if it is a decimal integer.
+fn key_offset(name: &[u8]) -> Option<u64> {
+    let colon = name.iter().rposition(|&b| b == b':')?;
+    let digits = &name[colon + 1..];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Every key name matching the URI's pattern, each once (`SCAN` may repeat
+/// keys).
+fn scan(conn: &mut Conn, addr: &RedisUri) -> Result<Vec<Vec<u8>>, Fault> {
+    let pattern = addr.pattern();
+    let start = addr.key_start();
+    let mut cursor = b"0".to_vec();
+    let mut seen = HashSet::new();
+    loop {
+        let reply = conn.call(&[b"SCAN", &cursor, b"MATCH", &pattern, b"COUNT", SCAN_COUNT])?;
+        let Reply::Array(Some(mut parts)) = reply else {
+            return Err(Fault::Protocol(format!("SCAN answered {reply:?}")));
+        };
+        let (Some(Reply::Array(Some(names))), Some(Reply::Bulk(Some(next))), None) =
+            (parts.pop(), parts.pop(), parts.pop())
+        else {
+            return Err(Fault::Protocol("SCAN answered an unexpected shape".into()));
+        };
+        for name in names {
+            let Reply::Bulk(Some(name)) = name else {
+                return Err(Fault::Protocol("SCAN listed a key that is not a string".into()));
+            };
+            if name.starts_with(&start) {
+                seen.insert(name);
+            }
+            if seen.len() > MAX_KEYS {
+                return Err(Fault::Protocol(format!("more than {MAX_KEYS} keys under the prefix")));
+            }
+        }
+        if next == b"0" {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(seen.into_iter().collect())
+}
+
+/// Sorts `keys` into file order and checks that the non-empty ones cover
+/// `0..len` exactly once; returns them and `len`.
+fn tile(uri: &str, prefix: &str, mut keys: Vec<RedisKey>) -> Result<(Vec<RedisKey>, u64)> {
+    keys.retain(|k| k.len > 0);
+    if keys.is_empty() {
+        return Err(Error::Invalid(format!("no keys under {uri} (a file stored there has a key {prefix}:header:0)")));
+    }
+    keys.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
+    let mut end = 0u64;
+    for k in &keys {
+        if k.offset > end {
+            return Err(Error::Invalid(format!(
+                "{uri}: no key holds bytes {end}..{} (the next key is {}): a key is missing",
+                k.offset,
+                k.display()
+            )));
+        }
+        if k.offset < end {
+            return Err(Error::Invalid(format!(
+                "{uri}: key {} at byte {} overlaps the key before it, which ends at byte {end}",
+                k.display(),
+                k.offset
+            )));
+        }
+        end = k
+            .offset
+            .checked_add(k.len)
+            .ok_or_else(|| Error::Invalid(format!("{uri}: key {} at byte {} ends past 2^64", k.display(), k.offset)))?;
+    }
+    Ok((keys, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_uris_like_tensorizer() {
+        let u = RedisUri::parse("REDIS://LocalHost/models/llama:7b").unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.prefix.as_str()), ("localhost", 6379, "models/llama:7b"));
+        let u = RedisUri::parse("redis://10.0.0.1:7000//p").unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.prefix.as_str()), ("10.0.0.1", 7000, "p"));
+        let u = RedisUri::parse("redis://[::1]:7001/p").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", 7001));
+        assert_eq!(u.to_string(), "redis://[::1]:7001/p");
+        assert_eq!(RedisUri::parse("redis://h:/p").unwrap().port, 6379);
+        for bad in [
+            "redis://h",
+            "redis://h/",
+            "redis:///p",
+            "redis://h:0/p",
+            "redis://h:65536/p",
+            "redis://h:+1/p",
+            "redis://h:x/p",
+            "redis://u:pw@h/p",
+            "redis://h/p?db=1",
+            "redis://::1/p",
+            "redis://[::1/p",
+            "rediss://h/p",
+            "http://h/p",
+            "h/p",
+        ] {
+            let err = RedisUri::parse(bad).unwrap_err();
+            assert!(matches!(&err, Error::Invalid(m) if m.starts_with(bad)), "{bad}: {err}");
+        }
+        assert!(is_redis_uri("Redis://h/p") && !is_redis_uri("redis:/h") && !is_redis_uri("s3://b/k"));
+    }
+
+    #[test]
+    fn escapes_glob_characters_in_the_pattern() {
+        assert_eq!(glob_pattern("a*b?[c]\\d:e"), b"a\\*b\\?\\[c\\]\\\\d:e:*".to_vec());
+    }
+
+    #[test]
+    fn key_offsets_come_after_the_last_colon() {
+        assert_eq!(key_offset(b"p:header:0"), Some(0));
+        assert_eq!(key_offset(b"p:\x1e[\"a:b\",0]:262217"), Some(262217));
+        assert_eq!(key_offset(b"p:x:"), None);
+        assert_eq!(key_offset(b"p:x:-1"), None);
+        assert_eq!(key_offset(b"p:x:1e3"), None);
+        assert_eq!(key_offset(b"p:x:99999999999999999999"), None);
+        assert_eq!(key_offset(b"nocolon"), None);
+    }
+
+    fn key(name: &str, offset: u64, len: u64) -> RedisKey {
+        RedisKey { name: name.as_bytes().to_vec(), offset, len }
+    }
+
+    #[test]
+    fn keys_must_tile_the_file() {
+        let uri = "redis://h/p";
+        let (keys, len) = tile(
+            uri,
+            "p",
+            vec![key("p:b:10", 10, 5), key("p:e:15", 15, 0), key("p:header:0", 0, 10), key("p:a:15", 15, 3)],
+        )
+        .unwrap();
+        assert_eq!(len, 18);
+        assert_eq!(keys.iter().map(|k| k.offset).collect::<Vec<_>>(), [0, 10, 15]);
+        let gap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:12", 12, 3)]).unwrap_err().to_string();
+        assert!(gap.contains(uri) && gap.contains("bytes 10..12"), "{gap}");
+        let late = tile(uri, "p", vec![key("p:a:5", 5, 3)]).unwrap_err().to_string();
+        assert!(late.contains("bytes 0..5"), "{late}");
+        let overlap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:8", 8, 3)]).unwrap_err().to_string();
+        assert!(overlap.contains("overlaps") && overlap.contains("byte 8"), "{overlap}");
+        let none = tile(uri, "p", vec![key("p:a:0", 0, 0)]).unwrap_err().to_string();
+        assert!(none.starts_with("no keys under redis://h/p"), "{none}");
+        assert!(tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:10", 10, u64::MAX - 5)]).is_err());
+    }
+}
