@@ -59,6 +59,10 @@ impl std::fmt::Debug for HttpSource {
     }
 }
 
+/// A broken response that delivered at least this much is resumed at once
+/// without using up an attempt.
+const RESUMABLE_PROGRESS: u64 = 1 << 20;
+
 /// Bytes fetched (and kept) by the opening request.
 pub const PREFIX: u64 = 1 << 20;
 
@@ -184,6 +188,10 @@ impl HttpSource {
             _ => return Attempt::Final(self.fail(start, span, "the server returned a different range")),
         }
         let mut reader = resp.into_body().into_reader();
+        let began = *done;
+        let interrupted = |done: u64, e: Error| {
+            if done - began >= RESUMABLE_PROGRESS { Attempt::Resumable(e) } else { Attempt::Retry(e) }
+        };
         let mut base = 0u64;
         for buf in bufs.iter_mut() {
             let len = buf.len() as u64;
@@ -195,13 +203,15 @@ impl HttpSource {
             let mut pos = (*done - base) as usize;
             while pos < buf.len() {
                 match reader.read(&mut buf[pos..]) {
-                    Ok(0) => return Attempt::Retry(self.fail(start, span, "connection closed early (short body)")),
+                    Ok(0) => {
+                        return interrupted(*done, self.fail(start, span, "connection closed early (short body)"));
+                    }
                     Ok(n) => {
                         pos += n;
                         *done += n as u64;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Attempt::Retry(self.fail(start, span, e)),
+                    Err(e) => return interrupted(*done, self.fail(start, span, e)),
                 }
             }
             base += len;

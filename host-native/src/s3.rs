@@ -221,11 +221,13 @@ impl S3Options {
         };
 
         let force_http = self.force_http.or(cfg.use_https.map(|https| !https)).unwrap_or(false);
-        let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone().or_else(|| cfg.host_base.clone()) {
+        let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone() {
             (e, false)
-        } else if let Some(e) =
-            env("S3_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"))
-        {
+        } else if let Some(e) = env("S3_ENDPOINT_URL") {
+            (e, true)
+        } else if let Some(e) = cfg.host_base.clone() {
+            (e, false)
+        } else if let Some(e) = env("AWS_ENDPOINT_URL_S3").or_else(|| env("AWS_ENDPOINT_URL")) {
             (e, true)
         } else {
             let default = if for_write { DEFAULT_WRITE_ENDPOINT } else { DEFAULT_READ_ENDPOINT };
@@ -641,7 +643,10 @@ mod tests {
         ]);
         let o = none.resolve_with("s3://b/k", false, &vllm, home).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().access_key_id, "v");
-        assert_eq!(o.endpoint(), "http://minio.local:9000", "the config file's host_base outranks the environment");
+        assert_eq!(o.endpoint(), "http://127.0.0.1:9", "vLLM's endpoint variable outranks the config file");
+        let aws_endpoint = env_from(&[("AWS_ENDPOINT_URL", "http://aws.local")]);
+        let o = none.resolve_with("s3://b/k", false, &aws_endpoint, home).unwrap();
+        assert_eq!(o.endpoint(), "http://minio.local:9000", "the config file outranks AWS_ENDPOINT_URL");
         // No config file: the AWS variables, then tensorizer's defaults.
         let o = none.resolve_with("s3://b/k", true, &env, None).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().access_key_id, "aws");

@@ -158,3 +158,48 @@ fn missing_objects_and_buckets_are_clear_errors() {
     let err = s3::upload(&dir.path().join("f"), "s3://nobucket/f", &options).unwrap_err().to_string();
     assert!(err.contains("NoSuchBucket"), "{err}");
 }
+
+#[test]
+fn tzr_copies_between_local_s3_and_redis() {
+    let Some(moto) = Moto::start() else { return };
+    let Some(redis) = crate::servers::RedisServer::start() else { return };
+    moto.create_bucket("cli");
+    let dir = tempfile::tempdir().unwrap();
+    let input = crate::common::vectors_dir().join("v4_meta.tensors");
+    let tzr = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tzr"))
+            .args(args)
+            .env("HOME", dir.path())
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", moto.port))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .output()
+            .unwrap()
+    };
+    let redis_uri = format!("redis://127.0.0.1:{}/cli", redis.port);
+    let back = dir.path().join("back.tensors");
+    let back = back.to_str().unwrap();
+    for (from, to) in [
+        (input.to_str().unwrap(), "s3://cli/m.tensors"),
+        ("s3://cli/m.tensors", redis_uri.as_str()),
+        (redis_uri.as_str(), "s3://cli/again.tensors"),
+        ("s3://cli/again.tensors", back),
+    ] {
+        let out = tzr(&["copy", from, to]);
+        assert!(out.status.success(), "{from} -> {to}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Redis does not store the 8-byte end marker; everything else is the same.
+    let original = std::fs::read(&input).unwrap();
+    let copied = std::fs::read(back).unwrap();
+    assert_eq!(copied[..], original[..original.len() - 8]);
+    let out = tzr(&["inspect", "--json", "s3://cli/again.tensors"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Existing targets need --force; a non-tensorizer input writes nothing.
+    assert_eq!(tzr(&["copy", input.to_str().unwrap(), &redis_uri]).status.code(), Some(3));
+    assert_eq!(tzr(&["copy", input.to_str().unwrap(), back]).status.code(), Some(2));
+    assert!(tzr(&["copy", "--force", input.to_str().unwrap(), &redis_uri]).status.success());
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"not a tensorizer file").unwrap();
+    assert_eq!(tzr(&["copy", junk.to_str().unwrap(), "s3://cli/junk"]).status.code(), Some(3));
+    assert!(moto.get("/cli/junk").starts_with("HTTP/1.1 404"));
+}

@@ -78,7 +78,7 @@ class TensorSerializer:
         self._sink: Any = None
         self._upload_uri: str | None = None
         scheme = file_obj.split("://", 1)[0].lower() if isinstance(file_obj, str) and "://" in file_obj else ""
-        if scheme == "s3":
+        if isinstance(file_obj, str) and scheme == "s3":
             # Written to a private temporary file, uploaded on close.
             self._upload_uri = file_obj
             self._tmpdir = tempfile.mkdtemp(prefix="tensorizer-rs-")

@@ -169,7 +169,7 @@ def open_stream(
     s3_region_name: str | None = None,
     s3_signature_version: str | None = None,
     certificate_handling: Any = None,
-) -> IO[bytes]:
+) -> IO[bytes] | RemoteStream:
     """Opens a local path or a remote URI like tensorizer's ``open_stream``.
 
     * ``http(s)://``, ``redis://host[:port]/prefix``: ``"rb"`` only.

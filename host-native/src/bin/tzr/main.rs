@@ -1,5 +1,6 @@
-//! `tzr`: inspect, verify, encrypt, decrypt and convert tensorizer files.
+//! `tzr`: inspect, verify, encrypt, decrypt, convert and copy tensorizer files.
 
+mod copy;
 mod crypt;
 mod inspect;
 mod keys;
@@ -76,6 +77,18 @@ enum Command {
         #[command(flatten)]
         layout: LayoutArgs,
     },
+    /// Copy a file between a local path, http(s)://, s3:// and redis://
+    /// (byte for byte; the input's header and index are checked first).
+    /// s3:// is configured from ~/.s3cfg and the S3_* / AWS_* variables.
+    Copy {
+        /// Where to read: a path or a URI.
+        input: String,
+        /// Where to write: a path, s3://bucket/key or redis://host:port/prefix.
+        output: String,
+        /// Replace an existing local file or Redis prefix.
+        #[arg(long)]
+        force: bool,
+    },
     /// Convert between tensorizer and safetensors; the direction follows the
     /// `.safetensors` extension of INPUT or OUTPUT.
     Convert {
@@ -136,6 +149,7 @@ fn main() -> ExitCode {
         }
         Command::Decrypt { input, output, key, layout } => crypt::decrypt(&input, &output, &key, layout.options()),
         Command::Convert { input, output, key, layout } => crypt::convert(&input, &output, &key, layout.options()),
+        Command::Copy { input, output, force } => copy::run(&input, &output, force),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
