@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "servers for the remote-source tests (nginx and redis-server, from Debian)"
+step "servers for the remote-source tests (nginx, redis-server and curl, from Debian)"
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# tensorizer itself reads http(s):// and s3:// through the curl binary.
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -33,6 +35,9 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 step "clippy (core without std)"
 cargo clippy --locked -p tensorizer-core --no-default-features -- -D warnings
+
+step "host without its network features (local files only) builds cleanly"
+cargo clippy --locked -p tensorizer-native --no-default-features --lib --bins -- -D warnings
 
 step "core without std must not enable any dependency's std feature"
 if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then

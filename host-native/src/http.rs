@@ -144,7 +144,7 @@ impl HttpSource {
         }
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let etag = header("etag");
-        let (0, end, total) = header("content-range").as_deref().and_then(content_range).unwrap_or((1, 0, 0)) else {
+        let Some((0, end, total)) = header("content-range").as_deref().and_then(content_range) else {
             return Attempt::Final(self.fail(0, PREFIX, "missing or invalid Content-Range"));
         };
         if end >= PREFIX || end >= total {

@@ -331,24 +331,31 @@ impl<S: RangeSource> Reader<S> {
         for (i, out) in members {
             let entry = &self.metadata.entries[i];
             let at = |o: u64| (o - start) as usize;
-            let raw = &scratch[at(entry.header_offset)..at(entry.data_offset)];
-            let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
-            if entry.is_meta() {
-                if verify {
-                    record.verify(&[]).map_err(self.tensor_err(entry))?;
-                }
-                out.fill(0);
-                continue;
+            if !entry.is_meta() {
+                out.copy_from_slice(&scratch[at(entry.data_offset)..at(entry.data_end())]);
             }
-            out.copy_from_slice(&scratch[at(entry.data_offset)..at(entry.data_end())]);
-            if let (Some(cipher), Some(key)) =
-                (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?)
-            {
-                decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
-            }
+            self.finish(entry, &scratch[at(entry.header_offset)..at(entry.data_offset)], out, verify)?;
+        }
+        Ok(())
+    }
+
+    /// Completes a tensor whose header bytes are `raw` and whose stored data
+    /// is already in `out`: parses the header, zero-fills a meta tensor,
+    /// decrypts, and checks the hashes when `verify` is set.
+    fn finish(&self, entry: &MetadataEntry, raw: &[u8], out: &mut [u8], verify: bool) -> Result<()> {
+        let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
+        if entry.is_meta() {
+            out.fill(0);
             if verify {
-                record.verify(out).map_err(self.tensor_err(entry))?;
+                record.verify(&[]).map_err(self.tensor_err(entry))?;
             }
+            return Ok(());
+        }
+        if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?) {
+            decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
+        }
+        if verify {
+            record.verify(out).map_err(self.tensor_err(entry))?;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ pub(crate) enum Attempt<T> {
     /// A transient failure after useful progress (a reset 200 MiB into a
     /// span): try again at once, without using up an attempt. Progress
     /// bounds how often this can happen.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Resumable(Error),
     /// A failure that another attempt cannot fix.
     Final(Error),

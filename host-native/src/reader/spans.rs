@@ -4,9 +4,7 @@
 //! layout allows, straight into header scratch space and the caller's
 //! buffers. Decryption and hash checks follow, tensor by tensor.
 
-use tensorizer_core::TensorRecord;
-
-use super::{Reader, decrypt_piece};
+use super::Reader;
 use crate::error::Result;
 use crate::parallel::for_each;
 use crate::source::RangeSource;
@@ -92,26 +90,7 @@ impl<S: RangeSource> Reader<S> {
             })?;
         }
         let work: Vec<_> = jobs.into_iter().zip(&headers).collect();
-        for_each(self.options.num_readers, work, |((i, out), raw)| {
-            let entry = &entries[i];
-            let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
-            if entry.is_meta() {
-                out.fill(0);
-                if verify {
-                    record.verify(&[]).map_err(self.tensor_err(entry))?;
-                }
-                return Ok(());
-            }
-            if let (Some(cipher), Some(key)) =
-                (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?)
-            {
-                decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
-            }
-            if verify {
-                record.verify(out).map_err(self.tensor_err(entry))?;
-            }
-            Ok(())
-        })
+        for_each(self.options.num_readers, work, |((i, out), raw)| self.finish(&entries[i], raw, out, verify))
     }
 }
 

@@ -48,6 +48,7 @@ pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
         redis::write_redis(output, &reader, force)?;
         return Ok(());
     }
+    #[cfg(feature = "s3")]
     if tensorizer_native::s3::is_s3_uri(output) {
         let options = tensorizer_native::s3::S3Options::default();
         if !is_remote(input) {
@@ -58,7 +59,8 @@ pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
         return Ok(tensorizer_native::s3::upload(temp.path(), output, &options)?);
     }
     if is_remote(output) {
-        return Err(Failure::Usage(format!("{output}: can only write to a local path, s3:// or redis://")));
+        let targets = if cfg!(feature = "s3") { "a local path, s3:// or redis://" } else { "a local path or redis://" };
+        return Err(Failure::Usage(format!("{output}: can only write to {targets}")));
     }
     let target = Path::new(output);
     if target.exists() && !force {
