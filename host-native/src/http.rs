@@ -2,15 +2,22 @@
 //! `Accept-Ranges: bytes` (nginx, object stores, CDNs).
 //!
 //! Each read is one `Range` request on a pooled keep-alive connection, so
-//! the reader's threads are concurrent range streams. There is no timeout
+//! the reader's threads are concurrent range streams. Over plain `http://`
+//! the bodies are read from the socket straight into the caller's buffers
+//! (see `wire`); otherwise through ureq (TLS, proxies, redirects). There is no timeout
 //! on a whole response, only on each socket read (a stall), and a failed or
 //! short read re-fetches only the bytes still missing, with exponential
 //! backoff, up to a bounded number of attempts. A server that ignores
 //! `Range`, or an object whose ETag changes during the load, is an error
 //! naming the URL and the range.
 
+mod wire;
+
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use ureq::ResponseExt;
 
 use crate::error::{Error, Result};
 use crate::retry::{Attempt, retry};
@@ -51,6 +58,11 @@ pub struct HttpSource {
     /// (usually) the whole index, so opening a file costs one request.
     prefix: Vec<u8>,
     options: HttpOptions,
+    /// The direct client for range reads, where the URL allows it.
+    wire: Option<wire::Wire>,
+    /// Set once the server answered the direct client with a response it
+    /// does not handle: everything goes through ureq from then on.
+    wire_off: AtomicBool,
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -107,12 +119,17 @@ impl HttpSource {
             etag: None,
             prefix: Vec::new(),
             options,
+            wire: None,
+            wire_off: AtomicBool::new(false),
         };
-        let (len, etag, prefix) = retry(options.attempts, options.backoff, || this.probe())
+        let (len, etag, prefix, direct) = retry(options.attempts, options.backoff, || this.probe())
             .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = len;
         this.etag = etag;
         this.prefix = prefix;
+        if direct {
+            this.wire = wire::Wire::for_url(url, options.read_timeout, options.connect_timeout);
+        }
         Ok(this)
     }
 
@@ -124,9 +141,10 @@ impl HttpSource {
         }
     }
 
-    /// Errors worth retrying are `Err(Some(e))`; final ones `Err(None)` after
-    /// recording the error in `Attempt::Final`.
-    fn probe(&self) -> Attempt<(u64, Option<String>, Vec<u8>)> {
+    /// The length, the ETag, the first bytes, and whether the answer came
+    /// from the URL itself (no redirect), so that range reads may go
+    /// straight to it.
+    fn probe(&self) -> Attempt<(u64, Option<String>, Vec<u8>, bool)> {
         let range = format!("bytes=0-{}", PREFIX - 1);
         let resp = match self.agent.get(&self.url).header("Range", &range).call() {
             Ok(r) => r,
@@ -142,6 +160,7 @@ impl HttpSource {
         if status != 206 {
             return Attempt::Final(self.fail(0, PREFIX, format!("HTTP {status}")));
         }
+        let direct = resp.get_uri().to_string() == self.url;
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let etag = header("etag");
         let Some((0, end, total)) = header("content-range").as_deref().and_then(content_range) else {
@@ -155,7 +174,7 @@ impl HttpSource {
         if let Err(e) = resp.into_body().into_reader().read_exact(&mut prefix) {
             return Attempt::Retry(self.fail(0, PREFIX, e));
         }
-        Attempt::Ok((total, etag, prefix))
+        Attempt::Ok((total, etag, prefix, direct))
     }
 
     /// One attempt at filling what is left of `bufs` (consecutive bytes
@@ -164,30 +183,62 @@ impl HttpSource {
     fn fetch(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) -> Attempt<()> {
         let start = offset + *done;
         let end = offset + total - 1;
+        if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
+            match wire.get_range(start, end) {
+                Ok(resp) => {
+                    let head = Head {
+                        status: resp.status,
+                        etag: resp.header("etag").map(str::to_string),
+                        content_range: resp.header("content-range").and_then(content_range),
+                    };
+                    return self.receive(start, end, head, resp.body, bufs, done);
+                }
+                Err(wire::WireError::Io(e)) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
+                // Not a failure of the server: ask again through ureq.
+                Err(wire::WireError::Unsupported) => self.wire_off.store(true, Ordering::Relaxed),
+            }
+        }
         let range = format!("bytes={start}-{end}");
         let resp = match self.agent.get(&self.url).header("Range", &range).call() {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
         };
-        let status = resp.status().as_u16();
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let head = Head {
+            status: resp.status().as_u16(),
+            etag: header("etag"),
+            content_range: header("content-range").as_deref().and_then(content_range),
+        };
+        self.receive(start, end, head, resp.into_body().into_reader(), bufs, done)
+    }
+
+    /// Checks a response to `bytes=start-end` and reads its body into what
+    /// is left of `bufs` after `*done`.
+    fn receive(
+        &self,
+        start: u64,
+        end: u64,
+        head: Head,
+        mut reader: impl Read,
+        bufs: &mut [&mut [u8]],
+        done: &mut u64,
+    ) -> Attempt<()> {
         let span = end + 1 - start;
-        match status {
+        match head.status {
             206 => {}
             200 => return Attempt::Final(self.fail(start, span, "the server ignored the Range header")),
-            429 | 500..=599 => return Attempt::Retry(self.fail(start, span, format!("HTTP {status}"))),
-            _ => return Attempt::Final(self.fail(start, span, format!("HTTP {status}"))),
+            429 | 500..=599 => return Attempt::Retry(self.fail(start, span, format!("HTTP {}", head.status))),
+            _ => return Attempt::Final(self.fail(start, span, format!("HTTP {}", head.status))),
         }
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         if let Some(expected) = &self.etag
-            && header("etag").as_ref() != Some(expected)
+            && head.etag.as_ref() != Some(expected)
         {
             return Attempt::Final(self.fail(start, span, "the object changed during the load (ETag differs)"));
         }
-        match header("content-range").as_deref().and_then(content_range) {
+        match head.content_range {
             Some((s, e, total)) if s == start && e == end && total == self.len => {}
             _ => return Attempt::Final(self.fail(start, span, "the server returned a different range")),
         }
-        let mut reader = resp.into_body().into_reader();
         let began = *done;
         let interrupted = |done: u64, e: Error| {
             if done - began >= RESUMABLE_PROGRESS { Attempt::Resumable(e) } else { Attempt::Retry(e) }
@@ -218,6 +269,14 @@ impl HttpSource {
         }
         Attempt::Ok(())
     }
+}
+
+/// What a range response says of itself.
+struct Head {
+    status: u16,
+    etag: Option<String>,
+    /// `(start, end, total)` from `Content-Range`.
+    content_range: Option<(u64, u64, u64)>,
 }
 
 impl RangeSource for HttpSource {

@@ -8,7 +8,7 @@ use tensorizer_native::http::{HttpOptions, HttpSource};
 use tensorizer_native::{RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
-use crate::servers::{Fault, FaultProxy, Nginx};
+use crate::servers::{Fault, FaultProxy, Framing, Nginx, OddOrigin};
 
 fn load_all<S: RangeSource>(reader: &Reader<S>) -> tensorizer_native::Result<Vec<Vec<u8>>> {
     let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
@@ -54,6 +54,22 @@ fn faults_refetch_only_the_failed_range() {
         let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: 4, key: None }).unwrap();
         assert_eq!(load_all(&reader).unwrap(), expected);
         assert!(proxy.connections.load(std::sync::atomic::Ordering::Relaxed) > 2);
+    }
+}
+
+#[test]
+fn chunked_answers_and_silently_closed_connections_still_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = big_file(dir.path());
+    let bytes = std::fs::read(dir.path().join("big.tensors")).unwrap();
+    for framing in [Framing::Chunked, Framing::SilentClose] {
+        let origin = OddOrigin::start(bytes.clone(), framing);
+        let source = HttpSource::open(&origin.url(), HttpOptions::default()).unwrap();
+        let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: 4, key: None }).unwrap();
+        assert_eq!(load_all(&reader).unwrap(), expected);
+        // Load again on the same source: its pooled connections are stale now.
+        assert_eq!(load_all(&reader).unwrap(), expected);
+        assert!(origin.requests.load(std::sync::atomic::Ordering::Relaxed) > 2);
     }
 }
 

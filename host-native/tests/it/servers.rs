@@ -1,6 +1,7 @@
 //! Real servers for the remote-source tests, started on 127.0.0.1 by the
-//! tests themselves: nginx serving a directory with Range support, and a
-//! small fault-injecting TCP proxy in front of it.
+//! tests themselves: nginx serving a directory with Range support, a small
+//! fault-injecting TCP proxy in front of it, and an origin with framing
+//! nginx never uses.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -177,6 +178,103 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
         }
     }
     let _ = client.shutdown(Shutdown::Both);
+}
+
+/// How [`OddOrigin`] frames its range responses.
+#[derive(Clone, Copy)]
+pub(crate) enum Framing {
+    /// `Transfer-Encoding: chunked` on every response, connections kept.
+    Chunked,
+    /// `Content-Length`, then the connection is closed without saying so
+    /// (`Connection: close` missing): pooled connections go stale.
+    SilentClose,
+}
+
+/// A small HTTP/1.1 origin serving one object with `Range` support, framed
+/// in ways nginx never uses; stopped on drop.
+pub(crate) struct OddOrigin {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    pub(crate) requests: Arc<AtomicUsize>,
+}
+
+impl OddOrigin {
+    pub(crate) fn start(body: Vec<u8>, framing: Framing) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (s, r, body) = (stop.clone(), requests.clone(), Arc::new(body));
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) && r.load(Ordering::Relaxed) < 10_000 {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let (r, body) = (r.clone(), body.clone());
+                        std::thread::spawn(move || serve_odd(client, &body, framing, &r));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self { port, stop, requests }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/object", self.port)
+    }
+}
+
+impl Drop for OddOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &AtomicUsize) {
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        head.clear();
+        while !head.ends_with(b"\r\n\r\n") {
+            match client.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        requests.fetch_add(1, Ordering::Relaxed);
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let range = text.lines().find_map(|l| l.strip_prefix("range: bytes=")).and_then(|r| {
+            let (a, b) = r.trim().split_once('-')?;
+            Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?.min(body.len() - 1)))
+        });
+        let Some((start, end)) = range else { return };
+        let part = &body[start..=end];
+        let mut out = format!("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\n", body.len());
+        match framing {
+            Framing::Chunked => {
+                out.push_str("Transfer-Encoding: chunked\r\n\r\n");
+                let mut out = out.into_bytes();
+                for piece in part.chunks(100_000) {
+                    out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    out.extend_from_slice(piece);
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"0\r\n\r\n");
+                if client.write_all(&out).is_err() {
+                    return;
+                }
+            }
+            Framing::SilentClose => {
+                out.push_str(&format!("Content-Length: {}\r\n\r\n", part.len()));
+                let _ = client.write_all(out.as_bytes()).and_then(|()| client.write_all(part));
+                let _ = client.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    }
 }
 
 /// redis-server on a loopback port with persistence off, its files in a

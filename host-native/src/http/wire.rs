@@ -1,0 +1,279 @@
+//! A minimal HTTP/1.1 client for the bulk of a load: `GET` with one
+//! `Range` over plain `http://`, body bytes read from the socket straight
+//! into the caller's buffers.
+//!
+//! ureq (used for everything else: the probe, TLS, proxies, redirects)
+//! reads each body through its own input buffer and copies it out, which on
+//! a loopback or datacentre link is a second pass over every byte. This
+//! client has no such buffer: once the response head is parsed, `read`
+//! goes from the kernel to the destination tensor.
+//!
+//! It is used only where nothing ureq does for us could matter: an
+//! `http://` URL without credentials, reached without a redirect, with no
+//! proxy configured in the environment. A response it does not expect
+//! (chunked framing, no `Content-Length`) makes the source fall back to
+//! ureq for good.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Longest response head accepted (status line and headers).
+const MAX_HEAD: usize = 64 << 10;
+/// Most headers parsed in one response.
+const MAX_HEADERS: usize = 64;
+/// Bytes asked of the socket per read while looking for the end of the head.
+const HEAD_CHUNK: usize = 8 << 10;
+/// Idle connections kept per source.
+const MAX_IDLE: usize = 64;
+
+/// Proxy variables that ureq honours; any of them set keeps requests on ureq.
+const PROXY_VARS: [&str; 6] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"];
+
+/// Where and how to send range requests for one URL.
+pub(crate) struct Wire {
+    /// `host[:port]` as written in the URL: the Host header (and what a
+    /// presigned URL's signature covers).
+    authority: String,
+    /// `host:port` to connect to.
+    connect_to: String,
+    /// Path and query, as written in the URL.
+    target: String,
+    read_timeout: Duration,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<TcpStream>>,
+}
+
+/// A response head, and its body still on the socket.
+pub(crate) struct Response<'w> {
+    pub(crate) status: u16,
+    headers: Vec<(String, String)>,
+    pub(crate) body: Body<'w>,
+}
+
+/// Why a request did not produce a usable response.
+pub(crate) enum WireError {
+    /// Transport trouble (refused, reset, stalled, closed early): retry.
+    Io(io::Error),
+    /// A response this client does not handle: use ureq instead.
+    Unsupported,
+}
+
+impl Wire {
+    /// A client for `url`, or `None` where ureq must do the work (not plain
+    /// `http://`, credentials in the URL, a proxy in the environment, bytes
+    /// a request line cannot carry).
+    pub(crate) fn for_url(url: &str, read_timeout: Duration, connect_timeout: Duration) -> Option<Self> {
+        if PROXY_VARS.iter().any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())) {
+            return None;
+        }
+        let scheme = url.get(..7)?;
+        if !scheme.eq_ignore_ascii_case("http://") {
+            return None;
+        }
+        let rest = &url[7..];
+        let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, target) = rest.split_at(split);
+        let target = target.split('#').next().unwrap_or_default();
+        let printable = |s: &str| s.bytes().all(|b| b.is_ascii_graphic());
+        if authority.is_empty() || authority.contains('@') || !printable(authority) || !printable(target) {
+            return None;
+        }
+        // A port is present if a ':' follows the last ']' (IPv6 literals).
+        let host_end = authority.rfind(']').map_or(0, |i| i + 1);
+        let connect_to =
+            if authority[host_end..].contains(':') { authority.to_string() } else { format!("{authority}:80") };
+        let target = if target.is_empty() {
+            "/".to_string()
+        } else if target.starts_with('?') {
+            format!("/{target}")
+        } else {
+            target.to_string()
+        };
+        Some(Self {
+            authority: authority.to_string(),
+            connect_to,
+            target,
+            read_timeout,
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn connect(&self) -> io::Result<TcpStream> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{} resolves to no address", self.authority));
+        for addr in self.connect_to.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, self.connect_timeout) {
+                Ok(s) => {
+                    s.set_nodelay(true)?;
+                    s.set_read_timeout(Some(self.read_timeout))?;
+                    s.set_write_timeout(Some(self.read_timeout))?;
+                    return Ok(s);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// `GET` of bytes `start..=end`. A pooled connection that turns out to
+    /// be closed by the server is replaced by a new one at once (that is
+    /// not a failure of the server).
+    pub(crate) fn get_range(&self, start: u64, end: u64) -> Result<Response<'_>, WireError> {
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nRange: bytes={start}-{end}\r\nUser-Agent: tensorizer-rs/{}\r\n\
+             Accept-Encoding: identity\r\n\r\n",
+            self.target,
+            self.authority,
+            env!("CARGO_PKG_VERSION"),
+        );
+        let pooled = self.idle.lock().map_or(None, |mut idle| idle.pop());
+        if let Some(stream) = pooled {
+            match self.exchange(stream, request.as_bytes()) {
+                Err(WireError::Io(e)) if stale(&e) => {}
+                other => return other,
+            }
+        }
+        let stream = self.connect().map_err(WireError::Io)?;
+        self.exchange(stream, request.as_bytes())
+    }
+
+    fn exchange(&self, mut stream: TcpStream, request: &[u8]) -> Result<Response<'_>, WireError> {
+        stream.write_all(request).map_err(WireError::Io)?;
+        let mut head = Vec::with_capacity(HEAD_CHUNK);
+        loop {
+            let filled = head.len();
+            if filled >= MAX_HEAD {
+                return Err(WireError::Unsupported); // response head longer than 64 KiB
+            }
+            head.resize(filled + HEAD_CHUNK, 0);
+            let n = loop {
+                match stream.read(&mut head[filled..]) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    other => break other.map_err(WireError::Io)?,
+                }
+            };
+            head.truncate(filled + n);
+            if n == 0 {
+                let why = if filled == 0 { io::ErrorKind::ConnectionAborted } else { io::ErrorKind::UnexpectedEof };
+                return Err(WireError::Io(io::Error::new(why, "connection closed before a complete response head")));
+            }
+            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut parsed = httparse::Response::new(&mut slots);
+            match parsed.parse(&head) {
+                Ok(httparse::Status::Partial) => continue,
+                Err(_) => return Err(WireError::Unsupported), // malformed response head
+                Ok(httparse::Status::Complete(used)) => {
+                    let status = parsed.code.unwrap_or(0);
+                    let http11 = parsed.version == Some(1);
+                    let headers: Vec<(String, String)> = parsed
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).trim().to_string()))
+                        .collect();
+                    let find = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+                    if find("transfer-encoding").is_some() {
+                        return Err(WireError::Unsupported); // chunked response
+                    }
+                    let Some(length) = find("content-length").and_then(|v| v.parse::<u64>().ok()) else {
+                        return Err(WireError::Unsupported); // response without Content-Length
+                    };
+                    let close = find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+                    let leftover = head.split_off(used);
+                    let body = Body {
+                        wire: self,
+                        stream: Some(stream),
+                        keep_alive: http11 && !close && (leftover.len() as u64) <= length,
+                        leftover,
+                        taken: 0,
+                        remaining: length,
+                    };
+                    return Ok(Response { status, headers, body });
+                }
+            }
+        }
+    }
+}
+
+/// Errors that a server's closing of an idle keep-alive connection gives on
+/// its next use.
+fn stale(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe)
+}
+
+impl Response<'_> {
+    /// The value of header `name` (lowercase).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A body of known length on a socket. Read to its end, the connection goes
+/// back to the pool; dropped early, it is closed.
+pub(crate) struct Body<'w> {
+    wire: &'w Wire,
+    stream: Option<TcpStream>,
+    /// Body bytes that arrived with the head.
+    leftover: Vec<u8>,
+    taken: usize,
+    remaining: u64,
+    keep_alive: bool,
+}
+
+impl Read for Body<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.remaining == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let cap = usize::try_from(self.remaining).unwrap_or(usize::MAX).min(buf.len());
+        let n = if self.taken < self.leftover.len() {
+            let n = cap.min(self.leftover.len() - self.taken);
+            buf[..n].copy_from_slice(&self.leftover[self.taken..self.taken + n]);
+            self.taken += n;
+            n
+        } else {
+            let Some(stream) = self.stream.as_mut() else { return Ok(0) };
+            stream.read(&mut buf[..cap])?
+        };
+        // `n` ≤ `cap` ≤ `remaining`.
+        self.remaining -= n as u64;
+        Ok(n)
+    }
+}
+
+impl Drop for Body<'_> {
+    fn drop(&mut self) {
+        if self.remaining == 0
+            && self.keep_alive
+            && let Some(stream) = self.stream.take()
+            && let Ok(mut idle) = self.wire.idle.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(stream);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(url: &str) -> Option<Wire> {
+        Wire::for_url(url, Duration::from_secs(1), Duration::from_secs(1))
+    }
+
+    #[test]
+    fn takes_only_plain_http_urls_it_can_send() {
+        let w = wire("http://127.0.0.1:8080/b/k.tensors?X-Amz-Signature=ab").unwrap();
+        assert_eq!((w.authority.as_str(), w.connect_to.as_str()), ("127.0.0.1:8080", "127.0.0.1:8080"));
+        assert_eq!(w.target, "/b/k.tensors?X-Amz-Signature=ab");
+        let w = wire("HTTP://[::1]/x#frag").unwrap();
+        assert_eq!((w.connect_to.as_str(), w.target.as_str()), ("[::1]:80", "/x"));
+        assert_eq!(wire("http://h?q=1").unwrap().target, "/?q=1");
+        assert!(wire("https://h/x").is_none());
+        assert!(wire("http://user:pw@h/x").is_none());
+        assert!(wire("http://h/a b").is_none());
+        assert!(wire("http:///x").is_none());
+    }
+}
