@@ -14,6 +14,7 @@
 mod wire;
 
 use std::io::Read;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -23,9 +24,16 @@ use crate::error::{Error, Result};
 use crate::retry::{Attempt, retry};
 use crate::source::RangeSource;
 
-/// Retry and timeout settings.
+/// Retry, timeout and request settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpOptions {
+    /// The caller will read most of the object (a load, a copy): the
+    /// opening request asks for all of it, keeps its first [`PREFIX`]
+    /// bytes, and its body goes on into the first read that crosses
+    /// `PREFIX`, so a load costs one request fewer. Off (the default), the
+    /// opening request asks for `PREFIX` bytes only, so inspecting a header
+    /// transfers no more than that.
+    pub read_all: bool,
     /// Attempts per range before giving up (at least 1).
     pub attempts: u32,
     /// Delay before the first retry; doubled each time.
@@ -39,6 +47,7 @@ pub struct HttpOptions {
 impl Default for HttpOptions {
     fn default() -> Self {
         Self {
+            read_all: false,
             attempts: 6,
             backoff: Duration::from_millis(100),
             read_timeout: Duration::from_secs(30),
@@ -63,6 +72,35 @@ pub struct HttpSource {
     /// Set once the server answered the direct client with a response it
     /// does not handle: everything goes through ureq from then on.
     wire_off: AtomicBool,
+    /// With [`HttpOptions::read_all`]: the rest of the opening response.
+    parked: Mutex<Option<Parked>>,
+}
+
+/// An opening response read as far as the end of the prefix.
+struct Parked {
+    /// The offset of its next byte (the prefix's length).
+    at: u64,
+    /// The offset one past its last byte.
+    end: u64,
+    body: Box<dyn Read + Send>,
+}
+
+/// What the opening request learnt.
+struct Opened {
+    len: u64,
+    etag: Option<String>,
+    prefix: Vec<u8>,
+    /// Answered by the URL itself, not after a redirect.
+    direct: bool,
+    parked: Option<Parked>,
+}
+
+/// What a range response says of itself.
+struct Head {
+    status: u16,
+    etag: Option<String>,
+    /// `(start, end, total)` from `Content-Range`.
+    content_range: Option<(u64, u64, u64)>,
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -101,9 +139,10 @@ fn content_range(value: &str) -> Option<(u64, u64, u64)> {
 }
 
 impl HttpSource {
-    /// Opens `url`: one request for its first [`PREFIX`] bytes gives the
-    /// length, the ETag, proof that the server honours `Range`, and the
-    /// bytes a reader needs first (kept).
+    /// Opens `url`: one request for its first [`PREFIX`] bytes (or all of
+    /// it, with [`HttpOptions::read_all`]) gives the length, the ETag, proof
+    /// that the server honours `Range`, and the bytes a reader needs first
+    /// (kept).
     pub fn open(url: &str, options: HttpOptions) -> Result<Self> {
         Self::open_named(url, url, options)
     }
@@ -119,16 +158,18 @@ impl HttpSource {
             etag: None,
             prefix: Vec::new(),
             options,
-            wire: None,
+            wire: wire::Wire::for_url(url, options.read_timeout, options.connect_timeout),
             wire_off: AtomicBool::new(false),
+            parked: Mutex::new(None),
         };
-        let (len, etag, prefix, direct) = retry(options.attempts, options.backoff, || this.probe())
+        let opened = retry(options.attempts, options.backoff, || this.probe())
             .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
-        this.len = len;
-        this.etag = etag;
-        this.prefix = prefix;
-        if direct {
-            this.wire = wire::Wire::for_url(url, options.read_timeout, options.connect_timeout);
+        this.len = opened.len;
+        this.etag = opened.etag;
+        this.prefix = opened.prefix;
+        this.parked = Mutex::new(opened.parked);
+        if !opened.direct {
+            this.wire = None;
         }
         Ok(this)
     }
@@ -141,40 +182,81 @@ impl HttpSource {
         }
     }
 
-    /// The length, the ETag, the first bytes, and whether the answer came
-    /// from the URL itself (no redirect), so that range reads may go
-    /// straight to it.
-    fn probe(&self) -> Attempt<(u64, Option<String>, Vec<u8>, bool)> {
-        let range = format!("bytes=0-{}", PREFIX - 1);
+    /// One attempt at the opening request: through the direct client where
+    /// the URL allows it (a redirect or a framing it does not handle goes
+    /// to ureq), else through ureq.
+    fn probe(&self) -> Attempt<Opened> {
+        let end = (!self.options.read_all).then_some(PREFIX - 1);
+        if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
+            match wire.get_range(0, end) {
+                Ok(resp) if !(300..400).contains(&resp.status) => {
+                    let head = Head {
+                        status: resp.status,
+                        etag: resp.header("etag").map(str::to_string),
+                        content_range: resp.header("content-range").and_then(content_range),
+                    };
+                    return self.opened(head, Box::new(resp.body), true);
+                }
+                Ok(_) => {}
+                Err(wire::WireError::Unsupported) => self.wire_off.store(true, Ordering::Relaxed),
+                Err(wire::WireError::Io(e)) => return Attempt::Retry(self.fail(0, PREFIX, e)),
+            }
+        }
+        let range = end.map_or_else(|| "bytes=0-".to_string(), |e| format!("bytes=0-{e}"));
         let resp = match self.agent.get(&self.url).header("Range", &range).call() {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(self.fail(0, PREFIX, e)),
         };
-        let status = resp.status().as_u16();
-        if status == 200 {
-            return Attempt::Final(self.fail(0, PREFIX, "the server ignores Range requests (answered 200, not 206)"));
-        }
-        if status >= 500 || status == 429 {
-            return Attempt::Retry(self.fail(0, PREFIX, format!("HTTP {status}")));
-        }
-        if status != 206 {
-            return Attempt::Final(self.fail(0, PREFIX, format!("HTTP {status}")));
-        }
         let direct = resp.get_uri().to_string() == self.url;
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let etag = header("etag");
-        let Some((0, end, total)) = header("content-range").as_deref().and_then(content_range) else {
+        let head = Head {
+            status: resp.status().as_u16(),
+            etag: header("etag"),
+            content_range: header("content-range").as_deref().and_then(content_range),
+        };
+        self.opened(head, Box::new(resp.into_body().into_reader()), direct)
+    }
+
+    /// Checks the opening response, reads the prefix, and parks the rest.
+    fn opened(&self, head: Head, mut body: Box<dyn Read + Send>, direct: bool) -> Attempt<Opened> {
+        match head.status {
+            206 => {}
+            200 => {
+                let why = "the server ignores Range requests (answered 200, not 206)";
+                return Attempt::Final(self.fail(0, PREFIX, why));
+            }
+            429 | 500..=599 => return Attempt::Retry(self.fail(0, PREFIX, format!("HTTP {}", head.status))),
+            _ => return Attempt::Final(self.fail(0, PREFIX, format!("HTTP {}", head.status))),
+        }
+        let Some((0, end, total)) = head.content_range else {
             return Attempt::Final(self.fail(0, PREFIX, "missing or invalid Content-Range"));
         };
-        if end >= PREFIX || end >= total {
+        if end >= total || (!self.options.read_all && end >= PREFIX) {
             return Attempt::Final(self.fail(0, PREFIX, "the server returned a different range"));
         }
-        // At most PREFIX bytes, as checked above.
-        let mut prefix = vec![0u8; end as usize + 1];
-        if let Err(e) = resp.into_body().into_reader().read_exact(&mut prefix) {
+        // At most PREFIX bytes.
+        let mut prefix = vec![0u8; (end + 1).min(PREFIX) as usize];
+        if let Err(e) = body.read_exact(&mut prefix) {
             return Attempt::Retry(self.fail(0, PREFIX, e));
         }
-        Attempt::Ok((total, etag, prefix, direct))
+        let at = prefix.len() as u64;
+        let parked = (at <= end).then_some(Parked { at, end: end + 1, body });
+        Attempt::Ok(Opened { len: total, etag: head.etag, prefix, direct, parked })
+    }
+
+    /// Fills `bufs` (consecutive bytes from `offset`) as far as the prefix
+    /// and the parked opening response reach, if that response continues
+    /// exactly where this read needs it; advances `*done`. A failure only
+    /// stops early: the caller fetches whatever is missing.
+    fn continue_opening(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) {
+        let taken = self.parked.lock().ok().and_then(|mut p| p.take_if(|p| offset <= p.at && p.at < offset + total));
+        let Some(mut parked) = taken else { return };
+        // `offset` ≤ `at` = the prefix's length.
+        let cached = &self.prefix[offset as usize..];
+        if fill(&mut &cached[..], bufs, done, cached.len() as u64).is_ok() {
+            let stop = total.min(parked.end - offset);
+            let _ = fill(&mut parked.body, bufs, done, stop);
+        }
     }
 
     /// One attempt at filling what is left of `bufs` (consecutive bytes
@@ -184,14 +266,14 @@ impl HttpSource {
         let start = offset + *done;
         let end = offset + total - 1;
         if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
-            match wire.get_range(start, end) {
+            match wire.get_range(start, Some(end)) {
                 Ok(resp) => {
                     let head = Head {
                         status: resp.status,
                         etag: resp.header("etag").map(str::to_string),
                         content_range: resp.header("content-range").and_then(content_range),
                     };
-                    return self.receive(start, end, head, resp.body, bufs, done);
+                    return self.receive(start, end, head, resp.body, bufs, total, done);
                 }
                 Err(wire::WireError::Io(e)) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
                 // Not a failure of the server: ask again through ureq.
@@ -209,11 +291,12 @@ impl HttpSource {
             etag: header("etag"),
             content_range: header("content-range").as_deref().and_then(content_range),
         };
-        self.receive(start, end, head, resp.into_body().into_reader(), bufs, done)
+        self.receive(start, end, head, resp.into_body().into_reader(), bufs, total, done)
     }
 
     /// Checks a response to `bytes=start-end` and reads its body into what
-    /// is left of `bufs` after `*done`.
+    /// is left of `bufs` (`total` bytes in all) after `*done`.
+    #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         start: u64,
@@ -221,6 +304,7 @@ impl HttpSource {
         head: Head,
         mut reader: impl Read,
         bufs: &mut [&mut [u8]],
+        total: u64,
         done: &mut u64,
     ) -> Attempt<()> {
         let span = end + 1 - start;
@@ -240,43 +324,48 @@ impl HttpSource {
             _ => return Attempt::Final(self.fail(start, span, "the server returned a different range")),
         }
         let began = *done;
-        let interrupted = |done: u64, e: Error| {
-            if done - began >= RESUMABLE_PROGRESS { Attempt::Resumable(e) } else { Attempt::Retry(e) }
-        };
-        let mut base = 0u64;
-        for buf in bufs.iter_mut() {
-            let len = buf.len() as u64;
-            if base + len <= *done {
-                base += len;
-                continue;
-            }
-            // `*done - base` < `len`, a buffer length.
-            let mut pos = (*done - base) as usize;
-            while pos < buf.len() {
-                match reader.read(&mut buf[pos..]) {
-                    Ok(0) => {
-                        return interrupted(*done, self.fail(start, span, "connection closed early (short body)"));
-                    }
-                    Ok(n) => {
-                        pos += n;
-                        *done += n as u64;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return interrupted(*done, self.fail(start, span, e)),
-                }
-            }
-            base += len;
+        match fill(&mut reader, bufs, done, total) {
+            Ok(()) => Attempt::Ok(()),
+            Err(e) if *done - began >= RESUMABLE_PROGRESS => Attempt::Resumable(self.fail(start, span, e)),
+            Err(e) => Attempt::Retry(self.fail(start, span, e)),
         }
-        Attempt::Ok(())
     }
 }
 
-/// What a range response says of itself.
-struct Head {
-    status: u16,
-    etag: Option<String>,
-    /// `(start, end, total)` from `Content-Range`.
-    content_range: Option<(u64, u64, u64)>,
+/// Reads from `reader` into `bufs`, taken as one run of bytes, from
+/// position `*done` up to `stop`, advancing `*done` as bytes arrive. A body
+/// that ends first is an `UnexpectedEof` error.
+fn fill(reader: &mut impl Read, bufs: &mut [&mut [u8]], done: &mut u64, stop: u64) -> std::io::Result<()> {
+    let mut base = 0u64;
+    for buf in bufs.iter_mut() {
+        let len = buf.len() as u64;
+        if base + len <= *done {
+            base += len;
+            continue;
+        }
+        if base >= stop {
+            break;
+        }
+        // `*done - base` < `len` and `stop - base` > 0: both within `buf`.
+        let mut pos = (*done - base) as usize;
+        let until = (stop - base).min(len) as usize;
+        while pos < until {
+            match reader.read(&mut buf[pos..until]) {
+                Ok(0) => {
+                    let why = "connection closed early (short body)";
+                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why));
+                }
+                Ok(n) => {
+                    pos += n;
+                    *done += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        base += len;
+    }
+    Ok(())
 }
 
 impl RangeSource for HttpSource {
@@ -298,18 +387,16 @@ impl RangeSource for HttpSource {
             return Ok(());
         }
         crate::source::check_range(&self.name, self.len, offset, usize::try_from(total).unwrap_or(usize::MAX))?;
-        if let Some(cached) = usize::try_from(offset)
-            .ok()
-            .and_then(|start| self.prefix.get(start..start.checked_add(usize::try_from(total).ok()?)?))
+        let mut done = 0u64;
+        if let Some(cached) = usize::try_from(offset).ok().and_then(|start| self.prefix.get(start..))
+            && cached.len() as u64 >= total
         {
-            let mut at = 0;
-            for buf in bufs.iter_mut() {
-                buf.copy_from_slice(&cached[at..at + buf.len()]);
-                at += buf.len();
-            }
+            return fill(&mut &cached[..], bufs, &mut done, total).map_err(|e| self.fail(offset, total, e));
+        }
+        self.continue_opening(offset, bufs, total, &mut done);
+        if done == total {
             return Ok(());
         }
-        let mut done = 0u64;
         retry(self.options.attempts, self.options.backoff, || self.fetch(offset, bufs, total, &mut done))
             .map_err(|e| e.unwrap_or_else(|| self.fail(offset, total, "no attempt made")))
     }

@@ -18,5 +18,5 @@ pub mod writer;
 pub use error::{Error, Result};
 pub use parallel::default_readers;
 pub use reader::{ReadOptions, Reader};
-pub use source::{LocalFile, MemorySource, RangeSource, open_source};
+pub use source::{Intent, LocalFile, MemorySource, RangeSource, open_source, open_source_for};
 pub use writer::{FileWriter, WriteOptions, write_file};

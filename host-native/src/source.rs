@@ -176,18 +176,38 @@ impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
     }
 }
 
+/// How much of a source its user means to read. Network sources plan their
+/// opening request by it (see [`crate::http::HttpOptions::read_all`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Intent {
+    /// Most of it: a load, a copy, a conversion.
+    #[default]
+    ReadAll,
+    /// Its header and index only: an inspection.
+    Peek,
+}
+
 /// Opens a local path, a `redis://host[:port]/prefix` URI (see
 /// [`crate::redis`]) or, with the `http` and `s3` features, an
 /// `http(s)://` URL or an `s3://` URI (configured from the environment; see
-/// [`crate::s3::S3Options`]).
+/// [`crate::s3::S3Options`]), to read most of it.
 pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
+    open_source_for(uri, Intent::ReadAll)
+}
+
+/// [`open_source`], for reading as much as `intent` says.
+#[cfg_attr(not(feature = "http"), allow(unused_variables))]
+pub fn open_source_for(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>> {
+    #[cfg(feature = "http")]
+    let http = crate::http::HttpOptions { read_all: intent == Intent::ReadAll, ..Default::default() };
     #[cfg(feature = "s3")]
     if crate::s3::is_s3_uri(uri) {
-        return Ok(Box::new(crate::s3::open(uri, &crate::s3::S3Options::default())?));
+        let options = crate::s3::S3Options { http, ..Default::default() };
+        return Ok(Box::new(crate::s3::open(uri, &options)?));
     }
     #[cfg(feature = "http")]
     if crate::http::is_http_url(uri) {
-        return Ok(Box::new(crate::http::HttpSource::open(uri, crate::http::HttpOptions::default())?));
+        return Ok(Box::new(crate::http::HttpSource::open(uri, http)?));
     }
     if crate::redis::is_redis_uri(uri) {
         return Ok(Box::new(crate::redis::RedisSource::open(uri, crate::redis::RedisOptions::default())?));

@@ -52,7 +52,7 @@ impl NativeSource {
     ) -> PyResult<Self> {
         let uri = uri.to_string_lossy().into_owned();
         let inner: Arc<dyn RangeSource> = if s3::is_s3_uri(&uri) {
-            let options = s3_options(
+            let mut options = s3_options(
                 s3_access_key_id,
                 s3_secret_access_key,
                 s3_endpoint,
@@ -60,6 +60,8 @@ impl NativeSource {
                 s3_region_name,
                 force_http,
             );
+            // Python opens sources to load them: the opening request goes on into the first read.
+            options.http.read_all = true;
             Arc::new(py.detach(|| s3::open(&uri, &options)).map_err(to_py)?)
         } else {
             Arc::from(py.detach(|| tensorizer_native::open_source(&uri)).map_err(to_py)?)

@@ -16,7 +16,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Longest response head accepted (status line and headers).
@@ -42,14 +42,14 @@ pub(crate) struct Wire {
     target: String,
     read_timeout: Duration,
     connect_timeout: Duration,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 /// A response head, and its body still on the socket.
-pub(crate) struct Response<'w> {
+pub(crate) struct Response {
     pub(crate) status: u16,
     headers: Vec<(String, String)>,
-    pub(crate) body: Body<'w>,
+    pub(crate) body: Body,
 }
 
 /// Why a request did not produce a usable response.
@@ -97,7 +97,7 @@ impl Wire {
             target,
             read_timeout,
             connect_timeout,
-            idle: Mutex::new(Vec::new()),
+            idle: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -117,10 +117,12 @@ impl Wire {
         Err(last)
     }
 
-    /// `GET` of bytes `start..=end`. A pooled connection that turns out to
-    /// be closed by the server is replaced by a new one at once (that is
-    /// not a failure of the server).
-    pub(crate) fn get_range(&self, start: u64, end: u64) -> Result<Response<'_>, WireError> {
+    /// `GET` of bytes `start..=end` (to the end of the object if `end` is
+    /// `None`). A pooled connection that turns out to be closed by the
+    /// server is replaced by a new one at once (that is not a failure of
+    /// the server).
+    pub(crate) fn get_range(&self, start: u64, end: Option<u64>) -> Result<Response, WireError> {
+        let end = end.map(|e| e.to_string()).unwrap_or_default();
         let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nRange: bytes={start}-{end}\r\nUser-Agent: tensorizer-rs/{}\r\n\
              Accept-Encoding: identity\r\n\r\n",
@@ -139,7 +141,7 @@ impl Wire {
         self.exchange(stream, request.as_bytes())
     }
 
-    fn exchange(&self, mut stream: TcpStream, request: &[u8]) -> Result<Response<'_>, WireError> {
+    fn exchange(&self, mut stream: TcpStream, request: &[u8]) -> Result<Response, WireError> {
         stream.write_all(request).map_err(WireError::Io)?;
         let mut head = Vec::with_capacity(HEAD_CHUNK);
         loop {
@@ -182,7 +184,7 @@ impl Wire {
                     let close = find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
                     let leftover = head.split_off(used);
                     let body = Body {
-                        wire: self,
+                        idle: self.idle.clone(),
                         stream: Some(stream),
                         keep_alive: http11 && !close && (leftover.len() as u64) <= length,
                         leftover,
@@ -202,7 +204,7 @@ fn stale(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe)
 }
 
-impl Response<'_> {
+impl Response {
     /// The value of header `name` (lowercase).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
@@ -211,8 +213,9 @@ impl Response<'_> {
 
 /// A body of known length on a socket. Read to its end, the connection goes
 /// back to the pool; dropped early, it is closed.
-pub(crate) struct Body<'w> {
-    wire: &'w Wire,
+pub(crate) struct Body {
+    /// The pool of the [`Wire`] that sent the request.
+    idle: Arc<Mutex<Vec<TcpStream>>>,
     stream: Option<TcpStream>,
     /// Body bytes that arrived with the head.
     leftover: Vec<u8>,
@@ -221,7 +224,7 @@ pub(crate) struct Body<'w> {
     keep_alive: bool,
 }
 
-impl Read for Body<'_> {
+impl Read for Body {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.remaining == 0 || buf.is_empty() {
             return Ok(0);
@@ -242,12 +245,12 @@ impl Read for Body<'_> {
     }
 }
 
-impl Drop for Body<'_> {
+impl Drop for Body {
     fn drop(&mut self) {
         if self.remaining == 0
             && self.keep_alive
             && let Some(stream) = self.stream.take()
-            && let Ok(mut idle) = self.wire.idle.lock()
+            && let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
             idle.push(stream);

@@ -47,9 +47,10 @@ fn faults_refetch_only_the_failed_range() {
     let dir = tempfile::tempdir().unwrap();
     let expected = big_file(dir.path());
     let Some(nginx) = Nginx::serve(dir.path()) else { return };
-    for fault in [Fault::Status503, Fault::ResetAfter(300_000)] {
+    let faults = [Fault::Status503, Fault::ResetAfter(300_000), Fault::ResetFirstAfter(3 << 20)];
+    for (fault, read_all) in faults.into_iter().flat_map(|f| [(f, false), (f, true)]) {
         let proxy = FaultProxy::start(nginx.port, fault);
-        let options = HttpOptions { backoff: Duration::from_millis(5), ..HttpOptions::default() };
+        let options = HttpOptions { backoff: Duration::from_millis(5), read_all, ..HttpOptions::default() };
         let source = HttpSource::open(&proxy.url("big.tensors"), options).unwrap();
         let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: 4, key: None }).unwrap();
         assert_eq!(load_all(&reader).unwrap(), expected);
@@ -74,6 +75,21 @@ fn chunked_answers_and_silently_closed_connections_still_load() {
 }
 
 #[test]
+fn a_load_continues_the_opening_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = big_file(dir.path());
+    let bytes = std::fs::read(dir.path().join("big.tensors")).unwrap();
+    for (read_all, readers, requests) in [(false, 1, 2), (true, 1, 1), (false, 4, 5), (true, 4, 4)] {
+        let origin = OddOrigin::start(bytes.clone(), Framing::Plain);
+        let source = HttpSource::open(&origin.url(), HttpOptions { read_all, ..HttpOptions::default() }).unwrap();
+        let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: readers, key: None }).unwrap();
+        assert_eq!(load_all(&reader).unwrap(), expected);
+        let made = origin.requests.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(made, requests, "read_all {read_all}, {readers} readers");
+    }
+}
+
+#[test]
 fn stalls_and_exhausted_retries_end_in_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     big_file(dir.path());
@@ -90,14 +106,15 @@ fn stalls_and_exhausted_retries_end_in_clear_errors() {
         Reader::new(HttpSource::open(&proxy.url("big.tensors"), options).unwrap(), ReadOptions::default()).unwrap();
     load_all(&reader).unwrap();
     assert!(started.elapsed() < Duration::from_secs(60));
-    // Every other connection failing, with a single attempt allowed: the error names the URL and range.
-    let proxy = FaultProxy::start(nginx.port, Fault::Status503);
-    let once = HttpOptions { attempts: 1, ..HttpOptions::default() };
+    // Every new connection failing, with a single attempt allowed: the error names the URL and range.
+    // (The opening response is parked, so the read past it needs a new connection.)
+    let proxy = FaultProxy::start(nginx.port, Fault::Status503AfterFirst);
+    let once = HttpOptions { attempts: 1, read_all: true, ..HttpOptions::default() };
     let err = HttpSource::open(&proxy.url("big.tensors"), once)
         .and_then(|s| {
             let mut buf = vec![0u8; 1 << 20];
             s.read_exact_at(0, &mut buf)?;
-            s.read_exact_at(1 << 20, &mut buf)
+            s.read_exact_at(4 << 20, &mut buf)
         })
         .unwrap_err();
     let text = err.to_string();

@@ -81,6 +81,10 @@ impl Drop for Nginx {
 pub(crate) enum Fault {
     /// Answer every other connection with `503` without asking upstream.
     Status503,
+    /// Answer every connection but the first with `503`.
+    Status503AfterFirst,
+    /// Cut the first connection after this many response bytes.
+    ResetFirstAfter(usize),
     /// Cut every third connection after this many response bytes.
     ResetAfter(usize),
     /// Hold every other connection silent after this many response bytes.
@@ -131,9 +135,7 @@ impl Drop for FaultProxy {
 }
 
 fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Arc<AtomicBool>) {
-    if let Fault::Status503 = fault
-        && n % 2 == 1
-    {
+    if matches!((fault, n % 2), (Fault::Status503, 1)) || matches!((fault, n), (Fault::Status503AfterFirst, 1..)) {
         let mut buf = [0u8; 4096];
         let _ = client.read(&mut buf);
         let _ = client.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -147,6 +149,7 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
     });
     let limit = match fault {
         Fault::ResetAfter(bytes) if n % 3 == 1 => Some((bytes, false)),
+        Fault::ResetFirstAfter(bytes) if n == 0 => Some((bytes, false)),
         Fault::StallAfter(bytes) if n % 2 == 1 => Some((bytes, true)),
         _ => None,
     };
@@ -185,6 +188,8 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
 pub(crate) enum Framing {
     /// `Transfer-Encoding: chunked` on every response, connections kept.
     Chunked,
+    /// `Content-Length`, connections kept (as nginx does).
+    Plain,
     /// `Content-Length`, then the connection is closed without saying so
     /// (`Connection: close` missing): pooled connections go stale.
     SilentClose,
@@ -248,7 +253,9 @@ fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &At
         let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
         let range = text.lines().find_map(|l| l.strip_prefix("range: bytes=")).and_then(|r| {
             let (a, b) = r.trim().split_once('-')?;
-            Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?.min(body.len() - 1)))
+            let b = b.trim();
+            let last = if b.is_empty() { body.len() - 1 } else { b.parse::<usize>().ok()?.min(body.len() - 1) };
+            Some((a.parse::<usize>().ok()?, last))
         });
         let Some((start, end)) = range else { return };
         let part = &body[start..=end];
@@ -264,6 +271,12 @@ fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &At
                 }
                 out.extend_from_slice(b"0\r\n\r\n");
                 if client.write_all(&out).is_err() {
+                    return;
+                }
+            }
+            Framing::Plain => {
+                out.push_str(&format!("Content-Length: {}\r\n\r\n", part.len()));
+                if client.write_all(out.as_bytes()).and_then(|()| client.write_all(part)).is_err() {
                     return;
                 }
             }

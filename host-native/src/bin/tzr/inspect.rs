@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
-use tensorizer_native::{ReadOptions, Reader};
+use tensorizer_native::{Intent, ReadOptions, Reader, open_source_for};
 
 use crate::Outcome;
 
@@ -71,7 +71,9 @@ fn row(e: &MetadataEntry) -> Row {
 }
 
 pub(crate) fn run(file: &Path, json: bool) -> Outcome {
-    let reader = Reader::open_uri(&file.to_string_lossy(), ReadOptions::default())?;
+    // Only the header and index: a network source fetches no more than its first MiB.
+    let source = open_source_for(&file.to_string_lossy(), Intent::Peek)?;
+    let reader = Reader::new(source, ReadOptions::default())?;
     let h = reader.header();
     let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
     for e in reader.entries() {
