@@ -186,7 +186,11 @@ impl HttpSource {
     /// the URL allows it (a redirect or a framing it does not handle goes
     /// to ureq), else through ureq.
     fn probe(&self) -> Attempt<Opened> {
-        let end = (!self.options.read_all).then_some(PREFIX - 1);
+        self.probe_range((!self.options.read_all).then_some(PREFIX - 1))
+    }
+
+    /// The opening request for bytes `0..=end` (all, if `None`).
+    fn probe_range(&self, end: Option<u64>) -> Attempt<Opened> {
         if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
             match wire.get_range(0, end) {
                 Ok(resp) if !(300..400).contains(&resp.status) => {
@@ -195,7 +199,7 @@ impl HttpSource {
                         etag: resp.header("etag").map(str::to_string),
                         content_range: resp.header("content-range").and_then(content_range),
                     };
-                    return self.opened(head, Box::new(resp.body), true);
+                    return self.opened(head, Box::new(resp.body), true, end);
                 }
                 Ok(_) => {}
                 Err(wire::WireError::Unsupported) => self.wire_off.store(true, Ordering::Relaxed),
@@ -214,11 +218,19 @@ impl HttpSource {
             etag: header("etag"),
             content_range: header("content-range").as_deref().and_then(content_range),
         };
-        self.opened(head, Box::new(resp.into_body().into_reader()), direct)
+        self.opened(head, Box::new(resp.into_body().into_reader()), direct, end)
     }
 
-    /// Checks the opening response, reads the prefix, and parks the rest.
-    fn opened(&self, head: Head, mut body: Box<dyn Read + Send>, direct: bool) -> Attempt<Opened> {
+    /// Checks the opening response to a request for `0..=asked`, reads the
+    /// prefix, and parks the rest.
+    fn opened(&self, head: Head, mut body: Box<dyn Read + Send>, direct: bool, asked: Option<u64>) -> Attempt<Opened> {
+        if head.status == 200 && asked.is_none() {
+            // Some servers answer a request for all of an object with 200
+            // and the whole body; only a bounded request tells whether they
+            // honour Range at all.
+            drop(body);
+            return self.probe_range(Some(PREFIX - 1));
+        }
         match head.status {
             206 => {}
             200 => {
@@ -231,7 +243,7 @@ impl HttpSource {
         let Some((0, end, total)) = head.content_range else {
             return Attempt::Final(self.fail(0, PREFIX, "missing or invalid Content-Range"));
         };
-        if end >= total || (!self.options.read_all && end >= PREFIX) {
+        if end >= total || asked.is_some_and(|a| end > a) {
             return Attempt::Final(self.fail(0, PREFIX, "the server returned a different range"));
         }
         // At most PREFIX bytes.

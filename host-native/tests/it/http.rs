@@ -79,8 +79,11 @@ fn a_load_continues_the_opening_response() {
     let dir = tempfile::tempdir().unwrap();
     let expected = big_file(dir.path());
     let bytes = std::fs::read(dir.path().join("big.tensors")).unwrap();
-    for (read_all, readers, requests) in [(false, 1, 2), (true, 1, 1), (false, 4, 5), (true, 4, 4)] {
-        let origin = OddOrigin::start(bytes.clone(), Framing::Plain);
+    let cases = [(false, 1, 2), (true, 1, 1), (false, 4, 5), (true, 4, 4)].map(|c| (Framing::Plain, c));
+    // A server that answers `bytes=0-` with 200: asked again for the first MiB, then as without `read_all`.
+    let odd = [(true, 1, 3), (true, 4, 6)].map(|c| (Framing::WholeAs200, c));
+    for (framing, (read_all, readers, requests)) in cases.into_iter().chain(odd) {
+        let origin = OddOrigin::start(bytes.clone(), framing);
         let source = HttpSource::open(&origin.url(), HttpOptions { read_all, ..HttpOptions::default() }).unwrap();
         let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: readers, key: None }).unwrap();
         assert_eq!(load_all(&reader).unwrap(), expected);

@@ -190,6 +190,9 @@ pub(crate) enum Framing {
     Chunked,
     /// `Content-Length`, connections kept (as nginx does).
     Plain,
+    /// As `Plain`, but a request for the whole object (`bytes=0-`) gets
+    /// `200` and all of it, as some servers do.
+    WholeAs200,
     /// `Content-Length`, then the connection is closed without saying so
     /// (`Connection: close` missing): pooled connections go stale.
     SilentClose,
@@ -259,7 +262,12 @@ fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &At
         });
         let Some((start, end)) = range else { return };
         let part = &body[start..=end];
-        let mut out = format!("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\n", body.len());
+        let whole = start == 0 && text.contains("range: bytes=0-\r\n");
+        let mut out = if whole && matches!(framing, Framing::WholeAs200) {
+            "HTTP/1.1 200 OK\r\n".to_string()
+        } else {
+            format!("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\n", body.len())
+        };
         match framing {
             Framing::Chunked => {
                 out.push_str("Transfer-Encoding: chunked\r\n\r\n");
@@ -274,7 +282,7 @@ fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &At
                     return;
                 }
             }
-            Framing::Plain => {
+            Framing::Plain | Framing::WholeAs200 => {
                 out.push_str(&format!("Content-Length: {}\r\n\r\n", part.len()));
                 if client.write_all(out.as_bytes()).and_then(|()| client.write_all(part)).is_err() {
                     return;
