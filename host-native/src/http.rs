@@ -103,6 +103,25 @@ struct Head {
     content_range: Option<(u64, u64, u64)>,
 }
 
+impl Head {
+    fn of_wire(resp: &wire::Response) -> Self {
+        Self {
+            status: resp.status,
+            etag: resp.header("etag").map(str::to_string),
+            content_range: resp.header("content-range").and_then(content_range),
+        }
+    }
+
+    fn of_ureq(resp: &ureq::http::Response<ureq::Body>) -> Self {
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
+        Self {
+            status: resp.status().as_u16(),
+            etag: header("etag").map(str::to_string),
+            content_range: header("content-range").and_then(content_range),
+        }
+    }
+}
+
 impl std::fmt::Debug for HttpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpSource").field("name", &self.name).field("len", &self.len).finish()
@@ -194,11 +213,7 @@ impl HttpSource {
         if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
             match wire.get_range(0, end) {
                 Ok(resp) if !(300..400).contains(&resp.status) => {
-                    let head = Head {
-                        status: resp.status,
-                        etag: resp.header("etag").map(str::to_string),
-                        content_range: resp.header("content-range").and_then(content_range),
-                    };
+                    let head = Head::of_wire(&resp);
                     return self.opened(head, Box::new(resp.body), true, end);
                 }
                 Ok(_) => {}
@@ -212,12 +227,7 @@ impl HttpSource {
             Err(e) => return Attempt::Retry(self.fail(0, PREFIX, e)),
         };
         let direct = resp.get_uri().to_string() == self.url;
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let head = Head {
-            status: resp.status().as_u16(),
-            etag: header("etag"),
-            content_range: header("content-range").as_deref().and_then(content_range),
-        };
+        let head = Head::of_ureq(&resp);
         self.opened(head, Box::new(resp.into_body().into_reader()), direct, end)
     }
 
@@ -280,11 +290,7 @@ impl HttpSource {
         if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
             match wire.get_range(start, Some(end)) {
                 Ok(resp) => {
-                    let head = Head {
-                        status: resp.status,
-                        etag: resp.header("etag").map(str::to_string),
-                        content_range: resp.header("content-range").and_then(content_range),
-                    };
+                    let head = Head::of_wire(&resp);
                     return self.receive(start, end, head, resp.body, bufs, total, done);
                 }
                 Err(wire::WireError::Io(e)) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
@@ -297,12 +303,7 @@ impl HttpSource {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
         };
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let head = Head {
-            status: resp.status().as_u16(),
-            etag: header("etag"),
-            content_range: header("content-range").as_deref().and_then(content_range),
-        };
+        let head = Head::of_ureq(&resp);
         self.receive(start, end, head, resp.into_body().into_reader(), bufs, total, done)
     }
 
