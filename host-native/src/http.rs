@@ -4,10 +4,10 @@
 //! Each read is one `Range` request on a pooled keep-alive connection, so
 //! the reader's threads are concurrent range streams. Over plain `http://`
 //! the bodies are read from the socket straight into the caller's buffers
-//! (see `wire`); otherwise through ureq (TLS, proxies, redirects). There is no timeout
-//! on a whole response, only on each socket read (a stall), and a failed or
-//! short read re-fetches only the bytes still missing, with exponential
-//! backoff, up to a bounded number of attempts. A server that ignores
+//! (see `wire`); otherwise through ureq (TLS, proxies, redirects). There
+//! is no timeout on a whole response, only on each socket read (a stall),
+//! and a failed or short read re-fetches only the bytes still missing, with
+//! exponential backoff, up to a bounded number of attempts. A server that ignores
 //! `Range`, or an object whose ETag changes during the load, is an error
 //! naming the URL and the range.
 
@@ -76,10 +76,9 @@ pub struct HttpSource {
     parked: Mutex<Option<Parked>>,
 }
 
-/// An opening response read as far as the end of the prefix.
+/// An opening response read as far as the end of the prefix (its next
+/// byte is at the prefix's length).
 struct Parked {
-    /// The offset of its next byte (the prefix's length).
-    at: u64,
     /// The offset one past its last byte.
     end: u64,
     body: Box<dyn Read + Send>,
@@ -201,6 +200,27 @@ impl HttpSource {
         }
     }
 
+    /// The direct client, unless the URL or the server rules it out.
+    fn direct(&self) -> Option<&wire::Wire> {
+        self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed))
+    }
+
+    /// `None` for `206 Partial Content`; otherwise how the attempt ends: a
+    /// `200` means the server ignores `Range`, `429`/`5xx` are worth
+    /// retrying, anything else is final.
+    fn unless_partial<T>(&self, status: u16, offset: u64, span: u64) -> Option<Attempt<T>> {
+        match status {
+            206 => None,
+            200 => Some(Attempt::Final(self.fail(
+                offset,
+                span,
+                "the server ignores Range requests (answered 200, not 206)",
+            ))),
+            429 | 500..=599 => Some(Attempt::Retry(self.fail(offset, span, format!("HTTP {status}")))),
+            _ => Some(Attempt::Final(self.fail(offset, span, format!("HTTP {status}")))),
+        }
+    }
+
     /// One attempt at the opening request: through the direct client where
     /// the URL allows it (a redirect or a framing it does not handle goes
     /// to ureq), else through ureq.
@@ -210,7 +230,7 @@ impl HttpSource {
 
     /// The opening request for bytes `0..=end` (all, if `None`).
     fn probe_range(&self, end: Option<u64>) -> Attempt<Opened> {
-        if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
+        if let Some(wire) = self.direct() {
             match wire.get_range(0, end) {
                 Ok(resp) if !(300..400).contains(&resp.status) => {
                     let head = Head::of_wire(&resp);
@@ -241,14 +261,8 @@ impl HttpSource {
             drop(body);
             return self.probe_range(Some(PREFIX - 1));
         }
-        match head.status {
-            206 => {}
-            200 => {
-                let why = "the server ignores Range requests (answered 200, not 206)";
-                return Attempt::Final(self.fail(0, PREFIX, why));
-            }
-            429 | 500..=599 => return Attempt::Retry(self.fail(0, PREFIX, format!("HTTP {}", head.status))),
-            _ => return Attempt::Final(self.fail(0, PREFIX, format!("HTTP {}", head.status))),
+        if let Some(failed) = self.unless_partial(head.status, 0, PREFIX) {
+            return failed;
         }
         let Some((0, end, total)) = head.content_range else {
             return Attempt::Final(self.fail(0, PREFIX, "missing or invalid Content-Range"));
@@ -261,8 +275,7 @@ impl HttpSource {
         if let Err(e) = body.read_exact(&mut prefix) {
             return Attempt::Retry(self.fail(0, PREFIX, e));
         }
-        let at = prefix.len() as u64;
-        let parked = (at <= end).then_some(Parked { at, end: end + 1, body });
+        let parked = (prefix.len() as u64 <= end).then_some(Parked { end: end + 1, body });
         Attempt::Ok(Opened { len: total, etag: head.etag, prefix, direct, parked })
     }
 
@@ -271,9 +284,12 @@ impl HttpSource {
     /// exactly where this read needs it; advances `*done`. A failure only
     /// stops early: the caller fetches whatever is missing.
     fn continue_opening(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) {
-        let taken = self.parked.lock().ok().and_then(|mut p| p.take_if(|p| offset <= p.at && p.at < offset + total));
-        let Some(mut parked) = taken else { return };
-        // `offset` ≤ `at` = the prefix's length.
+        let at = self.prefix.len() as u64;
+        if !(offset <= at && at < offset + total) {
+            return;
+        }
+        let Some(mut parked) = self.parked.lock().ok().and_then(|mut p| p.take()) else { return };
+        // `offset` ≤ the prefix's length.
         let cached = &self.prefix[offset as usize..];
         if fill(&mut &cached[..], bufs, done, cached.len() as u64).is_ok() {
             let stop = total.min(parked.end - offset);
@@ -287,7 +303,7 @@ impl HttpSource {
     fn fetch(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) -> Attempt<()> {
         let start = offset + *done;
         let end = offset + total - 1;
-        if let Some(wire) = self.wire.as_ref().filter(|_| !self.wire_off.load(Ordering::Relaxed)) {
+        if let Some(wire) = self.direct() {
             match wire.get_range(start, Some(end)) {
                 Ok(resp) => {
                     let head = Head::of_wire(&resp);
@@ -321,11 +337,8 @@ impl HttpSource {
         done: &mut u64,
     ) -> Attempt<()> {
         let span = end + 1 - start;
-        match head.status {
-            206 => {}
-            200 => return Attempt::Final(self.fail(start, span, "the server ignored the Range header")),
-            429 | 500..=599 => return Attempt::Retry(self.fail(start, span, format!("HTTP {}", head.status))),
-            _ => return Attempt::Final(self.fail(start, span, format!("HTTP {}", head.status))),
+        if let Some(failed) = self.unless_partial(head.status, start, span) {
+            return failed;
         }
         if let Some(expected) = &self.etag
             && head.etag.as_ref() != Some(expected)

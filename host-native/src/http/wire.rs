@@ -174,7 +174,7 @@ impl Wire {
                         .iter()
                         .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).trim().to_string()))
                         .collect();
-                    let find = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+                    let find = |name: &str| find_header(&headers, name);
                     if find("transfer-encoding").is_some() {
                         return Err(WireError::Unsupported); // chunked response
                     }
@@ -207,8 +207,13 @@ fn stale(e: &io::Error) -> bool {
 impl Response {
     /// The value of header `name` (lowercase).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
+}
+
+/// The value of header `name` (lowercase) among `headers` (names lowercased).
+fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
 /// A body of known length on a socket. Read to its end, the connection goes
