@@ -16,8 +16,8 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use crate::codec::crypt_info::KdfParams;
 use crate::error::{Error, Result};
 use crate::layout::{
-    DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, KEY_LEN, MAC_LEN, MIN_KDF_MEMLIMIT, NONCE_LEN,
-    PWHASH_ALG_ARGON2ID13,
+    DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK, KEY_LEN,
+    MAC_LEN, MIN_KDF_MEMLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13,
 };
 
 /// A 32-byte secretbox key. Zeroed on drop; `Debug` never prints it.
@@ -78,18 +78,77 @@ impl fmt::Debug for Key {
     }
 }
 
-/// Upper bounds on key-derivation cost taken from an untrusted file.
+/// Upper bounds on key-derivation cost taken from an untrusted file: per
+/// derivation, and for the whole file (see [`KeyRing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KdfLimits {
     /// Largest memlimit (bytes) accepted.
     pub max_memlimit: u64,
     /// Largest opslimit accepted.
     pub max_opslimit: u64,
+    /// Most distinct derivations (salts and costs) one file may ask for.
+    pub max_derivations: u32,
+    /// Most Argon2id work one file may ask for, in KiB × passes summed over
+    /// its distinct derivations.
+    pub max_work: u64,
 }
 
 impl Default for KdfLimits {
     fn default() -> Self {
-        Self { max_memlimit: DEFAULT_MAX_KDF_MEMLIMIT, max_opslimit: DEFAULT_MAX_KDF_OPSLIMIT }
+        Self {
+            max_memlimit: DEFAULT_MAX_KDF_MEMLIMIT,
+            max_opslimit: DEFAULT_MAX_KDF_OPSLIMIT,
+            max_derivations: DEFAULT_MAX_KDF_DERIVATIONS,
+            max_work: DEFAULT_MAX_KDF_WORK,
+        }
+    }
+}
+
+/// The keys derived from one passphrase for one file: each distinct
+/// key-derivation setting is derived once, and the file as a whole stays
+/// within [`KdfLimits::max_derivations`] and [`KdfLimits::max_work`]. Hosts
+/// keep one per open file and share it between their readers (behind a
+/// lock held while deriving, so two readers never derive the same key).
+#[derive(Default)]
+pub struct KeyRing {
+    derived: Vec<(KdfParams, Key)>,
+    work: u64,
+}
+
+impl KeyRing {
+    /// The key for `params`, derived now unless it was derived before.
+    /// Refuses, before doing any work, a derivation past the file's budget.
+    pub fn key(&mut self, passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<Key> {
+        if let Some((_, key)) = self.derived.iter().find(|(p, _)| p == params) {
+            return Ok(key.clone());
+        }
+        if self.derived.len() >= limits.max_derivations as usize {
+            return Err(Error::Encryption {
+                reason: "the file asks for more distinct key derivations than KdfLimits::max_derivations allows",
+            });
+        }
+        let work = (params.memlimit / 1024).saturating_mul(params.opslimit);
+        let total = self.work.saturating_add(work);
+        if total > limits.max_work {
+            return Err(Error::Encryption {
+                reason: "the file asks for more key derivation work than KdfLimits::max_work allows",
+            });
+        }
+        let key = Key::derive(passphrase, params, limits)?;
+        self.work = total;
+        self.derived.push((params.clone(), key.clone()));
+        Ok(key)
+    }
+
+    /// How many keys were derived so far.
+    pub fn derivations(&self) -> usize {
+        self.derived.len()
+    }
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRing").field("derivations", &self.derived.len()).field("work", &self.work).finish()
     }
 }
 
@@ -218,5 +277,23 @@ mod tests {
         assert_eq!(chunk_nonce(&[0xff; 24], 1), [0; 24]);
         assert_eq!(chunk_nonce(&[0; 24], 0x0102)[..3], [2, 1, 0]);
         assert_eq!(alloc::format!("{:?}", Key::from_bytes([1; 32])), "Key(<redacted>)");
+    }
+
+    #[test]
+    fn key_ring_derives_once_per_setting_within_the_budget() {
+        let params = |salt: u8| KdfParams { alg: 2, opslimit: 1, memlimit: 8192, salt: [salt; 16].to_vec() };
+        let limits = KdfLimits { max_derivations: 2, ..KdfLimits::default() };
+        let mut ring = KeyRing::default();
+        let a = ring.key(b"pw", &params(1), &limits).unwrap();
+        assert_eq!(ring.key(b"pw", &params(1), &limits).unwrap(), a);
+        ring.key(b"pw", &params(2), &limits).unwrap();
+        assert_eq!(ring.derivations(), 2);
+        assert!(matches!(ring.key(b"pw", &params(3), &limits), Err(Error::Encryption { .. })));
+        // Work: 8 KiB × 1 pass each; a budget of 12 admits one derivation.
+        let tight = KdfLimits { max_work: 12, ..KdfLimits::default() };
+        let mut ring = KeyRing::default();
+        ring.key(b"pw", &params(1), &tight).unwrap();
+        assert!(ring.key(b"pw", &params(2), &tight).is_err());
+        assert_eq!(ring.derivations(), 1);
     }
 }

@@ -78,6 +78,36 @@ pub const MAX_DTYPE_LEN: usize = u8::MAX as usize;
 /// Most dimensions a tensor may have (the count is a u8 on disk).
 pub const MAX_NDIM: usize = u8::MAX as usize;
 
+/// Most components one structured tensor path may have. Real state dicts
+/// nest a handful of levels; the cap keeps every walk of a path cheap and
+/// lets hosts recurse nowhere near the stack's end.
+pub const MAX_PATH_DEPTH: usize = 1024;
+
+/// Most path components summed over every tensor of one file (a plain
+/// name counts as one). Bounds the memory conflict detection needs.
+pub const MAX_PATH_COMPONENTS: u64 = 1 << 21;
+
+/// Most tensors one file may declare.
+pub const MAX_TENSORS: u64 = 1 << 20;
+
+/// Limits on what one file's metadata index may declare. The defaults are
+/// the constants above; hosts raise them for unusual files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseLimits {
+    /// Most components in one tensor path.
+    pub max_path_depth: usize,
+    /// Most path components over the whole file.
+    pub max_path_components: u64,
+    /// Most tensors in the file.
+    pub max_tensors: u64,
+}
+
+impl Default for ParseLimits {
+    fn default() -> Self {
+        Self { max_path_depth: MAX_PATH_DEPTH, max_path_components: MAX_PATH_COMPONENTS, max_tensors: MAX_TENSORS }
+    }
+}
+
 /// Smallest possible metadata entry: name length, one name byte, type,
 /// dtype length, one dtype byte, ndim, three u64 offsets.
 pub const MIN_METADATA_ENTRY_LEN: usize = 2 + 1 + 1 + 1 + 1 + 1 + 24;
@@ -89,6 +119,15 @@ pub const DEFAULT_MAX_KDF_MEMLIMIT: u64 = 1024 * 1024 * 1024;
 /// Default cap on an Argon2id time cost taken from a file: twice libsodium's
 /// SENSITIVE preset (4), so a hostile file cannot buy minutes of CPU.
 pub const DEFAULT_MAX_KDF_OPSLIMIT: u64 = 8;
+
+/// Default number of distinct key derivations one file may ask for. A
+/// tensorizer file uses one salt for every tensor.
+pub const DEFAULT_MAX_KDF_DERIVATIONS: u32 = 4;
+
+/// Default Argon2id work one file may ask for in total, in KiB × passes
+/// (memlimit / 1024 × opslimit, summed over distinct derivations): two
+/// derivations at the per-derivation caps.
+pub const DEFAULT_MAX_KDF_WORK: u64 = 2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT;
 
 /// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
 pub const MIN_KDF_MEMLIMIT: u64 = 8192;

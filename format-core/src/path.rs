@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use core::fmt::{self, Write as _};
 
 use crate::error::{Error, Result};
-use crate::layout::MAX_NAME_LEN;
+use crate::layout::{MAX_NAME_LEN, MAX_PATH_DEPTH};
 
 /// ASCII record separator: the first byte of a structured path.
 pub const STRUCTURED_PREFIX: u8 = 0x1e;
@@ -50,8 +50,22 @@ impl TensorPath {
         }
     }
 
-    /// Decodes stored name bytes exactly as tensorizer does.
+    /// The number of components (1 for a plain name).
+    pub fn depth(&self) -> usize {
+        match self {
+            Self::Plain(_) => 1,
+            Self::Structured(c) => c.len(),
+        }
+    }
+
+    /// Decodes stored name bytes exactly as tensorizer does, refusing paths
+    /// deeper than [`MAX_PATH_DEPTH`].
     pub fn parse(bytes: &[u8], offset: u64) -> Result<Self> {
+        Self::parse_limited(bytes, offset, MAX_PATH_DEPTH)
+    }
+
+    /// [`TensorPath::parse`] with a caller-chosen depth limit.
+    pub fn parse_limited(bytes: &[u8], offset: u64, max_depth: usize) -> Result<Self> {
         let bad = |reason| Error::InvalidName { offset, reason };
         match bytes.first() {
             None => Err(bad("empty tensor name")),
@@ -70,6 +84,9 @@ impl TensorPath {
                 };
                 if items.is_empty() {
                     return Err(bad("structured path is empty"));
+                }
+                if items.len() > max_depth {
+                    return Err(Error::limit(offset, "tensor path depth", items.len() as u64, max_depth as u64));
                 }
                 let mut components = Vec::with_capacity(items.len());
                 for item in items {
@@ -106,6 +123,9 @@ impl TensorPath {
             Self::Plain(s) => s.as_bytes().to_vec(),
             Self::Structured(c) if c.len() < 2 && !matches!(c.as_slice(), [PathComponent::Index(_)]) => {
                 return Err(bad("a structured path needs an index or two components"));
+            }
+            Self::Structured(c) if c.len() > MAX_PATH_DEPTH => {
+                return Err(bad("path deeper than 1024 components (readers refuse it)"));
             }
             Self::Structured(components) => {
                 let mut out = String::from("\u{1e}[");
@@ -218,6 +238,22 @@ mod tests {
         ] {
             assert!(TensorPath::parse(bad, 5).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn depth_is_limited() {
+        let at_limit = TensorPath::Structured(alloc::vec![Index(0); MAX_PATH_DEPTH]);
+        let bytes = at_limit.to_bytes().unwrap();
+        assert_eq!(TensorPath::parse(&bytes, 0).unwrap(), at_limit);
+        let over = TensorPath::Structured(alloc::vec![Index(0); MAX_PATH_DEPTH + 1]);
+        assert!(over.to_bytes().is_err());
+        let mut raw = bytes.clone();
+        raw.pop();
+        raw.extend_from_slice(b",0]");
+        let err = TensorPath::parse(&raw, 9).unwrap_err();
+        assert!(matches!(err, Error::LimitExceeded { offset: 9, value: 1025, limit: 1024, .. }), "{err:?}");
+        assert!(err.to_string().contains("path depth"));
+        assert!(TensorPath::parse_limited(&raw, 9, 2000).is_ok());
     }
 
     #[test]

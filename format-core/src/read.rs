@@ -8,7 +8,7 @@ use crate::codec::crypt_info::{CryptChunk, CryptInfo};
 use crate::codec::file_header::FileHeader;
 use crate::codec::metadata::{Metadata, MetadataEntry};
 use crate::codec::tensor_header::{HeaderLayout, TensorHeader};
-use crate::crypto::{KdfLimits, Key, Passphrase, chunk_count, open_chunk};
+use crate::crypto::{KdfLimits, Key, KeyRing, Passphrase, chunk_count, open_chunk};
 use crate::error::{Error, Result};
 use crate::hash::{TensorHasher, verify};
 use crate::layout::{MAC_LEN, NONCE_LEN};
@@ -29,6 +29,15 @@ impl KeySource {
         match self {
             Self::Key(k) => Ok(k.clone()),
             Self::Passphrase(p, limits) => Key::derive(p.expose_secret(), info.kdf()?, limits),
+        }
+    }
+
+    /// The key for a tensor with this crypt info, derived through `ring`:
+    /// once per distinct setting, within the file's budget.
+    pub fn key_in(&self, info: &CryptInfo, ring: &mut KeyRing) -> Result<Key> {
+        match self {
+            Self::Key(k) => Ok(k.clone()),
+            Self::Passphrase(p, limits) => ring.key(p.expose_secret(), info.kdf()?, limits),
         }
     }
 }
@@ -181,29 +190,23 @@ impl<'data> File<'data> {
     }
 
     /// Loads every tensor (see [`File::load`]), deriving a passphrase key
-    /// once per distinct key-derivation setting rather than per tensor.
+    /// once per distinct key-derivation setting rather than per tensor, and
+    /// within the file's derivation budget.
     pub fn load_all(&self, key: Option<&KeySource>) -> Result<Vec<Vec<u8>>> {
-        let mut derived: Vec<(crate::KdfParams, KeySource)> = Vec::new();
+        let mut ring = KeyRing::default();
         let mut out = Vec::with_capacity(self.metadata.entries.len());
         for i in 0..self.metadata.entries.len() {
-            let resolved = match key {
-                Some(KeySource::Passphrase(..)) => {
+            let derived = match key {
+                Some(source @ KeySource::Passphrase(..)) => {
                     let (record, _) = self.tensor(i)?;
-                    match record.header.crypt_info.as_ref().map(CryptInfo::kdf) {
-                        Some(Ok(params)) => {
-                            if !derived.iter().any(|(p, _)| p == params) {
-                                let k = key.ok_or(Error::Decryption)?;
-                                let info = record.header.crypt_info.as_ref().ok_or(Error::Decryption)?;
-                                derived.push((params.clone(), KeySource::Key(k.key_for(info)?)));
-                            }
-                            derived.iter().find(|(p, _)| p == params).map(|(_, k)| k)
-                        }
-                        _ => key,
+                    match record.header.crypt_info.as_ref() {
+                        Some(info) if info.kdf().is_ok() => Some(KeySource::Key(source.key_in(info, &mut ring)?)),
+                        _ => None,
                     }
                 }
-                other => other,
+                _ => None,
             };
-            out.push(self.load(i, resolved)?);
+            out.push(self.load(i, derived.as_ref().or(key))?);
         }
         Ok(out)
     }

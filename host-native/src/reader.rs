@@ -9,9 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tensorizer_core::crypto::Key;
+use tensorizer_core::crypto::{Key, KeyRing};
+use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::read::Cipher;
-use tensorizer_core::{FileHeader, KdfParams, KeySource, Metadata, MetadataEntry, TensorPath, TensorRecord};
+use tensorizer_core::{FileHeader, KeySource, Metadata, MetadataEntry, TensorPath, TensorRecord};
 
 use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
@@ -54,7 +55,10 @@ pub struct Reader<S: RangeSource = LocalFile> {
     metadata: Metadata,
     by_name: HashMap<TensorPath, usize>,
     options: ReadOptions,
-    keys: Mutex<HashMap<KdfParams, Key>>,
+    /// Passphrase-derived keys, shared by every reader thread. The lock is
+    /// held while deriving, so a key is derived once however many threads
+    /// want it.
+    keys: Mutex<KeyRing>,
 }
 
 impl Reader<LocalFile> {
@@ -72,8 +76,15 @@ impl Reader<Box<dyn RangeSource>> {
 }
 
 impl<S: RangeSource> Reader<S> {
-    /// Reads the file header and the metadata index (two reads).
+    /// Reads the file header and the metadata index (two reads), under the
+    /// default [`ParseLimits`].
     pub fn new(source: S, options: ReadOptions) -> Result<Self> {
+        Self::new_limited(source, options, &ParseLimits::default())
+    }
+
+    /// [`Reader::new`] for files beyond the default limits on tensor count
+    /// and path sizes.
+    pub fn new_limited(source: S, options: ReadOptions, limits: &ParseLimits) -> Result<Self> {
         let name = source.name().to_string();
         let fmt = |source| Error::format(name.clone(), source);
         let mut head = vec![0u8; FileHeader::LEN.min(source.len() as usize)];
@@ -88,7 +99,7 @@ impl<S: RangeSource> Reader<S> {
         }
         let mut index = vec![0u8; header.metadata_len as usize];
         source.read_exact_at(FileHeader::LEN as u64, &mut index)?;
-        let metadata = Metadata::parse(&header, &index).map_err(fmt)?;
+        let metadata = Metadata::parse_with(&header, &index, limits).map_err(fmt)?;
         metadata.check_file_len(source.len()).map_err(fmt)?;
         // A missing key is reported when an encrypted tensor is read, so
         // that an encrypted file can still be inspected without one.
@@ -98,7 +109,7 @@ impl<S: RangeSource> Reader<S> {
             }));
         }
         let by_name = metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
-        Ok(Self { source, header, metadata, by_name, options, keys: Mutex::new(HashMap::new()) })
+        Ok(Self { source, header, metadata, by_name, options, keys: Mutex::new(KeyRing::default()) })
     }
 
     /// The file header.
@@ -183,15 +194,10 @@ impl<S: RangeSource> Reader<S> {
         match source {
             KeySource::Key(k) => Ok(Some(k.clone())),
             KeySource::Passphrase(..) => {
-                let params = info.kdf().map_err(err)?;
-                if let Some(k) = self.keys.lock().ok().and_then(|m| m.get(params).cloned()) {
-                    return Ok(Some(k));
-                }
-                let key = source.key_for(info).map_err(err)?;
-                if let Ok(mut m) = self.keys.lock() {
-                    m.insert(params.clone(), key.clone());
-                }
-                Ok(Some(key))
+                // A poisoned lock only means another reader panicked while
+                // deriving; the ring itself is never left half-updated.
+                let mut ring = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                Ok(Some(source.key_in(info, &mut ring).map_err(err)?))
             }
         }
     }

@@ -44,7 +44,8 @@ mod _native {
         salt: Vec<u8>,
     ) -> PyResult<Vec<u8>> {
         let params = tensorizer_core::KdfParams { opslimit, memlimit, alg: 2, salt };
-        let limits = tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX };
+        let limits =
+            tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };
         let key = py
             .detach(|| tensorizer_core::crypto::Key::derive(&passphrase, &params, &limits))
             .map_err(|e| crate::errors::core_to_py(&e, None))?;

@@ -8,7 +8,7 @@ use super::file_header::FileHeader;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::layout::{
-    MAX_TENSOR_HEADER_LEN, METADATA_OFFSET, METADATA_TAG_LONG, METADATA_TAG_SHORT, MIN_METADATA_ENTRY_LEN,
+    MAX_TENSOR_HEADER_LEN, METADATA_OFFSET, METADATA_TAG_LONG, METADATA_TAG_SHORT, MIN_METADATA_ENTRY_LEN, ParseLimits,
 };
 use crate::path::TensorPath;
 use crate::registry::PathRegistry;
@@ -62,7 +62,7 @@ impl MetadataEntry {
         shape.iter().any(|&d| d > u64::from(u32::MAX))
     }
 
-    fn parse(c: &mut Cursor<'_>, versioned: bool) -> Result<Self> {
+    fn parse(c: &mut Cursor<'_>, versioned: bool, max_depth: usize) -> Result<Self> {
         let long_dims = if versioned {
             let at = c.offset();
             match c.u32()? {
@@ -75,7 +75,7 @@ impl MetadataEntry {
         };
         let name_len = c.u16()?;
         let name_at = c.offset();
-        let path = TensorPath::parse(c.take(u64::from(name_len))?, name_at)?;
+        let path = TensorPath::parse_limited(c.take(u64::from(name_len))?, name_at, max_depth)?;
         let type_at = c.offset();
         let tensor_type =
             TensorType::from_u8(c.u8()?).ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
@@ -168,7 +168,19 @@ impl Metadata {
     ///
     /// Checks every entry's own consistency, that names do not conflict,
     /// and that tensors lie after the index, in order, without overlap.
+    /// Applies the default [`ParseLimits`].
     pub fn parse(header: &FileHeader, bytes: &[u8]) -> Result<Self> {
+        Self::parse_with(header, bytes, &ParseLimits::default())
+    }
+
+    /// [`Metadata::parse`] under caller-chosen limits on tensor count and
+    /// path sizes.
+    pub fn parse_with(header: &FileHeader, bytes: &[u8], limits: &ParseLimits) -> Result<Self> {
+        // The tensor count field of the file header.
+        const COUNT_AT: u64 = 0x39;
+        if header.tensor_count > limits.max_tensors {
+            return Err(Error::limit(COUNT_AT, "tensor count", header.tensor_count, limits.max_tensors));
+        }
         let expected = usize::try_from(header.metadata_len).unwrap_or(usize::MAX);
         if bytes.len() < expected {
             return Err(Error::truncated(METADATA_OFFSET + bytes.len() as u64, (expected - bytes.len()) as u64));
@@ -181,9 +193,19 @@ impl Metadata {
         let mut entries = Vec::with_capacity(count.min(bytes.len() / MIN_METADATA_ENTRY_LEN).min(4096));
         let mut registry = PathRegistry::default();
         let mut next_free = METADATA_OFFSET + header.metadata_len;
+        let mut components = 0u64;
         for _ in 0..count {
             let at = c.offset();
-            let entry = MetadataEntry::parse(&mut c, header.versioned_headers())?;
+            let entry = MetadataEntry::parse(&mut c, header.versioned_headers(), limits.max_path_depth)?;
+            components = components.saturating_add(entry.path.depth() as u64);
+            if components > limits.max_path_components {
+                return Err(Error::limit(
+                    at,
+                    "tensor path components in the file",
+                    components,
+                    limits.max_path_components,
+                ));
+            }
             registry.insert(&entry.path)?;
             if entry.header_offset < next_free {
                 return Err(Error::malformed(at, "tensor overlaps the index or the previous tensor"));
