@@ -4,25 +4,27 @@
 //! Each read is one `Range` request on a pooled keep-alive connection, so
 //! the reader's threads are concurrent range streams. Over plain `http://`
 //! the bodies are read from the socket straight into the caller's buffers
-//! (see `wire`); otherwise through ureq (TLS, proxies, redirects). There
-//! is no timeout on a whole response, only on each socket read (a stall),
-//! and a failed or short read re-fetches only the bytes still missing, with
-//! exponential backoff, up to a bounded number of attempts. A server that ignores
-//! `Range`, or an object whose ETag changes during the load, is an error
-//! naming the URL and the range.
+//! (see `wire`); otherwise through ureq (TLS, proxies, redirects). Each
+//! socket read has a timeout (a stall), each request a minimum average
+//! rate over a window (a trickle) and, optionally, each read an overall
+//! deadline ([`TransferLimits`]); a failed, short or too slow read
+//! re-fetches only the bytes still missing, with exponential backoff, up to
+//! a bounded number of attempts. A server that ignores `Range`, or an
+//! object whose ETag changes during the load, is an error naming the URL
+//! and the range.
 
 mod wire;
 
-use std::io::Read;
+use std::io::{self, Read};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ureq::ResponseExt;
 
 use crate::error::{Error, Result};
-use crate::retry::{Attempt, retry};
-use crate::source::RangeSource;
+use crate::retry::{Attempt, Pace, Paced, deadline, retry, too_slow};
+use crate::source::{RangeSource, TransferLimits};
 
 /// Retry, timeout and request settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ pub struct HttpOptions {
     pub read_timeout: Duration,
     /// Longest wait to connect.
     pub connect_timeout: Duration,
+    /// Minimum transfer rate of each request and deadline of each read
+    /// (a trickling server), on top of `read_timeout`.
+    pub limits: TransferLimits,
 }
 
 impl Default for HttpOptions {
@@ -52,6 +57,7 @@ impl Default for HttpOptions {
             backoff: Duration::from_millis(100),
             read_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            limits: TransferLimits::default(),
         }
     }
 }
@@ -81,7 +87,7 @@ pub struct HttpSource {
 struct Parked {
     /// The offset one past its last byte.
     end: u64,
-    body: Box<dyn Read + Send>,
+    body: Paced<Box<dyn Read + Send>>,
 }
 
 /// What the opening request learnt.
@@ -135,10 +141,15 @@ const RESUMABLE_PROGRESS: u64 = 1 << 20;
 pub const PREFIX: u64 = 1 << 20;
 
 /// One agent per source: pooled keep-alive connections, a timeout on each
-/// socket read and write (a stall) but none on a whole body.
+/// socket read and write (a stall) but none on a whole body (the caller
+/// paces bodies, see [`TransferLimits`]). With a minimum rate, a response
+/// head must arrive within a rate window (or the read timeout, if longer).
 pub(crate) fn agent(options: &HttpOptions) -> ureq::Agent {
+    let limits = &options.limits;
+    let head = (limits.min_rate > 0).then(|| limits.rate_window.max(options.read_timeout));
     ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .timeout_recv_response(head)
         .timeout_per_read(Some(options.read_timeout))
         .timeout_per_write(Some(options.read_timeout))
         .timeout_connect(Some(options.connect_timeout))
@@ -180,7 +191,8 @@ impl HttpSource {
             wire_off: AtomicBool::new(false),
             parked: Mutex::new(None),
         };
-        let opened = retry(options.attempts, options.backoff, || this.probe())
+        let until = deadline(&options.limits);
+        let opened = retry(options.attempts, options.backoff, || this.probe(until))
             .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = opened.len;
         this.etag = opened.etag;
@@ -193,11 +205,45 @@ impl HttpSource {
     }
 
     fn fail(&self, offset: u64, len: u64, why: impl std::fmt::Display) -> Error {
+        self.fail_kind(offset, len, io::ErrorKind::Other, why)
+    }
+
+    fn fail_kind(&self, offset: u64, len: u64, kind: io::ErrorKind, why: impl std::fmt::Display) -> Error {
         Error::Io {
             file: self.name.clone(),
             offset,
-            source: std::io::Error::other(format!("range {offset}-{}: {why}", offset + len.max(1) - 1)),
+            source: io::Error::new(kind, format!("range {offset}-{}: {why}", offset + len.max(1) - 1)),
         }
+    }
+
+    /// How an attempt that failed with `e` ends: final once the deadline
+    /// has passed, else worth a retry (`resumable` after useful progress).
+    fn broken<T>(&self, start: u64, span: u64, e: io::Error, pace: &Pace, resumable: bool) -> Attempt<T> {
+        if too_slow(&e).is_some_and(|t| t.deadline) || pace.expired() {
+            let e = if too_slow(&e).is_some() { e } else { pace.deadline_error() };
+            return Attempt::Final(self.fail_kind(start, span, e.kind(), e));
+        }
+        let error = self.fail_kind(start, span, e.kind(), e);
+        if resumable { Attempt::Resumable(error) } else { Attempt::Retry(error) }
+    }
+
+    /// A ureq transport error as an `io::Error` of the right kind.
+    fn transport(e: ureq::Error) -> io::Error {
+        match e {
+            ureq::Error::Io(e) => e,
+            e @ ureq::Error::Timeout(_) => io::Error::new(io::ErrorKind::TimedOut, e),
+            e => io::Error::other(e),
+        }
+    }
+
+    /// `GET` of `range` through ureq, within what is left of `pace`'s deadline.
+    fn ureq_get(&self, range: &str, pace: &Pace) -> Result<ureq::http::Response<ureq::Body>, io::Error> {
+        let request = self.agent.get(&self.url).header("Range", range);
+        let request = match pace.time_left() {
+            Some(left) => request.config().timeout_global(Some(left.max(Duration::from_millis(1)))).build(),
+            None => request,
+        };
+        request.call().map_err(Self::transport)
     }
 
     /// The direct client, unless the URL or the server rules it out.
@@ -221,45 +267,53 @@ impl HttpSource {
         }
     }
 
-    /// One attempt at the opening request: through the direct client where
-    /// the URL allows it (a redirect or a framing it does not handle goes
-    /// to ureq), else through ureq.
-    fn probe(&self) -> Attempt<Opened> {
-        self.probe_range((!self.options.read_all).then_some(PREFIX - 1))
+    /// One attempt at the opening request, to end by `until`: through the
+    /// direct client where the URL allows it (a redirect or a framing it
+    /// does not handle goes to ureq), else through ureq.
+    fn probe(&self, until: Option<Instant>) -> Attempt<Opened> {
+        self.probe_range((!self.options.read_all).then_some(PREFIX - 1), until)
     }
 
     /// The opening request for bytes `0..=end` (all, if `None`).
-    fn probe_range(&self, end: Option<u64>) -> Attempt<Opened> {
+    fn probe_range(&self, end: Option<u64>, until: Option<Instant>) -> Attempt<Opened> {
+        let mut pace = Pace::new(&self.options.limits, until);
         if let Some(wire) = self.direct() {
-            match wire.get_range(0, end) {
+            match wire.get_range(0, end, &mut pace) {
                 Ok(resp) if !(300..400).contains(&resp.status) => {
                     let head = Head::of_wire(&resp);
-                    return self.opened(head, Box::new(resp.body), true, end);
+                    return self.opened(head, Paced { inner: Box::new(resp.body), pace }, true, end, until);
                 }
                 Ok(_) => {}
                 Err(wire::WireError::Unsupported) => self.wire_off.store(true, Ordering::Relaxed),
-                Err(wire::WireError::Io(e)) => return Attempt::Retry(self.fail(0, PREFIX, e)),
+                Err(wire::WireError::Io(e)) => return self.broken(0, PREFIX, e, &pace, false),
             }
         }
         let range = end.map_or_else(|| "bytes=0-".to_string(), |e| format!("bytes=0-{e}"));
-        let resp = match self.agent.get(&self.url).header("Range", &range).call() {
+        let resp = match self.ureq_get(&range, &pace) {
             Ok(r) => r,
-            Err(e) => return Attempt::Retry(self.fail(0, PREFIX, e)),
+            Err(e) => return self.broken(0, PREFIX, e, &pace, false),
         };
         let direct = resp.get_uri().to_string() == self.url;
         let head = Head::of_ureq(&resp);
-        self.opened(head, Box::new(resp.into_body().into_reader()), direct, end)
+        self.opened(head, Paced { inner: Box::new(resp.into_body().into_reader()), pace }, direct, end, until)
     }
 
     /// Checks the opening response to a request for `0..=asked`, reads the
     /// prefix, and parks the rest.
-    fn opened(&self, head: Head, mut body: Box<dyn Read + Send>, direct: bool, asked: Option<u64>) -> Attempt<Opened> {
+    fn opened(
+        &self,
+        head: Head,
+        mut body: Paced<Box<dyn Read + Send>>,
+        direct: bool,
+        asked: Option<u64>,
+        until: Option<Instant>,
+    ) -> Attempt<Opened> {
         if head.status == 200 && asked.is_none() {
             // Some servers answer a request for all of an object with 200
             // and the whole body; only a bounded request tells whether they
             // honour Range at all.
             drop(body);
-            return self.probe_range(Some(PREFIX - 1));
+            return self.probe_range(Some(PREFIX - 1), until);
         }
         if let Some(failed) = self.unless_partial(head.status, 0, PREFIX) {
             return failed;
@@ -273,7 +327,7 @@ impl HttpSource {
         // At most PREFIX bytes.
         let mut prefix = vec![0u8; (end + 1).min(PREFIX) as usize];
         if let Err(e) = body.read_exact(&mut prefix) {
-            return Attempt::Retry(self.fail(0, PREFIX, e));
+            return self.broken(0, PREFIX, e, &body.pace, false);
         }
         let parked = (prefix.len() as u64 <= end).then_some(Parked { end: end + 1, body });
         Attempt::Ok(Opened { len: total, etag: head.etag, prefix, direct, parked })
@@ -282,13 +336,22 @@ impl HttpSource {
     /// Fills `bufs` (consecutive bytes from `offset`) as far as the prefix
     /// and the parked opening response reach, if that response continues
     /// exactly where this read needs it; advances `*done`. A failure only
-    /// stops early: the caller fetches whatever is missing.
-    fn continue_opening(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) {
+    /// stops early: the caller fetches whatever is missing. The response is
+    /// paced afresh from here (it sat idle while parked).
+    fn continue_opening(
+        &self,
+        offset: u64,
+        bufs: &mut [&mut [u8]],
+        total: u64,
+        done: &mut u64,
+        until: Option<Instant>,
+    ) {
         let at = self.prefix.len() as u64;
         if !(offset <= at && at < offset + total) {
             return;
         }
         let Some(mut parked) = self.parked.lock().ok().and_then(|mut p| p.take()) else { return };
+        parked.body.pace = Pace::new(&self.options.limits, until);
         // `offset` ≤ the prefix's length.
         let cached = &self.prefix[offset as usize..];
         if fill(&mut &cached[..], bufs, done, cached.len() as u64).is_ok() {
@@ -298,29 +361,38 @@ impl HttpSource {
     }
 
     /// One attempt at filling what is left of `bufs` (consecutive bytes
-    /// from `offset`, `total` in all) after the first `*done`; progress
-    /// survives failures.
-    fn fetch(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64) -> Attempt<()> {
+    /// from `offset`, `total` in all) after the first `*done`, to end by
+    /// `until`; progress survives failures.
+    fn fetch(
+        &self,
+        offset: u64,
+        bufs: &mut [&mut [u8]],
+        total: u64,
+        done: &mut u64,
+        until: Option<Instant>,
+    ) -> Attempt<()> {
         let start = offset + *done;
         let end = offset + total - 1;
+        let mut pace = Pace::new(&self.options.limits, until);
         if let Some(wire) = self.direct() {
-            match wire.get_range(start, Some(end)) {
+            match wire.get_range(start, Some(end), &mut pace) {
                 Ok(resp) => {
                     let head = Head::of_wire(&resp);
-                    return self.receive(start, end, head, resp.body, bufs, total, done);
+                    return self.receive(start, end, head, Paced { inner: resp.body, pace }, bufs, total, done);
                 }
-                Err(wire::WireError::Io(e)) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
+                Err(wire::WireError::Io(e)) => return self.broken(start, end + 1 - start, e, &pace, false),
                 // Not a failure of the server: ask again through ureq.
                 Err(wire::WireError::Unsupported) => self.wire_off.store(true, Ordering::Relaxed),
             }
         }
         let range = format!("bytes={start}-{end}");
-        let resp = match self.agent.get(&self.url).header("Range", &range).call() {
+        let resp = match self.ureq_get(&range, &pace) {
             Ok(r) => r,
-            Err(e) => return Attempt::Retry(self.fail(start, end + 1 - start, e)),
+            Err(e) => return self.broken(start, end + 1 - start, e, &pace, false),
         };
         let head = Head::of_ureq(&resp);
-        self.receive(start, end, head, resp.into_body().into_reader(), bufs, total, done)
+        let body = Paced { inner: resp.into_body().into_reader(), pace };
+        self.receive(start, end, head, body, bufs, total, done)
     }
 
     /// Checks a response to `bytes=start-end` and reads its body into what
@@ -331,7 +403,7 @@ impl HttpSource {
         start: u64,
         end: u64,
         head: Head,
-        mut reader: impl Read,
+        mut reader: Paced<impl Read>,
         bufs: &mut [&mut [u8]],
         total: u64,
         done: &mut u64,
@@ -352,8 +424,7 @@ impl HttpSource {
         let began = *done;
         match fill(&mut reader, bufs, done, total) {
             Ok(()) => Attempt::Ok(()),
-            Err(e) if *done - began >= RESUMABLE_PROGRESS => Attempt::Resumable(self.fail(start, span, e)),
-            Err(e) => Attempt::Retry(self.fail(start, span, e)),
+            Err(e) => self.broken(start, span, e, &reader.pace, *done - began >= RESUMABLE_PROGRESS),
         }
     }
 }
@@ -419,11 +490,12 @@ impl RangeSource for HttpSource {
         {
             return fill(&mut &cached[..], bufs, &mut done, total).map_err(|e| self.fail(offset, total, e));
         }
-        self.continue_opening(offset, bufs, total, &mut done);
+        let until = deadline(&self.options.limits);
+        self.continue_opening(offset, bufs, total, &mut done, until);
         if done == total {
             return Ok(());
         }
-        retry(self.options.attempts, self.options.backoff, || self.fetch(offset, bufs, total, &mut done))
+        retry(self.options.attempts, self.options.backoff, || self.fetch(offset, bufs, total, &mut done, until))
             .map_err(|e| e.unwrap_or_else(|| self.fail(offset, total, "no attempt made")))
     }
 

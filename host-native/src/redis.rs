@@ -19,6 +19,13 @@
 //! writes every key under a temporary prefix, then swaps them in with one
 //! `MULTI`/`EXEC`, so readers see the old file or the new one, never a mix.
 //!
+//! That `EXEC` also sets `{prefix}.tzr-generation` (outside the `{prefix}:`
+//! key space, so tensorizer never sees it) to a new random value. The
+//! source reads it when opened and again after every batch of `GETRANGE`
+//! commands, on the same connection: a file replaced after the source was
+//! opened is then an error ("changed during the read") instead of a mix of
+//! old and new tensors, as an ETag change is over HTTP.
+//!
 //! The path of the URI is the key prefix, not a database number (database
 //! 0 is used, as tensorizer does). Credentials, TLS (`rediss://`) and Redis
 //! Cluster are not supported. Keys of another file whose prefix starts with
@@ -34,11 +41,11 @@ use std::collections::HashSet;
 use std::fmt;
 use std::io;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::retry::{Attempt, retry};
-use crate::source::{RangeSource, check_range};
+use crate::retry::{Attempt, Pace, deadline, retry};
+use crate::source::{RangeSource, TransferLimits, check_range};
 use resp::{Conn, Fault, Reply};
 pub use write::write_redis;
 
@@ -46,7 +53,23 @@ pub use write::write_redis;
 const MAX_KEYS: usize = 1 << 22;
 
 /// Keys asked for per `SCAN` call.
-const SCAN_COUNT: &[u8] = b"1000";
+const SCAN_COUNT: u64 = 1000;
+
+/// Most `SCAN` calls one listing may take, whatever `DBSIZE` says: enough
+/// for half a billion keys.
+const MAX_SCAN_CALLS: u64 = 1 << 22;
+
+/// Most key names (repeats included) one listing may return: every key a
+/// file can have, each listed twice (`SCAN` repeats keys while the server
+/// resizes its table).
+const MAX_SCANNED: u64 = 2 * MAX_KEYS as u64;
+
+/// Appended to the prefix: the key holding the generation marker of a file
+/// written by [`write_redis`] (outside `{prefix}:*`).
+const GENERATION_SUFFIX: &str = ".tzr-generation";
+
+/// Times the listing is redone when the file is replaced while it runs.
+const LIST_TRIES: usize = 3;
 
 /// Commands sent before their replies are read.
 const PIPELINE: usize = 512;
@@ -140,6 +163,11 @@ impl RedisUri {
     fn key_start(&self) -> Vec<u8> {
         format!("{}:", self.prefix).into_bytes()
     }
+
+    /// The key of the generation marker.
+    fn generation_key(&self) -> Vec<u8> {
+        format!("{}{GENERATION_SUFFIX}", self.prefix).into_bytes()
+    }
 }
 
 impl fmt::Display for RedisUri {
@@ -182,6 +210,9 @@ pub struct RedisOptions {
     pub io_timeout: Duration,
     /// Longest wait to connect.
     pub connect_timeout: Duration,
+    /// Minimum transfer rate of each batch of commands and deadline of
+    /// each read (a trickling server), on top of `io_timeout`.
+    pub limits: TransferLimits,
 }
 
 impl Default for RedisOptions {
@@ -191,6 +222,7 @@ impl Default for RedisOptions {
             backoff: Duration::from_millis(100),
             io_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            limits: TransferLimits::default(),
         }
     }
 }
@@ -220,6 +252,8 @@ pub struct RedisSource {
     /// Non-empty keys sorted by offset, tiling `0..len`.
     keys: Vec<RedisKey>,
     len: u64,
+    /// The generation marker when the keys were listed (`None`: none).
+    generation: Option<Vec<u8>>,
     pool: Mutex<Vec<Conn>>,
 }
 
@@ -239,13 +273,23 @@ impl RedisSource {
     /// overlap is an error naming the URI and the byte offset.
     pub fn open(uri: &str, options: RedisOptions) -> Result<Self> {
         let addr = RedisUri::parse(uri)?;
-        let mut this =
-            Self { uri: uri.to_string(), addr, options, keys: Vec::new(), len: 0, pool: Mutex::new(Vec::new()) };
-        let found = retry(options.attempts, options.backoff, || this.attempt(0, 0, this.list_keys()))
-            .map_err(|e| e.unwrap_or_else(|| this.fail(0, 0, "no attempt made")))?;
+        let mut this = Self {
+            uri: uri.to_string(),
+            addr,
+            options,
+            keys: Vec::new(),
+            len: 0,
+            generation: None,
+            pool: Mutex::new(Vec::new()),
+        };
+        let until = deadline(&options.limits);
+        let (found, generation) =
+            retry(options.attempts, options.backoff, || this.attempt(0, 0, this.list_keys(until)))
+                .map_err(|e| e.unwrap_or_else(|| this.fail(0, 0, "no attempt made")))?;
         let (keys, len) = tile(uri, &this.addr.prefix, found)?;
         this.keys = keys;
         this.len = len;
+        this.generation = generation;
         Ok(this)
     }
 
@@ -274,11 +318,17 @@ impl RedisSource {
         }
     }
 
-    fn conn(&self) -> Result<Conn, Fault> {
-        if let Some(c) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
-            return Ok(c);
-        }
-        Conn::connect(&self.addr.host, self.addr.port, self.options.connect_timeout, self.options.io_timeout)
+    /// A pooled or new connection, paced for one request of a read that
+    /// must end by `until`.
+    fn conn(&self, until: Option<Instant>) -> Result<Conn, Fault> {
+        let mut conn = match self.pool.lock().ok().and_then(|mut p| p.pop()) {
+            Some(c) => c,
+            None => {
+                Conn::connect(&self.addr.host, self.addr.port, self.options.connect_timeout, self.options.io_timeout)?
+            }
+        };
+        conn.pace(Pace::new(&self.options.limits, until))?;
+        Ok(conn)
     }
 
     /// Returns a healthy connection to the pool (one that failed is dropped
@@ -292,10 +342,26 @@ impl RedisSource {
     }
 
     /// Every key under the prefix whose name ends in `:<offset>`, with its
-    /// length.
-    fn list_keys(&self) -> Result<Vec<RedisKey>, Fault> {
-        let mut conn = self.conn()?;
-        let names = scan(&mut conn, &self.addr)?;
+    /// length, and the generation marker, read before and after them (the
+    /// listing is redone if it changed meanwhile).
+    fn list_keys(&self, until: Option<Instant>) -> Result<(Vec<RedisKey>, Option<Vec<u8>>), Fault> {
+        let mut conn = self.conn(until)?;
+        let marker = self.addr.generation_key();
+        let mut before = generation(&mut conn, &marker)?;
+        for _ in 0..LIST_TRIES {
+            let keys = self.list_once(&mut conn)?;
+            let after = generation(&mut conn, &marker)?;
+            if after == before {
+                self.put(conn);
+                return Ok((keys, after));
+            }
+            before = after;
+        }
+        Err(Fault::Changed(format!("the file was replaced {LIST_TRIES} times while its keys were listed")))
+    }
+
+    fn list_once(&self, conn: &mut Conn) -> Result<Vec<RedisKey>, Fault> {
+        let names = scan(conn, &self.addr)?;
         let mut keys: Vec<RedisKey> = names
             .into_iter()
             .filter_map(|name| key_offset(&name).map(|offset| RedisKey { name, offset, len: 0 }))
@@ -314,15 +380,16 @@ impl RedisSource {
                 }
             }
         }
-        self.put(conn);
         Ok(keys)
     }
 
     /// One attempt at filling `buf[*done..]`, pipelining one `GETRANGE`
-    /// per key (or per [`MAX_GETRANGE`] bytes) it spans; progress survives
-    /// failures.
-    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize) -> Result<(), Fault> {
-        let mut conn = self.conn()?;
+    /// per key (or per [`MAX_GETRANGE`] bytes) it spans, then a `GET` of
+    /// the generation marker, which must not have changed since the source
+    /// was opened; progress survives failures.
+    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize, until: Option<Instant>) -> Result<(), Fault> {
+        let mut conn = self.conn(until)?;
+        let marker = self.addr.generation_key();
         while *done < buf.len() {
             // Plan up to PIPELINE pieces starting at the first missing byte.
             let mut pieces: Vec<(usize, u64, usize)> = Vec::new();
@@ -347,9 +414,12 @@ impl RedisSource {
                     k += 1;
                 }
             }
+            conn.command(&[b"GET", &marker]);
             conn.flush()?;
+            // Counted as done only once the marker says they are of this file.
+            let mut filled = *done;
             for (k, within, n) in pieces {
-                let got = conn.bulk_into(&mut buf[*done..*done + n])?;
+                let got = conn.bulk_into(&mut buf[filled..filled + n])?;
                 if got != n {
                     let key = &self.keys[k];
                     return Err(Fault::Protocol(format!(
@@ -358,8 +428,21 @@ impl RedisSource {
                         got
                     )));
                 }
-                *done += n;
+                filled += n;
             }
+            let now = read_generation(&mut conn)?;
+            if now != self.generation {
+                let show =
+                    |g: &Option<Vec<u8>>| g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned());
+                return Err(Fault::Changed(format!(
+                    "the file changed during the read: it was replaced after the source was opened \
+                     (generation marker {:?} was {}, is {}); open it again",
+                    String::from_utf8_lossy(&marker),
+                    show(&self.generation),
+                    show(&now),
+                )));
+            }
+            *done = filled;
         }
         self.put(conn);
         Ok(())
@@ -378,9 +461,10 @@ impl RangeSource for RedisSource {
         check_range(&self.uri, self.len, offset, buf.len())?;
         let len = buf.len() as u64;
         let mut done = 0usize;
+        let until = deadline(&self.options.limits);
         retry(self.options.attempts, self.options.backoff, || {
             let start = offset + done as u64;
-            let result = self.fetch(offset, buf, &mut done);
+            let result = self.fetch(offset, buf, &mut done, until);
             self.attempt(start, offset + len - start, result)
         })
         .map_err(|e| e.unwrap_or_else(|| self.fail(offset, len, "no attempt made")))
@@ -411,15 +495,58 @@ fn key_offset(name: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// The generation marker `key` (`None` if unset).
+fn generation(conn: &mut Conn, key: &[u8]) -> Result<Option<Vec<u8>>, Fault> {
+    conn.command(&[b"GET", key]);
+    conn.flush()?;
+    read_generation(conn)
+}
+
+fn read_generation(conn: &mut Conn) -> Result<Option<Vec<u8>>, Fault> {
+    match conn.reply()? {
+        Reply::Bulk(value) => Ok(value),
+        other => Err(Fault::Protocol(format!("GET of the generation marker answered {other:?}"))),
+    }
+}
+
+/// `SCAN` calls allowed for a database of `keys` keys (`None`: unknown).
+/// A call returns once it has found `COUNT` keys or visited `10 × COUNT`
+/// buckets, and a table has fewer than 64 buckets per key (Redis shrinks
+/// sparser ones), so a full iteration takes fewer than
+/// `keys / COUNT × 7.4 + 1` calls; the budget doubles as margin for keys
+/// added meanwhile.
+fn scan_budget(keys: Option<u64>) -> u64 {
+    keys.map_or(MAX_SCAN_CALLS, |n| (n / SCAN_COUNT).saturating_mul(16).saturating_add(1024).min(MAX_SCAN_CALLS))
+}
+
 /// Every key name matching the URI's pattern, each once (`SCAN` may repeat
-/// keys).
+/// keys). A server whose cursor never comes back to 0 within
+/// [`scan_budget`] calls, or that lists more than [`MAX_SCANNED`] names, is
+/// an error.
 fn scan(conn: &mut Conn, addr: &RedisUri) -> Result<Vec<Vec<u8>>, Fault> {
     let pattern = addr.pattern();
     let start = addr.key_start();
+    let dbsize = match conn.call(&[b"DBSIZE"]) {
+        Ok(Reply::Int(n)) => u64::try_from(n).ok(),
+        Ok(other) => return Err(Fault::Protocol(format!("DBSIZE answered {other:?}"))),
+        // Not every Redis-compatible server has it.
+        Err(Fault::Server(_)) => None,
+        Err(f) => return Err(f),
+    };
+    let budget = scan_budget(dbsize);
+    let count = SCAN_COUNT.to_string();
     let mut cursor = b"0".to_vec();
     let mut seen = HashSet::new();
-    loop {
-        let reply = conn.call(&[b"SCAN", &cursor, b"MATCH", &pattern, b"COUNT", SCAN_COUNT])?;
+    let mut listed = 0u64;
+    for call in 0.. {
+        if call >= budget {
+            let size = dbsize.map_or("an unknown number of".into(), |n| n.to_string());
+            return Err(Fault::Protocol(format!(
+                "SCAN did not finish within {budget} calls, more than a database of {size} keys needs \
+                 (its cursor never came back to 0)"
+            )));
+        }
+        let reply = conn.call(&[b"SCAN", &cursor, b"MATCH", &pattern, b"COUNT", count.as_bytes()])?;
         let Reply::Array(Some(mut parts)) = reply else {
             return Err(Fault::Protocol(format!("SCAN answered {reply:?}")));
         };
@@ -428,6 +555,12 @@ fn scan(conn: &mut Conn, addr: &RedisUri) -> Result<Vec<Vec<u8>>, Fault> {
         else {
             return Err(Fault::Protocol("SCAN answered an unexpected shape".into()));
         };
+        listed = listed.saturating_add(names.len() as u64);
+        if listed > MAX_SCANNED {
+            return Err(Fault::Protocol(format!(
+                "SCAN listed more than {MAX_SCANNED} key names, more than a file can have"
+            )));
+        }
         for name in names {
             let Reply::Bulk(Some(name)) = name else {
                 return Err(Fault::Protocol("SCAN listed a key that is not a string".into()));

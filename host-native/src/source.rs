@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::error::{Error, Result, io_err};
 
@@ -176,6 +177,74 @@ impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
     }
 }
 
+/// Default of [`TransferLimits::min_rate`]: 16 KiB/s.
+pub const DEFAULT_MIN_RATE: u64 = 16 << 10;
+
+/// Default of [`TransferLimits::rate_window`]: 30 s.
+pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(30);
+
+/// Environment variable read by [`open_source`]: [`TransferLimits::min_rate`]
+/// in bytes per second (`0` turns the check off).
+pub const MIN_RATE_VAR: &str = "TZR_MIN_RATE";
+
+/// Environment variable read by [`open_source`]: [`TransferLimits::deadline`]
+/// in seconds (`0` or empty: none).
+pub const DEADLINE_VAR: &str = "TZR_DEADLINE";
+
+/// How slow a network read may be, on top of each source's per-read timeout
+/// (which only catches silence): one policy for HTTP, S3 and Redis.
+///
+/// A request must move at least [`min_rate`](Self::min_rate) bytes per
+/// second on average over every [`rate_window`](Self::rate_window), counted
+/// from when it is sent; a slower one (a server trickling bytes) is
+/// abandoned and retried for the bytes still missing, like a stalled one.
+/// A slow but steady transfer of any size is never cut. [`deadline`](Self::deadline)
+/// optionally bounds one read of a source as a whole, retries included.
+/// Either limit ends in an [`Error::Io`] of kind
+/// [`std::io::ErrorKind::TimedOut`] naming the source, the byte range and
+/// the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferLimits {
+    /// Lowest average rate, in bytes per second, over each window; `0`
+    /// turns the check off.
+    pub min_rate: u64,
+    /// The span over which the rate is averaged (at least 1 ms is used).
+    pub rate_window: Duration,
+    /// Longest time one read of a source (or opening it) may take in all,
+    /// its retries included; `None`: no limit.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for TransferLimits {
+    fn default() -> Self {
+        Self { min_rate: DEFAULT_MIN_RATE, rate_window: DEFAULT_RATE_WINDOW, deadline: None }
+    }
+}
+
+impl TransferLimits {
+    /// The defaults, overridden by [`MIN_RATE_VAR`] and [`DEADLINE_VAR`]
+    /// where set; a value that is not a number is an error.
+    pub fn from_env() -> Result<Self> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut limits = Self::default();
+        let bad = |name: &str, value: &str, what: &str| Error::Invalid(format!("{name}={value:?}: expected {what}"));
+        if let Some(v) = var(MIN_RATE_VAR).filter(|v| !v.trim().is_empty()) {
+            limits.min_rate =
+                v.trim().parse().map_err(|_| bad(MIN_RATE_VAR, &v, "a whole number of bytes per second"))?;
+        }
+        if let Some(v) = var(DEADLINE_VAR).filter(|v| !v.trim().is_empty()) {
+            let secs: f64 = v.trim().parse().map_err(|_| bad(DEADLINE_VAR, &v, "a number of seconds"))?;
+            let deadline =
+                Duration::try_from_secs_f64(secs).map_err(|_| bad(DEADLINE_VAR, &v, "a number of seconds"))?;
+            limits.deadline = (!deadline.is_zero()).then_some(deadline);
+        }
+        Ok(limits)
+    }
+}
+
 /// How much of a source its user means to read. Network sources plan their
 /// opening request by it (see [`crate::http::HttpOptions::read_all`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -190,7 +259,9 @@ pub enum Intent {
 /// Opens a local path, a `redis://host[:port]/prefix` URI (see
 /// [`crate::redis`]) or, with the `http` and `s3` features, an
 /// `http(s)://` URL or an `s3://` URI (configured from the environment; see
-/// [`crate::s3::S3Options`]), to read most of it.
+/// [`crate::s3::S3Options`]), to read most of it. Remote sources get the
+/// default [`TransferLimits`] as overridden by [`MIN_RATE_VAR`] and
+/// [`DEADLINE_VAR`].
 pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
     open_source_for(uri, Intent::ReadAll)
 }
@@ -198,8 +269,10 @@ pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
 /// [`open_source`], for reading as much as `intent` says.
 #[cfg_attr(not(feature = "http"), allow(unused_variables))]
 pub fn open_source_for(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>> {
+    let remote = crate::redis::is_redis_uri(uri) || uri.contains("://");
+    let limits = if remote { TransferLimits::from_env()? } else { TransferLimits::default() };
     #[cfg(feature = "http")]
-    let http = crate::http::HttpOptions { read_all: intent == Intent::ReadAll, ..Default::default() };
+    let http = crate::http::HttpOptions { read_all: intent == Intent::ReadAll, limits, ..Default::default() };
     #[cfg(feature = "s3")]
     if crate::s3::is_s3_uri(uri) {
         let options = crate::s3::S3Options { http, ..Default::default() };
@@ -210,7 +283,8 @@ pub fn open_source_for(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>
         return Ok(Box::new(crate::http::HttpSource::open(uri, http)?));
     }
     if crate::redis::is_redis_uri(uri) {
-        return Ok(Box::new(crate::redis::RedisSource::open(uri, crate::redis::RedisOptions::default())?));
+        let options = crate::redis::RedisOptions { limits, ..Default::default() };
+        return Ok(Box::new(crate::redis::RedisSource::open(uri, options)?));
     }
     let lower = uri.to_ascii_lowercase();
     for scheme in ["s3://", "http://", "https://"] {
@@ -219,4 +293,24 @@ pub fn open_source_for(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>
         }
     }
     Ok(Box::new(LocalFile::open(uri)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_come_from_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(TransferLimits::from_vars(vars(&[])).unwrap(), TransferLimits::default());
+        let set = TransferLimits::from_vars(vars(&[(MIN_RATE_VAR, "0"), (DEADLINE_VAR, "2.5")])).unwrap();
+        assert_eq!((set.min_rate, set.deadline), (0, Some(Duration::from_millis(2500))));
+        assert_eq!(TransferLimits::from_vars(vars(&[(DEADLINE_VAR, "0")])).unwrap().deadline, None);
+        for bad in [(MIN_RATE_VAR, "1k"), (DEADLINE_VAR, "-1"), (DEADLINE_VAR, "soon")] {
+            let err = TransferLimits::from_vars(move |n: &str| (n == bad.0).then(|| bad.1.to_string())).unwrap_err();
+            assert!(err.to_string().contains(bad.0), "{err}");
+        }
+    }
 }

@@ -19,6 +19,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::retry::Pace;
+
 /// Longest response head accepted (status line and headers).
 const MAX_HEAD: usize = 64 << 10;
 /// Most headers parsed in one response.
@@ -120,8 +122,10 @@ impl Wire {
     /// `GET` of bytes `start..=end` (to the end of the object if `end` is
     /// `None`). A pooled connection that turns out to be closed by the
     /// server is replaced by a new one at once (that is not a failure of
-    /// the server).
-    pub(crate) fn get_range(&self, start: u64, end: Option<u64>) -> Result<Response, WireError> {
+    /// the server). The response head counts against `pace` (the caller
+    /// paces the body), and the socket timeouts are shortened to the time
+    /// `pace` has left.
+    pub(crate) fn get_range(&self, start: u64, end: Option<u64>, pace: &mut Pace) -> Result<Response, WireError> {
         let end = end.map(|e| e.to_string()).unwrap_or_default();
         let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nRange: bytes={start}-{end}\r\nUser-Agent: tensorizer-rs/{}\r\n\
@@ -132,16 +136,18 @@ impl Wire {
         );
         let pooled = self.idle.lock().map_or(None, |mut idle| idle.pop());
         if let Some(stream) = pooled {
-            match self.exchange(stream, request.as_bytes()) {
+            match self.exchange(stream, request.as_bytes(), pace) {
                 Err(WireError::Io(e)) if stale(&e) => {}
                 other => return other,
             }
         }
         let stream = self.connect().map_err(WireError::Io)?;
-        self.exchange(stream, request.as_bytes())
+        self.exchange(stream, request.as_bytes(), pace)
     }
 
-    fn exchange(&self, mut stream: TcpStream, request: &[u8]) -> Result<Response, WireError> {
+    fn exchange(&self, mut stream: TcpStream, request: &[u8], pace: &mut Pace) -> Result<Response, WireError> {
+        let timeout = Some(pace.io_timeout(self.read_timeout));
+        stream.set_read_timeout(timeout).and_then(|()| stream.set_write_timeout(timeout)).map_err(WireError::Io)?;
         stream.write_all(request).map_err(WireError::Io)?;
         let mut head = Vec::with_capacity(HEAD_CHUNK);
         loop {
@@ -153,9 +159,11 @@ impl Wire {
             let n = loop {
                 match stream.read(&mut head[filled..]) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) if pace.expired() => return Err(WireError::Io(pace.deadline_error())),
                     other => break other.map_err(WireError::Io)?,
                 }
             };
+            pace.progress(n).map_err(WireError::Io)?;
             head.truncate(filled + n);
             if n == 0 {
                 let why = if filled == 0 { io::ErrorKind::ConnectionAborted } else { io::ErrorKind::UnexpectedEof };

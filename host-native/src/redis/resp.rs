@@ -12,6 +12,8 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use crate::retry::{Pace, Paced, too_slow};
+
 /// Longest status, error or length line accepted.
 const MAX_LINE: usize = 64 << 10;
 
@@ -54,14 +56,17 @@ pub(crate) enum Fault {
     Protocol(String),
     /// The server answered with an error reply.
     Server(String),
+    /// The file was replaced since the source was opened.
+    Changed(String),
 }
 
 impl Fault {
     /// Whether another attempt on a fresh connection may succeed.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            Self::Io(_) => true,
-            Self::Protocol(_) => false,
+            // A passed deadline is final; a trickle is retried like a stall.
+            Self::Io(e) => !too_slow(e).is_some_and(|t| t.deadline),
+            Self::Protocol(_) | Self::Changed(_) => false,
             // The server is starting, busy with a script, or failing over.
             Self::Server(m) => ["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN"].iter().any(|p| m.starts_with(p)),
         }
@@ -72,7 +77,7 @@ impl Fault {
         match self {
             Self::Io(e) => e.kind(),
             Self::Protocol(_) => io::ErrorKind::InvalidData,
-            Self::Server(_) => io::ErrorKind::Other,
+            Self::Server(_) | Self::Changed(_) => io::ErrorKind::Other,
         }
     }
 }
@@ -80,12 +85,14 @@ impl Fault {
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Io(e) if too_slow(e).is_some() => write!(f, "{e}"),
             Self::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 write!(f, "the server did not answer in time ({e})")
             }
             Self::Io(e) => write!(f, "{e}"),
             Self::Protocol(m) => write!(f, "protocol error: {m}"),
             Self::Server(m) => write!(f, "the server answered: {m}"),
+            Self::Changed(m) => f.write_str(m),
         }
     }
 }
@@ -100,10 +107,12 @@ fn protocol(what: impl Into<String>) -> Fault {
     Fault::Protocol(what.into())
 }
 
-/// One connection with a queue of commands not yet written.
+/// One connection with a queue of commands not yet written. Replies are
+/// read through a [`Pace`] (none until [`Conn::pace`] sets one).
 pub(crate) struct Conn {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Paced<TcpStream>>,
     queued: Vec<u8>,
+    io_timeout: Duration,
 }
 
 impl Conn {
@@ -122,12 +131,24 @@ impl Conn {
                     s.set_read_timeout(Some(io_timeout))?;
                     s.set_write_timeout(Some(io_timeout))?;
                     s.set_nodelay(true)?;
-                    return Ok(Self { stream: BufReader::with_capacity(64 << 10, s), queued: Vec::new() });
+                    let stream = BufReader::with_capacity(64 << 10, Paced { inner: s, pace: Pace::off() });
+                    return Ok(Self { stream, queued: Vec::new(), io_timeout });
                 }
                 Err(e) => last = e,
             }
         }
         Err(Fault::Io(last))
+    }
+
+    /// Measures the replies read from now on against `pace` (one request),
+    /// with the socket timeouts shortened to the time it has left.
+    pub(crate) fn pace(&mut self, pace: Pace) -> Result<(), Fault> {
+        let timeout = Some(pace.io_timeout(self.io_timeout));
+        let paced = self.stream.get_mut();
+        paced.inner.set_read_timeout(timeout)?;
+        paced.inner.set_write_timeout(timeout)?;
+        paced.pace = pace;
+        Ok(())
     }
 
     /// Queues the start of a command of `args` arguments.
@@ -160,7 +181,7 @@ impl Conn {
             return Ok(());
         }
         self.flush()?;
-        self.stream.get_mut().write_all(bytes)?;
+        self.stream.get_mut().inner.write_all(bytes)?;
         Ok(())
     }
 
@@ -180,7 +201,7 @@ impl Conn {
     /// Writes everything queued.
     pub(crate) fn flush(&mut self) -> Result<(), Fault> {
         if !self.queued.is_empty() {
-            let result = self.stream.get_mut().write_all(&self.queued);
+            let result = self.stream.get_mut().inner.write_all(&self.queued);
             self.queued.clear();
             result?;
         }

@@ -71,7 +71,9 @@ fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
 /// The write is atomic: every key goes first under the temporary prefix
 /// `{prefix}.tmp-<random hex>` (with a one-day expiry, in case this process
 /// dies), then one `MULTI`/`EXEC` deletes the keys already under `{prefix}:`
-/// and renames the new keys into place. It aborts, changing nothing, if a
+/// and renames the new keys into place, and sets the generation marker
+/// `{prefix}.tzr-generation` to the same random hex (readers opened before
+/// then fail instead of mixing files). It aborts, changing nothing, if a
 /// temporary key was touched meanwhile. On any error the temporary keys are
 /// deleted (best effort; any left over expire within a day) and the
 /// previous file is left as it was.
@@ -105,7 +107,8 @@ pub fn write_redis<S: RangeSource>(uri: &str, reader: &Reader<S>, force: bool) -
     let result = upload(&mut conn, uri, reader, &keys, &temp).and_then(|()| {
         let finals: Vec<Vec<u8>> = keys.iter().map(|k| named(&final_prefix, k)).collect();
         let end = keys.last().map_or(0, |k| k.offset + k.len);
-        commit(&mut conn, &addr, &temp, &finals, force).map_err(|e| match e {
+        let generation = hex::encode(tag).into_bytes();
+        commit(&mut conn, &addr, &temp, &finals, &generation, force).map_err(|e| match e {
             Commit::Fault(f) => fail(0, end, f),
             Commit::Exists(n) => refuse(n),
             Commit::Aborted(why) => Error::Invalid(format!("{uri}: the write was abandoned, nothing changed: {why}")),
@@ -223,8 +226,15 @@ impl From<Fault> for Commit {
 
 /// Watches the temporary keys, then in one transaction deletes what is
 /// under the final prefix, renames each temporary key to its final name and
-/// removes its expiry.
-fn commit(conn: &mut Conn, addr: &RedisUri, temp: &[Vec<u8>], finals: &[Vec<u8>], force: bool) -> Result<(), Commit> {
+/// removes its expiry, and sets the generation marker to `generation`.
+fn commit(
+    conn: &mut Conn,
+    addr: &RedisUri,
+    temp: &[Vec<u8>],
+    finals: &[Vec<u8>],
+    generation: &[u8],
+    force: bool,
+) -> Result<(), Commit> {
     for chunk in temp.chunks(PIPELINE) {
         let mut args: Vec<&[u8]> = vec![b"WATCH"];
         args.extend(chunk.iter().map(Vec::as_slice));
@@ -253,6 +263,8 @@ fn commit(conn: &mut Conn, addr: &RedisUri, temp: &[Vec<u8>], finals: &[Vec<u8>]
         conn.command(&[b"PERSIST", f]);
         queued += 2;
     }
+    conn.command(&[b"SET", &addr.generation_key(), generation]);
+    queued += 1;
     conn.command(&[b"EXEC"]);
     conn.flush()?;
     expect_status(conn.reply()?, b"OK", "MULTI")?;

@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::http::{HttpOptions, HttpSource};
-use tensorizer_native::{RangeSource, ReadOptions, Reader, WriteOptions, write_file};
+use tensorizer_native::source::TransferLimits;
+use tensorizer_native::{Error, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
-use crate::servers::{Fault, FaultProxy, Framing, Nginx, OddOrigin};
+use crate::servers::{Drip, Fault, FaultProxy, Framing, Nginx, OddOrigin, SlowOrigin, within};
 
 fn load_all<S: RangeSource>(reader: &Reader<S>) -> tensorizer_native::Result<Vec<Vec<u8>>> {
     let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
@@ -125,4 +126,88 @@ fn stalls_and_exhausted_retries_end_in_clear_errors() {
     // A missing object is a plain 404 error, not a hang.
     let err = HttpSource::open(&nginx.url("missing.tensors"), HttpOptions::default()).unwrap_err();
     assert!(err.to_string().contains("404"), "{err}");
+}
+
+/// An object just over the opening request's 1 MiB, so that a read past
+/// that goes to the server.
+fn slow_object() -> Vec<u8> {
+    (0..(1u32 << 20) + (64 << 10)).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect()
+}
+
+/// A minimum rate of 1 KiB/s over 1 s windows, no retry delay.
+fn low_limits(attempts: u32) -> HttpOptions {
+    HttpOptions {
+        attempts,
+        backoff: Duration::from_millis(5),
+        limits: TransferLimits { min_rate: 1 << 10, rate_window: Duration::from_secs(1), deadline: None },
+        ..HttpOptions::default()
+    }
+}
+
+fn timed_out(err: &Error) -> bool {
+    matches!(err, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut)
+}
+
+#[test]
+fn a_trickling_server_is_cut_off_by_the_minimum_rate() {
+    let object = slow_object();
+    let trickle = Drip { bytes: 1, gap: Duration::from_millis(100) };
+    // Direct client (Content-Length) and ureq (chunked), for a tensor read and for the opening request.
+    for (chunked, slow_from) in [(false, 1 << 20), (true, 1 << 20), (false, 0), (true, 0)] {
+        let origin = SlowOrigin::start(object.clone(), trickle, slow_from, chunked);
+        let url = origin.url();
+        let started = Instant::now();
+        let err = within(Duration::from_secs(20), move || {
+            let source = HttpSource::open(&url, low_limits(2))?;
+            let mut buf = vec![0u8; 32 << 10];
+            source.read_exact_at(1 << 20, &mut buf)
+        })
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(timed_out(&err), "chunked {chunked}, from {slow_from}: {err:?}");
+        assert!(text.contains(&origin.url()) && text.contains("range ") && text.contains("min_rate"), "{text}");
+        // Two attempts of about one window each.
+        assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn a_slow_but_steady_transfer_is_not_cut_off() {
+    let object = slow_object();
+    // 2 KiB every 100 ms: about 20 KiB/s, slower than any real link but above 1 KiB/s.
+    let steady = Drip { bytes: 2 << 10, gap: Duration::from_millis(100) };
+    for chunked in [false, true] {
+        let origin = SlowOrigin::start(object.clone(), steady, 1 << 20, chunked);
+        let url = origin.url();
+        let tail = within(Duration::from_secs(30), move || {
+            let source = HttpSource::open(&url, low_limits(1))?;
+            let mut buf = vec![0u8; 40 << 10];
+            source.read_exact_at(1 << 20, &mut buf).map(|()| buf)
+        })
+        .unwrap();
+        assert!(tail == object[1 << 20..(1 << 20) + (40 << 10)], "chunked {chunked}");
+    }
+}
+
+#[test]
+fn a_read_deadline_ends_a_slow_read_without_retries() {
+    let object = slow_object();
+    let steady = Drip { bytes: 2 << 10, gap: Duration::from_millis(100) };
+    for chunked in [false, true] {
+        let origin = SlowOrigin::start(object.clone(), steady, 1 << 20, chunked);
+        let url = origin.url();
+        let mut options = low_limits(6);
+        options.limits.deadline = Some(Duration::from_millis(700));
+        let started = Instant::now();
+        let err = within(Duration::from_secs(20), move || {
+            let source = HttpSource::open(&url, options)?;
+            let mut buf = vec![0u8; 60 << 10];
+            source.read_exact_at(1 << 20, &mut buf)
+        })
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(timed_out(&err) && text.contains("deadline") && text.contains("range "), "{err:?}");
+        // Final: not retried six times.
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    }
 }

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::redis::{RedisOptions, RedisSource, write_redis};
+use tensorizer_native::source::TransferLimits;
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
-use crate::servers::RedisServer;
+use crate::servers::{Drip, FakeRedis, RedisServer, within};
 
 /// Tensors larger than this are not loaded (the 4 GiB meta tensor of the
 /// v5 vectors).
@@ -112,11 +113,17 @@ fn local(name: &str) -> Reader {
 
 /// Tensors of `sizes` bytes each, written to `dir/name` in our layout.
 fn write_local(dir: &std::path::Path, name: &str, sizes: &[usize]) -> Vec<u8> {
+    write_seeded(dir, name, sizes, 0)
+}
+
+/// As [`write_local`], with data that depends on `seed`.
+fn write_seeded(dir: &std::path::Path, name: &str, sizes: &[usize], seed: u8) -> Vec<u8> {
     let tensors: Vec<(TensorSpec, Vec<u8>)> = sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| {
-            let data: Vec<u8> = (0..n as u32).map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8).collect();
+            let data: Vec<u8> =
+                (0..n as u32).map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8 ^ seed).collect();
             (
                 TensorSpec::state_dict(format!("t{i}").as_str(), Dtype::from_element(ElementType::U8), vec![n as u64]),
                 data,
@@ -377,4 +384,130 @@ fn a_stalled_or_killed_server_is_an_error_not_a_hang() {
     server.kill();
     let err = rx.recv_timeout(Duration::from_secs(30)).expect("the load hung after the server died");
     assert!(err.contains(&uri) && err.contains("bytes "), "{err}");
+}
+
+/// The first argument of a command, upper-cased.
+fn command_name(args: &[Vec<u8>]) -> String {
+    args.first().map(|a| String::from_utf8_lossy(a).to_ascii_uppercase()).unwrap_or_default()
+}
+
+#[test]
+fn a_scan_that_never_ends_is_an_error_not_a_hang() {
+    // A cursor that never comes back to 0, with no keys, or with the same keys each time.
+    fn no_keys(args: &[Vec<u8>]) -> (Vec<u8>, bool) {
+        match command_name(args).as_str() {
+            "DBSIZE" => (b":5\r\n".to_vec(), false),
+            "SCAN" => (b"*2\r\n$2\r\n17\r\n*0\r\n".to_vec(), false),
+            _ => (b"$-1\r\n".to_vec(), false),
+        }
+    }
+    fn same_keys(args: &[Vec<u8>]) -> (Vec<u8>, bool) {
+        match command_name(args).as_str() {
+            "DBSIZE" => (b":2\r\n".to_vec(), false),
+            "SCAN" => (b"*2\r\n$1\r\n9\r\n*2\r\n$10\r\np:header:0\r\n$5\r\np:x:9\r\n".to_vec(), false),
+            _ => (b"$-1\r\n".to_vec(), false),
+        }
+    }
+    for answer in [no_keys as fn(&[Vec<u8>]) -> (Vec<u8>, bool), same_keys] {
+        let fake = FakeRedis::start(answer, None);
+        let uri = fake.uri("p");
+        let started = Instant::now();
+        let err =
+            within(Duration::from_secs(20), move || RedisSource::open(&uri, RedisOptions::default()).unwrap_err());
+        let text = err.to_string();
+        assert!(text.contains(&fake.uri("p")) && text.contains("SCAN did not finish"), "{text}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        // Final: listed once, not retried.
+        assert!(fake.commands.load(std::sync::atomic::Ordering::Relaxed) < 2000);
+    }
+}
+
+/// A fake server holding one 100,000-byte key `p:header:0`, whose
+/// `GETRANGE` replies it sends slowly.
+fn one_key_trickling(args: &[Vec<u8>]) -> (Vec<u8>, bool) {
+    match command_name(args).as_str() {
+        "DBSIZE" => (b":1\r\n".to_vec(), false),
+        "SCAN" => (b"*2\r\n$1\r\n0\r\n*1\r\n$10\r\np:header:0\r\n".to_vec(), false),
+        "STRLEN" => (b":100000\r\n".to_vec(), false),
+        "GETRANGE" => {
+            let n = |i: usize| String::from_utf8_lossy(&args[i]).parse::<usize>().unwrap();
+            let len = n(3) + 1 - n(2);
+            let mut reply = format!("${len}\r\n").into_bytes();
+            reply.extend(std::iter::repeat_n(b'x', len));
+            reply.extend_from_slice(b"\r\n");
+            (reply, true)
+        }
+        _ => (b"$-1\r\n".to_vec(), false),
+    }
+}
+
+#[test]
+fn a_trickling_redis_server_is_cut_off_by_the_minimum_rate() {
+    let fake = FakeRedis::start(one_key_trickling, Some(Drip { bytes: 1, gap: Duration::from_millis(100) }));
+    let uri = fake.uri("p");
+    let options = RedisOptions {
+        attempts: 2,
+        backoff: Duration::from_millis(5),
+        limits: TransferLimits { min_rate: 1 << 10, rate_window: Duration::from_secs(1), deadline: None },
+        ..RedisOptions::default()
+    };
+    let started = Instant::now();
+    let err = within(Duration::from_secs(20), move || {
+        let source = RedisSource::open(&uri, options)?;
+        let mut buf = vec![0u8; 4000];
+        source.read_exact_at(0, &mut buf)
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(&err, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut), "{err:?}");
+    assert!(text.contains(&fake.uri("p")) && text.contains("bytes 0..4000") && text.contains("min_rate"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+
+    // A deadline is final.
+    let uri = fake.uri("p");
+    let options = RedisOptions {
+        limits: TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(500)), ..TransferLimits::default() },
+        ..options
+    };
+    let started = Instant::now();
+    let err = within(Duration::from_secs(20), move || {
+        let mut buf = vec![0u8; 4000];
+        RedisSource::open(&uri, options)?.read_exact_at(0, &mut buf)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("deadline"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_file_replaced_after_opening_is_an_error_not_a_mix() {
+    let Some(server) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // Same layout (every key the same length), different bytes.
+    let sizes = [3000, 5000, 7000];
+    write_seeded(dir.path(), "a.tensors", &sizes, 0);
+    write_seeded(dir.path(), "b.tensors", &sizes, 0x5A);
+    let a = Reader::open(dir.path().join("a.tensors"), ReadOptions::default()).unwrap();
+    let b = Reader::open(dir.path().join("b.tensors"), ReadOptions::default()).unwrap();
+    let uri = server.uri("swap");
+    write_redis(&uri, &a, false).unwrap();
+
+    let no_verify = ReadOptions { verify_hash: false, ..ReadOptions::default() };
+    let reader = Reader::new(open(&uri), no_verify.clone()).unwrap();
+    write_redis(&uri, &b, true).unwrap();
+    let err = load(&reader).unwrap_err().to_string();
+    assert!(err.contains(&uri) && err.contains("changed during the read"), "{err}");
+    // Opened again, it is the new file.
+    let again = Reader::new(open(&uri), no_verify.clone()).unwrap();
+    assert_eq!(load(&again).unwrap(), load(&b).unwrap());
+
+    // A file without the marker (written key by key, as tensorizer does) reads as before...
+    let marker = b"swap.tzr-generation";
+    assert_eq!(cmd(&server, &[b"DEL", marker]), Resp::Int(1));
+    let unmarked = Reader::new(open(&uri), no_verify).unwrap();
+    assert_eq!(load(&unmarked).unwrap(), load(&b).unwrap());
+    // ...and a marker that appears later (a write_redis replacing it) is a change too.
+    assert_eq!(cmd(&server, &[b"SET", marker, b"0123"]), Resp::Status("OK".into()));
+    let err = load(&unmarked).unwrap_err().to_string();
+    assert!(err.contains("changed during the read"), "{err}");
 }

@@ -354,3 +354,207 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// Runs `f` on its own thread and fails the test if it has not returned
+/// within `limit` (a hostile server must make a test fail, never hang it).
+pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("still running after {limit:?}: the call hangs"))
+}
+
+/// How [`SlowOrigin`] sends a body: `bytes` every `gap`.
+#[derive(Clone, Copy)]
+pub(crate) struct Drip {
+    pub(crate) bytes: usize,
+    pub(crate) gap: Duration,
+}
+
+/// An HTTP/1.1 origin serving one object with `Range` support that sends
+/// the head at once and then the body of any request starting at or past
+/// `slow_from` in drips (chunked framing, which sends reads through ureq,
+/// or `Content-Length`); stopped on drop.
+pub(crate) struct SlowOrigin {
+    port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl SlowOrigin {
+    pub(crate) fn start(body: Vec<u8>, drip: Drip, slow_from: usize, chunked: bool) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, body) = (stop.clone(), Arc::new(body));
+        std::thread::spawn(move || {
+            let mut served = 0;
+            while !s.load(Ordering::Relaxed) && served < 1000 {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        served += 1;
+                        client.set_nonblocking(false).unwrap();
+                        let (s, body) = (s.clone(), body.clone());
+                        std::thread::spawn(move || serve_slow(client, &body, drip, slow_from, chunked, &s));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self { port, stop }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/object", self.port)
+    }
+}
+
+impl Drop for SlowOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve_slow(mut client: TcpStream, body: &[u8], drip: Drip, slow_from: usize, chunked: bool, stop: &AtomicBool) {
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        head.clear();
+        while !head.ends_with(b"\r\n\r\n") {
+            match client.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let Some((start, end)) = text.lines().find_map(|l| l.strip_prefix("range: bytes=")).and_then(|r| {
+            let (a, b) = r.trim().split_once('-')?;
+            let last = b.trim().parse::<usize>().map_or(body.len() - 1, |b| b.min(body.len() - 1));
+            Some((a.parse::<usize>().ok()?, last))
+        }) else {
+            return;
+        };
+        let part = &body[start..=end];
+        let framing =
+            if chunked { "Transfer-Encoding: chunked".to_string() } else { format!("Content-Length: {}", part.len()) };
+        let out = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\nETag: \"slow\"\r\n{framing}\r\n\r\n",
+            body.len()
+        );
+        if client.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+        let step = if start >= slow_from { drip.bytes } else { part.len().max(1) };
+        for piece in part.chunks(step) {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let sent = if chunked {
+                let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+                framed.extend_from_slice(piece);
+                framed.extend_from_slice(b"\r\n");
+                client.write_all(&framed)
+            } else {
+                client.write_all(piece)
+            };
+            if sent.is_err() {
+                return;
+            }
+            if start >= slow_from {
+                std::thread::sleep(drip.gap);
+            }
+        }
+        if chunked && client.write_all(b"0\r\n\r\n").is_err() {
+            return;
+        }
+    }
+}
+
+/// A fake Redis server on a loopback port: every command (an array of bulk
+/// strings) is answered with what `answer` returns, in drips where it says
+/// so and `drip` is set; stopped on drop.
+pub(crate) struct FakeRedis {
+    pub(crate) port: u16,
+    stop: Arc<AtomicBool>,
+    pub(crate) commands: Arc<AtomicUsize>,
+}
+
+/// A reply, and whether to send it in drips.
+type Answer = fn(&[Vec<u8>]) -> (Vec<u8>, bool);
+
+impl FakeRedis {
+    pub(crate) fn start(answer: Answer, drip: Option<Drip>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let commands = Arc::new(AtomicUsize::new(0));
+        let (s, c) = (stop.clone(), commands.clone());
+        std::thread::spawn(move || {
+            let mut served = 0;
+            while !s.load(Ordering::Relaxed) && served < 1000 {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        served += 1;
+                        client.set_nonblocking(false).unwrap();
+                        let (s, c) = (s.clone(), c.clone());
+                        std::thread::spawn(move || serve_fake_redis(client, answer, drip, &s, &c));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self { port, stop, commands }
+    }
+
+    pub(crate) fn uri(&self, prefix: &str) -> String {
+        format!("redis://127.0.0.1:{}/{prefix}", self.port)
+    }
+}
+
+impl Drop for FakeRedis {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve_fake_redis(client: TcpStream, answer: Answer, drip: Option<Drip>, stop: &AtomicBool, count: &AtomicUsize) {
+    use std::io::BufRead;
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = client.try_clone().unwrap();
+    let mut input = std::io::BufReader::new(client);
+    let mut line = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        line.clear();
+        if input.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let Some(n) = line.trim_end().strip_prefix('*').and_then(|n| n.parse::<usize>().ok()) else { return };
+        let mut args = Vec::with_capacity(n);
+        for _ in 0..n {
+            line.clear();
+            let _ = input.read_line(&mut line);
+            let Some(len) = line.trim_end().strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else { return };
+            let mut arg = vec![0u8; len + 2];
+            if input.read_exact(&mut arg).is_err() {
+                return;
+            }
+            arg.truncate(len);
+            args.push(arg);
+        }
+        count.fetch_add(1, Ordering::Relaxed);
+        let (reply, slow) = answer(&args);
+        let drip = drip.filter(|_| slow);
+        let step = drip.map_or(reply.len().max(1), |d| d.bytes);
+        for piece in reply.chunks(step) {
+            if stop.load(Ordering::Relaxed) || out.write_all(piece).is_err() {
+                return;
+            }
+            if let Some(d) = drip {
+                std::thread::sleep(d.gap);
+            }
+        }
+    }
+}
