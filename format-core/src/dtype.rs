@@ -335,12 +335,15 @@ impl fmt::Debug for Dtype {
 }
 
 impl fmt::Display for Dtype {
+    /// torch's name for the type (`float32`), with ` (big-endian)` after
+    /// it when the stored bytes are big-endian.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.element, self.torch_str()) {
-            (Some(e), _) => write!(f, "{}", e.torch_name()),
-            (None, Some(t)) => f.write_str(t.strip_prefix("torch.").unwrap_or(t)),
-            (None, None) => f.write_str(self.numpy_str()),
+            (Some(e), _) => write!(f, "{}", e.torch_name())?,
+            (None, Some(t)) => f.write_str(t.strip_prefix("torch.").unwrap_or(t))?,
+            (None, None) => return f.write_str(self.numpy_str()),
         }
+        if self.order == ByteOrder::Big { f.write_str(" (big-endian)") } else { Ok(()) }
     }
 }
 
@@ -380,6 +383,13 @@ mod tests {
             assert_eq!(d.itemsize(), e.size());
             assert_eq!(d.is_opaque(), e.is_opaque());
         }
+    }
+
+    #[test]
+    fn display_names_the_byte_order() {
+        assert_eq!(Dtype::parse(b"<f4", 0).unwrap().to_string(), "float32");
+        assert_eq!(Dtype::parse(b">f4", 0).unwrap().to_string(), "float32 (big-endian)");
+        assert_eq!(Dtype::parse(b"|u1", 0).unwrap().to_string(), "uint8");
     }
 
     #[test]

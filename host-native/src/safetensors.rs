@@ -1,15 +1,17 @@
 //! Conversion between tensorizer files and safetensors files, streaming:
 //! memory stays bounded by one piece of one tensor.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde_json::{Value, json};
+use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::{Dtype, ElementType, PathComponent, TensorPath, TensorSpec, TensorType};
 
+use crate::atomic::AtomicFile;
 use crate::error::{Error, Result, io_err};
 use crate::reader::Reader;
 use crate::source::RangeSource;
@@ -85,8 +87,27 @@ pub fn flat_name(path: &TensorPath) -> String {
     }
 }
 
+/// Bytes that swap as one unit to turn `dtype`'s stored elements into
+/// little-endian ones: none for little-endian and single-byte types, the
+/// item size otherwise, and half of it for complex types (two floats).
+pub fn swap_unit(dtype: &Dtype) -> Option<usize> {
+    if dtype.byte_order() != ByteOrder::Big || dtype.itemsize() < 2 {
+        return None;
+    }
+    let unit = if dtype.kind() == 'c' { dtype.itemsize() / 2 } else { dtype.itemsize() };
+    Some(unit as usize)
+}
+
+/// Reverses the bytes of every `unit`-byte element of `data` in place.
+pub fn swap_bytes(data: &mut [u8], unit: usize) {
+    for element in data.chunks_exact_mut(unit) {
+        element.reverse();
+    }
+}
+
 /// Converts a tensorizer file to safetensors, verifying every hash on the
-/// way. `progress` is called with the bytes done so far.
+/// way. Big-endian tensors are byte-swapped (safetensors is little-endian).
+/// `progress` is called with the bytes done so far.
 pub fn to_safetensors<S: RangeSource>(reader: &Reader<S>, out: &Path, mut progress: impl FnMut(u64)) -> Result<()> {
     let src = reader.source().name().to_string();
     let mut header = serde_json::Map::new();
@@ -113,17 +134,28 @@ pub fn to_safetensors<S: RangeSource>(reader: &Reader<S>, out: &Path, mut progre
     while json.len() % 8 != 0 {
         json.push(b' ');
     }
-    let name = out.display().to_string();
-    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new().prefix(".tzr-convert.").tempfile_in(dir).map_err(io_err(&name, 0))?;
+    let tmp = AtomicFile::create(out)?;
+    let name = tmp.name().to_string();
     {
-        let mut w = BufWriter::with_capacity(STEP, tmp.as_file());
+        let mut w = BufWriter::with_capacity(STEP, tmp.file());
         w.write_all(&(json.len() as u64).to_le_bytes()).map_err(io_err(&name, 0))?;
         w.write_all(&json).map_err(io_err(&name, 8))?;
         let mut done = 0u64;
-        for i in 0..reader.entries().len() {
+        let mut swapped = Vec::new();
+        for (i, e) in reader.entries().iter().enumerate() {
+            let unit = swap_unit(&e.dtype);
+            // STEP is a multiple of every item size, so pieces hold whole elements.
             reader.stream(i, STEP, true, |piece| {
-                w.write_all(piece).map_err(io_err(&name, done))?;
+                let bytes = match unit {
+                    Some(unit) => {
+                        swapped.clear();
+                        swapped.extend_from_slice(piece);
+                        swap_bytes(&mut swapped, unit);
+                        &swapped[..]
+                    }
+                    None => piece,
+                };
+                w.write_all(bytes).map_err(io_err(&name, done))?;
                 done += piece.len() as u64;
                 progress(done);
                 Ok(())
@@ -131,9 +163,37 @@ pub fn to_safetensors<S: RangeSource>(reader: &Reader<S>, out: &Path, mut progre
         }
         w.flush().map_err(io_err(&name, 0))?;
     }
-    tmp.as_file().sync_all().map_err(io_err(&name, 0))?;
-    tmp.persist(out).map_err(|e| Error::Io { file: name, offset: 0, source: e.error })?;
-    Ok(())
+    tmp.commit()
+}
+
+/// The members of a safetensors JSON header in file order, refusing a
+/// repeated key (a plain map would keep one silently).
+fn header_entries(raw: &[u8]) -> serde_json::Result<Vec<(String, Value)>> {
+    struct Members(Vec<(String, Value)>);
+    impl<'de> serde::Deserialize<'de> for Members {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Members;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Members, A::Error> {
+                    let mut seen = HashSet::new();
+                    let mut out = Vec::new();
+                    while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                        if !seen.insert(key.clone()) {
+                            return Err(serde::de::Error::custom(format!("duplicate tensor name {key:?}")));
+                        }
+                        out.push((key, value));
+                    }
+                    Ok(Members(out))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    serde_json::from_slice::<Members>(raw).map(|m| m.0)
 }
 
 /// A parsed safetensors header: (name, dtype, shape, start, end) in data order.
@@ -149,7 +209,7 @@ fn read_safetensors_header(file: &File, name: &str, len: u64) -> Result<(u64, En
     }
     let mut raw = vec![0u8; n as usize];
     file.read_exact_at(&mut raw, 8).map_err(io_err(name, 8))?;
-    let header: BTreeMap<String, Value> = serde_json::from_slice(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
+    let header = header_entries(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
     let data_start = 8 + n;
     let mut entries = Entries::new();
     for (key, v) in header {

@@ -17,8 +17,11 @@ pub struct TensorCheck {
     pub index: usize,
     /// The tensor's name.
     pub name: String,
-    /// `None` when every hash matched.
+    /// `None` when every hash matched (or there was nothing to check).
     pub error: Option<Error>,
+    /// Whether anything vouched for the data: a stored hash, or the MACs
+    /// of encrypted data. A tensor with neither is read but not verified.
+    pub checked: bool,
 }
 
 /// Verifies every tensor; failures are collected, not fatal. `progress`
@@ -32,15 +35,18 @@ pub fn verify_all<S: RangeSource>(reader: &Reader<S>, progress: impl Fn(u64) + S
             progress(done.fetch_add(piece.len() as u64, Ordering::Relaxed) + piece.len() as u64);
             Ok(())
         });
-        let error = match outcome {
-            Ok(_) => None,
+        let (error, checked) = match outcome {
+            Ok(record) => {
+                let encrypted = reader.entries()[i].data_length > 0 && matches!(record.cipher(), Ok(Some(_)));
+                (None, !record.header.hashes.is_empty() || encrypted)
+            }
             // I/O failures end the run; content failures are reported per tensor.
             Err(e @ Error::Io { .. }) => return Err(e),
-            Err(e) => Some(e),
+            Err(e) => (Some(e), true),
         };
         let name = reader.entries()[i].path.to_string();
         if let Ok(mut r) = results.lock() {
-            r.push(TensorCheck { index: i, name, error });
+            r.push(TensorCheck { index: i, name, error, checked });
         }
         Ok(())
     })?;

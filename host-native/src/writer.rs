@@ -7,18 +7,18 @@
 //! its place in the file fixed up front, data is hashed (and encrypted, one
 //! 2 MiB chunk at a time) as it streams in, and the header is written last.
 
-use std::fs::{File, Permissions};
-use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Mutex;
 
-use tempfile::NamedTempFile;
 use tensorizer_core::crypto::{Key, seal_chunk};
 use tensorizer_core::hash::TensorHasher;
 use tensorizer_core::layout::{END_MARKER_LEN, NONCE_LEN};
 use tensorizer_core::write::{PlannedTensor, Writer, WriterOptions};
 use tensorizer_core::{FileHeader, TensorSpec};
 
+use crate::atomic::AtomicFile;
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each};
 
@@ -67,8 +67,7 @@ pub struct WriteOptions {
 /// A file being written. Dropping it without [`FileWriter::commit`]
 /// removes the temporary file and leaves the target alone.
 pub struct FileWriter {
-    tmp: NamedTempFile,
-    target: PathBuf,
+    tmp: AtomicFile,
     name: String,
     planned: Vec<PlannedTensor>,
     finished: Mutex<Vec<bool>>,
@@ -81,8 +80,7 @@ pub struct FileWriter {
 impl FileWriter {
     /// Lays out `specs` and creates the temporary file next to `path`.
     pub fn create(path: impl AsRef<Path>, specs: &[TensorSpec], options: &WriteOptions) -> Result<Self> {
-        let target = path.as_ref().to_path_buf();
-        let name = target.display().to_string();
+        let name = path.as_ref().display().to_string();
         let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{name}: {e}"));
         if options.layout.encryption.is_some() != options.key.is_some() {
             return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
@@ -93,27 +91,25 @@ impl FileWriter {
             let nonce = options.key.as_ref().map(|_| random_nonce()).transpose()?;
             planned.push(writer.add(spec, nonce).map_err(invalid)?);
         }
-        let tmp = temp_beside(&target, &name)?;
+        let tmp = AtomicFile::create(path.as_ref())?;
         let file_len = writer.finish().map_err(invalid)?.file_len;
-        tmp.as_file().set_len(file_len).map_err(io_err(&name, 0))?;
+        tmp.file().set_len(file_len).map_err(io_err(&name, 0))?;
         let finished = Mutex::new(vec![false; planned.len()]);
-        Ok(Self { tmp, target, name, planned, finished, writer, key: options.key.clone(), poisoned: false })
+        Ok(Self { tmp, name, planned, finished, writer, key: options.key.clone(), poisoned: false })
     }
 
     /// Starts an empty file to which tensors are added with
     /// [`FileWriter::append`]. The metadata index is reserved up front:
     /// `options.layout.metadata_len`, or tensorizer's 256 KiB when unset.
     pub fn open(path: impl AsRef<Path>, options: &WriteOptions) -> Result<Self> {
-        let target = path.as_ref().to_path_buf();
-        let name = target.display().to_string();
+        let name = path.as_ref().display().to_string();
         if options.layout.encryption.is_some() != options.key.is_some() {
             return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
         }
         let writer = Writer::new(&options.layout).map_err(|e| Error::Invalid(format!("{name}: {e}")))?;
-        let tmp = temp_beside(&target, &name)?;
+        let tmp = AtomicFile::create(path.as_ref())?;
         Ok(Self {
             tmp,
-            target,
             name,
             planned: Vec::new(),
             finished: Mutex::new(Vec::new()),
@@ -153,9 +149,9 @@ impl FileWriter {
     }
 
     fn pwrite(&self, offset: u64, bytes: &[u8]) -> Result<()> {
-        self.tmp.as_file().write_all_at(bytes, offset).map_err(io_err(&self.name, offset))?;
+        self.tmp.file().write_all_at(bytes, offset).map_err(io_err(&self.name, offset))?;
         if bytes.len() >= WRITEBACK_KICK {
-            start_writeback(self.tmp.as_file(), offset, bytes.len());
+            start_writeback(self.tmp.file(), offset, bytes.len());
         }
         Ok(())
     }
@@ -349,16 +345,7 @@ impl FileWriter {
         self.pwrite(0, &fin.header_bytes)?;
         self.pwrite(FileHeader::LEN as u64, &fin.metadata)?;
         self.pwrite(fin.end_marker_offset, &[0u8; END_MARKER_LEN as usize])?;
-        self.tmp.as_file().sync_all().map_err(io_err(&self.name, 0))?;
-        let name = self.name;
-        self.tmp.persist(&self.target).map_err(|e| Error::Io { file: name.clone(), offset: 0, source: e.error })?;
-        if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            // Make the rename itself durable.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
+        self.tmp.commit()
     }
 }
 
@@ -429,23 +416,6 @@ impl TensorSink<'_> {
 /// Whether a tensor is written as part of a run of small ones.
 fn is_small(p: &PlannedTensor) -> bool {
     p.header.len() as u64 + p.data_length <= SMALL_TENSOR
-}
-
-/// A temporary file in `target`'s directory, with the target's permissions
-/// (or 0644 for a new file).
-fn temp_beside(target: &Path, name: &str) -> Result<NamedTempFile> {
-    let dir = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mode = std::fs::metadata(target).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    tempfile::Builder::new()
-        .prefix(&format!(".{file_name}."))
-        .suffix(".tmp")
-        .permissions(Permissions::from_mode(mode))
-        .tempfile_in(&dir)
-        .map_err(io_err(name, 0))
 }
 
 fn random_nonce() -> Result<[u8; NONCE_LEN]> {

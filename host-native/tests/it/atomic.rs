@@ -60,3 +60,39 @@ fn killed_writer_leaves_the_old_file() {
     assert!(seen, "the child never started writing");
     assert_eq!(std::fs::read(&target).unwrap(), b"the previous, good file");
 }
+
+/// New outputs get `0666 & !umask`, replaced ones keep their mode, and a
+/// symlink at the output path is written through, as `cp` would.
+#[test]
+fn outputs_honour_the_umask_keep_modes_and_write_through_symlinks() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let input = crate::common::vectors_dir().join("v1_flat.tensors");
+    let tzr = |umask: &str, args: &[&std::path::Path]| {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("umask {umask}; exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_tzr"));
+        cmd.args(args);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let copy = dir.path().join("copy.tensors");
+    tzr("022", &[std::path::Path::new("copy"), &input, &copy]);
+    assert_eq!(mode(&copy), 0o644);
+    let st = dir.path().join("model.safetensors");
+    tzr("002", &[std::path::Path::new("convert"), &input, &st]);
+    assert_eq!(mode(&st), 0o664);
+    // Replacing keeps the existing mode.
+    std::fs::set_permissions(&st, std::fs::Permissions::from_mode(0o640)).unwrap();
+    tzr("022", &[std::path::Path::new("convert"), &input, &st]);
+    assert_eq!(mode(&st), 0o640);
+    // A symlink stays a symlink; the file it names is replaced.
+    let real = dir.path().join("store").join("real.tensors");
+    std::fs::create_dir(real.parent().unwrap()).unwrap();
+    std::fs::write(&real, b"old").unwrap();
+    let link = dir.path().join("link.tensors");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    tzr("022", &[std::path::Path::new("copy"), std::path::Path::new("--force"), &input, &link]);
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(&real).unwrap(), std::fs::read(&input).unwrap());
+}

@@ -106,3 +106,75 @@ fn bad_files_give_one_line_and_a_documented_exit_code() {
     assert_eq!(tzr(&["verify", path(&dir.path().join("missing.tensors"))]).status.code(), Some(3));
     assert_eq!(tzr(&["frobnicate"]).status.code(), Some(2));
 }
+
+/// A file whose first tensor stores no hashes (our writer always stores
+/// them; tensorizer's format allows none): the freed bytes become padding,
+/// so every offset stays the same.
+fn file_without_hashes(dir: &Path) -> std::path::PathBuf {
+    use tensorizer_core::{Dtype, ElementType, File, TensorHeader, TensorSpec, WriterOptions, write};
+    let u8t = Dtype::from_element(ElementType::U8);
+    let specs = [TensorSpec::state_dict("bare", u8t.clone(), vec![3]), TensorSpec::state_dict("hashed", u8t, vec![2])];
+    let mut bytes = write::to_vec(&specs, &[&[1, 2, 3], &[4, 5]], &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let file = File::parse(&bytes).unwrap();
+    let e = file.metadata.entries[0].clone();
+    let range = e.header_offset as usize..e.data_offset as usize;
+    let (mut header, _) = TensorHeader::parse(&bytes[range.clone()], e.header_offset, false, false).unwrap();
+    let full = header.unpadded_len().unwrap();
+    header.hashes.clear();
+    header.padding += full - header.unpadded_len().unwrap();
+    let mut raw = Vec::new();
+    header.emit(&mut raw).unwrap();
+    assert_eq!(raw.len(), range.len());
+    bytes[range].copy_from_slice(&raw);
+    let path = dir.join("bare.tensors");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn verify_says_which_tensors_have_no_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = file_without_hashes(dir.path());
+    let out = tzr(&["verify", path(&file)]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("1 of 2 tensors verified, 1 with no hashes"), "{text}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"bare\" has no hashes"));
+    let out = tzr(&["verify", "--json", path(&file)]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["verified"], 1);
+    assert_eq!(json["no_hashes"], serde_json::json!(["bare"]));
+}
+
+#[test]
+fn inspect_escapes_terminal_control_characters_in_names() {
+    use tensorizer_core::{Dtype, ElementType, TensorSpec, WriterOptions, write};
+    let dir = tempfile::tempdir().unwrap();
+    let name = "evil\u{1b}]0;pwned\u{7}\u{1b}[2J\u{202e}txt";
+    let spec = TensorSpec::state_dict(name, Dtype::from_element(ElementType::U8), vec![1]);
+    let bytes = write::to_vec(&[spec], &[&[1]], &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let file = dir.path().join("evil.tensors");
+    std::fs::write(&file, bytes).unwrap();
+    let out = tzr(&["inspect", path(&file)]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'), "{text:?}");
+    assert!(text.contains("evil\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{202e}txt"), "{text}");
+    // JSON keeps the exact name (JSON escapes control characters itself).
+    let out = tzr(&["inspect", "--json", path(&file)]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["tensors"][0]["name"], name);
+}
+
+#[test]
+fn inspect_shows_big_endian_dtypes() {
+    use tensorizer_core::{Dtype, ElementType, TensorSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TensorSpec::state_dict("be", Dtype::from_element(ElementType::F32), vec![1]);
+    let patch: [(&[u8], &[u8]); 1] = [(b"<f4", b">f4")];
+    let bytes = crate::common::file_with_dtypes_patched(&[spec], &[&1.5f32.to_be_bytes()], &patch);
+    let file = dir.path().join("be.tensors");
+    std::fs::write(&file, bytes).unwrap();
+    let text = String::from_utf8(tzr(&["inspect", path(&file)]).stdout).unwrap();
+    assert!(text.contains("float32 (big-endian)"), "{text}");
+}

@@ -42,3 +42,53 @@ pub(crate) fn vectors() -> Vec<Vector> {
 }
 
 pub(crate) const TEST_KEY_HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+/// An unencrypted file of `specs` with every dtype string `from[i]`
+/// replaced by `to[i]` (same length) and its hashes recomputed: how tests
+/// get files our writer would not produce, such as big-endian tensors,
+/// that still verify.
+pub(crate) fn file_with_dtypes_patched(
+    specs: &[tensorizer_core::TensorSpec],
+    data: &[&[u8]],
+    patches: &[(&[u8], &[u8])],
+) -> Vec<u8> {
+    use tensorizer_core::{WriterOptions, write};
+    let mut bytes = write::to_vec(specs, data, &WriterOptions::default(), None, || [0; 24]).unwrap();
+    for (from, to) in patches {
+        replace_all(&mut bytes, from, to);
+    }
+    rehash(bytes)
+}
+
+fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) {
+    assert_eq!(from.len(), to.len());
+    let mut at = 0;
+    while let Some(pos) = bytes[at..].windows(from.len()).position(|w| w == from) {
+        bytes[at + pos..at + pos + from.len()].copy_from_slice(to);
+        at += pos + from.len();
+    }
+}
+
+/// Recomputes every stored hash of an unencrypted file.
+fn rehash(mut bytes: Vec<u8>) -> Vec<u8> {
+    use tensorizer_core::{File, HashValue, TensorRecord};
+    let file = File::parse(&bytes).unwrap();
+    let mut patches = Vec::new();
+    for e in &file.metadata.entries {
+        let raw = &bytes[e.header_offset as usize..e.data_offset as usize];
+        let record = TensorRecord::parse(e, raw, &file.header).unwrap();
+        let mut hasher = record.hasher();
+        hasher.update(&bytes[e.data_offset as usize..e.data_end() as usize]);
+        for (value, range) in hasher.finish().into_iter().zip(&record.layout.hash_values) {
+            let at = e.header_offset as usize + range.start;
+            patches.push(match value {
+                HashValue::Crc32(c) => (at, c.to_le_bytes().to_vec()),
+                HashValue::Sha256(d) => (at, d.to_vec()),
+            });
+        }
+    }
+    for (at, value) in patches {
+        bytes[at..at + value.len()].copy_from_slice(&value);
+    }
+    bytes
+}

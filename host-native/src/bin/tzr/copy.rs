@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use tensorizer_native::atomic::AtomicFile;
 use tensorizer_native::{Error, RangeSource, ReadOptions, Reader, redis};
 
 use crate::{Failure, Outcome, progress};
@@ -66,10 +67,9 @@ pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
     if target.exists() && !force {
         return Err(Failure::Usage(format!("{output} exists; pass --force to replace it")));
     }
-    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut temp = temp_in(dir, output)?;
-    copy_bytes(reader.source(), temp.as_file_mut(), output)?;
-    temp.persist(target)
-        .map_err(|e| Failure::Error(Error::Io { file: output.to_string(), offset: 0, source: e.error }))?;
-    Ok(())
+    // Beside the file the path (or its symlinks) names, with the mode a new
+    // or replaced file should have; renamed over it once complete.
+    let mut temp = AtomicFile::create(target)?;
+    copy_bytes(reader.source(), temp.file_mut(), output)?;
+    Ok(temp.commit()?)
 }

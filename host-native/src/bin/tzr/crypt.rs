@@ -40,11 +40,15 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
     let results = verify_all(&reader, |done| bar.set_position(done))?;
     bar.finish_and_clear();
     let failures: Vec<_> = results.iter().filter(|r| r.error.is_some()).collect();
+    let unchecked: Vec<_> = results.iter().filter(|r| !r.checked).collect();
+    let verified = results.len() - failures.len() - unchecked.len();
     if json {
         let report = json!({
             "file": file.display().to_string(),
             "ok": failures.is_empty(),
             "tensors": results.len(),
+            "verified": verified,
+            "no_hashes": unchecked.iter().map(|r| &r.name).collect::<Vec<_>>(),
             "data_bytes": total_bytes(&reader),
             "seconds": started.elapsed().as_secs_f64(),
             "failures": failures.iter().map(|r| json!({
@@ -60,11 +64,18 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
                 eprintln!("tzr: {e}");
             }
         }
+        for r in &unchecked {
+            eprintln!("tzr: tensor {:?} has no hashes: read, but not verified", r.name);
+        }
         if failures.is_empty() {
+            let what = if unchecked.is_empty() {
+                format!("all {verified} tensors verified")
+            } else {
+                format!("{verified} of {} tensors verified, {} with no hashes", results.len(), unchecked.len())
+            };
             println!(
-                "{}: all {} tensors verified ({} in {:.2} s)",
-                file.display(),
-                results.len(),
+                "{}: {what} ({} in {:.2} s)",
+                crate::inspect::printable(&file.display().to_string()),
                 crate::inspect::human(total_bytes(&reader)),
                 started.elapsed().as_secs_f64()
             );

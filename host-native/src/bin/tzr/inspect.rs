@@ -97,7 +97,7 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
         return Ok(());
     }
-    println!("{}", report.file);
+    println!("{}", printable(&report.file));
     println!(
         "  data version {}{}{}, {} tensors, {} of data, {}-byte index, {} file",
         report.data_version,
@@ -112,20 +112,34 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     for (dtype, t) in &report.by_dtype {
         println!("  {dtype:<18} {:>8} {:>12}", t.tensors, human(t.bytes));
     }
-    let width = report.tensors.iter().map(|r| r.name.chars().count()).max().unwrap_or(4).clamp(4, 60);
+    let names: Vec<String> = report.tensors.iter().map(|r| printable(&r.name)).collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).clamp(4, 60);
     println!(
         "\n  {:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {:>10}  {:>12}  {:>12}",
         "#", "name", "type", "dtype", "shape", "bytes", "header@", "data@"
     );
-    for (i, r) in report.tensors.iter().enumerate() {
+    for (i, (r, name)) in report.tensors.iter().zip(&names).enumerate() {
         let shape = format!("{:?}", r.shape);
         let bytes = if r.meta { format!("meta {}", human(r.bytes)) } else { human(r.bytes) };
         println!(
             "  {i:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {bytes:>10}  {:>12}  {:>12}",
-            r.name, r.tensor_type, r.dtype, shape, r.header_offset, r.data_offset
+            name, r.tensor_type, r.dtype, shape, r.header_offset, r.data_offset
         );
     }
     Ok(())
+}
+
+/// `s` safe to print on a terminal: control characters (escape
+/// sequences, carriage returns, C1 controls) and bidirectional overrides
+/// are shown escaped, as `\u{1b}`; everything else as it is.
+pub(crate) fn printable(s: &str) -> String {
+    let hostile = |c: char| {
+        c.is_control() || matches!(c, '\u{200e}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !s.chars().any(hostile) {
+        return s.to_string();
+    }
+    s.chars().map(|c| if hostile(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
 /// Bytes in binary units.
