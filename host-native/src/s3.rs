@@ -6,22 +6,27 @@
 //! signature. Writes upload a finished local file: one signed PUT when it
 //! fits in a part, otherwise a multipart upload with parts sent
 //! concurrently, each retried on its own; any failure aborts the upload, so
-//! nothing partial ever becomes visible under the key.
+//! nothing partial ever becomes visible under the key. A completion whose
+//! reply is lost is checked with a `HEAD` of the object (size and the
+//! multipart ETag computed from the parts' ETags) before it counts as a
+//! failure.
 //!
 //! Configuration is resolved the way tensorizer users have it set up; see
 //! [`S3Options`].
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
+use md5::Md5;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::http::{HttpOptions, HttpSource, agent};
-use crate::retry::{Attempt, retry};
+use crate::retry::{Attempt, Pace, Paced, retry};
 
 /// tensorizer's default endpoint for reads when nothing else names one.
 pub const DEFAULT_READ_ENDPOINT: &str = "accel-object.ord1.coreweave.com";
@@ -480,13 +485,48 @@ impl S3Object {
         if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
         }
+        let etags = etags.into_inner().unwrap_or_else(|p| p.into_inner());
         let mut xml = String::from("<CompleteMultipartUpload>");
-        for (i, etag) in etags.into_inner().unwrap_or_else(|p| p.into_inner()).iter().enumerate() {
+        for (i, etag) in etags.iter().enumerate() {
             xml.push_str(&format!("<Part><PartNumber>{}</PartNumber><ETag>{etag}</ETag></Part>", i + 1));
         }
         xml.push_str("</CompleteMultipartUpload>");
-        self.request(agent, "POST", &[("uploadId", upload_id)], xml.as_bytes(), "complete the multipart upload")
-            .map(drop)
+        match self.request(agent, "POST", &[("uploadId", upload_id)], xml.as_bytes(), "complete the multipart upload") {
+            Ok(_) => Ok(()),
+            // The reply may have been lost after S3 completed the upload (a
+            // retry then gets NoSuchUpload): the object itself says.
+            Err(e) => match self.check_completed(agent, len, &etags) {
+                Ok(()) => Ok(()),
+                Err(why) => {
+                    let cause = match &e {
+                        Error::Io { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    };
+                    Err(self.fail(format!("{cause}; checked afterwards, the object is not the upload: {why}")))
+                }
+            },
+        }
+    }
+
+    /// Whether the object now is the upload of `len` bytes in parts with
+    /// `etags`: a `HEAD` must show that size and the multipart ETag (MD5
+    /// of the parts' binary MD5s, `-` and the part count). `Err` says why
+    /// not.
+    fn check_completed(&self, agent: &ureq::Agent, len: u64, etags: &[String]) -> Result<(), String> {
+        let expected =
+            multipart_etag(etags).ok_or("the parts' ETags are not MD5s, so the upload cannot be recognised")?;
+        let head = self.request(agent, "HEAD", &[], &[], "check the object").map_err(|e| e.to_string())?;
+        let etag = head.etag.as_deref().map(|t| t.trim_matches('"').to_ascii_lowercase());
+        if head.len != Some(len) {
+            return Err(format!(
+                "it holds {} bytes, not {len}",
+                head.len.map_or("an unknown number of".into(), |n| n.to_string())
+            ));
+        }
+        if etag.as_deref() != Some(expected.as_str()) {
+            return Err(format!("its ETag is {}, not {expected}", etag.unwrap_or_else(|| "missing".into())));
+        }
+        Ok(())
     }
 
     /// Aborts the multipart upload after `cause`; the error says whether
@@ -522,6 +562,7 @@ impl S3Object {
                 "PUT" => agent.put(&url).send(body),
                 "POST" => agent.post(&url).send(body),
                 "DELETE" => agent.delete(&url).call(),
+                "HEAD" => agent.head(&url).call(),
                 _ => agent.get(&url).call(),
             };
             let resp = match sent {
@@ -529,18 +570,24 @@ impl S3Object {
                 Err(e) => return Attempt::Retry(self.fail(format!("{what}: {e}"))),
             };
             let status = resp.status().as_u16();
-            let etag = resp.headers().get("etag").and_then(|v| v.to_str().ok()).map(str::to_string);
-            let text = match resp.into_body().with_config().limit(1 << 20).read_to_string() {
-                Ok(t) => t,
-                Err(e) => return Attempt::Retry(self.fail(format!("{what}: reading the reply: {e}"))),
-            };
+            let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let etag = header("etag");
+            let len = header("content-length").and_then(|v| v.parse().ok());
+            // Paced: a reply trickled byte by byte ends like a slow read.
+            let mut body = resp.into_body();
+            let mut reply =
+                Paced { inner: body.with_config().limit(1 << 20).reader(), pace: Pace::new(&http.limits, None) };
+            let mut text = String::new();
+            if let Err(e) = reply.read_to_string(&mut text) {
+                return Attempt::Retry(self.fail(format!("{what}: reading the reply: {e}")));
+            }
             let error = || {
                 let code = xml_field(&text, "Code").unwrap_or_default();
                 let message = xml_field(&text, "Message").unwrap_or_default();
                 self.fail(format!("{what}: HTTP {status} {code} {message}").trim_end().to_string())
             };
             match status {
-                200..=299 if !text.contains("<Error>") => Attempt::Ok(Reply { etag, body: text }),
+                200..=299 if !text.contains("<Error>") => Attempt::Ok(Reply { etag, len, body: text }),
                 200..=299 | 429 | 500..=599 => Attempt::Retry(error()),
                 _ => Attempt::Final(error()),
             }
@@ -552,7 +599,22 @@ impl S3Object {
 /// What an S3 call answered.
 struct Reply {
     etag: Option<String>,
+    /// `Content-Length` (of the object, for a `HEAD`).
+    len: Option<u64>,
     body: String,
+}
+
+/// The ETag S3 gives an object completed from parts with `etags` (each the
+/// hex MD5 of its part, quoted or not): the hex MD5 of their binary MD5s,
+/// `-`, the part count. `None` when a part ETag is not an MD5 (encrypted
+/// uploads).
+fn multipart_etag(etags: &[String]) -> Option<String> {
+    let mut digests = Md5::new();
+    for etag in etags {
+        let raw = hex::decode(etag.trim_matches('"')).ok().filter(|d| d.len() == 16)?;
+        digests.update(&raw);
+    }
+    Some(format!("{}-{}", hex::encode(digests.finalize()), etags.len()))
 }
 
 /// The URL with `params` in the order given (the signature goes last).
@@ -611,6 +673,15 @@ mod tests {
              &X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
              &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
         );
+    }
+
+    #[test]
+    fn multipart_etags_are_md5s_of_part_md5s() {
+        // Two parts, "a" and "b": md5(md5("a") ‖ md5("b")), then the count.
+        let parts =
+            ["\"0cc175b9c0f1b6a831c399e269772661\"".to_string(), "92eb5ffee6ae2fec3ad71c777531578f".to_string()];
+        assert_eq!(multipart_etag(&parts).unwrap(), "96e024ba2074fe77e8e965ba43a704be-2");
+        assert_eq!(multipart_etag(&["\"kms-opaque\"".to_string()]), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tensorizer_native::s3::{self, S3Options};
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
-use crate::servers::{Fault, FaultProxy};
+use crate::servers::{Fault, FaultProxy, within};
 
 /// `moto_server` on a loopback port; stopped on drop.
 pub(crate) struct Moto {
@@ -202,4 +202,54 @@ fn tzr_copies_between_local_s3_and_redis() {
     std::fs::write(&junk, b"not a tensorizer file").unwrap();
     assert_eq!(tzr(&["copy", junk.to_str().unwrap(), "s3://cli/junk"]).status.code(), Some(3));
     assert!(moto.get("/cli/junk").starts_with("HTTP/1.1 404"));
+}
+
+#[test]
+fn a_completed_upload_whose_reply_is_lost_is_a_success() {
+    let Some(moto) = Moto::start() else { return };
+    moto.create_bucket("lost");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blob");
+    let data: Vec<u8> = (0..(11u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2246822519).to_le_bytes()).collect();
+    std::fs::write(&path, &data).unwrap();
+    let upload = |fault: Fault, uri: &str, attempts: u32| {
+        let proxy = FaultProxy::start(moto.port, fault);
+        let mut options = moto.options(proxy.port);
+        options.part_size = Some(5 << 20);
+        options.http.attempts = attempts;
+        let (path, uri) = (path.clone(), uri.to_string());
+        let result = within(Duration::from_secs(60), move || s3::upload(&path, &uri, &options));
+        assert!(proxy.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 1, "no completion was lost");
+        result
+    };
+    let read = |uri: &str| {
+        let source = s3::open(uri, &moto.options(moto.port)).unwrap();
+        let mut back = vec![0u8; source.len() as usize];
+        source.read_exact_at(0, &mut back).unwrap();
+        back
+    };
+    // One lost reply: retried (moto answers the repeat with the result, S3 may say NoSuchUpload).
+    // Every reply lost: the attempts run out, and only the check can tell.
+    for times in [1, 100] {
+        let uri = format!("s3://lost/blob-{times}");
+        upload(Fault::LoseCompletion { forward: true, times }, &uri, 3)
+            .unwrap_or_else(|e| panic!("{times} lost replies: {e}"));
+        assert!(read(&uri) == data, "{times} lost replies: the object is the upload");
+    }
+
+    // A completion that never reached S3 still fails, and the object that
+    // was there (same size, other bytes) is kept.
+    let other: Vec<u8> = data.iter().map(|b| b ^ 0xFF).collect();
+    let other_path = dir.path().join("other");
+    std::fs::write(&other_path, &other).unwrap();
+    let mut direct = moto.options(moto.port);
+    direct.part_size = Some(5 << 20);
+    s3::upload(&other_path, "s3://lost/kept", &direct).unwrap();
+    let err =
+        upload(Fault::LoseCompletion { forward: false, times: 100 }, "s3://lost/kept", 2).unwrap_err().to_string();
+    assert!(err.contains("s3://lost/kept") && err.contains("complete") && err.contains("ETag"), "{err}");
+    assert!(read("s3://lost/kept") == other, "the previous object is kept");
+    let err =
+        upload(Fault::LoseCompletion { forward: false, times: 100 }, "s3://lost/none", 2).unwrap_err().to_string();
+    assert!(err.contains("s3://lost/none") && err.contains("404"), "{err}");
 }

@@ -89,6 +89,10 @@ pub(crate) enum Fault {
     ResetAfter(usize),
     /// Hold every other connection silent after this many response bytes.
     StallAfter(usize),
+    /// Lose the first `times` S3 `CompleteMultipartUpload` exchanges: pass
+    /// the request on (if `forward`: the upload completes) but close the
+    /// connection instead of returning the reply.
+    LoseCompletion { forward: bool, times: usize },
 }
 
 /// A TCP proxy to `upstream` that injects `fault`; stopped on drop.
@@ -96,6 +100,8 @@ pub(crate) struct FaultProxy {
     pub(crate) port: u16,
     stop: Arc<AtomicBool>,
     pub(crate) connections: Arc<AtomicUsize>,
+    /// Exchanges lost by [`Fault::LoseCompletion`].
+    pub(crate) dropped: Arc<AtomicUsize>,
 }
 
 impl FaultProxy {
@@ -105,7 +111,8 @@ impl FaultProxy {
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let connections = Arc::new(AtomicUsize::new(0));
-        let (s, c) = (stop.clone(), connections.clone());
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (s, c, d) = (stop.clone(), connections.clone(), dropped.clone());
         std::thread::spawn(move || {
             // Bounded: the proxy exits when dropped, and handles at most 10,000 connections.
             while !s.load(Ordering::Relaxed) && c.load(Ordering::Relaxed) < 10_000 {
@@ -113,14 +120,19 @@ impl FaultProxy {
                     Ok((client, _)) => {
                         client.set_nonblocking(false).unwrap();
                         let n = c.fetch_add(1, Ordering::Relaxed);
-                        let stop = s.clone();
-                        std::thread::spawn(move || handle(client, upstream, fault, n, stop));
+                        let (stop, d) = (s.clone(), d.clone());
+                        std::thread::spawn(move || match fault {
+                            Fault::LoseCompletion { forward, times } => {
+                                lose_completions(client, upstream, forward, times, &d)
+                            }
+                            _ => handle(client, upstream, fault, n, stop),
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
         });
-        Self { port, stop, connections }
+        Self { port, stop, connections, dropped }
     }
 
     pub(crate) fn url(&self, file: &str) -> String {
@@ -181,6 +193,59 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
         }
     }
     let _ = client.shutdown(Shutdown::Both);
+}
+
+/// Relays HTTP/1.1 exchanges one at a time, each over a new upstream
+/// connection asked to close after its reply (so the reply is read to its
+/// end), and closes the client's connection instead of relaying the reply
+/// to the first `times` `CompleteMultipartUpload` requests (`POST
+/// ?uploadId=`), which it passes on only if `forward`.
+fn lose_completions(mut client: TcpStream, upstream: u16, forward: bool, times: usize, lost: &AtomicUsize) {
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut byte = [0u8; 1];
+    loop {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            match client.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let length = text
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        if client.read_exact(&mut body).is_err() {
+            return;
+        }
+        let request_line = text.lines().next().unwrap_or_default();
+        let completion = request_line.starts_with("POST ")
+            && request_line.contains("uploadId=")
+            && !request_line.contains("partNumber=");
+        let lose = completion && lost.fetch_add(1, Ordering::Relaxed) < times;
+        if lose && !forward {
+            let _ = client.shutdown(Shutdown::Both);
+            return;
+        }
+        let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else { return };
+        let mut forwarded = head[..head.len() - 2].to_vec();
+        forwarded.extend_from_slice(b"Connection: close\r\n\r\n");
+        forwarded.extend_from_slice(&body);
+        let mut reply = Vec::new();
+        if server.write_all(&forwarded).and_then(|()| server.read_to_end(&mut reply)).is_err() {
+            return;
+        }
+        if lose {
+            let _ = client.shutdown(Shutdown::Both);
+            return;
+        }
+        if client.write_all(&reply).is_err() {
+            return;
+        }
+    }
 }
 
 /// How [`OddOrigin`] frames its range responses.
