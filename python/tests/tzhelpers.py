@@ -279,3 +279,92 @@ def write_with(module, path, writer: Callable, **kwargs) -> None:
         writer(s)
     finally:
         s.close()
+
+
+# --------------------------------------------------------------------------
+# Raw files, byte by byte (spec §2, §4, §7, §8), for inputs no writer makes
+# --------------------------------------------------------------------------
+def raw_tensors_file(tensors) -> bytes:
+    """An unencrypted file from ``(name_bytes, dtype_str, shape, data)``
+    tuples, all STATE_DICT tensors with CRC32 and SHA-256; ``data`` None
+    makes a meta tensor. The index is exactly as long as its entries, so a
+    file of meta tensors is a few hundred bytes whatever shapes it claims."""
+    import struct
+    import zlib
+
+    def body(name: bytes, dtype: str, shape) -> bytes:
+        d = dtype.encode()
+        return (struct.pack("<H", len(name)) + name + b"\x02" + bytes([len(d)]) + d
+                + bytes([len(shape)]) + b"".join(struct.pack("<I", n) for n in shape))
+
+    index_len = sum(len(body(n, dt, sh)) + 24 for n, dt, sh, _ in tensors)
+    offset = 73 + index_len
+    entries, blobs, total = [], [], 0
+    for name, dtype, shape, data in tensors:
+        payload = b"" if data is None else data
+        d = dtype.encode()
+        head = (struct.pack("<HBH", 0, 2, len(name)) + name + bytes([len(d)]) + d + bytes([len(shape)])
+                + b"".join(struct.pack("<I", n) for n in shape))
+        size = 8 + len(head) + 2 + 1 + 6 + 34 + 8
+        hashable = (struct.pack("<Q", size) + head + struct.pack("<HB", 41, 2) + b"\x00\x04" + bytes(4)
+                    + b"\x01\x20" + bytes(32) + struct.pack("<q", len(payload)))
+        crc = struct.pack("<I", zlib.crc32(hashable + payload))
+        sha = hashlib.sha256(hashable + payload).digest()
+        header = hashable[: size - 8 - 34 - 4] + crc + b"\x01\x20" + sha + hashable[-8:]
+        assert len(header) == size
+        entries.append(body(name, dtype, shape) + struct.pack("<QQQ", offset, offset + size, len(payload)))
+        blobs.append(header + payload)
+        offset += size + len(payload)
+        total += len(payload)
+    version = 4 if any(t[3] is None for t in tensors) else 1
+    prologue = (b"|TZR|" + struct.pack("<I", version) + bytes(32) + struct.pack("<Q", total) + bytes(8)
+                + struct.pack("<QQ", len(tensors), index_len))
+    return prologue + b"".join(entries) + b"".join(blobs) + bytes(8)
+
+
+def structured_name(path) -> bytes:
+    """A structured tensor name (spec §5.2): ``1E`` and compact JSON."""
+    return b"\x1e" + json.dumps(list(path), ensure_ascii=True, separators=(",", ":")).encode()
+
+
+# --------------------------------------------------------------------------
+# Hostile inputs run in a child interpreter, bounded in time (and memory)
+# --------------------------------------------------------------------------
+#: Child-side preamble: ``limit_address_space(extra)`` caps the child's
+#: address space at what it has mapped now (torch included) plus ``extra``.
+CHILD_PREAMBLE = r'''
+import json, os, resource, sys
+
+def vm_bytes(field="VmSize"):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
+
+def limit_address_space(extra):
+    limit = vm_bytes() + extra
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+'''
+
+
+def run_child(code: str, *args, timeout: float = 120):
+    """Runs ``CHILD_PREAMBLE + code`` in a fresh interpreter (argv[1:] =
+    args as str); returns the CompletedProcess (text, output captured)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    env = dict(os.environ, TZ_UNDER_TEST=TZ_NAME, PYTHONFAULTHANDLER="1")
+    return subprocess.run(
+        [sys.executable, "-c", CHILD_PREAMBLE + textwrap.dedent(code), *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def child_result(proc) -> Dict[str, Any]:
+    """The last JSON object line the child printed; asserts a clean exit."""
+    assert proc.returncode == 0, f"child died (rc={proc.returncode})\nstderr tail:\n{proc.stderr[-3000:]}"
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert lines, f"child printed no result\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1])

@@ -208,18 +208,29 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._load([e], self._verify_hash)
         return self._cache[e.index]
 
-    def _leaves(self, node: Any) -> Iterator[_Entry]:
+    @staticmethod
+    def _leaves(node: Any) -> Iterator[_Entry]:
+        """The entries under ``node`` in insertion order (explicit stack:
+        paths may be up to 1024 components deep)."""
         if isinstance(node, _Entry):
             yield node
-        else:
-            for child in node.values():
-                yield from self._leaves(child)
+            return
+        stack = [iter(node.values())]
+        while stack:
+            for child in stack[-1]:
+                if isinstance(child, _Entry):
+                    yield child
+                else:
+                    stack.append(iter(child.values()))
+                    break
+            else:
+                stack.pop()
 
     def _view(self, node: Any) -> Any:
         if isinstance(node, _Entry):
             return self._tensor(node)
         self._load(list(self._leaves(node)), self._verify_hash)
-        return types.MappingProxyType({k: self._view(v) for k, v in node.items()})
+        return _fold(node, lambda e: self._cache[e.index], types.MappingProxyType)
 
     # -- Mapping ----------------------------------------------------------------
 
@@ -265,23 +276,21 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if isinstance(node, _Entry):
             return self._tensor(node)
 
-        def build(n: Any) -> Any:
-            out: dict[Any, Any] = {}
-            for k, v in n.items():
-                if isinstance(v, _Entry):
-                    if filter_func is None or filter_func(v.name):
-                        out[k] = self._tensor(v)
-                else:
-                    sub = build(v)
-                    if sub or filter_func is None:
-                        out[k] = sub
+        def leaf(e: _Entry) -> Any:
+            return self._cache[e.index] if filter_func is None or filter_func(e.name) else _SKIP
+
+        def branch(out: dict[Any, Any]) -> Any:
+            if not out and filter_func is not None:
+                return _SKIP
             if out and all(isinstance(k, int) for k in out):
                 return [out[k] for k in sorted(out)]
             return out
 
         wanted = [e for e in self._leaves(node) if filter_func is None or filter_func(e.name)]
         self._load(wanted, self._verify_hash)
-        result = build(node)
+        result = _fold(node, leaf, branch)
+        if result is _SKIP:
+            result = {}
         return result if (result or not wanted) else default
 
     # -- bulk reads -----------------------------------------------------------
@@ -455,6 +464,34 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         return sum(e.data_length for e in self._selected if e.index in self._cache)
 
     cache_status = None
+
+
+_SKIP = object()
+
+
+def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[[dict[Any, Any]], Any]) -> Any:
+    """Bottom-up rebuild of a nested layer dict without recursion: each
+    entry becomes ``leaf(entry)``, each layer ``branch({key: child})``;
+    children that come out as ``_SKIP`` are left out."""
+    # Per open layer: (its key in the parent, its items iterator, results so far).
+    stack: list[tuple[Any, Iterator[tuple[Any, Any]], dict[Any, Any]]] = [(None, iter(root.items()), {})]
+    while True:
+        _, items, out = stack[-1]
+        for key, child in items:
+            if isinstance(child, _Entry):
+                value = leaf(child)
+                if value is not _SKIP:
+                    out[key] = value
+            else:
+                stack.append((key, iter(child.items()), {}))
+                break
+        else:
+            key, _, out = stack.pop()
+            value = branch(out)
+            if not stack:
+                return value
+            if value is not _SKIP:
+                stack[-1][2][key] = value
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:
