@@ -7,7 +7,7 @@ use tensorizer_core::{File, KeySource};
 // one input cannot cost seconds).
 fuzz_target!(|data: &[u8]| {
     let Ok(file) = File::parse(data) else { return };
-    let limits = KdfLimits { max_memlimit: 64 * 1024, max_opslimit: 2 };
+    let limits = KdfLimits { max_memlimit: 64 * 1024, max_opslimit: 2, ..KdfLimits::default() };
     let keys = [
         KeySource::Key(Key::from_bytes(core::array::from_fn(|i| i as u8))),
         KeySource::Passphrase(Passphrase::new(b"test-passphrase-not-secret".to_vec()), limits),

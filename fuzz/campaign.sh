@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The fuzz campaign: every target for RUNS executions (default 10^7), one
+# after another, seeded with the committed vectors. Not part of CI (it takes
+# hours on two cores); run it before a release and record the summary in
+# spec/15-hostile-input.md §15.8.
+#
+#   bash fuzz/campaign.sh                  # all targets, 10^7 runs each
+#   RUNS=100000 bash fuzz/campaign.sh metadata path_registry
+#
+# Needs a nightly toolchain and cargo-fuzz (installed here if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS="${RUNS:-10000000}"
+# A target that has not finished its runs by then is stopped and its count
+# reported as it stands.
+MAX_SECONDS="${MAX_SECONDS:-7200}"
+targets=("$@")
+if [ "${#targets[@]}" -eq 0 ]; then
+    targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed)
+fi
+
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+
+summary=fuzz/artifacts/campaign-summary.txt
+mkdir -p fuzz/artifacts
+printf '# %s  runs=%s  rustc %s\n' "$(date -u +%FT%TZ)" "$RUNS" "$(rustc +nightly --version)" >>"$summary"
+
+for t in "${targets[@]}"; do
+    corpus="fuzz/corpus/$t"
+    mkdir -p "$corpus"
+    extra=()
+    if [ "$t" = path_registry ]; then
+        # Synthetic paths: short inputs hold hundreds of them.
+        extra=(-max_len=1024)
+    else
+        # Seed with real files (small ones whole, and the first 4 KiB of
+        # each, which holds the header and the start of the index).
+        for f in tests/vectors/*.tensors; do
+            head -c 4096 "$f" >"$corpus/seed-$(basename "$f").head"
+            if [ "$(stat -c %s "$f")" -le 65536 ]; then cp "$f" "$corpus/seed-$(basename "$f")"; fi
+        done
+    fi
+    log="fuzz/artifacts/$t.log"
+    start=$(date +%s)
+    cargo +nightly fuzz run --sanitizer none --fuzz-dir fuzz "$t" "$corpus" -- \
+        -runs="$RUNS" -max_total_time="$MAX_SECONDS" -timeout=5 -rss_limit_mb=2048 \
+        -print_final_stats=1 "${extra[@]}" >"$log" 2>&1 || { echo "$t: FAILED, see $log" | tee -a "$summary"; continue; }
+    took=$(( $(date +%s) - start ))
+    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+    peak=$(grep -o 'stat::peak_rss_mb: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+    line="$t: ${runs:-?} executions in ${took} s, peak RSS ${peak:-?} MiB, no crash"
+    echo "$line" | tee -a "$summary"
+done
