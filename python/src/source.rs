@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tensorizer_native::RangeSource;
 use tensorizer_native::s3::{self, S3Options};
+use tensorizer_native::source::TransferLimits;
 
 use crate::buffers::Held;
 use crate::errors::to_py;
@@ -28,8 +29,19 @@ fn s3_options(
     config_path: Option<PathBuf>,
     region: Option<String>,
     force_http: Option<bool>,
-) -> S3Options {
-    S3Options { access_key_id, secret_access_key, endpoint, config_path, region, force_http, ..S3Options::default() }
+) -> PyResult<S3Options> {
+    let mut options = S3Options {
+        access_key_id,
+        secret_access_key,
+        endpoint,
+        config_path,
+        region,
+        force_http,
+        ..S3Options::default()
+    };
+    // The same TZR_MIN_RATE / TZR_DEADLINE overrides as every other remote read.
+    options.http.limits = TransferLimits::from_env().map_err(to_py)?;
+    Ok(options)
 }
 
 #[pymethods]
@@ -59,7 +71,7 @@ impl NativeSource {
                 s3_config_path,
                 s3_region_name,
                 force_http,
-            );
+            )?;
             // Python opens sources to load them: the opening request goes on into the first read.
             options.http.read_all = true;
             Arc::new(py.detach(|| s3::open(&uri, &options)).map_err(to_py)?)
@@ -125,6 +137,6 @@ pub(crate) fn s3_upload(
         return Err(PyValueError::new_err(format!("{uri}: not an s3:// URI")));
     }
     let options =
-        s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http);
+        s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http)?;
     py.detach(|| s3::upload(&path, &uri, &options)).map_err(to_py)
 }

@@ -51,7 +51,8 @@ pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
     }
     #[cfg(feature = "s3")]
     if tensorizer_native::s3::is_s3_uri(output) {
-        let options = tensorizer_native::s3::S3Options::default();
+        let mut options = tensorizer_native::s3::S3Options::default();
+        options.http.limits = tensorizer_native::source::TransferLimits::from_env()?;
         if !is_remote(input) {
             return Ok(tensorizer_native::s3::upload(Path::new(input), output, &options)?);
         }
