@@ -8,6 +8,7 @@ import os
 import types
 import zlib
 import hashlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
@@ -19,6 +20,8 @@ from ._types import TensorType
 from .stream_io import RemoteStream
 
 FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
+
+_META_MODES = ("zeros", "expand", "meta")
 
 
 class _Entry:
@@ -55,8 +58,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     """Reads a ``.tensors`` file: a read-only mapping from top-level keys to
     tensors (``torch.nn.Parameter``) or nested read-only mappings.
 
-    Same arguments as ``tensorizer.TensorDeserializer``, plus ``mmap``.
-    Eager (the default) loads everything in the constructor.
+    Same arguments as ``tensorizer.TensorDeserializer``, plus ``mmap``,
+    ``meta_tensors`` and ``max_meta_bytes``. Eager (the default) loads
+    everything in the constructor.
 
     How tensors are filled:
 
@@ -69,6 +73,22 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     * Otherwise: tensors are allocated by torch (pinned memory for CUDA
       targets) and filled directly from the file by Rust, in parallel, with
       the GIL released; decryption and hash checks happen on the way.
+
+    Meta tensors (a shape and dtype, no stored data) are built in Python,
+    never read. ``meta_tensors`` chooses how:
+
+    * ``"zeros"`` (default, as tensorizer): a zero-filled tensor. On CPU its
+      memory is lazily zeroed (untouched anonymous pages, committed only
+      when written). Because the size is whatever the file claims, more
+      than ``max_meta_bytes`` in all (default 4 GiB; ``None``: no bound)
+      raises ValueError before anything is allocated.
+    * ``"expand"``: a zero scalar expanded to the shape (no memory; writing
+      to it in place fails).
+    * ``"meta"``: a tensor on torch's ``meta`` device (no data at all).
+
+    ``read_numpy_arrays`` follows the same choice: ``np.zeros`` for
+    ``"zeros"``, a read-only ``np.broadcast_to`` of a zero for ``"expand"``
+    and ``"meta"`` (numpy has no meta device).
     """
 
     def __init__(
@@ -85,6 +105,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         verify_hash: bool = False,
         encryption: DecryptionParams | None = None,
         mmap: bool | None = None,
+        meta_tensors: str = "zeros",
+        max_meta_bytes: int | None = 4 << 30,
     ) -> None:
         if encryption is not None and not isinstance(encryption, DecryptionParams):
             raise TypeError("encryption must be a DecryptionParams object or None")
@@ -93,6 +115,13 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 raise TypeError("num_readers must be an int or None")
             if num_readers < 1:
                 raise ValueError("num_readers must be at least 1")
+        if meta_tensors not in _META_MODES:
+            raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
+        if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
+            raise ValueError("max_meta_bytes must be a non-negative int or None")
+        self._meta_mode = meta_tensors
+        self._max_meta_bytes = max_meta_bytes
+        self._meta_bytes = 0  # zero-filled meta bytes handed out so far
         self._device_arg = device
         self._dtype = dtype
         self._verify_hash = verify_hash
@@ -158,17 +187,21 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             return
         self._check_open()
         device = self._device
+        metas = [e for e in todo if e.is_meta]
+        todo = [e for e in todo if not e.is_meta]
+        if metas:
+            self._claim_meta_bytes(metas, self._meta_nbytes_torch)
+            self._check_meta_headers(metas, bool(verify_hash))
         if self._map is not None and not verify_hash and device.type == "cpu":
             todo = self._load_mapped(todo)
-            if not todo:
-                return
         pin = device.type == "cuda"
         staged = []
         for e in todo:
             dtype = _dtypes.torch_dtype(e.dtype)
             staged.append(torch.empty(e.shape, dtype=dtype, pin_memory=pin))
-        buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
-        self._reader.load_into([e.index for e in todo], buffers, verify_hash)
+        if todo:
+            buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
+            self._reader.load_into([e.index for e in todo], buffers, verify_hash)
         for e, t in zip(todo, staged):
             if device.type != "cpu":
                 t = t.to(device, non_blocking=pin)
@@ -176,8 +209,80 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 t = t.to(self._dtype)
             stored = _dtypes.torch_dtype(e.dtype)
             self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(stored))
-        if pin:
+        for e in metas:
+            self._cache[e.index] = self._meta_tensor(e, device)
+        if pin and todo:
             torch.cuda.synchronize(device)
+
+    # -- meta tensors ---------------------------------------------------------
+
+    def _meta_dtype(self, e: _Entry) -> Any:
+        import torch
+
+        stored = _dtypes.torch_dtype(e.dtype)
+        return self._dtype if self._dtype is not None and stored != torch.bool else stored
+
+    def _meta_nbytes_torch(self, e: _Entry) -> int:
+        return int(math.prod(e.shape) * self._meta_dtype(e).itemsize)
+
+    def _claim_meta_bytes(self, metas: list[_Entry], nbytes: Callable[[_Entry], int]) -> None:
+        """Counts the zero-filled bytes ``metas`` will take against
+        ``max_meta_bytes``; raises, before anything is allocated, when the
+        file's claims go past it."""
+        if self._meta_mode != "zeros":
+            return
+        total = self._meta_bytes
+        for e in metas:
+            size = nbytes(e)
+            total += size
+            if self._max_meta_bytes is not None and total > self._max_meta_bytes:
+                raise ValueError(
+                    f"meta tensor {e.name!r} (dtype {e.dtype!r}, shape {e.shape}) would be materialized as "
+                    f"{size:,} zero bytes, {total:,} bytes of meta tensors in all, more than "
+                    f"max_meta_bytes={self._max_meta_bytes:,}. The file stores no data for it; pass "
+                    "meta_tensors='expand' (a read-only zero expanded to the shape, no memory), "
+                    "meta_tensors='meta' (a tensor on the meta device), or a larger max_meta_bytes "
+                    "(None for no bound)"
+                )
+        self._meta_bytes = total
+
+    def _check_meta_headers(self, metas: list[_Entry], verify: bool) -> None:
+        """What the native load does for a meta tensor: parse its header
+        (checked against the index) and, with ``verify``, check its hashes,
+        which cover the header alone."""
+        if not verify:
+            self._reader.module_indices([e.index for e in metas])
+            return
+        for e in metas:
+            header, crc, sha = self._reader.hash_info(e.index)
+            checks = []
+            if crc is not None:
+                checks.append(("CRC32", crc.to_bytes(4, "big").hex(), zlib.crc32(header).to_bytes(4, "big").hex()))
+            if sha is not None:
+                checks.append(("SHA256", sha.hex(), hashlib.sha256(header).hexdigest()))
+            for kind, expected, actual in checks:
+                if expected != actual:
+                    raise _native.HashMismatchError(
+                        f"tensor {e.name!r} failed {kind} verification: expected {expected}, got {actual}"
+                    )
+
+    def _meta_tensor(self, e: _Entry, device: Any) -> Any:
+        """A meta entry as ``meta_tensors`` asks, wrapped like loaded ones."""
+        import torch
+
+        dtype = self._meta_dtype(e)
+        if self._meta_mode == "meta":
+            t = torch.empty(e.shape, dtype=dtype, device="meta")
+        elif self._meta_mode == "expand":
+            t = torch.zeros((), dtype=dtype, device=device).expand(e.shape)
+        elif device.type == "cpu":
+            # calloc: untouched anonymous pages that read as zeros and are
+            # committed only when written. The uint8 view covers every dtype.
+            raw = np.zeros(math.prod(e.shape) * dtype.itemsize, dtype=np.uint8)
+            t = torch.from_numpy(raw).view(dtype).reshape(e.shape)
+        else:
+            t = torch.zeros(e.shape, dtype=dtype, device=device)
+        return torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(_dtypes.torch_dtype(e.dtype)))
 
     def _load_mapped(self, todo: list[_Entry]) -> list[_Entry]:
         """Views straight into the memory map for entries whose data is
@@ -339,7 +444,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if not entries:
             return
         self._check_open()
-        arrays = []
+        kinds = []
         for e in entries:
             np_dtype, torch_name = _dtypes.numpy_dtype(e.dtype)
             if torch_name is not None and not allow_raw_data:
@@ -347,12 +452,25 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                     f"{e.name} has an opaque datatype: (Torch: {torch_name}, Numpy: {np_dtype.str}). "
                     f"Set `allow_raw_data=True` to return as a numpy array with a datatype of {np_dtype.str}"
                 )
-            arrays.append((np.empty(e.shape, dtype=np_dtype), torch_name))
-        buffers = [a.reshape(-1).view(np.uint8) for a, _ in arrays]
-        verify = self._verify_hash if verify_hash is None else verify_hash
-        self._reader.load_into([e.index for e in entries], buffers, verify)
+            kinds.append((np_dtype, torch_name))
+        verify = bool(self._verify_hash if verify_hash is None else verify_hash)
+        metas = [e for e in entries if e.is_meta]
+        if metas:
+            self._claim_meta_bytes(metas, lambda e: e.nbytes)
+            self._check_meta_headers(metas, verify)
+        arrays: list[np.ndarray[Any, Any]] = []
+        for e, (np_dtype, _) in zip(entries, kinds):
+            if not e.is_meta:
+                arrays.append(np.empty(e.shape, dtype=np_dtype))
+            elif self._meta_mode == "zeros":
+                arrays.append(np.zeros(e.shape, dtype=np_dtype))  # calloc: lazily zeroed pages
+            else:
+                arrays.append(np.broadcast_to(np.zeros((), dtype=np_dtype), e.shape))
+        stored = [(e.index, a.reshape(-1).view(np.uint8)) for e, a in zip(entries, arrays) if not e.is_meta]
+        if stored:
+            self._reader.load_into([i for i, _ in stored], [b for _, b in stored], verify)
         indices = self._reader.module_indices([e.index for e in entries])
-        for e, idx, (arr, torch_name) in zip(entries, indices, arrays):
+        for e, idx, arr, (_, torch_name) in zip(entries, indices, arrays, kinds):
             self._last_yielded = self._position[e.index]
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
 
