@@ -64,15 +64,22 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     How tensors are filled:
 
-    * Local, unencrypted files on CPU without ``verify_hash``: tensors are
-      zero-copy views of a private, copy-on-write memory map wherever the
-      data is aligned to the element size (always, for files tensorizer_rs
-      writes). Writing to such a tensor never touches the file. Pass
-      ``mmap=False`` to get independent copies instead (e.g. when another
-      program may rewrite the file in place while the tensors are in use).
-    * Otherwise: tensors are allocated by torch (pinned memory for CUDA
-      targets) and filled directly from the file by Rust, in parallel, with
-      the GIL released; decryption and hash checks happen on the way.
+    * By default every tensor is a private copy: allocated by torch (pinned
+      memory for CUDA targets) and filled directly from the file by Rust, in
+      parallel, with the GIL released; decryption and hash checks happen on
+      the way. Tensors handed out never change afterwards, whatever happens
+      to the file.
+    * ``mmap=True`` (local, unencrypted files on CPU without ``verify_hash``):
+      tensors are zero-copy views of a private, copy-on-write memory map
+      wherever the data is aligned to the element size (always, for files
+      tensorizer_rs writes). Writing to such a tensor never touches the
+      file, but **this is unsafe against in-place rewrites**: pages not yet
+      written to still come from the file, so another program rewriting it
+      in place (``cp`` over it, ``open(..., "r+b")``) changes tensors already
+      handed out, and truncating it kills the process with SIGBUS on the
+      next access. Use it only for files nothing rewrites in place (an
+      atomic rename, as TensorSerializer does, is safe). It saves the copy,
+      which is most of the load time for a file already in the page cache.
 
     Meta tensors (a shape and dtype, no stored data) are built in Python,
     never read. ``meta_tensors`` chooses how:
@@ -104,7 +111,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         num_readers: int | None = None,
         verify_hash: bool = False,
         encryption: DecryptionParams | None = None,
-        mmap: bool | None = None,
+        mmap: bool | None = False,
         meta_tensors: str = "zeros",
         max_meta_bytes: int | None = 4 << 30,
     ) -> None:
@@ -154,10 +161,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self.read_bytes = 0
         self.total_compressed_tensor_bytes = 0
         self._lazy = lazy_load
-        # Zero-copy loads from a private, copy-on-write memory map of a
-        # local, unencrypted file (``mmap=False`` forces copies).
+        # Opt-in zero-copy loads from a private, copy-on-write memory map of
+        # a local, unencrypted file (unsafe against in-place rewrites).
         self._map: Any = None
-        if mmap is not False and not encrypted and isinstance(source, str) and os.path.isfile(source):
+        if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
             import mmap as _mmap
 
             with open(source, "rb") as f:
