@@ -559,6 +559,12 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._check_open()
         entries = self._all
         first = entries[0].header_offset if entries else max(0, self._reader.size() - 8)
+        # Key-by-key writes are not atomic: drop the generation marker of an
+        # atomic write (spec §12.3) first, so that readers of the file being
+        # replaced notice the change instead of mixing tensors.
+        delete = getattr(redis_client, "delete", None)
+        if delete is not None:
+            delete(f"{key_prefix}.tzr-generation")
         redis_client.set(f"{key_prefix}:header:0", self._reader.read_range(0, first))
         for e in entries:
             name = e.name_bytes.decode("utf-8")

@@ -72,6 +72,11 @@ def torch_dtype(stored: str) -> torch.dtype:
         if not isinstance(found, torch.dtype):
             raise ValueError(f"unknown torch dtype {torch_part!r} in dtype string {stored!r}")
         return found  # type: ignore[no-any-return]
+    if numpy_part.startswith(">") and numpy_part[2:] != "1":
+        raise ValueError(
+            f"dtype {stored!r} is big-endian and torch has no big-endian tensors: read it with "
+            "read_numpy_arrays(), or convert the file (`tzr convert` swaps the bytes)"
+        )
     key = numpy_part if numpy_part[0] in "<>|" else "<" + numpy_part
     if key[1:] in ("u1", "i1", "b1"):
         key = "|" + key[1:]
