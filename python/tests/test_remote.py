@@ -211,3 +211,22 @@ def test_redis_nested_and_meta_tensors(tz, oracle, tmp_path):
     if tzhelpers.IS_ORACLE:
         pytest.skip("tensorizer cannot read nested or meta tensors from Redis")
     _store_and_load(tz, oracle, tmp_path, state, (tz,))
+
+
+def test_to_redis_drops_the_generation_marker(tz, tmp_path):
+    # A key-by-key rewrite must not leave an atomic writer's marker behind:
+    # readers of the old file would not notice the change (spec §12.3).
+    import redis as redis_py
+
+    if tzhelpers.IS_ORACLE:
+        pytest.skip("the generation marker is tensorizer_rs's")
+    _save(tz, str(tmp_path / "ours.tensors"), _flat_state())
+    with remote_servers.redis() as port:
+        client = redis_py.Redis(host="127.0.0.1", port=port)
+        client.set("m.tzr-generation", b"0123456789abcdef")
+        with tz.TensorDeserializer(str(tmp_path / "ours.tensors"), lazy_load=True) as d:
+            d.to_redis(client, "m")
+        assert not client.exists("m.tzr-generation")
+        with tz.TensorDeserializer("redis://127.0.0.1:%d/m" % port, device="cpu", verify_hash=True) as d:
+            _check(d, _flat_state())
+        client.close()
