@@ -129,6 +129,54 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The input is not a ZIP archive (no usable end-of-central-directory
+    /// record, or no local file header at byte 0).
+    NotZip {
+        /// What is missing.
+        reason: &'static str,
+    },
+    /// A legacy (pre-zip) `torch.save` file, which can only be read by
+    /// unpickling it. Nothing of it is interpreted.
+    LegacyTorchCheckpoint {
+        /// What the file looks like.
+        layout: &'static str,
+    },
+    /// A ZIP entry is compressed (or encrypted); checkpoints are read only
+    /// from stored entries, which can be sliced without inflating.
+    CompressedEntry {
+        /// Absolute offset of the entry's central-directory record.
+        offset: u64,
+        /// The entry name, lossily decoded.
+        name: String,
+        /// The compression method (0xFFFF for an encrypted entry).
+        method: u16,
+    },
+    /// The pickle names a global outside the state-dict allow-list.
+    /// Nothing is imported or called.
+    ForbiddenGlobal {
+        /// Absolute offset of the opcode.
+        offset: u64,
+        /// The module, lossily decoded (cut at 200 bytes).
+        module: String,
+        /// The name, lossily decoded (cut at 200 bytes).
+        name: String,
+    },
+    /// A pickle opcode this reader does not interpret.
+    UnsupportedOpcode {
+        /// Absolute offset of the opcode.
+        offset: u64,
+        /// The opcode byte.
+        opcode: u8,
+    },
+    /// The checkpoint's structure is well-formed pickle and ZIP but its
+    /// torch layout is inconsistent (a view outside its storage, a missing
+    /// storage entry, a storage of the wrong length...).
+    CorruptCheckpoint {
+        /// The state-dict entry or storage key concerned.
+        key: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -170,6 +218,27 @@ impl fmt::Display for Error {
                 write!(f, "metadata overflow: the index needs {needed} bytes but {capacity} are reserved")
             }
             Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
+            Self::NotZip { reason } => write!(f, "not a torch.save zip checkpoint: {reason}"),
+            Self::LegacyTorchCheckpoint { layout } => write!(
+                f,
+                "legacy (pre-zip) torch.save checkpoint ({layout}): it can only be read by unpickling, which this \
+                 reader never does. Convert it in a trusted environment: `torch.save(torch.load(path, weights_only=True), \
+                 new_path)` with torch 1.6 or later writes the zip format"
+            ),
+            Self::CompressedEntry { offset, name, method } => write!(
+                f,
+                "zip entry {name:?} (central record at byte {offset}) uses compression method {method}; \
+                 only stored (uncompressed) entries are read, as torch.save writes them"
+            ),
+            Self::ForbiddenGlobal { offset, module, name } => write!(
+                f,
+                "pickle at byte {offset} references {module}.{name}, which is not part of a state dict; refused \
+                 (nothing is executed)"
+            ),
+            Self::UnsupportedOpcode { offset, opcode } => {
+                write!(f, "pickle opcode {opcode:#04x} at byte {offset} is not supported by this reader")
+            }
+            Self::CorruptCheckpoint { key, reason } => write!(f, "corrupt checkpoint at {key:?}: {reason}"),
         }
     }
 }

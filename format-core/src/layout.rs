@@ -131,3 +131,50 @@ pub const DEFAULT_MAX_KDF_WORK: u64 = 2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DE
 
 /// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
 pub const MIN_KDF_MEMLIMIT: u64 = 8192;
+
+// ---- torch.save zip checkpoints (see `crate::checkpoint`) ----------------
+
+/// The end-of-central-directory record is searched for in this many bytes
+/// at the end of a ZIP file: its 22 fixed bytes plus the longest comment.
+pub const ZIP_EOCD_SEARCH_WINDOW: u64 = 22 + u16::MAX as u64;
+
+/// Most entries one checkpoint archive may declare.
+pub const MAX_ZIP_ENTRIES: u64 = 1 << 20;
+
+/// Longest central directory a reader accepts.
+pub const MAX_ZIP_CENTRAL_DIRECTORY_LEN: u64 = 256 * 1024 * 1024;
+
+/// Longest small text record (`version`, `byteorder`, `.format_version`,
+/// `.storage_alignment`) that is read.
+pub const MAX_CHECKPOINT_RECORD_LEN: u64 = 64;
+
+/// Highest archive `version` record accepted (torch's
+/// `kMaxSupportedFileFormatVersion`).
+pub const MAX_TORCH_ARCHIVE_VERSION: u64 = 10;
+
+/// Longest `data.pkl` a reader accepts.
+pub const MAX_PICKLE_LEN: u64 = 64 * 1024 * 1024;
+
+/// Most opcodes executed while walking one pickle.
+pub const MAX_PICKLE_OPCODES: u64 = 1 << 22;
+
+/// Most memo entries one pickle may define.
+pub const MAX_PICKLE_MEMO: u64 = 1 << 20;
+
+/// Deepest nesting accepted: open MARKs at once while reading, and
+/// container depth while flattening the result.
+pub const MAX_PICKLE_DEPTH: usize = 1000;
+
+/// Most values on the pickle stack, and most items in one container.
+pub const MAX_PICKLE_CONTAINER_LEN: u64 = 1 << 20;
+
+/// Longest integer (LONG1/LONG4 payload) accepted, in bytes.
+pub const MAX_PICKLE_LONG_BYTES: u64 = 16;
+
+/// Most container nodes and leaves visited while flattening a state dict
+/// (shared sub-objects are visited once per reference).
+pub const MAX_STATE_DICT_VISITS: u64 = 1 << 22;
+
+/// Most bytes of keys and string leaves copied into the flattened state
+/// dict (a key is copied once per entry below it).
+pub const MAX_STATE_DICT_PATH_BYTES: u64 = 64 * 1024 * 1024;

@@ -7,6 +7,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+pub mod checkpoint;
 mod codec;
 pub mod crypto;
 pub mod dtype;
@@ -19,6 +20,7 @@ mod registry;
 mod tensor_type;
 pub mod write;
 
+pub use checkpoint::{Checkpoint, Entry as CheckpointEntry, Leaf, StateDict, StorageInfo, TensorView};
 pub use codec::crypt_info::{CryptChunk, CryptInfo, KdfParams};
 pub use codec::file_header::{FileHeader, MAX_VERSION};
 pub use codec::metadata::{Metadata, MetadataEntry};
