@@ -2,7 +2,7 @@
 # The fuzz campaign: every target for RUNS executions (default 10^7), one
 # after another, seeded with the committed vectors. Not part of CI (it takes
 # hours on two cores); run it before a release and record the summary in
-# spec/15-hostile-input.md §15.8.
+# spec/15-hostile-input.md §15.10.
 #
 #   bash fuzz/campaign.sh                  # all targets, 10^7 runs each
 #   RUNS=100000 bash fuzz/campaign.sh metadata path_registry

@@ -305,9 +305,9 @@ def tensorizer_load(path: str, num_readers: Optional[int]):
         d.close()
 
 
-def tensorizer_rs_load(path: str):
+def tensorizer_rs_load(path: str, **kwargs):
     rs = LIBS["tensorizer_rs"]
-    d = rs.TensorDeserializer(path, device="cpu")
+    d = rs.TensorDeserializer(path, device="cpu", **kwargs)
     try:
         return {k: v for k, v in d.items()}
     finally:
@@ -341,8 +341,17 @@ def load_contenders(plan: dict, state: dict) -> List[Contender]:
     cs.append(
         Contender(
             "rs",
-            "**tensorizer_rs** (own file, default layout)",
+            "**tensorizer_rs** (own file, default: private copies)",
             lambda: tensorizer_rs_load(paths["rs"]),
+            available=have_rs and bool(paths.get("rs")),
+            why=rs_why if not have_rs else plan.get("rs_write_error", ""),
+        )
+    )
+    cs.append(
+        Contender(
+            "rs_mmap",
+            "tensorizer_rs mmap=True (own file; zero-copy, opt-in)",
+            lambda: tensorizer_rs_load(paths["rs"], mmap=True),
             available=have_rs and bool(paths.get("rs")),
             why=rs_why if not have_rs else plan.get("rs_write_error", ""),
         )
