@@ -58,10 +58,15 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// A regression must fail the test, not hang CI.
+const HANG: Duration = Duration::from_secs(60);
+
 /// Runs `f` on a fresh thread with a `stack`-byte stack and returns its
-/// result with the most heap it held at once beyond what it started with.
+/// result with the most heap it held at once beyond what it started with,
+/// failing if it takes longer than [`HANG`].
 fn bounded<T: Send + 'static>(stack: usize, f: impl FnOnce() -> T + Send + 'static) -> (T, u64, Duration) {
-    std::thread::Builder::new()
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::Builder::new()
         .stack_size(stack)
         .spawn(move || {
             let base = LIVE.with(Cell::get);
@@ -70,11 +75,17 @@ fn bounded<T: Send + 'static>(stack: usize, f: impl FnOnce() -> T + Send + 'stat
             let out = f();
             let took = start.elapsed();
             let peak = PEAK.with(Cell::get) - base;
-            (out, peak.max(0) as u64, took)
+            let _ = tx.send((out, peak.max(0) as u64, took));
         })
-        .unwrap()
-        .join()
-        .expect("the parse thread panicked or overflowed its stack")
+        .unwrap();
+    match rx.recv_timeout(HANG) {
+        Ok(result) => result,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("still running after {HANG:?}"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            let _ = worker.join();
+            panic!("the parse thread panicked or overflowed its stack")
+        }
+    }
 }
 
 // ---- building hostile files ------------------------------------------------
