@@ -168,6 +168,11 @@ pub const MAX_PICKLE_DEPTH: usize = 1000;
 /// Most values on the pickle stack, and most items in one container.
 pub const MAX_PICKLE_CONTAINER_LEN: u64 = 1 << 20;
 
+/// Most bytes of values the pickle machine may hold: a fixed header per
+/// value plus what it owns (string bytes, container slots, tensor shapes).
+/// Bounds what memoized values passed again and again can cost.
+pub const MAX_PICKLE_VALUE_BYTES: u64 = 256 * 1024 * 1024;
+
 /// Longest integer (LONG1/LONG4 payload) accepted, in bytes.
 pub const MAX_PICKLE_LONG_BYTES: u64 = 16;
 
@@ -175,6 +180,7 @@ pub const MAX_PICKLE_LONG_BYTES: u64 = 16;
 /// (shared sub-objects are visited once per reference).
 pub const MAX_STATE_DICT_VISITS: u64 = 1 << 22;
 
-/// Most bytes of keys and string leaves copied into the flattened state
-/// dict (a key is copied once per entry below it).
+/// Most bytes of keys, string leaves and tensor shapes copied into the
+/// flattened state dict (a key is copied at each visit of its dict and once
+/// per entry below it).
 pub const MAX_STATE_DICT_PATH_BYTES: u64 = 64 * 1024 * 1024;

@@ -4,6 +4,7 @@
 //! rebuild functions, `torch.Size`) are interpreted, never imported or run.
 //! Every other global is refused when it is named.
 
+use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -14,7 +15,7 @@ use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 use crate::layout::{
     MAX_NDIM, MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_LEN, MAX_PICKLE_LONG_BYTES, MAX_PICKLE_MEMO,
-    MAX_PICKLE_OPCODES,
+    MAX_PICKLE_OPCODES, MAX_PICKLE_VALUE_BYTES,
 };
 
 /// Index of a value in a [`Pickle`]'s arena.
@@ -83,9 +84,9 @@ pub enum Node {
     /// An allow-listed global, not yet called.
     Global(Global),
     /// A storage named by a persistent id.
-    Storage(StorageRef),
+    Storage(Box<StorageRef>),
     /// A rebuilt tensor.
-    Tensor(TensorNode),
+    Tensor(Box<TensorNode>),
 }
 
 /// A walked pickle: the arena and the id of the value `STOP` returned.
@@ -118,6 +119,7 @@ impl Pickle {
             marks: Vec::new(),
             memo: BTreeMap::new(),
             protocol: 0,
+            held: 0,
         }
         .run()
     }
@@ -130,6 +132,26 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: BTreeMap<u32, NodeId>,
     protocol: u8,
+    /// Bytes of values held (node headers plus what they own).
+    held: u64,
+}
+
+/// Most arguments any allow-listed call takes.
+const MAX_CALL_ARGS: usize = 8;
+
+/// Bytes a node owns besides its header.
+fn owned_bytes(node: &Node) -> u64 {
+    let dims = |t: &TensorNode| (t.shape.len() + t.stride.len()) as u64 * 8;
+    let storage = |s: &StorageRef| (s.key.len() + s.location.len()) as u64 + 64;
+    match node {
+        Node::Str(s) => s.len() as u64,
+        Node::Bytes(b) => b.len() as u64,
+        Node::Tuple(v) | Node::List(v) => v.len() as u64 * 4,
+        Node::Dict { items, .. } => items.len() as u64 * 8,
+        Node::Storage(s) => storage(s),
+        Node::Tensor(t) => dims(t) + storage(&t.storage) + 64,
+        _ => 0,
+    }
 }
 
 impl<'a> Machine<'a> {
@@ -141,7 +163,16 @@ impl<'a> Machine<'a> {
         id
     }
 
+    fn charge(&mut self, at: u64, bytes: u64) -> Result<()> {
+        self.held = self.held.saturating_add(bytes);
+        if self.held > MAX_PICKLE_VALUE_BYTES {
+            return Err(Error::limit(at, "pickle value bytes", self.held, MAX_PICKLE_VALUE_BYTES));
+        }
+        Ok(())
+    }
+
     fn push(&mut self, at: u64, node: Node) -> Result<()> {
+        self.charge(at, core::mem::size_of::<Node>() as u64 + owned_bytes(&node))?;
         let id = self.add(node);
         self.push_id(at, id)
     }
@@ -341,7 +372,7 @@ impl<'a> Machine<'a> {
                 b'Q' => {
                     let pid = self.pop(at)?;
                     let storage = self.persistent(at, pid)?;
-                    self.push(at, Node::Storage(storage))?;
+                    self.push(at, Node::Storage(Box::new(storage)))?;
                 }
                 b'N' => self.push(at, Node::None)?,
                 0x88 => self.push(at, Node::Bool(true))?,
@@ -421,7 +452,7 @@ impl<'a> Machine<'a> {
             ));
         }
         v.extend_from_slice(items);
-        Ok(())
+        self.charge(at, items.len() as u64 * 4)
     }
 
     fn extend_dict(&mut self, at: u64, dict: NodeId, pairs: &[(NodeId, NodeId)]) -> Result<()> {
@@ -437,7 +468,7 @@ impl<'a> Machine<'a> {
             ));
         }
         items.extend_from_slice(pairs);
-        Ok(())
+        self.charge(at, pairs.len() as u64 * 8)
     }
 }
 
@@ -496,12 +527,24 @@ impl Machine<'_> {
             return Err(Error::malformed(at, "REDUCE on something that is not a global"));
         };
         let g = *g;
-        let args = self.items(at, args, "REDUCE arguments are not a tuple")?.to_vec();
+        let args = self.items(at, args, "REDUCE arguments are not a tuple")?;
+        // Copy the arguments only once their count is known to be small: a
+        // memoized huge tuple may be passed any number of times.
+        if args.len() > MAX_CALL_ARGS {
+            return Err(Error::malformed(at, "too many arguments for a state-dict call"));
+        }
+        let args = args.to_vec();
         match g {
             Global::OrderedDict if args.is_empty() => Ok(Node::Dict { ordered: true, items: Vec::new() }),
             Global::OrderedDict => Err(Error::malformed(at, "OrderedDict called with arguments")),
             Global::Size => match args.as_slice() {
-                [dims] => Ok(Node::Tuple(self.items(at, *dims, "torch.Size argument is not a tuple")?.to_vec())),
+                [dims] => {
+                    let dims = self.items(at, *dims, "torch.Size argument is not a tuple")?;
+                    if dims.len() > MAX_NDIM {
+                        return Err(Error::limit(at, "tensor dimensions", dims.len() as u64, MAX_NDIM as u64));
+                    }
+                    Ok(Node::Tuple(dims.to_vec()))
+                }
                 _ => Err(Error::malformed(at, "torch.Size takes one tuple")),
             },
             Global::RebuildTensorV2 | Global::RebuildTensorV3 => self.rebuild_tensor(at, g, &args),
@@ -550,7 +593,14 @@ impl Machine<'_> {
         } else {
             storage.dtype.ok_or(Error::malformed(at, "_rebuild_tensor_v2 on an untyped storage"))?
         };
-        Ok(Node::Tensor(TensorNode { storage: storage.clone(), dtype, storage_offset, shape, stride, requires_grad }))
+        Ok(Node::Tensor(Box::new(TensorNode {
+            storage: (**storage).clone(),
+            dtype,
+            storage_offset,
+            shape,
+            stride,
+            requires_grad,
+        })))
     }
 
     /// BUILD: only the instance-dict state of an `OrderedDict` (torch's

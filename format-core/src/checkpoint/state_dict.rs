@@ -195,7 +195,8 @@ impl Flattener<'_> {
                 self.path_bytes += component_bytes(&c);
                 self.path.push(c);
             }
-            let node = self.pickle.node(id);
+            let pickle = self.pickle;
+            let node = pickle.node(id);
             let children: Vec<(PathComponent, NodeId)> = match node {
                 Node::Dict { items, .. } => self.keys(items)?,
                 Node::List(v) | Node::Tuple(v) => {
@@ -223,11 +224,15 @@ impl Flattener<'_> {
         Ok(())
     }
 
-    fn keys(&self, items: &[(NodeId, NodeId)]) -> Result<Vec<(PathComponent, NodeId)>> {
+    fn keys(&mut self, items: &[(NodeId, NodeId)]) -> Result<Vec<(PathComponent, NodeId)>> {
         let mut out = Vec::with_capacity(items.len());
         for &(k, v) in items {
             let c = match self.pickle.node(k) {
-                Node::Str(s) => PathComponent::Key(s.clone()),
+                Node::Str(s) => {
+                    // Keys are copied at every visit of their dict.
+                    self.copy(s.len() as u64)?;
+                    PathComponent::Key(s.clone())
+                }
                 Node::Int(i) if *i >= 0 && *i <= i128::from(u64::MAX) => PathComponent::Index(*i as u64),
                 _ => return Err(corrupt(&self.path, "a dict key is not a string or a non-negative int")),
             };
@@ -248,29 +253,37 @@ impl Flattener<'_> {
             Node::Int(i) => Leaf::Int(*i),
             Node::Float(x) => Leaf::Float(*x),
             Node::Str(s) => {
-                self.copied_bytes += s.len() as u64;
+                self.copy(s.len() as u64)?;
                 Leaf::Str(s.clone())
             }
             Node::Bytes(b) => {
-                self.copied_bytes += b.len() as u64;
+                self.copy(b.len() as u64)?;
                 Leaf::Bytes(b.clone())
             }
-            Node::Tensor(t) => Leaf::Tensor(self.tensor(t)?),
+            Node::Tensor(t) => {
+                self.copy((t.shape.len() + t.stride.len()) as u64 * 8)?;
+                Leaf::Tensor(self.tensor(t)?)
+            }
             Node::Storage(_) => return Err(corrupt(&self.path, "a bare storage, not a tensor")),
             Node::Global(_) => return Err(corrupt(&self.path, "a bare global, not a value")),
             Node::Dict { .. } | Node::List(_) | Node::Tuple(_) => return Err(corrupt(&self.path, "container")),
         };
-        self.copied_bytes += self.path_bytes;
+        self.copy(self.path_bytes)?;
         self.components += self.path.len() as u64;
-        if self.copied_bytes > MAX_STATE_DICT_PATH_BYTES {
-            return Err(Error::limit(0, "state-dict bytes copied", self.copied_bytes, MAX_STATE_DICT_PATH_BYTES));
-        }
         if self.components > MAX_PATH_COMPONENTS {
             return Err(Error::limit(0, "state-dict path components", self.components, MAX_PATH_COMPONENTS));
         }
         let path = TensorPath::from_components(self.path.clone())
             .map_err(|_| corrupt(&self.path, "a leaf at the root of the state dict"))?;
         self.out.entries.push(Entry { path, value });
+        Ok(())
+    }
+
+    fn copy(&mut self, bytes: u64) -> Result<()> {
+        self.copied_bytes = self.copied_bytes.saturating_add(bytes);
+        if self.copied_bytes > MAX_STATE_DICT_PATH_BYTES {
+            return Err(Error::limit(0, "state-dict bytes copied", self.copied_bytes, MAX_STATE_DICT_PATH_BYTES));
+        }
         Ok(())
     }
 
@@ -290,7 +303,7 @@ impl Flattener<'_> {
             None => Some(s.numel),
         }
         .ok_or_else(|| Error::CorruptCheckpoint { key: s.key.clone(), reason: "storage size overflows" })?;
-        self.copied_bytes += (s.key.len() + s.location.len()) as u64;
+        self.copy((s.key.len() + s.location.len()) as u64)?;
         self.out.storages.push(StorageInfo {
             key: s.key.clone(),
             dtype: s.dtype,

@@ -406,3 +406,43 @@ fn storage_records_and_byte_order_are_checked() {
     assert_eq!(ckpt.byte_order(), ByteOrder::Big);
     assert_eq!(ckpt.archive.prefix, "a");
 }
+
+#[test]
+fn memoized_values_passed_again_and_again_are_bounded() {
+    // A 100,000-item tuple, memoized, then REDUCEd 100,000 times.
+    let mut body = b"(".to_vec();
+    body.extend(std::iter::repeat_n(b'N', 100_000));
+    body.extend_from_slice(b"tq\x00\x30ccollections\nOrderedDict\nq\x01");
+    for _ in 0..100_000 {
+        body.extend_from_slice(b"h\x01h\x00R0");
+    }
+    body.extend_from_slice(b"N");
+    let err = parse_timed(&with_pickle(&dict_with(&body)));
+    assert!(matches!(err, Error::Malformed { reason, .. } if reason.contains("arguments")), "{err:?}");
+    // torch.Size of a huge tuple.
+    let mut body = b"ctorch\nSize\n((".to_vec();
+    body.extend(std::iter::repeat_n(b'K', 1000).flat_map(|k| [k, 1]));
+    body.extend_from_slice(b"ttR");
+    limit(&parse_timed(&with_pickle(&dict_with(&body))), "dimensions");
+    // A 1 MiB key, in a dict referenced 10,000 times: the copies are bounded.
+    let mut body = b"}q\x00X\x00\x00\x10\x00".to_vec();
+    body.extend(std::iter::repeat_n(b'x', 1 << 20));
+    body.extend_from_slice(b"K\x01s0](");
+    for _ in 0..10_000 {
+        body.extend_from_slice(b"h\x00");
+    }
+    body.extend_from_slice(b"e");
+    limit(&parse_timed(&with_pickle(&dict_with(&body))), "copied");
+}
+
+#[test]
+fn a_storage_without_its_entry_is_corrupt() {
+    let bytes = read("views.pt");
+    let ckpt = Checkpoint::parse(&bytes).unwrap();
+    let pkl = &ckpt.directory.entries[ckpt.archive.pickle];
+    let at = pkl.header_offset as usize;
+    let range = pkl.data_range(&bytes[at..]).unwrap();
+    let data = &bytes[range.start as usize..range.end as usize];
+    let err = parse_timed(&zip_of(&[("archive/data.pkl", data), ("archive/version", b"3\n")]));
+    assert!(matches!(err, Error::CorruptCheckpoint { reason, .. } if reason.contains("no data/")), "{err:?}");
+}
