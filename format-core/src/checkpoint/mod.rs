@@ -27,6 +27,7 @@
 //! [`Checkpoint::parse`] does all of it over a buffer in memory.
 
 pub mod archive;
+mod calls;
 mod globals;
 pub mod pickle;
 pub mod state_dict;
