@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the WASI validator (wasm32-wasip1) and runs its tests through
+# wasmtime-py (and once under Node's node:wasi when node is installed).
+# Idempotent: installs the wasm32-wasip1 target and the pinned wasmtime
+# wheel only when they are missing.
+#
+# usage: host-wasm/test.sh [PYTHON]   (default: .venv-test/bin/python)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WASMTIME_PY_VERSION=50.0.1
+PY="${1:-.venv-test/bin/python}"
+if [ ! -x "$PY" ]; then
+    echo "host-wasm/test.sh: no Python at $PY (create .venv-test with tests/python-env.sh, or pass one)" >&2
+    exit 2
+fi
+
+if ! rustup target list --installed | grep -qx wasm32-wasip1; then
+    rustup target add wasm32-wasip1
+fi
+if ! "$PY" -c "import sys, importlib.metadata as m; sys.exit(m.version('wasmtime') != '$WASMTIME_PY_VERSION')" 2>/dev/null; then
+    "$PY" -m pip install -q --disable-pip-version-check "wasmtime==$WASMTIME_PY_VERSION"
+fi
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+    "$PY" -m pip install -q --disable-pip-version-check pytest
+fi
+
+cargo build --locked -p tensorizer-wasm --target wasm32-wasip1 --bin tensorizer-validate \
+    --config host-wasm/wasm-release.toml --profile wasm-release
+WASM="$PWD/target/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
+echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
+
+TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovider

@@ -1,0 +1,562 @@
+"""The WASI validator (tensorizer-validate.wasm) run through wasmtime-py.
+
+Every run gets a read-only preopen of one directory at /in, a fuel budget
+scaled to the file size, an epoch deadline (wall clock) and a linear-memory
+limit, so a guest that looped or over-allocated on a hostile file would fail
+the test quickly instead of hanging or swapping.
+
+The module path comes from $TZR_VALIDATOR_WASM (host-wasm/test.sh sets it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import wasmtime
+
+ROOT = Path(__file__).resolve().parents[2]
+VECTORS = ROOT / "tests" / "vectors"
+MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
+SECRETS = MANIFEST["secrets"]
+WASM = Path(
+    os.environ.get("TZR_VALIDATOR_WASM", ROOT / "target" / "wasm32-wasip1" / "release" / "tensorizer-validate.wasm")
+)
+
+MIB = 1 << 20
+# Fuel: a fixed allowance (start-up, index parsing, Argon2id at the test
+# vectors' 8 KiB) plus a generous per-byte budget for decrypting and hashing.
+BASE_FUEL = 2_000_000_000
+FUEL_PER_BYTE = 2_000
+# Wall-clock bound for one run (epoch deadline), and what hostile inputs must beat.
+DEADLINE_S = 30.0
+HOSTILE_BOUND_S = 5.0
+MEMORY_LIMIT = 256 * MIB
+HOSTILE_MEMORY_LIMIT = 64 * MIB
+
+META_16_GIB = 16 << 30
+
+
+@dataclass
+class Run:
+    code: int | str  # exit status, or "trap: ..." when the guest trapped
+    stdout: str
+    stderr: str
+    seconds: float
+    fuel_used: int
+
+    def json(self) -> dict:
+        return json.loads(self.stdout)
+
+    def error_line(self) -> str:
+        lines = self.stderr.splitlines()
+        assert len(lines) == 1, f"expected one stderr line, got {self.stderr!r}"
+        return lines[0]
+
+
+@pytest.fixture(scope="session")
+def engine() -> wasmtime.Engine:
+    cfg = wasmtime.Config()
+    cfg.consume_fuel = True
+    cfg.epoch_interruption = True
+    cfg.max_wasm_stack = 1 * MIB
+    return wasmtime.Engine(cfg)
+
+
+@pytest.fixture(scope="session")
+def module(engine: wasmtime.Engine) -> wasmtime.Module:
+    if not WASM.is_file():
+        pytest.fail(f"{WASM} is missing: build it with host-wasm/test.sh")
+    return wasmtime.Module.from_file(engine, str(WASM))
+
+
+@pytest.fixture
+def validate(engine, module, tmp_path):
+    """Runs the validator on `args` with `directory` preopened read-only at /in."""
+
+    def run(
+        args: list[str],
+        directory: Path = VECTORS,
+        env: dict[str, str] | None = None,
+        memory: int = MEMORY_LIMIT,
+        fuel: int | None = None,
+        deadline_s: float = DEADLINE_S,
+    ) -> Run:
+        if fuel is None:
+            size = sum(p.stat().st_size for p in directory.iterdir() if p.is_file() and f"/in/{p.name}" in args)
+            fuel = BASE_FUEL + FUEL_PER_BYTE * size
+        store = wasmtime.Store(engine)
+        store.set_limits(memory_size=memory)
+        store.set_fuel(fuel)
+        store.set_epoch_deadline(1)
+        out, err = tmp_path / "stdout", tmp_path / "stderr"
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ["tensorizer-validate", *args]
+        wasi.env = list((env or {}).items())
+        wasi.preopen_dir(str(directory), "/in", False)
+        wasi.stdout_file = str(out)
+        wasi.stderr_file = str(err)
+        store.set_wasi(wasi)
+        linker = wasmtime.Linker(engine)
+        linker.define_wasi()
+        instance = linker.instantiate(store, module)
+        start = instance.exports(store)["_start"]
+        timer = threading.Timer(deadline_s, engine.increment_epoch)
+        timer.start()
+        began = time.monotonic()
+        try:
+            start(store)
+            code: int | str = 0
+        except wasmtime.ExitTrap as e:
+            code = e.code
+        except wasmtime.Trap as e:
+            code = f"trap: {e.trap_code}: {e.message}"
+        except wasmtime.WasmtimeError as e:
+            code = f"trap: {e}"
+        finally:
+            timer.cancel()
+        seconds = time.monotonic() - began
+        fuel_used = fuel - store.get_fuel()
+        return Run(code, out.read_text(errors="replace"), err.read_text(errors="replace"), seconds, fuel_used)
+
+    return run
+
+
+def key_args(vector: dict, tmp: Path) -> tuple[list[str], dict[str, str], Path]:
+    """Arguments, environment and preopen directory for a manifest vector."""
+    enc = vector["encryption"]
+    if enc is None:
+        return [], {}, VECTORS
+    if "passphrase" in enc:
+        return ["--passphrase-env", "TZR_PASSPHRASE"], {"TZR_PASSPHRASE": enc["passphrase"]}, VECTORS
+    # The key file must be reachable by the guest: put it next to a copy.
+    shutil.copy(VECTORS / vector["file"], tmp / vector["file"])
+    (tmp / "test.key").write_text(enc["key_hex"] + "\n")
+    return ["--key-file", "/in/test.key"], {}, tmp
+
+
+def assert_matches_manifest(report: dict, vector: dict) -> None:
+    assert report["report_version"] == 1
+    assert report["file"] == f"/in/{vector['file']}"
+    assert report["file_bytes"] == vector["size"]
+    assert report["data_version"] == vector["data_version"]
+    assert report["feature_flags"] == vector["feature_flags"]
+    assert report["encrypted"] == (vector["encryption"] is not None)
+    assert report["tensor_count"] == vector["tensor_count"] == len(vector["tensors"])
+    assert report["data_bytes"] == vector["tensor_data_bytes"]
+    assert report["metadata_index_bytes"] == vector["metadata_index_length"]
+    # Totals by dtype, recomputed from the manifest's tensors.
+    totals: dict[str, list[int]] = {}
+    for row, want in zip(report["tensors"], vector["tensors"], strict=True):
+        assert row["dtype_string"] == want["dtype"]
+        assert row["shape"] == want["shape"]
+        assert row["data_length"] == want["data_length"]
+        assert row["meta"] == want["is_meta"]
+        assert row["header_offset"] == want["header_offset"]
+        assert row["data_offset"] == want["data_offset"]
+        assert row["path"] == want["path"]
+        t = totals.setdefault(row["dtype"], [0, 0, 0])
+        t[0] += 1
+        t[1] += row["bytes"]
+        t[2] += want["data_length"]
+    got = {d: [v["tensors"], v["bytes"], v["data_bytes"]] for d, v in report["by_dtype"].items()}
+    assert got == totals
+    assert sum(v["data_bytes"] for v in report["by_dtype"].values()) == vector["tensor_data_bytes"]
+
+
+def error_offset(line: str) -> int:
+    m = re.search(r"byte (\d+)", line)
+    assert m, f"no byte offset in {line!r}"
+    return int(m.group(1))
+
+
+# ---- every vector validates and verifies -----------------------------------
+
+
+@pytest.mark.parametrize("vector", MANIFEST["vectors"], ids=[v["file"] for v in MANIFEST["vectors"]])
+def test_vector_inspects(validate, vector):
+    """Header + index only: the report matches the manifest (no key needed)."""
+    run = validate(["validate", "--json", f"/in/{vector['file']}"])
+    assert run.code == 0, run.stderr
+    report = run.json()
+    assert_matches_manifest(report, vector)
+    assert report["verification"] is None
+    assert all(t["verification"] is None for t in report["tensors"])
+
+
+@pytest.mark.parametrize("vector", MANIFEST["vectors"], ids=[v["file"] for v in MANIFEST["vectors"]])
+def test_vector_verifies(validate, vector, tmp_path):
+    """--verify decrypts (key file or passphrase) and checks every hash."""
+    extra, env, directory = key_args(vector, tmp_path)
+    run = validate(["validate", "--verify", "--json", *extra, f"/in/{vector['file']}"], directory, env)
+    assert run.code == 0, run.stderr
+    assert run.stderr == ""
+    report = run.json()
+    assert_matches_manifest(report, vector)
+    summary = report["verification"]
+    assert summary["ok"] is True
+    assert summary["failed"] == 0
+    assert summary["verified"] + summary["unverified"] == vector["tensor_count"]
+    # Every committed vector stores hashes, so nothing is merely unverified.
+    assert summary["unverified"] == 0
+    assert summary["data_bytes_checked"] == vector["tensor_data_bytes"]
+    for row, want in zip(report["tensors"], vector["tensors"], strict=True):
+        v = row["verification"]
+        assert v["status"] == "verified" and v["error"] is None
+        assert ("crc32" in v["checks"]) == (want["stored_crc32"] is not None)
+        assert ("sha256" in v["checks"]) == (want["stored_sha256"] is not None)
+        assert ("mac" in v["checks"]) == (vector["encryption"] is not None and want["data_length"] > 0)
+
+
+def test_text_report(validate):
+    run = validate(["validate", "--verify", "/in/v1_flat.tensors"])
+    assert run.code == 0
+    assert run.stdout.startswith("/in/v1_flat.tensors\n  data version 1, 15 tensors")
+    assert "15 verified, 0 unverified, 0 failed" in run.stdout
+
+
+def test_wrong_key_fails_verification(validate, tmp_path):
+    shutil.copy(VECTORS / "v3_enc_key.tensors", tmp_path)
+    (tmp_path / "bad.key").write_text("11" * 32)
+    run = validate(["validate", "--verify", "--key-file", "/in/bad.key", "/in/v3_enc_key.tensors"], tmp_path)
+    assert run.code == 1
+    assert "decryption failed" in run.error_line()
+
+
+def test_wrong_passphrase_fails_verification(validate):
+    run = validate(
+        ["validate", "--verify", "--json", "--passphrase-env", "P", "/in/v3_enc_pass.tensors"], env={"P": "nope"}
+    )
+    assert run.code == 1
+    assert run.json()["verification"]["failed"] == 3
+
+
+# ---- usage errors (exit 2) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["validate"],
+        ["inspect", "/in/v1_flat.tensors"],
+        ["validate", "--frobnicate", "/in/v1_flat.tensors"],
+        ["validate", "/in/v1_flat.tensors", "/in/v4_meta.tensors"],
+        ["validate", "--key-file"],
+        ["validate", "--verify", "/in/v3_enc_key.tensors"],  # encrypted, no key
+        ["validate", "--passphrase-env", "UNSET", "/in/v3_enc_pass.tensors"],
+    ],
+)
+def test_usage_errors(validate, args):
+    run = validate(args)
+    assert run.code == 2, (run.code, run.stderr)
+    assert run.error_line().startswith("tensorizer-validate: ")
+
+
+@pytest.mark.parametrize("path", ["/in/no-such-file.tensors", "/etc/passwd", "/in"], ids=["missing", "outside", "dir"])
+def test_unopenable_path(validate, path):
+    """As in tzr, a file that cannot be opened is exit 3 (reading failed);
+    a path outside the preopened directory cannot be opened at all."""
+    run = validate(["validate", "--json", path])
+    assert run.code == 3
+    assert "cannot open" in run.error_line()
+    assert run.json()["error"]["kind"] == "io"
+
+
+def test_help_and_version(validate):
+    run = validate(["--help"])
+    assert run.code == 0 and "Exit codes:" in run.stdout
+    run = validate(["--version"])
+    assert run.code == 0 and run.stdout.startswith("tensorizer-validate ")
+
+
+# ---- hostile and broken files (exit 1 or 3, fast, one line) ---------------
+
+
+@pytest.fixture
+def hostile(validate, tmp_path):
+    """Writes `data` as /in/h.tensors and validates it under tight bounds."""
+
+    def run(data: bytes, *flags: str) -> Run:
+        (tmp_path / "h.tensors").write_bytes(data)
+        r = validate(["validate", *flags, "/in/h.tensors"], tmp_path, memory=HOSTILE_MEMORY_LIMIT)
+        assert isinstance(r.code, int), f"the guest trapped: {r.code}"
+        assert r.seconds < HOSTILE_BOUND_S, f"took {r.seconds:.1f} s"
+        return r
+
+    return run
+
+
+def vector_bytes(name: str) -> bytearray:
+    return bytearray((VECTORS / name).read_bytes())
+
+
+def vector_entry(name: str) -> dict:
+    return next(v for v in MANIFEST["vectors"] if v["file"] == name)
+
+
+FLAT = "v1_flat.tensors"
+
+
+def flat_cut_points() -> list[int]:
+    v = vector_entry(FLAT)
+    first, last = v["tensors"][0], v["tensors"][-1]
+    return [
+        0,  # empty file
+        4,  # inside the magic
+        40,  # inside the file header
+        72,  # one byte short of the file header
+        73,  # header only, no index
+        73 + 1000,  # inside the index
+        first["header_offset"] - 1,  # index complete, no tensors
+        first["header_offset"] + 10,  # inside the first tensor header
+        last["data_offset"] + last["data_length"] // 2,  # inside the last tensor's data
+    ]
+
+
+@pytest.mark.parametrize("cut", flat_cut_points())
+@pytest.mark.parametrize("verify", [False, True], ids=["inspect", "verify"])
+def test_truncated(hostile, cut, verify):
+    data = vector_bytes(FLAT)[:cut]
+    run = hostile(bytes(data), "--json", *(["--verify"] if verify else []))
+    assert run.code == 3
+    line = run.error_line()
+    at = error_offset(line)
+    assert at <= max(cut, 73)
+    doc = run.json()
+    assert doc["error"]["kind"] == "invalid_input"
+    assert doc["error"]["offset"] == (0 if cut < 5 else at)
+
+
+def test_truncated_encrypted(hostile):
+    data = vector_bytes("v3_enc_key.tensors")
+    run = hostile(bytes(data[: len(data) // 2]))
+    assert run.code == 3
+    assert "truncated" in run.error_line()
+
+
+def test_flipped_data_byte(hostile):
+    v = vector_entry(FLAT)
+    t = v["tensors"][-1]
+    data = vector_bytes(FLAT)
+    data[t["data_offset"] + 3] ^= 0x40
+    assert hostile(bytes(data)).code == 0  # the index is intact: inspection passes
+    run = hostile(bytes(data), "--verify", "--json")
+    assert run.code == 1
+    assert "failed CRC32 verification" in run.error_line()
+    report = run.json()
+    assert report["verification"] == {
+        "ok": False,
+        "verified": v["tensor_count"] - 1,
+        "unverified": 0,
+        "failed": 1,
+        "data_bytes_checked": v["tensor_data_bytes"],
+    }
+    bad = report["tensors"][-1]["verification"]
+    assert bad["status"] == "failed"
+    assert bad["error"]["kind"] == "verification"
+    assert bad["error"]["offset"] == t["header_offset"]
+
+
+def test_flipped_ciphertext_byte(validate, tmp_path):
+    v = vector_entry("v3_enc_key.tensors")
+    big = max(v["tensors"], key=lambda t: t["data_length"])
+    data = vector_bytes(v["file"])
+    at = big["data_offset"] + (2 << 20) + 5  # inside the second 2 MiB chunk
+    data[at] ^= 1
+    (tmp_path / "h.tensors").write_bytes(bytes(data))
+    (tmp_path / "k").write_text(SECRETS["key_hex"])
+    run = validate(["validate", "--verify", "--json", "--key-file", "/in/k", "/in/h.tensors"], tmp_path)
+    assert run.code == 1
+    row = next(r for r in run.json()["tensors"] if r["name"] == big["name"])
+    # The error names the chunk that failed to open.
+    assert row["verification"]["error"]["offset"] == big["data_offset"] + (2 << 20)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"PK\x03\x04" + bytes(100),
+        json.dumps(MANIFEST).encode()[:4096],
+        bytes(range(256)) * 4,
+        b"|TZR",
+    ],
+    ids=["empty", "zip", "json", "binary", "magic-prefix"],
+)
+def test_not_tensorizer(hostile, data):
+    run = hostile(data, "--json")
+    assert run.code == 3
+    assert "Not a tensorizer file" in run.error_line()
+    assert run.json()["error"]["offset"] == 0
+
+
+def test_unsupported_version(hostile):
+    data = vector_bytes(FLAT)
+    data[5:9] = struct.pack("<I", 99)
+    run = hostile(bytes(data))
+    assert run.code == 3
+    assert error_offset(run.error_line()) == 5
+
+
+@pytest.mark.parametrize(
+    "claimed",
+    [1 << 29, (1 << 30) + 1, 1 << 40, (1 << 64) - 1],
+    ids=["512MiB", "1GiB+1", "1TiB", "u64max"],
+)
+def test_huge_metadata_length(hostile, claimed):
+    """A claimed index far beyond the file (or the core's limit) is refused
+    before anything is allocated."""
+    data = vector_bytes(FLAT)
+    data[0x41:0x49] = struct.pack("<Q", claimed)
+    run = hostile(bytes(data), "--json")
+    assert run.code == 3
+    line = run.error_line()
+    if claimed > 1 << 30:
+        assert "metadata index length" in line and error_offset(line) == 0x41
+    else:
+        assert "truncated" in line and error_offset(line) == len(data)
+
+
+def test_huge_tensor_count(hostile):
+    data = vector_bytes(FLAT)
+    data[0x39:0x41] = struct.pack("<Q", 1 << 62)
+    run = hostile(bytes(data))
+    assert run.code == 3
+    assert error_offset(run.error_line()) == 0x39
+
+
+def test_tensor_beyond_end_of_file(hostile):
+    """An index entry whose data lies past the end: refused from the index."""
+    v = vector_entry(FLAT)
+    t = v["tensors"][-1]
+    data = vector_bytes(FLAT)
+    offsets = struct.pack("<QQQ", t["header_offset"], t["data_offset"], t["data_length"])
+    pos = data.index(offsets)
+    far = 1 << 40
+    data[pos : pos + 16] = struct.pack("<QQ", far, far + (t["data_offset"] - t["header_offset"]))
+    run = hostile(bytes(data), "--verify")
+    assert run.code == 3
+    assert "truncated" in run.error_line()
+
+
+def patch_meta_to_16_gib(data: bytearray, vector: dict) -> dict:
+    """Turns the (2**32,) uint8 meta tensor into a (2**34,) one (16 GiB), in
+    the index and in its tensor header, and re-hashes the header so that the
+    file stays valid."""
+    t = next(t for t in vector["tensors"] if t["is_meta"] and t["shape"] == [2**32])
+    old_dim, new_dim = struct.pack("<Q", 2**32), struct.pack("<Q", META_16_GIB)
+    # Index entry: the u64 dimension sits right before the three u64 offsets.
+    offsets = struct.pack("<QQQ", t["header_offset"], t["data_offset"], t["data_length"])
+    pos = data.index(offsets, 73, t["header_offset"])
+    assert data[pos - 8 : pos] == old_dim
+    data[pos - 8 : pos] = new_dim
+    # Tensor header: the dimension, then the hashes over the hashable header.
+    start, end = t["header_offset"], t["data_offset"]
+    header = data[start:end]
+    assert header.count(old_dim) == 1
+    header[header.index(old_dim) : header.index(old_dim) + 8] = new_dim
+    crc_at = header.index(struct.pack("<I", t["stored_crc32"]))
+    sha_at = header.index(bytes.fromhex(t["stored_sha256"]))
+    header[crc_at : crc_at + 4] = bytes(4)
+    header[sha_at : sha_at + 32] = bytes(32)
+    crc, sha = zlib.crc32(bytes(header)), hashlib.sha256(bytes(header)).digest()  # no data: meta
+    header[crc_at : crc_at + 4] = struct.pack("<I", crc)
+    header[sha_at : sha_at + 32] = sha
+    data[start:end] = header
+    return t
+
+
+def test_16_gib_meta_tensor(hostile):
+    """A meta tensor claiming 16 GiB validates and verifies under a 64 MiB
+    memory limit: nothing is allocated for what the file merely claims."""
+    v = vector_entry("v5_long.tensors")
+    data = vector_bytes(v["file"])
+    t = patch_meta_to_16_gib(data, v)
+    run = hostile(bytes(data), "--verify", "--json")
+    assert run.code == 0, run.stderr
+    report = run.json()
+    row = next(r for r in report["tensors"] if r["name"] == t["name"])
+    assert (row["shape"], row["bytes"], row["meta"], row["data_length"]) == ([META_16_GIB], META_16_GIB, True, 0)
+    assert row["verification"]["status"] == "verified"
+    assert report["by_dtype"]["uint8"]["bytes"] >= META_16_GIB
+    assert report["data_bytes"] == v["tensor_data_bytes"]
+
+
+def test_16_gib_meta_tensor_index_only(hostile):
+    """The index claims 16 GiB but the tensor header still says 4 GiB:
+    inspection (index only) passes, --verify finds the disagreement."""
+    v = vector_entry("v5_long.tensors")
+    data = vector_bytes(v["file"])
+    original = bytes(data)
+    t = patch_meta_to_16_gib(data, v)
+    # Put back the original tensor header (dimension and hashes).
+    data[t["header_offset"] : t["data_offset"]] = original[t["header_offset"] : t["data_offset"]]
+    assert hostile(bytes(data)).code == 0
+    run = hostile(bytes(data), "--verify")
+    assert run.code == 3  # invalid input, not a hash failure
+    line = run.error_line()
+    assert "disagrees with the metadata index" in line
+    assert error_offset(line) == t["header_offset"]
+
+
+def test_memory_limit_below_one_piece_is_an_error_not_a_crash(validate, tmp_path):
+    """With too little memory for a 2 MiB data piece, the module reports it
+    (exit 3) instead of aborting."""
+    shutil.copy(VECTORS / "v3_enc_key.tensors", tmp_path)
+    (tmp_path / "k").write_text(SECRETS["key_hex"])
+    run = validate(
+        ["validate", "--verify", "--key-file", "/in/k", "/in/v3_enc_key.tensors"], tmp_path, memory=2 * MIB + MIB // 2
+    )
+    assert run.code == 3, run.code
+    assert "cannot allocate" in run.error_line()
+
+
+def test_fuel_bounds_a_run(validate):
+    """Fuel is a hard stop: a budget too small for the work traps quickly."""
+    run = validate(["validate", "--verify", "/in/v1_flat.tensors"], fuel=100_000)
+    assert isinstance(run.code, str) and "trap" in run.code
+    assert run.seconds < HOSTILE_BOUND_S
+
+
+# ---- portability: the same module under Node's node:wasi -----------------
+
+NODE_RUNNER = r"""
+const { readFileSync } = require('node:fs');
+const { WASI } = require('node:wasi');
+const [wasmPath, dir, ...args] = process.argv.slice(2);
+const wasi = new WASI({ version: 'preview1', args: ['tensorizer-validate', ...args],
+                        env: {}, preopens: { '/in': dir }, returnOnExit: true });
+const mod = new WebAssembly.Module(readFileSync(wasmPath));
+const instance = new WebAssembly.Instance(mod, wasi.getImportObject());
+process.exitCode = wasi.start(instance);
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_wasi_smoke(tmp_path):
+    runner = tmp_path / "run.js"
+    runner.write_text(NODE_RUNNER)
+    for name, want in [("v4_meta.tensors", 0), ("manifest.json", 3)]:
+        proc = subprocess.run(
+            ["node", "--no-warnings", str(runner), str(WASM), str(VECTORS), "validate", "--verify", "--json", f"/in/{name}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == want, proc.stderr
+        if want == 0:
+            assert json.loads(proc.stdout)["verification"]["verified"] == 5
+        else:
+            assert "Not a tensorizer file" in proc.stderr
