@@ -27,7 +27,9 @@ fi
 
 cargo build --locked -p tensorizer-wasm --target wasm32-wasip1 --bin tensorizer-validate \
     --config host-wasm/wasm-release.toml --profile wasm-release
-WASM="$PWD/target/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
+WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
 echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
 
 TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovider
