@@ -444,6 +444,41 @@ mod tests {
     }
 
     #[test]
+    fn random_corruption_never_panics() {
+        // xorshift: deterministic, no dependency.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for (name, key) in [("v1_flat.tensors", None), ("v5_enc_long.tensors", Some(test_key()))] {
+            let original = vector(name);
+            let len = original.len() as u64;
+            for _ in 0..400 {
+                let mut bytes = original.clone();
+                for _ in 0..1 + next() % 4 {
+                    // The file header, the first index entries, or the tensors.
+                    let at = match next() % 3 {
+                        0 => next() % 73,
+                        1 => 73 + next() % 512,
+                        _ => len - 1 - next() % 1024,
+                    };
+                    bytes[at as usize] = next() as u8;
+                }
+                if next() % 4 == 0 {
+                    bytes.truncate((next() % len) as usize);
+                }
+                match run(&bytes, key.clone(), 1 + (next() % 64) as usize) {
+                    Ok(r) => assert!([0, 1, 3].contains(&exit_code(&r))),
+                    Err(e) => assert!([2, 3].contains(&e.exit_code()), "{e}"),
+                }
+            }
+        }
+    }
+
+    #[test]
     fn truncation_is_invalid_input_with_offset() {
         let bytes = vector("v1_flat.tensors");
         // The last 8 bytes are the end marker, which readers do not need.

@@ -523,6 +523,74 @@ def test_memory_limit_below_one_piece_is_an_error_not_a_crash(validate, tmp_path
     assert "cannot allocate" in run.error_line()
 
 
+def patch_kdf_memlimit(data: bytearray, memlimit: int) -> None:
+    """Sets the Argon2id memlimit in every tensor header of v3_enc_pass."""
+    for t in vector_entry("v3_enc_pass.tensors")["tensors"]:
+        start, end = t["header_offset"], t["data_offset"]
+        old = struct.pack("<Q", SECRETS["argon2id"]["memlimit"])
+        at = data.index(old, start, end)
+        data[at : at + 8] = struct.pack("<Q", memlimit)
+
+
+def test_kdf_memory_beyond_the_limit_is_an_error_not_a_crash(validate, tmp_path):
+    """A file asking Argon2id for 1 GiB (the core's cap) under a 64 MiB
+    memory limit: the module finds the memory missing before deriving."""
+    data = vector_bytes("v3_enc_pass.tensors")
+    patch_kdf_memlimit(data, 1 << 30)
+    (tmp_path / "h.tensors").write_bytes(bytes(data))
+    env = {"P": SECRETS["passphrase"]}
+    args = ["validate", "--verify", "--passphrase-env", "P", "/in/h.tensors"]
+    run = validate(args, tmp_path, env, memory=HOSTILE_MEMORY_LIMIT)
+    assert run.code == 3, run.code
+    line = run.error_line()
+    assert "cannot allocate" in line and "key derivation" in line
+
+
+def test_kdf_cost_above_the_cap_is_refused(validate, tmp_path):
+    """Above the core's KdfLimits (1 GiB) nothing is derived: each tensor fails as invalid."""
+    data = vector_bytes("v3_enc_pass.tensors")
+    patch_kdf_memlimit(data, 4 << 30)
+    (tmp_path / "h.tensors").write_bytes(bytes(data))
+    env = {"P": SECRETS["passphrase"]}
+    args = ["validate", "--verify", "--json", "--passphrase-env", "P", "/in/h.tensors"]
+    run = validate(args, tmp_path, env, memory=HOSTILE_MEMORY_LIMIT)
+    assert run.code == 3
+    assert "above the configured limit" in run.error_line()
+    assert run.json()["verification"]["failed"] == 3
+
+
+def mutations(seed: int, data: bytes, count: int):
+    """Deterministic random corruptions of `data`: byte flips in the first
+    tensor's neighbourhood and the file header, and truncations."""
+    import random
+
+    rng = random.Random(seed)
+    hot = [(0, 73), (73, 73 + 512), (len(data) - 4096, len(data))]
+    for _ in range(count):
+        out = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            lo, hi = rng.choice(hot)
+            at = rng.randrange(max(lo, 0), min(hi, len(out)))
+            out[at] = rng.randrange(256)
+        if rng.random() < 0.3:
+            out = out[: rng.randrange(len(out))]
+        yield bytes(out)
+
+
+@pytest.mark.parametrize("name", ["v1_flat.tensors", "v5_long.tensors", "v3_enc_key.tensors"])
+def test_random_corruption_never_traps(validate, tmp_path, name):
+    """Randomly corrupted files end with 0, 1 or 3 and a bounded run, never a trap."""
+    (tmp_path / "k").write_text(SECRETS["key_hex"])
+    keyed = ["--key-file", "/in/k"] if "enc" in name else []
+    for i, data in enumerate(mutations(zlib.crc32(name.encode()), bytes(vector_bytes(name)), 25)):
+        (tmp_path / "m.tensors").write_bytes(data)
+        run = validate(["validate", "--verify", "--json", *keyed, "/in/m.tensors"], tmp_path, memory=HOSTILE_MEMORY_LIMIT)
+        assert run.code in (0, 1, 3), (i, run.code, run.stderr)
+        assert run.seconds < HOSTILE_BOUND_S
+        assert len(run.stderr.splitlines()) == (0 if run.code == 0 else 1), run.stderr
+        json.loads(run.stdout)  # always a JSON document on stdout
+
+
 def test_fuel_bounds_a_run(validate):
     """Fuel is a hard stop: a budget too small for the work traps quickly."""
     run = validate(["validate", "--verify", "/in/v1_flat.tensors"], fuel=100_000)
