@@ -511,6 +511,56 @@ def test_16_gib_meta_tensor_index_only(hostile):
     assert error_offset(line) == t["header_offset"]
 
 
+def grow_last_tensor(data: bytearray, vector: dict, columns: int, payload: bytes) -> bytes:
+    """v1_flat with its last tensor (f32, 4x4) turned into a 4 x `columns`
+    tensor holding `payload`, with the index, file header and hashes fixed."""
+    t = vector["tensors"][-1]
+    assert t["shape"] == [4, 4] and t["dtype"] == "<f4"
+    assert len(payload) == 16 * columns
+    old_dims, new_dims = struct.pack("<II", 4, 4), struct.pack("<II", 4, columns)
+    offsets = struct.pack("<QQQ", t["header_offset"], t["data_offset"], t["data_length"])
+    pos = data.index(offsets, 73, t["header_offset"])
+    assert data[pos - 8 : pos] == old_dims
+    data[pos - 8 : pos] = new_dims
+    data[pos + 16 : pos + 24] = struct.pack("<Q", len(payload))
+    total = vector["tensor_data_bytes"] - t["data_length"] + len(payload)
+    data[0x29:0x31] = struct.pack("<Q", total)
+    header = bytearray(data[t["header_offset"] : t["data_offset"]])
+    assert header.count(old_dims) == 1 and header[-8:] == struct.pack("<Q", t["data_length"])
+    header[header.index(old_dims) : header.index(old_dims) + 8] = new_dims
+    header[-8:] = struct.pack("<Q", len(payload))
+    crc_at = header.index(struct.pack("<I", t["stored_crc32"]))
+    sha_at = header.index(bytes.fromhex(t["stored_sha256"]))
+    header[crc_at : crc_at + 4] = bytes(4)
+    header[sha_at : sha_at + 32] = bytes(32)
+    crc = zlib.crc32(payload, zlib.crc32(bytes(header)))
+    sha = hashlib.sha256(bytes(header) + payload).digest()
+    header[crc_at : crc_at + 4] = struct.pack("<I", crc)
+    header[sha_at : sha_at + 32] = sha
+    return bytes(data[: t["header_offset"]]) + bytes(header) + payload + bytes(8)
+
+
+def test_memory_is_bounded_by_one_piece(validate, tmp_path):
+    """A 64 MiB tensor verifies under a 16 MiB memory limit: data is
+    streamed in 8 MiB pieces, never held whole. Flipping its last byte
+    still fails verification, so every piece was hashed."""
+    v = vector_entry(FLAT)
+    columns = 4 << 20  # 4 x 4Mi float32 = 64 MiB
+    payload = bytearray(os.urandom(16 * columns))
+    big = grow_last_tensor(vector_bytes(FLAT), v, columns, bytes(payload))
+    (tmp_path / "big.tensors").write_bytes(big)
+    run = validate(["validate", "--verify", "--json", "/in/big.tensors"], tmp_path, memory=16 * MIB)
+    assert run.code == 0, (run.code, run.stderr)
+    report = run.json()
+    assert report["tensors"][-1]["bytes"] == 64 * MIB
+    assert report["verification"]["data_bytes_checked"] == v["tensor_data_bytes"] - 64 + 64 * MIB
+    payload[-1] ^= 1
+    t = v["tensors"][-1]
+    (tmp_path / "big.tensors").write_bytes(big[: t["data_offset"]] + bytes(payload) + bytes(8))
+    run = validate(["validate", "--verify", "/in/big.tensors"], tmp_path, memory=16 * MIB)
+    assert run.code == 1
+
+
 def test_memory_limit_below_one_piece_is_an_error_not_a_crash(validate, tmp_path):
     """With too little memory for a 2 MiB data piece, the module reports it
     (exit 3) instead of aborting."""
