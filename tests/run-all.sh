@@ -53,7 +53,7 @@ else
 fi
 
 step "docs"
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
 
 step "fuzz targets build (stable)"
 cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
@@ -62,6 +62,12 @@ step "python: virtual environment (torch, tensorizer 2.12.1, transformers, MiniL
 VENV="$(bash tests/python-env.sh | tail -1)"
 # The S3 tests start moto_server from that environment.
 export TZR_MOTO_SERVER="$VENV/bin/moto_server"
+
+step "host-wasm: WASI validator (wasm32-wasip1) through wasmtime-py and node:wasi"
+bash host-wasm/test.sh "$VENV/bin/python"
+
+step "clippy (WASI validator, wasm32-wasip1)"
+cargo clippy --locked -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
 
 step "tests (core without std)"
 cargo test --locked -p tensorizer-core --no-default-features --lib
