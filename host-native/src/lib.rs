@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod atomic;
+pub mod checkpoint;
 pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
@@ -16,6 +17,7 @@ pub mod source;
 pub mod verify;
 pub mod writer;
 
+pub use checkpoint::CheckpointReader;
 pub use error::{Error, Result};
 pub use parallel::default_readers;
 pub use reader::{ReadOptions, Reader};

@@ -2,6 +2,7 @@
 //! atomically, converting, and the `tzr` command line.
 
 mod atomic;
+mod checkpoint;
 mod cli;
 mod common;
 mod convert;

@@ -9,18 +9,27 @@ use tensorizer_native::verify::verify_all;
 use tensorizer_native::writer::FileWriter;
 use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers, safetensors};
 
+use crate::checkpoint::Target;
 use crate::keys::{KdfPreset, KeyArgs, generate_key_file};
 use crate::{Failure, Outcome, progress};
 
 type AnyReader = Reader<Box<dyn tensorizer_native::RangeSource>>;
 
 fn open(file: &Path, key: &KeyArgs, num_readers: Option<usize>) -> Result<AnyReader, Failure> {
+    open_with(tensorizer_native::open_source(&file.to_string_lossy())?, key, num_readers)
+}
+
+fn open_with(
+    source: Box<dyn tensorizer_native::RangeSource>,
+    key: &KeyArgs,
+    num_readers: Option<usize>,
+) -> Result<AnyReader, Failure> {
     let options = ReadOptions {
         num_readers: num_readers.unwrap_or_else(default_readers).max(1),
         verify_hash: true,
         key: key.for_reading()?,
     };
-    Ok(Reader::open_uri(&file.to_string_lossy(), options)?)
+    Ok(Reader::new(source, options)?)
 }
 
 fn total_bytes(reader: &AnyReader) -> u64 {
@@ -28,7 +37,11 @@ fn total_bytes(reader: &AnyReader) -> u64 {
 }
 
 pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option<usize>) -> Outcome {
-    let reader = open(file, key, num_readers)?;
+    let source = tensorizer_native::open_source(&file.to_string_lossy())?;
+    if crate::checkpoint::is_checkpoint(&source)? {
+        return crate::checkpoint::verify(file, source, json);
+    }
+    let reader = open_with(source, key, num_readers)?;
     if reader.is_encrypted() && !key.given() {
         return Err(Failure::Usage(format!(
             "{}: the file is encrypted; give --key-file, --passphrase-env VAR or --passphrase",
@@ -155,7 +168,26 @@ fn is_safetensors(p: &Path) -> bool {
     p.extension().is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
 }
 
-pub(crate) fn convert(input: &Path, output: &Path, key: &KeyArgs, layout: WriterOptions) -> Outcome {
+pub(crate) fn convert(
+    input: &Path,
+    output: &Path,
+    key: &KeyArgs,
+    layout: WriterOptions,
+    to: Option<Target>,
+) -> Outcome {
+    if !is_safetensors(input) {
+        let source = tensorizer_native::open_source(&input.to_string_lossy())?;
+        if crate::checkpoint::is_checkpoint(&source)? {
+            let target = to.unwrap_or(if is_safetensors(output) { Target::Safetensors } else { Target::Tensorizer });
+            return crate::checkpoint::convert(source, output, target, layout);
+        }
+    }
+    let implied = if is_safetensors(output) { Target::Safetensors } else { Target::Tensorizer };
+    if to.is_some_and(|t| t != implied) {
+        return Err(Failure::Usage(
+            "--to must agree with OUTPUT's extension unless INPUT is a torch.save checkpoint".into(),
+        ));
+    }
     match (is_safetensors(input), is_safetensors(output)) {
         (true, false) => {
             let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);

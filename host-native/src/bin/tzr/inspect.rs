@@ -73,6 +73,9 @@ fn row(e: &MetadataEntry) -> Row {
 pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     // Only the header and index: a network source fetches no more than its first MiB.
     let source = open_source_for(&file.to_string_lossy(), Intent::Peek)?;
+    if crate::checkpoint::is_checkpoint(&source)? {
+        return crate::checkpoint::inspect(file, source, json);
+    }
     let reader = Reader::new(source, ReadOptions::default())?;
     let h = reader.header();
     let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();

@@ -1,5 +1,7 @@
-//! `tzr`: inspect, verify, encrypt, decrypt, convert and copy tensorizer files.
+//! `tzr`: inspect, verify, encrypt, decrypt, convert and copy tensorizer files
+//! (and inspect, verify and convert torch.save checkpoints).
 
+mod checkpoint;
 mod copy;
 mod crypt;
 mod inspect;
@@ -17,7 +19,8 @@ Exit codes:
   0  success
   1  verification failed: a hash did not match, or decryption failed (wrong key or tampered data)
   2  usage error (bad arguments)
-  3  the input is not a valid tensorizer/safetensors file, or reading or writing failed";
+  3  the input is not a valid tensorizer/safetensors file or torch.save checkpoint (legacy and
+     compressed checkpoints included), or reading or writing failed";
 
 #[derive(Parser)]
 #[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt and convert tensorizer (.tensors) files", after_help = EXIT_CODES)]
@@ -29,16 +32,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Show the file header and a table of tensors (reads only the header and index).
+    /// torch.save checkpoints (recognised by their first bytes) show their
+    /// entries, dtypes, shapes, strides, storages and offsets.
     Inspect {
-        /// The .tensors file.
+        /// The .tensors file or torch.save checkpoint (a path or URI).
         file: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Check every tensor's stored hashes (decrypting first when encrypted).
+    /// Check every tensor's stored hashes (decrypting first when encrypted);
+    /// for a torch.save checkpoint, every zip entry's CRC-32.
     Verify {
-        /// The .tensors file.
+        /// The .tensors file or torch.save checkpoint.
         file: PathBuf,
         #[command(flatten)]
         key: keys::KeyArgs,
@@ -90,7 +96,10 @@ enum Command {
         force: bool,
     },
     /// Convert between tensorizer and safetensors; the direction follows the
-    /// `.safetensors` extension of INPUT or OUTPUT.
+    /// `.safetensors` extension of INPUT or OUTPUT. A torch.save checkpoint
+    /// input (`.pt`, `.pth`, `.bin`: recognised by its first bytes) becomes
+    /// safetensors when OUTPUT ends in `.safetensors`, else tensorizer
+    /// (`--to` overrides); non-tensor entries are skipped with a note.
     Convert {
         /// The file to read.
         input: PathBuf,
@@ -101,6 +110,9 @@ enum Command {
         key: keys::KeyArgs,
         #[command(flatten)]
         layout: LayoutArgs,
+        /// The output format (default: from OUTPUT's extension).
+        #[arg(long, value_enum)]
+        to: Option<checkpoint::Target>,
     },
 }
 
@@ -148,7 +160,9 @@ fn main() -> ExitCode {
             crypt::encrypt(&input, &output, &key, generate_key.as_deref(), kdf, layout.options())
         }
         Command::Decrypt { input, output, key, layout } => crypt::decrypt(&input, &output, &key, layout.options()),
-        Command::Convert { input, output, key, layout } => crypt::convert(&input, &output, &key, layout.options()),
+        Command::Convert { input, output, key, layout, to } => {
+            crypt::convert(&input, &output, &key, layout.options(), to)
+        }
         Command::Copy { input, output, force } => copy::run(&input, &output, force),
     };
     match outcome {
