@@ -5,6 +5,7 @@
 //! (`python/python/tensorizer_rs`) supplies tensorizer's API.
 
 mod buffers;
+mod checkpoint;
 mod errors;
 mod reader;
 mod source;
@@ -14,6 +15,8 @@ use pyo3::prelude::*;
 
 #[pymodule]
 mod _native {
+    #[pymodule_export]
+    use crate::checkpoint::NativeCheckpoint;
     #[pymodule_export]
     use crate::errors::{CryptographyError, FormatError, HashMismatchError};
     #[pymodule_export]

@@ -1,0 +1,268 @@
+"""Lazy, read-only access to ``torch.save`` checkpoints, mirroring zipslicer 0.8.1.
+
+``load(path_or_uri)`` parses the checkpoint's ``data.pkl`` in Rust without
+executing anything (no unpickling: only the opcodes and globals a state
+dict uses are understood) and returns a :class:`LazyStateDict`. Indexing it
+reads exactly one tensor's bytes, with range reads, from a local file or an
+``http(s)://`` / ``s3://`` URI::
+
+    from tensorizer_rs import zipslicer
+
+    sd = zipslicer.load("model.pt")
+    for key in sd.keys():              # torch.load order
+        meta = sd.get_meta(key)        # shape and dtype, no data read
+    w = sd["encoder.weight"]           # reads only this tensor
+
+Differences from zipslicer: strided views (transposes, slices, expanded
+tensors) come back with the values ``torch.load`` gives, as contiguous
+copies; every torch dtype with a fixed size is supported; big-endian
+checkpoints are byte-swapped; ``values()`` is a lazy generator instead of
+an error; tensors are cached only with ``cache_tensors=True``. Nested
+containers (``{"model": {...}, "optimizer": {...}}``) come back as nested
+``LazyStateDict`` objects keyed like torch.load's dicts (list items are keyed
+by their int index); non-tensor leaves (ints, floats, strings...) are
+returned as Python values, and ``get_meta`` gives ``None`` for them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, MutableMapping
+from types import SimpleNamespace
+from typing import Any, Union
+
+import torch
+
+from ._native import NativeCheckpoint
+
+__all__ = ["LazyStateDict", "load"]
+
+Key = Union[str, int]
+
+
+class _Leaf:
+    __slots__ = ("index", "kind", "details")
+
+    def __init__(self, index: int, kind: str, details: Any) -> None:
+        self.index = index
+        self.kind = kind
+        self.details = details
+
+
+_Tree = dict[Key, Union[_Leaf, "_Tree"]]
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"this torch has no dtype {name!r}")
+    return dtype
+
+
+class LazyStateDict(MutableMapping[Key, Any]):
+    """A checkpoint's state dict whose tensors are read on access.
+
+    Mirrors zipslicer's ``LazyStateDict``: ``keys()`` in ``torch.load``
+    order, ``get_meta(k)``, ``__getitem__`` reading one tensor,
+    ``items()``/``values()`` lazily, ``__setitem__`` (existing keys only)
+    and ``__delitem__`` on an overlay that never touches the file.
+    """
+
+    def __init__(
+        self,
+        native: NativeCheckpoint,
+        tree: _Tree,
+        *,
+        map_location: Any = "cpu",
+        dtype: torch.dtype | None = None,
+        cache_tensors: bool = False,
+        debug: bool = False,
+    ) -> None:
+        self._native = native
+        self._tree = tree
+        self._order: list[Key] = list(tree)
+        self._overlay: dict[Key, Any] = {}
+        self.map_location = map_location
+        self.dtype = dtype
+        self.cache_tensors = cache_tensors
+        self.debug = debug
+
+    # -- mapping ------------------------------------------------------------
+
+    def keys(self) -> Any:
+        """The keys, in ``torch.load`` order (a live view)."""
+        return _KeysView(self)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._tree
+
+    def __getitem__(self, key: Key) -> Any:
+        if key in self._overlay:
+            return self._overlay[key]
+        if key not in self._tree:
+            raise KeyError(key)
+        node = self._tree[key]
+        if isinstance(node, dict):
+            value: Any = LazyStateDict(
+                self._native,
+                node,
+                map_location=self.map_location,
+                dtype=self.dtype,
+                cache_tensors=self.cache_tensors,
+                debug=self.debug,
+            )
+            self._overlay[key] = value
+            return value
+        value = self._load(node)
+        if self.cache_tensors and isinstance(value, torch.Tensor):
+            self._overlay[key] = value
+        return value
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        # As zipslicer: new keys are not supported.
+        if key not in self._tree:
+            raise KeyError(key)
+        self._overlay[key] = value
+
+    def __delitem__(self, key: Key) -> None:
+        if key not in self._tree:
+            raise KeyError(key)
+        del self._tree[key]
+        self._order.remove(key)
+        self._overlay.pop(key, None)
+
+    def items(self) -> Any:
+        """(key, value) pairs, each value read when its pair is reached."""
+        return ((k, self[k]) for k in list(self._order))
+
+    def values(self) -> Any:
+        """Values, each read when reached (zipslicer raises here)."""
+        return (self[k] for k in list(self._order))
+
+    # -- metadata -------------------------------------------------------------
+
+    def get_meta(self, key: Key) -> SimpleNamespace | None:
+        """Shape, size() and dtype of a tensor without reading its data
+        (also stride, storage_offset, storage_key, requires_grad); ``None``
+        for a non-tensor value or a nested container."""
+        if key not in self._tree:
+            raise KeyError(key)
+        node = self._tree[key]
+        if isinstance(node, dict) or node.kind != "tensor":
+            return None
+        dtype_name, shape, stride, offset, storage, requires_grad, _ = node.details
+        size = torch.Size(shape)
+        return SimpleNamespace(
+            shape=size,
+            size=lambda: size,
+            dtype=_torch_dtype(dtype_name),
+            stride=tuple(stride),
+            storage_offset=offset,
+            storage_key=storage,
+            requires_grad=requires_grad,
+        )
+
+    def bytes_read(self) -> tuple[int, int]:
+        """(bytes, requests) read from the checkpoint so far."""
+        return self._native.bytes_read()
+
+    def verify(self) -> None:
+        """Checks every zip entry's CRC-32; raises ``ValueError`` naming the
+        first entry that does not match."""
+        for name, _size, expected, actual in self._native.verify():
+            if expected != actual:
+                raise ValueError(f"{self._native.name()}: zip entry {name!r} fails its CRC-32")
+
+    def _load(self, leaf: _Leaf) -> Any:
+        if leaf.kind != "tensor":
+            return leaf.details
+        dtype_name, shape, _stride, _offset, _storage, requires_grad, _ = leaf.details
+        dtype = _torch_dtype(dtype_name)
+        nbytes = self._native.nbytes(leaf.index)
+        raw = torch.empty(nbytes, dtype=torch.uint8)
+        if nbytes:
+            self._native.read_into(leaf.index, raw.numpy())
+        tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
+        if self.debug:
+            print(f"[tensorizer_rs.zipslicer] read {nbytes} bytes for entry {leaf.index}")
+        if self.dtype is not None and tensor.dtype != self.dtype:
+            tensor = tensor.to(self.dtype)
+        if self.map_location not in (None, "cpu") and torch.device(self.map_location) != torch.device("cpu"):
+            tensor = tensor.to(self.map_location)
+        if requires_grad and (tensor.is_floating_point() or tensor.is_complex()):
+            tensor.requires_grad_(True)
+        return tensor
+
+    def __repr__(self) -> str:
+        return f"LazyStateDict({self._native.name()!r}, {len(self)} keys)"
+
+
+class _KeysView:
+    """``keys()``: iterable, sized, supports ``in`` and equality with sets."""
+
+    def __init__(self, owner: LazyStateDict) -> None:
+        self._owner = owner
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._owner)
+
+    def __len__(self) -> int:
+        return len(self._owner)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._owner
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (set, frozenset, list, tuple, _KeysView)) and not hasattr(other, "__iter__"):
+            return NotImplemented
+        return set(self) == set(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"odict_keys({list(self)!r})"
+
+
+def _tree(native: NativeCheckpoint) -> _Tree:
+    root: _Tree = {}
+    for index, (path, kind, details) in enumerate(native.entries()):
+        node = root
+        for component in path[:-1]:
+            child = node.setdefault(component, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"{native.name()}: {path!r} is both a value and a container")
+            node = child
+        node[path[-1]] = _Leaf(index, kind, details)
+    return root
+
+
+def load(
+    ckpt: str | os.PathLike[str],
+    map_location: Any = "cpu",
+    dtype: torch.dtype | None = None,
+    cache_tensors: bool = False,
+    debug: bool = False,
+) -> LazyStateDict:
+    """Opens a ``torch.save`` checkpoint (a path, ``http(s)://`` or
+    ``s3://`` URI) and returns its state dict with tensors read on access.
+
+    Only the archive's directory and ``data.pkl`` are read here. ``dtype``
+    converts tensors as they load; ``map_location`` moves them (zipslicer
+    accepts only ``"cpu"``); ``cache_tensors`` keeps loaded tensors.
+    Legacy (pre-1.6) and compressed checkpoints raise ``FormatError``.
+    """
+    native = NativeCheckpoint(os.fspath(ckpt))
+    return LazyStateDict(
+        native,
+        _tree(native),
+        map_location=map_location,
+        dtype=dtype,
+        cache_tensors=cache_tensors,
+        debug=debug,
+    )
