@@ -17,7 +17,8 @@ RUNS="${RUNS:-10000000}"
 MAX_SECONDS="${MAX_SECONDS:-7200}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed)
+    targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed
+        checkpoint checkpoint_pickle)
 fi
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
@@ -34,6 +35,21 @@ for t in "${targets[@]}"; do
     if [ "$t" = path_registry ]; then
         # Synthetic paths: short inputs hold hundreds of them.
         extra=(-max_len=1024)
+    elif [[ "$t" == checkpoint* ]]; then
+        # torch.save checkpoints written by torch (and the hostile ones).
+        cp tests/vectors/torch/*.pt "$corpus/"
+        if [ "$t" = checkpoint_pickle ]; then
+            # The pickle machine alone: the data.pkl of each checkpoint.
+            python3 -c 'import sys, zipfile
+for p in sys.argv[2:]:
+    try:
+        z = zipfile.ZipFile(p)
+    except zipfile.BadZipFile:
+        continue
+    for n in z.namelist():
+        if n.endswith("/data.pkl"):
+            open(sys.argv[1] + "/pkl-" + p.rsplit("/", 1)[-1], "wb").write(z.read(n))' "$corpus" tests/vectors/torch/*.pt
+        fi
     else
         # Seed with real files (small ones whole, and the first 4 KiB of
         # each, which holds the header and the start of the index).
