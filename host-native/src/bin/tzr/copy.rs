@@ -34,6 +34,7 @@ fn copy_bytes(source: &dyn RangeSource, file: &mut std::fs::File, name: &str) ->
     Ok(())
 }
 
+#[cfg(feature = "s3")]
 fn temp_in(dir: &Path, output: &str) -> Result<tempfile::NamedTempFile, Failure> {
     tempfile::Builder::new()
         .prefix(".tzr-copy-")
