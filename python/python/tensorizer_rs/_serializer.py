@@ -93,11 +93,16 @@ class TensorSerializer:
         elif isinstance(file_obj, (bytes, int)):
             raise TypeError("file_obj must be a path or a binary file object")
         else:
-            usable = not isinstance(file_obj, io.TextIOBase) and all(
-                getattr(file_obj, check, lambda: True)() for check in ("readable", "writable")
-            )
-            if not usable:
-                raise ValueError('file_obj must be readable, writable, and in binary mode (mode="wb+")')
+            try:
+                read_write = bool(file_obj.writable() and file_obj.readable())
+            except AttributeError:
+                read_write = True  # as tensorizer: no full io.IOBase interface, assume it's fine
+            if isinstance(file_obj, io.TextIOBase) or not read_write:
+                mode = getattr(file_obj, "mode", "")
+                raise ValueError(
+                    "TensorSerializer's file_obj must be readable, writable, "
+                    'and in binary mode (mode="wb+"{})'.format(mode and f', current mode="{mode}"')
+                )
             if not hasattr(file_obj, "write"):
                 raise TypeError("file_obj must be a path or a binary file object")
             # Written to a private temporary file, copied into the object on close.
@@ -218,18 +223,28 @@ class TensorSerializer:
                 key=self._encryption.key if self._encryption else None,
                 kdf=self._encryption._kdf if self._encryption else None,
             )
-        self._writer.commit()
+        try:
+            self._writer.commit()
+        except BaseException:
+            if isinstance(self._sink, S3Upload):
+                self._sink.discard()
+            raise
         if self._upload_uri is not None:
             try:
                 _native.s3_upload(self._path, self._upload_uri)
             finally:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
         elif isinstance(self._sink, S3Upload):
-            # The stream uploads when its owner closes it: hand it the file.
+            # Hand the stream the finished file; closing it uploads, as
+            # tensorizer's close() closes the stream it was given.
             try:
                 self._sink._replace_contents(self._path)
+            except BaseException:
+                self._sink.discard()
+                raise
             finally:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._sink.close()
         elif self._sink is not None:
             try:
                 with open(self._path, "rb") as src:
@@ -240,6 +255,9 @@ class TensorSerializer:
                         self._sink.flush()
             finally:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
+            # tensorizer's close() closes the stream it was given.
+            if hasattr(self._sink, "close"):
+                self._sink.close()
 
     def _abort(self) -> None:
         self._closed = True
@@ -247,6 +265,8 @@ class TensorSerializer:
             self._writer.abort()
         if self._sink is not None or self._upload_uri is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
+        if isinstance(self._sink, S3Upload):
+            self._sink.discard()
 
     def __enter__(self) -> TensorSerializer:
         return self
@@ -258,9 +278,15 @@ class TensorSerializer:
             self._abort()
 
     def __del__(self) -> None:
-        # Like tensorizer, an unclosed serializer is closed when collected.
+        # Like tensorizer, an unclosed serializer is closed when collected,
+        # except that an upload to S3 happens only on an explicit close():
+        # an abandoned one (perhaps half-written) uploads nothing.
         try:
-            if not self._closed and self._writer is not None:
+            if getattr(self, "_closed", True):
+                return
+            if self._upload_uri is not None or isinstance(self._sink, S3Upload):
+                self._abort()
+            elif self._writer is not None:
                 self.close()
         except Exception:
             pass

@@ -110,14 +110,19 @@ class RemoteStream(io.RawIOBase):
 class S3Upload(io.FileIO):
     """A local temporary file that is uploaded to ``s3://`` when closed.
 
-    Leaving a ``with`` block by an exception (or calling :meth:`discard`)
-    deletes it without uploading. If the upload fails, nothing is visible
-    under the key and ``close`` raises."""
+    It is always readable and writable (as tensorizer's, whatever the
+    mode), so ``TensorSerializer`` accepts it. Only an explicit
+    :meth:`close` (or leaving a ``with`` block normally) uploads: leaving a
+    ``with`` block by an exception, :meth:`discard`, or the stream being
+    garbage-collected unclosed deletes it without uploading, leaving any
+    existing object under the key as it was. If the upload fails, nothing
+    is visible under the key and ``close`` raises."""
 
     def __init__(self, uri: str, mode: str, s3: dict[str, Any]) -> None:
+        self._discarded = True  # until fully opened: a half-built stream uploads nothing
         fd, path = tempfile.mkstemp(prefix="tensorizer-rs-", suffix=".upload")
         os.close(fd)
-        super().__init__(path, "r+b" if "+" in mode else "wb")
+        super().__init__(path, "r+b")
         self._uri = uri
         self._s3 = s3
         self._temp_path = path
@@ -145,13 +150,19 @@ class S3Upload(io.FileIO):
             if not self._discarded:
                 _native.s3_upload(self._temp_path, self._uri, **self._s3)
         finally:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, AttributeError):
                 os.unlink(self._temp_path)
 
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
         if exc_type is not None:
             self._discarded = True
         self.close()
+
+    def __del__(self) -> None:
+        # Collected without an explicit close: abandoned, so nothing is
+        # uploaded (io.IOBase.__del__ would close, and so upload, it).
+        with contextlib.suppress(Exception):
+            self.discard()
 
 
 def open_stream(
