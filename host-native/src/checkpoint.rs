@@ -529,18 +529,43 @@ pub fn to_tensorizer<S: RangeSource>(
         converted.flattened = true;
     }
     let writer = crate::writer::FileWriter::create(out, &specs, options)?;
-    let mut buf = Vec::new();
-    for (k, &i) in indices.iter().enumerate() {
-        let n = reader.nbytes(i)? as usize;
-        buf.resize(n, 0);
-        reader.read_contiguous(i, &mut buf)?;
-        let mut sink = writer.tensor(k)?;
-        sink.write(&buf)?;
-        sink.finish()?;
-        converted.bytes += n as u64;
-        converted.tensors += 1;
-        progress(converted.bytes);
-    }
+    // Two stages overlap: one thread gathers tensor k + 1 while this one
+    // hashes (and encrypts) and writes tensor k. Two buffers of the largest
+    // tensor bound the memory.
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<Vec<u8>>>(1);
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    free_tx.send(Vec::new()).ok();
+    free_tx.send(Vec::new()).ok();
+    std::thread::scope(|scope| -> Result<()> {
+        scope.spawn(move || {
+            for &i in &indices {
+                let Ok(mut buf) = free_rx.recv() else { return };
+                let filled = reader.nbytes(i).and_then(|n| {
+                    buf.resize(n as usize, 0);
+                    reader.read_contiguous(i, &mut buf).map(|()| buf)
+                });
+                let failed = filled.is_err();
+                if full_tx.send(filled).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        // Owned by this closure, so an early error drops them and the
+        // reader thread, blocked on either channel, ends instead of waiting.
+        let (full_rx, free_tx) = (full_rx, free_tx);
+        for k in 0..specs.len() {
+            let buf = full_rx.recv().map_err(|_| Error::Invalid("checkpoint reader thread stopped".into()))??;
+            let mut sink = writer.tensor(k)?;
+            sink.write(&buf)?;
+            sink.finish()?;
+            converted.bytes += buf.len() as u64;
+            converted.tensors += 1;
+            progress(converted.bytes);
+            // The reader may already have finished: a closed channel is fine.
+            let _ = free_tx.send(buf);
+        }
+        Ok(())
+    })?;
     writer.commit()?;
     Ok(converted)
 }
