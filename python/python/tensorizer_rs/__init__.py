@@ -18,7 +18,11 @@ from .serialization import (
     TensorType,
 )
 
-__version__ = _native_version
+# The tensorizer release whose API and file format this implements, so that
+# code checking ``tensorizer.__version__`` sees a compatible version; our
+# own version is ``__rs_version__``.
+__version__ = "2.12.1"
+__rs_version__ = _native_version
 
 __all__ = [
     "serialization",

@@ -9,6 +9,10 @@ from . import _native
 
 CryptographyError = _native.CryptographyError
 
+# Encryption is built into the native core (no libsodium needed), so it is
+# always available.
+available: bool = True
+
 _SALT_LEN = 16
 _KEY_LEN = 32
 

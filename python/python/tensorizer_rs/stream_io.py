@@ -10,17 +10,42 @@ a ``with`` block by an exception discards it instead of uploading.
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import io
 import os
+import shutil
 import tempfile
-from typing import IO, Any
+import time
+from typing import IO, Any, NamedTuple, Optional, Union
 
 from . import _native
 
-__all__ = ["open_stream", "RemoteStream", "S3Upload"]
+__all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo", "RemoteStream", "S3Upload"]
 
 _REMOTE = ("http", "https", "s3", "redis")
+
+SEEK_SET = io.SEEK_SET
+SEEK_CUR = io.SEEK_CUR
+SEEK_END = io.SEEK_END
+
+# tensorizer's module attributes. No curl binary is used here (HTTP is
+# native); ``curl_path`` is only reported, as tensorizer does.
+curl_path = shutil.which("curl")
+default_s3_read_endpoint = "accel-object.ord1.coreweave.com"
+default_s3_write_endpoint = "object.ord1.coreweave.com"
+_s3_default_config_paths = (os.path.expanduser("~/.s3cfg"),)
+
+
+def _check_range(begin: int | None, end: int | None) -> tuple[int, int | None]:
+    """tensorizer's validation of a ``begin``/``end`` (exclusive) range."""
+    if begin is None:
+        begin = 0
+    elif begin < 0:
+        raise ValueError("Invalid begin, must be non-negative")
+    if end is not None and end <= begin:
+        raise ValueError(f"End marker must come strictly after begin marker (requested range: {begin} to {end})")
+    return begin, end
 
 
 def _s3_kwargs(
@@ -43,12 +68,24 @@ def _s3_kwargs(
 
 class RemoteStream(io.RawIOBase):
     """A read-only, seekable file over a remote object. Every read is one
-    range request (or a few, for Redis keys); nothing is buffered."""
+    range request (or a few, for Redis keys); nothing is buffered.
 
-    def __init__(self, source: _native.NativeSource, begin: int = 0) -> None:
+    Positions are absolute in the object. ``begin`` is where the stream
+    starts; ``end`` (exclusive, as in tensorizer) is where reads stop: the
+    stream ends there, also for ``SEEK_END``."""
+
+    def __init__(self, source: _native.NativeSource, begin: int | None = 0, end: int | None = None) -> None:
         super().__init__()
+        begin, end = _check_range(begin, end)
         self._source = source
-        self._pos = max(0, begin)
+        self._pos = begin
+        self._end = end
+        self.setup_latency: float = 0.0
+        self.response_latencies: list[float] = []
+        self.bytes_read = 0
+        self.bytes_skipped = 0
+        self.read_operations = 0
+        self._error_context: list[str] = []
 
     @property
     def name(self) -> str:
@@ -56,12 +93,16 @@ class RemoteStream(io.RawIOBase):
 
     @property
     def native_source(self) -> _native.NativeSource:
-        """The native source, shared with ``TensorDeserializer``."""
+        """The native source (the whole object), shared with ``TensorDeserializer``."""
         return self._source
 
     @property
     def size(self) -> int:
         return self._source.size()
+
+    def _limit(self) -> int:
+        size = self._source.size()
+        return size if self._end is None else min(size, self._end)
 
     def readable(self) -> bool:
         return True
@@ -72,39 +113,309 @@ class RemoteStream(io.RawIOBase):
     def writable(self) -> bool:
         return False
 
+    def fileno(self) -> int:
+        return -1
+
     def tell(self) -> int:
         return self._pos
 
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    def seek(self, position: int, whence: int = io.SEEK_SET) -> int:
         if self.closed:
             raise ValueError("I/O operation on closed file.")
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._source.size()}.get(whence)
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._limit()}.get(whence)
         if base is None:
             raise ValueError(f"invalid whence ({whence})")
-        if base + offset < 0:
+        if base + position < 0:
             raise ValueError("negative seek position")
-        self._pos = base + offset
+        target = base + position
+        if target > self._pos:
+            self.bytes_skipped += target - self._pos
+        self._pos = target
         return self._pos
 
-    def readinto(self, buffer: Any) -> int:
+    def close(self) -> None:
+        """Closes the stream (the native source is released with it)."""
+        super().close()
+
+    def register_error_context(self, msg: str) -> None:
+        """Adds ``msg`` to the message of read errors from now on (as
+        tensorizer's ``CURLStreamFile`` does)."""
+        self._error_context.append(msg)
+
+    def _annotate(self, error: OSError) -> OSError:
+        if self._error_context:
+            error.args = (*error.args[:-1], f"{error.args[-1] if error.args else ''}\n" + "\n".join(self._error_context))
+        return error
+
+    def _span(self, size: int | None) -> int:
+        left = max(0, self._limit() - self._pos)
+        return left if size is None or size < 0 else min(size, left)
+
+    def readinto(self, ba: Any) -> int:
         if self.closed:
             raise ValueError("I/O operation on closed file.")
-        view = memoryview(buffer).cast("B")
-        n = self._source.readinto_at(self._pos, view)
+        view = memoryview(ba).cast("B")
+        want = self._span(len(view))
+        if want == 0:
+            return 0
+        started = time.monotonic()
+        try:
+            n = self._source.readinto_at(self._pos, view[:want])
+        except OSError as e:
+            raise self._annotate(e)
+        self.response_latencies.append(time.monotonic() - started)
         self._pos += n
+        self.bytes_read += n
+        self.read_operations += 1
         return n
 
     def read(self, size: int | None = -1) -> bytes:
         if self.closed:
             raise ValueError("I/O operation on closed file.")
-        if size is None or size < 0:
-            size = max(0, self._source.size() - self._pos)
-        data = self._source.read_at(self._pos, size)
+        want = self._span(size)
+        if want == 0:
+            return b""
+        started = time.monotonic()
+        try:
+            data = self._source.read_at(self._pos, want)
+        except OSError as e:
+            raise self._annotate(e)
+        self.response_latencies.append(time.monotonic() - started)
         self._pos += len(data)
+        self.bytes_read += len(data)
+        self.read_operations += 1
         return data
 
     def readall(self) -> bytes:
         return self.read(-1)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        raise io.UnsupportedOperation("readline")
+
+
+class CAInfo:
+    """tensorizer's SSL certificate settings: exactly one of ``cacert``,
+    ``capath`` or ``allow_untrusted=True``. Accepted and validated as
+    tensorizer does; custom CA handling is not implemented yet (streams
+    use default verification)."""
+
+    __slots__ = ("_curl_flags",)
+
+    def __init__(self, *, cacert: Optional[str] = None, capath: Optional[str] = None, allow_untrusted: bool = False):
+        if (cacert, capath).count(None) + (not allow_untrusted) != 2:
+            raise ValueError(
+                "Exactly one of cacert, capath, or allow_untrusted=True"
+                " must be specified. For default certificate verification"
+                " behaviour, use certificate_handling=None instead of"
+                " an explicit CAInfo instance"
+            )
+        self._curl_flags: tuple[str, ...]
+        if cacert is not None:
+            if not os.path.isfile(cacert):
+                raise ValueError("Invalid cacert file path, see https://curl.se/docs/manpage.html#--cacert")
+            self._curl_flags = ("--cacert", str(cacert))
+        elif capath is not None:
+            if not os.path.isdir(capath):
+                raise ValueError("Invalid capath directory path, see https://curl.se/docs/manpage.html#--capath")
+            self._curl_flags = ("--capath", str(capath))
+        else:
+            self._curl_flags = ("--insecure",)
+
+    @property
+    def curl_flags(self) -> tuple[str, ...]:
+        return self._curl_flags
+
+    def __hash__(self) -> int:
+        return hash(self._curl_flags)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CAInfo) and self._curl_flags == other._curl_flags
+
+
+def _no_ca(certificate_handling: Optional[CAInfo]) -> None:
+    """Custom CA handling is not implemented yet: default verification is
+    used whatever is given (never less checking than asked for)."""
+    if certificate_handling is not None and not isinstance(certificate_handling, CAInfo):
+        raise TypeError("certificate_handling must be a CAInfo instance or None")
+
+
+class CURLStreamFile(RemoteStream):
+    """tensorizer's ``CURLStreamFile``: a readable, seekable stream over an
+    ``http(s)://`` URL, served by native range requests (no curl process).
+    ``begin``/``end`` (exclusive) bound it as in tensorizer."""
+
+    def __init__(
+        self,
+        uri: str,
+        begin: Optional[int] = None,
+        end: Optional[int] = None,
+        headers: Optional[dict[str, Any]] = None,
+        *,
+        buffer_size: Optional[int] = None,
+        certificate_handling: Optional[CAInfo] = None,
+    ) -> None:
+        _check_range(begin, end)
+        _no_ca(certificate_handling)
+        if headers:
+            raise NotImplementedError("custom request headers are not supported by tensorizer_rs")
+        self._uri = uri
+        started = time.monotonic()
+        source = _native.NativeSource(uri)
+        super().__init__(source, begin, end)
+        self.setup_latency = time.monotonic() - started
+        self.popen_latencies: list[float] = [self.setup_latency]
+        self.http_response_latencies = self.response_latencies
+
+    @classmethod
+    def _over(cls, source: _native.NativeSource, begin: int | None, end: int | None) -> CURLStreamFile:
+        """A stream over an already-opened source (``s3_download``)."""
+        self = cls.__new__(cls)
+        RemoteStream.__init__(self, source, begin, end)
+        self._uri = source.name()
+        self.popen_latencies = []
+        self.http_response_latencies = self.response_latencies
+        return self
+
+
+class RedisStreamFile(RemoteStream):
+    """tensorizer's ``RedisStreamFile``: a readable, seekable stream over the
+    ``prefix:…:offset`` keys under ``redis://host[:port]/prefix``, served by
+    native reads. ``begin``/``end`` (exclusive) bound it."""
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        begin: Optional[int] = None,
+        end: Optional[int] = None,
+        buffer_size: Optional[int] = None,
+    ) -> None:
+        _check_range(begin, end)
+        started = time.monotonic()
+        source = _native.NativeSource(uri)
+        super().__init__(source, begin, end)
+        self.setup_latency = time.monotonic() - started
+
+    def __enter__(self) -> RedisStreamFile:
+        return self
+
+
+class _ParsedCredentials(NamedTuple):
+    config_file: Optional[str]
+    s3_endpoint: Optional[str]
+    s3_access_key: Optional[str]
+    s3_secret_key: Optional[str]
+    use_https: Optional[bool]
+
+
+def _get_s3cfg_values(config_path: Union[str, bytes, "os.PathLike[str]", None] = None) -> _ParsedCredentials:
+    paths = (config_path,) if config_path else _s3_default_config_paths
+    config = configparser.ConfigParser()
+    for path in paths:
+        if config.read((os.fsdecode(path),)):
+            break
+    else:
+        return _ParsedCredentials(None, None, None, None, None)
+    if "default" not in config:
+        raise ValueError(f"No default section in {os.fsdecode(path)}")
+    flag = config["default"].get("use_https")
+    return _ParsedCredentials(
+        config_file=os.fsdecode(path),
+        s3_endpoint=config["default"].get("host_base"),
+        s3_access_key=config["default"].get("access_key"),
+        s3_secret_key=config["default"].get("secret_key"),
+        use_https=True if flag == "True" else False if flag == "False" else None,
+    )
+
+
+def _infer_credentials(
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_config_path: Union[str, bytes, "os.PathLike[str]", None] = None,
+) -> _ParsedCredentials:
+    """tensorizer's credential completion from the s3cmd config file (an
+    empty string is a given credential, ``None`` a missing one)."""
+    if s3_access_key_id is not None and s3_secret_access_key is not None:
+        return _ParsedCredentials(None, None, s3_access_key_id, s3_secret_access_key, None)
+    if s3_config_path is not None and not os.path.exists(s3_config_path):
+        raise FileNotFoundError(f"Explicitly specified s3_config_path does not exist: {s3_config_path!r}")
+    try:
+        parsed = _get_s3cfg_values(s3_config_path)
+    except (ValueError, configparser.Error) as parse_error:
+        raise ValueError(
+            "Attempted to access an S3 bucket, but credentials were not provided,"
+            " and the fallback .s3cfg file could not be parsed."
+        ) from parse_error
+    if parsed.config_file is None:
+        raise ValueError(
+            "Attempted to access an S3 bucket, but credentials were not provided,"
+            " and no default .s3cfg file could be found."
+        )
+    if s3_access_key_id is None:
+        s3_access_key_id = parsed.s3_access_key
+    if s3_secret_access_key is None:
+        s3_secret_access_key = parsed.s3_secret_key
+    for value, label in ((s3_access_key_id, "s3_access_key_id"), (s3_secret_access_key, "s3_secret_access_key")):
+        if not value:
+            raise ValueError(
+                f"Attempted to access an S3 bucket, but {label} was not provided,"
+                f" and could not be found in the default config file at {parsed.config_file}."
+            )
+    return parsed._replace(s3_access_key=s3_access_key_id, s3_secret_key=s3_secret_access_key)
+
+
+def _check_signature(s3_signature_version: Optional[str]) -> None:
+    if s3_signature_version not in (None, "s3v4", "v4"):
+        raise ValueError(f"unsupported S3 signature version {s3_signature_version!r}: only SigV4 is implemented")
+
+
+def _verbatim(s3_endpoint: Optional[str]) -> Optional[bool]:
+    """tensorizer's s3_download/s3_upload use the endpoint as given (open_stream
+    has already checked its scheme): an explicit http:// one is allowed."""
+    return True if s3_endpoint and s3_endpoint.lower().startswith("http://") else None
+
+
+def s3_download(
+    path_uri: str,
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_endpoint: Optional[str] = default_s3_read_endpoint,
+    s3_region_name: Optional[str] = None,
+    s3_signature_version: Optional[str] = None,
+    buffer_size: Optional[int] = None,
+    begin: Optional[int] = None,
+    end: Optional[int] = None,
+    certificate_handling: Optional[CAInfo] = None,
+) -> CURLStreamFile:
+    """A readable stream over ``s3://bucket/key`` (SigV4-signed native
+    range requests), bounded by ``begin``/``end`` (exclusive)."""
+    _check_range(begin, end)
+    _check_signature(s3_signature_version)
+    _no_ca(certificate_handling)
+    source = _native.NativeSource(
+        path_uri,
+        **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
+    )
+    return CURLStreamFile._over(source, begin, end)
+
+
+def s3_upload(
+    path: str,
+    target_uri: str,
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_endpoint: Optional[str] = default_s3_write_endpoint,
+    s3_region_name: Optional[str] = None,
+    s3_signature_version: Optional[str] = None,
+) -> None:
+    """Uploads the local file ``path`` to ``s3://bucket/key``: one PUT or a
+    multipart upload aborted on any error."""
+    _check_signature(s3_signature_version)
+    _native.s3_upload(
+        path,
+        target_uri,
+        **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
+    )
 
 
 class S3Upload(io.FileIO):
@@ -192,9 +503,12 @@ def open_stream(
     * Anything else, including an ``os.PathLike``, is a local file (binary
       modes only; parent directories are created for writing).
 
-    ``begin`` positions the stream. ``end``, ``buffer_size`` and
-    ``certificate_handling`` are accepted for compatibility: reads are
-    ranged on demand, so they change nothing.
+    ``begin`` positions the stream and ``end`` (exclusive) ends it, for
+    every scheme including local files (tensorizer ignores ``end`` there);
+    both are validated as tensorizer's ``CURLStreamFile`` does. ``end`` has
+    no effect on writes. ``buffer_size`` and ``certificate_handling`` are
+    accepted for compatibility: reads are ranged on demand, and custom CA
+    handling is not implemented (default verification is used).
     """
     if isinstance(path_uri, os.PathLike):
         path, scheme = os.fspath(path_uri), ""
@@ -217,12 +531,25 @@ def open_stream(
                 raise ValueError('Only the modes "rb", "wb[+]", and "ab[+]" are valid when opening s3:// streams.')
             label = "http(s)" if scheme.startswith("http") else scheme
             raise ValueError(f'Only the mode "rb" is valid when opening {label}:// streams.')
-        source = _native.NativeSource(path, **(s3 if scheme == "s3" else {}))
-        return RemoteStream(source, begin or 0)
+        if scheme == "s3":
+            _check_range(begin, end)
+            return CURLStreamFile._over(_native.NativeSource(path, **s3), begin, end)
+        if scheme == "redis":
+            return RedisStreamFile(path, begin=begin, end=end, buffer_size=buffer_size)
+        return CURLStreamFile(
+            path, begin=begin, end=end, buffer_size=buffer_size, certificate_handling=certificate_handling
+        )
     if "b" not in mode:
         raise ValueError("Only binary modes are supported")
     if any(c in mode for c in "wax"):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    reading_only = not any(c in mode for c in "wax+")
+    if begin is not None and begin < 0:
+        raise ValueError("Invalid begin, must be non-negative")
+    if end is not None and reading_only:
+        # A bounded read of a local file: the stream ends at ``end``.
+        _check_range(begin, end)
+        return RemoteStream(_native.NativeSource(path), begin, end)
     f = open(path, mode, buffering=buffer_size or io.DEFAULT_BUFFER_SIZE)
     if begin:
         f.seek(begin)

@@ -7,7 +7,7 @@ import contextlib
 import resource
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, Optional, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -44,19 +44,115 @@ def _available_bytes() -> int:
     return 0
 
 
-def get_mem_usage() -> str:
-    """A one-line summary of CPU (and, with CUDA, GPU) memory use."""
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    parts = [f"CPU: (maxrss: {maxrss >> 10:,}MiB F: {_available_bytes() >> 20:,}MiB)"]
+def _cuda() -> Any:
+    """torch, if it is installed and CUDA is available; else None."""
     try:
         import torch
-
-        if torch.cuda.is_available():
-            free, total = torch.cuda.mem_get_info()
-            parts.append(f"GPU: (U: {(total - free) >> 20:,}MiB F: {free >> 20:,}MiB T: {total >> 20:,}MiB)")
     except ImportError:
-        pass
-    return " ".join(parts)
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+class GlobalGPUMemoryUsage(NamedTuple):
+    """Total memory usage statistics across all processes for a single GPU."""
+
+    total: int
+    free: int
+    used: int
+
+    @classmethod
+    def now(cls, device: Any = None) -> Optional[GlobalGPUMemoryUsage]:
+        """(total, free, used) bytes on ``device`` (default: the current
+        GPU), or None without CUDA."""
+        torch = _cuda()
+        if torch is None:
+            return None
+        free, total = torch.cuda.mem_get_info(device)
+        return cls(total, free, total - free)
+
+    def __str__(self) -> str:
+        return "GPU: (U: {:,}MiB F: {:,}MiB T: {:,}MiB)".format(self.used >> 20, self.free >> 20, self.total >> 20)
+
+
+class TorchGPUMemoryUsage(NamedTuple):
+    """Memory usage statistics for PyTorch on a single GPU."""
+
+    reserved: int
+    reserved_max: int
+    used: int
+    used_max: int
+
+    @classmethod
+    def now(cls, device: Any = None) -> Optional[TorchGPUMemoryUsage]:
+        """PyTorch's (reserved, reserved_max, used, used_max) bytes on
+        ``device``, or None without CUDA."""
+        torch = _cuda()
+        if torch is None:
+            return None
+        stats = torch.cuda.memory.memory_stats(device)
+        return cls(
+            stats.get("reserved_bytes.all.current", 0),
+            stats.get("reserved_bytes.all.peak", 0),
+            stats.get("allocated_bytes.all.current", 0),
+            stats.get("allocated_bytes.all.peak", 0),
+        )
+
+    def __str__(self) -> str:
+        return "TORCH: (R: {:,}MiB/{:,}MiB, A: {:,}MiB/{:,}MiB)".format(
+            self.reserved >> 20, self.reserved_max >> 20, self.used >> 20, self.used_max >> 20
+        )
+
+
+class CPUMemoryUsage(NamedTuple):
+    """Memory usage statistics for CPU RAM."""
+
+    maxrss: int
+    free: int
+
+    @classmethod
+    def now(cls) -> CPUMemoryUsage:
+        """(maxrss of this process and its children, available RAM), in bytes."""
+        maxrss = (
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        ) << 10
+        return cls(maxrss, _available_bytes())
+
+    def __str__(self) -> str:
+        return "CPU: (maxrss: {:,}MiB F: {:,}MiB)".format(self.maxrss >> 20, self.free >> 20)
+
+
+class MemoryUsage(NamedTuple):
+    """CPU, total GPU and PyTorch memory usage together; ``gpu`` and
+    ``torch`` are None without CUDA."""
+
+    cpu: CPUMemoryUsage
+    gpu: Optional[GlobalGPUMemoryUsage]
+    torch: Optional[TorchGPUMemoryUsage]
+
+    @classmethod
+    def now(cls, device: Any = None) -> MemoryUsage:
+        gpu_info = torch_info = None
+        try:
+            gpu_info = GlobalGPUMemoryUsage.now(device)
+            torch_info = TorchGPUMemoryUsage.now(device)
+        except AssertionError:
+            pass
+        return cls(CPUMemoryUsage.now(), gpu_info, torch_info)
+
+    def __str__(self) -> str:
+        return " ".join(str(item) for item in self if item)
+
+
+def get_mem_usage() -> str:
+    """A one-line summary of CPU (and, with CUDA, GPU and PyTorch) memory
+    use: ``str(MemoryUsage.now())``."""
+    return str(MemoryUsage.now())
+
+
+def get_gpu_name() -> str:
+    """The current CUDA device's name, or "N/A"."""
+    torch = _cuda()
+    return str(torch.cuda.get_device_name()) if torch is not None else "N/A"
 
 
 def _patch() -> None:

@@ -1,0 +1,183 @@
+"""``open_stream`` ranges and tensorizer's stream classes: ``begin``/``end``
+(exclusive) bound a read stream for every scheme, invalid ranges are
+rejected as tensorizer rejects them, and ``CURLStreamFile`` /
+``RedisStreamFile`` are real readable streams over the native sources."""
+
+from __future__ import annotations
+
+import inspect
+import io
+
+import pytest
+
+import remote_servers
+import tzhelpers
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.skipif(tzhelpers.IS_ORACLE, reason="tensorizer ignores end for files and has no redis/curl here"),
+]
+
+DATA = bytes(range(256)) * 3 + bytes(range(232))  # 1,000 bytes
+assert len(DATA) == 1000
+
+
+@pytest.fixture(scope="module")
+def http_base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("www")
+    (root / "blob").write_bytes(DATA)
+    with remote_servers.nginx(str(root)) as base:
+        yield base
+
+
+def _check_bounded(stream, begin: int = 10, end: int = 20) -> None:
+    assert stream.tell() == begin
+    assert stream.read() == DATA[begin:end]
+    assert stream.read(5) == b""
+    stream.seek(begin)
+    buf = bytearray(100)
+    assert stream.readinto(buf) == end - begin and bytes(buf[: end - begin]) == DATA[begin:end]
+    stream.seek(begin + 2)
+    assert stream.read(3) == DATA[begin + 2 : begin + 5]
+    assert stream.read(100) == DATA[begin + 5 : end]
+    stream.close()
+    assert stream.closed
+
+
+def test_local_range(tz, tmp_path):
+    p = tmp_path / "blob"
+    p.write_bytes(DATA)
+    _check_bounded(tz.stream_io.open_stream(str(p), "rb", begin=10, end=20))
+    _check_bounded(tz.stream_io.open_stream(p, "rb", begin=10, end=20))
+    with tz.stream_io.open_stream(str(p), "rb", begin=990) as f:
+        assert f.read() == DATA[990:]
+    with tz.stream_io.open_stream(str(p), "rb", end=5) as f:
+        assert f.read() == DATA[:5]
+
+
+def test_http_range(tz, http_base):
+    url = f"{http_base}/blob"
+    _check_bounded(tz.stream_io.open_stream(url, "rb", begin=10, end=20))
+    with tz.stream_io.open_stream(url, end=1500) as f:  # past the end: up to the end
+        assert f.read() == DATA
+
+
+@pytest.mark.parametrize("scheme", ["local", "http"])
+@pytest.mark.parametrize(
+    ("begin", "end", "message"),
+    [
+        (-1, None, "Invalid begin, must be non-negative"),
+        (20, 10, "End marker must come strictly after begin marker (requested range: 20 to 10)"),
+        (10, 10, "End marker must come strictly after begin marker (requested range: 10 to 10)"),
+        (None, 0, "End marker must come strictly after begin marker (requested range: 0 to 0)"),
+    ],
+)
+def test_invalid_ranges_rejected_like_tensorizer(tz, oracle, tmp_path, http_base, scheme, begin, end, message):
+    target = f"{http_base}/blob" if scheme == "http" else str(tmp_path / "blob")
+    (tmp_path / "blob").write_bytes(DATA)
+    with pytest.raises(ValueError) as err:
+        tz.stream_io.open_stream(target, "rb", begin=begin, end=end)
+    assert str(err.value) == message
+    # tensorizer's own message for the same range (its CURLStreamFile checks
+    # before starting curl).
+    with pytest.raises(ValueError) as theirs:
+        oracle.stream_io.CURLStreamFile("http://127.0.0.1:9/x", begin=begin, end=end)
+    assert str(theirs.value) == message
+
+
+def test_curl_stream_file(tz, oracle, http_base):
+    url = f"{http_base}/blob"
+    assert inspect.signature(tz.stream_io.CURLStreamFile).parameters.keys() == inspect.signature(
+        oracle.stream_io.CURLStreamFile
+    ).parameters.keys()
+    f = tz.stream_io.CURLStreamFile(url, 10, 20)
+    assert isinstance(f.setup_latency, float) and f.setup_latency >= 0
+    assert f.readable() and f.seekable() and not f.writable()
+    assert f.read(4) == DATA[10:14]
+    assert len(f.response_latencies) == 1 and f.bytes_read == 4 and f.read_operations == 1
+    f.seek(10)
+    _check_bounded(f)
+    with pytest.raises(ValueError):
+        f.read(1)
+    with tz.stream_io.CURLStreamFile(url) as g:
+        assert g.tell() == 0
+        g.seek(990)
+        assert g.read() == DATA[990:]
+        assert g.seek(-4, io.SEEK_CUR) == 996
+
+
+def test_s3_and_redis_ranges(tz, tmp_path):
+    import redis as redis_py
+
+    with remote_servers.moto() as endpoint:
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        client.create_bucket(Bucket="bkt")
+        client.put_object(Bucket="bkt", Key="blob", Body=DATA)
+        creds = {"s3_access_key_id": "testing", "s3_secret_access_key": "testing", "s3_endpoint": endpoint,
+                 "force_http": True}
+        s = tz.stream_io.open_stream("s3://bkt/blob", "rb", begin=10, end=20, **creds)
+        assert isinstance(s, tz.stream_io.CURLStreamFile)
+        _check_bounded(s)
+        d = tz.stream_io.s3_download("s3://bkt/blob", "testing", "testing", endpoint, begin=10, end=20)
+        _check_bounded(d)
+        with pytest.raises(ValueError, match="End marker must come strictly after begin marker"):
+            tz.stream_io.open_stream("s3://bkt/blob", "rb", begin=20, end=10, **creds)
+        src = tmp_path / "up"
+        src.write_bytes(DATA[:100])
+        tz.stream_io.s3_upload(str(src), "s3://bkt/up", "testing", "testing", endpoint)
+        assert client.get_object(Bucket="bkt", Key="up")["Body"].read() == DATA[:100]
+
+    with remote_servers.redis() as port:
+        client = redis_py.Redis(host="127.0.0.1", port=port)
+        client.set("blob:0", DATA[:600])
+        client.set("blob:600", DATA[600:])
+        uri = f"redis://127.0.0.1:{port}/blob"
+        _check_bounded(tz.stream_io.open_stream(uri, "rb", begin=10, end=20))
+        _check_bounded(tz.stream_io.open_stream(uri, "rb", begin=595, end=605), 595, 605)
+        r = tz.stream_io.RedisStreamFile(uri, begin=10, end=20)
+        assert isinstance(r.setup_latency, float) and r.response_latencies == []
+        _check_bounded(r)
+        with tz.stream_io.RedisStreamFile(uri) as r:
+            assert r.read() == DATA
+        client.close()
+
+
+def test_module_constants_and_helpers(tz, oracle, tmp_path):
+    s = tz.stream_io
+    assert (s.SEEK_SET, s.SEEK_CUR, s.SEEK_END) == (0, 1, 2)
+    assert s.default_s3_read_endpoint == oracle.stream_io.default_s3_read_endpoint
+    assert s.default_s3_write_endpoint == oracle.stream_io.default_s3_write_endpoint
+    with pytest.raises(ValueError, match="Exactly one of"):
+        s.CAInfo()
+    assert s.CAInfo(allow_untrusted=True).curl_flags == ("--insecure",)
+    assert s._infer_credentials("a", "b") == oracle.stream_io._infer_credentials("a", "b")
+    cfg = tmp_path / "s3cfg"
+    cfg.write_text("[default]\naccess_key = AK\nsecret_key = SK\nhost_base = example.com\nuse_https = False\n")
+    assert tuple(s._infer_credentials(None, None, str(cfg))) == tuple(
+        oracle.stream_io._infer_credentials(None, None, str(cfg))
+    )
+    with pytest.raises(FileNotFoundError):
+        s._infer_credentials(None, None, str(tmp_path / "nope"))
+
+
+def test_utils_memory_usage(tz, oracle):
+    u = tz.utils
+    cpu = u.CPUMemoryUsage.now()
+    assert cpu.maxrss > 0 and cpu.free > 0 and str(cpu).startswith("CPU: (maxrss: ")
+    m = u.MemoryUsage.now()
+    assert m.cpu._fields == ("maxrss", "free") and u.get_mem_usage().startswith("CPU:")
+    assert u.MemoryUsage._fields == oracle.utils.MemoryUsage._fields
+    assert u.GlobalGPUMemoryUsage._fields == oracle.utils.GlobalGPUMemoryUsage._fields
+    assert u.TorchGPUMemoryUsage._fields == oracle.utils.TorchGPUMemoryUsage._fields
+    assert u.get_gpu_name() == oracle.utils.get_gpu_name()
+
+
+def test_serialization_names(tz, oracle):
+    z, oz = tz.serialization, oracle.serialization
+    assert [(h.name, h.value) for h in z.HashType] == [(h.name, h.value) for h in oz.HashType]
+    assert z.TensorHash(z.HashType.CRC32, b"x").hash == b"x"
+    assert z.TensorEntry.__slots__ == oz.TensorEntry.__slots__
+    assert isinstance(z._enable_perf_stats, bool) and tz._crypt.available is True
