@@ -177,6 +177,61 @@ impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
     }
 }
 
+/// A source that counts the requests it serves and the bytes they move,
+/// forwarding everything (vectored reads stay one request).
+pub struct Counted<S> {
+    inner: S,
+    bytes: std::sync::atomic::AtomicU64,
+    requests: std::sync::atomic::AtomicU64,
+}
+
+impl<S> Counted<S> {
+    /// Wraps `inner`, with both counts at zero.
+    pub fn new(inner: S) -> Self {
+        Self { inner, bytes: Default::default(), requests: Default::default() }
+    }
+
+    /// Bytes read so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Read requests served so far (a vectored read counts once).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count(&self, bytes: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.bytes.fetch_add(bytes as u64, Relaxed);
+        self.requests.fetch_add(1, Relaxed);
+    }
+}
+
+impl<S: RangeSource> RangeSource for Counted<S> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.count(buf.len());
+        self.inner.read_exact_at(offset, buf)
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn prefers_long_reads(&self) -> bool {
+        self.inner.prefers_long_reads()
+    }
+
+    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        self.count(bufs.iter().map(|b| b.len()).sum());
+        self.inner.read_vectored_at(offset, bufs)
+    }
+}
+
 /// Default of [`TransferLimits::min_rate`]: 16 KiB/s.
 pub const DEFAULT_MIN_RATE: u64 = 16 << 10;
 

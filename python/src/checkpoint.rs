@@ -2,51 +2,24 @@
 //! (thin wrapper over `tensorizer_native::checkpoint::CheckpointReader`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_native::checkpoint::CheckpointReader;
-use tensorizer_native::{MemorySource, RangeSource, Result, open_source};
+use tensorizer_native::source::Counted;
+use tensorizer_native::{MemorySource, RangeSource, open_source};
 
 use crate::buffers::Held;
 use crate::errors::to_py;
 use crate::reader::path_to_py;
 
-/// A source that counts the bytes and requests it serves.
-struct Counted {
-    inner: Arc<dyn RangeSource>,
-    bytes: AtomicU64,
-    reads: AtomicU64,
-}
-
-impl RangeSource for Counted {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_exact_at(offset, buf)
-    }
-
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn prefers_long_reads(&self) -> bool {
-        self.inner.prefers_long_reads()
-    }
-}
-
 /// A torch.save zip checkpoint: the state dict parsed at open (without
 /// executing anything), tensors read on demand.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeCheckpoint {
-    inner: CheckpointReader<Counted>,
+    inner: CheckpointReader<Counted<Arc<dyn RangeSource>>>,
 }
 
 #[pymethods]
@@ -71,7 +44,7 @@ impl NativeCheckpoint {
             let uri = path.to_string_lossy().into_owned();
             Arc::from(py.detach(|| open_source(&uri)).map_err(to_py)?)
         };
-        let counted = Counted { inner, bytes: AtomicU64::new(0), reads: AtomicU64::new(0) };
+        let counted = Counted::new(inner);
         let mut inner = py.detach(|| CheckpointReader::new(counted)).map_err(to_py)?;
         if let Some(cap) = max_expanded_bytes {
             inner.set_max_expanded_bytes(cap);
@@ -168,6 +141,6 @@ impl NativeCheckpoint {
     /// (bytes, requests) read from the source so far.
     fn bytes_read(&self) -> (u64, u64) {
         let s = self.inner.source();
-        (s.bytes.load(Ordering::Relaxed), s.reads.load(Ordering::Relaxed))
+        (s.bytes(), s.requests())
     }
 }

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 use tensorizer_core::checkpoint::{Checkpoint, Leaf, TensorView};
@@ -13,7 +12,8 @@ use tensorizer_core::hash::TensorHasher;
 use tensorizer_core::{ElementType, HashValue};
 use tensorizer_native::checkpoint::{self, CheckpointReader};
 use tensorizer_native::safetensors::flat_name;
-use tensorizer_native::{LocalFile, MemorySource, RangeSource, ReadOptions, Reader, Result, WriteOptions};
+use tensorizer_native::source::Counted;
+use tensorizer_native::{LocalFile, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors/torch")
@@ -79,39 +79,6 @@ fn expected(ckpt: &Checkpoint<'_>) -> Vec<(usize, String, Vec<u8>)> {
         }
     }
     out
-}
-
-/// Counts the bytes and requests a source serves.
-struct Counting<S> {
-    inner: S,
-    bytes: AtomicU64,
-    reads: AtomicU64,
-}
-
-impl<S> Counting<S> {
-    fn new(inner: S) -> Self {
-        Self { inner, bytes: AtomicU64::new(0), reads: AtomicU64::new(0) }
-    }
-    fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-    fn reads(&self) -> u64 {
-        self.reads.load(Ordering::Relaxed)
-    }
-}
-
-impl<S: RangeSource> RangeSource for Counting<S> {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_exact_at(offset, buf)
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
 }
 
 fn check_reader<S: RangeSource>(reader: &CheckpointReader<S>, ckpt: &Checkpoint<'_>, info: &Value, name: &str) {
@@ -269,14 +236,14 @@ fn open_and_keys_read_little_of_a_big_checkpoint() {
     let numel = 2 << 20;
     let bytes = big_checkpoint(8, numel);
     let ckpt = Checkpoint::parse(&bytes).unwrap();
-    let source = Counting::new(MemorySource::new(bytes.clone(), "big.pt"));
+    let source = std::sync::Arc::new(Counted::new(MemorySource::new(bytes.clone(), "big.pt")));
     let started = std::time::Instant::now();
-    let reader = CheckpointReader::new(&source).unwrap();
+    let reader = CheckpointReader::new(std::sync::Arc::clone(&source)).unwrap();
     let keys: Vec<String> = reader.entries().iter().map(|e| e.path.to_string()).collect();
     let open_time = started.elapsed();
     assert_eq!(keys.len(), 8);
     assert_eq!(keys[3], "layer.3.weight");
-    let (opened, requests) = (source.bytes(), source.reads());
+    let (opened, requests) = (source.bytes(), source.requests());
     assert!(opened < 1 << 20, "open + keys read {opened} bytes");
     assert!(requests <= 5, "{requests} requests: sniff, tail, two records, data.pkl");
     eprintln!("open + keys: {opened} bytes in {requests} requests, {open_time:?}");
@@ -302,18 +269,6 @@ fn open_and_keys_read_little_of_a_big_checkpoint() {
     std::fs::write(&file, &bad).unwrap();
     assert_eq!(tzr(&["verify", s(&file)]).status.code(), Some(1));
     assert_eq!(tzr(&["verify", s(&dir.path().join("missing.pt"))]).status.code(), Some(3));
-}
-
-impl<S: RangeSource> RangeSource for &Counting<S> {
-    fn len(&self) -> u64 {
-        (*self).len()
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        (*self).read_exact_at(offset, buf)
-    }
-    fn name(&self) -> &str {
-        (*self).name()
-    }
 }
 
 // ---- conversion --------------------------------------------------------------
