@@ -89,6 +89,26 @@ def moto() -> Iterator[str]:
 
 
 @contextmanager
+def s3_bucket(bucket: str = "models") -> Iterator[tuple[str, object]]:
+    """moto_server with one bucket; yields its endpoint and a boto3 client."""
+    with moto() as endpoint:
+        import boto3
+
+        client = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket=bucket)
+        yield endpoint, client
+
+
+def s3_credentials(endpoint: str) -> dict[str, object]:
+    """open_stream's keyword arguments for the moto server at `endpoint`."""
+    return {"s3_access_key_id": "testing", "s3_secret_access_key": "testing", "s3_endpoint": endpoint,
+            "force_http": True}
+
+
+@contextmanager
 def redis() -> Iterator[int]:
     """A redis-server without persistence; yields its port."""
     binary = _binary("redis-server", ["/usr/bin/redis-server"])

@@ -24,20 +24,11 @@ GOOD = b"the good model, already uploaded" * 100
 
 @pytest.fixture(scope="module")
 def s3():
-    with remote_servers.moto() as endpoint:
-        import boto3
-
-        client = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="models")
-        yield endpoint, client
+    with remote_servers.s3_bucket() as server:
+        yield server
 
 
-def _creds(endpoint: str) -> dict[str, object]:
-    return {"s3_access_key_id": "testing", "s3_secret_access_key": "testing", "s3_endpoint": endpoint,
-            "force_http": True}
+_creds = remote_servers.s3_credentials
 
 
 def _put_good(client, key: str) -> None:
