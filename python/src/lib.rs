@@ -6,8 +6,10 @@
 
 mod buffers;
 mod checkpoint;
+mod convert;
 mod errors;
 mod reader;
+mod slices;
 mod source;
 mod writer;
 
@@ -33,6 +35,8 @@ mod _native {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
+        crate::slices::register(m)?;
+        crate::convert::register(m)?;
         Ok(())
     }
 
