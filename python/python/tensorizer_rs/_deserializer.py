@@ -451,15 +451,23 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if not entries:
             return
         self._check_open()
+        # As tensorizer: the arrays before the first opaque tensor are
+        # yielded, then the opaque one raises (unless allow_raw_data).
         kinds = []
+        refusal: ValueError | None = None
         for e in entries:
             np_dtype, torch_name = _dtypes.numpy_dtype(e.dtype)
             if torch_name is not None and not allow_raw_data:
-                raise ValueError(
+                refusal = ValueError(
                     f"{e.name} has an opaque datatype: (Torch: {torch_name}, Numpy: {np_dtype.str}). "
                     f"Set `allow_raw_data=True` to return as a numpy array with a datatype of {np_dtype.str}"
                 )
+                break
             kinds.append((np_dtype, torch_name))
+        entries = entries[: len(kinds)]
+        if not entries:
+            assert refusal is not None
+            raise refusal
         verify = bool(self._verify_hash if verify_hash is None else verify_hash)
         metas = [e for e in entries if e.is_meta]
         if metas:
@@ -480,6 +488,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         for e, idx, arr, (_, torch_name) in zip(entries, indices, arrays, kinds):
             self._last_yielded = self._position[e.index]
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
+        if refusal is not None:
+            raise refusal
 
     def load_into_module(
         self,
@@ -514,8 +524,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 module.register_parameter(attr, tensor)
             else:
                 buffer = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
-                persistent = attr not in getattr(module, "_non_persistent_buffers_set", set())
-                module.register_buffer(attr, buffer, persistent=persistent)
+                # As tensorizer: every loaded buffer is registered persistent,
+                # so state_dict() has the same keys after either library's
+                # load (spec §11, "non-persistent buffers").
+                module.register_buffer(attr, buffer)
         return len(entries)
 
     def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
