@@ -22,21 +22,20 @@ pytestmark = [
     pytest.mark.skipif(tzhelpers.IS_ORACLE, reason="compares tensorizer_rs with tensorizer"),
 ]
 
-MODULES = ["", ".serialization", ".stream_io", ".utils"]
+MODULES = ["", ".serialization", ".stream_io", ".utils", ".torch_compat"]
 
 # Private names that real code uses, checked as if public.
 PRIVATE = {
     ".stream_io": ["_infer_credentials"],
     ".serialization": ["_enable_perf_stats"],
     "._crypt": ["available"],
+    # tensorizer's tests/test_torch_compat.py uses these two.
+    ".torch_compat": ["_LOAD_WRAPPER_DEFAULT_MODULE", "_FileLike"],
 }
 
 # Known gaps: "module:name" (a missing name) or "module:name(param)" (a
 # parameter ours does not accept, or accepts differently), with why.
 GAPS: dict[str, str] = {
-    # torch_compat (tensorizer_loading/tensorizer_saving for torch.save and
-    # torch.load) is a separate task.
-    ":torch_compat": "torch_compat is a separate task",
     # Handles of optional third-party modules (None in tensorizer when they
     # are not installed): LZ4 compression is not implemented (tensorizer
     # does not compress either), and GPU memory comes from torch, not NVML.
@@ -176,7 +175,8 @@ def test_surface_is_enumerated(oracle):
     surface = set(_surface(oracle))
     for pair in [("", "TensorSerializer"), (".stream_io", "CURLStreamFile"), (".stream_io", "SEEK_END"),
                  (".stream_io", "default_s3_read_endpoint"), (".utils", "MemoryUsage"),
-                 (".serialization", "TensorEntry"), (".stream_io", "_infer_credentials")]:
+                 (".serialization", "TensorEntry"), (".stream_io", "_infer_credentials"),
+                 (".torch_compat", "tensorizer_saving"), (".torch_compat", "tensorizer_loading")]:
         assert pair in surface, pair
 
 

@@ -5,6 +5,8 @@ tensorizer 2.12: the same classes, arguments and file format, loading with
 parallel reads straight into tensors allocated by torch.
 """
 
+from typing import Any
+
 from . import serialization, stream_io, utils
 from ._native import __version__ as _native_version
 from .serialization import (
@@ -23,6 +25,18 @@ from .serialization import (
 # own version is ``__rs_version__``.
 __version__ = "2.12.1"
 __rs_version__ = _native_version
+
+
+def __getattr__(name: str) -> Any:
+    # torch_compat imports torch, which the rest of the package does not
+    # need: it is imported on first use (``tensorizer_rs.torch_compat`` or
+    # ``import tensorizer_rs.torch_compat``).
+    if name == "torch_compat":
+        import importlib
+
+        return importlib.import_module(".torch_compat", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "serialization",
