@@ -533,6 +533,9 @@ def test_bad_arguments_fail_early(impls):
         pass
     with pytest.raises(TypeError, match="TensorDeserializer"), compat.tensorizer_loading(no_such_option=1):
         pass
+    for bad in ({"dtype": torch.float16}, {"filter_func": lambda name: True}):
+        with pytest.raises(ValueError, match="raw storage bytes"), compat.tensorizer_loading(**bad):
+            pass
     assert torch.save is ORIG_SAVE and torch.load is ORIG_LOAD
 
 
@@ -568,3 +571,18 @@ def test_contexts_exit_cleanly_on_errors(impls, tmp_path):
     assert torch.save is ORIG_SAVE and torch.load is ORIG_LOAD
     torch.save({"w": torch.ones(2)}, tmp_path / "after.pt")
     assert not (tmp_path / "after.pt.tensors").exists()
+
+
+@pytest.mark.parametrize("saver,loader", DIRECTIONS)
+def test_legacy_torch_format(impls, tmp_path, saver, loader):
+    """torch.save(..., _use_new_zipfile_serialization=False) works too."""
+    state = {"w": torch.arange(6.0).view(2, 3), "e": torch.empty(0), "m": torch.empty(3, device="meta")}
+    state["t"] = state["w"].t()
+    pt = tmp_path / "legacy.pt"
+    with impls[saver].tensorizer_saving():
+        torch.save(state, pt, _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(pt) and (tmp_path / "legacy.pt.tensors").is_file()
+    with impls[loader].tensorizer_loading(device="cpu"):
+        got = torch.load(pt)
+    assert torch.equal(got["w"], state["w"]) and got["t"].data_ptr() == got["w"].data_ptr()
+    assert got["e"].shape == (0,) and got["m"].is_meta and got["m"].shape == (3,)

@@ -488,6 +488,11 @@ _SAVE_PATCH: Final = _Patch("save", _save_wrapper)
 _LOAD_PATCH: Final = _Patch("load", _load_wrapper)
 
 
+# TensorDeserializer arguments that would corrupt sidecar storages (dtype
+# converts the bytes, filter_func renumbers them).
+_STORAGE_BREAKING: Final = ("dtype", "filter_func")
+
+
 def _check_kwargs(cls: type, kwargs: dict[str, Any]) -> None:
     """Unknown keyword arguments fail when the context opens, not at the
     first save or load."""
@@ -571,6 +576,12 @@ def tensorizer_loading(
     """
     if load_func is None:
         _check_kwargs(TensorDeserializer, kwargs)
+        for name in _STORAGE_BREAKING:
+            if kwargs.get(name) is not None:
+                raise ValueError(
+                    f"tensorizer_loading does not take {name}=: the sidecar holds raw storage bytes, "
+                    f"addressed by position, which {name}= would change; convert the loaded objects instead"
+                )
     token = _loading.set(_Loading(file_obj, load_func, bool(suppress_weights_only), kwargs))
     _LOAD_PATCH.acquire()
     try:
