@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result, io_err};
 
+mod window;
+pub use window::Window;
+
 /// A byte source that serves concurrent positioned reads.
 pub trait RangeSource: Send + Sync {
     /// Total length in bytes.
