@@ -104,6 +104,14 @@ impl NativeSource {
         Ok(PyBytes::new(py, &buf))
     }
 
+    /// Bytes `begin..end` (exclusive; `None`: to the end) of this source,
+    /// as a source of their own: a file stored inside a bigger object.
+    #[pyo3(signature = (begin, end=None))]
+    fn window(&self, begin: u64, end: Option<u64>) -> PyResult<Self> {
+        let window = tensorizer_native::source::Window::new(self.inner.clone(), begin, end).map_err(to_py)?;
+        Ok(Self { inner: Arc::new(window) })
+    }
+
     /// Fills as much of the writable `buffer` as the source has at
     /// `offset`; returns the byte count.
     fn readinto_at(&self, py: Python<'_>, offset: u64, buffer: Bound<'_, PyAny>) -> PyResult<usize> {

@@ -181,3 +181,42 @@ def test_serialization_names(tz, oracle):
     assert z.TensorHash(z.HashType.CRC32, b"x").hash == b"x"
     assert z.TensorEntry.__slots__ == oz.TensorEntry.__slots__
     assert isinstance(z._enable_perf_stats, bool) and tz._crypt.available is True
+
+
+def _embedded_file(tz, tmp_path):
+    """A tensorizer file stored at byte 777 of a bigger object, with junk after it."""
+    import torch
+
+    sd = {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "b": torch.ones(5, dtype=torch.int16)}
+    path = tmp_path / "inner.tensors"
+    tzhelpers.write_with(tz, path, lambda s: s.write_state_dict(sd))
+    inner = path.read_bytes()
+    blob = b"\xa5" * 777 + inner + b"\x5a" * 333
+    return sd, blob, 777, 777 + len(inner)
+
+
+def _check_embedded(tz, stream, sd):
+    import torch
+
+    with tz.TensorDeserializer(stream, device="cpu", verify_hash=True) as d:
+        assert sorted(d.keys()) == sorted(sd)
+        for k, v in sd.items():
+            assert torch.equal(d[k], v)
+
+
+def test_deserializer_reads_from_the_stream_begin(tz, tmp_path, http_base):
+    """TensorDeserializer(open_stream(uri, begin=N)) reads the file at N, as tensorizer does."""
+    sd, blob, begin, end = _embedded_file(tz, tmp_path)
+    (tmp_path / "blob.bin").write_bytes(blob)
+    _check_embedded(tz, tz.stream_io.open_stream(str(tmp_path / "blob.bin"), "rb", begin=begin, end=end), sd)
+    with remote_servers.nginx(str(tmp_path)) as base:
+        url = f"{base}/blob.bin"
+        _check_embedded(tz, tz.stream_io.open_stream(url, "rb", begin=begin, end=end), sd)
+        _check_embedded(tz, tz.stream_io.open_stream(url, "rb", begin=begin), sd)  # junk after the file is ignored
+        stream = tz.stream_io.open_stream(url, "rb")
+        stream.seek(begin)  # a seek before handing the stream over counts as well
+        _check_embedded(tz, stream, sd)
+    with remote_servers.s3_bucket() as (endpoint, client):
+        client.put_object(Bucket="models", Key="blob.bin", Body=blob)
+        creds = remote_servers.s3_credentials(endpoint)
+        _check_embedded(tz, tz.stream_io.open_stream("s3://models/blob.bin", "rb", begin=begin, end=end, **creds), sd)

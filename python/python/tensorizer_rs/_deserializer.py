@@ -645,7 +645,12 @@ def _source_of(file_obj: Any) -> tuple[Any, str | None]:
         # and ~/.s3cfg) and redis:// URIs; open_stream takes S3 arguments.
         return os.fspath(file_obj), None
     if isinstance(file_obj, RemoteStream):
-        return file_obj.native_source, None
+        # As tensorizer reads from the stream's position: a file stored at
+        # `begin` (or wherever the stream was seeked to), up to its `end`.
+        begin, end = file_obj.tell(), file_obj.end
+        if begin == 0 and end is None:
+            return file_obj.native_source, None
+        return file_obj.native_source.window(begin, end), None
     if isinstance(file_obj, (bytes, int)):
         raise TypeError("file_obj must be a path or a binary file object")
     if isinstance(file_obj, io.TextIOBase):

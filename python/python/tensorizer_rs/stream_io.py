@@ -100,6 +100,11 @@ class RemoteStream(io.RawIOBase):
     def size(self) -> int:
         return self._source.size()
 
+    @property
+    def end(self) -> int | None:
+        """Where reads stop (exclusive), or ``None`` for the object's end."""
+        return self._end
+
     def _limit(self) -> int:
         size = self._source.size()
         return size if self._end is None else min(size, self._end)
