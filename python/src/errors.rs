@@ -7,10 +7,19 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 use tensorizer_native::Error;
 
-create_exception!(_native, FormatError, PyValueError, "The bytes are not a valid tensorizer file.");
-create_exception!(_native, HashMismatchError, PyException, "A tensor's data does not match its stored hash.");
+// The exceptions are named after the importable module that holds them
+// (`tensorizer_rs._native`), so they pickle: worker processes (vLLM's, for
+// one) send exceptions back to their parent by pickling them.
+
+create_exception!(tensorizer_rs._native, FormatError, PyValueError, "The bytes are not a valid tensorizer file.");
 create_exception!(
-    _native,
+    tensorizer_rs._native,
+    HashMismatchError,
+    PyException,
+    "A tensor's data does not match its stored hash."
+);
+create_exception!(
+    tensorizer_rs._native,
     CryptographyError,
     PyException,
     "Encryption or decryption failed, or the key does not fit the file."

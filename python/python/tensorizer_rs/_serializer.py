@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -75,6 +76,8 @@ class TensorSerializer:
         self._capacity = metadata_capacity
         self._writer: Any = None
         self._closed = False
+        # total_tensor_bytes once the native writer is finished with.
+        self._final_tensor_bytes: int | None = None
         self._sink: Any = None
         self._upload_uri: str | None = None
         scheme = file_obj.split("://", 1)[0].lower() if isinstance(file_obj, str) and "://" in file_obj else ""
@@ -204,6 +207,10 @@ class TensorSerializer:
 
     @property
     def total_tensor_bytes(self) -> int:
+        """Bytes of tensor data written so far (and, after :meth:`close`,
+        in all)."""
+        if self._final_tensor_bytes is not None:
+            return self._final_tensor_bytes
         return 0 if self._writer is None else int(self._writer.tensor_size())
 
     total_compressed_tensor_bytes = 0
@@ -223,6 +230,7 @@ class TensorSerializer:
                 key=self._encryption.key if self._encryption else None,
                 kdf=self._encryption._kdf if self._encryption else None,
             )
+        self._final_tensor_bytes = int(self._writer.tensor_size())
         try:
             self._writer.commit()
         except BaseException:
@@ -262,6 +270,8 @@ class TensorSerializer:
     def _abort(self) -> None:
         self._closed = True
         if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._final_tensor_bytes = int(self._writer.tensor_size())
             self._writer.abort()
         if self._sink is not None or self._upload_uri is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)

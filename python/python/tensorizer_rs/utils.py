@@ -7,6 +7,7 @@ import contextlib
 import resource
 import threading
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, NamedTuple, Optional, TypeVar, overload
 
 T = TypeVar("T")
@@ -14,6 +15,8 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _depth = 0
 _saved: dict[str, Any] = {}
+# True in the threads and tasks inside no_init_or_tensor.
+_no_init_active: ContextVar[bool] = ContextVar("tensorizer_rs_no_init", default=False)
 
 
 def convert_bytes(num: float, decimal: bool = True) -> str:
@@ -156,19 +159,31 @@ def get_gpu_name() -> str:
 
 
 def _patch() -> None:
+    """Installs the replacements, which act only where ``_no_init_active``
+    is set: the thread or task inside ``no_init_or_tensor``."""
     import torch
 
-    _saved["empty"] = torch.empty
     original_empty = torch.empty
+    _saved["empty"] = original_empty
 
-    def meta_empty(*args: Any, **kwargs: Any) -> Any:
-        kwargs["device"] = "meta"
+    def empty(*args: Any, **kwargs: Any) -> Any:
+        if _no_init_active.get():
+            kwargs["device"] = "meta"
         return original_empty(*args, **kwargs)
 
-    torch.empty = meta_empty
+    torch.empty = empty
     for cls in (torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm):
         _saved[cls.__name__] = cls.reset_parameters
-        cls.reset_parameters = lambda self, *a, **k: None  # type: ignore[method-assign]
+        cls.reset_parameters = _skipped_when_active(cls.reset_parameters)  # type: ignore[method-assign]
+
+
+def _skipped_when_active(original: Callable[..., Any]) -> Callable[..., Any]:
+    def reset_parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _no_init_active.get():
+            return None
+        return original(self, *args, **kwargs)
+
+    return reset_parameters
 
 
 def _unpatch() -> None:
@@ -181,7 +196,11 @@ def _unpatch() -> None:
 
 @contextlib.contextmanager
 def _no_init() -> Iterator[None]:
+    # The patches are global (installed while any thread is inside, counted
+    # by _depth) but act only in the contexts that set _no_init_active, so
+    # other threads and tasks build their modules normally.
     global _depth
+    token = _no_init_active.set(True)
     with _lock:
         if _depth == 0:
             _patch()
@@ -193,6 +212,7 @@ def _no_init() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 _unpatch()
+        _no_init_active.reset(token)
 
 
 @overload
