@@ -13,6 +13,7 @@ mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod safetensors;
+pub mod slice_plan;
 pub mod source;
 pub mod verify;
 pub mod writer;

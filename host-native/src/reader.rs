@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
+mod slice;
 mod spans;
 
 /// Bytes per parallel read of a large tensor (a multiple of the 2 MiB

@@ -11,3 +11,4 @@ mod read_write;
 mod redis;
 mod s3;
 mod servers;
+mod slices;
