@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod browser;
 pub mod cli;
 pub mod error;
 pub mod report;

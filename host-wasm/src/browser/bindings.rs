@@ -1,0 +1,171 @@
+//! The wasm-bindgen exports the page and its worker call. Each takes the
+//! file as a `Blob` (a `File` from a picker or a drop) or as a read
+//! function `(offset, length) => Promise<Uint8Array>` (the page's Range
+//! fetches), plus its length, and returns JSON text. Failures reject with
+//! one line of text that names the byte offset.
+
+use js_sys::{Function, Promise, Uint8Array};
+use tensorizer_core::KeySource;
+use tensorizer_core::crypto::{KdfLimits, Passphrase};
+use tensorizer_core::layout::ParseLimits;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use crate::error::ValidateError;
+use crate::report::TensorVerification;
+use crate::source::ReadError;
+
+use super::open::{Opened, open};
+use super::source::AsyncSource;
+use super::summary::error_line;
+use super::verify::{Events, stored_hashes as read_hashes, verify as verify_all};
+
+/// JavaScript's largest exact integer (2^53 - 1): the longest file a
+/// `number` length can name.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+enum Inner {
+    Blob(web_sys::Blob),
+    Read(Function),
+}
+
+/// A `Blob` or a read function, as an [`AsyncSource`].
+struct JsSource {
+    inner: Inner,
+    len: u64,
+}
+
+fn message(v: &JsValue) -> String {
+    if let Some(e) = v.dyn_ref::<js_sys::Error>() {
+        return String::from(e.message());
+    }
+    v.as_string().unwrap_or_else(|| "the read failed".to_string())
+}
+
+fn reject(e: &ValidateError) -> JsValue {
+    JsValue::from_str(&error_line(e))
+}
+
+impl JsSource {
+    fn new(source: JsValue, len: f64) -> Result<Self, JsValue> {
+        if !((0.0..=MAX_SAFE_INTEGER).contains(&len) && len.fract() == 0.0) {
+            return Err(JsValue::from_str("the file length must be a whole number of bytes"));
+        }
+        let inner = match source.dyn_into::<web_sys::Blob>() {
+            Ok(b) => Inner::Blob(b),
+            Err(v) => Inner::Read(
+                v.dyn_into::<Function>()
+                    .map_err(|_| JsValue::from_str("the source must be a Blob or a read function"))?,
+            ),
+        };
+        Ok(Self { inner, len: len as u64 })
+    }
+}
+
+impl AsyncSource for JsSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    async fn read(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        let fail = |v: JsValue| ReadError { offset, message: message(&v) };
+        let end = offset.saturating_add(len as u64) as f64;
+        let promise = match &self.inner {
+            Inner::Blob(b) => b.slice_with_f64_and_f64(offset as f64, end).map_err(fail)?.array_buffer(),
+            Inner::Read(f) => {
+                let v = f.call2(&JsValue::NULL, &JsValue::from_f64(offset as f64), &JsValue::from_f64(len as f64));
+                Promise::resolve(&v.map_err(fail)?)
+            }
+        };
+        let value = JsFuture::from(promise).await.map_err(fail)?;
+        let bytes = Uint8Array::new(&value);
+        let n = bytes.length() as usize;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n)
+            .map_err(|_| ReadError { offset, message: format!("cannot allocate {n} bytes for the read") })?;
+        out.resize(n, 0);
+        bytes.copy_to(&mut out);
+        Ok(out)
+    }
+}
+
+/// The crate's version.
+#[wasm_bindgen]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// Reads the header and index of `source` (`len` bytes, shown as `name`)
+/// and returns the summary as JSON text.
+#[wasm_bindgen]
+pub async fn inspect(source: JsValue, len: f64, name: String) -> Result<String, JsValue> {
+    let src = JsSource::new(source, len)?;
+    let summary = super::inspect(src, &name).await.map_err(|e| reject(&e))?;
+    serde_json::to_string(&summary).map_err(|e| JsValue::from_str(&e.to_string()))
+}
+
+/// The stored CRC-32 and SHA-256 of tensors `from..from + count` of a
+/// tensorizer file, read from their tensor headers (nearby headers in one
+/// read), as a JSON array.
+#[wasm_bindgen(js_name = storedHashes)]
+pub async fn stored_hashes(source: JsValue, len: f64, from: u32, count: u32) -> Result<String, JsValue> {
+    let mut src = JsSource::new(source, len)?;
+    let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
+    let Opened::Tensorizer(ins) = opened else {
+        return Ok("[]".to_string());
+    };
+    let rows = read_hashes(&mut src, &ins, from as usize, count as usize).await.map_err(|e| reject(&e))?;
+    serde_json::to_string(&rows).map_err(|e| JsValue::from_str(&e.to_string()))
+}
+
+struct JsEvents {
+    on_tensor: Function,
+    on_progress: Function,
+}
+
+impl Events for JsEvents {
+    fn tensor(&mut self, index: usize, result: &TensorVerification) {
+        let mut v = serde_json::to_value(result).unwrap_or_default();
+        if let (Some(e), Some(obj)) = (&result.error, v.as_object_mut()) {
+            obj.insert("line".into(), error_line(e).into());
+        }
+        // A throwing callback must not stop the run.
+        let _ =
+            self.on_tensor.call2(&JsValue::NULL, &JsValue::from_f64(index as f64), &JsValue::from_str(&v.to_string()));
+    }
+
+    fn progress(&mut self, done: u64, total: u64) {
+        let _ =
+            self.on_progress.call2(&JsValue::NULL, &JsValue::from_f64(done as f64), &JsValue::from_f64(total as f64));
+    }
+}
+
+/// Verifies every tensor: `key` is a key file's bytes (32 raw bytes or 64
+/// hex digits) or `passphrase` a passphrase, for encrypted files.
+/// `on_tensor(index, json)` gets each tensor's result as it is found and
+/// `on_progress(done, total)` the data bytes checked. Resolves to the
+/// summary `{ok, verified, unverified, failed, data_bytes_checked}` as JSON.
+#[wasm_bindgen]
+pub async fn verify(
+    source: JsValue,
+    len: f64,
+    key: Option<Vec<u8>>,
+    passphrase: Option<String>,
+    on_tensor: Function,
+    on_progress: Function,
+) -> Result<String, JsValue> {
+    let key = match (key, passphrase) {
+        (Some(raw), _) => Some(KeySource::Key(crate::cli::parse_key(&raw).ok_or_else(|| {
+            JsValue::from_str("the key file must hold the 32-byte key: 32 raw bytes or 64 hex digits")
+        })?)),
+        (None, Some(p)) if !p.is_empty() => {
+            Some(KeySource::Passphrase(Passphrase::new(p.into_bytes()), KdfLimits::default()))
+        }
+        _ => None,
+    };
+    let mut src = JsSource::new(source, len)?;
+    let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
+    let mut events = JsEvents { on_tensor, on_progress };
+    let summary = verify_all(src, &opened, key, &mut events).await.map_err(|e| reject(&e))?;
+    serde_json::to_string(&summary).map_err(|e| JsValue::from_str(&e.to_string()))
+}

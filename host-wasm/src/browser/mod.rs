@@ -1,0 +1,208 @@
+//! The browser inspector's logic: tensorizer, safetensors and `torch.save`
+//! files opened from their header and index only, and verified tensor by
+//! tensor, over asynchronous range reads ([`AsyncSource`]).
+//!
+//! Everything here is plain Rust, tested natively; the wasm-bindgen
+//! exports the page calls (`bindings`, built only for
+//! `wasm32-unknown-unknown`) wrap a JavaScript `Blob` or read function
+//! as an [`AsyncSource`] and return JSON text.
+
+pub mod open;
+pub mod safetensors;
+pub mod source;
+pub mod summary;
+pub mod torch;
+pub mod verify;
+
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+pub mod bindings;
+
+use tensorizer_core::layout::ParseLimits;
+
+use crate::error::ValidateError;
+
+pub use open::Opened;
+pub use source::{AsyncSource, Counted, MemSource};
+pub use summary::{Row, Summary, error_line};
+
+/// Opens `src` (a file named `file`) and returns its summary, with the
+/// reads and bytes it took.
+pub async fn inspect<S: AsyncSource>(src: S, file: &str) -> Result<Summary, ValidateError> {
+    let mut src = Counted::new(src);
+    let opened = open::open(&mut src, &ParseLimits::default()).await?;
+    let mut summary = opened.summary(file);
+    summary.reads = src.reads;
+    summary.bytes_read = src.bytes;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::source::block_on_ready;
+    use super::verify::{Events, stored_hashes, verify};
+    use super::*;
+    use crate::report::{Status, TensorVerification};
+    use tensorizer_core::KeySource;
+    use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
+
+    fn vector(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{}/../tests/vectors/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    fn summary(bytes: Vec<u8>) -> Result<Summary, ValidateError> {
+        block_on_ready(inspect(MemSource(bytes), "f")).unwrap()
+    }
+
+    #[derive(Debug, Default)]
+    struct Log(Vec<(usize, TensorVerification)>, u64);
+
+    impl Events for Log {
+        fn tensor(&mut self, index: usize, result: &TensorVerification) {
+            self.0.push((index, result.clone()));
+        }
+        fn progress(&mut self, done: u64, _total: u64) {
+            self.1 = done;
+        }
+    }
+
+    fn run_verify(
+        bytes: Vec<u8>,
+        key: Option<KeySource>,
+    ) -> Result<(crate::report::VerifySummary, Log), ValidateError> {
+        let mut src = MemSource(bytes.clone());
+        let opened = block_on_ready(open::open(&mut src, &ParseLimits::default())).unwrap()?;
+        let mut log = Log::default();
+        let s = block_on_ready(verify(MemSource(bytes), &opened, key, &mut log)).unwrap()?;
+        Ok((s, log))
+    }
+
+    fn manifest() -> serde_json::Value {
+        serde_json::from_slice(&vector("manifest.json")).unwrap()
+    }
+
+    #[test]
+    fn every_vector_opens_and_matches_the_manifest() {
+        let m = manifest();
+        for v in m["vectors"].as_array().unwrap() {
+            let name = v["file"].as_str().unwrap();
+            let s = summary(vector(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.format, "tensorizer");
+            let want = v["tensors"].as_array().unwrap();
+            assert_eq!(s.tensor_count, want.len(), "{name}");
+            for (row, t) in s.tensors.iter().zip(want) {
+                assert_eq!(serde_json::Value::from(row.path.clone()), t["path"], "{name}");
+                let shape: Vec<u64> = serde_json::from_value(t["shape"].clone()).unwrap();
+                assert_eq!(row.shape, shape, "{name}");
+                assert_eq!(row.data_offset, t["data_offset"].as_u64(), "{name}");
+            }
+            // Header and index: the first read, and the index's rest if longer.
+            let index_end = 73 + v["metadata_index_length"].as_u64().unwrap();
+            assert!(s.reads <= 2 && s.bytes_read <= index_end.max(open::FIRST_READ), "{name}: {}", s.bytes_read);
+        }
+    }
+
+    #[test]
+    fn vectors_verify_and_a_flipped_byte_fails() {
+        let (s, log) = run_verify(vector("v1_flat.tensors"), None).unwrap();
+        assert!(s.ok && s.verified == 15, "{s:?}");
+        assert_eq!(log.0.len(), 15);
+        let mut bad = vector("v1_flat.tensors");
+        let at = summary(bad.clone()).unwrap().tensors[0].data_offset.unwrap() as usize;
+        bad[at] ^= 1;
+        let (s, log) = run_verify(bad, None).unwrap();
+        assert_eq!((s.ok, s.failed), (false, 1));
+        let err = log.0[0].1.error.clone().unwrap();
+        assert!(error_line(&err).contains("byte"), "{err}");
+    }
+
+    #[test]
+    fn encrypted_vectors_need_the_key_and_check_it() {
+        let key = Key::from_bytes(core::array::from_fn(|i| i as u8));
+        let (s, _) = run_verify(vector("v3_enc_key.tensors"), Some(KeySource::Key(key))).unwrap();
+        assert!(s.ok && s.verified == 5);
+        let pass = KeySource::Passphrase(Passphrase::new(b"test-passphrase-not-secret".to_vec()), KdfLimits::default());
+        let (s, _) = run_verify(vector("v3_enc_pass.tensors"), Some(pass)).unwrap();
+        assert!(s.ok, "{s:?}");
+        let wrong = KeySource::Key(Key::from_bytes([7; 32]));
+        let (s, log) = run_verify(vector("v3_enc_key.tensors"), Some(wrong)).unwrap();
+        assert!(!s.ok);
+        assert!(log.0.iter().all(|(_, v)| v.status == Status::Failed));
+        assert_eq!(run_verify(vector("v3_enc_key.tensors"), None).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn stored_hashes_come_from_tensor_headers() {
+        let bytes = vector("v1_flat.tensors");
+        let mut src = Counted::new(MemSource(bytes));
+        let Opened::Tensorizer(ins) = block_on_ready(open::open(&mut src, &ParseLimits::default())).unwrap().unwrap()
+        else {
+            panic!()
+        };
+        let h = block_on_ready(stored_hashes(&mut src, &ins, 0, 100)).unwrap().unwrap();
+        let m = manifest();
+        let want = &m["vectors"][0]["tensors"];
+        assert_eq!(h.len(), 15);
+        for (got, t) in h.iter().zip(want.as_array().unwrap()) {
+            assert_eq!(got.sha256.as_deref(), t["stored_sha256"].as_str());
+            assert_eq!(got.crc32, t["stored_crc32"].as_u64().map(|c| format!("{c:08x}")));
+        }
+        assert_eq!(src.reads, 2 + 1, "all 15 headers lie close together: one read");
+    }
+
+    #[test]
+    fn truncated_and_foreign_files_give_one_line_with_an_offset() {
+        let bytes = vector("v1_flat.tensors");
+        for cut in [0, 3, 40, 73, 1000, bytes.len() - 9] {
+            let e = summary(bytes[..cut].to_vec()).and_then(|_| run_verify(bytes[..cut].to_vec(), None).map(|_| ()));
+            let e = e.unwrap_err();
+            let line = error_line(&e);
+            assert!(line.contains("byte") && !line.contains('\n'), "cut {cut}: {line}");
+        }
+        let e = summary(b"hello world, not a model file".to_vec()).unwrap_err();
+        assert_eq!(e.offset, Some(0));
+    }
+
+    #[test]
+    fn torch_checkpoints_open_and_verify() {
+        for name in ["torch/dtypes.pt", "torch/big_endian.pt"] {
+            let bytes = vector(name);
+            let s = summary(bytes.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.format, "torch");
+            assert!(s.tensor_count > 0);
+            let (v, log) = run_verify(bytes.clone(), None).unwrap();
+            assert!(v.ok, "{name}: {v:?}");
+            assert_eq!(log.0.len(), s.tensor_count);
+        }
+        for hostile in ["torch/hostile_eval.pt", "torch/hostile_legacy.pt", "torch/hostile_deflated.pt"] {
+            let e = summary(vector(hostile)).unwrap_err();
+            assert!(!error_line(&e).contains('\n'), "{hostile}");
+        }
+    }
+
+    #[test]
+    fn random_corruption_never_panics() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for name in ["v1_nested.tensors", "torch/dtypes.pt"] {
+            let original = vector(name);
+            for _ in 0..200 {
+                let mut bytes = original.clone();
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() % bytes.len() as u64) as usize;
+                    bytes[at] = next() as u8;
+                }
+                if next() % 4 == 0 {
+                    bytes.truncate((next() % original.len() as u64) as usize);
+                }
+                if summary(bytes.clone()).is_ok() {
+                    let _ = run_verify(bytes, None);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Opening a file: one read of its first bytes tells the format, then the
+//! format's header and index are read (for a tensorizer file, the rest of
+//! the metadata index if the first read did not hold it all).
+
+use tensorizer_core::layout::{MAGIC, METADATA_OFFSET, ParseLimits};
+
+use crate::error::ValidateError;
+use crate::validate::{Inspection, header_read_len, parse_header, parse_index, zeroed};
+
+use super::safetensors;
+use super::source::{AsyncSource, check_len};
+use super::summary::{Row, Summary, field, path_values, totals};
+use super::torch;
+
+/// Bytes read first: the file header and, for most tensorizer files, the
+/// whole metadata index (tensorizer reserves 256 KiB, mostly unused, so
+/// the rest is read only if the index really is longer).
+pub const FIRST_READ: u64 = 64 << 10;
+
+/// Longest metadata index the page reads into memory.
+pub const MAX_INDEX_BYTES: u64 = 512 << 20;
+
+/// A parsed file, ready to summarize or verify.
+#[derive(Debug)]
+pub enum Opened {
+    /// A tensorizer file: its header and index.
+    Tensorizer(Inspection),
+    /// A safetensors file: the summary is all there is.
+    Safetensors(Box<Summary>),
+    /// A `torch.save` zip checkpoint.
+    Torch(Box<torch::Index>),
+}
+
+/// Reads `len` bytes at `offset`, exactly.
+pub async fn read_exact<S: AsyncSource>(
+    src: &mut S,
+    offset: u64,
+    len: u64,
+    what: &str,
+) -> Result<Vec<u8>, ValidateError> {
+    let n = usize::try_from(len).map_err(|_| ValidateError::no_memory(offset, what, len))?;
+    // Reserve first so that a size we cannot hold is an error, not an abort.
+    drop(zeroed(len, offset, what)?);
+    Ok(check_len(offset, n, src.read(offset, n).await?)?)
+}
+
+/// Reads the first bytes, tells the format, and reads its header and index.
+pub async fn open<S: AsyncSource>(src: &mut S, limits: &ParseLimits) -> Result<Opened, ValidateError> {
+    let len = src.len();
+    let head = read_exact(src, 0, len.min(FIRST_READ), "the first bytes").await?;
+    if head.starts_with(&MAGIC) {
+        return open_tensorizer(src, head, limits).await.map(Opened::Tensorizer);
+    }
+    if head.starts_with(b"PK\x03\x04") || tensorizer_core::checkpoint::sniff(&head).is_err_and(is_legacy) {
+        return torch::open(src, &head).await.map(|i| Opened::Torch(Box::new(i)));
+    }
+    if safetensors::sniff(&head, len) {
+        let n = safetensors::header_len(&head, len)?;
+        let at = safetensors::PREFIX_LEN;
+        let json = match head.get(at as usize..(at + n) as usize) {
+            Some(j) => j.to_vec(),
+            None => read_exact(src, at, n, "the safetensors header").await?,
+        };
+        return safetensors::summarize(&json, "", len).map(|s| Opened::Safetensors(Box::new(s)));
+    }
+    if len < MAGIC.len() as u64 && MAGIC.starts_with(&head) {
+        return Err(tensorizer_core::Error::Truncated { offset: len, needed: MAGIC.len() as u64 - len }.into());
+    }
+    Err(ValidateError::invalid(
+        Some(0),
+        "not a tensorizer, safetensors or torch.save file: its first bytes match none of them (at byte 0)",
+    ))
+}
+
+fn is_legacy(e: tensorizer_core::Error) -> bool {
+    matches!(e, tensorizer_core::Error::LegacyTorchCheckpoint { .. })
+}
+
+async fn open_tensorizer<S: AsyncSource>(
+    src: &mut S,
+    head: Vec<u8>,
+    limits: &ParseLimits,
+) -> Result<Inspection, ValidateError> {
+    let len = src.len();
+    let header = parse_header(&head[..header_read_len(len).min(head.len())], len)?;
+    if header.metadata_len > MAX_INDEX_BYTES {
+        return Err(ValidateError::invalid(
+            Some(METADATA_OFFSET),
+            format!(
+                "at byte 65: the metadata index is {} bytes, above the inspector's limit of {MAX_INDEX_BYTES}",
+                header.metadata_len
+            ),
+        ));
+    }
+    // parse_header checked the index lies inside the file.
+    let end = METADATA_OFFSET + header.metadata_len;
+    let index = if end <= head.len() as u64 {
+        head[METADATA_OFFSET as usize..end as usize].to_vec()
+    } else {
+        let have = head.len() as u64;
+        let mut index = zeroed(header.metadata_len, METADATA_OFFSET, "the metadata index")?;
+        let first = (have - METADATA_OFFSET) as usize;
+        index[..first].copy_from_slice(&head[METADATA_OFFSET as usize..]);
+        let rest = read_exact(src, have, end - have, "the metadata index").await?;
+        index[first..].copy_from_slice(&rest);
+        index
+    };
+    drop(head);
+    parse_index(header, &index, len, limits)
+}
+
+impl Opened {
+    /// The summary the page shows, for a file named `file`.
+    pub fn summary(&self, file: &str) -> Summary {
+        match self {
+            Self::Tensorizer(i) => tensorizer_summary(i, file),
+            Self::Safetensors(s) => Summary { file: file.to_string(), ..(**s).clone() },
+            Self::Torch(t) => t.summary(file),
+        }
+    }
+}
+
+fn tensorizer_summary(ins: &Inspection, file: &str) -> Summary {
+    let h = &ins.header;
+    let rows: Vec<Row> = ins
+        .metadata
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(index, e)| Row {
+            index,
+            name: e.path.to_string(),
+            path: path_values(&e.path),
+            dtype: e.dtype.to_string(),
+            shape: e.shape.clone(),
+            bytes: e.nbytes(),
+            data_offset: Some(e.data_offset),
+            data_length: e.data_length,
+            kind: e.tensor_type.to_string(),
+            meta: e.is_meta(),
+        })
+        .collect();
+    let header = vec![
+        field("data version", h.version),
+        field("feature flags", format!("{:#04x}", h.flags)),
+        field("encrypted", h.has_crypt_info()),
+        field("versioned headers", h.versioned_headers()),
+        field("metadata index bytes", h.metadata_len),
+        field("tensor data bytes", h.tensor_size),
+    ];
+    Summary {
+        summary_version: super::summary::SUMMARY_VERSION,
+        format: "tensorizer",
+        file: file.to_string(),
+        file_bytes: ins.file_len,
+        header,
+        encrypted: h.has_crypt_info(),
+        tensor_count: rows.len(),
+        data_bytes: h.tensor_size,
+        by_dtype: totals(&rows),
+        tensors: rows,
+        verify: if h.has_crypt_info() {
+            "decrypts every tensor (a key file or passphrase is needed) and checks its MACs and stored CRC-32/SHA-256"
+        } else {
+            "checks every tensor's stored CRC-32 and SHA-256"
+        },
+        reads: 0,
+        bytes_read: 0,
+    }
+}
