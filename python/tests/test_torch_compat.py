@@ -551,7 +551,7 @@ def test_mismatched_sidecar(impls, tmp_path):
 
 
 @needs_ours
-def test_mmap_loads_share_nothing_misaligned(impls, tmp_path):
+def test_mmap_loads_of_tensorizer_layout_are_aligned(impls, tmp_path):
     """mmap=True on a tensorizer-layout sidecar (unaligned data) still
     gives aligned storages, and the result equals the copy load."""
     with impls["oracle"].tensorizer_saving():
@@ -562,6 +562,23 @@ def test_mmap_loads_share_nothing_misaligned(impls, tmp_path):
     for k, v in got.items():
         if isinstance(v, torch.Tensor) and v.numel():
             assert v.untyped_storage().data_ptr() % 64 == 0, k
+
+
+@needs_ours
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_mmap_loads_of_aligned_sidecars_copy_nothing(impls, tmp_path):
+    """Our default (aligned) sidecar loads with mmap=True as storages inside
+    the file's memory map: no copy."""
+    with impls["tz"].tensorizer_saving():
+        torch.save(rich_state(), tmp_path / "a.pt")
+    with impls["tz"].tensorizer_loading(device="cpu", mmap=True):
+        got = torch.load(tmp_path / "a.pt")
+    check_rich(got)
+    with open("/proc/self/maps") as f:
+        spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f if "a.pt.tensors" in line]
+    for k, v in got.items():
+        if isinstance(v, torch.Tensor) and v.numel():
+            assert any(lo <= v.data_ptr() < hi for lo, hi in spans), k
 
 
 def test_contexts_exit_cleanly_on_errors(impls, tmp_path):
