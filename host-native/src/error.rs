@@ -42,6 +42,11 @@ pub enum Error {
     /// unknown tensor, missing key, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A CA bundle or directory named by the TLS options or the
+    /// environment could not be used (see [`crate::tls`]).
+    #[cfg(feature = "http")]
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl Error {

@@ -12,6 +12,10 @@
 //! a bounded number of attempts. A server that ignores `Range`, or an
 //! object whose ETag changes during the load, is an error naming the URL
 //! and the range.
+//!
+//! `https://` servers are verified against the CAs that [`TlsOptions`]
+//! and the environment name (see [`crate::tls`]); a refused certificate
+//! ends the read at once, naming what was trusted.
 
 mod wire;
 
@@ -25,9 +29,11 @@ use ureq::ResponseExt;
 use crate::error::{Error, Result};
 use crate::retry::{Attempt, Pace, Paced, deadline, retry, too_slow};
 use crate::source::{RangeSource, TransferLimits};
+pub use crate::tls::TlsOptions;
+use crate::tls::{Service, Trust, is_tls_failure};
 
-/// Retry, timeout and request settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Retry, timeout, request and TLS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpOptions {
     /// The caller will read most of the object (a load, a copy): the
     /// opening request asks for all of it, keeps its first [`PREFIX`]
@@ -47,6 +53,8 @@ pub struct HttpOptions {
     /// Minimum transfer rate of each request and deadline of each read
     /// (a trickling server), on top of `read_timeout`.
     pub limits: TransferLimits,
+    /// Which certificate authorities `https://` servers must be signed by.
+    pub tls: TlsOptions,
 }
 
 impl Default for HttpOptions {
@@ -58,6 +66,7 @@ impl Default for HttpOptions {
             read_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             limits: TransferLimits::default(),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -73,6 +82,8 @@ pub struct HttpSource {
     /// (usually) the whole index, so opening a file costs one request.
     prefix: Vec<u8>,
     options: HttpOptions,
+    /// What `https://` servers are verified against.
+    trust: Trust,
     /// The direct client for range reads, where the URL allows it.
     wire: Option<wire::Wire>,
     /// Set once the server answered the direct client with a response it
@@ -144,7 +155,8 @@ pub const PREFIX: u64 = 1 << 20;
 /// socket read and write (a stall) but none on a whole body (the caller
 /// paces bodies, see [`TransferLimits`]). With a minimum rate, a response
 /// head must arrive within a rate window (or the read timeout, if longer).
-pub(crate) fn agent(options: &HttpOptions) -> ureq::Agent {
+/// `https://` servers are verified against `trust`.
+pub(crate) fn agent(options: &HttpOptions, trust: &Trust) -> ureq::Agent {
     let limits = &options.limits;
     let head = (limits.min_rate > 0).then(|| limits.rate_window.max(options.read_timeout));
     ureq::Agent::config_builder()
@@ -155,6 +167,7 @@ pub(crate) fn agent(options: &HttpOptions) -> ureq::Agent {
         .timeout_connect(Some(options.connect_timeout))
         .max_idle_connections_per_host(64)
         .user_agent(concat!("tensorizer-rs/", env!("CARGO_PKG_VERSION")))
+        .tls_config(trust.tls_config())
         .build()
         .new_agent()
 }
@@ -179,20 +192,29 @@ impl HttpSource {
     /// Opens `url` but names it `name` in every message (a presigned URL
     /// carries a signature that must not end up in logs).
     pub fn open_named(url: &str, name: &str, options: HttpOptions) -> Result<Self> {
+        let secure = url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+        let trust = options.tls.resolve_for(Service::Http, secure, &crate::tls::process_env)?;
+        Self::open_trusted(url, name, options, trust)
+    }
+
+    /// [`open_named`](Self::open_named) with the TLS trust already resolved.
+    pub(crate) fn open_trusted(url: &str, name: &str, options: HttpOptions, trust: Trust) -> Result<Self> {
+        let wire = wire::Wire::for_url(url, options.read_timeout, options.connect_timeout);
+        let until = deadline(&options.limits);
         let mut this = Self {
-            agent: agent(&options),
+            agent: agent(&options, &trust),
             url: url.to_string(),
             name: name.to_string(),
             len: 0,
             etag: None,
             prefix: Vec::new(),
             options,
-            wire: wire::Wire::for_url(url, options.read_timeout, options.connect_timeout),
+            trust,
+            wire,
             wire_off: AtomicBool::new(false),
             parked: Mutex::new(None),
         };
-        let until = deadline(&options.limits);
-        let opened = retry(options.attempts, options.backoff, || this.probe(until))
+        let opened = retry(this.options.attempts, this.options.backoff, || this.probe(until))
             .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
         this.len = opened.len;
         this.etag = opened.etag;
@@ -219,6 +241,10 @@ impl HttpSource {
     /// How an attempt that failed with `e` ends: final once the deadline
     /// has passed, else worth a retry (`resumable` after useful progress).
     fn broken<T>(&self, start: u64, span: u64, e: io::Error, pace: &Pace, resumable: bool) -> Attempt<T> {
+        if is_tls_failure(&e) {
+            // Kept as it is, so that callers can tell a refused certificate by its type.
+            return Attempt::Final(Error::Io { file: self.name.clone(), offset: start, source: e });
+        }
         if too_slow(&e).is_some_and(|t| t.deadline) || pace.expired() {
             let e = if too_slow(&e).is_some() { e } else { pace.deadline_error() };
             return Attempt::Final(self.fail_kind(start, span, e.kind(), e));
@@ -227,8 +253,12 @@ impl HttpSource {
         if resumable { Attempt::Resumable(error) } else { Attempt::Retry(error) }
     }
 
-    /// A ureq transport error as an `io::Error` of the right kind.
-    fn transport(e: ureq::Error) -> io::Error {
+    /// A ureq transport error as an `io::Error` of the right kind (a
+    /// refused certificate carries a [`crate::tls::TlsError`]).
+    fn transport(&self, e: ureq::Error) -> io::Error {
+        if let Some(untrusted) = self.trust.untrusted(&e) {
+            return untrusted;
+        }
         match e {
             ureq::Error::Io(e) => e,
             e @ ureq::Error::Timeout(_) => io::Error::new(io::ErrorKind::TimedOut, e),
@@ -243,7 +273,7 @@ impl HttpSource {
             Some(left) => request.config().timeout_global(Some(left.max(Duration::from_millis(1)))).build(),
             None => request,
         };
-        request.call().map_err(Self::transport)
+        request.call().map_err(|e| self.transport(e))
     }
 
     /// The direct client, unless the URL or the server rules it out.

@@ -15,6 +15,8 @@ pub mod s3;
 pub mod safetensors;
 pub mod slice_plan;
 pub mod source;
+#[cfg(feature = "http")]
+pub mod tls;
 pub mod verify;
 pub mod writer;
 

@@ -12,7 +12,8 @@
 //! failure.
 //!
 //! Configuration is resolved the way tensorizer users have it set up; see
-//! [`S3Options`].
+//! [`S3Options`]. TLS trust is [`HttpOptions::tls`] resolved for S3
+//! (`AWS_CA_BUNDLE` first; see [`crate::tls`]), for reads and uploads alike.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::http::{HttpOptions, HttpSource, agent};
 use crate::retry::{Attempt, Pace, Paced, retry};
+use crate::tls::{Service, Trust};
 
 /// tensorizer's default endpoint for reads when nothing else names one.
 pub const DEFAULT_READ_ENDPOINT: &str = "accel-object.ord1.coreweave.com";
@@ -54,6 +56,10 @@ const MAX_PARTS: u64 = 10_000;
 ///   the environment may be `http://`.
 /// * region: the explicit field → `AWS_REGION` → `AWS_DEFAULT_REGION` →
 ///   `us-east-1`.
+/// * TLS trust: `http.tls` if it names CAs or disables verification →
+///   `AWS_CA_BUNDLE` → `REQUESTS_CA_BUNDLE` → `CURL_CA_BUNDLE` →
+///   `SSL_CERT_FILE` / `SSL_CERT_DIR` → the system's CA bundle (see
+///   [`crate::tls`]).
 ///
 /// Addressing is path-style (`endpoint/bucket/key`), which every
 /// S3-compatible server accepts, except on `*.amazonaws.com` where
@@ -74,7 +80,7 @@ pub struct S3Options {
     pub region: Option<String>,
     /// Use plain HTTP (`force_http`).
     pub force_http: Option<bool>,
-    /// Retries and timeouts of each request.
+    /// Retries, timeouts and TLS trust of each request.
     pub http: HttpOptions,
     /// Bytes per uploaded part (default 16 MiB; raised when a file would
     /// need more than 10,000 parts).
@@ -115,6 +121,7 @@ pub struct S3Object {
     region: String,
     credentials: Option<Credentials>,
     options: S3Options,
+    trust: Trust,
 }
 
 impl std::fmt::Debug for S3Object {
@@ -124,6 +131,7 @@ impl std::fmt::Debug for S3Object {
             .field("endpoint", &self.endpoint())
             .field("region", &self.region)
             .field("signed", &self.credentials.is_some())
+            .field("trust", &self.trust)
             .finish()
     }
 }
@@ -249,6 +257,7 @@ impl S3Options {
         let dns_bucket = bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && (3..=63).contains(&bucket.len());
         let virtual_host = host.ends_with(".amazonaws.com") && dns_bucket;
+        let trust = self.http.tls.resolve_for(Service::S3, secure, &|name| env(name).map(PathBuf::from))?;
         Ok(S3Object {
             uri: uri.to_string(),
             secure,
@@ -259,6 +268,7 @@ impl S3Options {
             region,
             credentials,
             options: self.clone(),
+            trust,
         })
     }
 }
@@ -393,7 +403,7 @@ impl S3Object {
 
     /// Opens the object for concurrent range reads.
     pub fn open(&self) -> Result<HttpSource> {
-        HttpSource::open_named(&self.url("GET", &[]), &self.uri, self.options.http)
+        HttpSource::open_trusted(&self.url("GET", &[]), &self.uri, self.options.http.clone(), self.trust.clone())
     }
 
     fn fail(&self, what: impl std::fmt::Display) -> Error {
@@ -408,7 +418,7 @@ impl S3Object {
         let file = std::fs::File::open(path).map_err(crate::error::io_err(&name, 0))?;
         let len = file.metadata().map_err(crate::error::io_err(&name, 0))?.len();
         let part = self.part_size(len);
-        let agent = agent(&self.options.http);
+        let agent = agent(&self.options.http, &self.trust);
         if len <= part {
             let mut body = vec![0u8; usize::try_from(len).map_err(|_| self.fail("file too large"))?];
             file.read_exact_at(&mut body, 0).map_err(crate::error::io_err(&name, 0))?;
@@ -567,7 +577,13 @@ impl S3Object {
             };
             let resp = match sent {
                 Ok(r) => r,
-                Err(e) => return Attempt::Retry(self.fail(format!("{what}: {e}"))),
+                Err(e) => match self.trust.untrusted(&e) {
+                    // Retrying cannot help, and the error keeps its type.
+                    Some(untrusted) => {
+                        return Attempt::Final(Error::Io { file: self.uri.clone(), offset: 0, source: untrusted });
+                    }
+                    None => return Attempt::Retry(self.fail(format!("{what}: {e}"))),
+                },
             };
             let status = resp.status().as_u16();
             let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);

@@ -12,3 +12,4 @@ mod redis;
 mod s3;
 mod servers;
 mod slices;
+mod tls;

@@ -38,6 +38,11 @@ pub(crate) struct Nginx {
 
 impl Nginx {
     pub(crate) fn serve(root: &Path) -> Option<Self> {
+        Self::serve_block(&|port| format!("listen 127.0.0.1:{port}; root {}; location / {{ }}", root.display()))
+    }
+
+    /// nginx with one `server { … }` block, `block(port)` inside the braces.
+    pub(crate) fn serve_block(block: &dyn Fn(u16) -> String) -> Option<Self> {
         let bin = binary("nginx", &["/usr/sbin/nginx", "/usr/bin/nginx"])?;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -46,9 +51,9 @@ impl Nginx {
              events {{ worker_connections 256; }}\n\
              http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
                      uwsgi_temp_path {d}; scgi_temp_path {d}; sendfile on; keepalive_requests 10000;\n\
-               server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} }} }}\n",
+               server {{ {block} }} }}\n",
             d = dir.path().display(),
-            root = root.display(),
+            block = block(port),
         );
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();
