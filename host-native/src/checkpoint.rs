@@ -459,44 +459,12 @@ fn gather(view: &TensorView, data: &[u8], out: &mut [u8]) {
     }
 }
 
-/// What a conversion wrote.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Converted {
-    /// Tensors written (tied weights count once per name).
-    pub tensors: usize,
-    /// Data bytes written.
-    pub bytes: u64,
-    /// Non-tensor entries skipped, by name.
-    pub skipped: Vec<String>,
-    /// Whether nested paths had to be written as flat dotted names (their
-    /// keys mix strings and ints at one level, which tensorizer refuses).
-    pub flattened: bool,
-}
-
-/// Whether the core writer accepts these paths together (a dry run).
-fn paths_fit(specs: &[tensorizer_core::TensorSpec], options: &crate::writer::WriteOptions) -> bool {
-    let layout = tensorizer_core::WriterOptions { encryption: None, ..options.layout.clone() };
-    match tensorizer_core::Writer::plan(specs, &layout) {
-        Ok(mut w) => specs.iter().all(|s| w.add(s, None).is_ok()),
-        Err(_) => false,
-    }
-}
-
-fn tensor_indices<S: RangeSource>(reader: &CheckpointReader<S>, converted: &mut Converted) -> Vec<usize> {
-    let mut out = Vec::new();
-    for (i, e) in reader.entries().iter().enumerate() {
-        if matches!(e.value, Leaf::Tensor(_)) {
-            out.push(i);
-        } else {
-            converted.skipped.push(e.path.to_string());
-        }
-    }
-    out
-}
+pub use crate::convert::Converted;
 
 /// Writes every tensor of a checkpoint to a tensorizer file (atomically,
 /// through [`crate::writer::FileWriter`]), each as a state-dict tensor
-/// under its path, gathered contiguous and little-endian. Non-tensor
+/// under its path, gathered contiguous and little-endian, hashing on
+/// `options.num_writers` threads (see [`crate::convert`]). Non-tensor
 /// entries are skipped (listed in the result); tied weights are written
 /// once per name. Memory stays bounded by the largest tensor.
 pub fn to_tensorizer<S: RangeSource>(
@@ -505,69 +473,11 @@ pub fn to_tensorizer<S: RangeSource>(
     options: &crate::writer::WriteOptions,
     mut progress: impl FnMut(u64),
 ) -> Result<Converted> {
-    let mut converted = Converted::default();
-    let indices = tensor_indices(reader, &mut converted);
-    let mut specs = Vec::with_capacity(indices.len());
-    for &i in &indices {
-        let view = reader.tensor(i)?;
-        reader.nbytes(i)?;
-        specs.push(tensorizer_core::TensorSpec {
-            path: reader.entries()[i].path.clone(),
-            tensor_type: tensorizer_core::TensorType::StateDict,
-            module_index: 0,
-            dtype: tensorizer_core::Dtype::from_element(view.dtype),
-            shape: view.shape.clone(),
-            meta: false,
-        });
-    }
-    // Structured paths are kept when tensorizer can hold them; a state dict
-    // mixing string and int keys at one level gets flat dotted names.
-    if !paths_fit(&specs, options) {
-        for spec in &mut specs {
-            spec.path = tensorizer_core::TensorPath::Plain(crate::safetensors::flat_name(&spec.path));
-        }
-        converted.flattened = true;
-    }
-    let writer = crate::writer::FileWriter::create(out, &specs, options)?;
-    // Two stages overlap: one thread gathers tensor k + 1 while this one
-    // hashes (and encrypts) and writes tensor k. Two buffers of the largest
-    // tensor bound the memory.
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<Vec<u8>>>(1);
-    let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    free_tx.send(Vec::new()).ok();
-    free_tx.send(Vec::new()).ok();
-    std::thread::scope(|scope| -> Result<()> {
-        scope.spawn(move || {
-            for &i in &indices {
-                let Ok(mut buf) = free_rx.recv() else { return };
-                let filled = reader.nbytes(i).and_then(|n| {
-                    buf.resize(n as usize, 0);
-                    reader.read_contiguous(i, &mut buf).map(|()| buf)
-                });
-                let failed = filled.is_err();
-                if full_tx.send(filled).is_err() || failed {
-                    return;
-                }
-            }
-        });
-        // Owned by this closure, so an early error drops them and the
-        // reader thread, blocked on either channel, ends instead of waiting.
-        let (full_rx, free_tx) = (full_rx, free_tx);
-        for k in 0..specs.len() {
-            let buf = full_rx.recv().map_err(|_| Error::Invalid("checkpoint reader thread stopped".into()))??;
-            let mut sink = writer.tensor(k)?;
-            sink.write(&buf)?;
-            sink.finish()?;
-            converted.bytes += buf.len() as u64;
-            converted.tensors += 1;
-            progress(converted.bytes);
-            // The reader may already have finished: a closed channel is fine.
-            let _ = free_tx.send(buf);
-        }
+    let input = crate::convert::Input::Checkpoint(reader);
+    crate::convert::write(input, out, crate::convert::Format::Tensorizer, options, |done, _| {
+        progress(done);
         Ok(())
-    })?;
-    writer.commit()?;
-    Ok(converted)
+    })
 }
 
 /// Writes every tensor of a checkpoint to a safetensors file (atomically),
@@ -579,55 +489,10 @@ pub fn to_safetensors<S: RangeSource>(
     out: &std::path::Path,
     mut progress: impl FnMut(u64),
 ) -> Result<Converted> {
-    use std::io::Write as _;
-    let src = reader.source().name().to_string();
-    let mut converted = Converted::default();
-    let indices = tensor_indices(reader, &mut converted);
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
-    let mut offset = 0u64;
-    for &i in &indices {
-        let view = reader.tensor(i)?;
-        let name = crate::safetensors::flat_name(&reader.entries()[i].path);
-        let fail = |why: String| Error::Invalid(format!("{src}: tensor {name:?}: {why}"));
-        let Some(dtype) = crate::safetensors::safetensors_dtype(view.dtype) else {
-            return Err(fail(format!(
-                "safetensors has no dtype for {}; convert to tensorizer (.tensors) instead",
-                view.dtype.torch_name()
-            )));
-        };
-        let n = reader.nbytes(i)?;
-        if header.contains_key(&name) {
-            return Err(fail("two entries flatten to this name".into()));
-        }
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": view.shape, "data_offsets": [offset, offset + n]}),
-        );
-        offset += n;
-    }
-    let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).map_err(|e| Error::Invalid(e.to_string()))?;
-    while json.len() % 8 != 0 {
-        json.push(b' ');
-    }
-    let tmp = crate::atomic::AtomicFile::create(out)?;
-    let name = tmp.name().to_string();
-    {
-        let mut w = std::io::BufWriter::with_capacity(PIECE, tmp.file());
-        w.write_all(&(json.len() as u64).to_le_bytes()).map_err(crate::error::io_err(&name, 0))?;
-        w.write_all(&json).map_err(crate::error::io_err(&name, 8))?;
-        let mut buf = Vec::new();
-        for &i in &indices {
-            let n = reader.nbytes(i)? as usize;
-            buf.resize(n, 0);
-            reader.read_contiguous(i, &mut buf)?;
-            w.write_all(&buf).map_err(crate::error::io_err(&name, converted.bytes))?;
-            converted.bytes += n as u64;
-            converted.tensors += 1;
-            progress(converted.bytes);
-        }
-        w.flush().map_err(crate::error::io_err(&name, 0))?;
-    }
-    tmp.commit()?;
-    Ok(converted)
+    let input = crate::convert::Input::Checkpoint(reader);
+    let options = crate::writer::WriteOptions::default();
+    crate::convert::write(input, out, crate::convert::Format::Safetensors, &options, |done, _| {
+        progress(done);
+        Ok(())
+    })
 }

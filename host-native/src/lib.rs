@@ -2,6 +2,7 @@
 
 pub mod atomic;
 pub mod checkpoint;
+pub mod convert;
 pub mod error;
 #[cfg(feature = "http")]
 pub mod http;

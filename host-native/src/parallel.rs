@@ -42,3 +42,77 @@ pub(crate) fn for_each<T: Send>(threads: usize, items: Vec<T>, f: impl Fn(T) -> 
 pub fn default_readers() -> usize {
     std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 16)
 }
+
+/// Runs `job(k, scratch)` for every `k` in `0..count`, in order of `k`, on
+/// up to `threads` threads, each keeping its own `scratch` between jobs;
+/// the first error stops the rest and is returned. Meanwhile the calling
+/// thread reports `done` (which the jobs advance) to `progress` at most
+/// once per `interval`, and once more when every job has finished; an error
+/// from `progress` stops the jobs too.
+pub(crate) fn for_each_index<W: Default>(
+    threads: usize,
+    count: usize,
+    job: impl Fn(usize, &mut W) -> Result<()> + Sync,
+    done: &std::sync::atomic::AtomicU64,
+    interval: std::time::Duration,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<()> {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::{RecvTimeoutError, channel};
+    let threads = threads.clamp(1, count.max(1));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let fail = |e: Error| {
+        failed.store(true, Ordering::Relaxed);
+        if let Ok(mut slot) = first_error.lock() {
+            slot.get_or_insert(e);
+        }
+    };
+    std::thread::scope(|scope| {
+        // Each worker holds a sender; the channel closes when all are done.
+        let (tx, rx) = channel::<()>();
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (job, next, failed, fail) = (&job, &next, &failed, &fail);
+            scope.spawn(move || {
+                let mut scratch = W::default();
+                while !failed.load(Ordering::Relaxed) {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= count {
+                        break;
+                    }
+                    if let Err(e) = job(k, &mut scratch) {
+                        fail(e);
+                        break;
+                    }
+                    let _ = tx.send(());
+                }
+            });
+        }
+        drop(tx);
+        let mut last = std::time::Instant::now();
+        loop {
+            let finished = matches!(rx.recv_timeout(interval), Err(RecvTimeoutError::Disconnected));
+            if failed.load(Ordering::Relaxed) {
+                if finished {
+                    break;
+                }
+                continue;
+            }
+            if finished || last.elapsed() >= interval {
+                last = std::time::Instant::now();
+                if let Err(e) = progress(done.load(Ordering::Relaxed)) {
+                    fail(e);
+                }
+            }
+            if finished {
+                break;
+            }
+        }
+    });
+    match first_error.into_inner() {
+        Ok(Some(e)) => Err(e),
+        _ => Ok(()),
+    }
+}

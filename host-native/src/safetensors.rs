@@ -1,27 +1,21 @@
-//! Conversion between tensorizer files and safetensors files, streaming:
-//! memory stays bounded by one piece of one tensor.
+//! safetensors files: dtype names, flat names, reading the header over any
+//! [`RangeSource`], and conversion to and from tensorizer files (streaming,
+//! through [`crate::convert`]).
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tensorizer_core::dtype::ByteOrder;
-use tensorizer_core::{Dtype, ElementType, PathComponent, TensorPath, TensorSpec, TensorType};
+use tensorizer_core::{Dtype, ElementType, PathComponent, TensorPath};
 
-use crate::atomic::AtomicFile;
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result};
 use crate::reader::Reader;
 use crate::source::RangeSource;
-use crate::writer::{FileWriter, WriteOptions};
+use crate::writer::WriteOptions;
 
 /// Largest safetensors JSON header accepted (safetensors' own limit).
 pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
-
-/// Bytes copied per step while converting.
-const STEP: usize = 8 << 20;
 
 /// safetensors' name for an element type, if it has one.
 pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {
@@ -106,64 +100,17 @@ pub fn swap_bytes(data: &mut [u8], unit: usize) {
 }
 
 /// Converts a tensorizer file to safetensors, verifying every hash on the
-/// way. Big-endian tensors are byte-swapped (safetensors is little-endian).
-/// `progress` is called with the bytes done so far.
+/// way, on several threads (see [`crate::convert`]). Big-endian tensors are
+/// byte-swapped (safetensors is little-endian). `progress` is called with
+/// the bytes done so far.
 pub fn to_safetensors<S: RangeSource>(reader: &Reader<S>, out: &Path, mut progress: impl FnMut(u64)) -> Result<()> {
-    let src = reader.source().name().to_string();
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), json!({"format": "pt"}));
-    let mut offset = 0u64;
-    let mut names = HashSet::new();
-    for e in reader.entries() {
-        let name = flat_name(&e.path);
-        let fail = |why: &str| Error::Invalid(format!("{src}: tensor {name:?}: {why}"));
-        if e.is_meta() {
-            return Err(fail("meta tensors (no data) cannot be stored in safetensors"));
-        }
-        let Some(dtype) = e.dtype.element().and_then(safetensors_dtype) else {
-            return Err(fail(&format!("safetensors has no dtype for {}", e.dtype)));
-        };
-        if !names.insert(name.clone()) {
-            return Err(fail("two tensors flatten to this name"));
-        }
-        header
-            .insert(name, json!({"dtype": dtype, "shape": e.shape, "data_offsets": [offset, offset + e.data_length]}));
-        offset += e.data_length;
-    }
-    let mut json = serde_json::to_vec(&Value::Object(header)).map_err(|e| Error::Invalid(e.to_string()))?;
-    while json.len() % 8 != 0 {
-        json.push(b' ');
-    }
-    let tmp = AtomicFile::create(out)?;
-    let name = tmp.name().to_string();
-    {
-        let mut w = BufWriter::with_capacity(STEP, tmp.file());
-        w.write_all(&(json.len() as u64).to_le_bytes()).map_err(io_err(&name, 0))?;
-        w.write_all(&json).map_err(io_err(&name, 8))?;
-        let mut done = 0u64;
-        let mut swapped = Vec::new();
-        for (i, e) in reader.entries().iter().enumerate() {
-            let unit = swap_unit(&e.dtype);
-            // STEP is a multiple of every item size, so pieces hold whole elements.
-            reader.stream(i, STEP, true, |piece| {
-                let bytes = match unit {
-                    Some(unit) => {
-                        swapped.clear();
-                        swapped.extend_from_slice(piece);
-                        swap_bytes(&mut swapped, unit);
-                        &swapped[..]
-                    }
-                    None => piece,
-                };
-                w.write_all(bytes).map_err(io_err(&name, done))?;
-                done += piece.len() as u64;
-                progress(done);
-                Ok(())
-            })?;
-        }
-        w.flush().map_err(io_err(&name, 0))?;
-    }
-    tmp.commit()
+    let input = crate::convert::Input::Tensorizer(reader);
+    let options = WriteOptions::default();
+    crate::convert::write(input, out, crate::convert::Format::Safetensors, &options, |done, _| {
+        progress(done);
+        Ok(())
+    })
+    .map(|_| ())
 }
 
 /// The members of a safetensors JSON header in file order, refusing a
@@ -196,87 +143,108 @@ fn header_entries(raw: &[u8]) -> serde_json::Result<Vec<(String, Value)>> {
     serde_json::from_slice::<Members>(raw).map(|m| m.0)
 }
 
-/// A parsed safetensors header: (name, dtype, shape, start, end) in data order.
-type Entries = Vec<(String, ElementType, Vec<u64>, u64, u64)>;
-
-fn read_safetensors_header(file: &File, name: &str, len: u64) -> Result<(u64, Entries)> {
-    let bad = |why: String| Error::Invalid(format!("{name}: not a valid safetensors file: {why}"));
-    let mut n = [0u8; 8];
-    file.read_exact_at(&mut n, 0).map_err(|_| bad("shorter than 8 bytes".into()))?;
-    let n = u64::from_le_bytes(n);
-    if n > MAX_SAFETENSORS_HEADER || n.checked_add(8).is_none_or(|end| end > len) {
-        return Err(bad(format!("header length {n} is impossible for a {len}-byte file")));
-    }
-    let mut raw = vec![0u8; n as usize];
-    file.read_exact_at(&mut raw, 8).map_err(io_err(name, 8))?;
-    let header = header_entries(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
-    let data_start = 8 + n;
-    let mut entries = Entries::new();
-    for (key, v) in header {
-        if key == "__metadata__" {
-            continue;
-        }
-        let dtype = v["dtype"].as_str().and_then(element_from_safetensors);
-        let shape: Option<Vec<u64>> = v["shape"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
-        let offsets: Option<Vec<u64>> =
-            v["data_offsets"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
-        let (Some(dtype), Some(shape), Some([start, end])) =
-            (dtype, shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
-        else {
-            return Err(bad(format!("tensor {key:?} has a missing or unsupported dtype, shape or data_offsets")));
-        };
-        let nbytes = Dtype::from_element(dtype).nbytes(&shape);
-        if end < start || nbytes != Some(end - start) {
-            return Err(bad(format!("tensor {key:?}: data_offsets do not match dtype and shape")));
-        }
-        entries.push((key, dtype, shape, start, end));
-    }
-    entries.sort_by_key(|e| e.3);
-    let mut expect = 0;
-    for e in &entries {
-        if e.3 != expect {
-            return Err(bad(format!("tensor {:?} does not start where the previous one ends", e.0)));
-        }
-        expect = e.4;
-    }
-    if data_start + expect != len {
-        return Err(bad(format!("data covers {expect} bytes but the file holds {}", len - data_start)));
-    }
-    Ok((data_start, entries))
+/// One tensor of a safetensors file: data at `start..end` of the data
+/// section (after the header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafetensorsEntry {
+    /// Its name.
+    pub name: String,
+    /// Its element type.
+    pub dtype: ElementType,
+    /// Its shape.
+    pub shape: Vec<u64>,
+    /// Where its data starts, relative to the data section.
+    pub start: u64,
+    /// Where its data ends, relative to the data section.
+    pub end: u64,
 }
 
-/// Converts a safetensors file to a tensorizer file, streaming.
-pub fn from_safetensors(input: &Path, out: &Path, options: &WriteOptions, mut progress: impl FnMut(u64)) -> Result<()> {
-    let name = input.display().to_string();
-    let file = File::open(input).map_err(io_err(&name, 0))?;
-    let len = file.metadata().map_err(io_err(&name, 0))?.len();
-    let (data_start, entries) = read_safetensors_header(&file, &name, len)?;
-    let specs: Vec<TensorSpec> = entries
-        .iter()
-        .map(|(n, e, shape, _, _)| TensorSpec {
-            path: TensorPath::Plain(n.clone()),
-            tensor_type: TensorType::StateDict,
-            module_index: 0,
-            dtype: Dtype::from_element(*e),
-            shape: shape.clone(),
-            meta: false,
-        })
-        .collect();
-    let writer = FileWriter::create(out, &specs, options)?;
-    let mut buf = vec![0u8; STEP];
-    let mut done = 0u64;
-    for (i, (_, _, _, start, end)) in entries.iter().enumerate() {
-        let mut sink = writer.tensor(i)?;
-        let mut at = *start;
-        while at < *end {
-            let n = ((end - at) as usize).min(STEP);
-            file.read_exact_at(&mut buf[..n], data_start + at).map_err(io_err(&name, data_start + at))?;
-            sink.write(&buf[..n])?;
-            at += n as u64;
-            done += n as u64;
-            progress(done);
+/// A safetensors file opened over any [`RangeSource`] (two reads): its
+/// header parsed and checked so that the tensors tile the data section
+/// exactly, in data order.
+pub struct SafetensorsFile<S: RangeSource> {
+    source: S,
+    data_start: u64,
+    entries: Vec<SafetensorsEntry>,
+}
+
+impl<S: RangeSource> SafetensorsFile<S> {
+    /// Reads and checks the header.
+    pub fn new(source: S) -> Result<Self> {
+        let name = source.name().to_string();
+        let len = source.len();
+        let bad = |why: String| Error::Invalid(format!("{name}: not a valid safetensors file: {why}"));
+        if len < 8 {
+            return Err(bad("shorter than 8 bytes".into()));
         }
-        sink.finish()?;
+        let mut n = [0u8; 8];
+        source.read_exact_at(0, &mut n)?;
+        let n = u64::from_le_bytes(n);
+        if n > MAX_SAFETENSORS_HEADER || n.checked_add(8).is_none_or(|end| end > len) {
+            return Err(bad(format!("header length {n} is impossible for a {len}-byte file")));
+        }
+        let mut raw = vec![0u8; n as usize];
+        source.read_exact_at(8, &mut raw)?;
+        let header = header_entries(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
+        let data_start = 8 + n;
+        let mut entries = Vec::new();
+        for (key, v) in header {
+            if key == "__metadata__" {
+                continue;
+            }
+            let dtype = v["dtype"].as_str().and_then(element_from_safetensors);
+            let shape: Option<Vec<u64>> = v["shape"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
+            let offsets: Option<Vec<u64>> =
+                v["data_offsets"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
+            let (Some(dtype), Some(shape), Some([start, end])) =
+                (dtype, shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
+            else {
+                return Err(bad(format!("tensor {key:?} has a missing or unsupported dtype, shape or data_offsets")));
+            };
+            let nbytes = Dtype::from_element(dtype).nbytes(&shape);
+            if end < start || nbytes != Some(end - start) {
+                return Err(bad(format!("tensor {key:?}: data_offsets do not match dtype and shape")));
+            }
+            entries.push(SafetensorsEntry { name: key, dtype, shape, start, end });
+        }
+        entries.sort_by_key(|e| e.start);
+        let mut expect = 0;
+        for e in &entries {
+            if e.start != expect {
+                return Err(bad(format!("tensor {:?} does not start where the previous one ends", e.name)));
+            }
+            expect = e.end;
+        }
+        if data_start + expect != len {
+            return Err(bad(format!("data covers {expect} bytes but the file holds {}", len - data_start)));
+        }
+        Ok(Self { source, data_start, entries })
     }
-    writer.commit()
+
+    /// The tensors, in data order.
+    pub fn entries(&self) -> &[SafetensorsEntry] {
+        &self.entries
+    }
+
+    /// Where the data section starts in the file.
+    pub fn data_start(&self) -> u64 {
+        self.data_start
+    }
+
+    /// The byte source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+}
+
+/// Converts a safetensors file to a tensorizer file, streaming, hashing on
+/// several threads (see [`crate::convert`]).
+pub fn from_safetensors(input: &Path, out: &Path, options: &WriteOptions, mut progress: impl FnMut(u64)) -> Result<()> {
+    let file = SafetensorsFile::new(crate::source::LocalFile::open(input)?)?;
+    let input = crate::convert::Input::Safetensors(&file);
+    crate::convert::write(input, out, crate::convert::Format::Tensorizer, options, |done, _| {
+        progress(done);
+        Ok(())
+    })
+    .map(|_| ())
 }

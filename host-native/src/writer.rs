@@ -40,7 +40,7 @@ const WRITEBACK_KICK: usize = 1 << 20;
 /// `SYNC_FILE_RANGE_WRITE`). Purely a performance hint: failures are
 /// ignored, and the final `fsync` still makes everything durable.
 #[cfg(target_os = "linux")]
-fn start_writeback(file: &File, offset: u64, len: usize) {
+pub(crate) fn start_writeback(file: &File, offset: u64, len: usize) {
     use std::os::fd::AsRawFd;
     // SAFETY: the descriptor stays open for the lifetime of `file`; the
     // call reads only its integer arguments and touches no memory of ours.
@@ -51,7 +51,7 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
+pub(crate) fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
 
 /// How to write.
 #[derive(Debug, Clone, Default)]

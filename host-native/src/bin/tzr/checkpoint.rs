@@ -1,5 +1,6 @@
-//! `tzr inspect`, `verify` and `convert` for torch.save checkpoints,
-//! recognised by their first bytes (never by extension).
+//! `tzr inspect` and `verify` for torch.save checkpoints, recognised by
+//! their first bytes (never by extension), and `tzr convert`'s output
+//! formats.
 
 use std::path::Path;
 use std::time::Instant;
@@ -7,9 +8,9 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tensorizer_core::checkpoint::Leaf;
-use tensorizer_core::{PathComponent, TensorPath, WriterOptions};
+use tensorizer_core::{PathComponent, TensorPath};
+use tensorizer_native::RangeSource;
 use tensorizer_native::checkpoint::{self, CheckpointReader, mismatch};
-use tensorizer_native::{Error, RangeSource, WriteOptions};
 
 use crate::inspect::{human, printable};
 use crate::{Failure, Outcome, progress};
@@ -232,35 +233,4 @@ pub(crate) enum Target {
     Tensorizer,
     /// A safetensors file.
     Safetensors,
-}
-
-pub(crate) fn convert(source: Source, output: &Path, target: Target, layout: WriterOptions) -> Outcome {
-    let reader = CheckpointReader::new(source)?;
-    let total: u64 = reader
-        .entries()
-        .iter()
-        .filter_map(|e| match &e.value {
-            Leaf::Tensor(v) => v.numel().and_then(|n| n.checked_mul(u64::from(v.dtype.size()))),
-            _ => None,
-        })
-        .sum();
-    let bar = progress::bytes(total, "converting");
-    let done = match target {
-        Target::Tensorizer => {
-            checkpoint::to_tensorizer(&reader, output, &WriteOptions { layout, key: None, num_writers: 0 }, |d| {
-                bar.set_position(d)
-            })
-        }
-        Target::Safetensors => checkpoint::to_safetensors(&reader, output, |d| bar.set_position(d)),
-    };
-    bar.finish_and_clear();
-    let done: Result<_, Error> = done;
-    let done = done?;
-    if done.flattened {
-        eprintln!("tzr: note: nested keys mix strings and ints at one level; tensors are named with flat dotted paths");
-    }
-    for name in &done.skipped {
-        eprintln!("tzr: note: skipped {:?}: not a tensor", printable(name));
-    }
-    Ok(())
 }

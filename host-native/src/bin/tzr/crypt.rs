@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use serde_json::json;
 use tensorizer_core::{TensorSpec, WriterOptions};
+use tensorizer_native::convert::{self, ConvertOptions, Format};
 use tensorizer_native::verify::verify_all;
 use tensorizer_native::writer::FileWriter;
-use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers, safetensors};
+use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers};
 
 use crate::checkpoint::Target;
 use crate::keys::{KdfPreset, KeyArgs, generate_key_file};
@@ -164,10 +165,11 @@ pub(crate) fn decrypt(input: &Path, output: &Path, key: &KeyArgs, layout: Writer
     rewrite(&reader, output, WriteOptions { layout, key: None, num_writers: 0 }, "decrypting")
 }
 
-fn is_safetensors(p: &Path) -> bool {
-    p.extension().is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
-}
-
+/// `tzr convert`: any input the library recognises by its first bytes
+/// (torch checkpoint, tensorizer, safetensors). Tensorizer and safetensors
+/// inputs convert to the other format only, as OUTPUT's extension says
+/// (`--to` must agree); a torch checkpoint goes to either (`--to`, else the
+/// extension).
 pub(crate) fn convert(
     input: &Path,
     output: &Path,
@@ -175,38 +177,44 @@ pub(crate) fn convert(
     layout: WriterOptions,
     to: Option<Target>,
 ) -> Outcome {
-    if !is_safetensors(input) {
-        let source = tensorizer_native::open_source(&input.to_string_lossy())?;
-        if crate::checkpoint::is_checkpoint(&source)? {
-            let target = to.unwrap_or(if is_safetensors(output) { Target::Safetensors } else { Target::Tensorizer });
-            return crate::checkpoint::convert(source, output, target, layout);
+    let source = tensorizer_native::open_source_for(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
+    let from = convert::sniff(&source)?;
+    let implied = Format::for_output(output);
+    let to = match to {
+        Some(Target::Tensorizer) => Format::Tensorizer,
+        Some(Target::Safetensors) => Format::Safetensors,
+        None => implied,
+    };
+    if from != Format::TorchCheckpoint {
+        if to != implied {
+            return Err(Failure::Usage(
+                "--to must agree with OUTPUT's extension unless INPUT is a torch.save checkpoint".into(),
+            ));
+        }
+        if from == to {
+            return Err(Failure::Usage(
+                "exactly one of INPUT and OUTPUT must end in .safetensors (tensorizer <-> safetensors)".into(),
+            ));
         }
     }
-    let implied = if is_safetensors(output) { Target::Safetensors } else { Target::Tensorizer };
-    if to.is_some_and(|t| t != implied) {
-        return Err(Failure::Usage(
-            "--to must agree with OUTPUT's extension unless INPUT is a torch.save checkpoint".into(),
-        ));
+    let options = ConvertOptions {
+        to: Some(to),
+        write: WriteOptions { layout, key: None, num_writers: 0 },
+        key: key.for_reading()?,
+    };
+    let bar = progress::bytes(0, "converting");
+    let done = convert::convert_source(source, output, &options, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+        Ok(())
+    });
+    bar.finish_and_clear();
+    let done = done?;
+    if done.flattened {
+        eprintln!("tzr: note: nested keys mix strings and ints at one level; tensors are named with flat dotted paths");
     }
-    match (is_safetensors(input), is_safetensors(output)) {
-        (true, false) => {
-            let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-            let bar = progress::bytes(total, "converting");
-            safetensors::from_safetensors(input, output, &WriteOptions { layout, key: None, num_writers: 0 }, |d| {
-                bar.set_position(d)
-            })?;
-            bar.finish_and_clear();
-            Ok(())
-        }
-        (false, true) => {
-            let reader = open(input, key, None)?;
-            let bar = progress::bytes(total_bytes(&reader), "converting");
-            safetensors::to_safetensors(&reader, output, |d| bar.set_position(d))?;
-            bar.finish_and_clear();
-            Ok(())
-        }
-        _ => Err(Failure::Usage(
-            "exactly one of INPUT and OUTPUT must end in .safetensors (tensorizer <-> safetensors)".into(),
-        )),
+    for name in &done.skipped {
+        eprintln!("tzr: note: skipped {:?}: not a tensor", crate::inspect::printable(name));
     }
+    Ok(())
 }

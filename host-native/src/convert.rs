@@ -1,0 +1,507 @@
+//! Format conversion: torch.save checkpoints, tensorizer files and
+//! safetensors files in (local paths or URIs, read with range reads),
+//! tensorizer or safetensors files out, written atomically (an existing
+//! file at the target is replaced only by a complete conversion).
+//!
+//! Tensors are converted on a small pool of threads, each taking the next
+//! tensor and streaming it through piece by piece: read one piece
+//! ([`LOCAL_PIECE`] from a local file, [`REMOTE_PIECE`] from the network),
+//! hash it (CRC-32 and SHA-256 for a tensorizer output, as tensorizer
+//! writes) and write it at its fixed place in the output. SHA-256 cannot be
+//! split within a tensor, so the pool works on several tensors at once; the
+//! output bytes do not depend on which thread wrote what.
+//!
+//! Memory is bounded by the largest tensor, not the file: each thread holds
+//! one piece, and a checkpoint view that is not contiguous (a transpose, a
+//! column of a wider storage) is gathered whole, one such view at a time
+//! across the pool. In all at most `threads × piece` plus, for the largest
+//! gathered view, its storage span and its gathered copy.
+
+use std::collections::HashSet;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tensorizer_core::checkpoint::{Leaf, SNIFF_LEN};
+use tensorizer_core::dtype::ByteOrder;
+use tensorizer_core::layout::MAGIC;
+use tensorizer_core::{Dtype, KeySource, TensorPath, TensorSpec, TensorType};
+
+use crate::atomic::AtomicFile;
+use crate::checkpoint::{CheckpointReader, looks_like_checkpoint};
+use crate::error::{Error, Result, io_err};
+use crate::parallel::{default_readers, for_each_index};
+use crate::reader::{ReadOptions, Reader};
+use crate::safetensors::{MAX_SAFETENSORS_HEADER, SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
+use crate::source::{Intent, RangeSource, open_source_for};
+use crate::writer::{FileWriter, WriteOptions};
+
+/// Bytes per piece streamed from a local source: small enough to stay in
+/// cache between the read, the hashes and the write.
+pub const LOCAL_PIECE: usize = 1 << 20;
+
+/// Bytes per piece (one range request) streamed from a network source.
+pub const REMOTE_PIECE: usize = 16 << 20;
+
+/// Longest wait between two progress reports.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A file format conversion reads or writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// A tensorizer file (`.tensors`).
+    #[default]
+    Tensorizer,
+    /// A safetensors file (`.safetensors`).
+    Safetensors,
+    /// A `torch.save` zip checkpoint (`.pt`, `.pth`, `.bin`); input only.
+    TorchCheckpoint,
+}
+
+impl Format {
+    /// A short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tensorizer => "tensorizer",
+            Self::Safetensors => "safetensors",
+            Self::TorchCheckpoint => "torch checkpoint",
+        }
+    }
+
+    /// The output format a path implies: safetensors for a `.safetensors`
+    /// extension, tensorizer for anything else.
+    pub fn for_output(path: &Path) -> Self {
+        if has_safetensors_extension(&path.to_string_lossy()) { Self::Safetensors } else { Self::Tensorizer }
+    }
+
+    /// Recognises an input by its first bytes (up to [`SNIFF_LEN`]): a torch
+    /// checkpoint (zip or legacy), a tensorizer file, or a safetensors file
+    /// (a plausible header length followed by `{`). When the bytes say none
+    /// of these, a `.safetensors` name means safetensors and anything else
+    /// tensorizer, whose reader then says what is wrong.
+    pub fn sniff(head: &[u8], name: &str) -> Self {
+        if looks_like_checkpoint(head).is_some() {
+            return Self::TorchCheckpoint;
+        }
+        if head.starts_with(&MAGIC) {
+            return Self::Tensorizer;
+        }
+        if let Some(len) = head.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok())
+            && u64::from_le_bytes(len) <= MAX_SAFETENSORS_HEADER
+            && head.get(8) == Some(&b'{')
+        {
+            return Self::Safetensors;
+        }
+        if has_safetensors_extension(name) { Self::Safetensors } else { Self::Tensorizer }
+    }
+}
+
+fn has_safetensors_extension(name: &str) -> bool {
+    let name = name.split(['?', '#']).next().unwrap_or(name);
+    name.rsplit_once('.').is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("safetensors"))
+}
+
+/// How to convert.
+#[derive(Debug, Clone, Default)]
+pub struct ConvertOptions {
+    /// The output format; `None`: from the output's extension
+    /// ([`Format::for_output`]).
+    pub to: Option<Format>,
+    /// A tensorizer output's layout and encryption, and the threads
+    /// converting (`num_writers`; 0 = one per core, at most 16).
+    pub write: WriteOptions,
+    /// The key or passphrase of an encrypted tensorizer input.
+    pub key: Option<KeySource>,
+}
+
+/// What a conversion did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Converted {
+    /// The input's format.
+    pub from: Format,
+    /// The output's format.
+    pub to: Format,
+    /// Tensors written (tied weights count once per name).
+    pub tensors: usize,
+    /// Data bytes written.
+    pub bytes: u64,
+    /// Non-tensor entries of a checkpoint skipped, by name.
+    pub skipped: Vec<String>,
+    /// Whether nested checkpoint paths had to be written as flat dotted
+    /// names (their keys mix strings and ints at one level, which
+    /// tensorizer refuses).
+    pub flattened: bool,
+}
+
+/// An opened conversion input.
+pub enum Input<'a, S: RangeSource> {
+    /// A torch.save checkpoint: every tensor entry, gathered contiguous and
+    /// little-endian.
+    Checkpoint(&'a CheckpointReader<S>),
+    /// A tensorizer file: every tensor, its hashes verified as it streams.
+    Tensorizer(&'a Reader<S>),
+    /// A safetensors file.
+    Safetensors(&'a SafetensorsFile<S>),
+}
+
+impl<S: RangeSource> Input<'_, S> {
+    fn format(&self) -> Format {
+        match self {
+            Self::Checkpoint(_) => Format::TorchCheckpoint,
+            Self::Tensorizer(_) => Format::Tensorizer,
+            Self::Safetensors(_) => Format::Safetensors,
+        }
+    }
+
+    fn source(&self) -> &S {
+        match self {
+            Self::Checkpoint(r) => r.source(),
+            Self::Tensorizer(r) => r.source(),
+            Self::Safetensors(f) => f.source(),
+        }
+    }
+
+    fn piece(&self) -> usize {
+        if self.source().prefers_long_reads() { REMOTE_PIECE } else { LOCAL_PIECE }
+    }
+}
+
+/// One tensor to write: where it comes from (an entry index of the input)
+/// and what it becomes.
+struct Item {
+    index: usize,
+    spec: TensorSpec,
+    len: u64,
+    /// Bytes per unit to reverse: a big-endian tensorizer tensor going to
+    /// safetensors (checkpoints are always gathered little-endian).
+    swap: Option<usize>,
+}
+
+/// Reads the first bytes of `source` and tells its format ([`Format::sniff`]).
+pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
+    let mut head = vec![0u8; source.len().min(SNIFF_LEN as u64) as usize];
+    source.read_exact_at(0, &mut head)?;
+    Ok(Format::sniff(&head, source.name()))
+}
+
+/// Converts `src` (a local path or a URI: `http(s)://`, `s3://`,
+/// `redis://`) into a new file at `dst`; see [`convert_source`].
+pub fn convert(
+    src: &str,
+    dst: &Path,
+    options: &ConvertOptions,
+    progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Converted> {
+    // Checkpoints are read from the end first: no whole-file opening request.
+    convert_source(open_source_for(src, Intent::Peek)?, dst, options, progress)
+}
+
+/// Converts whatever `source` holds (recognised by [`sniff`]) into the
+/// format `options.to` names (or `dst`'s extension implies), written
+/// atomically at `dst`. `progress` gets (data bytes done, data bytes in
+/// all) now and then and once at the end; an error from it stops the
+/// conversion (and leaves `dst` as it was).
+pub fn convert_source<S: RangeSource>(
+    source: S,
+    dst: &Path,
+    options: &ConvertOptions,
+    progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Converted> {
+    let from = sniff(&source)?;
+    let to = options.to.unwrap_or_else(|| Format::for_output(dst));
+    match from {
+        Format::TorchCheckpoint => {
+            write(Input::Checkpoint(&CheckpointReader::new(source)?), dst, to, &options.write, progress)
+        }
+        Format::Tensorizer => {
+            let read = ReadOptions { num_readers: 1, verify_hash: true, key: options.key.clone() };
+            write(Input::Tensorizer(&Reader::new(source, read)?), dst, to, &options.write, progress)
+        }
+        Format::Safetensors => {
+            write(Input::Safetensors(&SafetensorsFile::new(source)?), dst, to, &options.write, progress)
+        }
+    }
+}
+
+/// Writes every tensor of `input` to a new `to` file at `dst`, atomically,
+/// on `options.num_writers` threads (0 = one per core). `progress` is as in
+/// [`convert_source`]. A tensorizer output gets each tensor as a
+/// state-dict tensor (a tensorizer input keeps its tensor types, module
+/// indices and byte order); a safetensors output gets flat dotted names,
+/// little-endian data, and refuses meta tensors and dtypes it cannot name.
+pub fn write<S: RangeSource>(
+    input: Input<'_, S>,
+    dst: &Path,
+    to: Format,
+    options: &WriteOptions,
+    mut progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Converted> {
+    let mut converted = Converted { from: input.format(), to, ..Converted::default() };
+    let items = plan(&input, to, options, &mut converted)?;
+    let src = input.source().name();
+    let total: u64 = items.iter().map(|t| t.len).sum();
+    let threads = if options.num_writers == 0 { default_readers() } else { options.num_writers };
+    let done = AtomicU64::new(0);
+    // Non-contiguous views are gathered one at a time (see the module docs).
+    let gather = Mutex::new(());
+    let mut report = |d: u64| progress(d, total);
+    match to {
+        Format::Tensorizer => {
+            let specs: Vec<TensorSpec> = items.iter().map(|t| t.spec.clone()).collect();
+            let writer = FileWriter::create(dst, &specs, options)?;
+            let job = |k: usize, scratch: &mut Vec<u8>| {
+                let mut sink = writer.tensor(k)?;
+                stream(&input, &items[k], &gather, scratch, &mut |piece| {
+                    sink.write(piece)?;
+                    done.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                })?;
+                sink.finish()
+            };
+            for_each_index(threads, items.len(), job, &done, PROGRESS_INTERVAL, &mut report)?;
+            writer.commit()?;
+        }
+        Format::Safetensors => {
+            let header = safetensors_header(src, &items)?;
+            let tmp = AtomicFile::create(dst)?;
+            let name = tmp.name().to_string();
+            let file = tmp.file();
+            let data_start = header.len() as u64;
+            file.write_all_at(&header, 0).map_err(io_err(&name, 0))?;
+            let offsets: Vec<u64> = items
+                .iter()
+                .scan(data_start, |at, t| {
+                    let here = *at;
+                    *at += t.len;
+                    Some(here)
+                })
+                .collect();
+            let job = |k: usize, scratch: &mut Vec<u8>| {
+                let mut at = offsets[k];
+                stream(&input, &items[k], &gather, scratch, &mut |piece| {
+                    file.write_all_at(piece, at).map_err(io_err(&name, at))?;
+                    crate::writer::start_writeback(file, at, piece.len());
+                    at += piece.len() as u64;
+                    done.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                })
+            };
+            for_each_index(threads, items.len(), job, &done, PROGRESS_INTERVAL, &mut report)?;
+            tmp.commit()?;
+        }
+        Format::TorchCheckpoint => return Err(Error::Invalid("torch checkpoints cannot be written".into())),
+    }
+    converted.tensors = items.len();
+    converted.bytes = total;
+    Ok(converted)
+}
+
+/// The tensors to write, in output order.
+fn plan<S: RangeSource>(
+    input: &Input<'_, S>,
+    to: Format,
+    options: &WriteOptions,
+    converted: &mut Converted,
+) -> Result<Vec<Item>> {
+    let src = input.source().name();
+    if to == Format::TorchCheckpoint {
+        return Err(Error::Invalid(format!(
+            "{src}: writing torch checkpoints is not supported; convert to tensorizer (.tensors) or safetensors \
+             (.safetensors)"
+        )));
+    }
+    let mut items = Vec::new();
+    match input {
+        Input::Checkpoint(reader) => {
+            for (i, e) in reader.entries().iter().enumerate() {
+                let Leaf::Tensor(view) = &e.value else {
+                    converted.skipped.push(e.path.to_string());
+                    continue;
+                };
+                let len = reader.nbytes(i)?;
+                let spec = TensorSpec {
+                    path: e.path.clone(),
+                    tensor_type: TensorType::StateDict,
+                    module_index: 0,
+                    dtype: Dtype::from_element(view.dtype),
+                    shape: view.shape.clone(),
+                    meta: false,
+                };
+                items.push(Item { index: i, spec, len, swap: None });
+            }
+            // Structured paths are kept when tensorizer can hold them; a
+            // state dict mixing string and int keys at one level gets flat
+            // dotted names.
+            if to == Format::Tensorizer && !paths_fit(&items, options) {
+                for t in &mut items {
+                    t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
+                }
+                converted.flattened = true;
+            }
+        }
+        Input::Tensorizer(reader) => {
+            for (i, e) in reader.entries().iter().enumerate() {
+                let spec = if to == Format::Tensorizer {
+                    reader.spec(i)?
+                } else {
+                    TensorSpec {
+                        path: e.path.clone(),
+                        tensor_type: e.tensor_type,
+                        module_index: 0,
+                        dtype: e.dtype.clone(),
+                        shape: e.shape.clone(),
+                        meta: e.is_meta(),
+                    }
+                };
+                let swap = (to == Format::Safetensors).then(|| crate::safetensors::swap_unit(&e.dtype)).flatten();
+                items.push(Item { index: i, spec, len: e.data_length, swap });
+            }
+        }
+        Input::Safetensors(file) => {
+            for (i, e) in file.entries().iter().enumerate() {
+                let spec = TensorSpec {
+                    path: TensorPath::Plain(e.name.clone()),
+                    tensor_type: TensorType::StateDict,
+                    module_index: 0,
+                    dtype: Dtype::from_element(e.dtype),
+                    shape: e.shape.clone(),
+                    meta: false,
+                };
+                items.push(Item { index: i, spec, len: e.end - e.start, swap: None });
+            }
+        }
+    }
+    if to == Format::Safetensors {
+        for t in &mut items {
+            let name = flat_name(&t.spec.path);
+            let fail = |why: String| Error::Invalid(format!("{src}: tensor {name:?}: {why}"));
+            if t.spec.meta {
+                return Err(fail("meta tensors (no data) cannot be stored in safetensors".into()));
+            }
+            if t.spec.dtype.element().and_then(safetensors_dtype).is_none() {
+                let dtype = t.spec.dtype.element().map_or_else(|| t.spec.dtype.to_string(), |e| e.torch_name().into());
+                return Err(fail(format!(
+                    "safetensors has no dtype for {dtype}; convert to tensorizer (.tensors) instead"
+                )));
+            }
+        }
+    }
+    Ok(items)
+}
+
+/// Whether the core writer accepts these paths together (a dry run).
+fn paths_fit(items: &[Item], options: &WriteOptions) -> bool {
+    let layout = tensorizer_core::WriterOptions { encryption: None, ..options.layout.clone() };
+    let specs: Vec<TensorSpec> = items.iter().map(|t| t.spec.clone()).collect();
+    match tensorizer_core::Writer::plan(&specs, &layout) {
+        Ok(mut w) => specs.iter().all(|s| w.add(s, None).is_ok()),
+        Err(_) => false,
+    }
+}
+
+/// The safetensors header (its length, the JSON, padded to 8 bytes) for
+/// `items` stored back to back in order.
+fn safetensors_header(src: &str, items: &[Item]) -> Result<Vec<u8>> {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
+    let mut names = HashSet::new();
+    let mut offset = 0u64;
+    for t in items {
+        let name = flat_name(&t.spec.path);
+        if !names.insert(name.clone()) {
+            return Err(Error::Invalid(format!("{src}: tensor {name:?}: two tensors flatten to this name")));
+        }
+        let dtype = t.spec.dtype.element().and_then(safetensors_dtype).unwrap_or("?");
+        header.insert(
+            name,
+            serde_json::json!({"dtype": dtype, "shape": t.spec.shape, "data_offsets": [offset, offset + t.len]}),
+        );
+        offset += t.len;
+    }
+    let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).map_err(|e| Error::Invalid(e.to_string()))?;
+    while json.len() % 8 != 0 {
+        json.push(b' ');
+    }
+    Ok([&(json.len() as u64).to_le_bytes()[..], &json].concat())
+}
+
+/// Streams `item`'s data, as the output stores it, through `f` in pieces.
+fn stream<S: RangeSource>(
+    input: &Input<'_, S>,
+    item: &Item,
+    gather: &Mutex<()>,
+    scratch: &mut Vec<u8>,
+    f: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    let piece = input.piece();
+    match input {
+        Input::Checkpoint(reader) => {
+            let i = item.index;
+            if item.len == 0 {
+                return Ok(());
+            }
+            let view = reader.tensor(i)?;
+            let span = view.byte_span().ok_or_else(|| Error::Invalid("tensor view size overflows".into()))?;
+            if !view.is_contiguous() || span.end - span.start != item.len {
+                // A strided or expanded view: gathered whole, one at a time.
+                let _one = gather.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut whole = vec![0u8; usize::try_from(item.len).unwrap_or(usize::MAX)];
+                reader.read_contiguous(i, &mut whole)?;
+                return whole.chunks(piece).try_for_each(f);
+            }
+            let start = reader.storage_range(view.storage)?.start + span.start;
+            let swap = match reader.byte_order() {
+                ByteOrder::Big => Some(crate::checkpoint::swap_unit(view.dtype)).filter(|&u| u > 1),
+                _ => None,
+            };
+            read_pieces(reader.source(), start, item.len, piece, scratch, &mut |p| {
+                if let Some(unit) = swap {
+                    swap_bytes(p, unit);
+                }
+                f(p)
+            })
+        }
+        Input::Tensorizer(reader) => reader
+            .stream(item.index, piece, true, |p| match item.swap {
+                Some(unit) => {
+                    scratch.clear();
+                    scratch.extend_from_slice(p);
+                    swap_bytes(scratch, unit);
+                    f(scratch)
+                }
+                None => f(p),
+            })
+            .map(|_| ()),
+        Input::Safetensors(file) => {
+            let e = &file.entries()[item.index];
+            read_pieces(file.source(), file.data_start() + e.start, item.len, piece, scratch, &mut |p| f(p))
+        }
+    }
+}
+
+/// Reads `len` bytes at `offset` in pieces of `piece` bytes into `scratch`
+/// (grown once, never shrunk) and hands each to `f`.
+fn read_pieces<S: RangeSource>(
+    source: &S,
+    offset: u64,
+    len: u64,
+    piece: usize,
+    scratch: &mut Vec<u8>,
+    f: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let want = usize::try_from(len.min(piece as u64)).unwrap_or(piece);
+    if scratch.len() < want {
+        scratch.resize(want, 0);
+    }
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(piece as u64) as usize;
+        let buf = &mut scratch[..n];
+        source.read_exact_at(offset + at, buf)?;
+        f(buf)?;
+        at += n as u64;
+    }
+    Ok(())
+}
