@@ -23,6 +23,17 @@ FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 _META_MODES = ("zeros", "expand", "meta")
 
+#: Tensors of at most this many bytes are loaded into shared slabs (one
+#: allocation, one device copy, one split per slab) instead of one
+#: allocation each: per-tensor Python work dominates small loads.
+SLAB_TENSOR_MAX = 4096
+#: The most bytes one slab holds. Small tensors of a slab share its
+#: storage, so keeping (or `torch.save`-ing) one of them alone keeps (or
+#: writes) at most this much.
+SLAB_BYTES = 64 << 10
+
+_TENSOR_TYPES = tuple(TensorType)
+
 
 class _Entry:
     __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta", "data_offset", "header_offset", "name_bytes")
@@ -32,7 +43,7 @@ class _Entry:
         self.index = index
         self.path: _paths.Path = tuple(path)
         self.name = _paths.normalize(self.path)
-        self.tensor_type = TensorType(tensor_type)
+        self.tensor_type = _TENSOR_TYPES[tensor_type] if 0 <= tensor_type < len(_TENSOR_TYPES) else TensorType(tensor_type)
         self.dtype: str = dtype
         self.shape = tuple(shape)
         self.data_length: int = data_length
@@ -202,20 +213,45 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if self._map is not None and not verify_hash and device.type == "cpu":
             todo = self._load_mapped(todo)
         pin = device.type == "cuda"
-        staged = []
-        for e in todo:
-            dtype = _dtypes.torch_dtype(e.dtype)
-            staged.append(torch.empty(e.shape, dtype=dtype, pin_memory=pin))
-        if todo:
-            buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
-            self._reader.load_into([e.index for e in todo], buffers, verify_hash)
-        for e, t in zip(todo, staged):
+        # (data_length == nbytes holds for every tensor the reader accepts;
+        # an entry where it does not goes the per-tensor way and fails there.)
+        small = [e for e in todo if e.data_length <= SLAB_TENSOR_MAX and e.data_length == e.nbytes]
+        large = [e for e in todo if not (e.data_length <= SLAB_TENSOR_MAX and e.data_length == e.nbytes)]
+        slabs = _plan_slabs(small)
+        staged = [torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), pin_memory=pin) for e in large]
+        slab_data = [torch.empty(numel, dtype=dtype, pin_memory=pin) for dtype, numel, _ in slabs]
+        indices = [e.index for e in large]
+        buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
+        for (_, _, members), data in zip(slabs, slab_data):
+            raw = data.view(torch.uint8).numpy()
+            at = 0
+            for e in members:
+                indices.append(e.index)
+                buffers.append(raw[at : at + e.data_length])
+                at += e.data_length
+        if indices:
+            self._reader.load_into(indices, buffers, verify_hash)
+        Parameter = torch.nn.Parameter
+        for e, t in zip(large, staged):
+            grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
             if device.type != "cpu":
                 t = t.to(device, non_blocking=pin)
             if self._dtype is not None and t.dtype != torch.bool:
                 t = t.to(self._dtype)
-            stored = _dtypes.torch_dtype(e.dtype)
-            self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(stored))
+            self._cache[e.index] = Parameter(t, requires_grad=grad)
+        for (dtype, _, members), data in zip(slabs, slab_data):
+            # One device copy and one cast per slab, then views into it.
+            if device.type != "cpu":
+                data = data.to(device, non_blocking=pin)
+            if self._dtype is not None and dtype != torch.bool:
+                data = data.to(self._dtype)
+            grad = _dtypes.is_float_like(dtype)
+            parts = data.split_with_sizes([math.prod(e.shape) for e in members])
+            cache = self._cache
+            make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
+            for e, part in zip(members, parts):
+                shape = e.shape
+                cache[e.index] = make(Parameter, part if len(shape) == 1 else part.view(shape), grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and todo:
@@ -635,6 +671,24 @@ def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[
                 return value
             if value is not _SKIP:
                 stack[-1][2][key] = value
+
+
+def _plan_slabs(small: list[_Entry]) -> list[tuple[Any, int, list[_Entry]]]:
+    """Groups small entries by dtype into slabs of at most ``SLAB_BYTES``:
+    ``(torch dtype, element count, members)`` per slab."""
+    open_slabs: dict[Any, tuple[list[_Entry], list[int]]] = {}
+    done: list[tuple[Any, int, list[_Entry]]] = []
+    for e in small:
+        dtype = _dtypes.torch_dtype(e.dtype)
+        members, size = open_slabs.setdefault(dtype, ([], [0, 0]))
+        if members and size[0] + e.data_length > SLAB_BYTES:
+            done.append((dtype, size[1], members))
+            members, size = open_slabs[dtype] = ([], [0, 0])
+        members.append(e)
+        size[0] += e.data_length
+        size[1] += math.prod(e.shape)
+    done.extend((dtype, size[1], members) for dtype, (members, size) in open_slabs.items())
+    return done
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,8 +63,10 @@ def numpy_dtype_string(dtype: np.dtype[Any]) -> str:
     return s
 
 
+@functools.lru_cache(maxsize=256)
 def torch_dtype(stored: str) -> torch.dtype:
-    """The torch dtype for a stored dtype string."""
+    """The torch dtype for a stored dtype string (memoized: a file has a
+    handful of distinct dtype strings and thousands of tensors)."""
     torch = _torch()
     numpy_part, _, torch_part = stored.partition(OPAQUE_DTYPE_SEP)
     if torch_part:
