@@ -1,0 +1,69 @@
+"""Small tensors load into shared slabs (spec §11.3): the values, dtypes,
+shapes and grad flags are as before, each slab is bounded, and what users
+do next with a loaded state dict (safetensors.save_file, torch.save,
+in-place updates) behaves."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import tzhelpers
+from tzhelpers import all_dtypes_state_dict, assert_same_tensor, tz, write_with
+
+pytestmark = pytest.mark.skipif(tzhelpers.IS_ORACLE, reason="slabs are tensorizer_rs's own layout")
+
+
+def _small_state_dict():
+    sd = all_dtypes_state_dict()
+    for i in range(300):
+        sd[f"layer.{i}.bias"] = torch.randn(7 + i % 5)
+        sd[f"layer.{i}.norm"] = torch.randn(2, 3)
+    sd["big"] = torch.randn(4096)  # 16 KiB: loaded on its own
+    return sd
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_values_and_bounds(tmp_path, lazy):
+    sd = _small_state_dict()
+    path = tmp_path / "small.tensors"
+    write_with(tz, path, lambda s: s.write_state_dict(sd))
+    with tz.TensorDeserializer(str(path), device="cpu", lazy_load=lazy) as d:
+        got = dict(d)
+    assert list(got) == list(sd)
+    for k, v in sd.items():
+        assert_same_tensor(got[k], v, k)
+        assert isinstance(got[k], torch.nn.Parameter)
+        assert got[k].requires_grad == (v.dtype.is_floating_point or v.dtype.is_complex)
+    assert got["big"].untyped_storage().nbytes() == 4096 * 4
+    slab_sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in got.values()}
+    assert max(slab_sizes.values()) <= tz._deserializer.SLAB_BYTES
+    if not lazy:  # a lazy load reads each key as it is asked for
+        assert len(slab_sizes) < len(got) / 10, "small tensors were not grouped"
+
+
+def test_what_users_do_next(tmp_path):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    sd = {f"b{i}": torch.randn(5) for i in range(50)}
+    path = tmp_path / "small.tensors"
+    write_with(tz, path, lambda s: s.write_state_dict(sd))
+    with tz.TensorDeserializer(str(path), device="cpu") as d:
+        got = {k: v.detach() for k, v in d.items()}
+    # safetensors refuses overlapping tensors only; slab members are disjoint
+    out = tmp_path / "again.safetensors"
+    safetensors_torch.save_file(got, str(out))
+    again = safetensors_torch.load_file(str(out))
+    for k in sd:
+        assert torch.equal(again[k], sd[k])
+    # torch.save of the whole dict writes each slab once and round-trips
+    buf = io.BytesIO()
+    torch.save(got, buf)
+    assert len(buf.getvalue()) < 50 * 5 * 4 + 16384
+    buf.seek(0)
+    for k, v in torch.load(buf, weights_only=True).items():
+        assert torch.equal(v, sd[k])
+    # in-place updates stay in their own tensor
+    got["b0"].add_(1)
+    assert torch.equal(got["b1"], sd["b1"])
