@@ -19,7 +19,7 @@ use crate::reader::path_to_py;
 /// executing anything), tensors read on demand.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeCheckpoint {
-    inner: CheckpointReader<Counted<Arc<dyn RangeSource>>>,
+    pub(crate) inner: CheckpointReader<Counted<Arc<dyn RangeSource>>>,
 }
 
 #[pymethods]

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{HashValue, KeySource, PathComponent, TensorPath};
+use tensorizer_native::source::Counted;
 use tensorizer_native::{MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_source};
 
 use crate::buffers::Held;
@@ -18,7 +19,7 @@ type HashInfo<'py> = (Bound<'py, PyBytes>, Option<u32>, Option<Bound<'py, PyByte
 /// A tensorizer file opened for reading.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeReader {
-    inner: Reader<Source>,
+    pub(crate) inner: Reader<Counted<Source>>,
 }
 
 fn key_source(key: Option<Vec<u8>>, passphrase: Option<Vec<u8>>) -> PyResult<Option<KeySource>> {
@@ -73,7 +74,7 @@ impl NativeReader {
             verify_hash,
             key: key_source(key, passphrase)?,
         };
-        let inner = py.detach(|| Reader::new(source, options)).map_err(to_py)?;
+        let inner = py.detach(|| Reader::new(Counted::new(source), options)).map_err(to_py)?;
         Ok(Self { inner })
     }
 
@@ -95,6 +96,12 @@ impl NativeReader {
     /// The file's length in bytes.
     fn size(&self) -> u64 {
         self.inner.source().len()
+    }
+
+    /// (bytes, requests) read from the source so far.
+    fn bytes_read(&self) -> (u64, u64) {
+        let s = self.inner.source();
+        (s.bytes(), s.requests())
     }
 
     /// The file's name as given.

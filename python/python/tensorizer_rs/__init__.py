@@ -9,6 +9,7 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._native import __version__ as _native_version
+from ._slices import TensorSlice, tp_shard
 from .serialization import (
     CryptographyError,
     DecryptionParams,
@@ -50,4 +51,6 @@ __all__ = [
     "DecryptionParams",
     "FilterFuncType",
     "HashMismatchError",
+    "TensorSlice",
+    "tp_shard",
 ]

@@ -403,6 +403,16 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     def keys(self) -> Any:
         return self._structure.keys()
 
+    def get_slice(self, key: Any) -> Any:
+        """The tensor at ``key`` (a name, or a path tuple) read a slice at a
+        time: ``get_slice(k)[a:b]`` reads only those bytes (for encrypted
+        files, only the chunks holding them). No hash is checked on slices
+        unless ``verify_hash=True``, which checks the whole tensor once
+        first. See ``tensorizer_rs._slices``."""
+        from ._slices import deserializer_slice
+
+        return deserializer_slice(self, key)
+
     def tree(
         self,
         prefix: Any = None,

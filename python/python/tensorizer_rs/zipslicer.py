@@ -34,6 +34,7 @@ from typing import Any, Union
 import torch
 
 from ._native import NativeCheckpoint
+from ._slices import CheckpointBackend, TensorSlice
 
 __all__ = ["LazyStateDict", "load"]
 
@@ -167,6 +168,29 @@ class LazyStateDict(MutableMapping[Key, Any]):
             storage_key=storage,
             requires_grad=requires_grad,
         )
+
+    def get_slice(self, key: Key) -> TensorSlice:
+        """A tensor read a slice at a time: ``get_slice(k)[a:b]`` reads only
+        the storage bytes rows ``a:b`` span (see ``tensorizer_rs._slices``);
+        ``.shard(dim, rank, world_size)`` gives a tensor-parallel share.
+        Slices come back converted by ``dtype`` and moved by
+        ``map_location``, without ``requires_grad``."""
+        node = self._tree.get(key)
+        if node is None:
+            raise KeyError(key)
+        if isinstance(node, dict) or node.kind != "tensor":
+            raise TypeError(f"{key!r} is not a tensor; get_slice takes a tensor's key")
+        dtype_name, shape, *_ = node.details
+
+        def finish(t: torch.Tensor) -> torch.Tensor:
+            if self.dtype is not None and t.dtype != self.dtype:
+                t = t.to(self.dtype)
+            if self.map_location not in (None, "cpu") and torch.device(self.map_location) != torch.device("cpu"):
+                t = t.to(self.map_location)
+            return t
+
+        backend = CheckpointBackend(self._native, node.index)
+        return TensorSlice(backend, key, tuple(shape), _torch_dtype(dtype_name), finish)
 
     def bytes_read(self) -> tuple[int, int]:
         """(bytes, requests) read from the checkpoint so far."""
