@@ -306,6 +306,42 @@ def test_thread_isolation(impls, tmp_path):
     assert torch.save is ORIG_SAVE and torch.load is ORIG_LOAD
 
 
+def test_threads_with_their_own_contexts(tz, impls, tmp_path):
+    """Two threads inside contexts at once, with different sidecar paths
+    and different keys: each gets its own."""
+    compat = impls["tz"]
+    barrier = threading.Barrier(2, timeout=30)
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            key = bytes([n]) * 32
+            state = {"w": torch.full((64,), float(n)), "n": torch.tensor(n)}
+            side = tmp_path / f"side-{n}.bin"
+            with compat.tensorizer_saving(side, encryption=tz.EncryptionParams(key)):
+                barrier.wait()
+                torch.save(state, tmp_path / f"t{n}.pt")
+            with compat.tensorizer_loading(side, device="cpu", encryption=tz.DecryptionParams.from_key(key)):
+                barrier.wait()
+                results[n] = torch.load(tmp_path / f"t{n}.pt")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for n in (1, 2):
+        got = results[n]
+        assert torch.equal(got["w"], torch.full((64,), float(n))) and int(got["n"]) == n
+        assert (tmp_path / f"side-{n}.bin").is_file() and not (tmp_path / f"t{n}.pt.tensors").exists()
+    assert torch.save is ORIG_SAVE and torch.load is ORIG_LOAD
+
+
 def test_asyncio_task_isolation(impls, tmp_path):
     compat = impls["tz"]
     state = {"w": torch.randn(8, 8)}
