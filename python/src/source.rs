@@ -1,6 +1,8 @@
 //! `NativeSource`: any byte source the native host can open (local path,
 //! `http(s)://`, `s3://`, `redis://`), for `stream_io.open_stream` and for
-//! handing to `NativeReader` without re-opening; and `s3_upload`.
+//! handing to `NativeReader` without re-opening; and `s3_upload`. Both
+//! take tensorizer's `CAInfo` fields (`cacert`, `capath`,
+//! `allow_untrusted`) for `https://` and S3 endpoints.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,8 +11,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tensorizer_native::RangeSource;
+use tensorizer_native::http::{self, HttpOptions, HttpSource};
 use tensorizer_native::s3::{self, S3Options};
 use tensorizer_native::source::TransferLimits;
+use tensorizer_native::tls::TlsOptions;
 
 use crate::buffers::Held;
 use crate::errors::to_py;
@@ -21,6 +25,18 @@ pub struct NativeSource {
     pub(crate) inner: Arc<dyn RangeSource>,
 }
 
+/// TLS trust from `CAInfo`'s fields: a CA bundle (`cacert`), a CA
+/// directory (`capath`), or no verification (`allow_untrusted`); none of
+/// them: the environment, then the system's CAs (see `tensorizer_native::tls`).
+fn tls_options(cacert: Option<PathBuf>, capath: Option<PathBuf>, allow_untrusted: bool) -> TlsOptions {
+    TlsOptions {
+        ca_files: cacert.into_iter().collect(),
+        ca_dirs: capath.into_iter().collect(),
+        insecure_skip_verify: allow_untrusted,
+        ..TlsOptions::default()
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn s3_options(
     access_key_id: Option<String>,
@@ -29,6 +45,7 @@ fn s3_options(
     config_path: Option<PathBuf>,
     region: Option<String>,
     force_http: Option<bool>,
+    tls: TlsOptions,
 ) -> PyResult<S3Options> {
     let mut options = S3Options {
         access_key_id,
@@ -41,16 +58,20 @@ fn s3_options(
     };
     // The same TZR_MIN_RATE / TZR_DEADLINE overrides as every other remote read.
     options.http.limits = TransferLimits::from_env().map_err(to_py)?;
+    options.http.tls = tls;
     Ok(options)
 }
 
 #[pymethods]
 impl NativeSource {
     /// Opens `uri`. The `s3_*` arguments and `force_http` configure `s3://`
-    /// (unset ones come from the environment and `~/.s3cfg`).
+    /// (unset ones come from the environment and `~/.s3cfg`); `cacert`,
+    /// `capath` and `allow_untrusted` (tensorizer's `CAInfo`) say which
+    /// CAs `https://` and S3 servers must be signed by.
     #[new]
     #[pyo3(signature = (uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
-                        s3_config_path=None, s3_region_name=None, force_http=None))]
+                        s3_config_path=None, s3_region_name=None, force_http=None,
+                        cacert=None, capath=None, allow_untrusted=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -61,8 +82,12 @@ impl NativeSource {
         s3_config_path: Option<PathBuf>,
         s3_region_name: Option<String>,
         force_http: Option<bool>,
+        cacert: Option<PathBuf>,
+        capath: Option<PathBuf>,
+        allow_untrusted: bool,
     ) -> PyResult<Self> {
         let uri = uri.to_string_lossy().into_owned();
+        let tls = tls_options(cacert, capath, allow_untrusted);
         let inner: Arc<dyn RangeSource> = if s3::is_s3_uri(&uri) {
             let mut options = s3_options(
                 s3_access_key_id,
@@ -71,10 +96,16 @@ impl NativeSource {
                 s3_config_path,
                 s3_region_name,
                 force_http,
+                tls,
             )?;
             // Python opens sources to load them: the opening request goes on into the first read.
             options.http.read_all = true;
             Arc::new(py.detach(|| s3::open(&uri, &options)).map_err(to_py)?)
+        } else if http::is_http_url(&uri) {
+            // As `open_source` would, with the TLS trust given.
+            let limits = TransferLimits::from_env().map_err(to_py)?;
+            let options = HttpOptions { read_all: true, limits, tls, ..HttpOptions::default() };
+            Arc::new(py.detach(|| HttpSource::open(&uri, options)).map_err(to_py)?)
         } else {
             Arc::from(py.detach(|| tensorizer_native::open_source(&uri)).map_err(to_py)?)
         };
@@ -125,10 +156,12 @@ impl NativeSource {
 }
 
 /// Uploads the local file `path` to `uri` (`s3://bucket/key`): one PUT or
-/// a multipart upload that is aborted on any error.
+/// a multipart upload that is aborted on any error. `cacert`, `capath`
+/// and `allow_untrusted` as for `NativeSource`.
 #[pyfunction]
 #[pyo3(signature = (path, uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
-                    s3_config_path=None, s3_region_name=None, force_http=None))]
+                    s3_config_path=None, s3_region_name=None, force_http=None,
+                    cacert=None, capath=None, allow_untrusted=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn s3_upload(
     py: Python<'_>,
@@ -140,11 +173,21 @@ pub(crate) fn s3_upload(
     s3_config_path: Option<PathBuf>,
     s3_region_name: Option<String>,
     force_http: Option<bool>,
+    cacert: Option<PathBuf>,
+    capath: Option<PathBuf>,
+    allow_untrusted: bool,
 ) -> PyResult<()> {
     if !s3::is_s3_uri(&uri) {
         return Err(PyValueError::new_err(format!("{uri}: not an s3:// URI")));
     }
-    let options =
-        s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http)?;
+    let options = s3_options(
+        s3_access_key_id,
+        s3_secret_access_key,
+        s3_endpoint,
+        s3_config_path,
+        s3_region_name,
+        force_http,
+        tls_options(cacert, capath, allow_untrusted),
+    )?;
     py.detach(|| s3::upload(&path, &uri, &options)).map_err(to_py)
 }

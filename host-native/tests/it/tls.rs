@@ -67,8 +67,15 @@ impl Pki {
             "-extfile",
             "ext.cnf",
         ]);
+        // A CA directory as c_rehash leaves it (OpenSSL finds CAs by subject hash; any name does here).
+        let hash = Command::new(&openssl)
+            .args(["x509", "-hash", "-noout", "-in", "ca.pem"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let hash = String::from_utf8(hash.stdout).unwrap();
         std::fs::create_dir(dir.path().join("cadir")).unwrap();
-        std::fs::copy(dir.path().join("ca.pem"), dir.path().join("cadir/private-ca.crt")).unwrap();
+        std::fs::copy(dir.path().join("ca.pem"), dir.path().join("cadir").join(format!("{}.0", hash.trim()))).unwrap();
         Some(Self { dir })
     }
 

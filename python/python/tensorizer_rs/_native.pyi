@@ -48,6 +48,9 @@ def s3_upload(
     s3_config_path: str | PathLike[str] | None = None,
     s3_region_name: str | None = None,
     force_http: bool | None = None,
+    cacert: str | PathLike[str] | None = None,
+    capath: str | PathLike[str] | None = None,
+    allow_untrusted: bool = False,
 ) -> None: ...
 @final
 class NativeSource:
@@ -61,6 +64,9 @@ class NativeSource:
         s3_config_path: str | PathLike[str] | None = None,
         s3_region_name: str | None = None,
         force_http: bool | None = None,
+        cacert: str | PathLike[str] | None = None,
+        capath: str | PathLike[str] | None = None,
+        allow_untrusted: bool = False,
     ) -> NativeSource: ...
     def __len__(self) -> int: ...
     def size(self) -> int: ...

@@ -199,10 +199,14 @@ class RemoteStream(io.RawIOBase):
 
 
 class CAInfo:
-    """tensorizer's SSL certificate settings: exactly one of ``cacert``,
-    ``capath`` or ``allow_untrusted=True``. Accepted and validated as
-    tensorizer does; custom CA handling is not implemented yet (streams
-    use default verification)."""
+    """tensorizer's SSL certificate settings for ``https://`` and S3
+    streams: exactly one of ``cacert`` (a PEM bundle of the CAs to trust,
+    curl's ``--cacert``), ``capath`` (a directory of PEM CA files, curl's
+    ``--capath``) or ``allow_untrusted=True`` (no verification, curl's
+    ``--insecure``). A named bundle or directory replaces the default
+    trust; ``certificate_handling=None`` keeps the default: the first of
+    ``AWS_CA_BUNDLE`` (S3 only), ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``,
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` that is set, else the system's CAs."""
 
     __slots__ = ("_curl_flags",)
 
@@ -237,11 +241,24 @@ class CAInfo:
         return isinstance(other, CAInfo) and self._curl_flags == other._curl_flags
 
 
-def _no_ca(certificate_handling: Optional[CAInfo]) -> None:
-    """Custom CA handling is not implemented yet: default verification is
-    used whatever is given (never less checking than asked for)."""
-    if certificate_handling is not None and not isinstance(certificate_handling, CAInfo):
-        raise TypeError("certificate_handling must be a CAInfo instance or None")
+def _tls_kwargs(certificate_handling: Optional[CAInfo]) -> dict[str, Any]:
+    """The native sources' TLS arguments for ``certificate_handling`` (none
+    for ``None``: the environment and the system's CAs decide)."""
+    if certificate_handling is None:
+        return {}
+    if not isinstance(certificate_handling, CAInfo):
+        raise TypeError(
+            "certificate_handling must either be None"
+            " (for cURL's default SSL certificate verification),"
+            " or a CAInfo object,"
+            f" not {certificate_handling.__class__.__name__}"
+        )
+    flags = certificate_handling.curl_flags
+    if flags[0] == "--cacert":
+        return {"cacert": flags[1]}
+    if flags[0] == "--capath":
+        return {"capath": flags[1]}
+    return {"allow_untrusted": True}
 
 
 class CURLStreamFile(RemoteStream):
@@ -260,12 +277,12 @@ class CURLStreamFile(RemoteStream):
         certificate_handling: Optional[CAInfo] = None,
     ) -> None:
         _check_range(begin, end)
-        _no_ca(certificate_handling)
+        tls = _tls_kwargs(certificate_handling)
         if headers:
             raise NotImplementedError("custom request headers are not supported by tensorizer_rs")
         self._uri = uri
         started = time.monotonic()
-        source = _native.NativeSource(uri)
+        source = _native.NativeSource(uri, **tls)
         super().__init__(source, begin, end)
         self.setup_latency = time.monotonic() - started
         self.popen_latencies: list[float] = [self.setup_latency]
@@ -396,10 +413,10 @@ def s3_download(
     range requests), bounded by ``begin``/``end`` (exclusive)."""
     _check_range(begin, end)
     _check_signature(s3_signature_version)
-    _no_ca(certificate_handling)
     source = _native.NativeSource(
         path_uri,
         **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
+        **_tls_kwargs(certificate_handling),
     )
     return CURLStreamFile._over(source, begin, end)
 
@@ -495,7 +512,7 @@ def open_stream(
     end: int | None = None,
     s3_region_name: str | None = None,
     s3_signature_version: str | None = None,
-    certificate_handling: Any = None,
+    certificate_handling: Optional[CAInfo] = None,
 ) -> IO[bytes] | RemoteStream:
     """Opens a local path or a remote URI like tensorizer's ``open_stream``.
 
@@ -511,9 +528,11 @@ def open_stream(
     ``begin`` positions the stream and ``end`` (exclusive) ends it, for
     every scheme including local files (tensorizer ignores ``end`` there);
     both are validated as tensorizer's ``CURLStreamFile`` does. ``end`` has
-    no effect on writes. ``buffer_size`` and ``certificate_handling`` are
-    accepted for compatibility: reads are ranged on demand, and custom CA
-    handling is not implemented (default verification is used).
+    no effect on writes. ``buffer_size`` is accepted for compatibility:
+    reads are ranged on demand. ``certificate_handling`` (a
+    :class:`CAInfo`) says which CAs ``https://`` and S3 servers must be
+    signed by, for S3 uploads too (tensorizer's uploads ignore it); ``None``
+    leaves it to the CA variables of the environment and the system's CAs.
     """
     if isinstance(path_uri, os.PathLike):
         path, scheme = os.fspath(path_uri), ""
@@ -529,6 +548,9 @@ def open_stream(
         s3 = _s3_kwargs(
             s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http
         )
+        if scheme == "s3":
+            # Reads and, unlike tensorizer's boto3 uploads, writes too.
+            s3.update(_tls_kwargs(certificate_handling))
         if scheme == "s3" and normalized in ("bw", "ab", "+bw", "+ab"):
             return S3Upload(path, mode, s3)
         if normalized != "br":
