@@ -6,12 +6,14 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "servers for the remote-source tests (nginx, redis-server and curl, from Debian)"
+step "servers for the remote-source tests (nginx, redis-server, curl and openssl, from Debian)"
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # tensorizer itself reads http(s):// and s3:// through the curl binary.
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# The TLS tests make their CA and server certificate with the openssl command.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
