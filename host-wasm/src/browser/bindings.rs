@@ -96,12 +96,13 @@ pub fn version() -> String {
 }
 
 /// Reads the header and index of `source` (`len` bytes, shown as `name`)
-/// and returns the summary as JSON text.
+/// and returns the summary as JSON text, its rows as columns
+/// ([`super::summary::to_json`]).
 #[wasm_bindgen]
 pub async fn inspect(source: JsValue, len: f64, name: String) -> Result<String, JsValue> {
     let src = JsSource::new(source, len)?;
     let summary = super::inspect(src, &name).await.map_err(|e| reject(&e))?;
-    serde_json::to_string(&summary).map_err(|e| JsValue::from_str(&e.to_string()))
+    Ok(super::summary::to_json(&summary))
 }
 
 /// The stored CRC-32 and SHA-256 of tensors `from..from + count` of a

@@ -90,7 +90,7 @@ mod tests {
             let want = v["tensors"].as_array().unwrap();
             assert_eq!(s.tensor_count, want.len(), "{name}");
             for (row, t) in s.tensors.iter().zip(want) {
-                assert_eq!(serde_json::Value::from(row.path.clone()), t["path"], "{name}");
+                assert_eq!(serde_json::Value::from(row.components()), t["path"], "{name}");
                 let shape: Vec<u64> = serde_json::from_value(t["shape"].clone()).unwrap();
                 assert_eq!(row.shape, shape, "{name}");
                 assert_eq!(row.data_offset, t["data_offset"].as_u64(), "{name}");

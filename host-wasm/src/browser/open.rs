@@ -9,7 +9,7 @@ use crate::validate::{Inspection, header_read_len, parse_header, parse_index, ze
 
 use super::safetensors;
 use super::source::{AsyncSource, check_len};
-use super::summary::{Row, Summary, field, path_values, totals};
+use super::summary::{Row, Shared, Summary, field, name_and_path, totals};
 use super::torch;
 
 /// Bytes read first: the file header and, for most tensorizer files, the
@@ -122,31 +122,46 @@ impl Opened {
 
 fn tensorizer_summary(ins: &Inspection, file: &str) -> Summary {
     let h = &ins.header;
-    let rows: Vec<Row> = ins
-        .metadata
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(index, e)| Row {
+    // Formatting a dtype or tensor type is done once per distinct value:
+    // files with many tensors repeat a handful of them.
+    let mut dtypes: Vec<(&tensorizer_core::Dtype, Shared, Shared)> = Vec::new();
+    let mut kinds: Vec<(tensorizer_core::TensorType, Shared)> = Vec::new();
+    let mut rows = Vec::with_capacity(ins.metadata.entries.len());
+    for (index, e) in ins.metadata.entries.iter().enumerate() {
+        let d = match dtypes.iter().position(|(d, ..)| *d == &e.dtype) {
+            Some(i) => i,
+            None => {
+                dtypes.push((&e.dtype, e.dtype.to_string().into(), e.dtype.as_str().into()));
+                dtypes.len() - 1
+            }
+        };
+        let k = match kinds.iter().position(|(k, _)| *k == e.tensor_type) {
+            Some(i) => i,
+            None => {
+                kinds.push((e.tensor_type, e.tensor_type.to_string().into()));
+                kinds.len() - 1
+            }
+        };
+        let (name, path) = name_and_path(&e.path);
+        rows.push(Row {
             index,
-            name: e.path.to_string(),
-            path: path_values(&e.path),
-            dtype: e.dtype.to_string(),
+            name,
+            path,
+            dtype: dtypes[d].1.clone(),
+            dtype_string: dtypes[d].2.clone(),
             shape: e.shape.clone(),
             bytes: e.nbytes(),
             data_offset: Some(e.data_offset),
             data_length: e.data_length,
-            kind: e.tensor_type.to_string(),
+            kind: kinds[k].1.clone(),
             meta: e.is_meta(),
-        })
-        .collect();
+        });
+    }
     let header = vec![
         field("data version", h.version),
         field("feature flags", format!("{:#04x}", h.flags)),
-        field("encrypted", h.has_crypt_info()),
         field("versioned headers", h.versioned_headers()),
         field("metadata index bytes", h.metadata_len),
-        field("tensor data bytes", h.tensor_size),
     ];
     Summary {
         summary_version: super::summary::SUMMARY_VERSION,

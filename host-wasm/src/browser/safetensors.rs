@@ -123,13 +123,14 @@ pub fn summarize(json: &[u8], file: &str, file_len: u64) -> Result<Summary, Vali
         rows.push(Row {
             index: 0,
             name: name.clone(),
-            path: vec![Value::from(name.clone())],
-            dtype: dtype.to_string(),
+            path: None,
+            dtype: dtype.into(),
+            dtype_string: dtype.into(),
             shape,
             bytes,
             data_offset: Some(header_end + begin),
             data_length: bytes,
-            kind: String::new(),
+            kind: "".into(),
             meta: false,
         });
     }

@@ -15,7 +15,7 @@ use crate::error::ValidateError;
 
 use super::open::read_exact;
 use super::source::AsyncSource;
-use super::summary::{Row, Summary, field, path_values, totals};
+use super::summary::{Row, Summary, field, name_and_path, totals};
 
 /// Bytes read past a local header's fixed part in the same request, to
 /// take in the name and torch's alignment padding at once.
@@ -157,16 +157,18 @@ impl Index {
             let bytes = v.numel().and_then(|n| n.checked_mul(item)).unwrap_or(u64::MAX);
             let offset = v.storage_offset.saturating_mul(item);
             let strides = if v.is_contiguous() { String::new() } else { format!(", stride {:?}", v.stride) };
+            let (name, path) = name_and_path(&e.path);
             rows.push(Row {
                 index: rows.len(),
-                name: e.path.to_string(),
-                path: path_values(&e.path),
-                dtype: v.dtype.torch_name().to_string(),
+                name,
+                path,
+                dtype: v.dtype.torch_name().into(),
+                dtype_string: v.dtype.torch_name().into(),
                 shape: v.shape.clone(),
                 bytes,
                 data_offset: None,
                 data_length: bytes,
-                kind: format!("storage {} +{offset}{strides}", storage.key),
+                kind: format!("storage {} +{offset}{strides}", storage.key).into(),
                 meta: false,
             });
         }

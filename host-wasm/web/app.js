@@ -1,0 +1,580 @@
+// The inspector page: opens a local file (picker or drop) or a URL (Range
+// requests), shows its header, totals and tensors, and runs "Verify" in a
+// module worker. The wasm module (pkg/, built by host-wasm/browser-test.sh)
+// does all parsing and hashing.
+
+import init, { inspect, storedHashes, version } from './pkg/tensorizer_wasm.js';
+import { openRemote } from './remote.js';
+
+const $ = (id) => document.getElementById(id);
+const ROW_H = 24;
+const OVERSCAN = 20;
+
+const wasmReady = init().then(() => {
+  $('version').textContent = `v${version()}`;
+});
+
+const state = {
+  source: null, // { kind: 'file', file } | { kind: 'url', url, remote }
+  summary: null,
+  rows: [],
+  view: [], // indices into rows, filtered and sorted
+  sort: { key: 'index', dir: 1 },
+  filter: '',
+  mode: 'table',
+  hashes: new Map(), // row index -> { crc32, sha256, error }
+  results: new Map(), // row index -> verification result
+  worker: null,
+  stats: { requests: 0, bytes: 0 }, // URL mode: requests made, body bytes fetched
+  lastOpen: null,
+  verifyRun: null,
+  openSeq: 0,
+  opens: 0, // opens finished, successful or not (tests wait on it)
+};
+
+// ---------- formatting ----------
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+function fmtBytes(n) {
+  if (n === null || n === undefined) return '';
+  let v = n;
+  let u = 0;
+  while (v >= 1024 && u < UNITS.length - 1) {
+    v /= 1024;
+    u += 1;
+  }
+  return u === 0 ? `${n} B` : `${v.toFixed(v < 10 ? 2 : 1)} ${UNITS[u]}`;
+}
+const fmtInt = (n) => (n === null || n === undefined ? '' : n.toLocaleString('en-US'));
+const fmtShape = (s) => `[${s.join(', ')}]`;
+const oneLine = (s) => String(s).replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u{${c.charCodeAt(0).toString(16)}}`);
+
+function errorLine(e) {
+  if (typeof e === 'string') return oneLine(e);
+  return oneLine((e && e.message) || String(e));
+}
+
+function showError(line) {
+  const el = $('error');
+  el.textContent = line || '';
+  el.title = line || '';
+  el.hidden = !line;
+}
+const setStatus = (text) => {
+  $('status').textContent = text;
+};
+
+// ---------- opening ----------
+
+async function openSource(source) {
+  const seq = ++state.openSeq;
+  cancelVerify('');
+  showError('');
+  setStatus('opening…');
+  const t0 = performance.now();
+  const stats = { requests: 0, bytes: 0 };
+  try {
+    await wasmReady;
+    let src;
+    let len;
+    let name;
+    if (source.kind === 'file') {
+      src = source.file;
+      len = source.file.size;
+      name = source.file.name;
+    } else {
+      source.remote = await openRemote(source.url, stats);
+      src = source.remote.read;
+      len = source.remote.len;
+      name = source.url;
+    }
+    const t1 = performance.now();
+    const json = await inspect(src, len, name);
+    const t2 = performance.now();
+    const summary = JSON.parse(json);
+    summary.tensors = expandRows(summary.columns);
+    delete summary.columns;
+    const t3 = performance.now();
+    if (seq !== state.openSeq) return;
+    state.source = source;
+    state.stats = stats;
+    state.summary = summary;
+    state.rows = summary.tensors;
+    state.hashes = new Map();
+    state.results = new Map();
+    state.verifyRun = null;
+    renderAll();
+    const ms = performance.now() - t0;
+    state.lastOpen = {
+      ms,
+      phases: { connect: t1 - t0, inspect: t2 - t1, parse: t3 - t2, render: performance.now() - t3 },
+      format: summary.format,
+      tensors: summary.tensor_count,
+      reads: summary.reads,
+      bytesRead: summary.bytes_read,
+      requests: stats.requests,
+      bytesFetched: stats.bytes,
+    };
+    let text = `opened ${name} (${summary.format}, ${fmtBytes(summary.file_bytes)}) in ${ms.toFixed(1)} ms: ` +
+      `${summary.reads} reads, ${fmtInt(summary.bytes_read)} bytes read`;
+    if (source.kind === 'url') text += `; ${stats.requests} requests, ${fmtInt(stats.bytes)} bytes fetched`;
+    setStatus(text);
+    state.opens += 1;
+    if (summary.format === 'tensorizer' && source.kind === 'file') loadHashes();
+  } catch (e) {
+    if (seq !== state.openSeq) return;
+    state.summary = null;
+    state.lastOpen = { error: errorLine(e), requests: stats.requests, bytesFetched: stats.bytes };
+    $('details').hidden = true;
+    setStatus('');
+    showError(errorLine(e));
+    state.opens += 1;
+  }
+}
+
+// The module sends rows as columns (smaller, and faster to parse for
+// files with many tensors); the page works on one object per row.
+function expandRows(c) {
+  const rows = new Array(c.count);
+  for (let i = 0; i < c.count; i++) {
+    const name = c.name[i];
+    rows[i] = {
+      index: i,
+      name,
+      path: c.path[i] ?? [name],
+      dtype: c.dtypes[c.dtype[i]],
+      dtype_string: c.dtype_strings[c.dtype_string[i]],
+      shape: c.shape[i],
+      bytes: c.bytes[i],
+      data_offset: c.data_offset[i],
+      data_length: c.data_length[i],
+      kind: c.kinds[c.kind[i]],
+      meta: c.meta[i] === 1,
+    };
+  }
+  return rows;
+}
+
+function sourceArgs() {
+  const s = state.source;
+  return s.kind === 'file' ? [s.file, s.file.size] : [s.remote.read, s.remote.len];
+}
+
+async function loadHashes() {
+  const seq = state.openSeq;
+  const btn = $('read-hashes');
+  btn.disabled = true;
+  try {
+    const [src, len] = sourceArgs();
+    const rows = JSON.parse(await storedHashes(src, len, 0, state.rows.length));
+    if (seq !== state.openSeq) return;
+    for (const h of rows) state.hashes.set(h.index, h);
+    btn.hidden = true;
+    renderRows();
+    if (state.source.kind === 'url') {
+      setStatus(`stored hashes read: ${state.stats.requests} requests, ${fmtInt(state.stats.bytes)} bytes fetched in all`);
+    }
+  } catch (e) {
+    if (seq === state.openSeq) showError(`reading stored hashes: ${errorLine(e)}`);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+// ---------- rendering ----------
+
+const COLUMNS = [
+  { key: 'index', label: '#', cls: 'num', get: (r) => r.index, text: (r) => r.index },
+  { key: 'name', label: 'name', get: (r) => r.name, text: (r) => oneLine(r.name) },
+  { key: 'dtype', label: 'dtype', get: (r) => r.dtype, text: (r) => r.dtype, title: (r) => `stored as ${r.dtype_string}` },
+  { key: 'shape', label: 'shape', get: (r) => r.shape.reduce((a, b) => a * b, 1), text: (r) => fmtShape(r.shape) },
+  { key: 'bytes', label: 'bytes', cls: 'num', get: (r) => r.bytes, text: (r) => fmtInt(r.bytes) },
+  { key: 'data_offset', label: 'data offset', cls: 'num', get: (r) => r.data_offset ?? -1, text: (r) => fmtInt(r.data_offset) },
+  { key: 'kind', label: 'kind', get: (r) => r.kind, text: (r) => (r.meta ? `${r.kind} (meta)` : r.kind) },
+  { key: 'crc32', label: 'CRC-32', cls: 'mono', get: (r) => state.hashes.get(r.index)?.crc32 ?? '', text: (r) => hashText(r, 'crc32') },
+  { key: 'sha256', label: 'SHA-256', cls: 'mono', get: (r) => state.hashes.get(r.index)?.sha256 ?? '', text: (r) => hashText(r, 'sha256') },
+  { key: 'status', label: 'verify', get: (r) => state.results.get(r.index)?.status ?? '', text: (r) => statusText(r) },
+];
+
+function hashText(r, kind) {
+  const h = state.hashes.get(r.index);
+  if (!h) return '';
+  if (h.error) return kind === 'crc32' ? 'error' : h.error;
+  return h[kind] ?? '—';
+}
+
+function statusText(r) {
+  const v = state.results.get(r.index);
+  return v ? v.status : '';
+}
+
+function renderAll() {
+  const s = state.summary;
+  $('details').hidden = false;
+  // File panel.
+  const head = [
+    ['format', s.format],
+    ['file', s.file],
+    ['size', `${fmtInt(s.file_bytes)} bytes (${fmtBytes(s.file_bytes)})`],
+    ['tensors', fmtInt(s.tensor_count)],
+    ['data', `${fmtInt(s.data_bytes)} bytes (${fmtBytes(s.data_bytes)})`],
+    ['encryption', s.encrypted ? 'encrypted (XSalsa20-Poly1305)' : 'none'],
+    ...s.header,
+  ];
+  const table = $('header-table');
+  table.replaceChildren(
+    ...head.map(([k, v]) => {
+      const tr = document.createElement('tr');
+      const th = document.createElement('th');
+      th.textContent = k;
+      const td = document.createElement('td');
+      td.textContent = oneLine(typeof v === 'string' ? v : JSON.stringify(v));
+      tr.append(th, td);
+      return tr;
+    }),
+  );
+  // Totals.
+  const dt = $('dtype-table');
+  const rows = [['dtype', 'tensors', 'bytes', 'stored']];
+  for (const [name, t] of Object.entries(s.by_dtype)) rows.push([name, fmtInt(t.tensors), fmtBytes(t.bytes), fmtBytes(t.data_bytes)]);
+  dt.replaceChildren(
+    ...rows.map((cells, i) => {
+      const tr = document.createElement('tr');
+      for (const c of cells) {
+        const cell = document.createElement(i === 0 ? 'th' : 'td');
+        cell.textContent = c;
+        tr.append(cell);
+      }
+      return tr;
+    }),
+  );
+  // Verify panel.
+  $('verify-what').textContent = `Verify ${s.verify}.`;
+  $('key-inputs').hidden = !s.encrypted;
+  $('verify-start').disabled = s.format === 'safetensors';
+  $('verify-progress').value = 0;
+  $('verify-status').textContent = '';
+  $('read-hashes').hidden = !(s.format === 'tensorizer' && state.source.kind === 'url');
+  // Tensors.
+  renderHead();
+  applyView();
+}
+
+function renderHead() {
+  const head = $('thead');
+  head.replaceChildren(
+    ...COLUMNS.map((c) => {
+      const span = document.createElement('span');
+      span.textContent = c.label;
+      span.dataset.key = c.key;
+      if (c.cls) span.className = c.cls;
+      if (state.sort.key === c.key) span.classList.add('sorted', ...(state.sort.dir < 0 ? ['desc'] : []));
+      return span;
+    }),
+  );
+}
+
+function applyView() {
+  const q = state.filter.trim().toLowerCase();
+  let view = [];
+  for (let i = 0; i < state.rows.length; i++) {
+    const r = state.rows[i];
+    if (!q || r.name.toLowerCase().includes(q) || r.dtype.toLowerCase() === q) view.push(i);
+  }
+  const col = COLUMNS.find((c) => c.key === state.sort.key);
+  if (col && col.key !== 'index') {
+    const keys = new Map(view.map((i) => [i, col.get(state.rows[i])]));
+    const dir = state.sort.dir;
+    view.sort((a, b) => {
+      const ka = keys.get(a);
+      const kb = keys.get(b);
+      return (ka < kb ? -1 : ka > kb ? 1 : a - b) * dir;
+    });
+  } else if (state.sort.dir < 0) {
+    view.reverse();
+  }
+  state.view = view;
+  $('count').textContent = q ? `${fmtInt(view.length)} of ${fmtInt(state.rows.length)}` : fmtInt(state.rows.length);
+  $('tbody').style.height = `${view.length * ROW_H}px`;
+  renderRows(true);
+  if (state.mode === 'tree') renderTree();
+}
+
+let lastRange = null;
+function renderRows(force = true) {
+  const wrap = $('table-wrap');
+  const body = $('tbody');
+  const headH = $('thead').offsetHeight || ROW_H;
+  const top = Math.max(0, wrap.scrollTop - headH);
+  const first = Math.max(0, Math.floor(top / ROW_H) - OVERSCAN);
+  const last = Math.min(state.view.length, Math.ceil((top + wrap.clientHeight) / ROW_H) + OVERSCAN);
+  const key = `${first}:${last}`;
+  if (!force && key === lastRange) return;
+  lastRange = key;
+  const frag = document.createDocumentFragment();
+  for (let v = first; v < last; v++) {
+    const r = state.rows[state.view[v]];
+    const row = document.createElement('div');
+    row.className = 'row';
+    row.style.top = `${v * ROW_H}px`;
+    row.dataset.index = r.index;
+    for (const c of COLUMNS) {
+      const span = document.createElement('span');
+      const t = String(c.text(r));
+      span.textContent = t;
+      if (c.cls) span.className = c.cls;
+      if (c.key === 'status') {
+        const res = state.results.get(r.index);
+        if (res) {
+          span.className = res.status === 'verified' ? 'ok' : res.status === 'failed' ? 'bad' : 'warn';
+          span.title = res.line || res.checks.join(', ');
+        }
+      } else if (c.title) {
+        span.title = c.title(r);
+      } else if (t.length > 12) {
+        span.title = t;
+      }
+      row.append(span);
+    }
+    frag.append(row);
+  }
+  body.replaceChildren(frag);
+}
+
+// ---------- tree ----------
+
+function treePath(r) {
+  if (r.path.length === 1 && typeof r.path[0] === 'string') return r.path[0].split('.');
+  return r.path.map((p) => (typeof p === 'number' ? `[${p}]` : p));
+}
+
+function buildTree(indices) {
+  const root = { name: '', children: new Map(), leaves: [], count: 0, bytes: 0 };
+  for (const i of indices) {
+    const r = state.rows[i];
+    const parts = treePath(r);
+    let node = root;
+    node.count += 1;
+    node.bytes += r.bytes;
+    for (let k = 0; k < parts.length - 1; k++) {
+      let child = node.children.get(parts[k]);
+      if (!child) {
+        child = { name: parts[k], children: new Map(), leaves: [], count: 0, bytes: 0 };
+        node.children.set(parts[k], child);
+      }
+      node = child;
+      node.count += 1;
+      node.bytes += r.bytes;
+    }
+    node.leaves.push({ label: parts[parts.length - 1], row: r });
+  }
+  return root;
+}
+
+function renderNode(node, container) {
+  const frag = document.createDocumentFragment();
+  for (const child of node.children.values()) {
+    const d = document.createElement('details');
+    const s = document.createElement('summary');
+    s.textContent = oneLine(child.name);
+    const meta = document.createElement('span');
+    meta.className = 'meta';
+    meta.textContent = `${fmtInt(child.count)} tensors, ${fmtBytes(child.bytes)}`;
+    s.append(meta);
+    d.append(s);
+    d.addEventListener('toggle', () => {
+      if (d.open && !d.dataset.filled) {
+        d.dataset.filled = '1';
+        renderNode(child, d);
+      }
+    });
+    frag.append(d);
+  }
+  for (const { label, row } of node.leaves) {
+    const div = document.createElement('div');
+    div.className = 'leaf';
+    div.textContent = oneLine(label);
+    const meta = document.createElement('span');
+    meta.className = 'meta';
+    const res = state.results.get(row.index);
+    meta.textContent = `${row.dtype} ${fmtShape(row.shape)} ${fmtBytes(row.bytes)}${res ? ` · ${res.status}` : ''}`;
+    div.append(meta);
+    frag.append(div);
+  }
+  container.append(frag);
+}
+
+function renderTree() {
+  const tree = $('tree');
+  tree.replaceChildren();
+  const root = buildTree(state.view);
+  renderNode(root, tree);
+  // Open a lone top-level folder.
+  const only = tree.querySelectorAll(':scope > details');
+  if (only.length === 1) only[0].open = true;
+}
+
+function setMode(mode) {
+  state.mode = mode;
+  $('mode-table').classList.toggle('on', mode === 'table');
+  $('mode-tree').classList.toggle('on', mode === 'tree');
+  $('table-wrap').hidden = mode !== 'table';
+  $('tree').hidden = mode !== 'tree';
+  if (mode === 'tree') renderTree();
+  else renderRows(true);
+}
+
+// ---------- verify ----------
+
+async function startVerify() {
+  if (!state.summary || state.worker) return;
+  showError('');
+  let key = null;
+  const keyFile = $('key-file').files[0];
+  if (state.summary.encrypted && keyFile) key = new Uint8Array(await keyFile.arrayBuffer());
+  const passphrase = state.summary.encrypted && !key ? $('passphrase').value : '';
+  state.results = new Map();
+  renderRows(true);
+  const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+  state.worker = worker;
+  state.verifyRun = { running: true };
+  $('verify-start').disabled = true;
+  $('verify-cancel').disabled = false;
+  $('verify-progress').value = 0;
+  $('verify-status').textContent = 'verifying…';
+  $('verify-status').className = 'status';
+  let redraw = 0;
+  worker.onmessage = (e) => {
+    const m = e.data;
+    if (worker !== state.worker) return;
+    if (m.type === 'tensors') {
+      for (const [i, res] of m.results) state.results.set(i, res);
+      if (!redraw) redraw = requestAnimationFrame(() => { redraw = 0; renderRows(true); });
+    } else if (m.type === 'progress') {
+      $('verify-progress').value = m.total ? m.done / m.total : 0;
+      $('verify-status').textContent = `${fmtBytes(m.done)} of ${fmtBytes(m.total)} checked`;
+    } else if (m.type === 'done') {
+      const s = m.summary;
+      const secs = m.ms / 1000;
+      const rate = secs > 0 ? s.data_bytes_checked / secs / 1e6 : 0;
+      state.verifyRun = { ...s, ms: m.ms, mbPerS: rate, requests: m.requests, bytes: m.bytes };
+      $('verify-progress').value = 1;
+      const firstBad = [...state.results.entries()].find(([, r]) => r.status === 'failed');
+      $('verify-status').textContent =
+        `${s.ok ? 'OK' : 'FAILED'}: ${fmtInt(s.verified)} verified, ${fmtInt(s.failed)} failed, ` +
+        `${fmtInt(s.unverified)} without hashes; ${fmtBytes(s.data_bytes_checked)} in ${secs.toFixed(2)} s (${rate.toFixed(0)} MB/s)`;
+      $('verify-status').className = `status ${s.ok ? 'ok' : 'bad'}`;
+      if (firstBad) showError(`tensor #${firstBad[0]}: ${firstBad[1].line}`);
+      finishVerify();
+      renderRows(true);
+      if (state.mode === 'tree') renderTree();
+    } else if (m.type === 'error') {
+      state.verifyRun = { error: m.line };
+      $('verify-status').textContent = 'verification stopped';
+      $('verify-status').className = 'status bad';
+      showError(m.line);
+      finishVerify();
+      renderRows(true);
+    }
+  };
+  worker.onerror = (e) => {
+    state.verifyRun = { error: e.message || 'the worker failed' };
+    showError(`the verify worker failed: ${e.message || 'unknown error'}`);
+    finishVerify();
+  };
+  const s = state.source;
+  const source = s.kind === 'file' ? s.file : { url: s.url };
+  worker.postMessage({ source, key, passphrase });
+}
+
+function finishVerify() {
+  if (state.worker) state.worker.terminate();
+  state.worker = null;
+  $('verify-start').disabled = state.summary?.format === 'safetensors';
+  $('verify-cancel').disabled = true;
+}
+
+function cancelVerify(text = 'cancelled') {
+  if (!state.worker) return;
+  finishVerify();
+  state.verifyRun = { cancelled: true };
+  $('verify-status').textContent = text;
+  $('verify-status').className = 'status';
+}
+
+// ---------- events ----------
+
+$('file-input').addEventListener('change', (e) => {
+  const f = e.target.files[0];
+  if (f) openSource({ kind: 'file', file: f });
+});
+$('url-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const raw = $('url-input').value.trim();
+  if (!raw) return;
+  let url;
+  try {
+    url = new URL(raw, location.href);
+  } catch {
+    showError(`not a URL: ${raw}`);
+    return;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    showError(`only http(s):// URLs can be opened, not ${url.protocol}`);
+    return;
+  }
+  openSource({ kind: 'url', url: url.href });
+});
+document.addEventListener('dragover', (e) => {
+  e.preventDefault();
+  document.body.classList.add('dragging');
+});
+document.addEventListener('dragleave', (e) => {
+  if (e.target === document.documentElement || e.target === document.body) document.body.classList.remove('dragging');
+});
+document.addEventListener('drop', (e) => {
+  e.preventDefault();
+  document.body.classList.remove('dragging');
+  const f = e.dataTransfer?.files?.[0];
+  if (f) openSource({ kind: 'file', file: f });
+});
+let scrollFrame = 0;
+$('table-wrap').addEventListener('scroll', () => {
+  if (!scrollFrame) scrollFrame = requestAnimationFrame(() => { scrollFrame = 0; renderRows(false); });
+});
+$('thead').addEventListener('click', (e) => {
+  const key = e.target?.dataset?.key;
+  if (!key) return;
+  state.sort = state.sort.key === key ? { key, dir: -state.sort.dir } : { key, dir: 1 };
+  renderHead();
+  applyView();
+});
+let filterTimer = 0;
+$('filter').addEventListener('input', (e) => {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(() => {
+    state.filter = e.target.value;
+    $('table-wrap').scrollTop = 0;
+    applyView();
+  }, 120);
+});
+$('mode-table').addEventListener('click', () => setMode('table'));
+$('mode-tree').addEventListener('click', () => setMode('tree'));
+$('read-hashes').addEventListener('click', () => loadHashes());
+$('verify-start').addEventListener('click', () => startVerify());
+$('verify-cancel').addEventListener('click', () => cancelVerify());
+
+// `?url=...` opens a URL at once (tzr view links to the page this way).
+const initial = new URLSearchParams(location.search).get('url');
+if (initial) {
+  $('url-input').value = initial;
+  openSource({ kind: 'url', url: new URL(initial, location.href).href });
+}
+
+// For tests and the curious: the page's state and a view of its rows.
+window.__inspector = {
+  state,
+  ready: wasmReady,
+  view: () => state.view.map((i) => state.rows[i]),
+  open: openSource,
+};
