@@ -51,7 +51,18 @@ install_wasm_bindgen() {
     (
         cd "$work/wasm-bindgen-cli-$WASM_BINDGEN_VERSION"
         cp Cargo.lock Cargo.lock.published
-        cargo fetch --quiet
+        for _ in 1 2 3 4 5 6 7 8; do
+            if out="$(cargo fetch 2>&1)"; then
+                break
+            fi
+            # "failed to select a version for the requirement `NAME = "^x"` (locked to y)"
+            name="$(printf '%s\n' "$out" | sed -n 's/.*requirement `\([A-Za-z0-9_-]*\) = .*(locked to .*/\1/p' | head -1)"
+            if [ -z "$name" ]; then
+                printf '%s\n' "$out" >&2
+                exit 1
+            fi
+            cargo update --quiet -p "$name"
+        done
         diff Cargo.lock.published Cargo.lock >&2 || true
         cargo install --locked --path . --root "${CARGO_HOME:-$HOME/.cargo}"
     )

@@ -68,6 +68,14 @@ export TZR_MOTO_SERVER="$VENV/bin/moto_server"
 step "host-wasm: WASI validator (wasm32-wasip1) through wasmtime-py and node:wasi"
 bash host-wasm/test.sh "$VENV/bin/python"
 
+step "host-wasm: browser inspector (wasm32-unknown-unknown + wasm-bindgen) in headless chromium (playwright-core)"
+if [ "$have_wasm" = 1 ]; then
+    cargo clippy --locked -p tensorizer-wasm --target wasm32-unknown-unknown -- -D warnings
+    bash host-wasm/browser-test.sh "$VENV/bin/python"
+else
+    echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target; the browser inspector was not built or tested"
+fi
+
 step "clippy (WASI validator, wasm32-wasip1)"
 if rustup target list --installed | grep -qx wasm32-wasip1; then
     cargo clippy --locked -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
