@@ -24,16 +24,42 @@ pub const MAX_INDEX_ITEMS: usize = 1024;
 pub const MAX_RUNS: u64 = 1 << 20;
 
 /// Most spans (read requests, before splitting into pieces) one slice
-/// read makes; beyond it, the spans with the smallest gaps between them
-/// are merged.
+/// read makes on a remote source; beyond it, the spans with the smallest
+/// gaps between them are merged.
 pub const MAX_SPANS: usize = 1024;
 
-/// Spans of a local file closer than this are read as one.
-pub const LOCAL_GAP: u64 = 64 << 10;
+/// [`MAX_SPANS`] for local files, where a read is one system call.
+pub const MAX_LOCAL_SPANS: usize = 1 << 16;
+
+/// Spans of a local file closer than this are read as one: about what a
+/// system call costs in copying from the page cache.
+pub const LOCAL_GAP: u64 = 16 << 10;
 
 /// Spans of a remote source (HTTP, S3) closer than this are read as one:
 /// about what one request's latency costs in bandwidth.
 pub const REMOTE_GAP: u64 = 1 << 20;
+
+/// How [`plan_spans`] trades extra bytes for fewer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanPolicy {
+    /// Spans closer than this many bytes are read as one.
+    pub gap: u64,
+    /// Most spans; beyond it the closest ones are merged (at least 1).
+    pub max_spans: usize,
+}
+
+impl SpanPolicy {
+    /// Local files: [`LOCAL_GAP`], [`MAX_LOCAL_SPANS`].
+    pub const LOCAL: Self = Self { gap: LOCAL_GAP, max_spans: MAX_LOCAL_SPANS };
+    /// Remote sources: [`REMOTE_GAP`], [`MAX_SPANS`].
+    pub const REMOTE: Self = Self { gap: REMOTE_GAP, max_spans: MAX_SPANS };
+
+    /// [`SpanPolicy::REMOTE`] where requests are expensive, else
+    /// [`SpanPolicy::LOCAL`].
+    pub fn for_source<S: RangeSource + ?Sized>(source: &S) -> Self {
+        if source.prefers_long_reads() { Self::REMOTE } else { Self::LOCAL }
+    }
+}
 
 /// Bytes per parallel read of a long span.
 const PIECE_LEN: u64 = 8 << 20;
@@ -204,10 +230,11 @@ impl StridedView {
 
 /// The byte spans of the storage (from its first byte; sorted, disjoint,
 /// not touching) that hold every element of `view`, with elements of
-/// `itemsize` bytes. Spans closer than `gap` bytes are merged, and so are
-/// the closest ones when more than [`MAX_SPANS`] remain. A row-major
+/// `itemsize` bytes. Spans closer than `policy.gap` bytes are merged, and
+/// so are the closest ones when more than `policy.max_spans` remain. A row-major
 /// slice is exactly one span of exactly its bytes; an empty view has none.
-pub fn plan_spans(view: &StridedView, itemsize: u64, gap: u64) -> Result<Vec<Range<u64>>> {
+pub fn plan_spans(view: &StridedView, itemsize: u64, policy: SpanPolicy) -> Result<Vec<Range<u64>>> {
+    let (gap, max_spans) = (policy.gap, policy.max_spans.max(1));
     let numel = view.numel().ok_or_else(overflow)?;
     if numel == 0 {
         return Ok(Vec::new());
@@ -283,14 +310,14 @@ pub fn plan_spans(view: &StridedView, itemsize: u64, gap: u64) -> Result<Vec<Ran
             _ => spans.push(start..stop),
         }
     }
-    if spans.len() > MAX_SPANS {
+    if spans.len() > max_spans {
         let mut gaps: Vec<u64> = spans.windows(2).map(|w| w[1].start - w[0].end).collect();
-        let merge = spans.len() - MAX_SPANS;
+        let merge = spans.len() - max_spans;
         let (_, &mut widest, _) = gaps.select_nth_unstable(merge - 1);
         // Every gap narrower than `widest`, and as many equal to it as
         // make up the count (ties would otherwise merge everything).
         let mut ties = merge - spans.windows(2).filter(|w| w[1].start - w[0].end < widest).count();
-        let mut merged: Vec<Range<u64>> = Vec::with_capacity(MAX_SPANS);
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(max_spans);
         for span in spans {
             match merged.last_mut() {
                 Some(last) if span.start - last.end < widest => last.end = span.end,
@@ -437,11 +464,6 @@ pub(crate) fn read_spans<S: RangeSource + ?Sized>(
     })
 }
 
-/// The gap for a source: [`REMOTE_GAP`] where requests are expensive.
-pub(crate) fn gap_for<S: RangeSource + ?Sized>(source: &S) -> u64 {
-    if source.prefers_long_reads() { REMOTE_GAP } else { LOCAL_GAP }
-}
-
 impl<S: RangeSource> CheckpointReader<S> {
     /// The view `entry i[index]` selects in its storage (the shape of what
     /// [`CheckpointReader::read_slice`] returns), after the same checks as
@@ -474,7 +496,7 @@ impl<S: RangeSource> CheckpointReader<S> {
             return Ok(());
         }
         let range = self.storage_range(storage)?;
-        let spans = plan_spans(&view, itemsize, gap_for(self.source()))?;
+        let spans = plan_spans(&view, itemsize, SpanPolicy::for_source(self.source()))?;
         if spans.last().is_some_and(|s| s.end > range.end - range.start) {
             return Err(invalid(format!("{}: slice of entry {i} reaches past its storage", self.source().name())));
         }
@@ -501,6 +523,10 @@ impl<S: RangeSource> CheckpointReader<S> {
 mod tests {
     use super::*;
 
+    fn gap(gap: u64) -> SpanPolicy {
+        SpanPolicy { gap, max_spans: MAX_SPANS }
+    }
+
     fn view(shape: &[u64]) -> StridedView {
         StridedView::contiguous(shape).unwrap()
     }
@@ -509,7 +535,7 @@ mod tests {
     fn a_row_slice_is_one_exact_span() {
         let v = view(&[10, 4]).index(&[Index::range(2, 5)]).unwrap();
         assert_eq!(v.shape, vec![3, 4]);
-        assert_eq!(plan_spans(&v, 4, 0).unwrap(), vec![32..80]);
+        assert_eq!(plan_spans(&v, 4, gap(0)).unwrap(), vec![32..80]);
         assert!(v.is_row_major());
     }
 
@@ -517,8 +543,8 @@ mod tests {
     fn a_column_slice_is_one_span_per_row_without_gap() {
         let v = view(&[3, 8]).index(&[Index::Ellipsis, Index::range(2, 4)]).unwrap();
         assert_eq!(v.shape, vec![3, 2]);
-        assert_eq!(plan_spans(&v, 2, 0).unwrap(), vec![4..8, 20..24, 36..40]);
-        assert_eq!(plan_spans(&v, 2, 16).unwrap(), vec![4..40]);
+        assert_eq!(plan_spans(&v, 2, gap(0)).unwrap(), vec![4..8, 20..24, 36..40]);
+        assert_eq!(plan_spans(&v, 2, gap(16)).unwrap(), vec![4..40]);
     }
 
     #[test]
@@ -539,9 +565,9 @@ mod tests {
     #[test]
     fn hostile_shapes_fail_cleanly() {
         let v = StridedView { shape: vec![u64::MAX, 2], stride: vec![u64::MAX, 1], offset: 5 };
-        assert!(plan_spans(&v, 8, 0).is_err());
+        assert!(plan_spans(&v, 8, gap(0)).is_err());
         let big = v.index(&[Index::Range { start: Some(1), stop: None, step: i64::MAX }, Index::At(0)]);
-        assert!(big.is_err() || plan_spans(&big.unwrap(), 8, 0).is_err());
+        assert!(big.is_err() || plan_spans(&big.unwrap(), 8, gap(0)).is_err());
         assert!(StridedView::contiguous(&[u64::MAX, u64::MAX]).is_err());
     }
 
@@ -549,11 +575,11 @@ mod tests {
     fn many_runs_read_whole_inner_blocks_and_many_spans_merge() {
         // 2^21 single-element runs 3 elements apart: too many, merged.
         let v = StridedView { shape: vec![1 << 21], stride: vec![3], offset: 0 };
-        let spans = plan_spans(&v, 1, 0).unwrap();
+        let spans = plan_spans(&v, 1, gap(0)).unwrap();
         assert_eq!(spans, vec![0..3 * ((1 << 21) - 1) + 1]);
         // 4096 rows 1 MiB apart: merged down to MAX_SPANS spans.
         let v = StridedView { shape: vec![4096, 4], stride: vec![1 << 20, 1], offset: 0 };
-        let spans = plan_spans(&v, 1, 0).unwrap();
+        let spans = plan_spans(&v, 1, gap(0)).unwrap();
         assert_eq!(spans.len(), MAX_SPANS);
         assert!(spans.iter().all(|s| s.start % (1 << 20) == 0));
     }

@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use super::{PIECE_LEN, Reader, decrypt_piece};
 use crate::error::{Error, Result};
-use crate::slice_plan::{Index, StridedView, align_spans, gap_for, gather, plan_spans, read_spans, spans_len};
+use crate::slice_plan::{Index, SpanPolicy, StridedView, align_spans, gather, plan_spans, read_spans, spans_len};
 use crate::source::RangeSource;
 
 impl<S: RangeSource> Reader<S> {
@@ -109,7 +109,7 @@ impl<S: RangeSource> Reader<S> {
             out.fill(0);
             return Ok(());
         }
-        let spans = plan_spans(&view, itemsize, gap_for(&self.source))?;
+        let spans = plan_spans(&view, itemsize, SpanPolicy::for_source(&self.source))?;
         if view.is_row_major() && spans.len() == 1 && spans_len(&spans)? == out.len() as u64 {
             return self.read_tensor_spans(i, &spans, out);
         }

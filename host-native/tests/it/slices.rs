@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_core::crypto::Key;
 use tensorizer_core::{Dtype, ElementType, KeySource, TensorSpec, WriterOptions};
-use tensorizer_native::slice_plan::{Index, MAX_SPANS, StridedView, gather, plan_spans};
+use tensorizer_native::slice_plan::{Index, MAX_SPANS, SpanPolicy, StridedView, gather, plan_spans};
 use tensorizer_native::source::Counted;
 use tensorizer_native::{CheckpointReader, LocalFile, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
@@ -95,9 +95,15 @@ fn union(elements: &[u64], itemsize: u64) -> Vec<Range<u64>> {
 }
 
 /// Reads `view[index]` through a plan and a gather over `storage`.
-fn through_plan(view: &StridedView, index: &[Index], itemsize: u64, gap: u64, storage: &[u8]) -> Option<Vec<u8>> {
+fn through_plan(
+    view: &StridedView,
+    index: &[Index],
+    itemsize: u64,
+    policy: SpanPolicy,
+    storage: &[u8],
+) -> Option<Vec<u8>> {
     let sliced = view.index(index).ok()?;
-    let spans = plan_spans(&sliced, itemsize, gap).unwrap();
+    let spans = plan_spans(&sliced, itemsize, policy).unwrap();
     let data: Vec<u8> = spans.iter().flat_map(|s| storage[s.start as usize..s.end as usize].iter().copied()).collect();
     let mut out = vec![0u8; (sliced.numel().unwrap() * itemsize) as usize];
     gather(&sliced, itemsize, &spans, &data, &mut out).unwrap();
@@ -135,6 +141,7 @@ proptest! {
         index in proptest::collection::vec(index_item(7), 0..5),
         itemsize in prop_oneof![Just(1u64), Just(2), Just(4), Just(8)],
         gap in prop_oneof![Just(0u64), 0u64..64],
+        max_spans in prop_oneof![Just(MAX_SPANS), 1usize..4],
     ) {
         let want = naive(&view, &index);
         let got = view.index(&index);
@@ -145,18 +152,19 @@ proptest! {
         // A storage long enough for every element, each byte distinct-ish.
         let extent = elements.iter().max().map_or(0, |e| e + 1) + view.offset + 1;
         let storage: Vec<u8> = (0..extent * itemsize).map(|b| (b * 7 + b / 251) as u8).collect();
-        let read = through_plan(&view, &index, itemsize, gap, &storage).unwrap();
+        let policy = SpanPolicy { gap, max_spans };
+        let read = through_plan(&view, &index, itemsize, policy, &storage).unwrap();
         prop_assert_eq!(read, pick(&storage, &elements, itemsize));
         // Spans: sorted, further apart than the gap, cover every element
-        // and, with no gap, exactly the elements' bytes.
-        let spans = plan_spans(&sliced, itemsize, gap).unwrap();
-        prop_assert!(spans.len() <= MAX_SPANS);
+        // and, with no gap and no cap, exactly the elements' bytes.
+        let spans = plan_spans(&sliced, itemsize, policy).unwrap();
+        prop_assert!(spans.len() <= max_spans);
         prop_assert!(spans.windows(2).all(|w| w[1].start > w[0].end + gap));
         let exact = union(&elements, itemsize);
         for e in &exact {
             prop_assert!(spans.iter().any(|s| s.start <= e.start && e.end <= s.end));
         }
-        if gap == 0 {
+        if gap == 0 && max_spans == MAX_SPANS {
             prop_assert_eq!(spans, exact);
         }
     }
@@ -172,7 +180,7 @@ fn row_slices_of_contiguous_tensors_are_one_exact_span() {
     ] {
         let sliced = view.index(&index).unwrap();
         assert!(sliced.is_row_major());
-        assert_eq!(plan_spans(&sliced, 2, 1 << 20).unwrap(), vec![want]);
+        assert_eq!(plan_spans(&sliced, 2, SpanPolicy::REMOTE).unwrap(), vec![want]);
     }
 }
 
