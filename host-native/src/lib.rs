@@ -3,6 +3,8 @@
 pub mod atomic;
 pub mod checkpoint;
 pub mod convert;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
@@ -16,6 +18,7 @@ pub mod s3;
 pub mod safetensors;
 pub mod slice_plan;
 pub mod source;
+pub mod staging;
 #[cfg(feature = "http")]
 pub mod tls;
 pub mod verify;

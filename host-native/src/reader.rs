@@ -179,7 +179,7 @@ impl<S: RangeSource> Reader<S> {
     }
 
     /// The key for `record`, derived once per key-derivation setting.
-    fn key_for(&self, record: &TensorRecord) -> Result<Option<Key>> {
+    pub(crate) fn key_for(&self, record: &TensorRecord) -> Result<Option<Key>> {
         let Some(info) = &record.header.crypt_info else {
             return Ok(None);
         };
@@ -415,7 +415,7 @@ fn piecewise(cipher: &Cipher<'_>) -> bool {
 
 /// Decrypts `piece`, which starts `offset` bytes into the data (a multiple
 /// of the chunk size).
-fn decrypt_piece(cipher: &Cipher<'_>, key: &Key, offset: u64, piece: &mut [u8]) -> tensorizer_core::Result<()> {
+pub(crate) fn decrypt_piece(cipher: &Cipher<'_>, key: &Key, offset: u64, piece: &mut [u8]) -> tensorizer_core::Result<()> {
     let first = (offset / cipher.chunk_size) as usize;
     let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX);
     for (n, chunk) in piece.chunks_mut(size).enumerate() {

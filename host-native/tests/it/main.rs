@@ -12,4 +12,5 @@ mod redis;
 mod s3;
 mod servers;
 mod slices;
+mod staging;
 mod tls;

@@ -1,0 +1,219 @@
+//! The staging ring (`tensorizer_native::staging`) against the host-memory
+//! stand-in for a GPU copy engine: the same bytes as `Reader::load_into`
+//! for every vector and for tensors split across buffers, hashes checked,
+//! memory bounded by the ring, and no buffer refilled while a copy out of
+//! it is in flight. The CUDA engine's own test skips without a driver.
+
+use std::time::Duration;
+
+use tensorizer_core::write::WriterOptions;
+use tensorizer_core::{Dtype, ElementType, TensorSpec};
+use tensorizer_native::staging::{HostEngine, StagingOptions, load_staged};
+use tensorizer_native::{MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
+
+use crate::common::vectors;
+
+/// Every tensor of `reader` through `Reader::load_into`.
+fn expected<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
+    (0..reader.entries().len())
+        .map(|i| {
+            let mut out = vec![0xAA; reader.entries()[i].nbytes() as usize];
+            reader.load_into(i, &mut out).unwrap();
+            out
+        })
+        .collect()
+}
+
+/// Every tensor of `reader` through the ring; returns the outputs and the engine's counters.
+fn staged<S: RangeSource>(reader: &Reader<S>, options: &StagingOptions, latency: Duration) -> (Vec<Vec<u8>>, Stats) {
+    let all: Vec<usize> = (0..reader.entries().len()).collect();
+    let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
+    let engine = HostEngine::new(&sizes).unwrap().with_latency(latency);
+    load_staged(reader, &all, &engine, options).unwrap();
+    let stats = Stats {
+        buffers: engine.buffers_allocated(),
+        bytes: engine.buffer_bytes_allocated(),
+        blocked: engine.blocked_waits(),
+        violations: engine.violations(),
+    };
+    (engine.into_outputs(), stats)
+}
+
+#[derive(Debug)]
+struct Stats {
+    buffers: usize,
+    bytes: usize,
+    blocked: usize,
+    violations: usize,
+}
+
+fn ring(buffers: usize, buffer_len: usize, threads: usize) -> StagingOptions {
+    StagingOptions { buffers, buffer_len, threads, verify_hash: true }
+}
+
+#[test]
+fn every_vector_matches_load_into() {
+    for v in vectors() {
+        if v.name().contains("long") {
+            continue; // a 4 GiB meta tensor: covered by the core tests
+        }
+        let options = ReadOptions { num_readers: 3, verify_hash: true, key: v.key() };
+        let reader = Reader::open(&v.path, options).unwrap();
+        let want = expected(&reader);
+        // Encrypted tensors split only at chunk boundaries, so tiny buffers
+        // are for plain files.
+        let tiny = if reader.is_encrypted() { 2 << 20 } else { 61 };
+        for (buffers, len, threads) in [(2, 1 << 20, 1), (3, tiny, 3), (5, 4096, 4)] {
+            let len = if reader.is_encrypted() { len.max(2 << 20) } else { len };
+            let (got, stats) = staged(&reader, &ring(buffers, len, threads), Duration::ZERO);
+            assert_eq!(got, want, "{} with {buffers} x {len} bytes, {threads} threads", v.name());
+            assert!(stats.buffers <= buffers && stats.violations == 0, "{stats:?}");
+        }
+    }
+}
+
+/// A file with one 12 MiB tensor, a 3 MiB one and many small ones.
+fn write_model(dir: &std::path::Path, encrypted: bool) -> (std::path::PathBuf, Option<tensorizer_core::KeySource>) {
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
+    for (name, n) in [("big", 3u32 << 20), ("mid", 3 << 18)] {
+        let data: Vec<u8> = (0..n).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
+        tensors.push((TensorSpec::state_dict(name, Dtype::from_element(ElementType::F32), vec![u64::from(n)]), data));
+    }
+    for i in 0..200u32 {
+        let data: Vec<u8> = (0..i % 23).flat_map(|v| (v as u16 ^ i as u16).to_le_bytes()).collect();
+        let spec = TensorSpec::state_dict(
+            format!("small.{i}").as_str(),
+            Dtype::from_element(ElementType::BF16),
+            vec![u64::from(i % 23)],
+        );
+        tensors.push((spec, data));
+    }
+    let path = dir.join(format!("model{encrypted}.tensors"));
+    let key = tensorizer_core::crypto::Key::from_bytes([9; 32]);
+    let options = WriteOptions {
+        layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
+        key: encrypted.then(|| key.clone()),
+        num_writers: 2,
+    };
+    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    write_file(&path, &input, &options).unwrap();
+    (path, encrypted.then(|| tensorizer_core::KeySource::Key(key)))
+}
+
+#[test]
+fn big_tensors_split_across_buffers_and_small_ones_share() {
+    let dir = tempfile::tempdir().unwrap();
+    for encrypted in [false, true] {
+        let (path, key) = write_model(dir.path(), encrypted);
+        let reader = Reader::open(&path, ReadOptions { num_readers: 4, verify_hash: true, key }).unwrap();
+        let want = expected(&reader);
+        // 4 MiB buffers: the 12 MiB tensor takes at least three, and with
+        // encryption every piece is whole 2 MiB chunks.
+        for threads in [1, 2, 4] {
+            let (got, stats) = staged(&reader, &ring(3, 4 << 20, threads), Duration::ZERO);
+            assert!(got == want, "encrypted={encrypted}, {threads} threads: bytes differ");
+            assert_eq!((stats.buffers, stats.bytes), (3, 3 * (4 << 20)), "memory is the ring: {stats:?}");
+        }
+    }
+}
+
+#[test]
+fn memory_is_bounded_by_the_ring_not_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), false);
+    let reader = Reader::open(&path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
+    let model: u64 = reader.entries().iter().map(|e| e.data_length).sum();
+    let (got, stats) = staged(&reader, &ring(2, 1 << 20, 2), Duration::ZERO);
+    assert_eq!(got, expected(&reader));
+    assert_eq!(stats.buffers, 2);
+    assert!((stats.bytes as u64) * 6 < model, "{} bytes of buffers for a {model}-byte model", stats.bytes);
+}
+
+#[test]
+fn slow_copies_make_buffers_wait_and_nothing_is_overwritten_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), true);
+    let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+    let (got, stats) = staged(&reader, &ring(2, 2 << 20, 3), Duration::from_millis(15));
+    assert!(got == expected(&reader), "bytes differ");
+    assert!(stats.blocked > 0, "a 2-buffer ring with slow copies must wait: {stats:?}");
+    assert_eq!(stats.violations, 0, "{stats:?}");
+}
+
+#[test]
+fn corruption_is_detected_with_verify_on() {
+    let dir = tempfile::tempdir().unwrap();
+    for encrypted in [false, true] {
+        let (path, key) = write_model(dir.path(), encrypted);
+        let reader = Reader::open(&path, ReadOptions::default()).unwrap();
+        // Flip a byte in the middle of the 12 MiB tensor (its third piece).
+        let big = &reader.entries()[0];
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = (big.data_offset + (9 << 20)) as usize;
+        bytes[at] ^= 0x10;
+        let options = ReadOptions { num_readers: 2, verify_hash: true, key: key.clone() };
+        let reader = Reader::new(MemorySource::new(bytes.clone(), "corrupt"), options).unwrap();
+        let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
+        let engine = HostEngine::new(&sizes).unwrap();
+        let all: Vec<usize> = (0..sizes.len()).collect();
+        let err = load_staged(&reader, &all, &engine, &ring(3, 4 << 20, 2)).unwrap_err();
+        assert!(err.is_verification_failure(), "{err}");
+        assert!(err.to_string().contains("big"), "{err}");
+        if !encrypted {
+            // Without verification a plain file loads the flipped byte.
+            let engine = HostEngine::new(&sizes).unwrap();
+            let options = StagingOptions { verify_hash: false, ..ring(3, 4 << 20, 2) };
+            load_staged(&reader, &all, &engine, &options).unwrap();
+            assert_ne!(engine.into_outputs()[0], expected_plain(&path)[0]);
+        }
+    }
+}
+
+fn expected_plain(path: &std::path::Path) -> Vec<Vec<u8>> {
+    expected(&Reader::open(path, ReadOptions::default()).unwrap())
+}
+
+#[test]
+fn a_subset_in_any_order_lands_in_its_destinations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), false);
+    let reader = Reader::open(&path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
+    let want = expected(&reader);
+    let pick = [150usize, 0, 7, 1, 42];
+    let sizes: Vec<u64> = pick.iter().map(|&i| reader.entries()[i].nbytes()).collect();
+    let engine = HostEngine::new(&sizes).unwrap();
+    load_staged(&reader, &pick, &engine, &ring(2, 1 << 20, 2)).unwrap();
+    for (got, &i) in engine.into_outputs().iter().zip(&pick) {
+        assert_eq!(got, &want[i], "tensor {i}");
+    }
+    let engine = HostEngine::new(&sizes).unwrap();
+    assert!(load_staged(&reader, &[10_000], &engine, &ring(2, 1 << 20, 2)).is_err());
+}
+
+/// Loads a vector into device memory and copies it back; skips (with the
+/// reason) where no CUDA driver or device is present.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_round_trip_or_skip() {
+    use tensorizer_native::cuda;
+    let device = match cuda::Device::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipping the CUDA round trip: {e}");
+            return;
+        }
+    };
+    for v in vectors() {
+        if v.name().contains("long") {
+            continue;
+        }
+        let reader = Reader::open(&v.path, ReadOptions { num_readers: 2, verify_hash: true, key: v.key() }).unwrap();
+        let want = expected(&reader);
+        let all: Vec<usize> = (0..want.len()).collect();
+        let options = StagingOptions { buffer_len: 4 << 20, ..StagingOptions::for_reader(&reader) };
+        let loaded = cuda::load_to_device(&device, &reader, &all, &options).unwrap();
+        for (i, want) in want.iter().enumerate() {
+            assert_eq!(&loaded.to_host(i).unwrap(), want, "{} tensor {i}", v.name());
+        }
+    }
+}
