@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_native::checkpoint::CheckpointReader;
 use tensorizer_native::source::Counted;
-use tensorizer_native::{MemorySource, RangeSource, open_source};
+use tensorizer_native::{Intent, MemorySource, RangeSource, open_source_for};
 
 use crate::buffers::Held;
 use crate::errors::to_py;
@@ -42,7 +42,9 @@ impl NativeCheckpoint {
         } else {
             let path: std::path::PathBuf = source.extract()?;
             let uri = path.to_string_lossy().into_owned();
-            Arc::from(py.detach(|| open_source(&uri)).map_err(to_py)?)
+            // Peek: a checkpoint is read from its end first, so the opening
+            // request must not go on into the whole file (range reads only).
+            Arc::from(py.detach(|| open_source_for(&uri, Intent::Peek)).map_err(to_py)?)
         };
         let counted = Counted::new(inner);
         let mut inner = py.detach(|| CheckpointReader::new(counted)).map_err(to_py)?;

@@ -1,9 +1,91 @@
 //! `tensorizer_rs.convert`: format conversion between torch checkpoints,
-//! tensorizer files and safetensors files.
+//! tensorizer files and safetensors files (a thin wrapper over
+//! `tensorizer_native::convert`).
 
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use tensorizer_native::convert::{self, ConvertOptions, Converted, Format};
+use tensorizer_native::{Error, WriteOptions};
+
+use crate::errors::to_py;
+use crate::source::NativeSource;
 
 /// Adds this file's functions and classes to `_native`.
-pub(crate) fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(convert_file, m)?)?;
     Ok(())
+}
+
+/// (source format, target format, tensors, data bytes, skipped entries,
+/// flattened names)
+type Report = (&'static str, &'static str, usize, u64, Vec<String>, bool);
+
+/// A format's name in Python: "tensorizer", "safetensors" or "torch".
+fn py_name(f: Format) -> &'static str {
+    match f {
+        Format::TorchCheckpoint => "torch",
+        other => other.name(),
+    }
+}
+
+fn format_named(name: &str) -> PyResult<Format> {
+    match name {
+        "tensorizer" => Ok(Format::Tensorizer),
+        "safetensors" => Ok(Format::Safetensors),
+        other => Err(PyValueError::new_err(format!("to={other:?}: expected \"tensorizer\" or \"safetensors\""))),
+    }
+}
+
+/// Converts `src` (a path or URI, or an opened `NativeSource`) into a new
+/// file at `dst`, written atomically, with the GIL released. The input
+/// format is recognised by its first bytes; the output format is `to`
+/// ("tensorizer" or "safetensors") or follows `dst`'s extension.
+/// `progress(done, total)` is called now and then (with the GIL) and once
+/// at the end; an exception from it stops the conversion and propagates.
+#[pyfunction]
+#[pyo3(signature = (src, dst, *, to=None, tensorizer_layout=false, num_threads=None, progress=None))]
+fn convert_file(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    dst: PathBuf,
+    to: Option<&str>,
+    tensorizer_layout: bool,
+    num_threads: Option<usize>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Report> {
+    let layout = if tensorizer_layout {
+        tensorizer_core::WriterOptions::tensorizer()
+    } else {
+        tensorizer_core::WriterOptions::default()
+    };
+    let options = ConvertOptions {
+        to: to.map(format_named).transpose()?,
+        write: WriteOptions { layout, key: None, num_writers: num_threads.unwrap_or(0) },
+        key: None,
+    };
+    let opened = src.cast::<NativeSource>().ok().map(|s| s.get().inner.clone());
+    let uri = match opened {
+        Some(_) => String::new(),
+        None => src.extract::<PathBuf>()?.to_string_lossy().into_owned(),
+    };
+    let mut raised: Option<PyErr> = None;
+    let result: Result<Converted, Error> = py.detach(|| {
+        let report = |done: u64, total: u64| -> Result<(), Error> {
+            let Some(callback) = &progress else { return Ok(()) };
+            Python::attach(|py| callback.call1(py, (done, total)).map(|_| ())).map_err(|e| {
+                raised = Some(e);
+                Error::Invalid("stopped: the progress callback raised".into())
+            })
+        };
+        match opened {
+            Some(source) => convert::convert_source(source, &dst, &options, report),
+            None => convert::convert(&uri, &dst, &options, report),
+        }
+    });
+    match result {
+        Ok(c) => Ok((py_name(c.from), py_name(c.to), c.tensors, c.bytes, c.skipped, c.flattened)),
+        Err(e) => Err(raised.take().unwrap_or_else(|| to_py(e))),
+    }
 }

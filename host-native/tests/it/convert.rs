@@ -100,3 +100,205 @@ fn a_safetensors_header_with_a_repeated_name_is_refused() {
     assert!(err.to_string().contains("duplicate tensor name \"w\""), "{err}");
     assert!(!out.exists());
 }
+
+// ---- tensorizer_native::convert: any input to either output -----------------
+
+mod library {
+    use std::path::{Path, PathBuf};
+
+    use tensorizer_native::checkpoint::CheckpointReader;
+    use tensorizer_native::convert::{self, ConvertOptions, Format};
+    use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions};
+
+    use crate::common::vectors_dir;
+
+    fn torch(name: &str) -> PathBuf {
+        vectors_dir().join("torch").join(name)
+    }
+
+    fn s(p: &Path) -> &str {
+        p.to_str().unwrap()
+    }
+
+    fn threads(n: usize) -> ConvertOptions {
+        ConvertOptions { write: WriteOptions { num_writers: n, ..WriteOptions::default() }, ..Default::default() }
+    }
+
+    /// Every tensor of a tensorizer file, verified, by flat name.
+    fn tensorizer_tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
+        let r = Reader::open(path, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+        (0..r.entries().len())
+            .map(|i| {
+                let mut out = vec![0; r.entries()[i].nbytes() as usize];
+                r.load_into(i, &mut out).unwrap();
+                (tensorizer_native::safetensors::flat_name(&r.entries()[i].path), out)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn checkpoints_convert_the_same_on_any_number_of_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["views.pt", "big_endian.pt", "module.pt", "nested.pt", "params.pt", "dtypes.pt"] {
+            let reader = CheckpointReader::open(torch(name)).unwrap();
+            let mut want = Vec::new();
+            for (i, e) in reader.entries().iter().enumerate() {
+                if let Ok(n) = reader.nbytes(i) {
+                    let mut out = vec![0; n as usize];
+                    reader.read_contiguous(i, &mut out).unwrap();
+                    want.push((tensorizer_native::safetensors::flat_name(&e.path), out));
+                }
+            }
+            let one = dir.path().join(format!("{name}.1.tensors"));
+            let four = dir.path().join(format!("{name}.4.tensors"));
+            let mut reports = Vec::new();
+            let done = convert::convert(s(&torch(name)), &one, &threads(1), |d, t| {
+                reports.push((d, t));
+                Ok(())
+            })
+            .unwrap();
+            convert::convert(s(&torch(name)), &four, &threads(4), |_, _| Ok(())).unwrap();
+            assert_eq!((done.from, done.to, done.tensors), (Format::TorchCheckpoint, Format::Tensorizer, want.len()));
+            assert_eq!(reports.last().copied(), Some((done.bytes, done.bytes)), "{name}: a final report");
+            assert!(std::fs::read(&one).unwrap() == std::fs::read(&four).unwrap(), "{name}: bytes depend on threads");
+            assert_eq!(tensorizer_tensors(&one), want, "{name}");
+            // safetensors, where it can name every dtype; then back to tensorizer.
+            let st = dir.path().join(format!("{name}.safetensors"));
+            match convert::convert(s(&torch(name)), &st, &threads(3), |_, _| Ok(())) {
+                Ok(done) => assert_eq!(done.to, Format::Safetensors),
+                Err(e) => {
+                    assert!(e.to_string().contains("safetensors has no dtype"), "{name}: {e}");
+                    assert!(!st.exists());
+                    continue;
+                }
+            }
+            let back = dir.path().join(format!("{name}.back.tensors"));
+            let done = convert::convert(s(&st), &back, &threads(2), |_, _| Ok(())).unwrap();
+            assert_eq!((done.from, done.to), (Format::Safetensors, Format::Tensorizer));
+            let mut got = tensorizer_tensors(&back);
+            got.sort();
+            let mut sorted = want.clone();
+            sorted.sort();
+            assert_eq!(got, sorted, "{name}: through safetensors");
+        }
+    }
+
+    #[test]
+    fn inputs_are_recognised_by_their_first_bytes_not_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let pt = dir.path().join("model.safetensors");
+        std::fs::copy(torch("views.pt"), &pt).unwrap();
+        let tensors = dir.path().join("model.pt");
+        let done = convert::convert(s(&pt), &tensors, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+        assert_eq!((done.from, done.to), (Format::TorchCheckpoint, Format::Tensorizer));
+        let st = dir.path().join("model.bin");
+        let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
+        let done = convert::convert(s(&tensors), &st, &options, |_, _| Ok(())).unwrap();
+        assert_eq!((done.from, done.to), (Format::Tensorizer, Format::Safetensors));
+        let again = dir.path().join("again.tensors");
+        let done = convert::convert(s(&st), &again, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+        assert_eq!((done.from, done.to), (Format::Safetensors, Format::Tensorizer));
+        // Writing a checkpoint is refused, naming what can be written.
+        let options = ConvertOptions { to: Some(Format::TorchCheckpoint), ..Default::default() };
+        let err = convert::convert(s(&st), &dir.path().join("x.pt"), &options, |_, _| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("safetensors (.safetensors)"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_conversion_leaves_an_existing_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let dst = dir.path().join("out.safetensors");
+        std::fs::write(&dst, b"old").unwrap();
+        let listing = || {
+            let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            names.sort();
+            names
+        };
+        let before = listing();
+        // A dtype safetensors lacks: refused before anything is written.
+        assert!(convert::convert(s(&torch("dtypes.pt")), &dst, &ConvertOptions::default(), |_, _| Ok(())).is_err());
+        // Stopped by the progress callback once tensors are being written.
+        for to in [Format::Tensorizer, Format::Safetensors] {
+            let options = ConvertOptions { to: Some(to), ..threads(2) };
+            let err = convert::convert(s(&torch("views.pt")), &dst, &options, |_, _| {
+                Err(Error::Invalid("stopped by the caller".into()))
+            })
+            .unwrap_err();
+            assert!(err.to_string().contains("stopped by the caller"), "{err}");
+        }
+        // A source that is not there.
+        let missing = dir.path().join("missing.pt");
+        assert!(convert::convert(s(&missing), &dst, &ConvertOptions::default(), |_, _| Ok(())).is_err());
+        assert_eq!(std::fs::read(&dst).unwrap(), b"old");
+        assert_eq!(listing(), before, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn encrypted_tensorizer_inputs_need_their_key() {
+        let v = crate::common::vectors().into_iter().find(|v| v.name() == "v3_enc_key.tensors").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let dst = dir.path().join("plain.tensors");
+        let st = dir.path().join("plain.safetensors");
+        assert!(convert::convert(s(&v.path), &st, &ConvertOptions::default(), |_, _| Ok(())).is_err());
+        assert!(!st.exists());
+        let options = ConvertOptions { key: v.key(), ..Default::default() };
+        convert::convert(s(&v.path), &st, &options, |_, _| Ok(())).unwrap();
+        convert::convert(s(&st), &dst, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+        let r =
+            Reader::open(&v.path, ReadOptions { key: v.key(), verify_hash: true, ..ReadOptions::default() }).unwrap();
+        let want: Vec<(String, Vec<u8>)> = (0..r.entries().len())
+            .map(|i| {
+                let mut out = vec![0; r.entries()[i].nbytes() as usize];
+                r.load_into(i, &mut out).unwrap();
+                (tensorizer_native::safetensors::flat_name(&r.entries()[i].path), out)
+            })
+            .collect();
+        let mut got = tensorizer_tensors(&dst);
+        got.sort();
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn sources_over_http_convert_like_local_files() {
+        let Some(server) = crate::servers::Nginx::serve(&vectors_dir()) else {
+            eprintln!("skipped: no nginx");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for (file, out) in [
+            ("torch/views.pt", "a.tensors"),
+            ("torch/module.pt", "b.safetensors"),
+            ("v1_module.tensors", "c.safetensors"),
+        ] {
+            let local = dir.path().join(format!("local-{out}"));
+            let remote = dir.path().join(format!("remote-{out}"));
+            convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(())).unwrap();
+            let done = convert::convert(&server.url(file), &remote, &threads(2), |_, _| Ok(())).unwrap();
+            assert!(done.tensors > 0);
+            assert!(std::fs::read(&local).unwrap() == std::fs::read(&remote).unwrap(), "{file}");
+        }
+    }
+
+    #[test]
+    fn sources_in_s3_convert_like_local_files() {
+        let Some(moto) = crate::s3::Moto::start() else {
+            eprintln!("skipped: no moto_server");
+            return;
+        };
+        moto.create_bucket("models");
+        let options = moto.options(moto.port);
+        let dir = tempfile::tempdir().unwrap();
+        for (file, out) in [("torch/views.pt", "a.safetensors"), ("torch/params.pt", "b.tensors")] {
+            let uri = format!("s3://models/{file}");
+            tensorizer_native::s3::upload(&vectors_dir().join(file), &uri, &options).unwrap();
+            let local = dir.path().join(format!("local-{out}"));
+            let remote = dir.path().join(format!("remote-{out}"));
+            convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(())).unwrap();
+            let source = tensorizer_native::s3::open(&uri, &options).unwrap();
+            convert::convert_source(source, &remote, &threads(2), |_, _| Ok(())).unwrap();
+            assert!(std::fs::read(&local).unwrap() == std::fs::read(&remote).unwrap(), "{file}");
+        }
+    }
+}

@@ -8,6 +8,7 @@ parallel reads straight into tensors allocated by torch.
 from typing import Any
 
 from . import serialization, stream_io, utils
+from ._convert import convert
 from ._native import __version__ as _native_version
 from ._slices import TensorSlice, tp_shard
 from .serialization import (
@@ -40,6 +41,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "convert",
     "serialization",
     "stream_io",
     "utils",

@@ -1,7 +1,7 @@
 """Type stubs for the compiled extension ``tensorizer_rs._native``."""
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from os import PathLike
 from typing import Any, final
 
@@ -26,6 +26,7 @@ __all__ = [
     "reader_read_slice",
     "reader_read_range",
     "reader_verify_tensor",
+    "convert_file",
 ]
 
 __version__: str
@@ -153,3 +154,15 @@ def reader_slice_shape(reader: NativeReader, i: int, key: _IndexKey) -> list[int
 def reader_read_slice(reader: NativeReader, i: int, key: _IndexKey, buffer: Any) -> None: ...
 def reader_read_range(reader: NativeReader, i: int, start: int, stop: int) -> bytes: ...
 def reader_verify_tensor(reader: NativeReader, i: int) -> None: ...
+
+# -- conversion (python/src/convert.rs) ----------------------------------------
+
+def convert_file(
+    src: str | PathLike[str] | NativeSource,
+    dst: str | PathLike[str],
+    *,
+    to: str | None = None,
+    tensorizer_layout: bool = False,
+    num_threads: int | None = None,
+    progress: Callable[[int, int], object] | None = None,
+) -> tuple[str, str, int, int, list[str], bool]: ...
