@@ -118,11 +118,15 @@ if [ "$have_pw" != "$PLAYWRIGHT_VERSION" ]; then
     (cd "$WEB_TESTS" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# `tzr view` serves the page in one test.
+cargo build --locked -p tensorizer-native --bin tzr
+TZR_BIN="$TARGET_DIR/debug/tzr"
+
 # --- inputs --------------------------------------------------------------------
 mkdir -p "$ARTIFACTS/cache"
 "$PY" "$WEB_TESTS/make_files.py" "$ARTIFACTS/cache"
 
 # --- tests -----------------------------------------------------------------------
-TZR_CHROMIUM="$CHROMIUM" TZR_ARTIFACTS="$ARTIFACTS" \
+TZR_CHROMIUM="$CHROMIUM" TZR_ARTIFACTS="$ARTIFACTS" TZR_BIN="$TZR_BIN" \
     node --test --test-concurrency=1 --test-reporter=spec "$WEB_TESTS/inspector.test.mjs"
 echo "browser-test: screenshot in $ARTIFACTS/inspector.png"

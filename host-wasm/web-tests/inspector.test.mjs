@@ -29,6 +29,7 @@ const CHROMIUM = process.env.TZR_CHROMIUM || '/usr/bin/chromium';
 const MANIFEST = JSON.parse(fs.readFileSync(path.join(VECTORS, 'manifest.json'), 'utf8'));
 const MIB = 1024 * 1024;
 const OPEN_20K_LIMIT_MS = 150;
+const TZR = process.env.TZR_BIN || path.join(ROOT, 'target/debug/tzr');
 
 let tmp;
 let files; // directory nginx serves under /files/ (vectors linked, copies made)
@@ -448,6 +449,50 @@ describe('other formats', () => {
     }
     const fields = await page.textContent('#header-table');
     assert.match(fields, /__metadata__\.note/);
+  });
+});
+
+describe('tzr view', () => {
+  test('serves the page and a local file on 127.0.0.1', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
+    const v = vector('v5_long.tensors');
+    const child = spawn(TZR, ['view', path.join(VECTORS, v.file)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const url = await new Promise((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (d) => {
+          out += d;
+          if (out.includes('\n')) resolve(out.split('\n')[0].trim());
+        });
+        child.once('exit', (code) => reject(new Error(`tzr view exited with ${code}`)));
+      });
+      assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/\?url=/);
+      const viewPage = await page.context().newPage();
+      try {
+        await viewPage.goto(url);
+        await viewPage.waitForFunction(() => window.__inspector && window.__inspector.state.opens > 0, null, { timeout: 30000 });
+        const open = await viewPage.evaluate(() => window.__inspector.state.lastOpen);
+        assert.equal(open.error, undefined, open.error);
+        assertMatchesManifest(await viewPage.evaluate(() => window.__inspector.view()), v);
+        await viewPage.click('#verify-start');
+        await viewPage.waitForFunction(() => window.__inspector.state.verifyRun && !window.__inspector.state.verifyRun.running,
+          null, { timeout: 60000 });
+        const run = await viewPage.evaluate(() => window.__inspector.state.verifyRun);
+        assert.equal(run.ok, true, JSON.stringify(run));
+      } finally {
+        await viewPage.close();
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
+  test('says how to build the page when it is missing', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
+    const child = spawn(TZR, ['view', '--assets', tmp, path.join(VECTORS, 'v1_flat.tensors')], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (d) => { err += d; });
+    const code = await new Promise((resolve) => child.once('close', resolve));
+    assert.equal(code, 3);
+    assert.match(err, /not built.*browser-test\.sh --build-only/);
   });
 });
 

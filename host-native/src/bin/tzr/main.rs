@@ -7,6 +7,7 @@ mod crypt;
 mod inspect;
 mod keys;
 mod progress;
+mod view;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,6 +115,8 @@ enum Command {
         #[arg(long, value_enum)]
         to: Option<checkpoint::Target>,
     },
+    /// Serve the browser inspector and FILE (or open a URL) on 127.0.0.1 and print the address.
+    View(view::ViewArgs),
 }
 
 #[derive(Args, Clone, Copy)]
@@ -164,6 +167,7 @@ fn main() -> ExitCode {
             crypt::convert(&input, &output, &key, layout.options(), to)
         }
         Command::Copy { input, output, force } => copy::run(&input, &output, force),
+        Command::View(args) => view::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
