@@ -95,3 +95,9 @@ step "python: stubs match the extension (mypy.stubtest), package is strictly typ
 
 step "python: tests, interop with the real tensorizer, real models"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
+
+step "python: tensorizer 2.12.1's own tests against tensorizer_rs"
+# Fetches tensorizer's sdist from PyPI (cached under target/; prints SKIPPED
+# without network), runs its tests with `import tensorizer` giving
+# tensorizer_rs, and checks each outcome against python/tests/upstream/expected.toml.
+"$VENV/bin/python" python/tests/upstream/run.py
