@@ -231,12 +231,13 @@ impl StridedView {
 /// The byte spans of the storage (from its first byte; sorted, disjoint,
 /// not touching) that hold every element of `view`, with elements of
 /// `itemsize` bytes. Spans closer than `policy.gap` bytes are merged, and
-/// so are the closest ones when more than `policy.max_spans` remain. A row-major
-/// slice is exactly one span of exactly its bytes; an empty view has none.
+/// so are the closest ones when more than `policy.max_spans` remain. A
+/// row-major slice is exactly one span of exactly its bytes; an empty view
+/// (or one of zero-sized elements) has none.
 pub fn plan_spans(view: &StridedView, itemsize: u64, policy: SpanPolicy) -> Result<Vec<Range<u64>>> {
     let (gap, max_spans) = (policy.gap, policy.max_spans.max(1));
     let numel = view.numel().ok_or_else(overflow)?;
-    if numel == 0 {
+    if numel == 0 || itemsize == 0 {
         return Ok(Vec::new());
     }
     let base = view.offset.checked_mul(itemsize).ok_or_else(overflow)?;
@@ -372,7 +373,7 @@ pub fn gather(view: &StridedView, itemsize: u64, spans: &[Range<u64>], data: &[u
     if spans_len(spans)? != data.len() as u64 {
         return Err(invalid("the data read differs in length from its spans"));
     }
-    if numel == 0 {
+    if numel == 0 || itemsize == 0 {
         return Ok(());
     }
     let mut starts = Vec::with_capacity(spans.len());
@@ -569,6 +570,10 @@ mod tests {
         let big = v.index(&[Index::Range { start: Some(1), stop: None, step: i64::MAX }, Index::At(0)]);
         assert!(big.is_err() || plan_spans(&big.unwrap(), 8, gap(0)).is_err());
         assert!(StridedView::contiguous(&[u64::MAX, u64::MAX]).is_err());
+        // Zero-sized elements: nothing to read or copy.
+        let v = view(&[4, 4]);
+        assert!(plan_spans(&v, 0, gap(0)).unwrap().is_empty());
+        gather(&v, 0, &[], &[], &mut []).unwrap();
     }
 
     #[test]

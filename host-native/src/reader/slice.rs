@@ -45,11 +45,11 @@ impl<S: RangeSource> Reader<S> {
         if spans_len(spans)? != out.len() as u64 {
             return Err(Error::Invalid(format!("{}: the buffer differs in length from the spans", name())));
         }
-        let record = self.record(i)?;
         let spans: Vec<Range<u64>> = spans.iter().filter(|s| s.start < s.end).cloned().collect();
         if spans.is_empty() {
             return Ok(());
         }
+        let record = self.record(i)?;
         let threads = self.options.num_readers;
         let cipher = record.cipher().map_err(self.tensor_err(entry))?;
         let (Some(cipher), Some(key)) = (cipher, self.key_for(&record)?) else {

@@ -12,6 +12,7 @@ reads exactly one tensor's bytes, with range reads, from a local file or an
     for key in sd.keys():              # torch.load order
         meta = sd.get_meta(key)        # shape and dtype, no data read
     w = sd["encoder.weight"]           # reads only this tensor
+    rows = sd.get_slice("encoder.weight")[:128]   # reads only these rows
 
 Differences from zipslicer: strided views (transposes, slices, expanded
 tensors) come back with the values ``torch.load`` gives, as contiguous
