@@ -40,6 +40,7 @@ cargo clippy --locked -p tensorizer-core --no-default-features -- -D warnings
 
 step "host without its network features (local files only) builds cleanly"
 cargo clippy --locked -p tensorizer-native --no-default-features --lib --bins -- -D warnings
+cargo clippy --locked -p tensorizer-native --features cuda --lib -- -D warnings
 
 step "core without std must not enable any dependency's std feature"
 if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then

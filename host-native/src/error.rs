@@ -47,6 +47,10 @@ pub enum Error {
     #[cfg(feature = "http")]
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The CUDA driver is missing or failed (see [`crate::cuda`]).
+    #[cfg(feature = "cuda")]
+    #[error("{0}")]
+    Cuda(String),
 }
 
 impl Error {
