@@ -16,7 +16,8 @@ It does three things, all before tensorizer's test modules are imported:
    without touching the tests: moto 5 dropped ``moto.mock_s3`` (and
    ``FAKE_KEYS``), which tensorizer's tests (written for moto 4) call.
 3. Applies ``expected.toml``: ``skip: why`` entries are skipped, ``heavy:
-   why`` entries too unless ``TZR_UPSTREAM_HEAVY=1``, and the failures of
+   why`` entries too unless ``TZR_UPSTREAM_HEAVY=1`` (``heavy, xfail: why``
+   combines the two), and the failures of
    ``xfail: why`` entries are reported as xfailed (strictly: one that runs
    without failing fails the session until its entry says ``pass``). Every
    listed test id must be collected, so the list cannot go stale silently.
@@ -93,12 +94,16 @@ def _load_expected() -> dict[str, str]:
     bad = {
         k: v
         for k, v in tests.items()
-        if not isinstance(v, str)
-        or not (v == "pass" or v.split(":", 1)[0] in ("skip", "xfail", "heavy"))
+        if not isinstance(v, str) or not (v == "pass" or _kinds(v) <= {"skip", "xfail", "heavy"})
     }
     if bad:
         raise pytest.UsageError(f"{EXPECTED_PATH}: unknown outcomes {bad}")
     return tests
+
+
+def _kinds(value: str) -> set[str]:
+    """The outcome words before the reason: "heavy, xfail: why" -> {heavy, xfail}."""
+    return {word.strip() for word in value.split(":", 1)[0].split(",")}
 
 
 def _reason(value: str) -> str:
@@ -164,15 +169,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         key = _key(item.nodeid)
         _SEEN.add(key)
         value = EXPECTED.get(key, "pass")
-        kind = value.split(":", 1)[0]
+        kinds = _kinds(value)
         reason = _reason(value)
-        if kind == "skip":
+        if "skip" in kinds:
             item.add_marker(pytest.mark.skip(reason=reason))
-        elif kind == "heavy" and not HEAVY:
+        elif "heavy" in kinds and not HEAVY:
             item.add_marker(
                 pytest.mark.skip(reason=f"{reason} (set TZR_UPSTREAM_HEAVY=1 to run it)")
             )
-        elif kind == "xfail" and not ORACLE:
+        elif "xfail" in kinds and not ORACLE:
             _XFAIL[key] = reason
 
 
