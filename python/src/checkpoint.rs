@@ -110,6 +110,14 @@ impl NativeCheckpoint {
         py.detach(|| self.inner.read_contiguous(i, out)).map_err(to_py)
     }
 
+    /// Entry `i`'s storage as (first byte in the file, byte length), checked
+    /// against the storage's element count: for memory-mapped views.
+    fn storage_span(&self, py: Python<'_>, i: usize) -> PyResult<(u64, u64)> {
+        let storage = self.inner.tensor(i).map_err(to_py)?.storage;
+        let range = py.detach(|| self.inner.storage_range(storage)).map_err(to_py)?;
+        Ok((range.start, range.end - range.start))
+    }
+
     /// Every zip entry's (name, size, CRC-32 recorded, CRC-32 of the data).
     fn verify(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, u32, u32)>> {
         let checks = py.detach(|| self.inner.verify(|_| {})).map_err(to_py)?;

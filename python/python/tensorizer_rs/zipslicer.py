@@ -79,8 +79,10 @@ class LazyStateDict(MutableMapping[Key, Any]):
         dtype: torch.dtype | None = None,
         cache_tensors: bool = False,
         debug: bool = False,
+        _mapped: _MappedStorages | None = None,
     ) -> None:
         self._native = native
+        self._mapped = _mapped
         self._tree = tree
         self._order: list[Key] = list(tree)
         self._overlay: dict[Key, Any] = {}
@@ -118,6 +120,7 @@ class LazyStateDict(MutableMapping[Key, Any]):
                 dtype=self.dtype,
                 cache_tensors=self.cache_tensors,
                 debug=self.debug,
+                _mapped=self._mapped,
             )
             self._overlay[key] = value
             return value
@@ -207,15 +210,17 @@ class LazyStateDict(MutableMapping[Key, Any]):
     def _load(self, leaf: _Leaf) -> Any:
         if leaf.kind != "tensor":
             return leaf.details
-        dtype_name, shape, _stride, _offset, _storage, requires_grad, _ = leaf.details
+        dtype_name, shape, stride, offset, storage, requires_grad, _ = leaf.details
         dtype = _torch_dtype(dtype_name)
-        nbytes = self._native.nbytes(leaf.index)
-        raw = torch.empty(nbytes, dtype=torch.uint8)
-        if nbytes:
-            self._native.read_into(leaf.index, raw.numpy())
-        tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
-        if self.debug:
-            print(f"[tensorizer_rs.zipslicer] read {nbytes} bytes for entry {leaf.index}")
+        tensor = self._mapped.view(leaf.index, storage, dtype, shape, stride, offset) if self._mapped else None
+        if tensor is None:
+            nbytes = self._native.nbytes(leaf.index)
+            raw = torch.empty(nbytes, dtype=torch.uint8)
+            if nbytes:
+                self._native.read_into(leaf.index, raw.numpy())
+            tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
+            if self.debug:
+                print(f"[tensorizer_rs.zipslicer] read {nbytes} bytes for entry {leaf.index}")
         if self.dtype is not None and tensor.dtype != self.dtype:
             tensor = tensor.to(self.dtype)
         if self.map_location not in (None, "cpu") and torch.device(self.map_location) != torch.device("cpu"):
@@ -226,6 +231,42 @@ class LazyStateDict(MutableMapping[Key, Any]):
 
     def __repr__(self) -> str:
         return f"LazyStateDict({self._native.name()!r}, {len(self)} keys)"
+
+
+class _MappedStorages:
+    """``load(..., mmap=True)``: tensors as views of a private copy-on-write
+    memory map of the file, as ``torch.load(mmap=True)`` gives them. Views
+    of one storage share it (tied weights stay tied); writes stay private.
+    Entries that cannot be viewed in place (big-endian archives, storages
+    not aligned to their element size) are read as copies instead."""
+
+    def __init__(self, native: NativeCheckpoint, path: str) -> None:
+        import mmap
+
+        self._native = native
+        self._storages: dict[str, torch.Tensor] = {}
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+        self._usable = self._map is not None and native.byte_order() == "little"
+
+    def view(
+        self, index: int, key: str, dtype: torch.dtype, shape: Any, stride: Any, offset: int
+    ) -> torch.Tensor | None:
+        if not self._usable:
+            return None
+        storage = self._storages.get(key)
+        if storage is None:
+            start, length = self._native.storage_span(index)
+            if length == 0:
+                return None
+            storage = torch.frombuffer(self._map, dtype=torch.uint8, count=length, offset=start)
+            self._storages[key] = storage
+        itemsize = dtype.itemsize
+        if storage.numel() % itemsize or storage.data_ptr() % itemsize:
+            return None
+        # The core checked the view against the storage's bounds.
+        return storage.view(dtype).as_strided(tuple(shape), tuple(stride), offset)
 
 
 class _KeysView:
@@ -273,6 +314,8 @@ def load(
     dtype: torch.dtype | None = None,
     cache_tensors: bool = False,
     debug: bool = False,
+    *,
+    mmap: bool = False,
 ) -> LazyStateDict:
     """Opens a ``torch.save`` checkpoint (a path, ``http(s)://`` or
     ``s3://`` URI) and returns its state dict with tensors read on access.
@@ -280,9 +323,16 @@ def load(
     Only the archive's directory and ``data.pkl`` are read here. ``dtype``
     converts tensors as they load; ``map_location`` moves them (zipslicer
     accepts only ``"cpu"``); ``cache_tensors`` keeps loaded tensors.
+    ``mmap=True`` (local files; not in zipslicer) returns views of a
+    private copy-on-write memory map instead of copies, as
+    ``torch.load(mmap=True)`` does: nothing is read until touched, but a
+    process that rewrites the file in place changes tensors not yet
+    written to (spec §15.5).
     Legacy (pre-1.6) and compressed checkpoints raise ``FormatError``.
     """
-    native = NativeCheckpoint(os.fspath(ckpt))
+    path = os.fspath(ckpt)
+    native = NativeCheckpoint(path)
+    mapped = _MappedStorages(native, path) if mmap and os.path.isfile(path) else None
     return LazyStateDict(
         native,
         _tree(native),
@@ -290,4 +340,5 @@ def load(
         dtype=dtype,
         cache_tensors=cache_tensors,
         debug=debug,
+        _mapped=mapped,
     )
