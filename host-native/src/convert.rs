@@ -3,19 +3,22 @@
 //! tensorizer or safetensors files out, written atomically (an existing
 //! file at the target is replaced only by a complete conversion).
 //!
-//! Tensors are converted on a small pool of threads, each taking the next
-//! tensor and streaming it through piece by piece: read one piece
-//! ([`LOCAL_PIECE`] from a local file, [`REMOTE_PIECE`] from the network),
-//! hash it (CRC-32 and SHA-256 for a tensorizer output, as tensorizer
-//! writes) and write it at its fixed place in the output. SHA-256 cannot be
-//! split within a tensor, so the pool works on several tensors at once; the
-//! output bytes do not depend on which thread wrote what.
+//! Tensors are converted on a small pool of threads (`num_writers`, by
+//! default one per core), each taking the next tensor, largest first, and
+//! streaming it through piece by piece: read one piece ([`LOCAL_PIECE`]
+//! from a local file, [`REMOTE_PIECE`] from the network), hash it (CRC-32
+//! and SHA-256 for a tensorizer output, as tensorizer writes) and write it
+//! at its place in the output, fixed before any data moves. SHA-256 cannot
+//! be split within a tensor, so the pool works on several tensors at once;
+//! the output bytes do not depend on the threads or the order.
 //!
-//! Memory is bounded by the largest tensor, not the file: each thread holds
-//! one piece, and a checkpoint view that is not contiguous (a transpose, a
-//! column of a wider storage) is gathered whole, one such view at a time
-//! across the pool. In all at most `threads × piece` plus, for the largest
-//! gathered view, its storage span and its gathered copy.
+//! Memory is bounded by the largest tensor, never the file: each thread
+//! holds at most two pieces (a big-endian tensorizer tensor going to
+//! safetensors is swapped in a copy), and a checkpoint view that is not
+//! contiguous (a transpose, a column of a wider storage) is gathered whole,
+//! one such view at a time across the pool. In all: `2 × threads × piece`
+//! plus, for the largest gathered view, its storage span and its gathered
+//! copy.
 
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
@@ -247,11 +250,16 @@ pub fn write<S: RangeSource>(
     // Non-contiguous views are gathered one at a time (see the module docs).
     let gather = Mutex::new(());
     let mut report = |d: u64| progress(d, total);
+    // Largest first, so that no thread is left with a big tensor at the
+    // end while the others idle (the output does not depend on the order).
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(items[k].len));
     match to {
         Format::Tensorizer => {
             let specs: Vec<TensorSpec> = items.iter().map(|t| t.spec.clone()).collect();
             let writer = FileWriter::create(dst, &specs, options)?;
             let job = |k: usize, scratch: &mut Vec<u8>| {
+                let k = order[k];
                 let mut sink = writer.tensor(k)?;
                 stream(&input, &items[k], &gather, scratch, &mut |piece| {
                     sink.write(piece)?;
@@ -279,6 +287,7 @@ pub fn write<S: RangeSource>(
                 })
                 .collect();
             let job = |k: usize, scratch: &mut Vec<u8>| {
+                let k = order[k];
                 let mut at = offsets[k];
                 stream(&input, &items[k], &gather, scratch, &mut |piece| {
                     file.write_all_at(piece, at).map_err(io_err(&name, at))?;
