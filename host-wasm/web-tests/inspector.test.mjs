@@ -537,7 +537,7 @@ describe('sizes and speed', () => {
     await openFile(path.join(CACHE, 'big_1gib.tensors'));
     const run = await verify();
     assert.equal(run.ok, true, JSON.stringify(run));
-    console.log(`# verify in the browser: ${run.data_bytes_checked} bytes in ${(run.ms / 1000).toFixed(2)} s = ${run.mbPerS.toFixed(1)} MB/s`);
+    console.log(`# verify in the browser (${run.workers} workers): ${run.data_bytes_checked} bytes in ${(run.ms / 1000).toFixed(2)} s = ${run.mbPerS.toFixed(1)} MB/s`);
   });
 
   test('screenshot', async () => {

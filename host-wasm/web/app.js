@@ -24,7 +24,7 @@ const state = {
   mode: 'table',
   hashes: new Map(), // row index -> { crc32, sha256, error }
   results: new Map(), // row index -> verification result
-  worker: null,
+  workers: null, // the running verification's workers
   stats: { requests: 0, bytes: 0 }, // URL mode: requests made, body bytes fetched
   lastOpen: null,
   verifyRun: null,
@@ -426,8 +426,11 @@ function setMode(mode) {
 
 // ---------- verify ----------
 
+/** Most workers one verification starts (each one wasm instance). */
+const MAX_WORKERS = 4;
+
 async function startVerify() {
-  if (!state.summary || state.worker) return;
+  if (!state.summary || state.workers) return;
   showError('');
   let key = null;
   const keyFile = $('key-file').files[0];
@@ -435,67 +438,101 @@ async function startVerify() {
   const passphrase = state.summary.encrypted && !key ? $('passphrase').value : '';
   state.results = new Map();
   renderRows(true);
-  const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
-  state.worker = worker;
-  state.verifyRun = { running: true };
+  // A tensorizer file's tensors are split among workers, about evenly by
+  // bytes (the module assigns them). A passphrase means one worker: each
+  // would run Argon2id with the file's memory cost.
+  const withData = state.rows.filter((r) => r.data_length > 0).length;
+  const count = state.summary.format === 'tensorizer' && !passphrase
+    ? Math.max(1, Math.min(navigator.hardwareConcurrency || 1, MAX_WORKERS, withData))
+    : 1;
+  const workers = [];
+  const progress = Array.from({ length: count }, () => ({ done: 0, total: 0 }));
+  const summaries = [];
+  let ms = 0;
+  let requests = 0;
+  let bytes = 0;
+  state.workers = workers;
+  state.verifyRun = { running: true, workers: count };
   $('verify-start').disabled = true;
   $('verify-cancel').disabled = false;
   $('verify-progress').value = 0;
   $('verify-status').textContent = 'verifying…';
   $('verify-status').className = 'status';
   let redraw = 0;
-  worker.onmessage = (e) => {
-    const m = e.data;
-    if (worker !== state.worker) return;
-    if (m.type === 'tensors') {
-      for (const [i, res] of m.results) state.results.set(i, res);
-      if (!redraw) redraw = requestAnimationFrame(() => { redraw = 0; renderRows(true); });
-    } else if (m.type === 'progress') {
-      $('verify-progress').value = m.total ? m.done / m.total : 0;
-      $('verify-status').textContent = `${fmtBytes(m.done)} of ${fmtBytes(m.total)} checked`;
-    } else if (m.type === 'done') {
-      const s = m.summary;
-      const secs = m.ms / 1000;
-      const rate = secs > 0 ? s.data_bytes_checked / secs / 1e6 : 0;
-      state.verifyRun = { ...s, ms: m.ms, mbPerS: rate, requests: m.requests, bytes: m.bytes };
-      $('verify-progress').value = 1;
-      const firstBad = [...state.results.entries()].find(([, r]) => r.status === 'failed');
-      $('verify-status').textContent =
-        `${s.ok ? 'OK' : 'FAILED'}: ${fmtInt(s.verified)} verified, ${fmtInt(s.failed)} failed, ` +
-        `${fmtInt(s.unverified)} without hashes; ${fmtBytes(s.data_bytes_checked)} in ${secs.toFixed(2)} s (${rate.toFixed(0)} MB/s)`;
-      $('verify-status').className = `status ${s.ok ? 'ok' : 'bad'}`;
-      if (firstBad) showError(`tensor #${firstBad[0]}: ${firstBad[1].line}`);
-      finishVerify();
-      renderRows(true);
-      if (state.mode === 'tree') renderTree();
-    } else if (m.type === 'error') {
-      state.verifyRun = { error: m.line };
-      $('verify-status').textContent = 'verification stopped';
-      $('verify-status').className = 'status bad';
-      showError(m.line);
-      finishVerify();
-      renderRows(true);
-    }
-  };
-  worker.onerror = (e) => {
-    state.verifyRun = { error: e.message || 'the worker failed' };
-    showError(`the verify worker failed: ${e.message || 'unknown error'}`);
+  const t0 = performance.now();
+  const stop = (line) => {
+    state.verifyRun = { error: line };
+    $('verify-status').textContent = 'verification stopped';
+    $('verify-status').className = 'status bad';
+    showError(line);
     finishVerify();
+    renderRows(true);
   };
-  const s = state.source;
-  const source = s.kind === 'file' ? s.file : { url: s.url };
-  worker.postMessage({ source, key, passphrase });
+  const finish = () => {
+    const s = { ok: true, verified: 0, unverified: 0, failed: 0, data_bytes_checked: 0 };
+    for (const x of summaries) {
+      s.ok = s.ok && x.ok;
+      s.verified += x.verified;
+      s.unverified += x.unverified;
+      s.failed += x.failed;
+      s.data_bytes_checked += x.data_bytes_checked;
+    }
+    ms = performance.now() - t0;
+    const secs = ms / 1000;
+    const rate = secs > 0 ? s.data_bytes_checked / secs / 1e6 : 0;
+    state.verifyRun = { ...s, ms, mbPerS: rate, requests, bytes, workers: count };
+    $('verify-progress').value = 1;
+    const firstBad = [...state.results.entries()].sort((a, b) => a[0] - b[0]).find(([, r]) => r.status === 'failed');
+    $('verify-status').textContent =
+      `${s.ok ? 'OK' : 'FAILED'}: ${fmtInt(s.verified)} verified, ${fmtInt(s.failed)} failed, ` +
+      `${fmtInt(s.unverified)} without hashes; ${fmtBytes(s.data_bytes_checked)} in ${secs.toFixed(2)} s ` +
+      `(${rate.toFixed(0)} MB/s, ${count} worker${count > 1 ? 's' : ''})`;
+    $('verify-status').className = `status ${s.ok ? 'ok' : 'bad'}`;
+    if (firstBad) showError(`tensor #${firstBad[0]}: ${firstBad[1].line}`);
+    finishVerify();
+    renderRows(true);
+    if (state.mode === 'tree') renderTree();
+  };
+  const src = state.source;
+  const source = src.kind === 'file' ? src.file : { url: src.url };
+  for (let shard = 0; shard < count; shard++) {
+    const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+    workers.push(worker);
+    worker.onmessage = (e) => {
+      const m = e.data;
+      if (workers !== state.workers) return;
+      if (m.type === 'tensors') {
+        for (const [i, res] of m.results) state.results.set(i, res);
+        if (!redraw) redraw = requestAnimationFrame(() => { redraw = 0; renderRows(true); });
+      } else if (m.type === 'progress') {
+        progress[shard] = { done: m.done, total: m.total };
+        const done = progress.reduce((a, p) => a + p.done, 0);
+        const total = progress.reduce((a, p) => a + p.total, 0);
+        $('verify-progress').value = total ? done / total : 0;
+        $('verify-status').textContent = `${fmtBytes(done)} of ${fmtBytes(total)} checked`;
+      } else if (m.type === 'done') {
+        summaries.push(m.summary);
+        requests += m.requests;
+        bytes += m.bytes;
+        if (summaries.length === count) finish();
+      } else if (m.type === 'error') {
+        stop(m.line);
+      }
+    };
+    worker.onerror = (e) => stop(`the verify worker failed: ${e.message || 'unknown error'}`);
+    worker.postMessage({ source, key, passphrase, shard, shards: count });
+  }
 }
 
 function finishVerify() {
-  if (state.worker) state.worker.terminate();
-  state.worker = null;
+  for (const w of state.workers || []) w.terminate();
+  state.workers = null;
   $('verify-start').disabled = state.summary?.format === 'safetensors';
   $('verify-cancel').disabled = true;
 }
 
 function cancelVerify(text = 'cancelled') {
-  if (!state.worker) return;
+  if (!state.workers) return;
   finishVerify();
   state.verifyRun = { cancelled: true };
   $('verify-status').textContent = text;

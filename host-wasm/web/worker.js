@@ -1,9 +1,11 @@
-// "Verify" runs here, off the page's thread: the wasm module reads every
+// "Verify" runs here, off the page's thread (several workers can split a
+// file's tensors): the wasm module reads every
 // tensor (Blob.slice for a local file, Range requests for a URL), decrypts
 // it when a key is given and checks its hashes. The page cancels a run by
 // terminating this worker.
 //
-// In:  { source: File | { url, len }, key: Uint8Array | null, passphrase: string | null }
+// In:  { source: File | { url }, key: Uint8Array | null, passphrase: string | null,
+//        shard, shards } (this worker checks its share of a tensorizer file's tensors)
 // Out: { type: 'ready' } once, then { type: 'tensors', results: [[index, result], ...] },
 //      { type: 'progress', done, total, requests, bytes }, and finally
 //      { type: 'done', summary, ms, requests, bytes } or { type: 'error', line }.
@@ -15,7 +17,7 @@ const ready = init();
 const FLUSH_MS = 100;
 
 self.onmessage = async (event) => {
-  const { source, key, passphrase } = event.data;
+  const { source, key, passphrase, shard = 0, shards = 1 } = event.data;
   const stats = { requests: 0, bytes: 0 };
   let pending = [];
   let last = 0;
@@ -52,6 +54,8 @@ self.onmessage = async (event) => {
         progress = { done, total };
         if (performance.now() - last > FLUSH_MS) flush();
       },
+      shard,
+      shards,
     );
     const ms = performance.now() - t0;
     flush();

@@ -39,7 +39,7 @@ pub async fn inspect<S: AsyncSource>(src: S, file: &str) -> Result<Summary, Vali
 #[cfg(test)]
 mod tests {
     use super::source::block_on_ready;
-    use super::verify::{Events, stored_hashes, verify};
+    use super::verify::{Events, Shard, assign, stored_hashes, verify};
     use super::*;
     use crate::report::{Status, TensorVerification};
     use tensorizer_core::KeySource;
@@ -72,7 +72,7 @@ mod tests {
         let mut src = MemSource(bytes.clone());
         let opened = block_on_ready(open::open(&mut src, &ParseLimits::default())).unwrap()?;
         let mut log = Log::default();
-        let s = block_on_ready(verify(MemSource(bytes), &opened, key, &mut log)).unwrap()?;
+        let s = block_on_ready(verify(MemSource(bytes), &opened, key, Shard::ALL, &mut log)).unwrap()?;
         Ok((s, log))
     }
 
@@ -128,6 +128,30 @@ mod tests {
         assert!(!s.ok);
         assert!(log.0.iter().all(|(_, v)| v.status == Status::Failed));
         assert_eq!(run_verify(vector("v3_enc_key.tensors"), None).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn shards_split_the_work_and_together_cover_every_tensor() {
+        assert_eq!(assign(&[100, 1 << 20, 5, 1 << 20], 2), [0, 0, 1, 1]);
+        assert_eq!(assign(&[7, 7, 7], 1), [0, 0, 0]);
+        let bytes = vector("v2_dtypes.tensors");
+        let opened =
+            block_on_ready(open::open(&mut MemSource(bytes.clone()), &ParseLimits::default())).unwrap().unwrap();
+        let mut seen = Vec::new();
+        let mut verified = 0;
+        for index in 0..3 {
+            let mut log = Log::default();
+            let s =
+                block_on_ready(verify(MemSource(bytes.clone()), &opened, None, Shard { index, count: 3 }, &mut log))
+                    .unwrap()
+                    .unwrap();
+            assert!(s.ok);
+            verified += s.verified;
+            seen.extend(log.0.iter().map(|(i, _)| *i));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..43).collect::<Vec<_>>());
+        assert_eq!(verified, 43);
     }
 
     #[test]

@@ -27,16 +27,51 @@ pub trait Events {
     fn progress(&mut self, done: u64, total: u64);
 }
 
-/// Verifies every tensor of `opened`, reading `src`.
+/// Which part of a tensorizer file's tensors one of several parallel
+/// verifiers takes: shard `index` of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This verifier's share, `0..count`.
+    pub index: usize,
+    /// How many verifiers split the file.
+    pub count: usize,
+}
+
+impl Shard {
+    /// The whole file.
+    pub const ALL: Self = Self { index: 0, count: 1 };
+}
+
+/// Splits tensors of these stored lengths among `count` verifiers, about
+/// evenly by bytes (largest first, each to the least loaded): the shard
+/// of every tensor. The same on every verifier, so they need not talk.
+pub fn assign(lengths: &[u64], count: usize) -> Vec<usize> {
+    let count = count.max(1);
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(lengths[i]), i));
+    let mut load = vec![0u64; count];
+    let mut out = vec![0; lengths.len()];
+    for i in order {
+        let (shard, _) = load.iter().enumerate().min_by_key(|&(k, &l)| (l, k)).unwrap_or((0, &0));
+        out[i] = shard;
+        // Headers cost a read too: count every tensor as at least 4 KiB.
+        load[shard] = load[shard].saturating_add(lengths[i].max(4096));
+    }
+    out
+}
+
+/// Verifies every tensor of `opened` (for a tensorizer file, those of
+/// `shard`), reading `src`.
 pub async fn verify<S: AsyncSource>(
     src: S,
     opened: &Opened,
     key: Option<KeySource>,
+    shard: Shard,
     events: &mut impl Events,
 ) -> Result<VerifySummary, ValidateError> {
     let mut summary = VerifySummary::default();
     match opened {
-        Opened::Tensorizer(ins) => verify_tensorizer(src, ins, key, events, &mut summary).await?,
+        Opened::Tensorizer(ins) => verify_tensorizer(src, ins, key, shard, events, &mut summary).await?,
         Opened::Torch(index) => verify_torch(src, index, events, &mut summary).await?,
         Opened::Safetensors(s) => {
             let none = TensorVerification { status: Status::Unverified, checks: Vec::new(), error: None };
@@ -66,21 +101,25 @@ async fn verify_tensorizer<S: AsyncSource>(
     src: S,
     ins: &Inspection,
     key: Option<KeySource>,
+    shard: Shard,
     events: &mut impl Events,
     summary: &mut VerifySummary,
 ) -> Result<(), ValidateError> {
     let entries = &ins.metadata.entries;
+    let lengths: Vec<u64> = entries.iter().map(|e| e.data_length).collect();
+    let mine: Vec<bool> = assign(&lengths, shard.count).into_iter().map(|s| s == shard.index).collect();
     if !ins.header.has_crypt_info() && key.is_some() {
         return Err(ValidateError::usage("a key was given but the file is not encrypted"));
     }
     if ins.header.has_crypt_info() && key.is_none() && entries.iter().any(|e| e.data_length > 0) {
         return Err(ValidateError::usage("the file is encrypted: give a key file or passphrase to verify it"));
     }
-    let total = entries.iter().map(|e| e.data_length).fold(0u64, u64::saturating_add);
+    let total =
+        entries.iter().zip(&mine).filter(|(_, m)| **m).map(|(e, _)| e.data_length).fold(0u64, u64::saturating_add);
     let mut keys = key.map(Keys::new);
     let mut w = Window::new(src, WINDOW);
     let mut buf: Vec<u8> = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
+    for (i, entry) in entries.iter().enumerate().filter(|(i, _)| mine[*i]) {
         let raw = w.read_vec(entry.header_offset, entry.header_len(), "a tensor header").await?;
         let outcome = match TensorVerifier::new(ins, i, &raw, keys.as_mut(), PIECE_LEN) {
             Ok(mut v) => {
