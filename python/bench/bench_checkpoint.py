@@ -12,11 +12,14 @@ tensor is already mapped:
 * full lazy iteration with every page of every tensor touched;
 
 then the conversion throughput of ``tzr convert model.pt model.tensors``
-against the raw limit of reading the file and writing it back with fsync
-(``cat model.pt > copy; sync``). Results are Markdown on stdout; best and
-median of ``--reps``.
+(and ``.safetensors``, and ``tensorizer_rs.convert`` from Python) against
+the raw limit of reading the file and writing it back with fsync
+(``cat model.pt > copy; sync``), with the CPU time each took (user + system,
+which a busy machine inflates less than the wall time). Results are
+Markdown on stdout; best and median of ``--reps``.
 
     python python/bench/bench_checkpoint.py --gib 1 --reps 5
+    python python/bench/bench_checkpoint.py --gib 1 --reps 5 --only convert
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,10 +119,34 @@ def fmt_b(v: float) -> str:
     return str(v)
 
 
-def timed(cmd: list[str], **kw: object) -> float:
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str], cpu: list[float] | None = None) -> float:
+    c = _children_cpu()
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, **kw)  # type: ignore[arg-type]
-    return time.perf_counter() - t
+    subprocess.run(cmd, check=True)
+    wall = time.perf_counter() - t
+    if cpu is not None:
+        cpu.append(_children_cpu() - c)
+    return wall
+
+
+# Times only the call (importing torch, which tensorizer_rs does, takes seconds).
+PY_CONVERT = """
+import json, sys, time, tensorizer_rs
+c, t = time.process_time(), time.perf_counter()
+tensorizer_rs.convert(sys.argv[1], sys.argv[2])
+print(json.dumps({"s": time.perf_counter() - t, "cpu": time.process_time() - c}))
+"""
+
+
+def self_timed(cmd: list[str], cpu: list[float]) -> float:
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    cpu.append(out["cpu"])
+    return float(out["s"])
 
 
 def main() -> None:
@@ -126,6 +155,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--only", choices=["all", "lazy", "convert"], default="all",
+                    help="run only the lazy loads or only the conversions")
     args = ap.parse_args()
     tzr = ROOT / "target" / "release" / "tzr"
     subprocess.run(["cargo", "build", "--release", "-q", "--bin", "tzr"], cwd=ROOT, check=True)
@@ -135,7 +166,7 @@ def main() -> None:
         size = path.stat().st_size
         print(f"checkpoint: {fmt_b(size)}, 80 tensors", file=sys.stderr)
         runs: dict[str, list[dict[str, float]]] = {k: [] for k, _ in CONTENDERS}
-        for rep in range(args.reps):
+        for rep in range(args.reps if args.only != "convert" else 0):
             for key, _ in CONTENDERS:
                 res = subprocess.run([sys.executable, "-c", CHILD, key, str(path), big_key],
                                      capture_output=True, text=True)
@@ -144,50 +175,56 @@ def main() -> None:
                     continue
                 runs[key].append(json.loads(res.stdout))
             print(f"  rep {rep + 1}/{args.reps} done", file=sys.stderr)
-        conv: dict[str, list[float]] = {"tzr convert → .tensors": [], "tzr convert → .safetensors": [],
-                                        "raw: read + write + fsync (cat, sync)": []}
-        for _ in range(args.reps):
-            out = Path(tmp) / "out.tensors"
-            conv["tzr convert → .tensors"].append(timed([str(tzr), "convert", str(path), str(out)]))
-            out.unlink()
-            out = Path(tmp) / "out.safetensors"
-            conv["tzr convert → .safetensors"].append(timed([str(tzr), "convert", str(path), str(out)]))
-            out.unlink()
-            copy = Path(tmp) / "copy.pt"
-            conv["raw: read + write + fsync (cat, sync)"].append(
-                timed(["sh", "-c", f"cat '{path}' > '{copy}' && sync '{copy}'"]))
-            copy.unlink()
+        raw_label = "raw: read + write + fsync (cat, sync)"
+        jobs: list[tuple[str, str, Callable[[Path], list[str]]]] = [
+            ("tzr convert → .tensors", "out.tensors", lambda out: [str(tzr), "convert", str(path), str(out)]),
+            ("tzr convert → .safetensors", "out.safetensors",
+             lambda out: [str(tzr), "convert", str(path), str(out)]),
+            ("tensorizer_rs.convert → .tensors (the call)", "py.tensors",
+             lambda out: [sys.executable, "-c", PY_CONVERT, str(path), str(out)]),
+            (raw_label, "copy.pt", lambda out: ["sh", "-c", f"cat '{path}' > '{out}' && sync '{out}'"]),
+        ]
+        conv: dict[str, list[float]] = {label: [] for label, _, _ in jobs}
+        cpu: dict[str, list[float]] = {label: [] for label, _, _ in jobs}
+        for _ in range(args.reps if args.only != "lazy" else 0):
+            for label, name, cmd in jobs:
+                out = Path(tmp) / name
+                run = self_timed if label.startswith("tensorizer_rs") else timed
+                conv[label].append(run(cmd(out), cpu[label]))
+                out.unlink()
 
     print(f"## bench_checkpoint.py\n\nCheckpoint: {fmt_b(size)} (16 float32 tensors of "
           f"{fmt_b(size / 16)} and 64 small ones), written by torch.save; warm page cache; each "
           f"contender in a fresh process; best / median of {args.reps}. Bytes: read(2) bytes "
           f"(`rchar`); memory-mapped reads do not count there (RSS growth shown for open).\n")
-    print("| contender | open + keys | bytes read | RSS growth | one large tensor | bytes read | "
-          "all tensors, every page touched | GB/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key, label in CONTENDERS:
-        ok = [r for r in runs[key] if "error" not in r]
-        if not ok:
-            err = runs[key][0].get("error", "?") if runs[key] else "?"
-            print(f"| {label} | *failed: {err}* | | | | | | |")
-            continue
+    if args.only != "convert":
+        print("| contender | open + keys | bytes read | RSS growth | one large tensor | bytes read | "
+              "all tensors, every page touched | GB/s |")
+        print("|---|---|---|---|---|---|---|---|")
+        for key, label in CONTENDERS:
+            ok = [r for r in runs[key] if "error" not in r]
+            if not ok:
+                err = runs[key][0].get("error", "?") if runs[key] else "?"
+                print(f"| {label} | *failed: {err}* | | | | | | |")
+                continue
 
-        def bm(f: str) -> str:
-            vals = [r[f] for r in ok]
-            return f"{fmt_s(min(vals))} / {fmt_s(statistics.median(vals))}"
+            def bm(f: str) -> str:
+                vals = [r[f] for r in ok]
+                return f"{fmt_s(min(vals))} / {fmt_s(statistics.median(vals))}"
 
-        best_all = min(r["all_s"] for r in ok)
-        print(f"| {label} | {bm('open_s')} | {fmt_b(min(r['open_bytes'] for r in ok))} | "
-              f"{fmt_b(min(r['open_rss'] for r in ok))} | {bm('one_s')} | "
-              f"{fmt_b(min(r['one_bytes'] for r in ok))} | {bm('all_s')} | {size / best_all / 1e9:.2f} |")
-    print("\n| conversion | best | median | GB/s (best) | × raw |")
-    print("|---|---|---|---|---|")
-    raw = min(conv["raw: read + write + fsync (cat, sync)"])
-    for label, vals in conv.items():
-        print(f"| {label} | {fmt_s(min(vals))} | {fmt_s(statistics.median(vals))} | "
-              f"{size / min(vals) / 1e9:.2f} | {raw / min(vals):.2f} |")
+            best_all = min(r["all_s"] for r in ok)
+            print(f"| {label} | {bm('open_s')} | {fmt_b(min(r['open_bytes'] for r in ok))} | "
+                  f"{fmt_b(min(r['open_rss'] for r in ok))} | {bm('one_s')} | "
+                  f"{fmt_b(min(r['one_bytes'] for r in ok))} | {bm('all_s')} | {size / best_all / 1e9:.2f} |")
+    if args.only != "lazy":
+        print("\n| conversion | best | median | GB/s (best) | × raw | CPU s (best) |")
+        print("|---|---|---|---|---|---|")
+        raw = min(conv[raw_label])
+        for label, vals in conv.items():
+            print(f"| {label} | {fmt_s(min(vals))} | {fmt_s(statistics.median(vals))} | "
+                  f"{size / min(vals) / 1e9:.2f} | {raw / min(vals):.2f} | {min(cpu[label]):.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"size": size, "runs": runs, "convert": conv}, indent=1))
+        Path(args.json).write_text(json.dumps({"size": size, "runs": runs, "convert": conv, "convert_cpu": cpu}, indent=1))
 
 
 if __name__ == "__main__":
