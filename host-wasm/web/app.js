@@ -442,8 +442,9 @@ async function startVerify() {
   // bytes (the module assigns them). A passphrase means one worker: each
   // would run Argon2id with the file's memory cost.
   const withData = state.rows.filter((r) => r.data_length > 0).length;
+  const cap = Number(new URLSearchParams(location.search).get('workers')) || MAX_WORKERS; // ?workers=N caps it
   const count = state.summary.format === 'tensorizer' && !passphrase
-    ? Math.max(1, Math.min(navigator.hardwareConcurrency || 1, MAX_WORKERS, withData))
+    ? Math.max(1, Math.min(navigator.hardwareConcurrency || 1, cap, MAX_WORKERS, withData))
     : 1;
   const workers = [];
   const progress = Array.from({ length: count }, () => ({ done: 0, total: 0 }));
