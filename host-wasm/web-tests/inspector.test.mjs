@@ -384,6 +384,20 @@ describe('verify', () => {
     const run = await verify();
     assert.equal(run.ok, true, JSON.stringify(run));
     assert.equal(run.verified, open.tensors);
+    // Over a URL: the zip's tail, directory, records and data.pkl only.
+    const remote = await openUrl(fileUrl('dtypes.pt'));
+    assert.equal(remote.error, undefined, remote.error);
+    assert.equal(remote.tensors, open.tensors);
+    assert.ok(remote.requests <= 4, `${remote.requests} requests`);
+  });
+
+  test('hostile checkpoints are refused with one line, nothing run', async () => {
+    for (const name of ['hostile_os_system.pt', 'hostile_eval.pt', 'hostile_legacy.pt', 'hostile_deflated.pt']) {
+      const open = await openFile(path.join(VECTORS, 'torch', name));
+      assert.ok(open.error, `${name} opened`);
+      assert.ok(!open.error.includes('\n'), name);
+      assert.equal(await errorText(), open.error);
+    }
   });
 
   test('cancel stops a running verification', async () => {
