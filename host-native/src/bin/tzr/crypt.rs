@@ -4,10 +4,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use serde_json::json;
-use tensorizer_core::{TensorSpec, WriterOptions};
+use tensorizer_core::WriterOptions;
 use tensorizer_native::convert::{self, ConvertOptions, Format};
 use tensorizer_native::verify::verify_all;
-use tensorizer_native::writer::FileWriter;
 use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers};
 
 use crate::checkpoint::Target;
@@ -106,27 +105,14 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
     }
 }
 
-/// The writer input mirroring every tensor of `reader`.
-fn specs_of(reader: &AnyReader) -> Result<Vec<TensorSpec>, Failure> {
-    Ok((0..reader.entries().len()).map(|i| reader.spec(i)).collect::<Result<_, _>>()?)
-}
-
-/// Streams every tensor of `reader` into a new file at `output`.
+/// Streams every tensor of `reader` into a new file at `output`, hashing
+/// (and encrypting) on several threads.
 fn rewrite(reader: &AnyReader, output: &Path, options: WriteOptions, message: &str) -> Outcome {
-    let specs = specs_of(reader)?;
-    let writer = FileWriter::create(output, &specs, &options)?;
     let bar = progress::bytes(total_bytes(reader), message);
-    let mut done = 0u64;
-    for i in 0..specs.len() {
-        let mut sink = writer.tensor(i)?;
-        reader.stream(i, 8 << 20, true, |piece| {
-            done += piece.len() as u64;
-            bar.set_position(done);
-            sink.write(piece)
-        })?;
-        sink.finish()?;
-    }
-    writer.commit()?;
+    convert::write(convert::Input::Tensorizer(reader), output, Format::Tensorizer, &options, |done, _| {
+        bar.set_position(done);
+        Ok(())
+    })?;
     bar.finish_and_clear();
     Ok(())
 }
