@@ -7,6 +7,7 @@
 mod buffers;
 mod checkpoint;
 mod convert;
+mod cuda;
 mod errors;
 mod reader;
 mod slices;
@@ -37,6 +38,7 @@ mod _native {
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         crate::slices::register(m)?;
         crate::convert::register(m)?;
+        crate::cuda::register(m)?;
         Ok(())
     }
 

@@ -27,6 +27,8 @@ __all__ = [
     "reader_read_range",
     "reader_verify_tensor",
     "convert_file",
+    "cuda_available",
+    "reader_load_cuda",
 ]
 
 __version__: str
@@ -167,3 +169,13 @@ def convert_file(
     num_threads: int | None = None,
     progress: Callable[[int, int], object] | None = None,
 ) -> tuple[str, str, int, int, list[str], bool]: ...
+
+# -- CUDA (python/src/cuda.rs; native only in builds with the `cuda` feature) --
+
+def cuda_available() -> bool: ...
+def reader_load_cuda(
+    reader: NativeReader,
+    indices: Sequence[int],
+    tensors: Sequence[Any],
+    verify_hash: bool | None = None,
+) -> None: ...
