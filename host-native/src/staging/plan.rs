@@ -92,3 +92,65 @@ pub(super) fn plan(mut wanted: Vec<Wanted<'_>>, buffer_len: usize, file: &str) -
     fills.extend(open);
     Ok(fills)
 }
+
+#[cfg(test)]
+mod tests {
+    use tensorizer_core::write::{self, WriterOptions};
+    use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
+
+    use super::*;
+
+    /// Index entries of a file with tensors of `sizes` bytes (u8).
+    fn entries(sizes: &[u64]) -> Vec<MetadataEntry> {
+        let specs: Vec<TensorSpec> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                TensorSpec::state_dict(format!("t{i}").as_str(), Dtype::from_element(ElementType::U8), vec![n])
+            })
+            .collect();
+        let data: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![1; n as usize]).collect();
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let bytes = write::to_vec(&specs, &refs, &WriterOptions::default(), None, || [0; 24]).unwrap();
+        File::parse(&bytes).unwrap().metadata.entries
+    }
+
+    fn shape(fills: &[Fill]) -> Vec<Vec<(usize, u64, usize)>> {
+        fills.iter().map(|f| f.segments.iter().map(|s| (s.dst, s.at, s.len)).collect()).collect()
+    }
+
+    #[test]
+    fn small_tensors_share_a_fill_and_large_ones_split() {
+        let e = entries(&[100, 200, 5000, 50]);
+        let wanted = e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1 }).collect();
+        let fills = plan(wanted, 2048, "f").unwrap();
+        let s = shape(&fills);
+        // t0 and t1 and the start of t2 share the first buffer.
+        assert_eq!(s[0][..2], [(0, 0, 100), (1, 0, 200)]);
+        assert_eq!(s[0][2].0, 2);
+        let t2: u64 = s.iter().flatten().filter(|p| p.0 == 2).map(|p| p.2 as u64).sum();
+        assert_eq!(t2, 5000);
+        assert!(fills.iter().all(|f| f.len <= 2048));
+        assert_eq!(s.last().unwrap().last(), Some(&(3, 0, 50)));
+        for f in &fills {
+            for seg in &f.segments {
+                assert_eq!(f.start + seg.buf_at as u64, e[seg.dst].data_offset + seg.at);
+            }
+        }
+    }
+
+    #[test]
+    fn encrypted_pieces_start_at_chunk_boundaries() {
+        let e = entries(&[300, 10_000]);
+        let wanted = e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1024 }).collect();
+        let fills = plan(wanted, 4096, "f").unwrap();
+        for (dst, at, len) in shape(&fills).into_iter().flatten() {
+            assert_eq!(at % 1024, 0);
+            assert!(len as u64 % 1024 == 0 || at + len as u64 == e[dst].data_length);
+        }
+        let one = vec![Wanted { dst: 0, entry: &e[1], unit: 8192 }];
+        assert!(plan(one, 4096, "f").is_err(), "chunks longer than a buffer");
+        let unrequested_gap = vec![Wanted { dst: 0, entry: &e[0], unit: 1 }];
+        assert_eq!(plan(unrequested_gap, 4096, "f").unwrap().len(), 1);
+    }
+}

@@ -217,3 +217,52 @@ fn cuda_round_trip_or_skip() {
         }
     }
 }
+
+/// Throughput of the ring with the host engine beside `Reader::load_many`,
+/// from page cache: `TZR_STAGING_MIB=512 cargo test --release -p
+/// tensorizer-native --test it staging_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn staging_throughput() {
+    let mib: usize = std::env::var("TZR_STAGING_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.tensors");
+    let per = (mib << 20) / 64;
+    let data: Vec<Vec<u8>> = (0..64u8).map(|i| vec![i; per]).collect();
+    let input: Vec<(TensorSpec, &[u8])> = data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let spec = TensorSpec::state_dict(
+                format!("w{i}").as_str(),
+                Dtype::from_element(ElementType::U8),
+                vec![per as u64],
+            );
+            (spec, d.as_slice())
+        })
+        .collect();
+    write_file(&path, &input, &WriteOptions::default()).unwrap();
+    drop(data);
+    for verify in [false, true] {
+        let reader = Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() }).unwrap();
+        let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
+        let all: Vec<usize> = (0..sizes.len()).collect();
+        let gbs = |t: std::time::Duration| (mib << 20) as f64 / t.as_secs_f64() / 1e9;
+        for _ in 0..2 {
+            let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n as usize]).collect();
+            let t = std::time::Instant::now();
+            reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect()).unwrap();
+            let direct = t.elapsed();
+            let engine = HostEngine::new(&sizes).unwrap();
+            let t = std::time::Instant::now();
+            load_staged(&reader, &all, &engine, &StagingOptions::for_reader(&reader)).unwrap();
+            let staged = t.elapsed();
+            println!(
+                "{mib} MiB, verify={verify}, {} readers: load_many {:.2} GB/s, staging ring (host engine) {:.2} GB/s",
+                reader.options().num_readers,
+                gbs(direct),
+                gbs(staged)
+            );
+        }
+    }
+}
