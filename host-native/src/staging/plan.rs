@@ -145,8 +145,8 @@ mod tests {
         let wanted = e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1024 }).collect();
         let fills = plan(wanted, 4096, "f").unwrap();
         for (dst, at, len) in shape(&fills).into_iter().flatten() {
-            assert_eq!(at % 1024, 0);
-            assert!(len as u64 % 1024 == 0 || at + len as u64 == e[dst].data_length);
+            assert!(at.is_multiple_of(1024));
+            assert!((len as u64).is_multiple_of(1024) || at + len as u64 == e[dst].data_length);
         }
         let one = vec![Wanted { dst: 0, entry: &e[1], unit: 8192 }];
         assert!(plan(one, 4096, "f").is_err(), "chunks longer than a buffer");
