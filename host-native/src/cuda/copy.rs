@@ -3,6 +3,7 @@
 //! per buffer fill to recycle buffers.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
@@ -21,6 +22,8 @@ pub struct CudaEngine {
     device: Device,
     streams: Vec<Arc<CudaStream>>,
     dsts: Vec<DeviceRange>,
+    /// Whether a zeroing (which has no ticket) was queued.
+    zeroed: AtomicBool,
 }
 
 impl CudaEngine {
@@ -41,7 +44,7 @@ impl CudaEngine {
                 })
                 .collect::<Result<_>>()?
         };
-        Ok(Self { device: device.clone(), streams, dsts })
+        Ok(Self { device: device.clone(), streams, dsts, zeroed: AtomicBool::new(false) })
     }
 
     fn dst(&self, j: usize) -> Result<&DeviceRange> {
@@ -72,6 +75,7 @@ impl CopyEngine for CudaEngine {
 
     fn zero(&self, dst: usize, len: u64) -> Result<()> {
         self.device.bind()?;
+        self.zeroed.store(true, Ordering::Relaxed);
         device::zero(&self.streams[0], self.dst(dst)?, len)
     }
 
@@ -82,10 +86,10 @@ impl CopyEngine for CudaEngine {
 
 impl Drop for CudaEngine {
     fn drop(&mut self) {
-        // Zeroing has no ticket: finish it (and anything else queued by
-        // this engine) before the destinations are handed back.
-        for s in &self.streams {
-            let _ = device::guard("finishing the copies", || s.synchronize());
+        // Zeroing has no ticket: finish it before the destinations are
+        // handed back (copies were all waited for by their tickets).
+        if self.zeroed.load(Ordering::Relaxed) {
+            let _ = device::guard("finishing the zeroing", || self.streams[0].synchronize());
         }
     }
 }
