@@ -16,21 +16,23 @@ import numpy as np
 
 from . import _dtypes, _native, _paths
 from ._crypt import CryptographyError, DecryptionParams
-from ._types import TensorType
+from ._types import TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
 
 FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 _META_MODES = ("zeros", "expand", "meta")
 
-#: Tensors of at most this many bytes are loaded into shared slabs (one
-#: allocation, one device copy, one split per slab) instead of one
-#: allocation each: per-tensor Python work dominates small loads.
+#: On the CPU, tensors of at most this many bytes are read into slabs (one
+#: allocation and one buffer hand-off per slab) instead of one torch
+#: allocation each: per-tensor Python work dominates small loads. Each
+#: tensor still gets a storage of its own, exactly its bytes.
 SLAB_TENSOR_MAX = 4096
-#: The most bytes one slab holds. Small tensors of a slab share its
-#: storage, so keeping (or `torch.save`-ing) one of them alone keeps (or
-#: writes) at most this much.
+#: The most bytes one slab holds: the memory a single surviving small
+#: tensor can keep alive.
 SLAB_BYTES = 64 << 10
+#: Alignment of each tensor's data inside a slab (torch's CPU allocator's).
+SLAB_ALIGN = 64
 
 _TENSOR_TYPES = tuple(TensorType)
 
@@ -155,6 +157,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._version = version
         self.total_file_bytes = tensor_size
         entries = [_Entry(i, raw) for i, raw in enumerate(self._reader.entries())]
+        self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
         self._all = entries
         self._selected = [e for e in entries if filter_func is None or filter_func(e.name)]
         self._structure: dict[Any, Any] = {}
@@ -189,6 +192,11 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     # -- loading --------------------------------------------------------------
 
     @property
+    def _file_flags(self) -> _FileFeatureFlags:
+        """The header's feature flags (tensorizer's private name)."""
+        return self._file_header.feature_flags
+
+    @property
     def _device(self) -> Any:
         return _resolve_device(self._device_arg)
 
@@ -212,34 +220,28 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._check_meta_headers(metas, bool(verify_hash))
         if self._map is not None and not verify_hash and device.type == "cpu":
             todo = self._load_mapped(todo)
-        if device.type == "cuda" and todo and _native.cuda_available():
-            # Native staging ring: pinned buffers, async copies into tensors
-            # allocated here, on torch's current stream (spec §19).
-            dev = [torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), device=device) for e in todo]
-            _native.reader_load_cuda(self._reader, [e.index for e in todo], dev, verify_hash)
-            for e, t in zip(todo, dev):
-                grad = _dtypes.is_float_like(t.dtype)
-                if self._dtype is not None and t.dtype != torch.bool:
-                    t = t.to(self._dtype)
-                self._cache[e.index] = torch.nn.Parameter(t, requires_grad=grad)
-            todo = []
         pin = device.type == "cuda"
-        # (data_length == nbytes holds for every tensor the reader accepts;
-        # an entry where it does not goes the per-tensor way and fails there.)
-        small = [e for e in todo if e.data_length <= SLAB_TENSOR_MAX and e.data_length == e.nbytes]
-        large = [e for e in todo if not (e.data_length <= SLAB_TENSOR_MAX and e.data_length == e.nbytes)]
-        slabs = _plan_slabs(small)
+        if device.type == "cpu":
+            # (data_length == nbytes holds for every tensor the reader accepts;
+            # an entry where it does not goes the per-tensor way and fails there.)
+            fits = [e.data_length <= SLAB_TENSOR_MAX and e.data_length == e.nbytes for e in todo]
+            small = [e for e, ok in zip(todo, fits) if ok]
+            large = [e for e, ok in zip(todo, fits) if not ok]
+        else:
+            small, large = [], todo
         staged = [torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), pin_memory=pin) for e in large]
-        slab_data = [torch.empty(numel, dtype=dtype, pin_memory=pin) for dtype, numel, _ in slabs]
         indices = [e.index for e in large]
         buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
-        for (_, _, members), data in zip(slabs, slab_data):
-            raw = data.view(torch.uint8).numpy()
-            at = 0
+        carved: list[tuple[_Entry, Any]] = []
+        for members, size in _plan_slabs(small):
+            raw = np.empty(size + SLAB_ALIGN, dtype=np.uint8)
+            at = -raw.ctypes.data % SLAB_ALIGN
             for e in members:
+                piece = raw[at : at + e.data_length]
                 indices.append(e.index)
-                buffers.append(raw[at : at + e.data_length])
-                at += e.data_length
+                buffers.append(piece)
+                carved.append((e, piece))
+                at += _aligned(e.data_length)
         if indices:
             self._reader.load_into(indices, buffers, verify_hash)
         Parameter = torch.nn.Parameter
@@ -250,19 +252,21 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             if self._dtype is not None and t.dtype != torch.bool:
                 t = t.to(self._dtype)
             self._cache[e.index] = Parameter(t, requires_grad=grad)
-        for (dtype, _, members), data in zip(slabs, slab_data):
-            # One device copy and one cast per slab, then views into it.
-            if device.type != "cpu":
-                data = data.to(device, non_blocking=pin)
-            if self._dtype is not None and dtype != torch.bool:
-                data = data.to(self._dtype)
+        # Each small tensor gets a storage of its own over its piece of the
+        # slab (torch.frombuffer), as if allocated alone.
+        cache = self._cache
+        frombuffer = torch.frombuffer
+        make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
+        cast = self._dtype
+        for e, piece in carved:
+            dtype = _dtypes.torch_dtype(e.dtype)
+            t = frombuffer(piece, dtype=dtype) if e.data_length else torch.empty(e.shape, dtype=dtype)
+            if len(e.shape) != 1:
+                t = t.view(e.shape)
             grad = _dtypes.is_float_like(dtype)
-            parts = data.split_with_sizes([math.prod(e.shape) for e in members])
-            cache = self._cache
-            make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
-            for e, part in zip(members, parts):
-                shape = e.shape
-                cache[e.index] = make(Parameter, part if len(shape) == 1 else part.view(shape), grad)
+            if cast is not None and dtype != torch.bool:
+                t = t.to(cast)
+            cache[e.index] = make(Parameter, t, grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and todo:
@@ -694,22 +698,26 @@ def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[
                 stack[-1][2][key] = value
 
 
-def _plan_slabs(small: list[_Entry]) -> list[tuple[Any, int, list[_Entry]]]:
-    """Groups small entries by dtype into slabs of at most ``SLAB_BYTES``:
-    ``(torch dtype, element count, members)`` per slab."""
-    open_slabs: dict[Any, tuple[list[_Entry], list[int]]] = {}
-    done: list[tuple[Any, int, list[_Entry]]] = []
+def _aligned(n: int) -> int:
+    return -(-n // SLAB_ALIGN) * SLAB_ALIGN
+
+
+def _plan_slabs(small: list[_Entry]) -> list[tuple[list[_Entry], int]]:
+    """Packs small entries, in order, into slabs of at most ``SLAB_BYTES``
+    (each piece starting ``SLAB_ALIGN``-aligned): ``(members, bytes)``."""
+    slabs: list[tuple[list[_Entry], int]] = []
+    members: list[_Entry] = []
+    size = 0
     for e in small:
-        dtype = _dtypes.torch_dtype(e.dtype)
-        members, size = open_slabs.setdefault(dtype, ([], [0, 0]))
-        if members and size[0] + e.data_length > SLAB_BYTES:
-            done.append((dtype, size[1], members))
-            members, size = open_slabs[dtype] = ([], [0, 0])
+        need = _aligned(e.data_length)
+        if members and size + need > SLAB_BYTES:
+            slabs.append((members, size))
+            members, size = [], 0
         members.append(e)
-        size[0] += e.data_length
-        size[1] += math.prod(e.shape)
-    done.extend((dtype, size[1], members) for dtype, (members, size) in open_slabs.items())
-    return done
+        size += need
+    if members:
+        slabs.append((members, size))
+    return slabs
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:

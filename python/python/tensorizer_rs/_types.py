@@ -1,5 +1,6 @@
 """Enumerations shared by the reader and writer."""
 
+import dataclasses
 import enum
 
 
@@ -9,3 +10,22 @@ class TensorType(enum.IntEnum):
     PARAM = 0
     BUFFER = 1
     STATE_DICT = 2
+
+
+class _FileFeatureFlags(enum.IntFlag):
+    """The header's feature flags (tensorizer's private name, which its
+    tests and some tools read)."""
+
+    encrypted = enum.auto()
+    versioned_headers = enum.auto()
+
+
+@dataclasses.dataclass
+class _FileHeader:
+    """The file header as tensorizer's ``TensorDeserializer._file_header``."""
+
+    __slots__ = ("version_number", "feature_flags", "tensor_size", "tensor_count")
+    version_number: int
+    feature_flags: _FileFeatureFlags
+    tensor_size: int
+    tensor_count: int

@@ -12,7 +12,7 @@ from ._crypt import CryptographyError, DecryptionParams, EncryptionParams
 from ._deserializer import FilterFuncType, TensorDeserializer
 from ._dtypes import OPAQUE_DTYPE_SEP
 from ._serializer import TensorSerializer
-from ._types import TensorType
+from ._types import TensorType, _FileFeatureFlags, _FileHeader  # noqa: F401 (tensorizer's private names)
 
 HashMismatchError = _native.HashMismatchError
 
