@@ -220,6 +220,17 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._check_meta_headers(metas, bool(verify_hash))
         if self._map is not None and not verify_hash and device.type == "cpu":
             todo = self._load_mapped(todo)
+        if device.type == "cuda" and todo and _native.cuda_available():
+            # Native staging ring: pinned buffers, async copies into tensors
+            # allocated here, on torch's current stream (spec §19).
+            dev = [torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), device=device) for e in todo]
+            _native.reader_load_cuda(self._reader, [e.index for e in todo], dev, verify_hash)
+            for e, t in zip(todo, dev):
+                grad = _dtypes.is_float_like(t.dtype)
+                if self._dtype is not None and t.dtype != torch.bool:
+                    t = t.to(self._dtype)
+                self._cache[e.index] = torch.nn.Parameter(t, requires_grad=grad)
+            todo = []
         pin = device.type == "cuda"
         if device.type == "cpu":
             # (data_length == nbytes holds for every tensor the reader accepts;
