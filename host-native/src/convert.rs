@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tensorizer_core::checkpoint::{Leaf, SNIFF_LEN};
@@ -258,10 +258,11 @@ pub fn write<S: RangeSource>(
         Format::Tensorizer => {
             let specs: Vec<TensorSpec> = items.iter().map(|t| t.spec.clone()).collect();
             let writer = FileWriter::create(dst, &specs, options)?;
-            let job = |k: usize, scratch: &mut Vec<u8>| {
+            let job = |k: usize, scratch: &mut Vec<u8>, stopped: &AtomicBool| {
                 let k = order[k];
                 let mut sink = writer.tensor(k)?;
                 stream(&input, &items[k], &gather, scratch, &mut |piece| {
+                    check(stopped)?;
                     sink.write(piece)?;
                     done.fetch_add(piece.len() as u64, Ordering::Relaxed);
                     Ok(())
@@ -286,10 +287,11 @@ pub fn write<S: RangeSource>(
                     Some(here)
                 })
                 .collect();
-            let job = |k: usize, scratch: &mut Vec<u8>| {
+            let job = |k: usize, scratch: &mut Vec<u8>, stopped: &AtomicBool| {
                 let k = order[k];
                 let mut at = offsets[k];
                 stream(&input, &items[k], &gather, scratch, &mut |piece| {
+                    check(stopped)?;
                     file.write_all_at(piece, at).map_err(io_err(&name, at))?;
                     crate::writer::start_writeback(file, at, piece.len());
                     at += piece.len() as u64;
@@ -305,6 +307,15 @@ pub fn write<S: RangeSource>(
     converted.tensors = items.len();
     converted.bytes = total;
     Ok(converted)
+}
+
+/// Gives up on a tensor once the conversion has failed elsewhere (or its
+/// progress callback stopped it).
+fn check(stopped: &AtomicBool) -> Result<()> {
+    if stopped.load(Ordering::Acquire) {
+        return Err(Error::Invalid("conversion stopped".into()));
+    }
+    Ok(())
 }
 
 /// The tensors to write, in output order.

@@ -43,16 +43,18 @@ pub fn default_readers() -> usize {
     std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 16)
 }
 
-/// Runs `job(k, scratch)` for every `k` in `0..count`, in order of `k`, on
-/// up to `threads` threads, each keeping its own `scratch` between jobs;
-/// the first error stops the rest and is returned. Meanwhile the calling
+/// Runs `job(k, scratch, stopped)` for every `k` in `0..count`, in order of
+/// `k`, on up to `threads` threads, each keeping its own `scratch` between
+/// jobs; the first error stops the rest and is returned. `stopped` turns
+/// true once something failed, so a long job can give up early (its own
+/// error is then not the one returned). Meanwhile the calling
 /// thread reports `done` (which the jobs advance) to `progress` at most
 /// once per `interval`, and once more when every job has finished; an error
 /// from `progress` stops the jobs too.
 pub(crate) fn for_each_index<W: Default>(
     threads: usize,
     count: usize,
-    job: impl Fn(usize, &mut W) -> Result<()> + Sync,
+    job: impl Fn(usize, &mut W, &AtomicBool) -> Result<()> + Sync,
     done: &std::sync::atomic::AtomicU64,
     interval: std::time::Duration,
     progress: &mut dyn FnMut(u64) -> Result<()>,
@@ -63,11 +65,13 @@ pub(crate) fn for_each_index<W: Default>(
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    // The error is stored before the flag is raised, so that a job giving
+    // up because of the flag never gets its error in first.
     let fail = |e: Error| {
-        failed.store(true, Ordering::Relaxed);
         if let Ok(mut slot) = first_error.lock() {
             slot.get_or_insert(e);
         }
+        failed.store(true, Ordering::Release);
     };
     std::thread::scope(|scope| {
         // Each worker holds a sender; the channel closes when all are done.
@@ -82,7 +86,7 @@ pub(crate) fn for_each_index<W: Default>(
                     if k >= count {
                         break;
                     }
-                    if let Err(e) = job(k, &mut scratch) {
+                    if let Err(e) = job(k, &mut scratch, failed) {
                         fail(e);
                         break;
                     }

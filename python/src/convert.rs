@@ -43,7 +43,8 @@ fn format_named(name: &str) -> PyResult<Format> {
 /// format is recognised by its first bytes; the output format is `to`
 /// ("tensorizer" or "safetensors") or follows `dst`'s extension.
 /// `progress(done, total)` is called now and then (with the GIL) and once
-/// at the end; an exception from it stops the conversion and propagates.
+/// at the end; an exception from it, or Ctrl-C, stops the conversion and
+/// propagates.
 #[pyfunction]
 #[pyo3(signature = (src, dst, *, to=None, tensorizer_layout=false, num_threads=None, progress=None))]
 fn convert_file(
@@ -72,11 +73,19 @@ fn convert_file(
     };
     let mut raised: Option<PyErr> = None;
     let result: Result<Converted, Error> = py.detach(|| {
+        // Called every 100 ms or so: Ctrl-C (KeyboardInterrupt) and an
+        // exception from the callback both stop the conversion.
         let report = |done: u64, total: u64| -> Result<(), Error> {
-            let Some(callback) = &progress else { return Ok(()) };
-            Python::attach(|py| callback.call1(py, (done, total)).map(|_| ())).map_err(|e| {
+            Python::attach(|py| {
+                py.check_signals()?;
+                match &progress {
+                    Some(callback) => callback.call1(py, (done, total)).map(|_| ()),
+                    None => Ok(()),
+                }
+            })
+            .map_err(|e| {
                 raised = Some(e);
-                Error::Invalid("stopped: the progress callback raised".into())
+                Error::Invalid("stopped by a Python exception".into())
             })
         };
         match opened {
