@@ -96,13 +96,14 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Convert between tensorizer and safetensors; the direction follows the
-    /// `.safetensors` extension of INPUT or OUTPUT. A torch.save checkpoint
-    /// input (`.pt`, `.pth`, `.bin`: recognised by its first bytes) becomes
-    /// safetensors when OUTPUT ends in `.safetensors`, else tensorizer
-    /// (`--to` overrides); non-tensor entries are skipped with a note.
+    /// Convert between tensorizer and safetensors, or a torch.save checkpoint
+    /// to either (atomically, hashing on every core). INPUT is recognised by
+    /// its first bytes; OUTPUT is safetensors when it ends in `.safetensors`,
+    /// else tensorizer. A checkpoint (`.pt`, `.pth`, `.bin`) may go to either
+    /// (`--to` overrides the extension); non-tensor entries are skipped with
+    /// a note.
     Convert {
-        /// The file to read.
+        /// The file to read: a path or an http(s)://, s3:// or redis:// URI.
         input: PathBuf,
         /// The file to write.
         output: PathBuf,
