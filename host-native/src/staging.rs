@@ -189,9 +189,12 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         failed: AtomicBool::new(false),
         first_error: Mutex::new(None),
     };
+    // No more buffers than fills, none longer than the longest fill (a
+    // small load pins little memory).
     let ring = options.buffers.min(fills.len().max(1));
+    let buffer_len = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
     for k in 0..ring {
-        let buffer = engine.alloc(options.buffer_len)?;
+        let buffer = engine.alloc(buffer_len)?;
         run.slots.push((Mutex::new(Slot { buffer: Some(buffer), ticket: None, turn: k }), Condvar::new()));
     }
     std::thread::scope(|scope| {
