@@ -18,7 +18,7 @@ use crate::staging::{StagingOptions, load_staged};
 mod copy;
 mod device;
 
-pub use copy::CudaEngine;
+pub use copy::{CudaEngine, POOL_MAX_BYTES, StagingBuffer, release_staging_pool};
 pub use device::{Device, DeviceRange, PinnedBuffer, Stream, driver_present};
 
 /// Device memory is carved into tensors at this alignment (what torch's

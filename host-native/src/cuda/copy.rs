@@ -2,14 +2,55 @@
 //! `cuMemcpyHtoDAsync` into device ranges the caller names, and one event
 //! per buffer fill to recycle buffers.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::device::{self, Device, DeviceRange, PinnedBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::staging::{Copy, CopyEngine};
+
+/// Most bytes of page-locked staging buffers kept for reuse between loads
+/// (pinning memory costs far more than reusing it, and lazy loads come one
+/// tensor at a time).
+pub const POOL_MAX_BYTES: usize = 512 << 20;
+
+/// Staging buffers of finished loads, with their device ordinals.
+static POOL: Mutex<Vec<(usize, PinnedBuffer)>> = Mutex::new(Vec::new());
+
+/// Frees the staging buffers kept for reuse.
+pub fn release_staging_pool() {
+    let freed = std::mem::take(&mut *POOL.lock().unwrap_or_else(|p| p.into_inner()));
+    drop(freed);
+}
+
+/// A staging buffer that goes back to the pool when dropped.
+pub struct StagingBuffer {
+    inner: Option<PinnedBuffer>,
+    ordinal: usize,
+}
+
+impl Drop for StagingBuffer {
+    fn drop(&mut self) {
+        let Some(buffer) = self.inner.take() else { return };
+        // Only a buffer with no copy in flight is kept.
+        if buffer.settle().is_err() {
+            return;
+        }
+        let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+        let held: usize = pool.iter().map(|(_, b)| b.len()).sum();
+        if held + buffer.len() <= POOL_MAX_BYTES {
+            pool.push((self.ordinal, buffer));
+        }
+    }
+}
+
+impl StagingBuffer {
+    fn get(&self) -> Result<&PinnedBuffer> {
+        self.inner.as_ref().ok_or_else(|| Error::Invalid("staging buffer already released".into()))
+    }
+}
 
 /// Copies staged bytes to device memory.
 ///
@@ -53,18 +94,34 @@ impl CudaEngine {
 }
 
 impl CopyEngine for CudaEngine {
-    type Buffer = PinnedBuffer;
+    type Buffer = StagingBuffer;
     type Ticket = Arc<CudaEvent>;
 
-    fn alloc(&self, len: usize) -> Result<PinnedBuffer> {
-        self.device.alloc_pinned(len)
+    fn alloc(&self, len: usize) -> Result<StagingBuffer> {
+        let ordinal = self.device.ordinal();
+        let reused = {
+            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            let best = (0..pool.len())
+                .filter(|&i| pool[i].0 == ordinal && pool[i].1.len() >= len)
+                .min_by_key(|&i| pool[i].1.len());
+            best.map(|i| pool.swap_remove(i).1)
+        };
+        let buffer = match reused {
+            Some(b) => b,
+            None => self.device.alloc_pinned(len)?,
+        };
+        Ok(StagingBuffer { inner: Some(buffer), ordinal })
     }
 
-    fn bytes_mut<'a>(&self, buffer: &'a mut PinnedBuffer) -> Result<&'a mut [u8]> {
-        buffer.bytes_mut()
+    fn bytes_mut<'a>(&self, buffer: &'a mut StagingBuffer) -> Result<&'a mut [u8]> {
+        match buffer.inner.as_mut() {
+            Some(b) => b.bytes_mut(),
+            None => Err(Error::Invalid("staging buffer already released".into())),
+        }
     }
 
-    fn copy_async(&self, slot: usize, buffer: &PinnedBuffer, copies: &[Copy]) -> Result<Arc<CudaEvent>> {
+    fn copy_async(&self, slot: usize, buffer: &StagingBuffer, copies: &[Copy]) -> Result<Arc<CudaEvent>> {
+        let buffer = buffer.get()?;
         self.device.bind()?;
         let stream = &self.streams[slot % self.streams.len()];
         for c in copies {

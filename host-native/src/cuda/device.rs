@@ -136,12 +136,23 @@ pub struct PinnedBuffer {
 }
 
 impl PinnedBuffer {
-    fn settle(&self) -> Result<()> {
+    /// Waits for the last copy out of the buffer, if any.
+    pub(crate) fn settle(&self) -> Result<()> {
         let event = self.pending.lock().map(|mut p| p.take()).unwrap_or(None);
         match event {
             Some(e) => guard("waiting for a copy", || e.synchronize()),
             None => Ok(()),
         }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.slice.is_empty()
     }
 
     /// The bytes, once every copy out of them has finished.
