@@ -19,6 +19,11 @@ dict (first/last tensors and a sample), so a wrong load fails the run. Each
 contender also runs once in a fresh subprocess to measure host RSS growth
 (VmHWM after the load minus VmRSS before it).
 
+Build the extension with native CUDA loading first (otherwise tensorizer_rs
+uses its pinned fallback, and the header line says so)::
+
+    maturin develop --release -m python/Cargo.toml --features cuda
+
 Usage (one command on a GPU machine)::
 
     python python/bench/bench_cuda.py                 # 1 and 8 GiB, 3 reps
