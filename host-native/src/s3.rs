@@ -397,6 +397,12 @@ impl S3Object {
         join_url(scheme, &host, &path, &params)
     }
 
+    /// A presigned GET URL for the object, valid for `expires` seconds from
+    /// now (unsigned when no credentials are configured).
+    pub fn presigned_get_url(&self, expires: u64) -> String {
+        self.presign("GET", &[], SystemTime::now(), expires)
+    }
+
     fn url(&self, method: &str, query: &[(&str, &str)]) -> String {
         self.presign(method, query, SystemTime::now(), PRESIGN_SECONDS)
     }

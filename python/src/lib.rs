@@ -25,7 +25,7 @@ mod _native {
     #[pymodule_export]
     use crate::reader::NativeReader;
     #[pymodule_export]
-    use crate::source::{NativeSource, s3_upload};
+    use crate::source::{NativeSource, s3_presign, s3_upload};
     #[pymodule_export]
     use crate::writer::NativeWriter;
 

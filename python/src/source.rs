@@ -155,6 +155,35 @@ impl NativeSource {
     }
 }
 
+/// A presigned (SigV4 query-string) GET URL for `uri` (`s3://bucket/key`),
+/// valid for `expires` seconds; the `s3_*` arguments as for `NativeSource`.
+#[pyfunction]
+#[pyo3(signature = (uri, expires, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
+                    s3_config_path=None, s3_region_name=None, force_http=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn s3_presign(
+    uri: String,
+    expires: u64,
+    s3_access_key_id: Option<String>,
+    s3_secret_access_key: Option<String>,
+    s3_endpoint: Option<String>,
+    s3_config_path: Option<PathBuf>,
+    s3_region_name: Option<String>,
+    force_http: Option<bool>,
+) -> PyResult<String> {
+    let options = s3_options(
+        s3_access_key_id,
+        s3_secret_access_key,
+        s3_endpoint,
+        s3_config_path,
+        s3_region_name,
+        force_http,
+        tls_options(None, None, false),
+    )?;
+    let object = options.resolve(&uri, false).map_err(to_py)?;
+    Ok(object.presigned_get_url(expires))
+}
+
 /// Uploads the local file `path` to `uri` (`s3://bucket/key`): one PUT or
 /// a multipart upload that is aborted on any error. `cacert`, `capath`
 /// and `allow_untrusted` as for `NativeSource`.

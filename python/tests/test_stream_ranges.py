@@ -220,3 +220,28 @@ def test_deserializer_reads_from_the_stream_begin(tz, tmp_path, http_base):
         client.put_object(Bucket="models", Key="blob.bin", Body=blob)
         creds = remote_servers.s3_credentials(endpoint)
         _check_embedded(tz, tz.stream_io.open_stream("s3://models/blob.bin", "rb", begin=begin, end=end, **creds), sd)
+
+
+def test_presigned_url_and_scheme_rules(tz):
+    """stream_io._s3_download_url presigns a GET that works; _enforce_scheme
+    follows tensorizer's rules and open_stream goes through it."""
+    import urllib.request
+
+    io_mod = tz.stream_io
+    assert io_mod._enforce_scheme("host:9000") == "https://host:9000"
+    assert io_mod._enforce_scheme("host:9000", force_http=True) == "http://host:9000"
+    assert io_mod._enforce_scheme("https://h", force_http=True) == "http://h"
+    assert io_mod._enforce_scheme("http://h", allow_http=True) == "http://h"
+    with pytest.raises(ValueError, match="Non-HTTPS endpoint URLs are not allowed."):
+        io_mod._enforce_scheme("http://h")
+    with remote_servers.s3_bucket() as (endpoint, client):
+        client.put_object(Bucket="models", Key="blob", Body=DATA)
+        url = io_mod._s3_download_url("s3://models/blob", "testing", "testing", endpoint)
+        assert "X-Amz-Signature=" in url and "/models/blob?" in url
+        with urllib.request.urlopen(url) as r:
+            assert r.read() == DATA
+        with pytest.raises(ValueError, match="Non-HTTPS"):
+            io_mod.open_stream("s3://models/blob", "rb", s3_access_key_id="testing",
+                               s3_secret_access_key="testing", s3_endpoint=endpoint)
+        with pytest.raises(OSError, match="^Failed to open stream: "):
+            io_mod.open_stream("s3://models/missing", "rb", **remote_servers.s3_credentials(endpoint))

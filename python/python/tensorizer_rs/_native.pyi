@@ -14,6 +14,7 @@ __all__ = [
     "NativeReader",
     "NativeSource",
     "s3_upload",
+    "s3_presign",
     "NativeWriter",
     "derive_key",
     "random_bytes",
@@ -55,6 +56,17 @@ def s3_upload(
     capath: str | PathLike[str] | None = None,
     allow_untrusted: bool = False,
 ) -> None: ...
+def s3_presign(
+    uri: str,
+    expires: int,
+    *,
+    s3_access_key_id: str | None = None,
+    s3_secret_access_key: str | None = None,
+    s3_endpoint: str | None = None,
+    s3_config_path: str | PathLike[str] | None = None,
+    s3_region_name: str | None = None,
+    force_http: bool | None = None,
+) -> str: ...
 @final
 class NativeSource:
     def __new__(
