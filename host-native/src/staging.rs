@@ -153,6 +153,14 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
     let mut wanted = Vec::with_capacity(records.len());
     for (dst, (record, &i)) in records.iter().zip(tensors).enumerate() {
         let entry = &entries[i];
+        if !entry.is_meta() && entry.data_length != entry.nbytes() {
+            return Err(Error::Invalid(format!(
+                "{name}: tensor {:?} stores {} bytes for a {}-byte tensor",
+                entry.path.to_string(),
+                entry.data_length,
+                entry.nbytes()
+            )));
+        }
         let cipher = record.cipher().map_err(|e| Error::tensor(name, entry.path.to_string(), e))?;
         keys.push(reader.key_for(record)?);
         wanted.push(plan::Wanted { dst, entry, unit: cipher.map_or(1, |c| c.chunk_size) });
