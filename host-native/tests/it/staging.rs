@@ -190,6 +190,20 @@ fn a_subset_in_any_order_lands_in_its_destinations() {
     assert!(load_staged(&reader, &[10_000], &engine, &ring(2, 1 << 20, 2)).is_err());
 }
 
+#[test]
+fn over_http_the_ring_gives_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), true);
+    let Some(nginx) = crate::servers::Nginx::serve(dir.path()) else { return };
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let options = ReadOptions { num_readers: 3, verify_hash: true, key: key.clone() };
+    let remote = Reader::open_uri(&nginx.url(&name), options).unwrap();
+    let local = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+    let (got, stats) = staged(&remote, &ring(3, 4 << 20, 3), Duration::ZERO);
+    assert!(got == expected(&local), "bytes differ");
+    assert_eq!(stats.violations, 0);
+}
+
 /// Loads a vector into device memory and copies it back; skips (with the
 /// reason) where no CUDA driver or device is present.
 #[cfg(feature = "cuda")]
