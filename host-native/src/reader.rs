@@ -415,7 +415,12 @@ fn piecewise(cipher: &Cipher<'_>) -> bool {
 
 /// Decrypts `piece`, which starts `offset` bytes into the data (a multiple
 /// of the chunk size).
-pub(crate) fn decrypt_piece(cipher: &Cipher<'_>, key: &Key, offset: u64, piece: &mut [u8]) -> tensorizer_core::Result<()> {
+pub(crate) fn decrypt_piece(
+    cipher: &Cipher<'_>,
+    key: &Key,
+    offset: u64,
+    piece: &mut [u8],
+) -> tensorizer_core::Result<()> {
     let first = (offset / cipher.chunk_size) as usize;
     let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX);
     for (n, chunk) in piece.chunks_mut(size).enumerate() {
