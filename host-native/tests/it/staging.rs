@@ -232,12 +232,8 @@ fn cuda_round_trip_or_skip() {
     }
 }
 
-/// Throughput of the ring with the host engine beside `Reader::load_many`,
-/// from page cache: `TZR_STAGING_MIB=512 cargo test --release -p
-/// tensorizer-native --test it staging_throughput -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn staging_throughput() {
+/// A file of `TZR_STAGING_MIB` MiB (default 256) in 64 tensors.
+fn throughput_file() -> (tempfile::TempDir, std::path::PathBuf, usize) {
     let mib: usize = std::env::var("TZR_STAGING_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.tensors");
@@ -257,6 +253,16 @@ fn staging_throughput() {
         .collect();
     write_file(&path, &input, &WriteOptions::default()).unwrap();
     drop(data);
+    (dir, path, mib)
+}
+
+/// Throughput of the ring with the host engine beside `Reader::load_many`,
+/// from page cache: `TZR_STAGING_MIB=512 cargo test --release -p
+/// tensorizer-native --test it staging_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn staging_throughput() {
+    let (_dir, path, mib) = throughput_file();
     for verify in [false, true] {
         let reader = Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() }).unwrap();
         let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
@@ -277,6 +283,35 @@ fn staging_throughput() {
                 gbs(direct),
                 gbs(staged)
             );
+        }
+    }
+}
+
+/// Device load throughput (one allocation carved into views), from page
+/// cache: `TZR_STAGING_MIB=1024 cargo test --release -p tensorizer-native
+/// --features cuda --test it cuda_throughput -- --ignored --nocapture`.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "a measurement, not a check"]
+fn cuda_throughput() {
+    use tensorizer_native::cuda;
+    let device = match cuda::Device::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            return;
+        }
+    };
+    let (_dir, path, mib) = throughput_file();
+    for verify in [false, true] {
+        let reader = Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() }).unwrap();
+        let all: Vec<usize> = (0..reader.entries().len()).collect();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let loaded = cuda::load_to_device(&device, &reader, &all, &StagingOptions::for_reader(&reader)).unwrap();
+            let took = t.elapsed();
+            println!("{mib} MiB to device, verify={verify}: {:.2} GB/s", (mib << 20) as f64 / took.as_secs_f64() / 1e9);
+            drop(loaded);
         }
     }
 }
