@@ -1,0 +1,387 @@
+//! The real `tensorizer-validate.wasm` under the Rust host: every committed
+//! vector, corrupted and truncated copies, and hostile files under tight
+//! fuel, wall-clock and memory limits. Every run must end in a clear
+//! [`Kind`], never a host panic.
+//!
+//! The module comes from `TZR_VALIDATOR_WASM` (host-wasm/test.sh sets it), or
+//! is built here with cargo from the repository root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tensorizer_validate_host::{Kind, Limits, Outcome, Request, Validator};
+
+const MIB: usize = 1 << 20;
+/// The file header is 73 bytes; the metadata index length is the u64 at 0x41.
+const INDEX_LENGTH_AT: usize = 0x41;
+/// Total tensor data bytes: the u64 at 0x29.
+const DATA_TOTAL_AT: usize = 0x29;
+const FLAT: &str = "v1_flat.tensors";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+}
+
+fn vectors() -> PathBuf {
+    root().join("tests/vectors")
+}
+
+/// `TZR_VALIDATOR_WASM`, or the wasm-release build, made once per test run.
+fn wasm_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("TZR_VALIDATOR_WASM") {
+            let path = PathBuf::from(path);
+            assert!(path.is_file(), "TZR_VALIDATOR_WASM={} is not a file", path.display());
+            return path;
+        }
+        let root = root();
+        let target = root.join("target");
+        let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(&root)
+            .env_remove("CARGO_TARGET_DIR")
+            .args(["build", "-p", "tensorizer-wasm", "--target", "wasm32-wasip1", "--bin", "tensorizer-validate"])
+            .args(["--config", "host-wasm/wasm-release.toml", "--profile", "wasm-release", "--target-dir"])
+            .arg(&target)
+            .status()
+            .expect("run cargo to build the validator");
+        assert!(status.success(), "building tensorizer-validate.wasm failed ({status})");
+        target.join("wasm32-wasip1/wasm-release/tensorizer-validate.wasm")
+    })
+}
+
+/// One compiled module shared by every test (tests run on several threads).
+fn validator() -> &'static Validator {
+    static VALIDATOR: OnceLock<Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| Validator::from_file(wasm_path()).expect("compile the validator"))
+}
+
+fn manifest() -> &'static Value {
+    static MANIFEST: OnceLock<Value> = OnceLock::new();
+    MANIFEST.get_or_init(|| {
+        let text = std::fs::read_to_string(vectors().join("manifest.json")).expect("manifest");
+        serde_json::from_str(&text).expect("manifest JSON")
+    })
+}
+
+fn vector(name: &str) -> &'static Value {
+    manifest()["vectors"].as_array().unwrap().iter().find(|v| v["file"] == name).expect("vector in manifest")
+}
+
+fn u64_of(value: &Value) -> u64 {
+    value.as_u64().expect("an unsigned integer")
+}
+
+/// A scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tzr-embed-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> &Self {
+        std::fs::write(self.0.join(name), bytes).unwrap();
+        self
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(request: &Request, limits: &Limits) -> Outcome {
+    validator().run(request, limits).expect("the host sets the run up")
+}
+
+/// Runs `args` on `data` written as `h.tensors` in a scratch directory.
+fn hostile(data: &[u8], args: &[&str], limits: &Limits) -> Outcome {
+    let scratch = Scratch::new();
+    scratch.write("h.tensors", data);
+    run(&Request::new(&scratch.0, "h.tensors").args(args.iter().copied()), limits)
+}
+
+fn one_line(outcome: &Outcome) -> &str {
+    let lines: Vec<&str> = outcome.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one stderr line: {outcome:?}");
+    lines[0]
+}
+
+/// Limits for hostile inputs (as host-wasm/tests/test_validator.py uses).
+fn hostile_limits() -> Limits {
+    Limits { memory_bytes: 64 * MIB, wall_clock: Duration::from_secs(30), ..Limits::default() }
+}
+
+// ---- every vector ----------------------------------------------------------
+
+fn check_report(report: &Value, vector: &Value) {
+    assert_eq!(report["report_version"], 1);
+    assert_eq!(report["file"], format!("/in/{}", vector["file"].as_str().unwrap()));
+    assert_eq!(report["file_bytes"], vector["size"]);
+    assert_eq!(report["tensor_count"], vector["tensor_count"]);
+    assert_eq!(report["tensors"].as_array().unwrap().len() as u64, u64_of(&vector["tensor_count"]));
+    assert_eq!(report["data_bytes"], vector["tensor_data_bytes"]);
+    assert!(report.get("error").is_none(), "{report}");
+    // The contract names a `valid` flag; accept the report with or without it.
+    if let Some(valid) = report.get("valid") {
+        assert_eq!(valid, true);
+    }
+}
+
+#[test]
+fn every_vector_inspects_valid() {
+    let all = manifest()["vectors"].as_array().unwrap();
+    assert!(all.len() >= 16);
+    for vector in all {
+        let name = vector["file"].as_str().unwrap();
+        let outcome = validator().validate(&vectors(), name, &Limits::default()).unwrap();
+        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Valid, Some(0)), "{name}: {outcome:?}");
+        assert_eq!(outcome.stderr, "");
+        check_report(outcome.report_json.as_ref().expect("JSON on stdout"), vector);
+        assert!(outcome.fuel_used > 0);
+    }
+}
+
+#[test]
+fn every_vector_verifies_valid() {
+    let secrets = &manifest()["secrets"];
+    let scratch = Scratch::new();
+    scratch.write("test.key", secrets["key_hex"].as_str().unwrap().as_bytes());
+    for vector in manifest()["vectors"].as_array().unwrap() {
+        let name = vector["file"].as_str().unwrap();
+        std::fs::copy(vectors().join(name), scratch.0.join(name)).unwrap();
+        let mut request = Request::new(&scratch.0, name);
+        let encryption = &vector["encryption"];
+        request = if encryption.is_null() {
+            request.args(["--verify", "--json"])
+        } else if let Some(passphrase) = encryption["passphrase"].as_str() {
+            request.args(["--verify", "--json", "--passphrase-env", "P"]).env("P", passphrase)
+        } else {
+            request.args(["--verify", "--json", "--key-file", "/in/test.key"])
+        };
+        let outcome = run(&request, &Limits::default());
+        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Valid, Some(0)), "{name}: {outcome:?}");
+        let report = outcome.report_json.as_ref().expect("JSON on stdout");
+        check_report(report, vector);
+        assert_eq!(report["verification"]["ok"], true);
+        assert_eq!(report["verification"]["failed"], 0);
+        assert_eq!(report["verification"]["data_bytes_checked"], vector["tensor_data_bytes"]);
+    }
+}
+
+// ---- corrupted and truncated copies ----------------------------------------
+
+#[test]
+fn flipped_data_byte_fails_verification() {
+    let t = &vector(FLAT)["tensors"].as_array().unwrap().last().unwrap().clone();
+    let mut data = std::fs::read(vectors().join(FLAT)).unwrap();
+    data[usize::try_from(u64_of(&t["data_offset"])).unwrap() + 3] ^= 0x40;
+    // The index is intact: inspection passes.
+    assert_eq!(hostile(&data, &["--json"], &hostile_limits()).kind, Kind::Valid);
+    let outcome = hostile(&data, &["--verify", "--json"], &hostile_limits());
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(1)), "{outcome:?}");
+    assert!(one_line(&outcome).contains("failed CRC32 verification"), "{}", outcome.stderr);
+    let report = outcome.report_json.expect("the full report");
+    assert_eq!(report["verification"]["ok"], false);
+    assert_eq!(report["verification"]["failed"], 1);
+}
+
+#[test]
+fn truncated_copies_are_invalid() {
+    let data = std::fs::read(vectors().join(FLAT)).unwrap();
+    let tensors = vector(FLAT)["tensors"].as_array().unwrap();
+    let first_header = usize::try_from(u64_of(&tensors[0]["header_offset"])).unwrap();
+    let last = tensors.last().unwrap();
+    let last_data = usize::try_from(u64_of(&last["data_offset"]) + u64_of(&last["data_length"]) / 2).unwrap();
+    for cut in [0, 4, 40, 72, 73, 73 + 1000, first_header - 1, first_header + 10, last_data] {
+        for verify in [false, true] {
+            let args: &[&str] = if verify { &["--json", "--verify"] } else { &["--json"] };
+            let outcome = hostile(&data[..cut], args, &hostile_limits());
+            assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(3)), "cut {cut}: {outcome:?}");
+            assert!(one_line(&outcome).contains("at byte"), "{}", outcome.stderr);
+            let doc = outcome.report_json.expect("an error document");
+            assert_eq!(doc["error"]["kind"], "invalid_input", "cut {cut}");
+        }
+    }
+}
+
+#[test]
+fn not_a_tensorizer_file_is_invalid() {
+    let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let outcome = hostile(&junk, &["--json"], &hostile_limits());
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(3)), "{outcome:?}");
+    assert!(one_line(&outcome).contains("Not a tensorizer file"));
+}
+
+#[test]
+fn bad_option_is_a_usage_error() {
+    let request = Request::new(vectors(), FLAT).args(["--no-such-option"]);
+    let outcome = run(&request, &Limits::default());
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Usage, Some(2)), "{outcome:?}");
+}
+
+#[test]
+fn file_name_must_stay_in_the_preopen() {
+    for name in ["../v1_flat.tensors", "a/b", "", ".."] {
+        assert!(validator().run(&Request::new(vectors(), name), &Limits::default()).is_err(), "{name}");
+    }
+}
+
+// ---- hostile files under limits --------------------------------------------
+
+/// v1_flat with a claimed metadata index of `index_bytes`, padded with zeros
+/// so that the index lies within the file: the validator must hold the index
+/// in memory to parse it.
+fn big_index_file(index_bytes: usize) -> Vec<u8> {
+    let mut data = std::fs::read(vectors().join(FLAT)).unwrap();
+    data[INDEX_LENGTH_AT..INDEX_LENGTH_AT + 8].copy_from_slice(&(index_bytes as u64).to_le_bytes());
+    data.resize(data.len().max(73 + index_bytes + 4096), 0);
+    data
+}
+
+#[test]
+fn big_index_under_a_small_memory_limit_is_a_memory_limit_result() {
+    let data = big_index_file(24 * MIB);
+    let tight = Limits { memory_bytes: 8 * MIB, ..hostile_limits() };
+    let outcome = hostile(&data, &["--json"], &tight);
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, Some(3)), "{outcome:?}");
+    let line = one_line(&outcome);
+    assert!(line.contains("cannot allocate") && line.contains("raise the memory limit"), "{line}");
+    assert!(outcome.report_json.expect("an error document")["error"]["message"].is_string());
+    // With room for the index, the same file is judged on its content instead.
+    let roomy = Limits { memory_bytes: 256 * MIB, ..hostile_limits() };
+    let outcome = hostile(&data, &["--json"], &roomy);
+    assert!(matches!(outcome.kind, Kind::Valid | Kind::Invalid), "{outcome:?}");
+}
+
+#[test]
+fn memory_limit_below_the_modules_own_memory_is_a_memory_limit_result() {
+    let limits = Limits { memory_bytes: 64 << 10, ..Limits::default() };
+    let outcome = validator().validate(&vectors(), FLAT, &limits).unwrap();
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, None), "{outcome:?}");
+    assert!(outcome.trap.is_some());
+}
+
+#[test]
+fn tiny_fuel_budget_runs_out() {
+    let limits = Limits { fuel_base: 100_000, fuel_per_byte: 0, ..Limits::default() };
+    let began = Instant::now();
+    let request = Request::new(vectors(), FLAT).args(["--verify", "--json"]);
+    let outcome = run(&request, &limits);
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::OutOfFuel, None), "{outcome:?}");
+    assert_eq!(outcome.fuel_used, 100_000);
+    assert!(outcome.trap.as_deref().unwrap().contains("fuel"), "{:?}", outcome.trap);
+    assert!(began.elapsed() < Duration::from_secs(5));
+}
+
+/// v1_flat with its last tensor (float32 4x4) grown to 4 x `columns` of
+/// zeros, the index and headers patched but the stored hashes left alone:
+/// `--verify` must stream all of it before it finds the mismatch (exit 1).
+fn grown_file(scratch: &Scratch, columns: u32) -> String {
+    let v = vector(FLAT);
+    let t = v["tensors"].as_array().unwrap().last().unwrap();
+    assert_eq!(t["shape"], serde_json::json!([4, 4]));
+    let (header_offset, data_offset, data_length) =
+        (u64_of(&t["header_offset"]), u64_of(&t["data_offset"]), u64_of(&t["data_length"]));
+    let payload = 16 * u64::from(columns);
+    let mut data = std::fs::read(vectors().join(FLAT)).unwrap();
+    let (ho, dof) = (usize::try_from(header_offset).unwrap(), usize::try_from(data_offset).unwrap());
+    let offsets: Vec<u8> = [header_offset, data_offset, data_length].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let pos = 73 + data[73..ho].windows(24).position(|w| w == offsets).expect("index entry");
+    let (old_dims, new_dims) = (dims(4, 4), dims(4, columns));
+    assert_eq!(data[pos - 8..pos], old_dims);
+    data[pos - 8..pos].copy_from_slice(&new_dims);
+    data[pos + 16..pos + 24].copy_from_slice(&payload.to_le_bytes());
+    let total = u64_of(&v["tensor_data_bytes"]) - data_length + payload;
+    data[DATA_TOTAL_AT..DATA_TOTAL_AT + 8].copy_from_slice(&total.to_le_bytes());
+    let header = &mut data[ho..dof];
+    let at = header.windows(8).position(|w| w == old_dims).expect("dims in the tensor header");
+    header[at..at + 8].copy_from_slice(&new_dims);
+    let end = header.len();
+    header[end - 8..].copy_from_slice(&payload.to_le_bytes());
+    data.truncate(dof);
+    let path = scratch.0.join("grown.tensors");
+    std::fs::write(&path, &data).unwrap();
+    // Zeros as a sparse tail: payload + 8 trailing bytes, as tensorizer writes.
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(data_offset + payload + 8).unwrap();
+    "grown.tensors".to_owned()
+}
+
+fn dims(a: u32, b: u32) -> [u8; 8] {
+    let mut out = [0; 8];
+    out[..4].copy_from_slice(&a.to_le_bytes());
+    out[4..].copy_from_slice(&b.to_le_bytes());
+    out
+}
+
+#[test]
+fn wall_clock_bound_stops_a_long_verification() {
+    let scratch = Scratch::new();
+    let name = grown_file(&scratch, 8 << 20); // 128 MiB of tensor data: seconds of hashing
+    let request = Request::new(&scratch.0, &name).args(["--verify", "--json"]);
+    let limits = Limits { wall_clock: Duration::from_millis(100), ..hostile_limits() };
+    let outcome = run(&request, &limits);
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Timeout, None), "{outcome:?}");
+    assert!(outcome.trap.as_deref().unwrap().contains("interrupt"), "{:?}", outcome.trap);
+    assert!(outcome.elapsed < Duration::from_secs(3), "{:?}", outcome.elapsed);
+}
+
+#[test]
+fn grown_file_without_a_deadline_fails_its_hash() {
+    // The control for the timeout test: given time, the same kind of file is
+    // read to the end and fails verification (the work was real).
+    let scratch = Scratch::new();
+    let name = grown_file(&scratch, 1 << 20); // 16 MiB
+    let request = Request::new(&scratch.0, &name).args(["--verify", "--json"]);
+    let outcome = run(&request, &Limits { memory_bytes: 64 * MIB, ..Limits::default() });
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(1)), "{outcome:?}");
+    let report = outcome.report_json.expect("the full report");
+    assert_eq!(report["verification"]["failed"], 1);
+    assert!(u64_of(&report["verification"]["data_bytes_checked"]) >= 16 << 20);
+}
+
+// ---- the binary --------------------------------------------------------------
+
+fn host_binary(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorizer-validate-host")).args(args).output().expect("run the binary")
+}
+
+#[test]
+fn binary_prints_the_report_and_exits_with_its_status() {
+    let wasm = wasm_path().to_str().unwrap();
+    let file = vectors().join(FLAT);
+    let out = host_binary(&[wasm, file.to_str().unwrap(), "--", "--verify", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verification"]["ok"], true);
+
+    let out = host_binary(&["--fuel", "100000", wasm, file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(10));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out of fuel"));
+
+    let scratch = Scratch::new();
+    scratch.write("big-index.tensors", &big_index_file(24 * MIB));
+    let big = scratch.0.join("big-index.tensors");
+    let out = host_binary(&["--memory", &(8 * MIB).to_string(), wasm, big.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(12));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("memory limit of 8388608 bytes reached"));
+
+    let name = grown_file(&scratch, 8 << 20);
+    let grown = scratch.0.join(name);
+    let out = host_binary(&["--timeout", "0.1", wasm, grown.to_str().unwrap(), "--", "--verify"]);
+    assert_eq!(out.status.code(), Some(11), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wall-clock limit"));
+
+    let out = host_binary(&[wasm]);
+    assert_eq!(out.status.code(), Some(2));
+}
