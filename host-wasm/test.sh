@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the WASI validator (wasm32-wasip1) and runs its tests through
-# wasmtime-py (and once under Node's node:wasi when node is installed).
+# wasmtime-py (and once under Node's node:wasi when node is installed), then
+# the Rust host in host-wasm/embed (wasmtime 48, its own workspace and lock,
+# built into target/wasm-embed) on the same module, and clippy on that crate.
 # Idempotent: installs the wasm32-wasip1 target and the pinned wasmtime
 # wheel only when they are missing.
 #
@@ -37,3 +39,15 @@ WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
 echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
 
 TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovider
+
+# The Rust embedding (host-wasm/embed). Not a workspace member; a failure to
+# build it (offline, say) fails this script: there is no silent skip.
+EMBED=(--locked --manifest-path host-wasm/embed/Cargo.toml --target-dir "$TARGET_DIR/wasm-embed")
+if ! cargo clippy "${EMBED[@]}" --all-targets -- -D warnings; then
+    echo "FAILED: clippy on host-wasm/embed (tensorizer-validate-host)" >&2
+    exit 1
+fi
+if ! TZR_VALIDATOR_WASM="$WASM" cargo test "${EMBED[@]}"; then
+    echo "FAILED: the Rust host tests in host-wasm/embed (tensorizer-validate-host)" >&2
+    exit 1
+fi

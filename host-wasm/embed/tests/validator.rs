@@ -352,36 +352,44 @@ fn grown_file_without_a_deadline_fails_its_hash() {
 
 // ---- the binary --------------------------------------------------------------
 
-fn host_binary(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorizer-validate-host")).args(args).output().expect("run the binary")
+/// Starts the binary; each run compiles the module (seconds in a debug
+/// build), so the cases below run side by side.
+fn spawn_host(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tensorizer-validate-host"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the binary")
 }
 
 #[test]
 fn binary_prints_the_report_and_exits_with_its_status() {
     let wasm = wasm_path().to_str().unwrap();
-    let file = vectors().join(FLAT);
-    let out = host_binary(&[wasm, file.to_str().unwrap(), "--", "--verify", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["verification"]["ok"], true);
-
-    let out = host_binary(&["--fuel", "100000", wasm, file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(10));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("out of fuel"));
-
+    let flat = vectors().join(FLAT);
+    let flat = flat.to_str().unwrap();
     let scratch = Scratch::new();
     scratch.write("big-index.tensors", &big_index_file(24 * MIB));
     let big = scratch.0.join("big-index.tensors");
-    let out = host_binary(&["--memory", &(8 * MIB).to_string(), wasm, big.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(12));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("memory limit of 8388608 bytes reached"));
-
-    let name = grown_file(&scratch, 8 << 20);
-    let grown = scratch.0.join(name);
-    let out = host_binary(&["--timeout", "0.1", wasm, grown.to_str().unwrap(), "--", "--verify"]);
-    assert_eq!(out.status.code(), Some(11), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("wall-clock limit"));
-
-    let out = host_binary(&[wasm]);
-    assert_eq!(out.status.code(), Some(2));
+    let grown = scratch.0.join(grown_file(&scratch, 8 << 20));
+    let memory = (8 * MIB).to_string();
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&[wasm, flat, "--", "--verify", "--json"], 0, ""),
+        (&["--fuel", "100000", wasm, flat], 10, "out of fuel after 100000 units"),
+        (&["--memory", &memory, wasm, big.to_str().unwrap()], 12, "memory limit of 8388608 bytes reached"),
+        (&["--timeout", "0.1", wasm, grown.to_str().unwrap(), "--", "--verify"], 11, "wall-clock limit of 100ms"),
+        (&[wasm], 2, "expected MODULE.wasm and FILE"),
+    ];
+    let children: Vec<_> = cases.iter().map(|(args, ..)| spawn_host(args)).collect();
+    for ((args, code, says), child) in cases.iter().zip(children) {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        if *code == 0 {
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(report["verification"]["ok"], true);
+            assert_eq!(stderr, "");
+        }
+    }
 }
