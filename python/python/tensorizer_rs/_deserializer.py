@@ -9,6 +9,7 @@ import types
 import zlib
 import hashlib
 import math
+import mmap
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
@@ -23,16 +24,20 @@ FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 _META_MODES = ("zeros", "expand", "meta")
 
-#: On the CPU, tensors of at most this many bytes are read into slabs (one
-#: allocation and one buffer hand-off per slab) instead of one torch
-#: allocation each: per-tensor Python work dominates small loads. Each
-#: tensor still gets a storage of its own, exactly its bytes.
-SLAB_TENSOR_MAX = 4096
-#: The most bytes one slab holds: the memory a single surviving small
-#: tensor can keep alive.
-SLAB_BYTES = 64 << 10
-#: Alignment of each tensor's data inside a slab (torch's CPU allocator's).
-SLAB_ALIGN = 64
+#: On the CPU, the tensors loaded together are packed into arenas of at
+#: most this many bytes, each tensor at a ``PIECE_ALIGN``-aligned place, and
+#: each becomes a tensor with a storage of its own over exactly its bytes
+#: (``torch.frombuffer``). One allocation, one buffer hand-off and, from
+#: ``HUGE_PAGE_MIN`` up, transparent huge pages per arena instead of per
+#: tensor. A surviving tensor keeps its arena (at most this much) mapped.
+ARENA_BYTES = 64 << 20
+#: Alignment of each tensor's data inside an arena (torch's CPU allocator's).
+PIECE_ALIGN = 64
+#: Arenas and tensors of at least this many bytes get memory of their own
+#: mapped with ``MADV_HUGEPAGE``: the copy then faults in 2 MiB pages
+#: instead of 4 KiB ones (loads up to 4x faster on virtual machines, where
+#: every page fault is costly).
+HUGE_PAGE_MIN = 2 << 20
 
 _TENSOR_TYPES = tuple(TensorType)
 
@@ -235,18 +240,18 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if device.type == "cpu":
             # (data_length == nbytes holds for every tensor the reader accepts;
             # an entry where it does not goes the per-tensor way and fails there.)
-            fits = [e.data_length <= SLAB_TENSOR_MAX and e.data_length == e.nbytes for e in todo]
+            fits = [e.data_length <= ARENA_BYTES and e.data_length == e.nbytes for e in todo]
             small = [e for e, ok in zip(todo, fits) if ok]
             large = [e for e, ok in zip(todo, fits) if not ok]
         else:
             small, large = [], todo
-        staged = [torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), pin_memory=pin) for e in large]
+        staged = [self._staging_tensor(e, pin) for e in large]
         indices = [e.index for e in large]
         buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
         carved: list[tuple[_Entry, Any]] = []
-        for members, size in _plan_slabs(small):
-            raw = np.empty(size + SLAB_ALIGN, dtype=np.uint8)
-            at = -raw.ctypes.data % SLAB_ALIGN
+        for members, size in _plan_arenas(small):
+            raw = _arena(size)
+            at = 0
             for e in members:
                 piece = raw[at : at + e.data_length]
                 indices.append(e.index)
@@ -263,8 +268,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             if self._dtype is not None and t.dtype != torch.bool:
                 t = t.to(self._dtype)
             self._cache[e.index] = Parameter(t, requires_grad=grad)
-        # Each small tensor gets a storage of its own over its piece of the
-        # slab (torch.frombuffer), as if allocated alone.
+        # Each packed tensor gets a storage of its own over its piece of the
+        # arena (torch.frombuffer), as if allocated alone.
         cache = self._cache
         frombuffer = torch.frombuffer
         make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
@@ -282,6 +287,18 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and todo:
             torch.cuda.synchronize(device)
+
+    @staticmethod
+    def _staging_tensor(e: _Entry, pin: bool) -> Any:
+        """An uninitialised tensor for an entry loaded alone: on the CPU and
+        from ``HUGE_PAGE_MIN`` bytes, over memory of its own advised for
+        huge pages (the storage owns the mapping and frees it)."""
+        import torch
+
+        dtype = _dtypes.torch_dtype(e.dtype)
+        if pin or e.data_length < HUGE_PAGE_MIN or e.data_length != e.nbytes:
+            return torch.empty(e.shape, dtype=dtype, pin_memory=pin)
+        return torch.frombuffer(_huge_region(e.data_length), dtype=dtype).view(e.shape)
 
     # -- meta tensors ---------------------------------------------------------
 
@@ -710,25 +727,47 @@ def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[
 
 
 def _aligned(n: int) -> int:
-    return -(-n // SLAB_ALIGN) * SLAB_ALIGN
+    return -(-n // PIECE_ALIGN) * PIECE_ALIGN
 
 
-def _plan_slabs(small: list[_Entry]) -> list[tuple[list[_Entry], int]]:
-    """Packs small entries, in order, into slabs of at most ``SLAB_BYTES``
-    (each piece starting ``SLAB_ALIGN``-aligned): ``(members, bytes)``."""
-    slabs: list[tuple[list[_Entry], int]] = []
+def _huge_region(size: int) -> mmap.mmap:
+    """Anonymous private memory of `size` bytes, advised for transparent huge
+    pages (when the kernel allows; 4 KiB pages otherwise)."""
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        with contextlib.suppress(OSError):
+            region.madvise(advice)
+    return region
+
+
+def _arena(size: int) -> np.ndarray[Any, Any]:
+    """`size` writable bytes starting ``PIECE_ALIGN``-aligned: huge-page
+    memory from ``HUGE_PAGE_MIN`` up, else from the allocator (small loads
+    must not cost a mapping each: the kernel caps their number)."""
+    if size >= HUGE_PAGE_MIN:
+        return np.frombuffer(_huge_region(size), dtype=np.uint8)
+    raw = np.empty(size + PIECE_ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % PIECE_ALIGN
+    return raw[start : start + size]
+
+
+def _plan_arenas(packed: list[_Entry]) -> list[tuple[list[_Entry], int]]:
+    """Packs entries, in order, into arenas of at most ``ARENA_BYTES`` (each
+    piece starting ``PIECE_ALIGN``-aligned): ``(members, bytes)``."""
+    arenas: list[tuple[list[_Entry], int]] = []
     members: list[_Entry] = []
     size = 0
-    for e in small:
+    for e in packed:
         need = _aligned(e.data_length)
-        if members and size + need > SLAB_BYTES:
-            slabs.append((members, size))
+        if members and size + need > ARENA_BYTES:
+            arenas.append((members, size))
             members, size = [], 0
         members.append(e)
         size += need
     if members:
-        slabs.append((members, size))
-    return slabs
+        arenas.append((members, size))
+    return arenas
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:

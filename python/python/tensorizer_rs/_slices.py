@@ -30,11 +30,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from types import EllipsisType
-from typing import Any, Protocol, Union
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from . import _native
+
+if TYPE_CHECKING:  # torch is imported where it is used: numpy-only use must not need it
+    import torch
 
 __all__ = ["TensorSlice", "tp_shard", "shard_range"]
 
@@ -79,6 +80,8 @@ def normalize_index(key: Any) -> tuple[IndexItem, ...]:
     """``key`` as a tuple of ints, slices (bounds clamped into i64, step an
     int ≥ 1), ``...`` and ``None``; raises ``TypeError`` for advanced
     indexing and ``ValueError`` for a step below 1 (as torch does)."""
+    import torch
+
     items = key if isinstance(key, tuple) else (key,)
     out: list[IndexItem] = []
     for item in items:
@@ -174,6 +177,8 @@ class TensorSlice:
         dtype: torch.dtype,
         finish: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
+        import torch
+
         self._backend = backend
         self.name = name
         self.shape = torch.Size(shape)
@@ -200,6 +205,8 @@ class TensorSlice:
         return self.shape[0]
 
     def __getitem__(self, key: Any) -> torch.Tensor:
+        import torch
+
         index = normalize_index(key)
         shape = self._backend.shape_of(index)
         out = torch.empty(shape, dtype=self.dtype)
@@ -269,6 +276,8 @@ def deserializer_slice(d: Any, key: Any) -> TensorSlice:
     """``TensorDeserializer.get_slice``: ``key`` is a tensor's name (a top-
     level key) or its path as a tuple of components."""
     from ._deserializer import _Entry
+    import torch
+
     from ._dtypes import torch_dtype
 
     node: Any = d._structure
