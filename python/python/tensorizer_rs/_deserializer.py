@@ -34,9 +34,10 @@ ARENA_BYTES = 64 << 20
 #: Alignment of each tensor's data inside an arena (torch's CPU allocator's).
 PIECE_ALIGN = 64
 #: Arenas and tensors of at least this many bytes get memory of their own
-#: mapped with ``MADV_HUGEPAGE``: the copy then faults in 2 MiB pages
-#: instead of 4 KiB ones (loads up to 4x faster on virtual machines, where
-#: every page fault is costly).
+#: mapped with ``MADV_HUGEPAGE``, so first touches fault 2 MiB pages instead
+#: of 4 KiB ones. Measured here: 5-10 % off a CPU load (the reads fault
+#: pages from inside the kernel, where faults are cheap), and 4x faster for
+#: code that then writes such memory from user space (BENCHMARKS.md).
 HUGE_PAGE_MIN = 2 << 20
 
 _TENSOR_TYPES = tuple(TensorType)
