@@ -193,7 +193,7 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
     let fail = |e: ValidateError, out: &mut dyn Write, err: &mut dyn Write| {
         let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
         if args.json {
-            let doc = ErrorReport { report_version: REPORT_VERSION, file: &args.path, error: &e };
+            let doc = ErrorReport::new(&args.path, &e);
             let _ = writeln!(out, "{}", serde_json::to_string(&doc).unwrap_or_default());
         }
         e.exit_code()
@@ -264,7 +264,7 @@ pub fn text_report(r: &Report) -> String {
     for (dtype, t) in &r.by_dtype {
         let _ = writeln!(s, "  {dtype:<18} {:>6} tensors {:>14} bytes", t.tensors, t.bytes);
     }
-    for t in &r.tensors {
+    for t in &r.tensor_rows {
         let status = match t.verification.as_ref().map(|v| v.status) {
             None => "",
             Some(Status::Verified) => "  verified",

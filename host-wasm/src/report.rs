@@ -10,7 +10,7 @@ use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
 use crate::error::ValidateError;
 
 /// Version of the report layout.
-pub const REPORT_VERSION: u32 = 1;
+pub const REPORT_VERSION: u32 = 2;
 
 /// The whole report: file header, totals, one row per tensor, and the
 /// verification summary when `--verify` was given.
@@ -30,7 +30,14 @@ pub struct Report {
     pub encrypted: bool,
     /// Whether metadata entries carry a version tag (u64 dimensions possible).
     pub versioned_headers: bool,
+    /// The verdict: the file parsed and, with `--verify`, every tensor
+    /// passed (the embedding contract: `valid`, `tensors`, `errors`).
+    pub valid: bool,
     /// Number of tensors.
+    pub tensors: usize,
+    /// Every failure, one line each: empty when `valid`.
+    pub errors: Vec<ErrorItem>,
+    /// Number of tensors (the same as `tensors`; kept from version 1).
     pub tensor_count: usize,
     /// Stored data bytes over all tensors (the header's total; meta tensors count 0).
     pub data_bytes: u64,
@@ -39,9 +46,40 @@ pub struct Report {
     /// Totals per dtype (torch's name), sorted by name.
     pub by_dtype: BTreeMap<String, DtypeTotal>,
     /// One row per tensor, in file order.
-    pub tensors: Vec<TensorRow>,
+    pub tensor_rows: Vec<TensorRow>,
     /// The verification summary; `null` without `--verify`.
     pub verification: Option<VerifySummary>,
+}
+
+/// One failure in the contract's `errors` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorItem {
+    /// The tensor's name, or `null` for a failure of the whole file.
+    pub tensor: Option<String>,
+    /// Absolute byte offset of the offending field, read or chunk.
+    pub offset: Option<u64>,
+    /// One line.
+    pub message: String,
+}
+
+impl ErrorItem {
+    /// The item for `error`, about `tensor` (or the whole file).
+    pub fn new(tensor: Option<&str>, error: &ValidateError) -> Self {
+        Self { tensor: tensor.map(str::to_owned), offset: error.offset, message: error.message.clone() }
+    }
+}
+
+impl Report {
+    /// Fills `valid` and `errors` from the per-tensor results (call after
+    /// verification).
+    pub fn conclude(&mut self) {
+        self.errors = self
+            .tensor_rows
+            .iter()
+            .filter_map(|t| Some(ErrorItem::new(Some(&t.name), t.verification.as_ref()?.error.as_ref()?)))
+            .collect();
+        self.valid = self.errors.is_empty() && self.verification.as_ref().is_none_or(|v| v.ok);
+    }
 }
 
 /// Totals for one dtype.
@@ -162,6 +200,26 @@ pub struct ErrorReport<'a> {
     pub report_version: u32,
     /// The path as given.
     pub file: &'a str,
+    /// Always false.
+    pub valid: bool,
+    /// 0: the file was not read that far.
+    pub tensors: usize,
+    /// The one failure, as in a report.
+    pub errors: Vec<ErrorItem>,
     /// What went wrong.
     pub error: &'a ValidateError,
+}
+
+impl<'a> ErrorReport<'a> {
+    /// The document for `error` on `file`.
+    pub fn new(file: &'a str, error: &'a ValidateError) -> Self {
+        Self {
+            report_version: REPORT_VERSION,
+            file,
+            valid: false,
+            tensors: 0,
+            errors: vec![ErrorItem::new(None, error)],
+            error,
+        }
+    }
 }

@@ -120,11 +120,14 @@ impl Inspection {
             feature_flags: h.flags,
             encrypted: h.has_crypt_info(),
             versioned_headers: h.versioned_headers(),
+            valid: true,
+            tensors: self.metadata.entries.len(),
+            errors: Vec::new(),
             tensor_count: self.metadata.entries.len(),
             data_bytes: h.tensor_size,
             metadata_index_bytes: h.metadata_len,
             by_dtype,
-            tensors: self.metadata.entries.iter().enumerate().map(|(i, e)| row(i, e)).collect(),
+            tensor_rows: self.metadata.entries.iter().enumerate().map(|(i, e)| row(i, e)).collect(),
             verification: None,
         }
     }
@@ -369,12 +372,13 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
             Status::Unverified => summary.unverified += 1,
             Status::Failed => summary.failed += 1,
         }
-        if let Some(r) = report.tensors.get_mut(i) {
+        if let Some(r) = report.tensor_rows.get_mut(i) {
             r.verification = Some(outcome);
         }
     }
     summary.ok = summary.failed == 0;
     report.verification = Some(summary.clone());
+    report.conclude();
     Ok(summary)
 }
 
@@ -382,13 +386,13 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
 /// 0 when nothing failed, else 1 when the first failure is a verification
 /// failure (hash or MAC) and 3 otherwise.
 pub fn exit_code(report: &Report) -> u8 {
-    let first = report.tensors.iter().filter_map(|t| t.verification.as_ref()?.error.as_ref()).next();
+    let first = report.tensor_rows.iter().filter_map(|t| t.verification.as_ref()?.error.as_ref()).next();
     first.map_or(crate::error::EXIT_OK, ValidateError::exit_code)
 }
 
 /// The first failure of a finished run, if any.
 pub fn first_failure(report: &Report) -> Option<&ValidateError> {
-    report.tensors.iter().filter_map(|t| t.verification.as_ref()?.error.as_ref()).next()
+    report.tensor_rows.iter().filter_map(|t| t.verification.as_ref()?.error.as_ref()).next()
 }
 
 #[cfg(test)]
@@ -422,7 +426,7 @@ mod tests {
         let r = run(&vector("v3_enc_key.tensors"), Some(test_key()), 4096).unwrap();
         let s = r.verification.as_ref().unwrap();
         assert_eq!((s.verified, s.failed), (5, 0));
-        assert!(r.tensors.iter().all(|t| t.verification.as_ref().unwrap().checks.contains(&"mac")));
+        assert!(r.tensor_rows.iter().all(|t| t.verification.as_ref().unwrap().checks.contains(&"mac")));
     }
 
     #[test]

@@ -147,18 +147,22 @@ def key_args(vector: dict, tmp: Path) -> tuple[list[str], dict[str, str], Path]:
 
 
 def assert_matches_manifest(report: dict, vector: dict) -> None:
-    assert report["report_version"] == 1
+    assert report["report_version"] == 2
     assert report["file"] == f"/in/{vector['file']}"
     assert report["file_bytes"] == vector["size"]
     assert report["data_version"] == vector["data_version"]
     assert report["feature_flags"] == vector["feature_flags"]
     assert report["encrypted"] == (vector["encryption"] is not None)
     assert report["tensor_count"] == vector["tensor_count"] == len(vector["tensors"])
+    # The embedding contract: `valid`, `tensors` (a count), `errors`.
+    assert report["tensors"] == vector["tensor_count"]
+    assert report["valid"] is (report["verification"] is None or report["verification"]["ok"])
+    assert report["errors"] == []
     assert report["data_bytes"] == vector["tensor_data_bytes"]
     assert report["metadata_index_bytes"] == vector["metadata_index_length"]
     # Totals by dtype, recomputed from the manifest's tensors.
     totals: dict[str, list[int]] = {}
-    for row, want in zip(report["tensors"], vector["tensors"], strict=True):
+    for row, want in zip(report["tensor_rows"], vector["tensors"], strict=True):
         assert row["dtype_string"] == want["dtype"]
         assert row["shape"] == want["shape"]
         assert row["data_length"] == want["data_length"]
@@ -192,7 +196,7 @@ def test_vector_inspects(validate, vector):
     report = run.json()
     assert_matches_manifest(report, vector)
     assert report["verification"] is None
-    assert all(t["verification"] is None for t in report["tensors"])
+    assert all(t["verification"] is None for t in report["tensor_rows"])
 
 
 @pytest.mark.parametrize("vector", MANIFEST["vectors"], ids=[v["file"] for v in MANIFEST["vectors"]])
@@ -211,7 +215,7 @@ def test_vector_verifies(validate, vector, tmp_path):
     # Every committed vector stores hashes, so nothing is merely unverified.
     assert summary["unverified"] == 0
     assert summary["data_bytes_checked"] == vector["tensor_data_bytes"]
-    for row, want in zip(report["tensors"], vector["tensors"], strict=True):
+    for row, want in zip(report["tensor_rows"], vector["tensors"], strict=True):
         v = row["verification"]
         assert v["status"] == "verified" and v["error"] is None
         assert ("crc32" in v["checks"]) == (want["stored_crc32"] is not None)
@@ -337,6 +341,8 @@ def test_truncated(hostile, cut, verify):
     doc = run.json()
     assert doc["error"]["kind"] == "invalid_input"
     assert doc["error"]["offset"] == (0 if cut < 5 else at)
+    assert doc["valid"] is False and doc["tensors"] == 0
+    assert doc["errors"] == [{"tensor": None, "offset": doc["error"]["offset"], "message": doc["error"]["message"]}]
 
 
 def test_truncated_encrypted(hostile):
@@ -363,10 +369,14 @@ def test_flipped_data_byte(hostile):
         "failed": 1,
         "data_bytes_checked": v["tensor_data_bytes"],
     }
-    bad = report["tensors"][-1]["verification"]
+    bad = report["tensor_rows"][-1]["verification"]
     assert bad["status"] == "failed"
     assert bad["error"]["kind"] == "verification"
     assert bad["error"]["offset"] == t["header_offset"]
+    assert report["valid"] is False and report["tensors"] == v["tensor_count"]
+    assert report["errors"] == [
+        {"tensor": report["tensor_rows"][-1]["name"], "offset": t["header_offset"], "message": bad["error"]["message"]}
+    ]
 
 
 def test_flipped_ciphertext_byte(validate, tmp_path):
@@ -379,7 +389,7 @@ def test_flipped_ciphertext_byte(validate, tmp_path):
     (tmp_path / "k").write_text(SECRETS["key_hex"])
     run = validate(["validate", "--verify", "--json", "--key-file", "/in/k", "/in/h.tensors"], tmp_path)
     assert run.code == 1
-    row = next(r for r in run.json()["tensors"] if r["name"] == big["name"])
+    row = next(r for r in run.json()["tensor_rows"] if r["name"] == big["name"])
     # The error names the chunk that failed to open.
     assert row["verification"]["error"]["offset"] == big["data_offset"] + (2 << 20)
 
@@ -487,7 +497,7 @@ def test_16_gib_meta_tensor(hostile):
     run = hostile(bytes(data), "--verify", "--json")
     assert run.code == 0, run.stderr
     report = run.json()
-    row = next(r for r in report["tensors"] if r["name"] == t["name"])
+    row = next(r for r in report["tensor_rows"] if r["name"] == t["name"])
     assert (row["shape"], row["bytes"], row["meta"], row["data_length"]) == ([META_16_GIB], META_16_GIB, True, 0)
     assert row["verification"]["status"] == "verified"
     assert report["by_dtype"]["uint8"]["bytes"] >= META_16_GIB
@@ -552,7 +562,7 @@ def test_memory_is_bounded_by_one_piece(validate, tmp_path):
     run = validate(["validate", "--verify", "--json", "/in/big.tensors"], tmp_path, memory=16 * MIB)
     assert run.code == 0, (run.code, run.stderr)
     report = run.json()
-    assert report["tensors"][-1]["bytes"] == 64 * MIB
+    assert report["tensor_rows"][-1]["bytes"] == 64 * MIB
     assert report["verification"]["data_bytes_checked"] == v["tensor_data_bytes"] - 64 + 64 * MIB
     payload[-1] ^= 1
     t = v["tensors"][-1]

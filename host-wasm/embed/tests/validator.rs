@@ -125,17 +125,17 @@ fn hostile_limits() -> Limits {
 // ---- every vector ----------------------------------------------------------
 
 fn check_report(report: &Value, vector: &Value) {
-    assert_eq!(report["report_version"], 1);
+    assert_eq!(report["report_version"], 2);
     assert_eq!(report["file"], format!("/in/{}", vector["file"].as_str().unwrap()));
     assert_eq!(report["file_bytes"], vector["size"]);
     assert_eq!(report["tensor_count"], vector["tensor_count"]);
-    assert_eq!(report["tensors"].as_array().unwrap().len() as u64, u64_of(&vector["tensor_count"]));
+    assert_eq!(report["tensor_rows"].as_array().unwrap().len() as u64, u64_of(&vector["tensor_count"]));
     assert_eq!(report["data_bytes"], vector["tensor_data_bytes"]);
     assert!(report.get("error").is_none(), "{report}");
-    // The contract names a `valid` flag; accept the report with or without it.
-    if let Some(valid) = report.get("valid") {
-        assert_eq!(valid, true);
-    }
+    // The embedding contract: `valid`, `tensors` (a count) and `errors`.
+    assert_eq!(report["valid"], true, "{report}");
+    assert_eq!(report["tensors"], vector["tensor_count"]);
+    assert_eq!(report["errors"], serde_json::json!([]));
 }
 
 #[test]
