@@ -59,6 +59,9 @@ import torch
 if which == "ours":
     from tensorizer_rs import zipslicer as zs
     open_ = lambda: zs.load(path)
+elif which == "ours_mmap":
+    from tensorizer_rs import zipslicer as zs
+    open_ = lambda: zs.load(path, mmap=True)
 elif which == "zipslicer":
     import zipslicer as zs
     open_ = lambda: zs.load(path)
@@ -87,6 +90,7 @@ print(json.dumps(out))
 
 CONTENDERS = [
     ("ours", "**tensorizer_rs.zipslicer**"),
+    ("ours_mmap", "tensorizer_rs.zipslicer mmap=True (opt-in views)"),
     ("zipslicer", "zipslicer 0.8.1"),
     ("torch", "torch.load(weights_only=True)"),
     ("torch_mmap", "torch.load(mmap=True)"),
