@@ -320,9 +320,12 @@ describe('tensorizer files', () => {
       assert.deepEqual(top, want);
       assert.equal((await page.$$('#tree > details > details')).length, 0);
       await page.click('#tree > details:first-child > summary');
+      // A folder draws its children on its toggle event: wait for them.
+      await page.waitForSelector('#tree > details:first-child > details > summary');
       const inner = await page.$$eval('#tree > details:first-child > details > summary', (s) => s.map((x) => x.firstChild.textContent));
       assert.ok(inner.includes('layers'), JSON.stringify(inner));
       await page.click('#tree > details:first-child > details > summary');
+      await page.waitForSelector('#tree > details:first-child > details > details > summary');
       // List indices show as [0], [1], ...
       const indices = await page.$$eval('#tree > details:first-child > details > details > summary', (s) => s.map((x) => x.firstChild.textContent));
       assert.ok(indices.includes('[0]'), JSON.stringify(indices));
