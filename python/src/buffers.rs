@@ -72,3 +72,16 @@ impl Held {
             .collect()
     }
 }
+
+/// Lends the one writable buffer `buffer` to `fill` with the GIL released:
+/// what every "read into this array" method does.
+pub(crate) fn fill_with(
+    py: Python<'_>,
+    buffer: Bound<'_, PyAny>,
+    fill: impl FnOnce(&mut [u8]) -> tensorizer_native::Result<()> + Send,
+) -> PyResult<()> {
+    let mut held = Held::acquire(&[buffer], true)?;
+    let mut slices = held.slices_mut();
+    let out = slices.pop().ok_or_else(|| PyValueError::new_err("no buffer"))?;
+    py.detach(|| fill(out)).map_err(crate::errors::to_py)
+}

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::checkpoint::Leaf;
@@ -11,7 +10,7 @@ use tensorizer_native::checkpoint::CheckpointReader;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, open_source_for};
 
-use crate::buffers::Held;
+use crate::buffers::fill_with;
 use crate::errors::to_py;
 use crate::reader::path_to_py;
 
@@ -104,10 +103,7 @@ impl NativeCheckpoint {
     /// writable C-contiguous buffer of exactly `nbytes(i)` bytes), reading
     /// only the storage bytes its view spans, with the GIL released.
     fn read_into(&self, py: Python<'_>, i: usize, buffer: Bound<'_, PyAny>) -> PyResult<()> {
-        let mut held = Held::acquire(&[buffer], true)?;
-        let mut slices = held.slices_mut();
-        let out = slices.pop().ok_or_else(|| PyValueError::new_err("no buffer"))?;
-        py.detach(|| self.inner.read_contiguous(i, out)).map_err(to_py)
+        fill_with(py, buffer, |out| self.inner.read_contiguous(i, out))
     }
 
     /// Entry `i`'s storage as (first byte in the file, byte length), checked

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyEllipsis, PySlice, PyTuple};
 use tensorizer_native::slice_plan::{Index, StridedView};
 
-use crate::buffers::Held;
+use crate::buffers::fill_with;
 use crate::checkpoint::NativeCheckpoint;
 use crate::errors::to_py;
 use crate::reader::NativeReader;
@@ -93,11 +93,8 @@ fn checkpoint_read_slice(
     buffer: Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let index = parse_index(key)?;
-    let mut held = Held::acquire(&[buffer], true)?;
-    let mut slices = held.slices_mut();
-    let out = slices.pop().ok_or_else(|| PyValueError::new_err("no buffer"))?;
     let inner = &ckpt.get().inner;
-    py.detach(|| inner.read_slice(i, &index, out)).map_err(to_py)
+    fill_with(py, buffer, |out| inner.read_slice(i, &index, out))
 }
 
 /// The shape of `tensor i[key]` of a tensorizer file.
@@ -121,11 +118,8 @@ fn reader_read_slice(
     buffer: Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let index = parse_index(key)?;
-    let mut held = Held::acquire(&[buffer], true)?;
-    let mut slices = held.slices_mut();
-    let out = slices.pop().ok_or_else(|| PyValueError::new_err("no buffer"))?;
     let inner = &reader.get().inner;
-    py.detach(|| inner.read_slice(i, &index, out)).map_err(to_py)
+    fill_with(py, buffer, |out| inner.read_slice(i, &index, out))
 }
 
 /// Bytes `start..stop` of tensor `i`'s data (plaintext) of a tensorizer file.
