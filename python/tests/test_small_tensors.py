@@ -74,3 +74,24 @@ def test_what_users_do_next(tmp_path):
     # in-place updates stay in their own tensor
     got["b0"].add_(1)
     assert torch.equal(got["b1"], sd["b1"])
+
+
+def test_arena_loads_refuse_bad_offsets(tmp_path):
+    """NativeReader.load_into_arena checks offsets against the buffer."""
+    import numpy as np
+
+    sd = {"a": torch.arange(4, dtype=torch.int32), "b": torch.arange(3, dtype=torch.int64)}
+    path = tmp_path / "two.tensors"
+    write_with(tz, path, lambda s: s.write_state_dict(sd))
+    reader = tz._native.NativeReader(str(path))
+    buf = np.zeros(128, dtype=np.uint8)
+    reader.load_into_arena([0, 1], buf, [0, 64])
+    assert buf[:16].view(np.int32).tolist() == [0, 1, 2, 3]
+    assert buf[64:88].view(np.int64).tolist() == [0, 1, 2]
+    for offsets in ([0, 8], [64, 0], [0, 120]):  # overlapping, descending, past the end
+        with pytest.raises(ValueError):
+            reader.load_into_arena([0, 1], buf, offsets)
+    with pytest.raises(ValueError):
+        reader.load_into_arena([0, 1], buf, [0])
+    with pytest.raises(IndexError):
+        reader.load_into_arena([7], buf, [0])

@@ -247,20 +247,19 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         else:
             small, large = [], todo
         staged = [self._staging_tensor(e, pin) for e in large]
-        indices = [e.index for e in large]
-        buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
-        carved: list[tuple[_Entry, Any]] = []
+        if large:
+            buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
+            self._reader.load_into([e.index for e in large], buffers, verify_hash)
+        # Each arena: one buffer and one native call; its members' offsets.
+        carved: list[tuple[Any, list[_Entry], list[int]]] = []
         for members, size in _plan_arenas(small):
             raw = _arena(size)
-            at = 0
+            offsets, at = [], 0
             for e in members:
-                piece = raw[at : at + e.data_length]
-                indices.append(e.index)
-                buffers.append(piece)
-                carved.append((e, piece))
+                offsets.append(at)
                 at += _aligned(e.data_length)
-        if indices:
-            self._reader.load_into(indices, buffers, verify_hash)
+            self._reader.load_into_arena([e.index for e in members], raw, offsets, verify_hash)
+            carved.append((raw, members, offsets))
         Parameter = torch.nn.Parameter
         for e, t in zip(large, staged):
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
@@ -275,15 +274,19 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         frombuffer = torch.frombuffer
         make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
         cast = self._dtype
-        for e, piece in carved:
-            dtype = _dtypes.torch_dtype(e.dtype)
-            t = frombuffer(piece, dtype=dtype) if e.data_length else torch.empty(e.shape, dtype=dtype)
-            if len(e.shape) != 1:
-                t = t.view(e.shape)
-            grad = _dtypes.is_float_like(dtype)
-            if cast is not None and dtype != torch.bool:
-                t = t.to(cast)
-            cache[e.index] = make(Parameter, t, grad)
+        for raw, members, offsets in carved:
+            for e, offset in zip(members, offsets):
+                dtype = _dtypes.torch_dtype(e.dtype)
+                if e.data_length:
+                    t = frombuffer(raw, dtype=dtype, count=e.data_length // dtype.itemsize, offset=offset)
+                else:
+                    t = torch.empty(e.shape, dtype=dtype)
+                if len(e.shape) != 1:
+                    t = t.view(e.shape)
+                grad = _dtypes.is_float_like(dtype)
+                if cast is not None and dtype != torch.bool:
+                    t = t.to(cast)
+                cache[e.index] = make(Parameter, t, grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and todo:
