@@ -10,6 +10,8 @@
 
 use std::ops::Range;
 
+use tensorizer_core::checkpoint::state_dict;
+
 use crate::checkpoint::{CheckpointReader, swap_unit};
 use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
@@ -131,19 +133,12 @@ impl StridedView {
 
     /// Number of elements, `None` on overflow.
     pub fn numel(&self) -> Option<u64> {
-        self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+        state_dict::numel(&self.shape)
     }
 
     /// Whether the elements lie row-major and back to back.
     pub fn is_row_major(&self) -> bool {
-        let mut expected = 1u64;
-        for (&d, &s) in self.shape.iter().zip(&self.stride).rev() {
-            if d != 1 && s != expected {
-                return false;
-            }
-            expected = expected.saturating_mul(d);
-        }
-        true
+        state_dict::is_row_major(&self.shape, &self.stride)
     }
 
     /// The view `self[index]` under numpy's basic-indexing rules (as

@@ -47,19 +47,12 @@ impl TensorView {
     /// Number of elements (`None` on overflow; may exceed the storage when
     /// a stride is 0).
     pub fn numel(&self) -> Option<u64> {
-        self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+        numel(&self.shape)
     }
 
     /// Whether strides are the row-major strides of the shape.
     pub fn is_contiguous(&self) -> bool {
-        let mut expected = 1u64;
-        for (&d, &s) in self.shape.iter().zip(&self.stride).rev() {
-            if d != 1 && s != expected {
-                return false;
-            }
-            expected = expected.saturating_mul(d);
-        }
-        true
+        is_row_major(&self.shape, &self.stride)
     }
 
     /// Elements of the storage the view spans from its offset: 0 for an
@@ -333,4 +326,22 @@ impl Flattener<'_> {
         }
         Ok(view)
     }
+}
+
+/// Number of elements of `shape` (`None` on overflow).
+pub fn numel(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+}
+
+/// Whether `stride` (in elements) is the row-major stride of `shape`;
+/// dimensions of size 1 may have any stride.
+pub fn is_row_major(shape: &[u64], stride: &[u64]) -> bool {
+    let mut expected = 1u64;
+    for (&d, &s) in shape.iter().zip(stride).rev() {
+        if d != 1 && s != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(d);
+    }
+    true
 }
