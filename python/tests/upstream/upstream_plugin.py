@@ -163,8 +163,47 @@ def _redirect_neo_url(items: list[pytest.Item]) -> None:
             module.NEO_URL = _serve_readme()
 
 
+# test_stream_io's start_redis gives redis-server one second per line of its
+# start-up banner and fails when a loaded CI machine is slower than that (seen
+# here with a 3 s gap after "just started"). This one starts the same server
+# and waits up to REDIS_START_S for it to answer PING.
+REDIS_START_S = 30.0
+
+
+def _start_redis_patiently(port: int = 6381) -> tuple[Any, Any]:
+    import subprocess
+    import time
+
+    import redis
+
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+        # A pipe, as theirs: teardown_redis closes it. The banner fits its buffer.
+        stdout=subprocess.PIPE,
+    )
+    client = redis.Redis(host="localhost", port=port, db=0)
+    deadline = time.monotonic() + REDIS_START_S
+    while True:
+        try:
+            client.ping()
+            return process, client
+        except redis.exceptions.ConnectionError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise Exception(f"Redis server did not start on port {port} within {REDIS_START_S} s")
+            time.sleep(0.05)
+
+
+def _patient_redis(items: list[pytest.Item]) -> None:
+    modules = {getattr(item, "module", None) for item in items}
+    for module in modules:
+        if module is not None and hasattr(module, "start_redis"):
+            module.start_redis = _start_redis_patiently
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _redirect_neo_url(items)
+    _patient_redis(items)
     for item in items:
         key = _key(item.nodeid)
         _SEEN.add(key)
