@@ -94,7 +94,7 @@ class NativeLoad:
         self.uri, self.readers, self.s3 = uri, readers, s3
         source = _native.NativeSource(uri, **s3)  # type: ignore[arg-type]
         reader = _native.NativeReader(source, num_readers=readers)
-        self.sizes = [e[5] for e in reader.entries()]
+        self.sizes = [e.data_length for e in reader.entries((0, 1, 2))]
         self.buffers = [np.ones(n, np.uint8) for n in self.sizes]
 
     def __call__(self) -> None:

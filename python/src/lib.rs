@@ -8,6 +8,7 @@ mod buffers;
 mod checkpoint;
 mod convert;
 mod cuda;
+mod entry;
 mod errors;
 mod reader;
 mod slices;
@@ -20,6 +21,8 @@ use pyo3::prelude::*;
 mod _native {
     #[pymodule_export]
     use crate::checkpoint::NativeCheckpoint;
+    #[pymodule_export]
+    use crate::entry::PyEntry;
     #[pymodule_export]
     use crate::errors::{CryptographyError, FormatError, HashMismatchError};
     #[pymodule_export]

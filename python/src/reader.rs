@@ -13,6 +13,9 @@ use crate::errors::{CryptographyError, to_py};
 
 type Source = Box<dyn RangeSource>;
 
+/// One arena of `plan_arenas`: (first position, end position, offsets, bytes).
+type ArenaPlan = (usize, usize, Vec<usize>, usize);
+
 /// (hashable header, CRC32, SHA-256) of one tensor.
 type HashInfo<'py> = (Bound<'py, PyBytes>, Option<u32>, Option<Bound<'py, PyBytes>>);
 
@@ -109,31 +112,14 @@ impl NativeReader {
         self.inner.source().name().to_string()
     }
 
-    /// One tuple per tensor in file order: (path components, stored name
-    /// bytes, tensor type, dtype string, shape, data length, bytes in
-    /// memory, is meta, header offset, data offset).
-    #[allow(clippy::type_complexity)]
-    fn entries<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        self.inner
-            .entries()
-            .iter()
-            .map(|e| {
-                let name = e.path.to_bytes().unwrap_or_default();
-                (
-                    path_to_py(py, &e.path)?,
-                    PyBytes::new(py, &name),
-                    e.tensor_type.as_u8(),
-                    e.dtype.as_str(),
-                    e.shape.clone(),
-                    e.data_length,
-                    e.nbytes(),
-                    e.is_meta(),
-                    e.header_offset,
-                    e.data_offset,
-                )
-                    .into_pyobject(py)
-            })
-            .collect()
+    /// One typed `Entry` per tensor, in file order; `tensor_types[k]` is
+    /// the Python value of stored tensor type `k`.
+    fn entries<'py>(
+        &self,
+        py: Python<'py>,
+        tensor_types: &Bound<'py, PyTuple>,
+    ) -> PyResult<Vec<Bound<'py, crate::entry::PyEntry>>> {
+        crate::entry::build(py, self.inner.entries(), tensor_types)
     }
 
     /// Module index of each listed tensor (reads their headers).
@@ -180,6 +166,34 @@ impl NativeReader {
         let slices = held.slices_mut();
         let jobs: Vec<(usize, &mut [u8])> = indices.into_iter().zip(slices).collect();
         py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
+    }
+
+    /// Packs tensors `indices`, in order, into arenas of at most
+    /// `max_bytes` (a tensor larger than that gets an arena of its own),
+    /// each tensor starting `align`-aligned. Per arena: (first position in
+    /// `indices`, end position, each member's offset, bytes).
+    fn plan_arenas(&self, indices: Vec<usize>, max_bytes: usize, align: usize) -> PyResult<Vec<ArenaPlan>> {
+        let entries = self.inner.entries();
+        let align = align.max(1);
+        let mut plans: Vec<ArenaPlan> = Vec::new();
+        let (mut first, mut size, mut offsets) = (0usize, 0usize, Vec::new());
+        for (pos, &i) in indices.iter().enumerate() {
+            let entry = entries.get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+            let need = usize::try_from(entry.data_length)
+                .ok()
+                .and_then(|n| n.checked_next_multiple_of(align))
+                .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("tensor {i} is too large")))?;
+            if !offsets.is_empty() && size.saturating_add(need) > max_bytes {
+                plans.push((first, pos, std::mem::take(&mut offsets), size));
+                (first, size) = (pos, 0);
+            }
+            offsets.push(size);
+            size += need; // at most max_bytes + need: no overflow
+        }
+        if !offsets.is_empty() {
+            plans.push((first, indices.len(), offsets, size));
+        }
+        Ok(plans)
     }
 
     /// Loads tensors `indices[k]` into one writable buffer, each at

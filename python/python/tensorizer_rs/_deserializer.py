@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import types
@@ -43,23 +44,8 @@ HUGE_PAGE_MIN = 2 << 20
 _TENSOR_TYPES = tuple(TensorType)
 
 
-class _Entry:
-    __slots__ = ("index", "path", "name", "tensor_type", "dtype", "shape", "data_length", "nbytes", "is_meta", "data_offset", "header_offset", "name_bytes")
-
-    def __init__(self, index: int, raw: tuple[Any, ...]) -> None:
-        path, name_bytes, tensor_type, dtype, shape, data_length, nbytes, is_meta, header_offset, data_offset = raw
-        self.index = index
-        self.path: _paths.Path = tuple(path)
-        self.name = _paths.normalize(self.path)
-        self.tensor_type = _TENSOR_TYPES[tensor_type] if 0 <= tensor_type < len(_TENSOR_TYPES) else TensorType(tensor_type)
-        self.dtype: str = dtype
-        self.shape = tuple(shape)
-        self.data_length: int = data_length
-        self.nbytes: int = nbytes
-        self.is_meta: bool = is_meta
-        self.data_offset: int = data_offset
-        self.header_offset: int = header_offset
-        self.name_bytes: bytes = name_bytes
+#: One tensor of the file's index (typed, read-only, built natively).
+_Entry = _native.Entry
 
 
 def _resolve_device(device: Any) -> Any:
@@ -162,21 +148,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             raise CryptographyError("Tensor is encrypted, but decryption was not requested")
         self._version = version
         self.total_file_bytes = tensor_size
-        entries = [_Entry(i, raw) for i, raw in enumerate(self._reader.entries())]
+        with _gc_paused():
+            entries = self._index(filter_func)
         self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
-        self._all = entries
-        self._selected = [e for e in entries if filter_func is None or filter_func(e.name)]
-        self._structure: dict[Any, Any] = {}
-        for e in self._selected:
-            layer = self._structure
-            for part in e.path[:-1]:
-                layer = layer.setdefault(part, {})
-                if isinstance(layer, _Entry):
-                    raise ValueError(f"Conflicting tensor paths at {e.name!r}")
-            layer[e.path[-1]] = e
-        self._cache: dict[int, Any] = {}
-        self._position: dict[int, int] = {e.index: k for k, e in enumerate(self._selected)}
-        self._last_yielded = -1
         self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
         self.read_bytes = 0
         self.total_compressed_tensor_bytes = 0
@@ -195,6 +169,26 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._last_yielded = len(self._selected) - 1
             self.total_tensor_bytes = sum(e.data_length for e in self._selected)
 
+    def _index(self, filter_func: FilterFuncType | None) -> list[_Entry]:
+        """Reads the index into typed entries, selects those ``filter_func``
+        keeps and builds the nested structure of their names."""
+        entries: list[_Entry] = self._reader.entries(_TENSOR_TYPES)
+        self._all = entries
+        self._selected = entries if filter_func is None else [e for e in entries if filter_func(e.name)]
+        self._structure: dict[Any, Any] = {}
+        for e in self._selected:
+            layer = self._structure
+            path = e.path
+            for part in path[:-1]:
+                layer = layer.setdefault(part, {})
+                if isinstance(layer, _Entry):
+                    raise ValueError(f"Conflicting tensor paths at {e.name!r}")
+            layer[path[-1]] = e
+        self._cache: dict[int, Any] = {}
+        self._position: dict[int, int] = {e.index: k for k, e in enumerate(self._selected)}
+        self._last_yielded = -1
+        return entries
+
     # -- loading --------------------------------------------------------------
 
     @property
@@ -212,6 +206,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     def _load(self, entries: list[_Entry], verify_hash: bool | None) -> None:
         """Loads every entry not yet cached, in one parallel native call."""
+        with _gc_paused():
+            self._load_now(entries, verify_hash)
+
+    def _load_now(self, entries: list[_Entry], verify_hash: bool | None) -> None:
         import torch
 
         todo = [e for e in entries if e.index not in self._cache]
@@ -250,16 +248,16 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)
-        # Each arena: one buffer and one native call; its members' offsets.
+        # Each arena: one buffer and one native call; its members' offsets
+        # (planned natively: one call for all of them).
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
-        for members, size in _plan_arenas(small):
-            raw = _arena(size)
-            offsets, at = [], 0
-            for e in members:
-                offsets.append(at)
-                at += _aligned(e.data_length)
-            self._reader.load_into_arena([e.index for e in members], raw, offsets, verify_hash)
-            carved.append((raw, members, offsets))
+        if small:
+            plan = self._reader.plan_arenas([e.index for e in small], ARENA_BYTES, PIECE_ALIGN)
+            for first, end, offsets, size in plan:
+                members = small[first:end]
+                raw = _arena(size)
+                self._reader.load_into_arena([e.index for e in members], raw, offsets, verify_hash)
+                carved.append((raw, members, offsets))
         Parameter = torch.nn.Parameter
         for e, t in zip(large, staged):
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
@@ -275,17 +273,26 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
         cast = self._dtype
         for raw, members, offsets in carved:
+        # dtype string -> (torch dtype, item size, requires grad, cast to)
+        kinds: dict[str, tuple[Any, int, bool, Any]] = {}
+        empty = torch.empty
             for e, offset in zip(members, offsets):
-                dtype = _dtypes.torch_dtype(e.dtype)
-                if e.data_length:
-                    t = frombuffer(raw, dtype=dtype, count=e.data_length // dtype.itemsize, offset=offset)
+                kind = kinds.get(e.dtype)
+                if kind is None:
+                    dtype = _dtypes.torch_dtype(e.dtype)
+                    kind = (dtype, dtype.itemsize, _dtypes.is_float_like(dtype), None if dtype == torch.bool else cast)
+                    kinds[e.dtype] = kind
+                dtype, itemsize, grad, cast_to = kind
+                n = e.data_length
+                if n:
+                    t = frombuffer(raw, dtype=dtype, count=n // itemsize, offset=offset)
+                    shape = e.shape
+                    if len(shape) != 1:
+                        t = t.view(shape)
                 else:
-                    t = torch.empty(e.shape, dtype=dtype)
-                if len(e.shape) != 1:
-                    t = t.view(e.shape)
-                grad = _dtypes.is_float_like(dtype)
-                if cast is not None and dtype != torch.bool:
-                    t = t.to(cast)
+                    t = empty(e.shape, dtype=dtype)
+                if cast_to is not None:
+                    t = t.to(cast_to)
                 cache[e.index] = make(Parameter, t, grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
@@ -730,10 +737,6 @@ def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[
                 stack[-1][2][key] = value
 
 
-def _aligned(n: int) -> int:
-    return -(-n // PIECE_ALIGN) * PIECE_ALIGN
-
-
 def _huge_region(size: int) -> mmap.mmap:
     """Anonymous private memory of `size` bytes, advised for transparent huge
     pages (when the kernel allows; 4 KiB pages otherwise)."""
@@ -756,22 +759,20 @@ def _arena(size: int) -> np.ndarray[Any, Any]:
     return raw[start : start + size]
 
 
-def _plan_arenas(packed: list[_Entry]) -> list[tuple[list[_Entry], int]]:
-    """Packs entries, in order, into arenas of at most ``ARENA_BYTES`` (each
-    piece starting ``PIECE_ALIGN``-aligned): ``(members, bytes)``."""
-    arenas: list[tuple[list[_Entry], int]] = []
-    members: list[_Entry] = []
-    size = 0
-    for e in packed:
-        need = _aligned(e.data_length)
-        if members and size + need > ARENA_BYTES:
-            arenas.append((members, size))
-            members, size = [], 0
-        members.append(e)
-        size += need
-    if members:
-        arenas.append((members, size))
-    return arenas
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector while an index or a load
+    builds tens of thousands of objects at once (each collection it would
+    trigger walks every object the process has, torch's included: about a
+    third of a 20,000-tensor load). Nothing built here forms a cycle."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:
