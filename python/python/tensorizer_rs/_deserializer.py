@@ -272,10 +272,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         frombuffer = torch.frombuffer
         make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
         cast = self._dtype
-        for raw, members, offsets in carved:
         # dtype string -> (torch dtype, item size, requires grad, cast to)
         kinds: dict[str, tuple[Any, int, bool, Any]] = {}
         empty = torch.empty
+        for raw, members, offsets in carved:
             for e, offset in zip(members, offsets):
                 kind = kinds.get(e.dtype)
                 if kind is None:
