@@ -6,28 +6,32 @@ Contenders (each timed from open to all tensors on the device, synchronized):
 
 * ``limit``: pinned host buffer -> device ``copy_`` of the same byte count
   (the pinned cudaMemcpy H2D limit of this machine);
-* ``tensorizer_rs``: ``TensorDeserializer(path, device="cuda")`` (native
-  staging ring when ``_native.cuda_available()``, else its pinned fallback;
-  the mode is printed), from page cache and, with ``--http``, from nginx on
-  127.0.0.1 (python/tests/remote_servers.py);
+* ``tensorizer_rs per_tensor`` and ``tensorizer_rs carved``:
+  ``TensorDeserializer(path, device="cuda")`` with
+  ``TENSORIZER_RS_CUDA_ALLOC=per_tensor`` (one torch allocation per tensor)
+  and ``=carved`` (one allocation carved into 256-byte-aligned views); the
+  native staging ring when ``_native.cuda_available()``, else its pinned
+  fallback (the header line says which); with ``--streams N`` also per
+  tensor on N copy streams of its own; from page cache and, with
+  ``--http``, from nginx on 127.0.0.1 (python/tests/remote_servers.py);
 * ``tensorizer``: ``TensorDeserializer(path, device="cuda")``;
 * ``safetensors``: ``safetensors.torch.load_file(path, device="cuda")``;
-* ``instanttensor`` and ``fastsafetensors`` when importable.
+* ``instanttensor`` and ``fastsafetensors`` when importable (a line says
+  why one is skipped).
 
 Before timing, every load is checked bit for bit against the source state
 dict (first/last tensors and a sample), so a wrong load fails the run. Each
 contender also runs once in a fresh subprocess to measure host RSS growth
 (VmHWM after the load minus VmRSS before it).
 
-Build the extension with native CUDA loading first (otherwise tensorizer_rs
-uses its pinned fallback, and the header line says so)::
+The wheel has native CUDA loading by default (the ``cuda`` feature;
+``TENSORIZER_RS_NATIVE_CUDA=0`` forces the torch fallback).
 
-    maturin develop --release -m python/Cargo.toml --features cuda
-
-Usage (one command on a GPU machine)::
+Usage (one command on a GPU machine: ``bash tests/gpu-bench.sh``)::
 
     python python/bench/bench_cuda.py                 # 1 and 8 GiB, 3 reps
     python python/bench/bench_cuda.py --gib 1 --reps 5 --http --json out.json
+    python python/bench/bench_cuda.py --dry-run       # the plan; needs no GPU
 
 Exits 0 with a message when no CUDA device is present. Downloads nothing.
 """
@@ -92,13 +96,48 @@ def write_files(sd: dict[str, Any], d: str) -> dict[str, str]:
     return paths
 
 
-def loaders(paths: dict[str, str], url: str | None) -> dict[str, Callable[[], dict[str, Any]]]:
-    out: dict[str, Callable[[], dict[str, Any]]] = {}
-    import tensorizer_rs
+#: tensorizer_rs's CUDA settings per row: (label, TENSORIZER_RS_CUDA_ALLOC, streams).
+RS_MODES = [("per_tensor", "per_tensor", 0), ("carved", "carved", 0)]
 
-    out["tensorizer_rs"] = lambda: dict(tensorizer_rs.TensorDeserializer(paths["rs"], device="cuda"))
+
+def rs_loader(source: str, alloc: str, streams: int) -> Callable[[], dict[str, Any]]:
+    """tensorizer_rs loading ``source`` to cuda with these settings (set
+    for the call: the RSS child runs the same function)."""
+
+    def run() -> dict[str, Any]:
+        import tensorizer_rs
+
+        os.environ["TENSORIZER_RS_CUDA_ALLOC"] = alloc
+        os.environ["TENSORIZER_RS_CUDA_STREAMS"] = str(streams)
+        with tensorizer_rs.TensorDeserializer(source, device="cuda") as d:
+            return dict(d)
+
+    return run
+
+
+def rs_modes(streams: int) -> list[tuple[str, str, int]]:
+    return RS_MODES + ([(f"per_tensor, {streams} streams", "per_tensor", streams)] if streams else [])
+
+
+def optional_skips() -> dict[str, str]:
+    """Contenders that will not run, with the reason."""
+    out = {}
+    for mod in ("tensorizer", "safetensors", "instanttensor", "fastsafetensors"):
+        if importlib.util.find_spec(mod) is None:
+            out[mod] = f"skipped: `import {mod}` fails (not installed in {sys.prefix})"
+    if "safetensors" in out:
+        for mod in ("instanttensor", "fastsafetensors"):
+            out.setdefault(mod, "skipped: needs safetensors to write its file")
+    return out
+
+
+def loaders(paths: dict[str, str], url: str | None, streams: int = 0) -> dict[str, Callable[[], dict[str, Any]]]:
+    out: dict[str, Callable[[], dict[str, Any]]] = {}
+    for label, alloc, n in rs_modes(streams):
+        out[f"tensorizer_rs {label}"] = rs_loader(paths["rs"], alloc, n)
     if url:
-        out["tensorizer_rs http"] = lambda: dict(tensorizer_rs.TensorDeserializer(url + "/rs.tensors", device="cuda"))
+        for label, alloc, n in rs_modes(streams):
+            out[f"tensorizer_rs http {label}"] = rs_loader(url + "/rs.tensors", alloc, n)
     if os.path.exists(paths["tz"]):
         import tensorizer
 
@@ -187,7 +226,7 @@ sys.path.insert(0, sys.argv[1])
 import bench_cuda, torch
 torch.cuda.init(); torch.empty(1, device="cuda")
 paths = json.loads(sys.argv[2]); name = sys.argv[3]; url = sys.argv[4] or None
-fn = bench_cuda.loaders(paths, url)[name]
+fn = bench_cuda.loaders(paths, url, int(sys.argv[5]))[name]
 before = bench_cuda.vm("VmRSS")
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
@@ -196,13 +235,66 @@ print(json.dumps({"growth": bench_cuda.vm("VmHWM") - before}))
 """
 
 
-def rss_growth(paths: dict[str, str], name: str, url: str | None) -> int | None:
-    args = [sys.executable, "-c", RSS_CHILD, HERE, json.dumps(paths), name, url or ""]
+def rss_growth(paths: dict[str, str], name: str, url: str | None, streams: int) -> int | None:
+    args = [sys.executable, "-c", RSS_CHILD, HERE, json.dumps(paths), name, url or "", str(streams)]
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=900, check=True).stdout
         return int(json.loads(out.strip().splitlines()[-1])["growth"])
     except (subprocess.SubprocessError, ValueError, IndexError, KeyError):
         return None
+
+
+def find_nginx() -> str | None:
+    """nginx's path, as python/tests/remote_servers.py looks for it."""
+    import shutil
+
+    for c in ("/usr/sbin/nginx", "/usr/bin/nginx"):
+        if os.path.exists(c):
+            return c
+    return shutil.which("nginx")
+
+
+def native_mode() -> str:
+    """How tensorizer_rs loads to cuda here, in words."""
+    from tensorizer_rs import _cuda, _native
+
+    if os.environ.get(_cuda.ENV_NATIVE, "").strip().lower() in ("0", "false", "no", "off"):
+        return f"pinned torch fallback ({_cuda.ENV_NATIVE}=0)"
+    if _native.cuda_available():
+        return "native staging ring"
+    return "pinned torch fallback (no CUDA driver found, or built without the cuda feature)"
+
+
+def dry_run(a: argparse.Namespace) -> int:
+    """The plan, without touching a GPU or writing files."""
+    print(f"bench_cuda plan: sizes {', '.join(f'{g:g} GiB' for g in a.gib)} of bf16 in {TENSORS} tensors, {a.reps} reps")
+    print("page cache: each file is read once before timing (warm)")
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        print(f"torch {torch.__version__}: CUDA {'available' if cuda else 'NOT available (the real run exits 0 and measures nothing)'}")
+    except ImportError:
+        print("torch: NOT installed (the real run exits 0 and measures nothing)")
+    try:
+        print(f"tensorizer_rs CUDA path: {native_mode()}")
+    except ImportError as e:
+        print(f"tensorizer_rs: NOT importable ({e})")
+    rows = ["limit (pinned H2D)"] + [f"tensorizer_rs {label}" for label, _, _ in rs_modes(a.streams)]
+    if a.http:
+        nginx = find_nginx()
+        if nginx:
+            print(f"http: nginx at {nginx}, on 127.0.0.1 (python/tests/remote_servers.py)")
+            rows += [f"tensorizer_rs http {label}" for label, _, _ in rs_modes(a.streams)]
+        else:
+            print("http: skipped: nginx is not installed (apt-get install nginx-light)")
+    skips = optional_skips()
+    rows += [m for m in ("tensorizer", "safetensors", "instanttensor", "fastsafetensors") if m not in skips]
+    print("rows: " + "; ".join(rows))
+    for mod, why in skips.items():
+        print(f"{mod}: {why}")
+    print(f"host RSS growth: {'off (--no-rss)' if a.no_rss else 'measured once per row in a fresh subprocess'}")
+    return 0
 
 
 def main() -> int:
@@ -213,7 +305,11 @@ def main() -> int:
     ap.add_argument("--no-rss", action="store_true")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--streams", type=int, default=0, help="also a tensorizer_rs row with this many copy streams")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and what would be skipped; needs no GPU")
     a = ap.parse_args()
+    if a.dry_run:
+        return dry_run(a)
     try:
         import torch
     except ImportError:
@@ -224,8 +320,10 @@ def main() -> int:
         return 0
     from tensorizer_rs import _native
 
-    mode = "native staging ring" if _native.cuda_available() else "pinned torch fallback (built without the cuda feature)"
+    mode = native_mode()
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; tensorizer_rs CUDA path: {mode}")
+    for mod, why in optional_skips().items():
+        print(f"{mod}: {why}")
     results: list[dict[str, Any]] = []
     for gib in a.gib:
         with tempfile.TemporaryDirectory(dir=a.dir) as d:
@@ -234,7 +332,9 @@ def main() -> int:
             paths = write_files(sd, d)
             ctx: Any = None
             url = None
-            if a.http:
+            if a.http and not find_nginx():
+                print("http: skipped: nginx is not installed (apt-get install nginx-light)")
+            elif a.http:
                 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
                 import remote_servers
 
@@ -242,7 +342,7 @@ def main() -> int:
                 url = ctx.__enter__()
             try:
                 runs: dict[str, Callable[[], Any]] = {"limit (pinned H2D)": limit(nbytes)}
-                for name, fn in loaders(paths, url).items():
+                for name, fn in loaders(paths, url, a.streams).items():
                     try:
                         got = fn()  # the warm-up run
                     except Exception as e:  # an optional loader with another API: reported, skipped
@@ -261,7 +361,7 @@ def main() -> int:
                     times = timed(fn, a.reps)
                     best = min(times)
                     best_limit = best_limit or best
-                    growth = None if a.no_rss or name.startswith("limit") else rss_growth(paths, name, url)
+                    growth = None if a.no_rss or name.startswith("limit") else rss_growth(paths, name, url, a.streams)
                     g = "" if growth is None else f"{growth / (1 << 20):.0f}"
                     print(
                         f"| {name} | {best:.3f} | {statistics.median(times):.3f} | {nbytes / best / 1e9:.2f} "

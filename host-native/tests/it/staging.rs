@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
+use tensorizer_native::redis::{RedisOptions, RedisSource, write_redis};
+use tensorizer_native::s3;
 use tensorizer_native::staging::{HostEngine, StagingOptions, load_staged};
-use tensorizer_native::{MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
+use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
 
@@ -167,6 +169,117 @@ fn corruption_is_detected_with_verify_on() {
             assert_ne!(engine.into_outputs()[0], expected_plain(&path)[0]);
         }
     }
+}
+
+/// `path`'s bytes with one bit flipped at `at` bytes into tensor `i`'s data.
+fn flipped(path: &std::path::Path, i: usize, at: u64) -> Vec<u8> {
+    let data_offset = Reader::open(path, ReadOptions::default()).unwrap().entries()[i].data_offset;
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[(data_offset + at) as usize] ^= 0x04;
+    bytes
+}
+
+/// Loads every tensor of `bytes` through a ring whose copies take a while;
+/// returns the error and the engine's violation count.
+fn failing_load(
+    bytes: Vec<u8>,
+    key: Option<tensorizer_core::KeySource>,
+    verify_hash: bool,
+) -> (Error, usize, Vec<Vec<u8>>) {
+    let options = ReadOptions { num_readers: 3, verify_hash, key };
+    let reader = Reader::new(MemorySource::new(bytes, "tampered.tensors"), options).unwrap();
+    let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
+    let engine = HostEngine::new(&sizes).unwrap().with_latency(Duration::from_millis(5));
+    let all: Vec<usize> = (0..sizes.len()).collect();
+    let options = StagingOptions { verify_hash, ..ring(2, 2 << 20, 3) };
+    let err = load_staged(&reader, &all, &engine, &options).expect_err("a tampered file must not load");
+    let violations = engine.violations();
+    (err, violations, engine.into_outputs())
+}
+
+#[test]
+fn a_tampered_encrypted_chunk_is_a_decryption_error_with_or_without_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), true);
+    // The fourth 2 MiB chunk of the 12 MiB tensor, and a small tensor.
+    for (i, at) in [(0usize, (6 << 20) + 17), (5, 3)] {
+        for verify in [false, true] {
+            let (err, violations, _) = failing_load(flipped(&path, i, at), key.clone(), verify);
+            assert!(
+                matches!(err.format_error(), Some(tensorizer_core::Error::Decryption)),
+                "tensor {i}, verify={verify}: {err}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains("tampered.tensors"), "the error names the file: {msg}");
+            let name = if i == 0 { "big" } else { "small.3" };
+            assert!(msg.contains(name), "the error names the tensor: {msg}");
+            assert_eq!(violations, 0, "no buffer refilled while a copy was in flight after the error");
+        }
+    }
+}
+
+#[test]
+fn a_hash_mismatch_is_a_typed_error_naming_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_model(dir.path(), false);
+    // A bit of the second piece of the 12 MiB tensor (2 MiB buffers).
+    let (err, violations, _) = failing_load(flipped(&path, 0, (2 << 20) + 5), None, true);
+    assert!(matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. })), "{err}");
+    assert!(err.is_verification_failure());
+    assert!(err.to_string().contains("big"), "{err}");
+    assert_eq!(violations, 0);
+    // A small tensor sharing a buffer with others.
+    let (err, _, _) = failing_load(flipped(&path, 9, 0), None, true);
+    assert!(matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. })), "{err}");
+    assert!(err.to_string().contains("small.7"), "{err}");
+}
+
+#[test]
+fn a_passphrase_vector_and_a_key_vector_stage_over_http_verified() {
+    let encrypted: Vec<_> = vectors().into_iter().filter(|v| v.key().is_some() && !v.name().contains("long")).collect();
+    assert!(!encrypted.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    for v in &encrypted {
+        std::fs::copy(&v.path, dir.path().join(v.name())).unwrap();
+    }
+    let Some(nginx) = crate::servers::Nginx::serve(dir.path()) else { return };
+    for v in &encrypted {
+        let options = ReadOptions { num_readers: 2, verify_hash: true, key: v.key() };
+        let remote = Reader::open_uri(&nginx.url(&v.name()), options.clone()).unwrap();
+        let (got, _) = staged(&remote, &ring(2, 2 << 20, 2), Duration::ZERO);
+        assert!(got == expected(&Reader::open(&v.path, options).unwrap()), "{}", v.name());
+    }
+}
+
+#[test]
+fn over_s3_the_ring_gives_the_same_bytes_encrypted_and_verified() {
+    let Some(moto) = crate::s3::Moto::start() else { return };
+    moto.create_bucket("staging");
+    let options = moto.options(moto.port);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), true);
+    let uri = "s3://staging/model.tensors";
+    s3::upload(&path, uri, &options).unwrap();
+    let read = ReadOptions { num_readers: 3, verify_hash: true, key };
+    let remote = Reader::new(s3::open(uri, &options).unwrap(), read.clone()).unwrap();
+    let (got, stats) = staged(&remote, &ring(3, 4 << 20, 3), Duration::from_millis(2));
+    assert!(got == expected(&Reader::open(&path, read).unwrap()), "bytes differ");
+    assert_eq!(stats.violations, 0);
+}
+
+#[test]
+fn over_redis_the_ring_gives_the_same_bytes_encrypted_and_verified() {
+    let Some(server) = crate::servers::RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), true);
+    let read = ReadOptions { num_readers: 3, verify_hash: true, key };
+    let local = Reader::open(&path, read.clone()).unwrap();
+    let uri = server.uri("staging/model");
+    write_redis(&uri, &local, false).unwrap();
+    let remote = Reader::new(RedisSource::open(&uri, RedisOptions::default()).unwrap(), read).unwrap();
+    let (got, stats) = staged(&remote, &ring(3, 4 << 20, 3), Duration::ZERO);
+    assert!(got == expected(&local), "bytes differ");
+    assert_eq!(stats.violations, 0);
 }
 
 fn expected_plain(path: &std::path::Path) -> Vec<Vec<u8>> {

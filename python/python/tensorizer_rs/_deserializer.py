@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _dtypes, _native, _paths
+from . import _cuda, _dtypes, _native, _paths
 from ._crypt import CryptographyError, DecryptionParams
 from ._types import TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
@@ -224,11 +224,12 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._check_meta_headers(metas, bool(verify_hash))
         if self._map is not None and not verify_hash and device.type == "cpu":
             todo = self._load_mapped(todo)
-        if device.type == "cuda" and todo and _native.cuda_available():
+        if device.type == "cuda" and todo and _cuda.native_enabled():
             # Native staging ring: pinned buffers, async copies into tensors
-            # allocated here, on torch's current stream (spec §19).
-            dev = [torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), device=device) for e in todo]
-            _native.reader_load_cuda(self._reader, [e.index for e in todo], dev, verify_hash)
+            # allocated here (one each, or carved from one allocation), on
+            # torch's current stream; decrypted and verified on the way
+            # (spec §19, _cuda.py).
+            dev = _cuda.load(self._reader, todo, device, verify_hash)
             for e, t in zip(todo, dev):
                 grad = _dtypes.is_float_like(t.dtype)
                 if self._dtype is not None and t.dtype != torch.bool:

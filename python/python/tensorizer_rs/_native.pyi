@@ -31,6 +31,7 @@ __all__ = [
     "convert_file",
     "cuda_available",
     "reader_load_cuda",
+    "reader_load_staged",
 ]
 
 __version__: str
@@ -224,4 +225,16 @@ def reader_load_cuda(
     indices: Sequence[int],
     tensors: Sequence[Any],
     verify_hash: bool | None = None,
+    *,
+    streams: int = 0,
 ) -> None: ...
+def reader_load_staged(
+    reader: NativeReader,
+    indices: Sequence[int],
+    buffers: Sequence[Any],
+    verify_hash: bool | None = None,
+    *,
+    buffer_len: int | None = None,
+    ring: int | None = None,
+    copy_latency_us: int = 0,
+) -> tuple[int, int]: ...

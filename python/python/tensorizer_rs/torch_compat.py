@@ -40,6 +40,7 @@ from typing import Any, Final, Optional, Union
 
 import torch
 
+from . import _cuda
 from ._deserializer import TensorDeserializer
 from ._serializer import TensorSerializer
 
@@ -376,7 +377,9 @@ class _Unpickler(pickle.Unpickler):
             direct = _direct_device(call.map_location)
             if direct is not None and "device" not in kwargs:
                 kwargs = {**kwargs, "device": direct}
-            with TensorDeserializer(source, **kwargs) as deserializer:
+            # device="cuda" loads natively (spec §19), one allocation per
+            # tensor: each storage handed to the pickle must be its own.
+            with _cuda.per_tensor(), TensorDeserializer(source, **kwargs) as deserializer:
                 tree = deserializer.tree()
             if isinstance(tree, dict) and not tree:
                 tree = []

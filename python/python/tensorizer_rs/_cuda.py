@@ -1,0 +1,170 @@
+"""Loading tensors straight into CUDA device memory (spec §19).
+
+``TensorDeserializer(..., device="cuda")`` (and so ``load_into_module`` and
+``torch_compat``'s ``tensorizer_loading``) loads through the native staging
+ring when this build has it and a CUDA driver is present: Rust reads each
+piece of the file into a page-locked buffer, decrypts and hashes it there,
+and copies it with ``cuMemcpyHtoDAsync`` into memory torch allocated on
+the device, on torch's current stream. Host memory stays at the ring's
+size whatever the model size.
+
+Environment variables (read at every load):
+
+* ``TENSORIZER_RS_NATIVE_CUDA=0`` turns the native path off: tensors are
+  then read into pinned host memory and moved with ``Tensor.to`` (torch's
+  path, as without a driver).
+* ``TENSORIZER_RS_CUDA_ALLOC`` chooses where the tensors of one load live:
+  ``per_tensor`` (default) gives every tensor an allocation of its own;
+  ``carved`` makes one ``uint8`` allocation for the whole load and carves
+  it into views, each starting ``VIEW_ALIGN``-aligned. Carved loads make
+  one allocator call instead of one per tensor, but a surviving tensor
+  keeps the whole allocation alive. ``torch_compat`` always loads per
+  tensor (its storages must be the tensors' own).
+* ``TENSORIZER_RS_CUDA_STREAMS=N`` (default 0) copies on ``N`` streams of
+  our own, ordered after the work queued on torch's current stream, instead
+  of on that stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from . import _dtypes, _native
+
+#: The environment variable that turns the native CUDA path off ("0").
+ENV_NATIVE = "TENSORIZER_RS_NATIVE_CUDA"
+#: The environment variable that picks the allocation mode.
+ENV_ALLOC = "TENSORIZER_RS_CUDA_ALLOC"
+#: The environment variable that sets the number of copy streams of our own.
+ENV_STREAMS = "TENSORIZER_RS_CUDA_STREAMS"
+#: The allocation modes, the default first.
+ALLOC_MODES = ("per_tensor", "carved")
+#: Alignment of each tensor inside a carved allocation (what CUDA kernels
+#: and cuBLAS expect of a tensor's start; torch's allocator gives 512).
+VIEW_ALIGN = 256
+#: Most copy streams of our own (the native call refuses more).
+MAX_STREAMS = 16
+
+_OFF = ("0", "false", "no", "off")
+
+# Set by torch_compat: its sidecar storages must be the tensors' own.
+_per_tensor_only: ContextVar[bool] = ContextVar("tensorizer_rs_cuda_per_tensor", default=False)
+
+
+class Entry(Protocol):
+    """What a load needs of an index entry (``_deserializer._Entry``)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def nbytes(self) -> int: ...
+
+
+#: ``_native.reader_load_cuda``'s signature; tests put a host stand-in here.
+Loader = Callable[..., None]
+
+
+def _reader_load(reader: Any, indices: list[int], tensors: list[Any], verify_hash: bool | None, streams: int) -> None:
+    _native.reader_load_cuda(reader, indices, tensors, verify_hash, streams=streams)
+
+
+def native_enabled() -> bool:
+    """Whether ``device="cuda"`` loads go through the native staging ring:
+    the build has it, a driver and a device are present, and
+    ``TENSORIZER_RS_NATIVE_CUDA`` is not ``0``."""
+    if os.environ.get(ENV_NATIVE, "").strip().lower() in _OFF:
+        return False
+    return bool(_native.cuda_available())
+
+
+def alloc_mode() -> str:
+    """``"per_tensor"`` or ``"carved"``, from ``TENSORIZER_RS_CUDA_ALLOC``
+    (``per_tensor`` inside ``torch_compat``)."""
+    if _per_tensor_only.get():
+        return "per_tensor"
+    mode = os.environ.get(ENV_ALLOC, "").strip().lower() or ALLOC_MODES[0]
+    if mode not in ALLOC_MODES:
+        raise ValueError(f"{ENV_ALLOC}={mode!r}: use one of {', '.join(ALLOC_MODES)}")
+    return mode
+
+
+def copy_streams() -> int:
+    """Copy streams of our own, from ``TENSORIZER_RS_CUDA_STREAMS`` (0:
+    torch's current stream)."""
+    raw = os.environ.get(ENV_STREAMS, "").strip() or "0"
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_STREAMS:
+        raise ValueError(f"{ENV_STREAMS}={raw!r}: use a whole number from 0 to {MAX_STREAMS}")
+    return n
+
+
+@contextlib.contextmanager
+def per_tensor() -> Iterator[None]:
+    """Loads inside use one allocation per tensor, whatever ``ENV_ALLOC``
+    says."""
+    token = _per_tensor_only.set(True)
+    try:
+        yield
+    finally:
+        _per_tensor_only.reset(token)
+
+
+def carve_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Start of each piece of ``sizes`` bytes in one allocation, each
+    ``VIEW_ALIGN``-aligned, and the allocation's length."""
+    offsets = []
+    at = 0
+    for n in sizes:
+        at = -(-at // VIEW_ALIGN) * VIEW_ALIGN
+        offsets.append(at)
+        at += n
+    return offsets, at
+
+
+def destinations(entries: Sequence[Entry], device: Any, mode: str) -> list[Any]:
+    """Uninitialised tensors on ``device`` for ``entries`` (their stored
+    dtype and shape): one allocation each, or views of one allocation."""
+    import torch
+
+    dtypes = [_dtypes.torch_dtype(e.dtype) for e in entries]
+    if mode == "per_tensor":
+        return [torch.empty(e.shape, dtype=dt, device=device) for e, dt in zip(entries, dtypes)]
+    if mode != "carved":
+        raise ValueError(f"unknown CUDA allocation mode {mode!r}: use one of {', '.join(ALLOC_MODES)}")
+    offsets, total = carve_offsets([e.nbytes for e in entries])
+    raw = torch.empty(total, dtype=torch.uint8, device=device)
+    out = []
+    for e, dt, at in zip(entries, dtypes, offsets):
+        out.append(raw[at : at + e.nbytes].view(dt).view(e.shape))
+    return out
+
+
+def load(
+    reader: Any,
+    entries: Sequence[Entry],
+    device: Any,
+    verify_hash: bool | None,
+    *,
+    loader: Loader | None = None,
+    mode: str | None = None,
+) -> list[Any]:
+    """Loads ``entries`` (none of them meta) of the native ``reader`` into
+    new tensors on ``device``, in one native call: decrypted with the
+    reader's key, hashes checked when ``verify_hash`` (None: the reader's
+    setting). Every copy has completed on return."""
+    streams = copy_streams()
+    tensors = destinations(entries, device, alloc_mode() if mode is None else mode)
+    load_fn = _reader_load if loader is None else loader
+    load_fn(reader, [e.index for e in entries], tensors, verify_hash, streams)
+    return tensors
