@@ -317,19 +317,28 @@ fn over_http_the_ring_gives_the_same_bytes() {
     assert_eq!(stats.violations, 0);
 }
 
+/// CUDA device 0, or `None` (with the reason printed) where there is no
+/// driver or device; with `TZR_REQUIRE_GPU` set (tests/gpu-tests.sh) a
+/// missing device fails the test instead.
+#[cfg(feature = "cuda")]
+fn cuda_device_or_skip(what: &str) -> Option<tensorizer_native::cuda::Device> {
+    match tensorizer_native::cuda::Device::open(0) {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var_os("TZR_REQUIRE_GPU").is_some() => panic!("TZR_REQUIRE_GPU is set: {e}"),
+        Err(e) => {
+            eprintln!("skipping {what}: {e}");
+            None
+        }
+    }
+}
+
 /// Loads a vector into device memory and copies it back; skips (with the
 /// reason) where no CUDA driver or device is present.
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_round_trip_or_skip() {
     use tensorizer_native::cuda;
-    let device = match cuda::Device::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipping the CUDA round trip: {e}");
-            return;
-        }
-    };
+    let Some(device) = cuda_device_or_skip("the CUDA round trip") else { return };
     for v in vectors() {
         if v.name().contains("long") {
             continue;
@@ -341,6 +350,35 @@ fn cuda_round_trip_or_skip() {
         let loaded = cuda::load_to_device(&device, &reader, &all, &options).unwrap();
         for (i, want) in want.iter().enumerate() {
             assert_eq!(&loaded.to_host(i).unwrap(), want, "{} tensor {i}", v.name());
+        }
+    }
+}
+
+/// Tampered files fail with the same typed errors on the device path, and
+/// the device and its staging pool stay usable afterwards.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_tampered_files_are_typed_errors_or_skip() {
+    use tensorizer_native::cuda;
+    let Some(device) = cuda_device_or_skip("the CUDA tampering test") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for encrypted in [false, true] {
+        let (path, key) = write_model(dir.path(), encrypted);
+        let read = ReadOptions { num_readers: 3, verify_hash: true, key };
+        let bytes = flipped(&path, 0, (6 << 20) + 17);
+        let reader = Reader::new(MemorySource::new(bytes, "tampered.tensors"), read.clone()).unwrap();
+        let all: Vec<usize> = (0..reader.entries().len()).collect();
+        let options = StagingOptions { buffer_len: 4 << 20, ..StagingOptions::for_reader(&reader) };
+        let err = cuda::load_to_device(&device, &reader, &all, &options).err().expect("a tampered file must not load");
+        let want_decryption = matches!(err.format_error(), Some(tensorizer_core::Error::Decryption));
+        let want_hash = matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. }));
+        assert!(if encrypted { want_decryption } else { want_hash }, "encrypted={encrypted}: {err}");
+        // The intact file loads right after, through the same pool.
+        let reader = Reader::open(&path, read).unwrap();
+        let want = expected(&reader);
+        let loaded = cuda::load_to_device(&device, &reader, &all, &options).unwrap();
+        for (j, want) in want.iter().enumerate() {
+            assert!(&loaded.to_host(j).unwrap() == want, "encrypted={encrypted}: tensor {j}");
         }
     }
 }
@@ -408,13 +446,7 @@ fn staging_throughput() {
 #[ignore = "a measurement, not a check"]
 fn cuda_throughput() {
     use tensorizer_native::cuda;
-    let device = match cuda::Device::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            return;
-        }
-    };
+    let Some(device) = cuda_device_or_skip("the CUDA throughput measurement") else { return };
     let (_dir, path, mib) = throughput_file();
     for verify in [false, true] {
         let reader = Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() }).unwrap();
