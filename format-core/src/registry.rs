@@ -9,8 +9,10 @@
 //! recursively).
 
 use alloc::collections::BTreeMap;
-use alloc::string::ToString;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::borrow::Borrow;
+use core::cmp::Ordering;
 
 use crate::error::{Error, Result};
 use crate::path::{PathComponent, TensorPath};
@@ -28,11 +30,104 @@ enum Node {
     Indices,
 }
 
+/// A path component, borrowed: what lookups use, so walking a path
+/// allocates nothing. Ordered exactly as [`PathComponent`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(u64),
+}
+
+impl<'a> From<&'a PathComponent> for Step<'a> {
+    fn from(c: &'a PathComponent) -> Self {
+        match c {
+            PathComponent::Key(k) => Step::Key(k),
+            PathComponent::Index(i) => Step::Index(*i),
+        }
+    }
+}
+
+impl Step<'_> {
+    fn kind(self) -> Node {
+        match self {
+            Step::Key(_) => Node::Keys,
+            Step::Index(_) => Node::Indices,
+        }
+    }
+
+    fn owned(self) -> PathComponent {
+        match self {
+            Step::Key(k) => PathComponent::Key(String::from(k)),
+            Step::Index(i) => PathComponent::Index(i),
+        }
+    }
+}
+
+/// The steps of `path`, borrowed.
+fn steps(path: &TensorPath) -> Vec<Step<'_>> {
+    match path {
+        TensorPath::Plain(s) => alloc::vec![Step::Key(s)],
+        TensorPath::Structured(c) => c.iter().map(Step::from).collect(),
+    }
+}
+
+/// An edge of the trie: (parent node, component) -> child. Looked up through
+/// [`EdgeKey`] with a borrowed component.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Edge {
+    parent: u32,
+    component: PathComponent,
+}
+
+/// A view of an edge's key, owned or borrowed, so the map can be searched
+/// without building an owned key.
+trait EdgeKey {
+    fn key(&self) -> (u32, Step<'_>);
+}
+
+impl EdgeKey for Edge {
+    fn key(&self) -> (u32, Step<'_>) {
+        (self.parent, Step::from(&self.component))
+    }
+}
+
+impl EdgeKey for (u32, Step<'_>) {
+    fn key(&self) -> (u32, Step<'_>) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn EdgeKey + 'a> for Edge {
+    fn borrow(&self) -> &(dyn EdgeKey + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn EdgeKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for dyn EdgeKey + '_ {}
+
+impl PartialOrd for dyn EdgeKey + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn EdgeKey + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
 /// Every path registered so far.
 pub(crate) struct PathRegistry {
     /// Node 0 is the root.
     nodes: Vec<Node>,
-    children: BTreeMap<(u32, PathComponent), u32>,
+    children: BTreeMap<Edge, u32>,
 }
 
 impl Default for PathRegistry {
@@ -46,40 +141,38 @@ impl PathRegistry {
     /// with a path registered before.
     pub(crate) fn insert(&mut self, path: &TensorPath) -> Result<()> {
         let conflict = || Error::ConflictingPaths { path: path.to_string() };
-        let components = path.components();
+        let steps = steps(path);
         // Walk the part that exists, checking the kind of each level.
         let mut node = 0u32;
         let mut depth = 0;
-        while depth < components.len() {
-            let component = &components[depth];
-            let kind = if matches!(component, PathComponent::Index(_)) { Node::Indices } else { Node::Keys };
+        while depth < steps.len() {
+            let step = steps[depth];
             match self.nodes[node as usize] {
                 Node::Leaf => return Err(conflict()),
                 Node::Empty => break,
-                k if k != kind => return Err(conflict()),
+                k if k != step.kind() => return Err(conflict()),
                 _ => {}
             }
-            match self.children.get(&(node, component.clone())) {
+            match self.children.get(&(node, step) as &dyn EdgeKey) {
                 Some(&child) => node = child,
                 None => break,
             }
             depth += 1;
         }
-        if depth == components.len() {
+        if depth == steps.len() {
             // The whole path exists already: a duplicate or a prefix.
             return Err(conflict());
         }
-        let new_nodes = components.len() - depth;
+        let new_nodes = steps.len() - depth;
         let first = u32::try_from(self.nodes.len())
             .ok()
             .filter(|n| n.checked_add(new_nodes as u32).is_some())
             .ok_or_else(|| Error::invalid("too many tensor path components"))?;
         // Everything is checked: add the rest of the path.
-        for (i, component) in components.into_iter().enumerate().skip(depth) {
-            let kind = if matches!(component, PathComponent::Index(_)) { Node::Indices } else { Node::Keys };
-            self.nodes[node as usize] = kind;
+        for (i, step) in steps.iter().enumerate().skip(depth) {
+            self.nodes[node as usize] = step.kind();
             let child = first + (i - depth) as u32;
-            self.children.insert((node, component), child);
+            self.children.insert(Edge { parent: node, component: step.owned() }, child);
             self.nodes.push(Node::Empty);
             node = child;
         }
