@@ -21,6 +21,7 @@ Two halves:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Any
 
@@ -238,6 +239,7 @@ class _Routed:
         monkeypatch.setattr(_deserializer, "_resolve_device", fake_resolve)
         monkeypatch.setattr(_cuda, "destinations", on_cpu)
         monkeypatch.setattr(_cuda, "_reader_load", load)
+        monkeypatch.setattr(_cuda, "_device_context", lambda device: contextlib.nullcontext())
 
 
 @rs_only
@@ -430,6 +432,19 @@ def test_loads_follow_torchs_current_stream(tmp_path) -> None:
             got = {k: d[k] for k in sd}
     for k, t in sd.items():
         assert_same_tensor(got[k].cpu(), t, k)
+
+
+@needs_cuda
+def test_loading_to_another_device_keeps_torchs_current_device(tmp_path) -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    path, _ = _write(tmp_path, "plain")
+    torch.cuda.set_device(0)
+    with tz.TensorDeserializer(path, device="cuda:1") as d:
+        assert d["big"].device == torch.device("cuda", 1)
+        assert_same_tensor(d["big"].cpu(), _sd()["big"], "big")
+    assert torch.cuda.current_device() == 0
+    assert torch.empty(1, device="cuda").device.index == 0
 
 
 @needs_cuda

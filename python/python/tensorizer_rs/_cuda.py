@@ -164,7 +164,19 @@ def load(
     reader's key, hashes checked when ``verify_hash`` (None: the reader's
     setting). Every copy has completed on return."""
     streams = copy_streams()
-    tensors = destinations(entries, device, alloc_mode() if mode is None else mode)
     load_fn = _reader_load if loader is None else loader
-    load_fn(reader, [e.index for e in entries], tensors, verify_hash, streams)
+    with _device_context(device):
+        tensors = destinations(entries, device, alloc_mode() if mode is None else mode)
+        load_fn(reader, [e.index for e in entries], tensors, verify_hash, streams)
     return tensors
+
+
+def _device_context(device: Any) -> contextlib.AbstractContextManager[Any]:
+    """``torch.cuda.device(device)`` for a CUDA device: the native call makes
+    the device's primary context current on this thread, and torch puts its
+    own current device back on exit."""
+    import torch
+
+    if getattr(device, "type", None) == "cuda":
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
