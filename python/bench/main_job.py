@@ -305,6 +305,13 @@ def main() -> None:
         d.load_into_module(m)
         d.close()
 
+    def load_rs_mmap(m, path):
+        # Views of a private copy-on-write map, as safetensors' load_file
+        # hands out (safe against atomic replacement, not in-place rewrites).
+        d = rs.TensorDeserializer(path, device="cpu", mmap=True)
+        d.load_into_module(m)
+        d.close()
+
     def load_tz(m, path):
         d = tz.TensorDeserializer(path, device="cpu")
         d.load_into_module(m)
@@ -323,6 +330,8 @@ def main() -> None:
     specs = [
         ("rs", "**tensorizer_rs**", None if rs else f"not available ({rs_err})",
          save_rs, skel_rs, load_rs, "rs"),
+        ("rs_mmap", "**tensorizer_rs, `mmap=True`**", None if rs else f"not available ({rs_err})",
+         None, skel_rs, load_rs_mmap, "rs"),
         ("tz", "tensorizer 2.12.1" if tz else "tensorizer",
          None if tz else f"not installed ({tz_err})", save_tz, skel_tz, load_tz, "tz"),
         ("st", "safetensors save_file / load_file",
@@ -468,7 +477,7 @@ def main() -> None:
         if row.note:
             ident += f" ({row.note})"
         size = fmt_mib(row.size) if row.size else (
-            "(same file)" if k in ("rs_on_tz", "tz_on_rs") else "(shipped)")
+            "(same file)" if k in ("rs_on_tz", "tz_on_rs", "rs_mmap") else "(shipped)")
         L.append("| " + " | ".join([
             label, size,
             f"{fmt_t(best(row.save))} / {fmt_t(med(row.save))}" if row.save else "—",
