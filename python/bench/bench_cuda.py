@@ -318,8 +318,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("bench_cuda: no CUDA device (torch.cuda.is_available() is False); nothing to measure")
         return 0
-    from tensorizer_rs import _native
-
     mode = native_mode()
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; tensorizer_rs CUDA path: {mode}")
     for mod, why in optional_skips().items():
