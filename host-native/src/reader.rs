@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
+pub mod cipher;
 mod slice;
 mod spans;
 
@@ -273,7 +274,9 @@ impl<S: RangeSource> Reader<S> {
             })?;
         }
 
-        // Phase 2: the data of large tensors, piece by piece, decrypting as it lands.
+        // Phase 2: the data of large tensors, piece by piece, decrypting as
+        // it lands; a tensor that is one piece is also verified right away,
+        // by the same thread while its data is still in cache.
         let mut keys = Vec::with_capacity(large.len());
         for record in records.iter().flatten() {
             keys.push(self.key_for(record)?);
@@ -284,17 +287,21 @@ impl<S: RangeSource> Reader<S> {
                 let Some(record) = record else { continue };
                 let entry = &self.metadata.entries[*i];
                 let cipher = record.cipher().map_err(self.tensor_err(entry))?;
+                let check = (verify && verify_inline(out.len(), cipher.as_ref())).then_some(record);
                 for (n, piece) in out.chunks_mut(PIECE_LEN).enumerate() {
-                    pieces.push((entry, cipher, key.as_ref(), n, piece));
+                    pieces.push((entry, cipher, key.as_ref(), check, n, piece));
                 }
             }
-            for_each(threads, pieces, |(entry, cipher, key, n, piece)| {
+            for_each(threads, pieces, |(entry, cipher, key, check, n, piece)| {
                 let offset = (n * PIECE_LEN) as u64;
                 self.source.read_exact_at(entry.data_offset + offset, piece)?;
                 if let (Some(cipher), Some(key)) = (cipher, key)
                     && piecewise(&cipher)
                 {
                     decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
+                }
+                if let Some(record) = check {
+                    record.verify(piece).map_err(self.tensor_err(entry))?;
                 }
                 Ok(())
             })?;
@@ -311,14 +318,17 @@ impl<S: RangeSource> Reader<S> {
             }
         }
 
-        // Phase 3: hashes of large tensors.
+        // Phase 3: hashes of large tensors not verified in phase 2, one
+        // tensor per thread.
         if verify {
             let work: Vec<_> = large.iter().zip(&records).collect();
             for_each(threads, work, |((i, out), record)| {
                 let entry = &self.metadata.entries[*i];
                 match record {
-                    Some(r) => r.verify(out).map_err(self.tensor_err(entry)),
-                    None => Ok(()),
+                    Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => {
+                        r.verify(out).map_err(self.tensor_err(entry))
+                    }
+                    _ => Ok(()),
                 }
             })?;
         }
@@ -408,6 +418,12 @@ impl<S: RangeSource> Reader<S> {
     }
 }
 
+/// Whether a large tensor of `len` bytes is verified as its one piece
+/// lands (it is read, and decrypted, whole by one thread).
+fn verify_inline(len: usize, cipher: Option<&Cipher<'_>>) -> bool {
+    len > 0 && len <= PIECE_LEN && cipher.is_none_or(piecewise)
+}
+
 /// Whether pieces of [`PIECE_LEN`] bytes hold whole encryption chunks.
 fn piecewise(cipher: &Cipher<'_>) -> bool {
     (PIECE_LEN as u64).is_multiple_of(cipher.chunk_size)
@@ -422,9 +438,12 @@ pub(crate) fn decrypt_piece(
     piece: &mut [u8],
 ) -> tensorizer_core::Result<()> {
     let first = (offset / cipher.chunk_size) as usize;
-    let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX);
+    let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX).max(1);
+    let kernel = self::cipher::kernel();
     for (n, chunk) in piece.chunks_mut(size).enumerate() {
-        cipher.open(key, first + n, chunk)?;
+        let index = first + n;
+        let mac = cipher.macs.get(index).ok_or(tensorizer_core::Error::Decryption)?;
+        tensorizer_core::crypto::open_chunk_with(key, cipher.nonce, index as u64, chunk, mac, kernel)?;
     }
     Ok(())
 }
