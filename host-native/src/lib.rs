@@ -2,6 +2,8 @@
 
 pub mod atomic;
 pub mod checkpoint;
+#[cfg(feature = "cloud")]
+pub mod cloud;
 pub mod convert;
 #[cfg(feature = "cuda")]
 pub mod cuda;

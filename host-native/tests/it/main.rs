@@ -3,6 +3,7 @@
 
 mod atomic;
 mod checkpoint;
+mod cloud;
 mod cli;
 mod common;
 mod convert;

@@ -1,0 +1,304 @@
+//! The AWS credential chain, in the AWS CLI's order: environment keys, web
+//! identity (IRSA), the shared profile files, the container endpoint (ECS,
+//! EKS Pod Identity), then the instance metadata service (IMDSv2).
+//!
+//! Web identity and the container endpoint are plain requests made here
+//! (`object_store` insists on HTTPS for STS and offers no relative-URI
+//! endpoint override, which local servers need); the instance metadata
+//! service is `object_store`'s own provider.
+
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::{ClientOptions, RetryConfig};
+
+use super::block_on;
+use super::profile::read_aws_profile;
+use crate::error::{Error, Result};
+
+/// Where ECS serves `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`.
+const ECS_HOST: &str = "http://169.254.170.2";
+
+/// The instance metadata service's default address.
+const IMDS_DEFAULT: &str = "http://169.254.169.254";
+
+/// Longest wait for STS or the container endpoint to answer.
+const CREDENTIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest wait for the instance metadata service (short: on a machine that
+/// is not an EC2 instance nothing answers).
+const IMDS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest credential response read (they are a few hundred bytes).
+const MAX_RESPONSE: usize = 1 << 20;
+
+/// AWS credentials found by [`aws_credential_chain`]. `Debug` hides the
+/// secret and the token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AwsCredentials {
+    /// Access key id.
+    pub key_id: String,
+    /// Secret access key.
+    pub secret_key: String,
+    /// Session token of temporary credentials.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for AwsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCredentials")
+            .field("key_id", &self.key_id)
+            .field("secret_key", &"<redacted>")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// [`aws_credential_chain_with`] over the process environment.
+pub fn aws_credential_chain(region: Option<&str>) -> Result<Option<AwsCredentials>> {
+    aws_credential_chain_with(&|name| std::env::var(name).ok(), region)
+}
+
+/// The first credentials these sources have, tried in this order, with
+/// variables looked up through `var`:
+///
+/// 1. `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`);
+/// 2. web identity: `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`
+///    (+ `AWS_ROLE_SESSION_NAME`), exchanged at STS
+///    (`AWS_ENDPOINT_URL_STS`, else `https://sts.<region>.amazonaws.com`;
+///    region: `region`, `AWS_REGION`, `AWS_DEFAULT_REGION`, `us-east-1`);
+/// 3. the profile (`AWS_PROFILE`, else `default`) of the shared
+///    credentials and config files (see [`read_aws_profile`]);
+/// 4. the container endpoint: `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`
+///    (ECS) or `AWS_CONTAINER_CREDENTIALS_FULL_URI`, with the token in
+///    `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE` or
+///    `AWS_CONTAINER_AUTHORIZATION_TOKEN`;
+/// 5. the instance metadata service, IMDSv2 (`AWS_EC2_METADATA_SERVICE_ENDPOINT`,
+///    else `http://169.254.169.254`; off with `AWS_EC2_METADATA_DISABLED=true`).
+///
+/// `Ok(None)` when no source has credentials (the default metadata address
+/// not answering counts as none). A source that is configured but fails
+/// (half a key pair, an unreadable token file, STS refusing the token, a
+/// configured endpoint not answering) is an error naming it.
+pub fn aws_credential_chain_with(
+    var: &dyn Fn(&str) -> Option<String>,
+    region: Option<&str>,
+) -> Result<Option<AwsCredentials>> {
+    let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
+        (Some(key_id), Some(secret_key)) => {
+            return Ok(Some(AwsCredentials { key_id, secret_key, token: get("AWS_SESSION_TOKEN") }));
+        }
+        (Some(_), None) => {
+            return Err(Error::Invalid("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into()));
+        }
+        (None, Some(_)) => {
+            return Err(Error::Invalid("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not".into()));
+        }
+        (None, None) => {}
+    }
+    if let (Some(token_file), Some(role_arn)) = (get("AWS_WEB_IDENTITY_TOKEN_FILE"), get("AWS_ROLE_ARN")) {
+        let region = region
+            .map(str::to_string)
+            .or_else(|| get("AWS_REGION"))
+            .or_else(|| get("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|| "us-east-1".into());
+        let endpoint = get("AWS_ENDPOINT_URL_STS").unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
+        let session = get("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "tensorizer-rs".into());
+        return web_identity(&endpoint, &token_file, &role_arn, &session).map(Some);
+    }
+    if let Some(profile) = read_aws_profile(var, None)? {
+        match (profile.access_key_id, profile.secret_access_key) {
+            (Some(key_id), Some(secret_key)) => {
+                return Ok(Some(AwsCredentials { key_id, secret_key, token: profile.session_token }));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "AWS profile {:?} has only one of aws_access_key_id and aws_secret_access_key",
+                    profile.name
+                )));
+            }
+        }
+    }
+    let container = get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        .map(|uri| format!("{ECS_HOST}{uri}"))
+        .or_else(|| get("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+    if let Some(url) = container {
+        let token = match get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
+            Some(path) => Some(read_token(&path, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")?),
+            None => get("AWS_CONTAINER_AUTHORIZATION_TOKEN"),
+        };
+        return container_credentials(&url, token.as_deref()).map(Some);
+    }
+    if get("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    let configured = get("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    let endpoint = configured.clone().unwrap_or_else(|| IMDS_DEFAULT.into());
+    match instance_metadata(endpoint.trim_end_matches('/')) {
+        Ok(credentials) => Ok(Some(credentials)),
+        Err(e) if configured.is_some() => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
+fn read_token(path: &str, what: &str) -> Result<String> {
+    let token = std::fs::read_to_string(path)
+        .map_err(|e| Error::Invalid(format!("{what}={path}: cannot read the token: {e}")))?;
+    Ok(token.trim().to_string())
+}
+
+fn http_client() -> Result<reqwest::Client> {
+    super::install_tls();
+    reqwest::Client::builder()
+        .connect_timeout(CREDENTIAL_TIMEOUT)
+        .timeout(CREDENTIAL_TIMEOUT)
+        .build()
+        .map_err(|e| Error::Invalid(format!("cannot build an HTTP client for AWS credentials: {e}")))
+}
+
+/// Sends `request`, returning the body of a 2xx answer.
+async fn fetch(request: reqwest::RequestBuilder) -> std::result::Result<String, String> {
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|e| e.to_string())?;
+    if body.len() > MAX_RESPONSE {
+        return Err(format!("answer of {} bytes is too long for credentials", body.len()));
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
+    match status.is_success() {
+        true => Ok(text),
+        false => Err(format!("HTTP {status}: {}", text.chars().take(300).collect::<String>())),
+    }
+}
+
+/// `AssumeRoleWithWebIdentity` at `endpoint` (an unsigned request: the token
+/// is the proof).
+fn web_identity(endpoint: &str, token_file: &str, role_arn: &str, session: &str) -> Result<AwsCredentials> {
+    let token = read_token(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE")?;
+    let body = format!(
+        "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&DurationSeconds=3600&RoleArn={}&RoleSessionName={}&WebIdentityToken={}",
+        encode(role_arn),
+        encode(session),
+        encode(&token)
+    );
+    let request = http_client()?
+        .post(endpoint)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("accept", "application/xml")
+        .body(body);
+    let fail = |why: String| Error::Invalid(format!("web identity credentials from {endpoint} for {role_arn}: {why}"));
+    let xml = block_on(fetch(request))?.map_err(fail)?;
+    let field = |tag: &str| xml_field(&xml, tag).ok_or_else(|| fail(format!("the answer has no <{tag}>")));
+    Ok(AwsCredentials {
+        key_id: field("AccessKeyId")?,
+        secret_key: field("SecretAccessKey")?,
+        token: Some(field("SessionToken")?),
+    })
+}
+
+/// The container credentials endpoint's JSON answer.
+fn container_credentials(url: &str, token: Option<&str>) -> Result<AwsCredentials> {
+    let mut request = http_client()?.get(url);
+    if let Some(token) = token {
+        request = request.header("authorization", token);
+    }
+    let fail = |why: String| Error::Invalid(format!("container credentials from {url}: {why}"));
+    let text = block_on(fetch(request))?.map_err(fail)?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let field = |name: &str| {
+        json.get(name).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| fail(format!("no {name:?}")))
+    };
+    Ok(AwsCredentials {
+        key_id: field("AccessKeyId")?,
+        secret_key: field("SecretAccessKey")?,
+        token: json.get("Token").and_then(|v| v.as_str()).map(str::to_string),
+    })
+}
+
+/// IMDSv2 through `object_store`'s instance credential provider.
+fn instance_metadata(endpoint: &str) -> Result<AwsCredentials> {
+    let fail = |why: String| Error::Invalid(format!("instance metadata credentials from {endpoint}: {why}"));
+    super::install_tls();
+    let store = AmazonS3Builder::new()
+        .with_bucket_name("unused")
+        .with_metadata_endpoint(endpoint)
+        .with_client_options(ClientOptions::new().with_timeout(IMDS_TIMEOUT).with_connect_timeout(IMDS_TIMEOUT))
+        .with_retry(RetryConfig { max_retries: 1, retry_timeout: IMDS_TIMEOUT * 2, ..Default::default() })
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    let provider = store.credentials().clone();
+    let credential = block_on(async move { provider.get_credential().await })?.map_err(|e| fail(e.to_string()))?;
+    Ok(AwsCredentials {
+        key_id: credential.key_id.clone(),
+        secret_key: credential.secret_key.clone(),
+        token: credential.token.clone(),
+    })
+}
+
+/// The text of the first `<tag>...</tag>` in `xml`, entities decoded.
+fn xml_field(xml: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&format!("</{tag}>"))?;
+    let raw = xml[start..end].trim();
+    Some(
+        raw.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&"),
+    )
+}
+
+/// Form-encodes `value` (RFC 3986 unreserved characters kept).
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_keys_come_first() {
+        let var = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("K".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
+            "AWS_ROLE_ARN" => Some("arn".to_string()),
+            _ => None,
+        };
+        let found = aws_credential_chain_with(&var, None).unwrap().unwrap();
+        assert_eq!((found.key_id.as_str(), found.secret_key.as_str(), found.token.as_deref()), ("K", "S", None));
+        assert!(!format!("{found:?}").contains("\"S\""));
+        let half = |name: &str| (name == "AWS_ACCESS_KEY_ID").then(|| "K".to_string());
+        assert!(aws_credential_chain_with(&half, None).unwrap_err().to_string().contains("AWS_SECRET_ACCESS_KEY"));
+    }
+
+    #[test]
+    fn metadata_can_be_turned_off() {
+        let var = |name: &str| match name {
+            "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+            "HOME" => Some("/nonexistent".to_string()),
+            _ => None,
+        };
+        assert_eq!(aws_credential_chain_with(&var, None).unwrap(), None);
+    }
+
+    #[test]
+    fn xml_and_form_helpers() {
+        let xml = "<R><Credentials><AccessKeyId> AK </AccessKeyId><SecretAccessKey>a&amp;b</SecretAccessKey></Credentials></R>";
+        assert_eq!(xml_field(xml, "AccessKeyId").as_deref(), Some("AK"));
+        assert_eq!(xml_field(xml, "SecretAccessKey").as_deref(), Some("a&b"));
+        assert_eq!(xml_field(xml, "SessionToken"), None);
+        assert_eq!(encode("arn:aws:iam::1/r x"), "arn%3Aaws%3Aiam%3A%3A1%2Fr%20x");
+    }
+}

@@ -1,0 +1,330 @@
+//! Google Cloud Storage and Azure Blob Storage through the `object_store`
+//! crate, and the AWS credential chain (profiles, web identity, ECS,
+//! instance metadata) for the `s3://` store.
+//!
+//! `object_store` is async (tokio); this module is not. One small
+//! process-wide runtime serves every store, and the synchronous functions
+//! here block on it. They must not be called from inside a tokio runtime.
+//!
+//! Reads ([`open_gcs`], [`open_azure`]) are a [`RangeSource`]: each read is
+//! one ranged `GET`, pinned to the ETag seen when the object was opened, so
+//! an object replaced during a load fails with an error naming it instead of
+//! mixing two versions. Writes ([`upload_gcs`], [`upload_azure`]) put small
+//! files in one request and larger ones as a multipart upload (parts of
+//! [`CloudOptions::part_size`], a few in flight) that is aborted on any
+//! failure, so a failed upload leaves no object behind. See
+//! `spec/20-cloud-stores.md`.
+
+mod aws;
+mod profile;
+mod source;
+mod upload;
+
+use std::io;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use object_store::{ClientOptions, RetryConfig};
+
+pub use aws::{AwsCredentials, aws_credential_chain, aws_credential_chain_with};
+pub use profile::{AwsProfile, read_aws_profile};
+pub use source::CloudSource;
+pub use upload::{upload_azure_reader, upload_gcs_reader};
+
+use crate::error::{Error, Result};
+use crate::source::{RangeSource, TransferLimits};
+
+/// Default of [`CloudOptions::part_size`]: 8 MiB.
+pub const DEFAULT_PART_SIZE: usize = 8 << 20;
+
+/// Smallest part size a multipart upload accepts (S3, GCS: 5 MiB).
+pub const MIN_PART_SIZE: usize = 5 << 20;
+
+/// Default of [`CloudOptions::parts_in_flight`].
+pub const DEFAULT_PARTS_IN_FLIGHT: usize = 4;
+
+/// Default of [`CloudOptions::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Azurite's well-known account (public, documented by Microsoft).
+const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+
+/// Azurite's well-known account key (public, documented by Microsoft).
+const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Worker threads of the process-wide runtime that drives every store.
+const RUNTIME_THREADS: usize = 2;
+
+/// How to reach a cloud store. The defaults talk to the real services with
+/// credentials from the environment (`GOOGLE_*`, `AZURE_*` variables, as
+/// `object_store` reads them); the overrides point at emulators.
+#[derive(Debug, Clone)]
+pub struct CloudOptions {
+    /// Rate and deadline limits for reads ([`TransferLimits`]): a read that
+    /// falls below the minimum rate is retried for the bytes still
+    /// missing; one past the deadline fails with `TimedOut`.
+    pub limits: TransferLimits,
+    /// GCS: the base URL instead of `https://storage.googleapis.com` (an
+    /// emulator).
+    pub gcs_base_url: Option<String>,
+    /// GCS: send unsigned requests (public buckets, emulators).
+    pub gcs_anonymous: bool,
+    /// GCS: a static OAuth bearer token (e.g. `gcloud auth print-access-token`)
+    /// instead of the `GOOGLE_*` credentials; it is not refreshed.
+    pub gcs_bearer_token: Option<String>,
+    /// Azure: the account URL instead of `https://<account>.blob.core.windows.net`;
+    /// for Azurite, `http://127.0.0.1:10000` with [`azure_emulator`](Self::azure_emulator).
+    pub azure_endpoint: Option<String>,
+    /// Azure: the storage account key (else `AZURE_STORAGE_ACCOUNT_KEY` and
+    /// the other `AZURE_*` credentials).
+    pub azure_access_key: Option<String>,
+    /// Azure: the endpoint is an emulator (Azurite): path-style URLs with the
+    /// account name in the path, and Azurite's well-known account and key
+    /// unless others are given.
+    pub azure_emulator: bool,
+    /// Size of each multipart upload part (at least [`MIN_PART_SIZE`]);
+    /// files up to this size are uploaded in one request.
+    pub part_size: usize,
+    /// Parts uploaded at the same time (memory: this many parts).
+    pub parts_in_flight: usize,
+    /// Longest wait for a TCP + TLS connection.
+    pub connect_timeout: Duration,
+    /// Retries of a failed request (5xx, 429, connection errors) before the
+    /// error is returned.
+    pub max_retries: usize,
+}
+
+impl Default for CloudOptions {
+    fn default() -> Self {
+        Self {
+            limits: TransferLimits::default(),
+            gcs_base_url: None,
+            gcs_anonymous: false,
+            gcs_bearer_token: None,
+            azure_endpoint: None,
+            azure_access_key: None,
+            azure_emulator: false,
+            part_size: DEFAULT_PART_SIZE,
+            parts_in_flight: DEFAULT_PARTS_IN_FLIGHT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_retries: 10,
+        }
+    }
+}
+
+impl CloudOptions {
+    /// HTTP client options: no whole-request timeout (a multi-GB range may
+    /// take minutes), a connect timeout, and a stall timeout of one rate
+    /// window (a connection silent that long is below any minimum rate).
+    fn client(&self, endpoint: Option<&str>) -> ClientOptions {
+        let allow_http = endpoint.is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"));
+        ClientOptions::new()
+            .with_timeout_disabled()
+            .with_connect_timeout(self.connect_timeout)
+            .with_read_timeout(self.limits.rate_window.max(Duration::from_secs(1)))
+            .with_allow_http(allow_http)
+    }
+
+    fn retry(&self) -> RetryConfig {
+        RetryConfig { max_retries: self.max_retries, ..RetryConfig::default() }
+    }
+}
+
+/// reqwest is built without a default TLS provider: installs ring, the one
+/// the rest of the crate uses, as the process default unless the
+/// application installed one. Needed before any store or client is built.
+fn install_tls() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The process-wide runtime every store runs on.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    install_tls();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(RUNTIME_THREADS)
+                .thread_name("tzr-cloud")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::Invalid(format!("cannot start the cloud store runtime: {e}")))
+}
+
+/// Runs `fut` to completion on the runtime. Fails instead of panicking when
+/// called from inside a tokio runtime.
+fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::Invalid(
+            "cloud stores are synchronous: call them outside an async runtime (e.g. from spawn_blocking)".into(),
+        ));
+    }
+    Ok(runtime()?.block_on(fut))
+}
+
+/// An `object_store` error as the crate's [`Error::Io`], with the kind a
+/// caller can act on (`NotFound`, `PermissionDenied`, ...) and a message
+/// naming `name` and, where given, the byte range.
+fn store_error(name: &str, offset: u64, range: Option<(u64, u64)>, e: object_store::Error) -> Error {
+    use object_store::Error as E;
+    let (kind, hint) = match &e {
+        E::NotFound { .. } => (io::ErrorKind::NotFound, ""),
+        E::PermissionDenied { .. } => (io::ErrorKind::PermissionDenied, " (the credentials lack access)"),
+        E::Unauthenticated { .. } => {
+            (io::ErrorKind::PermissionDenied, " (no valid credentials: check the store's credential variables)")
+        }
+        E::Precondition { .. } => (io::ErrorKind::Other, " (the object changed during the load: its ETag differs)"),
+        E::NotSupported { .. } | E::NotImplemented { .. } => (io::ErrorKind::Unsupported, ""),
+        _ => (io::ErrorKind::Other, ""),
+    };
+    let what = match range {
+        Some((start, len)) => format!("range {start}-{}: {e}{hint}", start + len.max(1) - 1),
+        None => format!("{e}{hint}"),
+    };
+    Error::Io { file: name.to_string(), offset, source: io::Error::new(kind, what) }
+}
+
+fn bad_location(what: &str, why: impl std::fmt::Display) -> Error {
+    Error::Invalid(format!("{what}: {why}"))
+}
+
+fn gcs_store(bucket: &str, opts: &CloudOptions) -> Result<object_store::gcp::GoogleCloudStorage> {
+    use object_store::gcp::GoogleCloudStorageBuilder;
+    install_tls();
+    let mut builder = GoogleCloudStorageBuilder::from_env()
+        .with_bucket_name(bucket)
+        .with_client_options(opts.client(opts.gcs_base_url.as_deref()))
+        .with_retry(opts.retry());
+    if let Some(url) = &opts.gcs_base_url {
+        builder = builder.with_base_url(url);
+    }
+    if let Some(token) = &opts.gcs_bearer_token {
+        builder = builder.with_bearer_token(token.clone());
+    }
+    if opts.gcs_anonymous {
+        builder = builder.with_skip_signature(true);
+        if opts.gcs_bearer_token.is_none() {
+            // object_store 0.14 fetches a credential for writes even when
+            // told to skip signatures (and would ask the metadata server):
+            // give it a placeholder, which only writes send.
+            builder = builder.with_bearer_token("anonymous");
+        }
+    }
+    builder.build().map_err(|e| bad_location(&format!("gs://{bucket}"), e))
+}
+
+fn azure_store(
+    account: Option<&str>,
+    container: &str,
+    opts: &CloudOptions,
+) -> Result<object_store::azure::MicrosoftAzure> {
+    use object_store::azure::MicrosoftAzureBuilder;
+    install_tls();
+    let mut builder = MicrosoftAzureBuilder::from_env()
+        .with_container_name(container)
+        .with_client_options(opts.client(opts.azure_endpoint.as_deref()))
+        .with_retry(opts.retry());
+    let (default_account, default_key) = match opts.azure_emulator {
+        true => (Some(AZURITE_ACCOUNT), Some(AZURITE_KEY)),
+        false => (None, None),
+    };
+    if let Some(account) = account.or(default_account) {
+        builder = builder.with_account(account);
+    }
+    if let Some(key) = opts.azure_access_key.as_deref().or(default_key) {
+        builder = builder.with_access_key(key);
+    }
+    if let Some(endpoint) = &opts.azure_endpoint {
+        // Azurite serves path-style URLs: the account is the first segment.
+        let endpoint = match opts.azure_emulator {
+            true => format!("{}/{}", endpoint.trim_end_matches('/'), account.unwrap_or(AZURITE_ACCOUNT)),
+            false => endpoint.clone(),
+        };
+        builder = builder.with_endpoint(endpoint);
+    }
+    builder.build().map_err(|e| bad_location(&azure_name(account, container, ""), e))
+}
+
+fn azure_name(account: Option<&str>, container: &str, blob: &str) -> String {
+    match account {
+        Some(account) => format!("az://{account}/{container}/{blob}"),
+        None => format!("az://{container}/{blob}"),
+    }
+}
+
+fn object_path(name: &str, object: &str) -> Result<object_store::path::Path> {
+    object_store::path::Path::parse(object).map_err(|e| bad_location(name, e))
+}
+
+/// Opens `gs://bucket/object` for range reads (see [`CloudSource`]).
+pub fn open_gcs(bucket: &str, object: &str, opts: &CloudOptions) -> Result<Box<dyn RangeSource>> {
+    let name = format!("gs://{bucket}/{object}");
+    let path = object_path(&name, object)?;
+    let store = gcs_store(bucket, opts)?;
+    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?))
+}
+
+/// Opens blob `blob` of `container` (in `account`, else the account from
+/// `AZURE_STORAGE_ACCOUNT_NAME`) for range reads (see [`CloudSource`]).
+pub fn open_azure(
+    account: Option<&str>,
+    container: &str,
+    blob: &str,
+    opts: &CloudOptions,
+) -> Result<Box<dyn RangeSource>> {
+    let name = azure_name(account, container, blob);
+    let path = object_path(&name, blob)?;
+    let store = azure_store(account, container, opts)?;
+    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?))
+}
+
+/// Uploads the file at `from` to `gs://bucket/object` (replacing it).
+pub fn upload_gcs(from: &std::path::Path, bucket: &str, object: &str, opts: &CloudOptions) -> Result<()> {
+    let name = format!("gs://{bucket}/{object}");
+    let (mut file, len) = upload::open_file(from)?;
+    upload::upload(&gcs_store(bucket, opts)?, &name, &object_path(&name, object)?, &mut file, Some(len), opts)
+}
+
+/// Uploads the file at `from` to blob `blob` of `container` (replacing it).
+pub fn upload_azure(
+    from: &std::path::Path,
+    account: Option<&str>,
+    container: &str,
+    blob: &str,
+    opts: &CloudOptions,
+) -> Result<()> {
+    let name = azure_name(account, container, blob);
+    let (mut file, len) = upload::open_file(from)?;
+    let store = azure_store(account, container, opts)?;
+    upload::upload(&store, &name, &object_path(&name, blob)?, &mut file, Some(len), opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocking_inside_a_runtime_is_an_error_not_a_panic() {
+        let outer = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let err = outer.block_on(async { block_on(async { 1 }) }).unwrap_err();
+        assert!(err.to_string().contains("outside an async runtime"), "{err}");
+        assert_eq!(block_on(async { 2 }).unwrap(), 2);
+    }
+
+    #[test]
+    fn store_errors_keep_their_kind() {
+        let e = object_store::Error::NotFound { path: "p".into(), source: "gone".into() };
+        let err = store_error("gs://b/p", 5, Some((5, 10)), e);
+        match &err {
+            Error::Io { source, offset: 5, .. } => assert_eq!(source.kind(), io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("gs://b/p") && err.to_string().contains("range 5-14"), "{err}");
+    }
+}
