@@ -69,11 +69,14 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     How tensors are filled:
 
-    * By default every tensor is a private copy: allocated by torch (pinned
-      memory for CUDA targets) and filled directly from the file by Rust, in
-      parallel, with the GIL released; decryption and hash checks happen on
-      the way. Tensors handed out never change afterwards, whatever happens
-      to the file.
+    * By default every tensor is a private copy, filled directly from the
+      file by Rust, in parallel, with the GIL released; decryption and hash
+      checks happen on the way. Tensors handed out never change afterwards,
+      whatever happens to the file. On the CPU, small tensors are packed
+      into shared allocations (each still its own storage). For CUDA
+      targets, readers fill a ring of pinned host buffers that are copied
+      asynchronously into tensors allocated on the device (spec §19;
+      ``TENSORIZER_RS_NATIVE_CUDA=0`` falls back to torch copies).
     * ``mmap=True`` (local, unencrypted files on CPU without ``verify_hash``):
       tensors are zero-copy views of a private, copy-on-write memory map
       wherever the data is aligned to the element size (always, for files
