@@ -81,9 +81,9 @@ impl CheckpointReader<LocalFile> {
 }
 
 impl CheckpointReader<Box<dyn RangeSource>> {
-    /// Opens a local path or a remote URI (see [`crate::source::open_source`]).
+    /// Opens a local path or a remote URI (see [`crate::store::open_uri`]).
     pub fn open_uri(uri: &str) -> Result<Self> {
-        Self::new(crate::source::open_source_for(uri, crate::source::Intent::Peek)?)
+        Self::new(crate::store::open_uri(uri, crate::store::Intent::Peek)?)
     }
 }
 

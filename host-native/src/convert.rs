@@ -38,7 +38,8 @@ use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each_index};
 use crate::reader::{ReadOptions, Reader};
 use crate::safetensors::{MAX_SAFETENSORS_HEADER, SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
-use crate::source::{Intent, RangeSource, open_source_for};
+use crate::source::RangeSource;
+use crate::store::{Intent, open_uri};
 use crate::writer::{FileWriter, WriteOptions};
 
 /// Bytes per piece streamed from a local source: small enough to stay in
@@ -198,7 +199,7 @@ pub fn convert(
     progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Converted> {
     // Checkpoints are read from the end first: no whole-file opening request.
-    convert_source(open_source_for(src, Intent::Peek)?, dst, options, progress)
+    convert_source(open_uri(src, Intent::Peek)?, dst, options, progress)
 }
 
 /// Converts whatever `source` holds (recognised by [`sniff`]) into the

@@ -1,7 +1,68 @@
 //! The host crate's error type. Every variant names the file (or URI) and,
 //! where it applies, the tensor and byte offset.
 
+use std::fmt;
 use std::io;
+use std::ops::Range;
+
+/// The kinds of store failure a caller can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The object, file, bucket or key prefix does not exist (HTTP 404,
+    /// S3 `NoSuchKey`/`NoSuchBucket`, no Redis keys).
+    NotFound,
+    /// The credentials are missing, wrong or not allowed this (HTTP 401/403).
+    PermissionDenied,
+    /// Something is already at a location that a write would replace.
+    AlreadyExists,
+    /// The object was replaced while it was being read (its ETag or Redis
+    /// generation changed); reading it again from the start may succeed.
+    Changed,
+    /// The server ignores `Range` requests (answers 200 with the whole body).
+    RangeNotSupported,
+    /// A deadline passed, or the transfer stalled or was too slow.
+    TimedOut,
+    /// Every attempt failed on a transient fault (resets, 5xx, throttling).
+    RetriesExhausted,
+}
+
+impl StoreErrorKind {
+    /// The matching [`io::ErrorKind`].
+    pub fn io_kind(self) -> io::ErrorKind {
+        match self {
+            Self::NotFound => io::ErrorKind::NotFound,
+            Self::PermissionDenied => io::ErrorKind::PermissionDenied,
+            Self::AlreadyExists => io::ErrorKind::AlreadyExists,
+            Self::Changed => io::ErrorKind::Other,
+            Self::RangeNotSupported => io::ErrorKind::Unsupported,
+            Self::TimedOut => io::ErrorKind::TimedOut,
+            Self::RetriesExhausted => io::ErrorKind::ConnectionAborted,
+        }
+    }
+}
+
+impl fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NotFound => "not found",
+            Self::PermissionDenied => "permission denied",
+            Self::AlreadyExists => "already exists",
+            Self::Changed => "changed during the read",
+            Self::RangeNotSupported => "range requests not supported",
+            Self::TimedOut => "timed out",
+            Self::RetriesExhausted => "retries exhausted",
+        })
+    }
+}
+
+/// ` (bytes a-b)` for a non-empty range (`b` inclusive), else nothing.
+fn range_text(range: &Option<Range<u64>>) -> String {
+    match range {
+        Some(r) if r.end > r.start => format!(" (bytes {}-{})", r.start, r.end - 1),
+        _ => String::new(),
+    }
+}
 
 /// Errors from reading or writing tensorizer files.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +99,28 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A store failed in a way the caller can act on (see
+    /// [`StoreErrorKind`]), at a location and, for reads, a byte range.
+    #[error("{location}{}: {kind}: {detail}", range_text(range))]
+    Store {
+        /// The path or URI (never a presigned URL).
+        location: String,
+        /// The bytes being read (`start..end`), if a read failed.
+        range: Option<Range<u64>>,
+        /// What kind of failure.
+        kind: StoreErrorKind,
+        /// What the store said, and what to do about it.
+        detail: String,
+    },
+    /// This build, or this store, cannot do what was asked: a scheme whose
+    /// feature is not compiled in, writing to `http://`, an unknown scheme.
+    #[error("{location}: {what}")]
+    Unsupported {
+        /// The path or URI.
+        location: String,
+        /// What is not supported, and what to do instead.
+        what: String,
+    },
     /// The caller asked for something impossible (wrong buffer size,
     /// unknown tensor, missing key, ...).
     #[error("{0}")]
@@ -60,6 +143,35 @@ impl Error {
 
     pub(crate) fn tensor(file: impl Into<String>, tensor: impl Into<String>, source: tensorizer_core::Error) -> Self {
         Self::Tensor { file: file.into(), tensor: tensor.into(), source: Box::new(source) }
+    }
+
+    /// A [`Store`](Self::Store) error.
+    #[cfg_attr(not(any(feature = "http", feature = "redis")), allow(dead_code))]
+    pub(crate) fn store(
+        location: impl Into<String>,
+        range: Option<Range<u64>>,
+        kind: StoreErrorKind,
+        detail: impl fmt::Display,
+    ) -> Self {
+        Self::Store { location: location.into(), range, kind, detail: detail.to_string() }
+    }
+
+    /// The kind of store failure, for [`Store`](Self::Store) errors and
+    /// for I/O errors of a matching [`io::ErrorKind`] (a missing local
+    /// file is `NotFound` too).
+    pub fn store_kind(&self) -> Option<StoreErrorKind> {
+        match self {
+            Self::Store { kind, .. } => Some(*kind),
+            Self::Io { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => Some(StoreErrorKind::NotFound),
+                io::ErrorKind::PermissionDenied => Some(StoreErrorKind::PermissionDenied),
+                io::ErrorKind::AlreadyExists => Some(StoreErrorKind::AlreadyExists),
+                // A socket read timeout surfaces as `WouldBlock`.
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Some(StoreErrorKind::TimedOut),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The format-core error behind this error, if any.

@@ -8,21 +8,15 @@ pub mod convert;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;
-#[cfg(feature = "http")]
-pub mod http;
 pub mod mmap;
 mod parallel;
 pub mod reader;
-pub mod redis;
 mod retry;
-#[cfg(feature = "s3")]
-pub mod s3;
 pub mod safetensors;
 pub mod slice_plan;
 pub mod source;
 pub mod staging;
-#[cfg(feature = "http")]
-pub mod tls;
+pub mod store;
 pub mod verify;
 pub mod writer;
 
@@ -30,5 +24,13 @@ pub use checkpoint::CheckpointReader;
 pub use error::{Error, Result};
 pub use parallel::default_readers;
 pub use reader::{ReadOptions, Reader};
-pub use source::{Intent, LocalFile, MemorySource, RangeSource, open_source, open_source_for};
+pub use source::{LocalFile, MemorySource, RangeSource};
+pub use store::{Intent, Location, Sink, StoreOptions, open_sink, open_source, open_uri};
+// The stores under their old paths (`tensorizer_native::http`, …).
+#[cfg(feature = "redis")]
+pub use store::redis;
+#[cfg(feature = "s3")]
+pub use store::s3;
+#[cfg(feature = "http")]
+pub use store::{http, tls};
 pub use writer::{FileWriter, WriteOptions, write_file};

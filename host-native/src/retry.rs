@@ -1,12 +1,80 @@
-//! Bounded retries with exponential backoff, and the transfer-rate and
-//! deadline policy ([`TransferLimits`]), shared by the network sources.
+//! The one retry policy of every remote store ([`RetryPolicy`]: bounded
+//! attempts, exponential backoff with jitter and a cap, a time limit on
+//! failing without progress), and the transfer-rate and deadline policy
+//! ([`TransferLimits`]) that tells a slow but moving transfer from a
+//! stalled one.
 
+// Without a network feature (local files only) nothing retries.
+#![cfg_attr(not(any(feature = "http", feature = "redis")), allow(dead_code))]
+
+use std::cell::Cell;
 use std::fmt;
 use std::io::{self, Read};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use crate::error::{Error, StoreErrorKind};
 use crate::source::TransferLimits;
+
+/// How a remote store retries a request that failed on a transient fault
+/// (a reset, a stall, a trickle, HTTP 429/5xx, a busy Redis): one policy
+/// for HTTP, S3 and Redis.
+///
+/// The first retry is immediate (a lone reset or stall is usually
+/// transient, and each attempt re-fetches only the bytes still missing);
+/// later ones wait [`backoff`](Self::backoff), doubling up to
+/// [`max_backoff`](Self::max_backoff), each wait drawn at random from its
+/// upper half so that many reader threads do not retry in lockstep.
+/// Retrying stops after [`attempts`](Self::attempts) failures in a row or
+/// once [`give_up_after`](Self::give_up_after) has passed since the request
+/// started, whichever comes first. A failure after useful progress (a
+/// reset 200 MiB into a span) starts both counts afresh, so a long
+/// transfer that keeps moving is never given up on; one that stalls is,
+/// since each stall ends an attempt (see [`TransferLimits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Failed attempts in a row before giving up (at least 1 attempt runs).
+    pub attempts: u32,
+    /// Wait before the second retry; doubled for each one after.
+    pub backoff: Duration,
+    /// Longest wait between two attempts.
+    pub max_backoff: Duration,
+    /// Longest time to keep failing without progress; `None`: attempts only.
+    pub give_up_after: Option<Duration>,
+}
+
+/// Default of [`RetryPolicy::max_backoff`].
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(15);
+
+/// Default of [`RetryPolicy::give_up_after`]: three minutes.
+pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(180);
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 6,
+            backoff: Duration::from_millis(100),
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            give_up_after: Some(DEFAULT_GIVE_UP_AFTER),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The default policy with `attempts` and `backoff`.
+    pub fn new(attempts: u32, backoff: Duration) -> Self {
+        Self { attempts, backoff, ..Self::default() }
+    }
+
+    /// The wait before retry number `retry` (1 = the first retry), before
+    /// jitter: none for the first, then `backoff` doubling up to the cap.
+    fn delay(&self, retry: u32) -> Duration {
+        match retry {
+            0 | 1 => Duration::ZERO,
+            n => self.backoff.saturating_mul(1u32.checked_shl(n - 2).unwrap_or(u32::MAX)).min(self.max_backoff),
+        }
+    }
+}
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<T> {
@@ -23,39 +91,104 @@ pub(crate) enum Attempt<T> {
     Final(Error),
 }
 
-/// Runs `attempt` until it succeeds, fails for good, or `attempts` are used
-/// up (a resumable failure does not count). The first retry is immediate (a lone reset or stall is usually
-/// transient and each attempt re-fetches only what is missing); later ones
-/// wait `backoff`, then twice that, and so on. The error is the last one
-/// seen (`None` only if no attempt ran).
+/// What a request is about, for the error that ends its retries.
+pub(crate) struct Target<'a> {
+    /// The path or URI (never a presigned URL).
+    pub(crate) location: &'a str,
+    /// The bytes being read, if a read.
+    pub(crate) range: Option<Range<u64>>,
+}
+
+/// Runs `attempt` under `policy` until it succeeds, fails for good, or
+/// the policy gives up; giving up is an [`Error::Store`] of kind
+/// [`StoreErrorKind::RetriesExhausted`] (or [`StoreErrorKind::TimedOut`]
+/// when the last failure was a stall or a trickle) naming `target`, the
+/// attempts, the time spent and the last failure.
 pub(crate) fn retry<T>(
-    attempts: u32,
-    backoff: Duration,
+    policy: &RetryPolicy,
+    target: Target<'_>,
     mut attempt: impl FnMut() -> Attempt<T>,
-) -> Result<T, Option<Error>> {
-    let mut delay = backoff;
-    let mut last = None;
-    let mut failures = 0;
-    while failures < attempts.max(1) {
-        if failures > 1 {
-            std::thread::sleep(delay);
-            delay = delay.saturating_mul(2);
-        }
-        match attempt() {
+) -> Result<T, Error> {
+    let mut since = Instant::now();
+    let mut failures = 0u32;
+    loop {
+        let last = match attempt() {
             Attempt::Ok(v) => return Ok(v),
-            Attempt::Final(e) => return Err(Some(e)),
+            Attempt::Final(e) => return Err(e),
             Attempt::Retry(e) => {
                 failures += 1;
-                last = Some(e);
+                e
             }
             Attempt::Resumable(e) => {
                 failures = 0;
-                delay = backoff;
-                last = Some(e);
+                since = Instant::now();
+                e
             }
+        };
+        let wait = jitter(policy.delay(failures));
+        let out_of_time = policy.give_up_after.is_some_and(|limit| since.elapsed() + wait >= limit);
+        if failures >= policy.attempts.max(1) || (failures > 0 && out_of_time) {
+            return Err(exhausted(target, failures, since.elapsed(), last));
+        }
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
         }
     }
-    Err(last)
+}
+
+/// The error for a request whose retries ran out after `failures` failed
+/// attempts in `elapsed`, the last with `last`.
+fn exhausted(target: Target<'_>, failures: u32, elapsed: Duration, last: Error) -> Error {
+    let kind = match last.store_kind() {
+        Some(StoreErrorKind::TimedOut) => StoreErrorKind::TimedOut,
+        _ => StoreErrorKind::RetriesExhausted,
+    };
+    let cause = match &last {
+        Error::Io { source, .. } => source.to_string(),
+        Error::Store { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    };
+    let plural = if failures == 1 { "" } else { "s" };
+    Error::Store {
+        location: target.location.to_string(),
+        range: target.range,
+        kind,
+        detail: format!(
+            "gave up after {failures} failed attempt{plural} in {:.1} s; the last: {cause}",
+            elapsed.as_secs_f64()
+        ),
+    }
+}
+
+/// `d` scaled by a random factor in `[0.5, 1]`.
+fn jitter(d: Duration) -> Duration {
+    if d.is_zero() {
+        return d;
+    }
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(seed());
+    }
+    // xorshift64*: plenty for spreading retries apart.
+    let r = STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    });
+    let fraction = 0.5 + (r >> 11) as f64 / (1u64 << 53) as f64 / 2.0;
+    d.mul_f64(fraction)
+}
+
+/// A non-zero seed from the OS (or, failing that, the clock).
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        bytes = (nanos.as_nanos() as u64).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes) | 1
 }
 
 /// The instant by which a read that starts now must end, if `limits` set
@@ -113,6 +246,7 @@ impl Pace {
     }
 
     /// No limits (a connection between requests).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn off() -> Self {
         Self::new(&TransferLimits { min_rate: 0, deadline: None, ..TransferLimits::default() }, None)
     }
@@ -204,6 +338,73 @@ impl<R: Read> Read for Paced<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn target() -> Target<'static> {
+        Target { location: "http://h/f", range: Some(0..10) }
+    }
+
+    fn transient() -> Error {
+        Error::Io { file: "http://h/f".into(), offset: 0, source: io::Error::other("reset") }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter() {
+        let policy = RetryPolicy {
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(350),
+            ..RetryPolicy::default()
+        };
+        let delays: Vec<_> = (1..6).map(|n| policy.delay(n).as_millis()).collect();
+        assert_eq!(delays, [0, 100, 200, 350, 350]);
+        let drawn: Vec<_> = (0..64).map(|_| jitter(Duration::from_millis(100))).collect();
+        assert!(drawn.iter().all(|d| (50..=100).contains(&d.as_millis())), "{drawn:?}");
+        assert!(drawn.iter().any(|d| *d != drawn[0]), "jitter draws differ");
+    }
+
+    #[test]
+    fn attempts_run_out_into_a_typed_error() {
+        let policy = RetryPolicy { attempts: 3, backoff: Duration::from_millis(1), ..RetryPolicy::default() };
+        let mut calls = 0;
+        let err = retry::<()>(&policy, target(), || {
+            calls += 1;
+            Attempt::Retry(transient())
+        })
+        .unwrap_err();
+        assert_eq!(calls, 3);
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::RetriesExhausted));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("http://h/f (bytes 0-9): retries exhausted: gave up after 3 failed attempts"),
+            "{text}"
+        );
+        assert!(text.ends_with("the last: reset"), "{text}");
+        // Progress starts the count afresh; a final failure ends at once.
+        let mut calls = 0;
+        let err = retry::<()>(&policy, target(), || {
+            calls += 1;
+            match calls {
+                1 | 2 | 4 | 5 => Attempt::Retry(transient()),
+                3 => Attempt::Resumable(transient()),
+                _ => Attempt::Final(Error::Invalid("final".into())),
+            }
+        })
+        .unwrap_err();
+        assert_eq!((calls, err.to_string()), (6, "final".to_string()));
+    }
+
+    #[test]
+    fn failing_without_progress_is_bounded_in_time() {
+        let policy = RetryPolicy {
+            attempts: 1000,
+            backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(20),
+            give_up_after: Some(Duration::from_millis(200)),
+        };
+        let started = Instant::now();
+        let err = retry::<()>(&policy, target(), || Attempt::Retry(transient())).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::RetriesExhausted));
+    }
 
     /// Yields one byte per read, sleeping `gap` before each.
     struct Trickle(Duration);

@@ -1,5 +1,7 @@
 //! Where bytes come from: anything that can serve positioned reads
-//! concurrently. Local files use `pread`; remote sources plug in here.
+//! concurrently ([`RangeSource`]). Local files use `pread`; the remote
+//! stores in [`crate::store`] implement the same trait, and
+//! [`crate::store::open_source`] picks one for a location.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -241,11 +243,11 @@ pub const DEFAULT_MIN_RATE: u64 = 16 << 10;
 /// Default of [`TransferLimits::rate_window`]: 30 s.
 pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(30);
 
-/// Environment variable read by [`open_source`]: [`TransferLimits::min_rate`]
+/// Environment variable read by [`crate::store::StoreOptions::from_env`]: [`TransferLimits::min_rate`]
 /// in bytes per second (`0` turns the check off).
 pub const MIN_RATE_VAR: &str = "TZR_MIN_RATE";
 
-/// Environment variable read by [`open_source`]: [`TransferLimits::deadline`]
+/// Environment variable read by [`crate::store::StoreOptions::from_env`]: [`TransferLimits::deadline`]
 /// in seconds (`0` or empty: none).
 pub const DEADLINE_VAR: &str = "TZR_DEADLINE";
 
@@ -303,55 +305,7 @@ impl TransferLimits {
     }
 }
 
-/// How much of a source its user means to read. Network sources plan their
-/// opening request by it (see [`crate::http::HttpOptions::read_all`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Intent {
-    /// Most of it: a load, a copy, a conversion.
-    #[default]
-    ReadAll,
-    /// Its header and index only: an inspection.
-    Peek,
-}
-
-/// Opens a local path, a `redis://host[:port]/prefix` URI (see
-/// [`crate::redis`]) or, with the `http` and `s3` features, an
-/// `http(s)://` URL or an `s3://` URI (configured from the environment; see
-/// [`crate::s3::S3Options`]), to read most of it. Remote sources get the
-/// default [`TransferLimits`] as overridden by [`MIN_RATE_VAR`] and
-/// [`DEADLINE_VAR`].
-pub fn open_source(uri: &str) -> Result<Box<dyn RangeSource>> {
-    open_source_for(uri, Intent::ReadAll)
-}
-
-/// [`open_source`], for reading as much as `intent` says.
-#[cfg_attr(not(feature = "http"), allow(unused_variables))]
-pub fn open_source_for(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>> {
-    let remote = crate::redis::is_redis_uri(uri) || uri.contains("://");
-    let limits = if remote { TransferLimits::from_env()? } else { TransferLimits::default() };
-    #[cfg(feature = "http")]
-    let http = crate::http::HttpOptions { read_all: intent == Intent::ReadAll, limits, ..Default::default() };
-    #[cfg(feature = "s3")]
-    if crate::s3::is_s3_uri(uri) {
-        let options = crate::s3::S3Options { http, ..Default::default() };
-        return Ok(Box::new(crate::s3::open(uri, &options)?));
-    }
-    #[cfg(feature = "http")]
-    if crate::http::is_http_url(uri) {
-        return Ok(Box::new(crate::http::HttpSource::open(uri, http)?));
-    }
-    if crate::redis::is_redis_uri(uri) {
-        let options = crate::redis::RedisOptions { limits, ..Default::default() };
-        return Ok(Box::new(crate::redis::RedisSource::open(uri, options)?));
-    }
-    let lower = uri.to_ascii_lowercase();
-    for scheme in ["s3://", "http://", "https://"] {
-        if lower.starts_with(scheme) {
-            return Err(Error::Invalid(format!("{uri}: {scheme} sources are not supported by this build yet")));
-        }
-    }
-    Ok(Box::new(LocalFile::open(uri)?))
-}
+pub use crate::store::Intent;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_native::checkpoint::CheckpointReader;
 use tensorizer_native::source::Counted;
-use tensorizer_native::{Intent, MemorySource, RangeSource, open_source_for};
+use tensorizer_native::{Intent, MemorySource, RangeSource, open_uri};
 
 use crate::buffers::fill_with;
 use crate::errors::to_py;
@@ -43,7 +43,7 @@ impl NativeCheckpoint {
             let uri = path.to_string_lossy().into_owned();
             // Peek: a checkpoint is read from its end first, so the opening
             // request must not go on into the whole file (range reads only).
-            Arc::from(py.detach(|| open_source_for(&uri, Intent::Peek)).map_err(to_py)?)
+            Arc::from(py.detach(|| open_uri(&uri, Intent::Peek)).map_err(to_py)?)
         };
         let counted = Counted::new(inner);
         let mut inner = py.detach(|| CheckpointReader::new(counted)).map_err(to_py)?;

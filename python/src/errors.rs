@@ -1,11 +1,15 @@
 //! One place maps Rust errors to Python exceptions.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::exceptions::{
+    PyConnectionError, PyException, PyFileExistsError, PyFileNotFoundError, PyOSError, PyPermissionError,
+    PyTimeoutError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 use tensorizer_native::Error;
+use tensorizer_native::error::StoreErrorKind;
 
 // The exceptions are named after the importable module that holds them
 // (`tensorizer_rs._native`), so they pickle: worker processes (vLLM's, for
@@ -23,6 +27,19 @@ create_exception!(
     CryptographyError,
     PyException,
     "Encryption or decryption failed, or the key does not fit the file."
+);
+
+create_exception!(
+    tensorizer_rs._native,
+    ObjectChangedError,
+    PyOSError,
+    "The remote object was replaced while it was being read (its ETag or Redis generation changed)."
+);
+create_exception!(
+    tensorizer_rs._native,
+    RangeNotSupportedError,
+    PyOSError,
+    "The server ignores HTTP Range requests, so the object cannot be read in parts."
 );
 
 /// `TruncatedError(FormatError, struct.error)`: tensorizer surfaces a short
@@ -64,12 +81,29 @@ pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> P
     }
 }
 
+/// The Python exception for a store failure (all `OSError` subclasses).
+fn store_to_py(kind: StoreErrorKind, msg: String) -> PyErr {
+    match kind {
+        StoreErrorKind::NotFound => PyFileNotFoundError::new_err(msg),
+        StoreErrorKind::PermissionDenied => PyPermissionError::new_err(msg),
+        StoreErrorKind::AlreadyExists => PyFileExistsError::new_err(msg),
+        StoreErrorKind::TimedOut => PyTimeoutError::new_err(msg),
+        StoreErrorKind::RetriesExhausted => PyConnectionError::new_err(msg),
+        StoreErrorKind::Changed => ObjectChangedError::new_err(msg),
+        StoreErrorKind::RangeNotSupported => RangeNotSupportedError::new_err(msg),
+        _ => PyOSError::new_err(msg),
+    }
+}
+
 /// Maps a host error.
 pub(crate) fn to_py(e: Error) -> PyErr {
     match &e {
         Error::Format { file, source } => core_to_py(source, Some(file)),
         Error::Tensor { file, tensor, source } => core_to_py(source, Some(&format!("{file}: tensor {tensor:?}"))),
-        Error::Io { .. } => PyOSError::new_err(e.to_string()),
+        Error::Io { .. } | Error::Store { .. } => match e.store_kind() {
+            Some(kind) => store_to_py(kind, e.to_string()),
+            None => PyOSError::new_err(e.to_string()),
+        },
         _ => PyValueError::new_err(e.to_string()),
     }
 }

@@ -24,11 +24,13 @@ mod _native {
     #[pymodule_export]
     use crate::entry::PyEntry;
     #[pymodule_export]
-    use crate::errors::{CryptographyError, FormatError, HashMismatchError};
+    use crate::errors::{
+        CryptographyError, FormatError, HashMismatchError, ObjectChangedError, RangeNotSupportedError,
+    };
     #[pymodule_export]
     use crate::reader::NativeReader;
     #[pymodule_export]
-    use crate::source::{NativeSource, s3_presign, s3_upload};
+    use crate::source::{NativeSource, location_scheme, s3_presign, s3_upload, upload};
     #[pymodule_export]
     use crate::writer::NativeWriter;
 

@@ -6,7 +6,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{HashValue, KeySource, PathComponent, TensorPath};
 use tensorizer_native::source::Counted;
-use tensorizer_native::{MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_source};
+use tensorizer_native::{Intent, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
 use crate::buffers::Held;
 use crate::errors::{CryptographyError, to_py};
@@ -70,7 +70,7 @@ impl NativeReader {
         } else {
             let path: std::path::PathBuf = source.extract()?;
             let uri = path.to_string_lossy().into_owned();
-            py.detach(|| open_source(&uri)).map_err(to_py)?
+            py.detach(|| open_uri(&uri, Intent::ReadAll)).map_err(to_py)?
         };
         let options = ReadOptions {
             num_readers: num_readers.unwrap_or_else(default_readers).max(1),

@@ -10,11 +10,9 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use tensorizer_native::RangeSource;
-use tensorizer_native::http::{self, HttpOptions, HttpSource};
-use tensorizer_native::s3::{self, S3Options};
-use tensorizer_native::source::TransferLimits;
+use tensorizer_native::s3::S3Options;
 use tensorizer_native::tls::TlsOptions;
+use tensorizer_native::{Intent, Location, RangeSource, StoreOptions, open_sink, open_source};
 
 use crate::buffers::Held;
 use crate::errors::to_py;
@@ -37,29 +35,36 @@ fn tls_options(cacert: Option<PathBuf>, capath: Option<PathBuf>, allow_untrusted
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn s3_options(
+/// tensorizer's six S3 arguments.
+struct S3Args {
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
     endpoint: Option<String>,
     config_path: Option<PathBuf>,
     region: Option<String>,
     force_http: Option<bool>,
-    tls: TlsOptions,
-) -> PyResult<S3Options> {
-    let mut options = S3Options {
-        access_key_id,
-        secret_access_key,
-        endpoint,
-        config_path,
-        region,
-        force_http,
+}
+
+/// The store options for these arguments, with the environment's
+/// `TZR_MIN_RATE` / `TZR_DEADLINE` overrides, as every remote read has.
+fn store_options(intent: Intent, s3: S3Args, tls: TlsOptions) -> PyResult<StoreOptions> {
+    let mut options = StoreOptions::from_env(intent).map_err(to_py)?;
+    options.s3 = S3Options {
+        access_key_id: s3.access_key_id,
+        secret_access_key: s3.secret_access_key,
+        endpoint: s3.endpoint,
+        config_path: s3.config_path,
+        region: s3.region,
+        force_http: s3.force_http,
         ..S3Options::default()
     };
-    // The same TZR_MIN_RATE / TZR_DEADLINE overrides as every other remote read.
-    options.http.limits = TransferLimits::from_env().map_err(to_py)?;
     options.http.tls = tls;
     Ok(options)
+}
+
+/// Parses a path or URI (a `PathBuf` from Python's `os.fspath`).
+fn location(uri: &std::path::Path) -> PyResult<Location> {
+    Location::parse(&uri.to_string_lossy()).map_err(to_py)
 }
 
 #[pymethods]
@@ -86,29 +91,18 @@ impl NativeSource {
         capath: Option<PathBuf>,
         allow_untrusted: bool,
     ) -> PyResult<Self> {
-        let uri = uri.to_string_lossy().into_owned();
-        let tls = tls_options(cacert, capath, allow_untrusted);
-        let inner: Arc<dyn RangeSource> = if s3::is_s3_uri(&uri) {
-            let mut options = s3_options(
-                s3_access_key_id,
-                s3_secret_access_key,
-                s3_endpoint,
-                s3_config_path,
-                s3_region_name,
-                force_http,
-                tls,
-            )?;
-            // Python opens sources to load them: the opening request goes on into the first read.
-            options.http.read_all = true;
-            Arc::new(py.detach(|| s3::open(&uri, &options)).map_err(to_py)?)
-        } else if http::is_http_url(&uri) {
-            // As `open_source` would, with the TLS trust given.
-            let limits = TransferLimits::from_env().map_err(to_py)?;
-            let options = HttpOptions { read_all: true, limits, tls, ..HttpOptions::default() };
-            Arc::new(py.detach(|| HttpSource::open(&uri, options)).map_err(to_py)?)
-        } else {
-            Arc::from(py.detach(|| tensorizer_native::open_source(&uri)).map_err(to_py)?)
+        let location = location(&uri)?;
+        let s3 = S3Args {
+            access_key_id: s3_access_key_id,
+            secret_access_key: s3_secret_access_key,
+            endpoint: s3_endpoint,
+            config_path: s3_config_path,
+            region: s3_region_name,
+            force_http,
         };
+        // Python opens sources to load them: the opening request goes on into the first read.
+        let options = store_options(Intent::ReadAll, s3, tls_options(cacert, capath, allow_untrusted))?;
+        let inner: Arc<dyn RangeSource> = Arc::from(py.detach(|| open_source(&location, &options)).map_err(to_py)?);
         Ok(Self { inner })
     }
 
@@ -171,22 +165,59 @@ pub(crate) fn s3_presign(
     s3_region_name: Option<String>,
     force_http: Option<bool>,
 ) -> PyResult<String> {
-    let options = s3_options(
-        s3_access_key_id,
-        s3_secret_access_key,
-        s3_endpoint,
-        s3_config_path,
-        s3_region_name,
+    let s3 = S3Args {
+        access_key_id: s3_access_key_id,
+        secret_access_key: s3_secret_access_key,
+        endpoint: s3_endpoint,
+        config_path: s3_config_path,
+        region: s3_region_name,
         force_http,
-        tls_options(None, None, false),
-    )?;
-    let object = options.resolve(&uri, false).map_err(to_py)?;
+    };
+    let options = store_options(Intent::ReadAll, s3, TlsOptions::default())?;
+    let object = options.s3.resolve(&uri, false).map_err(to_py)?;
     Ok(object.presigned_get_url(expires))
 }
 
-/// Uploads the local file `path` to `uri` (`s3://bucket/key`): one PUT or
-/// a multipart upload that is aborted on any error. `cacert`, `capath`
-/// and `allow_untrusted` as for `NativeSource`.
+/// Uploads the finished local file `path` to `uri` (`s3://`, `gs://`,
+/// `az://`, `abfs(s)://`; with `overwrite`, a local path or `redis://`
+/// too): nothing partial is ever visible there. The `s3_*` arguments,
+/// `cacert`, `capath` and `allow_untrusted` as for `NativeSource`.
+#[pyfunction]
+#[pyo3(signature = (path, uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
+                    s3_config_path=None, s3_region_name=None, force_http=None,
+                    cacert=None, capath=None, allow_untrusted=false, overwrite=true))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn upload(
+    py: Python<'_>,
+    path: PathBuf,
+    uri: PathBuf,
+    s3_access_key_id: Option<String>,
+    s3_secret_access_key: Option<String>,
+    s3_endpoint: Option<String>,
+    s3_config_path: Option<PathBuf>,
+    s3_region_name: Option<String>,
+    force_http: Option<bool>,
+    cacert: Option<PathBuf>,
+    capath: Option<PathBuf>,
+    allow_untrusted: bool,
+    overwrite: bool,
+) -> PyResult<()> {
+    let location = location(&uri)?;
+    let s3 = S3Args {
+        access_key_id: s3_access_key_id,
+        secret_access_key: s3_secret_access_key,
+        endpoint: s3_endpoint,
+        config_path: s3_config_path,
+        region: s3_region_name,
+        force_http,
+    };
+    let mut options = store_options(Intent::ReadAll, s3, tls_options(cacert, capath, allow_untrusted))?;
+    options.overwrite = overwrite;
+    let sink = open_sink(&location, &options).map_err(to_py)?;
+    py.detach(|| sink.put_file(&path)).map_err(to_py)
+}
+
+/// [`upload`] for `s3://` URIs only (tensorizer's `s3_upload`).
 #[pyfunction]
 #[pyo3(signature = (path, uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
                     s3_config_path=None, s3_region_name=None, force_http=None,
@@ -206,17 +237,21 @@ pub(crate) fn s3_upload(
     capath: Option<PathBuf>,
     allow_untrusted: bool,
 ) -> PyResult<()> {
-    if !s3::is_s3_uri(&uri) {
+    if !matches!(Location::parse(&uri), Ok(Location::S3 { .. })) {
         return Err(PyValueError::new_err(format!("{uri}: not an s3:// URI")));
     }
-    let options = s3_options(
-        s3_access_key_id,
-        s3_secret_access_key,
-        s3_endpoint,
-        s3_config_path,
-        s3_region_name,
-        force_http,
-        tls_options(cacert, capath, allow_untrusted),
-    )?;
-    py.detach(|| s3::upload(&path, &uri, &options)).map_err(to_py)
+    #[rustfmt::skip]
+    let done = upload(
+        py, path, uri.into(), s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
+        s3_region_name, force_http, cacert, capath, allow_untrusted, true,
+    );
+    done
+}
+
+/// The scheme of a path or URI, parsed once in Rust: `"file"`, `"http"`,
+/// `"https"`, `"s3"`, `"gs"`, `"az"` (every Azure form) or `"redis"`.
+/// A malformed URI or an unknown scheme raises `ValueError`.
+#[pyfunction]
+pub(crate) fn location_scheme(uri: PathBuf) -> PyResult<&'static str> {
+    Ok(location(&uri)?.scheme())
 }

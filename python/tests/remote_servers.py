@@ -60,8 +60,9 @@ def _running(args: list[str], port: int, what: str) -> Iterator[None]:
 
 
 @contextmanager
-def nginx(root: str) -> Iterator[str]:
-    """Serves ``root``; yields the base URL."""
+def nginx(root: str, extra: str = "") -> Iterator[str]:
+    """Serves ``root`` (``extra``: more directives for its ``server``
+    block); yields the base URL."""
     binary = _binary("nginx", ["/usr/sbin/nginx", "/usr/bin/nginx"])
     port = _free_port()
     with tempfile.TemporaryDirectory() as d:
@@ -72,7 +73,7 @@ def nginx(root: str) -> Iterator[str]:
                 "events { worker_connections 256; }\n"
                 f"http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n"
                 f"  uwsgi_temp_path {d}; scgi_temp_path {d}; sendfile on; keepalive_requests 10000;\n"
-                f"  server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} }} }}\n"
+                f"  server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} {extra} }} }}\n"
             )
         with _running([binary, "-c", conf, "-p", d], port, "nginx"):
             yield f"http://127.0.0.1:{port}"

@@ -132,6 +132,45 @@ def test_s3_missing_object_is_a_clear_error(tz, s3):
     assert "X-Amz-Signature" not in str(err.value)
 
 
+@pytest.mark.skipif(tzhelpers.IS_ORACLE, reason="typed remote errors are tensorizer_rs's")
+def test_remote_failures_are_typed_oserrors(tz, s3, tmp_path):
+    """Each failure a caller can act on has its own OSError subclass, and
+    the message names the location (never a signature) and the bytes."""
+    endpoint, _ = s3
+    with pytest.raises(FileNotFoundError, match="s3://models/nope") as err:
+        tz.stream_io.open_stream("s3://models/nope", "rb", **_creds(endpoint))
+    assert "X-Amz-Signature" not in str(err.value)
+    with pytest.raises(FileNotFoundError, match="NoSuchBucket"):
+        with tz.stream_io.open_stream("s3://nobucket/x", "wb", **_creds(endpoint)) as f:
+            f.write(b"x")
+    data = os.urandom(2 << 20)
+    (tmp_path / "f.bin").write_bytes(data)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "f.bin").write_bytes(b"x")
+    extra = f"location /secret/ {{ deny all; }} location /norange/ {{ alias {tmp_path}/; max_ranges 0; }}"
+    with remote_servers.nginx(str(tmp_path), extra) as base:
+        with pytest.raises(FileNotFoundError, match="404"):
+            tz.stream_io.open_stream(f"{base}/missing.bin", "rb")
+        with pytest.raises(PermissionError, match="403"):
+            tz.stream_io.open_stream(f"{base}/secret/f.bin", "rb")
+        with pytest.raises(tz._native.RangeNotSupportedError, match="ignores Range") as err2:
+            tz.stream_io.open_stream(f"{base}/norange/f.bin", "rb")
+        assert isinstance(err2.value, OSError)
+        # Replaced between opening and a read past the opening response.
+        stream = tz.stream_io.open_stream(f"{base}/f.bin", "rb")
+        assert stream.read(16) == data[:16]
+        (tmp_path / "f.bin").write_bytes(data[:-1])
+        stream.seek(3 << 19)
+        with pytest.raises(tz._native.ObjectChangedError, match=r"ETag differs") as err3:
+            stream.read(4096)
+        assert isinstance(err3.value, OSError) and f"bytes {3 << 19}-" in str(err3.value)
+        # A serializer refuses to write where nothing can be written, before writing.
+        with pytest.raises(ValueError, match='Only the mode "rb"'):
+            tz.TensorSerializer(f"{base}/out.tensors")
+    with pytest.raises(ValueError, match="unknown scheme"):
+        tz.stream_io.open_stream("ftp://127.0.0.1/x", "rb")
+
+
 def test_open_stream_modes(tz):
     for uri in ("http://127.0.0.1:9/x", "redis://127.0.0.1:9/x"):
         with pytest.raises(ValueError, match='Only the mode "rb"'):

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
-use tensorizer_native::http::{HttpOptions, HttpSource};
+use tensorizer_native::error::StoreErrorKind;
+use tensorizer_native::http::{HttpOptions, HttpSource, RetryPolicy};
 use tensorizer_native::source::TransferLimits;
 use tensorizer_native::{Error, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
@@ -51,7 +52,8 @@ fn faults_refetch_only_the_failed_range() {
     let faults = [Fault::Status503, Fault::ResetAfter(300_000), Fault::ResetFirstAfter(3 << 20)];
     for (fault, read_all) in faults.into_iter().flat_map(|f| [(f, false), (f, true)]) {
         let proxy = FaultProxy::start(nginx.port, fault);
-        let options = HttpOptions { backoff: Duration::from_millis(5), read_all, ..HttpOptions::default() };
+        let options =
+            HttpOptions { retry: RetryPolicy::new(6, Duration::from_millis(5)), read_all, ..HttpOptions::default() };
         let source = HttpSource::open(&proxy.url("big.tensors"), options).unwrap();
         let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: 4, key: None }).unwrap();
         assert_eq!(load_all(&reader).unwrap(), expected);
@@ -101,7 +103,7 @@ fn stalls_and_exhausted_retries_end_in_clear_errors() {
     // A stalled connection is abandoned after the read timeout and retried.
     let proxy = FaultProxy::start(nginx.port, Fault::StallAfter(100_000));
     let options = HttpOptions {
-        backoff: Duration::from_millis(5),
+        retry: RetryPolicy::new(6, Duration::from_millis(5)),
         read_timeout: Duration::from_millis(300),
         ..HttpOptions::default()
     };
@@ -113,7 +115,7 @@ fn stalls_and_exhausted_retries_end_in_clear_errors() {
     // Every new connection failing, with a single attempt allowed: the error names the URL and range.
     // (The opening response is parked, so the read past it needs a new connection.)
     let proxy = FaultProxy::start(nginx.port, Fault::Status503AfterFirst);
-    let once = HttpOptions { attempts: 1, read_all: true, ..HttpOptions::default() };
+    let once = HttpOptions { retry: RetryPolicy::new(1, Duration::ZERO), read_all: true, ..HttpOptions::default() };
     let err = HttpSource::open(&proxy.url("big.tensors"), once)
         .and_then(|s| {
             let mut buf = vec![0u8; 1 << 20];
@@ -137,15 +139,14 @@ fn slow_object() -> Vec<u8> {
 /// A minimum rate of 1 KiB/s over 1 s windows, no retry delay.
 fn low_limits(attempts: u32) -> HttpOptions {
     HttpOptions {
-        attempts,
-        backoff: Duration::from_millis(5),
+        retry: RetryPolicy::new(attempts, Duration::from_millis(5)),
         limits: TransferLimits { min_rate: 1 << 10, rate_window: Duration::from_secs(1), deadline: None },
         ..HttpOptions::default()
     }
 }
 
 fn timed_out(err: &Error) -> bool {
-    matches!(err, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut)
+    err.store_kind() == Some(StoreErrorKind::TimedOut)
 }
 
 #[test]

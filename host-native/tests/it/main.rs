@@ -14,4 +14,5 @@ mod s3;
 mod servers;
 mod slices;
 mod staging;
+mod store;
 mod tls;

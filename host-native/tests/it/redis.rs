@@ -9,7 +9,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
-use tensorizer_native::redis::{RedisOptions, RedisSource, write_redis};
+use tensorizer_native::error::StoreErrorKind;
+use tensorizer_native::redis::{RedisOptions, RedisSource, RetryPolicy, write_redis};
 use tensorizer_native::source::TransferLimits;
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
@@ -350,8 +351,7 @@ fn a_stalled_or_killed_server_is_an_error_not_a_hang() {
     let uri = server.uri("big");
     write_redis(&uri, &Reader::open(dir.path().join("big.tensors"), ReadOptions::default()).unwrap(), false).unwrap();
     let options = RedisOptions {
-        attempts: 2,
-        backoff: Duration::from_millis(10),
+        retry: RetryPolicy::new(2, Duration::from_millis(10)),
         io_timeout: Duration::from_millis(300),
         ..RedisOptions::default()
     };
@@ -446,8 +446,7 @@ fn a_trickling_redis_server_is_cut_off_by_the_minimum_rate() {
     let fake = FakeRedis::start(one_key_trickling, Some(Drip { bytes: 1, gap: Duration::from_millis(100) }));
     let uri = fake.uri("p");
     let options = RedisOptions {
-        attempts: 2,
-        backoff: Duration::from_millis(5),
+        retry: RetryPolicy::new(2, Duration::from_millis(5)),
         limits: TransferLimits { min_rate: 1 << 10, rate_window: Duration::from_secs(1), deadline: None },
         ..RedisOptions::default()
     };
@@ -459,7 +458,7 @@ fn a_trickling_redis_server_is_cut_off_by_the_minimum_rate() {
     })
     .unwrap_err();
     let text = err.to_string();
-    assert!(matches!(&err, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut), "{err:?}");
+    assert!(err.store_kind() == Some(StoreErrorKind::TimedOut), "{err:?}");
     assert!(text.contains(&fake.uri("p")) && text.contains("bytes 0..4000") && text.contains("min_rate"), "{text}");
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
 

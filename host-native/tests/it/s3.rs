@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tensorizer_native::http::HttpOptions;
+use tensorizer_native::http::{HttpOptions, RetryPolicy};
 use tensorizer_native::s3::{self, S3Options};
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
@@ -60,7 +60,7 @@ impl Moto {
             secret_access_key: Some("testing".into()),
             endpoint: Some(format!("http://127.0.0.1:{port}")),
             force_http: Some(true),
-            http: HttpOptions { backoff: Duration::from_millis(5), ..HttpOptions::default() },
+            http: HttpOptions { retry: RetryPolicy::new(6, Duration::from_millis(5)), ..HttpOptions::default() },
             ..S3Options::default()
         }
     }
@@ -134,7 +134,7 @@ fn multipart_uploads_and_aborts_leave_nothing_partial() {
     let proxy = FaultProxy::start(moto.port, Fault::Status503);
     let mut failing = moto.options(proxy.port);
     failing.part_size = Some(5 << 20);
-    failing.http.attempts = 1;
+    failing.http.retry.attempts = 1;
     std::fs::write(&path, vec![7u8; 12 << 20]).unwrap();
     let err = s3::upload(&path, "s3://big/blob", &failing).unwrap_err().to_string();
     assert!(err.contains("s3://big/blob") && err.contains("part") && !err.contains("abort"), "{err}");
@@ -216,7 +216,7 @@ fn a_completed_upload_whose_reply_is_lost_is_a_success() {
         let proxy = FaultProxy::start(moto.port, fault);
         let mut options = moto.options(proxy.port);
         options.part_size = Some(5 << 20);
-        options.http.attempts = attempts;
+        options.http.retry.attempts = attempts;
         let (path, uri) = (path.clone(), uri.to_string());
         let result = within(Duration::from_secs(60), move || s3::upload(&path, &uri, &options));
         assert!(proxy.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 1, "no completion was lost");

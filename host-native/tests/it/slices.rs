@@ -325,7 +325,7 @@ fn slices_over_http_read_only_their_spans() {
     let (_, _, key) = matrix_file(dir.path(), true);
     let Some(nginx) = Nginx::serve(dir.path()) else { return };
     for (file, key) in [("mfalse.tensors", None), ("mtrue.tensors", key.as_ref())] {
-        let source = tensorizer_native::open_source(&nginx.url(file)).unwrap();
+        let source = tensorizer_native::open_uri(&nginx.url(file), tensorizer_native::Intent::ReadAll).unwrap();
         let options = ReadOptions { num_readers: 4, verify_hash: false, key: key.map(|k| KeySource::Key(k.clone())) };
         let reader = Reader::new(Counted::new(source), options).unwrap();
         let full = StridedView::contiguous(&[ROWS, COLS]).unwrap();

@@ -15,6 +15,10 @@ __all__ = [
     "NativeReader",
     "NativeSource",
     "s3_upload",
+    "upload",
+    "location_scheme",
+    "ObjectChangedError",
+    "RangeNotSupportedError",
     "s3_presign",
     "NativeWriter",
     "derive_key",
@@ -41,6 +45,8 @@ class FormatError(ValueError): ...
 class HashMismatchError(Exception): ...
 class CryptographyError(Exception): ...
 class TruncatedError(FormatError, struct.error): ...
+class ObjectChangedError(OSError): ...
+class RangeNotSupportedError(OSError): ...
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
@@ -58,6 +64,22 @@ def s3_upload(
     capath: str | PathLike[str] | None = None,
     allow_untrusted: bool = False,
 ) -> None: ...
+def upload(
+    path: str | PathLike[str],
+    uri: str | PathLike[str],
+    *,
+    s3_access_key_id: str | None = None,
+    s3_secret_access_key: str | None = None,
+    s3_endpoint: str | None = None,
+    s3_config_path: str | PathLike[str] | None = None,
+    s3_region_name: str | None = None,
+    force_http: bool | None = None,
+    cacert: str | PathLike[str] | None = None,
+    capath: str | PathLike[str] | None = None,
+    allow_untrusted: bool = False,
+    overwrite: bool = True,
+) -> None: ...
+def location_scheme(uri: str | PathLike[str]) -> str: ...
 def s3_presign(
     uri: str,
     expires: int,

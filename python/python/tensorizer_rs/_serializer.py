@@ -15,10 +15,12 @@ import numpy as np
 from . import _dtypes, _native, _paths
 from ._crypt import EncryptionParams
 from ._types import TensorType
-from .stream_io import S3Upload
+from .stream_io import RemoteUpload
 
 _TENSORIZER_INDEX = 256 * 1024
 _DEFAULT_ALIGNMENT = 64
+# Schemes a serializer writes to: a temporary file, uploaded on close.
+_UPLOADED = ("s3", "gs", "az")
 
 FileLike = Union[str, "os.PathLike[str]", io.BufferedIOBase, io.RawIOBase, Any]
 
@@ -80,13 +82,14 @@ class TensorSerializer:
         self._final_tensor_bytes: int | None = None
         self._sink: Any = None
         self._upload_uri: str | None = None
-        scheme = file_obj.split("://", 1)[0].lower() if isinstance(file_obj, str) and "://" in file_obj else ""
-        if isinstance(file_obj, str) and scheme == "s3":
+        # The scheme is parsed once, natively (``Location``).
+        scheme = _native.location_scheme(file_obj) if isinstance(file_obj, str) else "file"
+        if isinstance(file_obj, str) and scheme in _UPLOADED:
             # Written to a private temporary file, uploaded on close.
             self._upload_uri = file_obj
             self._tmpdir = tempfile.mkdtemp(prefix="tensorizer-rs-")
             self._path = os.path.join(self._tmpdir, "out.tensors")
-        elif scheme in ("http", "https", "redis"):
+        elif scheme != "file":
             label = "http(s)" if scheme.startswith("http") else scheme
             raise ValueError(f'Only the mode "rb" is valid when opening {label}:// streams.')
         elif isinstance(file_obj, (str, os.PathLike)):
@@ -234,15 +237,15 @@ class TensorSerializer:
         try:
             self._writer.commit()
         except BaseException:
-            if isinstance(self._sink, S3Upload):
+            if isinstance(self._sink, RemoteUpload):
                 self._sink.discard()
             raise
         if self._upload_uri is not None:
             try:
-                _native.s3_upload(self._path, self._upload_uri)
+                _native.upload(self._path, self._upload_uri)
             finally:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
-        elif isinstance(self._sink, S3Upload):
+        elif isinstance(self._sink, RemoteUpload):
             # Hand the stream the finished file; closing it uploads, as
             # tensorizer's close() closes the stream it was given.
             try:
@@ -275,7 +278,7 @@ class TensorSerializer:
             self._writer.abort()
         if self._sink is not None or self._upload_uri is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
-        if isinstance(self._sink, S3Upload):
+        if isinstance(self._sink, RemoteUpload):
             self._sink.discard()
 
     def __enter__(self) -> TensorSerializer:
@@ -294,7 +297,7 @@ class TensorSerializer:
         try:
             if getattr(self, "_closed", True):
                 return
-            if self._upload_uri is not None or isinstance(self._sink, S3Upload):
+            if self._upload_uri is not None or isinstance(self._sink, RemoteUpload):
                 self._abort()
             elif self._writer is not None:
                 self.close()

@@ -1,9 +1,13 @@
 """tensorizer's ``stream_io``: ``open_stream`` for local paths, ``http(s)://``,
-``s3://`` and ``redis://`` URIs.
+``s3://``, ``gs://``, ``az://`` and ``redis://`` URIs (``gs://`` and ``az://``
+need a native build with the ``cloud`` feature).
 
 Remote reads are positioned range requests served by the native host (the
 same code that loads tensors), so a stream can seek anywhere, including from
-the end. Writing to ``s3://`` goes to a local temporary file that is uploaded
+the end. Every URI is parsed once, natively, and opened by the host's one
+``open_source``; failures are ``OSError`` subclasses (``FileNotFoundError``,
+``PermissionError``, ``TimeoutError``, ...) naming the URI and byte range.
+Writing to an object store goes to a local temporary file that is uploaded
 when the stream is closed (a multipart upload, aborted on any error); leaving
 a ``with`` block by an exception discards it instead of uploading.
 """
@@ -21,9 +25,10 @@ from typing import IO, Any, NamedTuple, Optional, Union
 
 from . import _native
 
-__all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo", "RemoteStream", "S3Upload"]
+__all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo", "RemoteStream", "RemoteUpload", "S3Upload"]
 
-_REMOTE = ("http", "https", "s3", "redis")
+# Object stores that streams opened for writing upload to on close.
+_UPLOADED = ("s3", "gs", "az")
 
 SEEK_SET = io.SEEK_SET
 SEEK_CUR = io.SEEK_CUR
@@ -503,8 +508,9 @@ def s3_upload(
     )
 
 
-class S3Upload(io.FileIO):
-    """A local temporary file that is uploaded to ``s3://`` when closed.
+class RemoteUpload(io.FileIO):
+    """A local temporary file that is uploaded to an object store
+    (``s3://``, ``gs://``, ``az://``) when closed.
 
     It is always readable and writable (as tensorizer's, whatever the
     mode), so ``TensorSerializer`` accepts it. Only an explicit
@@ -544,7 +550,7 @@ class S3Upload(io.FileIO):
         try:
             super().close()
             if not self._discarded:
-                _native.s3_upload(self._temp_path, self._uri, **self._s3)
+                _native.upload(self._temp_path, self._uri, **self._s3)
         finally:
             with contextlib.suppress(OSError, AttributeError):
                 os.unlink(self._temp_path)
@@ -559,6 +565,10 @@ class S3Upload(io.FileIO):
         # uploaded (io.IOBase.__del__ would close, and so upload, it).
         with contextlib.suppress(Exception):
             self.discard()
+
+
+class S3Upload(RemoteUpload):
+    """A :class:`RemoteUpload` to ``s3://``."""
 
 
 def open_stream(
@@ -580,8 +590,8 @@ def open_stream(
     """Opens a local path or a remote URI like tensorizer's ``open_stream``.
 
     * ``http(s)://``, ``redis://host[:port]/prefix``: ``"rb"`` only.
-    * ``s3://bucket/key``: ``"rb"``, or ``"wb[+]"`` / ``"ab[+]"`` to upload
-      on close. Credentials, endpoint and region come from the arguments,
+    * ``s3://bucket/key`` (likewise ``gs://bucket/object``, ``az://container/blob``):
+      ``"rb"``, or ``"wb[+]"`` / ``"ab[+]"`` to upload on close. Credentials, endpoint and region come from the arguments,
       then vLLM's ``S3_*`` variables, ``~/.s3cfg`` (or ``s3_config_path``),
       the ``AWS_*`` variables, and finally tensorizer's defaults. Requests
       are always signed with SigV4.
@@ -598,14 +608,15 @@ def open_stream(
     leaves it to the CA variables of the environment and the system's CAs.
     """
     if isinstance(path_uri, os.PathLike):
-        path, scheme = os.fspath(path_uri), ""
+        path, scheme = os.fspath(path_uri), "file"
     elif isinstance(path_uri, str):
+        # Parsed once, natively (``Location``): a malformed URI raises ValueError.
         path = path_uri
-        scheme = path.split("://", 1)[0].lower() if "://" in path else ""
+        scheme = _native.location_scheme(path)
     else:
         raise TypeError(f"path_uri must be str or os.PathLike, not {type(path_uri).__name__}")
     normalized = "".join(sorted(mode))
-    if scheme in _REMOTE:
+    if scheme != "file":
         if s3_signature_version not in (None, "s3v4", "v4"):
             raise ValueError(f"unsupported S3 signature version {s3_signature_version!r}: only SigV4 is implemented")
         if scheme == "s3" and s3_endpoint:
@@ -617,17 +628,19 @@ def open_stream(
         s3 = _s3_kwargs(
             s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http
         )
-        if scheme == "s3":
+        if scheme in _UPLOADED:
             # Reads and, unlike tensorizer's boto3 uploads, writes too.
             s3.update(_tls_kwargs(certificate_handling))
-        if scheme == "s3" and normalized in ("bw", "ab", "+bw", "+ab"):
-            return S3Upload(path, mode, s3)
+        if scheme in _UPLOADED and normalized in ("bw", "ab", "+bw", "+ab"):
+            return S3Upload(path, mode, s3) if scheme == "s3" else RemoteUpload(path, mode, s3)
         if normalized != "br":
-            if scheme == "s3":
-                raise ValueError('Only the modes "rb", "wb[+]", and "ab[+]" are valid when opening s3:// streams.')
+            if scheme in _UPLOADED:
+                raise ValueError(
+                    f'Only the modes "rb", "wb[+]", and "ab[+]" are valid when opening {scheme}:// streams.'
+                )
             label = "http(s)" if scheme.startswith("http") else scheme
             raise ValueError(f'Only the mode "rb" is valid when opening {label}:// streams.')
-        if scheme == "s3":
+        if scheme in _UPLOADED:
             _check_range(begin, end)
             return CURLStreamFile._over(_open_remote(path, **s3), begin, end)
         if scheme == "redis":

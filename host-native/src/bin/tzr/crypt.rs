@@ -16,7 +16,11 @@ use crate::{Failure, Outcome, progress};
 type AnyReader = Reader<Box<dyn tensorizer_native::RangeSource>>;
 
 fn open(file: &Path, key: &KeyArgs, num_readers: Option<usize>) -> Result<AnyReader, Failure> {
-    open_with(tensorizer_native::open_source(&file.to_string_lossy())?, key, num_readers)
+    open_with(
+        tensorizer_native::open_uri(&file.to_string_lossy(), tensorizer_native::Intent::ReadAll)?,
+        key,
+        num_readers,
+    )
 }
 
 fn open_with(
@@ -37,7 +41,7 @@ fn total_bytes(reader: &AnyReader) -> u64 {
 }
 
 pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option<usize>) -> Outcome {
-    let source = tensorizer_native::open_source(&file.to_string_lossy())?;
+    let source = tensorizer_native::open_uri(&file.to_string_lossy(), tensorizer_native::Intent::ReadAll)?;
     if crate::checkpoint::is_checkpoint(&source)? {
         return crate::checkpoint::verify(file, source, json);
     }
@@ -163,7 +167,7 @@ pub(crate) fn convert(
     layout: WriterOptions,
     to: Option<Target>,
 ) -> Outcome {
-    let source = tensorizer_native::open_source_for(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
+    let source = tensorizer_native::open_uri(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
     let from = convert::sniff(&source)?;
     let implied = Format::for_output(output);
     let to = match to {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
-use tensorizer_native::{Intent, ReadOptions, Reader, open_source_for};
+use tensorizer_native::{Intent, ReadOptions, Reader, open_uri};
 
 use crate::Outcome;
 
@@ -72,7 +72,7 @@ fn row(e: &MetadataEntry) -> Row {
 
 pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     // Only the header and index: a network source fetches no more than its first MiB.
-    let source = open_source_for(&file.to_string_lossy(), Intent::Peek)?;
+    let source = open_uri(&file.to_string_lossy(), Intent::Peek)?;
     if crate::checkpoint::is_checkpoint(&source)? {
         return crate::checkpoint::inspect(file, source, json);
     }

@@ -25,9 +25,9 @@ use hmac::{Hmac, Mac};
 use md5::Md5;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreErrorKind};
 use crate::http::{HttpOptions, HttpSource, agent};
-use crate::retry::{Attempt, Pace, Paced, retry};
+use crate::retry::{Attempt, Pace, Paced, Target, retry};
 use crate::tls::{Service, Trust};
 
 /// tensorizer's default endpoint for reads when nothing else names one.
@@ -136,16 +136,10 @@ impl std::fmt::Debug for S3Object {
     }
 }
 
-/// Whether `s` is an `s3://` URI.
-pub fn is_s3_uri(s: &str) -> bool {
-    s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("s3://"))
-}
-
 /// Splits `s3://bucket/key` into bucket and key.
 pub fn parse_s3_uri(uri: &str) -> Result<(String, String)> {
-    let rest = if is_s3_uri(uri) { &uri[5..] } else { "" };
-    match rest.split_once('/') {
-        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Ok((bucket.to_string(), key.to_string())),
+    match super::Location::parse(uri) {
+        Ok(super::Location::S3 { bucket, key }) => Ok((bucket, key)),
         _ => Err(Error::Invalid(format!("{uri}: not an S3 object URI (expected s3://bucket/key)"))),
     }
 }
@@ -550,7 +544,7 @@ impl S3Object {
     fn abort(&self, agent: &ureq::Agent, upload_id: &str, cause: Error) -> Error {
         // The abort gets a few attempts even when the caller allowed one.
         let mut this = self.clone();
-        this.options.http.attempts = this.options.http.attempts.max(4);
+        this.options.http.retry.attempts = this.options.http.retry.attempts.max(4);
         match this.request(agent, "DELETE", &[("uploadId", upload_id)], &[], "abort the multipart upload") {
             Ok(_) => cause,
             Err(e) => self.fail(format!(
@@ -572,7 +566,7 @@ impl S3Object {
         what: &str,
     ) -> Result<Reply> {
         let http = &self.options.http;
-        retry(http.attempts, http.backoff, || {
+        retry(&http.retry, Target { location: &self.uri, range: None }, || {
             let url = self.url(method, query);
             let sent = match method {
                 "PUT" => agent.put(&url).send(body),
@@ -603,18 +597,34 @@ impl S3Object {
             if let Err(e) = reply.read_to_string(&mut text) {
                 return Attempt::Retry(self.fail(format!("{what}: reading the reply: {e}")));
             }
+            let code = xml_field(&text, "Code").unwrap_or_default();
             let error = || {
-                let code = xml_field(&text, "Code").unwrap_or_default();
                 let message = xml_field(&text, "Message").unwrap_or_default();
-                self.fail(format!("{what}: HTTP {status} {code} {message}").trim_end().to_string())
+                let why = format!("{what}: HTTP {status} {code} {message}").trim_end().to_string();
+                match store_error_kind(status, &code) {
+                    Some(kind) => Error::store(&self.uri, None, kind, why),
+                    None => self.fail(why),
+                }
             };
             match status {
                 200..=299 if !text.contains("<Error>") => Attempt::Ok(Reply { etag, len, body: text }),
-                200..=299 | 429 | 500..=599 => Attempt::Retry(error()),
+                200..=299 | 408 | 429 | 500..=599 => Attempt::Retry(error()),
                 _ => Attempt::Final(error()),
             }
         })
-        .map_err(|e| e.unwrap_or_else(|| self.fail(format!("{what}: no attempt made"))))
+    }
+}
+
+/// The kind of failure an S3 status and error `<Code>` name, if a caller
+/// can act on it.
+fn store_error_kind(status: u16, code: &str) -> Option<StoreErrorKind> {
+    match (status, code) {
+        (_, "NoSuchKey" | "NoSuchBucket" | "NoSuchUpload") | (404, _) => Some(StoreErrorKind::NotFound),
+        (_, "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "ExpiredToken") | (401 | 403, _) => {
+            Some(StoreErrorKind::PermissionDenied)
+        }
+        (412, _) | (_, "PreconditionFailed") => Some(StoreErrorKind::Changed),
+        _ => None,
     }
 }
 

@@ -81,17 +81,24 @@ fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
 /// Without `force`, a prefix that already holds keys is an error. (tensorizer
 /// instead overwrites `header:0` and skips tensors whose header key exists.)
 pub fn write_redis<S: RangeSource>(uri: &str, reader: &Reader<S>, force: bool) -> Result<()> {
+    write_redis_with(uri, reader, force, &RedisOptions::default())
+}
+
+/// [`write_redis`] with these connection timeouts.
+pub fn write_redis_with<S: RangeSource>(
+    uri: &str,
+    reader: &Reader<S>,
+    force: bool,
+    options: &RedisOptions,
+) -> Result<()> {
     let addr = RedisUri::parse(uri)?;
     let keys = plan(uri, reader)?;
-    let options = RedisOptions::default();
     let fail = |offset, len, f: Fault| fault_error(uri, offset, len, f.kind(), f);
     let connect = || Conn::connect(&addr.host, addr.port, options.connect_timeout, options.io_timeout);
     let mut conn = connect().map_err(|f| fail(0, 0, f))?;
     let refuse = |existing: usize| {
-        Error::Invalid(format!(
-            "{uri} already holds a file ({existing} keys under {}:); pass force to replace it",
-            addr.prefix
-        ))
+        let why = format!("it already holds a file ({existing} keys under {}:); pass force to replace it", addr.prefix);
+        Error::store(uri, None, crate::error::StoreErrorKind::AlreadyExists, why)
     };
     let existing = scan(&mut conn, &addr).map_err(|f| fail(0, 0, f))?;
     if !force && !existing.is_empty() {

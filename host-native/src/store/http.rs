@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use ureq::ResponseExt;
 
-use crate::error::{Error, Result};
-use crate::retry::{Attempt, Pace, Paced, deadline, retry, too_slow};
+use crate::error::{Error, Result, StoreErrorKind};
+pub use crate::retry::RetryPolicy;
+use crate::retry::{Attempt, Pace, Paced, Target, deadline, retry, too_slow};
 use crate::source::{RangeSource, TransferLimits};
 pub use crate::tls::TlsOptions;
 use crate::tls::{Service, Trust, is_tls_failure};
@@ -42,10 +43,8 @@ pub struct HttpOptions {
     /// opening request asks for `PREFIX` bytes only, so inspecting a header
     /// transfers no more than that.
     pub read_all: bool,
-    /// Attempts per range before giving up (at least 1).
-    pub attempts: u32,
-    /// Delay before the first retry; doubled each time.
-    pub backoff: Duration,
+    /// How failed requests are retried.
+    pub retry: RetryPolicy,
     /// Longest wait for any single socket read or write (a stalled server).
     pub read_timeout: Duration,
     /// Longest wait to connect.
@@ -61,8 +60,7 @@ impl Default for HttpOptions {
     fn default() -> Self {
         Self {
             read_all: false,
-            attempts: 6,
-            backoff: Duration::from_millis(100),
+            retry: RetryPolicy::default(),
             read_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             limits: TransferLimits::default(),
@@ -214,8 +212,8 @@ impl HttpSource {
             wire_off: AtomicBool::new(false),
             parked: Mutex::new(None),
         };
-        let opened = retry(this.options.attempts, this.options.backoff, || this.probe(until))
-            .map_err(|e| e.unwrap_or_else(|| this.fail(0, 1, "no attempt made")))?;
+        let target = Target { location: &this.name, range: None };
+        let opened = retry(&this.options.retry, target, || this.probe(until))?;
         this.len = opened.len;
         this.etag = opened.etag;
         this.prefix = opened.prefix;
@@ -228,6 +226,11 @@ impl HttpSource {
 
     fn fail(&self, offset: u64, len: u64, why: impl std::fmt::Display) -> Error {
         self.fail_kind(offset, len, io::ErrorKind::Other, why)
+    }
+
+    /// A failure the caller can act on, naming the URL and the range.
+    fn store_fail(&self, offset: u64, len: u64, kind: StoreErrorKind, why: impl std::fmt::Display) -> Error {
+        Error::store(&self.name, Some(offset..offset.saturating_add(len.max(1))), kind, why)
     }
 
     fn fail_kind(&self, offset: u64, len: u64, kind: io::ErrorKind, why: impl std::fmt::Display) -> Error {
@@ -249,7 +252,16 @@ impl HttpSource {
             let e = if too_slow(&e).is_some() { e } else { pace.deadline_error() };
             return Attempt::Final(self.fail_kind(start, span, e.kind(), e));
         }
-        let error = self.fail_kind(start, span, e.kind(), e);
+        let error = if e.kind() == io::ErrorKind::WouldBlock {
+            // A socket read timeout: the server went silent.
+            let why = format!(
+                "no data for {:.1} s (HttpOptions::read_timeout): {e}",
+                self.options.read_timeout.as_secs_f64()
+            );
+            self.fail_kind(start, span, io::ErrorKind::TimedOut, why)
+        } else {
+            self.fail_kind(start, span, e.kind(), e)
+        };
         if resumable { Attempt::Resumable(error) } else { Attempt::Retry(error) }
     }
 
@@ -282,17 +294,21 @@ impl HttpSource {
     }
 
     /// `None` for `206 Partial Content`; otherwise how the attempt ends: a
-    /// `200` means the server ignores `Range`, `429`/`5xx` are worth
-    /// retrying, anything else is final.
+    /// `200` means the server ignores `Range`, `404`/`410` that the object
+    /// is not there, `401`/`403` that access is refused, `412` that it
+    /// changed, `408`/`429`/`5xx` are worth retrying, anything else is final.
     fn unless_partial<T>(&self, status: u16, offset: u64, span: u64) -> Option<Attempt<T>> {
+        let typed =
+            |kind, why: &str| Some(Attempt::Final(self.store_fail(offset, span, kind, format!("HTTP {status}{why}"))));
         match status {
             206 => None,
-            200 => Some(Attempt::Final(self.fail(
-                offset,
-                span,
-                "the server ignores Range requests (answered 200, not 206)",
-            ))),
-            429 | 500..=599 => Some(Attempt::Retry(self.fail(offset, span, format!("HTTP {status}")))),
+            200 => {
+                typed(StoreErrorKind::RangeNotSupported, ": the server ignores Range requests (answered 200, not 206)")
+            }
+            404 | 410 => typed(StoreErrorKind::NotFound, ""),
+            401 | 403 => typed(StoreErrorKind::PermissionDenied, ": check the credentials or the URL's signature"),
+            412 => typed(StoreErrorKind::Changed, ": the object changed during the load (open it again)"),
+            408 | 429 | 500..=599 => Some(Attempt::Retry(self.fail(offset, span, format!("HTTP {status}")))),
             _ => Some(Attempt::Final(self.fail(offset, span, format!("HTTP {status}")))),
         }
     }
@@ -445,7 +461,8 @@ impl HttpSource {
         if let Some(expected) = &self.etag
             && head.etag.as_ref() != Some(expected)
         {
-            return Attempt::Final(self.fail(start, span, "the object changed during the load (ETag differs)"));
+            let why = "the object changed during the load (ETag differs); open it again";
+            return Attempt::Final(self.store_fail(start, span, StoreErrorKind::Changed, why));
         }
         match head.content_range {
             Some((s, e, total)) if s == start && e == end && total == self.len => {}
@@ -525,19 +542,13 @@ impl RangeSource for HttpSource {
         if done == total {
             return Ok(());
         }
-        retry(self.options.attempts, self.options.backoff, || self.fetch(offset, bufs, total, &mut done, until))
-            .map_err(|e| e.unwrap_or_else(|| self.fail(offset, total, "no attempt made")))
+        let target = Target { location: &self.name, range: Some(offset..offset + total) };
+        retry(&self.options.retry, target, || self.fetch(offset, bufs, total, &mut done, until))
     }
 
     fn name(&self) -> &str {
         &self.name
     }
-}
-
-/// Whether `s` is an `http://` or `https://` URL.
-pub fn is_http_url(s: &str) -> bool {
-    let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
-    lower.starts_with("http://") || lower.starts_with("https://")
 }
 
 #[cfg(test)]
@@ -548,6 +559,5 @@ mod tests {
     fn parses_content_range() {
         assert_eq!(content_range("bytes 0-0/262425"), Some((0, 0, 262425)));
         assert_eq!(content_range("bytes 10-19/*"), None);
-        assert!(is_http_url("HTTPS://x/y") && !is_http_url("s3://b/k"));
     }
 }

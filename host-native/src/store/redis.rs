@@ -43,11 +43,13 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::retry::{Attempt, Pace, deadline, retry};
+use super::Location;
+use crate::error::{Error, Result, StoreErrorKind};
+pub use crate::retry::RetryPolicy;
+use crate::retry::{Attempt, Pace, Target, deadline, retry};
 use crate::source::{RangeSource, TransferLimits, check_range};
 use resp::{Conn, Fault, Reply};
-pub use write::write_redis;
+pub use write::{write_redis, write_redis_with};
 
 /// Most keys one file may have (two per tensor, plus the header).
 const MAX_KEYS: usize = 1 << 22;
@@ -93,64 +95,17 @@ pub struct RedisUri {
 
 impl RedisUri {
     /// The port used when the URI names none.
-    pub const DEFAULT_PORT: u16 = 6379;
+    pub const DEFAULT_PORT: u16 = super::REDIS_DEFAULT_PORT;
 
     /// Parses `redis://host[:port]/prefix` as tensorizer does (scheme in
     /// any case, default port 6379, leading slashes of the path dropped).
     /// Unlike tensorizer, an empty prefix, credentials, a query or a
     /// fragment are rejected rather than silently dropped.
     pub fn parse(uri: &str) -> Result<Self> {
-        let bad = |why: &str| Error::Invalid(format!("{uri}: not a redis://host[:port]/prefix URI: {why}"));
-        let Some((scheme, rest)) = uri.split_once("://") else {
-            return Err(bad("no scheme"));
-        };
-        if scheme.eq_ignore_ascii_case("rediss") {
-            return Err(bad("TLS (rediss://) is not supported"));
+        match Location::parse(uri)? {
+            Location::Redis { host, port, prefix } => Ok(Self { host, port, prefix }),
+            _ => Err(Error::Invalid(format!("{uri}: not a redis://host[:port]/prefix URI"))),
         }
-        if !scheme.eq_ignore_ascii_case("redis") {
-            return Err(bad("the scheme is not redis"));
-        }
-        if rest.contains(['?', '#']) {
-            return Err(bad("a query or fragment is not allowed"));
-        }
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if authority.contains('@') {
-            return Err(bad("credentials are not supported"));
-        }
-        let (host, port) = match authority.strip_prefix('[') {
-            Some(bracketed) => {
-                let Some((host, after)) = bracketed.split_once(']') else {
-                    return Err(bad("unclosed '[' in the host"));
-                };
-                match after {
-                    "" => (host, ""),
-                    _ => match after.strip_prefix(':') {
-                        Some(port) => (host, port),
-                        None => return Err(bad("junk after the bracketed host")),
-                    },
-                }
-            }
-            None => match authority.split_once(':') {
-                Some((_, port)) if port.contains(':') => return Err(bad("IPv6 addresses need brackets")),
-                Some((host, port)) => (host, port),
-                None => (authority, ""),
-            },
-        };
-        if host.is_empty() {
-            return Err(bad("no host"));
-        }
-        let port = match port {
-            "" => Self::DEFAULT_PORT,
-            p => match p.parse::<u16>() {
-                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
-                _ => return Err(bad("the port is not a number from 1 to 65535")),
-            },
-        };
-        let prefix = path.trim_start_matches('/');
-        if prefix.is_empty() {
-            return Err(bad("no key prefix after the host"));
-        }
-        Ok(Self { host: host.to_ascii_lowercase(), port, prefix: prefix.to_string() })
     }
 
     /// The `SCAN` pattern for every key under the prefix: the prefix with
@@ -193,19 +148,11 @@ fn glob_pattern(prefix: &str) -> Vec<u8> {
     out
 }
 
-/// Whether `uri` starts with `redis://` (any case).
-pub fn is_redis_uri(uri: &str) -> bool {
-    uri.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("redis://"))
-}
-
 /// Retry and timeout settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// Attempts per read (and for listing the keys) before giving up (at
-    /// least 1).
-    pub attempts: u32,
-    /// Delay before the first retry; doubled each time.
-    pub backoff: Duration,
+    /// How failed reads (and the listing of the keys) are retried.
+    pub retry: RetryPolicy,
     /// Longest wait for any single socket read or write (a stalled server).
     pub io_timeout: Duration,
     /// Longest wait to connect.
@@ -218,8 +165,7 @@ pub struct RedisOptions {
 impl Default for RedisOptions {
     fn default() -> Self {
         Self {
-            attempts: 6,
-            backoff: Duration::from_millis(100),
+            retry: RetryPolicy::default(),
             io_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             limits: TransferLimits::default(),
@@ -284,8 +230,7 @@ impl RedisSource {
         };
         let until = deadline(&options.limits);
         let (found, generation) =
-            retry(options.attempts, options.backoff, || this.attempt(0, 0, this.list_keys(until)))
-                .map_err(|e| e.unwrap_or_else(|| this.fail(0, 0, "no attempt made")))?;
+            retry(&options.retry, Target { location: uri, range: None }, || this.attempt(0, 0, this.list_keys(until)))?;
         let (keys, len) = tile(uri, &this.addr.prefix, found)?;
         this.keys = keys;
         this.len = len;
@@ -298,10 +243,6 @@ impl RedisSource {
         &self.keys
     }
 
-    fn fail(&self, offset: u64, len: u64, why: impl fmt::Display) -> Error {
-        fault_error(&self.uri, offset, len, io::ErrorKind::Other, why)
-    }
-
     /// Maps a fault to a retry decision, naming the range. A broken
     /// connection also drops the idle ones: they likely broke the same way
     /// (a restarted server), and the retry should not pick one of them.
@@ -312,7 +253,12 @@ impl RedisSource {
                 if let (Fault::Io(_), Ok(mut pool)) = (&f, self.pool.lock()) {
                     pool.clear();
                 }
-                let error = fault_error(&self.uri, offset, len, f.kind(), &f);
+                let error = match &f {
+                    Fault::Changed(why) => {
+                        Error::store(&self.uri, Some(offset..offset + len.max(1)), StoreErrorKind::Changed, why)
+                    }
+                    _ => fault_error(&self.uri, offset, len, f.kind(), &f),
+                };
                 if f.is_transient() { Attempt::Retry(error) } else { Attempt::Final(error) }
             }
         }
@@ -462,12 +408,11 @@ impl RangeSource for RedisSource {
         let len = buf.len() as u64;
         let mut done = 0usize;
         let until = deadline(&self.options.limits);
-        retry(self.options.attempts, self.options.backoff, || {
+        retry(&self.options.retry, Target { location: &self.uri, range: Some(offset..offset + len) }, || {
             let start = offset + done as u64;
             let result = self.fetch(offset, buf, &mut done, until);
             self.attempt(start, offset + len - start, result)
         })
-        .map_err(|e| e.unwrap_or_else(|| self.fail(offset, len, "no attempt made")))
     }
 
     fn name(&self) -> &str {
@@ -585,7 +530,8 @@ fn scan(conn: &mut Conn, addr: &RedisUri) -> Result<Vec<Vec<u8>>, Fault> {
 fn tile(uri: &str, prefix: &str, mut keys: Vec<RedisKey>) -> Result<(Vec<RedisKey>, u64)> {
     keys.retain(|k| k.len > 0);
     if keys.is_empty() {
-        return Err(Error::Invalid(format!("no keys under {uri} (a file stored there has a key {prefix}:header:0)")));
+        let why = format!("no keys under the prefix (a file stored there has a key {prefix}:header:0)");
+        return Err(Error::store(uri, None, StoreErrorKind::NotFound, why));
     }
     keys.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
     let mut end = 0u64;
@@ -617,35 +563,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_uris_like_tensorizer() {
+    fn parses_uris_through_location() {
         let u = RedisUri::parse("REDIS://LocalHost/models/llama:7b").unwrap();
         assert_eq!((u.host.as_str(), u.port, u.prefix.as_str()), ("localhost", 6379, "models/llama:7b"));
-        let u = RedisUri::parse("redis://10.0.0.1:7000//p").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.prefix.as_str()), ("10.0.0.1", 7000, "p"));
-        let u = RedisUri::parse("redis://[::1]:7001/p").unwrap();
-        assert_eq!((u.host.as_str(), u.port), ("::1", 7001));
-        assert_eq!(u.to_string(), "redis://[::1]:7001/p");
-        assert_eq!(RedisUri::parse("redis://h:/p").unwrap().port, 6379);
-        for bad in [
-            "redis://h",
-            "redis://h/",
-            "redis:///p",
-            "redis://h:0/p",
-            "redis://h:65536/p",
-            "redis://h:+1/p",
-            "redis://h:x/p",
-            "redis://u:pw@h/p",
-            "redis://h/p?db=1",
-            "redis://::1/p",
-            "redis://[::1/p",
-            "rediss://h/p",
-            "http://h/p",
-            "h/p",
-        ] {
-            let err = RedisUri::parse(bad).unwrap_err();
-            assert!(matches!(&err, Error::Invalid(m) if m.starts_with(bad)), "{bad}: {err}");
+        assert_eq!(RedisUri::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
+        for bad in ["redis://h", "http://h/p", "h/p"] {
+            assert!(RedisUri::parse(bad).is_err(), "{bad}");
         }
-        assert!(is_redis_uri("Redis://h/p") && !is_redis_uri("redis:/h") && !is_redis_uri("s3://b/k"));
     }
 
     #[test]
@@ -686,7 +610,7 @@ mod tests {
         let overlap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:8", 8, 3)]).unwrap_err().to_string();
         assert!(overlap.contains("overlaps") && overlap.contains("byte 8"), "{overlap}");
         let none = tile(uri, "p", vec![key("p:a:0", 0, 0)]).unwrap_err().to_string();
-        assert!(none.starts_with("no keys under redis://h/p"), "{none}");
+        assert!(none.starts_with("redis://h/p: not found: no keys under the prefix"), "{none}");
         assert!(tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:10", 10, u64::MAX - 5)]).is_err());
     }
 }
