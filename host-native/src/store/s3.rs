@@ -47,7 +47,9 @@ const MAX_PARTS: u64 = 10_000;
 ///   `S3_SECRET_ACCESS_KEY` → the `[default]` section of `config_path` (which
 ///   must exist) or `~/.s3cfg` (`access_key`, `secret_key`) →
 ///   `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN` →
-///   anonymous (unsigned) requests. Empty keys also mean anonymous.
+///   with the `cloud` feature, the rest of the AWS credential chain (web
+///   identity, `~/.aws` profiles, ECS, instance metadata) → anonymous
+///   (unsigned) requests. Empty keys also mean anonymous.
 /// * endpoint: the explicit field → `S3_ENDPOINT_URL` → `host_base` of the
 ///   s3cfg file → `AWS_ENDPOINT_URL_S3` → `AWS_ENDPOINT_URL` → tensorizer's
 ///   CoreWeave defaults. A bare host gets `https://` (`http://` with
@@ -185,9 +187,34 @@ impl S3Options {
     /// Resolves `uri` against these options, the environment and the
     /// s3cmd config file. `for_write` picks tensorizer's default write
     /// endpoint when none is configured.
+    ///
+    /// With the `cloud` feature, when none of those names any keys (and
+    /// none were given explicitly, not even empty ones), the rest of the
+    /// AWS credential chain is tried before going anonymous: web identity,
+    /// the `~/.aws` profiles, the ECS container endpoint and the instance
+    /// metadata service (see `crate::cloud::aws_credential_chain`).
     pub fn resolve(&self, uri: &str, for_write: bool) -> Result<S3Object> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        self.resolve_with(uri, for_write, &|name| std::env::var(name).ok().filter(|v| !v.is_empty()), home.as_deref())
+        #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
+        let mut object = self.resolve_with(
+            uri,
+            for_write,
+            &|name| std::env::var(name).ok().filter(|v| !v.is_empty()),
+            home.as_deref(),
+        )?;
+        #[cfg(feature = "cloud")]
+        if object.credentials.is_none()
+            && self.access_key_id.is_none()
+            && self.secret_access_key.is_none()
+            && let Some(found) = crate::cloud::aws_credential_chain(Some(&object.region))?
+        {
+            object.credentials = Some(Credentials {
+                access_key_id: found.key_id,
+                secret_access_key: found.secret_key,
+                session_token: found.token,
+            });
+        }
+        Ok(object)
     }
 
     fn resolve_with(
@@ -425,7 +452,9 @@ impl S3Object {
             return self.request(&agent, "PUT", &[], &body, "upload").map(drop);
         }
         let reply = self.request(&agent, "POST", &[("uploads", "")], &[], "start a multipart upload")?;
-        let upload_id = xml_field(&reply.body, "UploadId")
+        let upload_id = from_xml::<CreateMultipartUploadReply>(&reply.body)
+            .map(|r| r.upload_id)
+            .filter(|id| !id.is_empty())
             .ok_or_else(|| self.fail("starting a multipart upload: no UploadId in the reply"))?;
         match self.upload_parts(&agent, &file, &name, len, part, &upload_id) {
             Ok(()) => Ok(()),
@@ -597,9 +626,11 @@ impl S3Object {
             if let Err(e) = reply.read_to_string(&mut text) {
                 return Attempt::Retry(self.fail(format!("{what}: reading the reply: {e}")));
             }
-            let code = xml_field(&text, "Code").unwrap_or_default();
+            let ErrorReply { code, message } = match status {
+                200..=299 if !text.contains("<Error>") => ErrorReply::default(),
+                _ => from_xml(&text).unwrap_or_default(),
+            };
             let error = || {
-                let message = xml_field(&text, "Message").unwrap_or_default();
                 let why = format!("{what}: HTTP {status} {code} {message}").trim_end().to_string();
                 match store_error_kind(status, &code) {
                     Some(kind) => Error::store(&self.uri, None, kind, why),
@@ -659,11 +690,24 @@ fn join_url(scheme: &str, host: &str, path: &str, params: &[(String, String)]) -
     if query.is_empty() { format!("{scheme}://{host}{path}") } else { format!("{scheme}://{host}{path}?{query}") }
 }
 
-/// The text of the first `<name>…</name>` element.
-fn xml_field(xml: &str, name: &str) -> Option<String> {
-    let start = xml.find(&format!("<{name}>"))? + name.len() + 2;
-    let end = start + xml[start..].find(&format!("</{name}>"))?;
-    Some(xml[start..end].replace("&quot;", "\"").replace("&amp;", "&"))
+/// An S3 `<Error>` document (the fields a message needs).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct ErrorReply {
+    code: String,
+    message: String,
+}
+
+/// The reply to `CreateMultipartUpload`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CreateMultipartUploadReply {
+    upload_id: String,
+}
+
+/// `xml` parsed as `T` (quick-xml, entities resolved); `None` if it is not one.
+fn from_xml<T: serde::de::DeserializeOwned>(xml: &str) -> Option<T> {
+    quick_xml::de::from_str(xml).ok()
 }
 
 /// Opens `s3://bucket/key` for reading with `options`.
@@ -705,6 +749,18 @@ mod tests {
              &X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
              &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
         );
+    }
+
+    #[test]
+    fn reply_documents_are_parsed_with_entities() {
+        let xml = "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>a &quot;b&quot; &amp; c</Message>\
+                   <Key>k</Key></Error>";
+        let reply: ErrorReply = from_xml(xml).unwrap();
+        assert_eq!((reply.code.as_str(), reply.message.as_str()), ("NoSuchKey", "a \"b\" & c"));
+        let xml = "<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>u-1</UploadId>\
+                   </InitiateMultipartUploadResult>";
+        assert_eq!(from_xml::<CreateMultipartUploadReply>(xml).unwrap().upload_id, "u-1");
+        assert!(from_xml::<CreateMultipartUploadReply>("not xml").is_none());
     }
 
     #[test]
