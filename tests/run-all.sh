@@ -84,6 +84,13 @@ else
     echo "SKIPPED: the wasm32-wasip1 target is not installed (see the step above)"
 fi
 
+step "cloud stores: GCS (gcp-storage-emulator), Azure Blob (Azurite, npm) and the AWS credential chain (moto STS, IMDS and ECS stand-ins)"
+cargo clippy --locked -p tensorizer-native --features cloud --all-targets -- -D warnings
+bash tests/cloud-servers.sh "$VENV"
+
+step "GPU benchmark plan (its CPU side; the GPU runs are tests/gpu-tests.sh and tests/gpu-bench.sh)"
+bash tests/gpu-bench.sh --dry-run
+
 step "tests (core without std)"
 cargo test --locked -p tensorizer-core --no-default-features --lib
 
