@@ -20,7 +20,6 @@ mod profile;
 mod source;
 mod upload;
 
-use std::io;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -31,7 +30,7 @@ pub use profile::{AwsProfile, read_aws_profile};
 pub use source::CloudSource;
 pub use upload::{upload_azure_reader, upload_gcs_reader};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreErrorKind};
 use crate::source::{RangeSource, TransferLimits};
 
 /// Default of [`CloudOptions::part_size`]: 8 MiB.
@@ -168,26 +167,30 @@ fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
     Ok(runtime()?.block_on(fut))
 }
 
-/// An `object_store` error as the crate's [`Error::Io`], with the kind a
-/// caller can act on (`NotFound`, `PermissionDenied`, ...) and a message
-/// naming `name` and, where given, the byte range.
-fn store_error(name: &str, offset: u64, range: Option<(u64, u64)>, e: object_store::Error) -> Error {
+/// An `object_store` error as the crate's [`Error::Store`] (kind
+/// `NotFound`, `PermissionDenied`, `Changed`, `AlreadyExists`, or
+/// `RetriesExhausted` for what is left after `object_store`'s retries) or
+/// [`Error::Unsupported`], naming `name` and, for reads, the byte range
+/// (`start`, `len`).
+fn store_error(name: &str, range: Option<(u64, u64)>, e: object_store::Error) -> Error {
     use object_store::Error as E;
     let (kind, hint) = match &e {
-        E::NotFound { .. } => (io::ErrorKind::NotFound, ""),
-        E::PermissionDenied { .. } => (io::ErrorKind::PermissionDenied, " (the credentials lack access)"),
+        E::NotFound { .. } => (StoreErrorKind::NotFound, ""),
+        E::PermissionDenied { .. } => (StoreErrorKind::PermissionDenied, " (the credentials lack access)"),
         E::Unauthenticated { .. } => {
-            (io::ErrorKind::PermissionDenied, " (no valid credentials: check the store's credential variables)")
+            (StoreErrorKind::PermissionDenied, " (no valid credentials: check the store's credential variables)")
         }
-        E::Precondition { .. } => (io::ErrorKind::Other, " (the object changed during the load: its ETag differs)"),
-        E::NotSupported { .. } | E::NotImplemented { .. } => (io::ErrorKind::Unsupported, ""),
-        _ => (io::ErrorKind::Other, ""),
+        E::Precondition { .. } => {
+            (StoreErrorKind::Changed, " (its ETag differs from when it was opened; open it again)")
+        }
+        E::AlreadyExists { .. } => (StoreErrorKind::AlreadyExists, ""),
+        E::NotSupported { .. } | E::NotImplemented { .. } => {
+            return Error::Unsupported { location: name.to_string(), what: e.to_string() };
+        }
+        _ => (StoreErrorKind::RetriesExhausted, ""),
     };
-    let what = match range {
-        Some((start, len)) => format!("range {start}-{}: {e}{hint}", start + len.max(1) - 1),
-        None => format!("{e}{hint}"),
-    };
-    Error::Io { file: name.to_string(), offset, source: io::Error::new(kind, what) }
+    let range = range.map(|(start, len)| start..start.saturating_add(len.max(1)));
+    Error::store(name, range, kind, format!("{e}{hint}"))
 }
 
 fn bad_location(what: &str, why: impl std::fmt::Display) -> Error {
@@ -320,11 +323,10 @@ mod tests {
     #[test]
     fn store_errors_keep_their_kind() {
         let e = object_store::Error::NotFound { path: "p".into(), source: "gone".into() };
-        let err = store_error("gs://b/p", 5, Some((5, 10)), e);
-        match &err {
-            Error::Io { source, offset: 5, .. } => assert_eq!(source.kind(), io::ErrorKind::NotFound),
-            other => panic!("{other:?}"),
-        }
-        assert!(err.to_string().contains("gs://b/p") && err.to_string().contains("range 5-14"), "{err}");
+        let err = store_error("gs://b/p", Some((5, 10)), e);
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::NotFound));
+        let e = object_store::Error::Precondition { path: "p".into(), source: "etag".into() };
+        assert_eq!(store_error("gs://b/p", None, e).store_kind(), Some(StoreErrorKind::Changed));
+        assert!(err.to_string().contains("gs://b/p") && err.to_string().contains("bytes 5-14"), "{err}");
     }
 }

@@ -9,7 +9,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::{block_on, store_error};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreErrorKind};
 use crate::source::{RangeSource, TransferLimits, check_range};
 
 /// Times a read that fell below the minimum rate is re-requested for the
@@ -18,8 +18,8 @@ const SLOW_RETRIES: u32 = 3;
 
 /// One object of a cloud store, read with ranged `GET`s pinned to the ETag
 /// it had when opened (`If-Match`): a replaced object fails the read with
-/// an [`Error::Io`] naming the object and the range, instead of mixing two
-/// versions. `object_store` retries failed requests and resumes a broken
+/// an [`Error::Store`] of kind `Changed` naming the object and the range,
+/// instead of mixing two versions. `object_store` retries failed requests and resumes a broken
 /// body for the bytes still missing; on top of that each read must keep
 /// [`TransferLimits::min_rate`] over every window (else the rest is asked
 /// again, a few times) and finish within [`TransferLimits::deadline`].
@@ -41,10 +41,10 @@ impl CloudSource {
             async move { store.get_opts(&path, GetOptions { head: true, ..Default::default() }).await }
         };
         let meta = match limits.deadline {
-            Some(d) => block_on(tokio::time::timeout(d, head))?.map_err(|_| deadline_error(&name, 0, None, d))?,
+            Some(d) => block_on(tokio::time::timeout(d, head))?.map_err(|_| deadline_error(&name, None, d))?,
             None => block_on(head)?,
         }
-        .map_err(|e| store_error(&name, 0, None, e))?
+        .map_err(|e| store_error(&name, None, e))?
         .meta;
         Ok(Self { store, path, name, len: meta.size, etag: meta.e_tag, limits })
     }
@@ -68,7 +68,7 @@ impl CloudSource {
                 ..Default::default()
             };
             let result = self.store.get_opts(&self.path, options).await;
-            let result = result.map_err(|e| store_error(&self.name, start, Some((start, total - done)), e))?;
+            let result = result.map_err(|e| store_error(&self.name, Some((start, total - done)), e))?;
             let mut stream = result.into_stream();
             let window = self.limits.rate_window.max(Duration::from_millis(1));
             let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
@@ -81,7 +81,7 @@ impl CloudSource {
                         break;
                     }
                     Err(e) => {
-                        return Err(store_error(&self.name, offset + done, Some((offset + done, total - done)), e));
+                        return Err(store_error(&self.name, Some((offset + done, total - done)), e));
                     }
                 };
                 let n = chunk.len() as u64;
@@ -108,11 +108,15 @@ impl CloudSource {
             if too_slow {
                 slow += 1;
                 if slow > SLOW_RETRIES {
-                    return Err(self.fail(
-                        offset + done,
-                        total - done,
-                        io::ErrorKind::TimedOut,
-                        format!("slower than {} bytes/s over {window:?}, {SLOW_RETRIES} times", self.limits.min_rate),
+                    let start = offset + done;
+                    return Err(Error::store(
+                        &self.name,
+                        Some(start..offset + total),
+                        StoreErrorKind::TimedOut,
+                        format!(
+                            "slower than {} bytes/s over {window:?}, {SLOW_RETRIES} times (TZR_MIN_RATE)",
+                            self.limits.min_rate
+                        ),
                     ));
                 }
                 continue;
@@ -145,7 +149,7 @@ impl CloudSource {
         }
         match self.limits.deadline {
             Some(d) => block_on(tokio::time::timeout(d, self.fill(offset, bufs)))?
-                .map_err(|_| deadline_error(&self.name, offset, Some((offset, total as u64)), d))?,
+                .map_err(|_| deadline_error(&self.name, Some((offset, total as u64)), d))?,
             None => block_on(self.fill(offset, bufs))?,
         }
     }
@@ -186,19 +190,14 @@ fn copy_into(bufs: &mut [&mut [u8]], mut at: u64, mut chunk: &[u8]) {
     }
 }
 
-fn deadline_error(name: &str, offset: u64, range: Option<(u64, u64)>, deadline: Duration) -> Error {
-    let what = match range {
-        Some((start, len)) => format!("range {start}-{}: ", start + len.max(1) - 1),
-        None => String::new(),
-    };
-    Error::Io {
-        file: name.to_string(),
-        offset,
-        source: io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("{what}not done within the {deadline:?} deadline (TZR_DEADLINE)"),
-        ),
-    }
+fn deadline_error(name: &str, range: Option<(u64, u64)>, deadline: Duration) -> Error {
+    let range = range.map(|(start, len)| start..start.saturating_add(len.max(1)));
+    Error::store(
+        name,
+        range,
+        StoreErrorKind::TimedOut,
+        format!("not done within the {deadline:?} deadline (TZR_DEADLINE)"),
+    )
 }
 
 impl RangeSource for CloudSource {

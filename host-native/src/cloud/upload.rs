@@ -72,17 +72,17 @@ pub(super) fn upload(
         None => first.len() < part_size,
     };
     if small {
-        block_on(store.put(path, PutPayload::from(first)))?.map_err(|e| store_error(name, 0, None, e))?;
+        block_on(store.put(path, PutPayload::from(first)))?.map_err(|e| store_error(name, None, e))?;
         return Ok(());
     }
-    let mut upload = block_on(store.put_multipart(path))?.map_err(|e| store_error(name, 0, None, e))?;
+    let mut upload = block_on(store.put_multipart(path))?.map_err(|e| store_error(name, None, e))?;
     let result = send_parts(&mut *upload, name, reader, first, part_size, opts.parts_in_flight.max(1), source_err);
     match result {
         Ok(()) => match block_on(upload.complete())? {
             Ok(_) => Ok(()),
             Err(e) => {
                 let _ = block_on(upload.abort());
-                Err(store_error(name, 0, None, e))
+                Err(store_error(name, None, e))
             }
         },
         Err(e) => {
@@ -111,7 +111,7 @@ where
     let wait = |(at, handle): (u64, tokio::task::JoinHandle<object_store::Result<()>>)| -> Result<()> {
         match block_on(handle)? {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(store_error(name, at, None, e)),
+            Ok(Err(e)) => Err(store_error(name, None, e)),
             Err(e) => Err(Error::Io { file: name.to_string(), offset: at, source: io::Error::other(e) }),
         }
     };

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tensorizer_native::cloud::{self, CloudOptions, MIN_PART_SIZE};
+use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
@@ -214,21 +215,14 @@ fn multipart_and_abort(store: &Store) {
     let err = store.upload_reader(&mut Failing { left: (MIN_PART_SIZE * 2) + 100 }, "big/failed").unwrap_err();
     assert!(err.to_string().contains("the disk went away"), "{err}");
     let err = store.open("big/failed").err().expect("an aborted upload leaves no object");
-    assert_eq!(io_kind(&err), Some(std::io::ErrorKind::NotFound), "{err}");
-}
-
-fn io_kind(err: &tensorizer_native::Error) -> Option<std::io::ErrorKind> {
-    match err {
-        tensorizer_native::Error::Io { source, .. } => Some(source.kind()),
-        _ => None,
-    }
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::NotFound), "{err}");
 }
 
 /// Missing objects are `NotFound`; an object replaced after it was opened
 /// fails the next read instead of mixing versions.
 fn missing_and_replaced(store: &Store) {
     let err = store.open("no/such.tensors").err().unwrap();
-    assert_eq!(io_kind(&err), Some(std::io::ErrorKind::NotFound), "{err}");
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::NotFound), "{err}");
     assert!(err.to_string().contains(&format!("{}://tzr/no/such.tensors", store.scheme)), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
@@ -238,8 +232,9 @@ fn missing_and_replaced(store: &Store) {
     source.read_exact_at(0, &mut [0u8; 16]).unwrap();
     std::fs::write(&path, vec![2u8; 4096]).unwrap();
     store.upload(&path, "changing").unwrap();
-    let err = source.read_exact_at(100, &mut [0u8; 16]).unwrap_err().to_string();
-    assert!(err.contains("changed") && err.contains("range 100-115"), "{err}");
+    let err = source.read_exact_at(100, &mut [0u8; 16]).unwrap_err();
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::Changed), "{err}");
+    assert!(err.to_string().contains("bytes 100-115"), "{err}");
 }
 
 #[test]
