@@ -3,8 +3,8 @@
 
 mod atomic;
 mod checkpoint;
-mod cloud;
 mod cli;
+mod cloud;
 mod common;
 mod convert;
 mod http;
