@@ -92,13 +92,11 @@ fn kernels(reps: usize) {
     }
     let bytes = total as u64;
     let state = tensorizer_core::crypto::StreamState::xsalsa20(key.expose_secret(), &nonce);
-    let t_stream: Vec<Duration> = (0..reps)
-        .map(|_| timed(|| cipher::kernel()(&state, 1, &mut buf)))
-        .collect();
+    let t_stream: Vec<Duration> = (0..reps).map(|_| timed(|| cipher::kernel()(&state, 1, &mut buf))).collect();
     cipher::kernel()(&state, 1, &mut buf);
     row(&format!("XSalsa20 keystream alone, host kernel: {}", cipher::kernel_name()), bytes, t_stream);
     row("XSalsa20-Poly1305 open, crypto_secretbox 0.1 (before)", bytes, t_ref);
-    row("XSalsa20-Poly1305 open, core portable kernel (4 lanes)", bytes, t_portable);
+    row("XSalsa20-Poly1305 open, core portable kernel (scalar)", bytes, t_portable);
     row(&format!("XSalsa20-Poly1305 open, host kernel: {}", cipher::kernel_name()), bytes, t_best);
 
     let mut t_sha = Vec::new();

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use tensorizer_core::crypto::{Key, seal_chunk};
+use tensorizer_core::crypto::{Key, seal_chunk_with};
 use tensorizer_core::hash::TensorHasher;
 use tensorizer_core::layout::{END_MARKER_LEN, NONCE_LEN};
 use tensorizer_core::write::{PlannedTensor, Writer, WriterOptions};
@@ -325,7 +325,7 @@ impl FileWriter {
                 let macs: Vec<_> = buf[data_at..]
                     .chunks_mut(chunk)
                     .enumerate()
-                    .map(|(n, c)| seal_chunk(key, &nonce, n as u64, c))
+                    .map(|(n, c)| seal_chunk_with(key, &nonce, n as u64, c, crate::reader::cipher::kernel()))
                     .collect();
                 planned.set_macs(&macs).map_err(invalid)?;
                 buf[at..data_at].copy_from_slice(&planned.header);
@@ -383,7 +383,8 @@ impl TensorSink<'_> {
             bytes = &bytes[take..];
             let last = self.written + self.staging.len() as u64 == self.planned.data_length;
             if self.staging.len() == chunk || last {
-                self.macs.push(seal_chunk(key, &nonce, self.macs.len() as u64, &mut self.staging));
+                let kernel = crate::reader::cipher::kernel();
+                self.macs.push(seal_chunk_with(key, &nonce, self.macs.len() as u64, &mut self.staging, kernel));
                 self.owner.pwrite(self.planned.data_offset + self.written, &self.staging)?;
                 self.written += self.staging.len() as u64;
                 self.staging.clear();

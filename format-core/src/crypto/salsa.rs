@@ -155,10 +155,12 @@ pub fn xor_keystream<const L: usize>(state: &StreamState, mut block: u64, data: 
     }
 }
 
-/// The portable kernel: four blocks per step (SSE2 on x86-64, NEON on
-/// aarch64, SIMD128 on wasm when enabled, scalar elsewhere).
+/// The portable kernel: one block per step in scalar registers. (Compilers
+/// keep the lane-wise form scalar too, with extra shuffling, so wider steps
+/// only pay inside a host's `#[target_feature]` function or with explicit
+/// SIMD.)
 pub fn xor_keystream_portable(state: &StreamState, block: u64, data: &mut [u8]) {
-    xor_keystream::<4>(state, block, data);
+    xor_keystream::<1>(state, block, data);
 }
 
 #[cfg(test)]
