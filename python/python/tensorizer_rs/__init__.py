@@ -9,6 +9,7 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
+from ._native import ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
 from ._slices import TensorSlice, tp_shard
 from .serialization import (
@@ -53,6 +54,8 @@ __all__ = [
     "DecryptionParams",
     "FilterFuncType",
     "HashMismatchError",
+    "ObjectChangedError",
+    "RangeNotSupportedError",
     "TensorSlice",
     "tp_shard",
 ]
