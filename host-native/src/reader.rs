@@ -71,9 +71,9 @@ impl Reader<LocalFile> {
 }
 
 impl Reader<Box<dyn RangeSource>> {
-    /// Opens a local path or a remote URI (see [`crate::source::open_source`]).
+    /// Opens a local path or a remote URI (see [`crate::store::open_uri`]).
     pub fn open_uri(uri: &str, options: ReadOptions) -> Result<Self> {
-        Self::new(crate::source::open_source(uri)?, options)
+        Self::new(crate::store::open_uri(uri, crate::store::Intent::ReadAll)?, options)
     }
 }
 
