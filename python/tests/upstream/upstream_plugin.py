@@ -186,7 +186,14 @@ def _start_redis_patiently(port: int = 6381) -> tuple[Any, Any]:
     while True:
         try:
             client.ping()
+            # Answered by ours, not by a server some earlier run left on the port?
+            if client.info("server").get("process_id") != process.pid:
+                process.kill()
+                raise Exception(f"port {port} is taken by another redis-server; stop it and run again")
             return process, client
+        except redis.exceptions.ResponseError as e:
+            process.kill()
+            raise Exception(f"port {port}: {e} (another redis-server on this port? stop it and run again)") from e
         except redis.exceptions.ConnectionError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
