@@ -30,7 +30,7 @@ mod _native {
     #[pymodule_export]
     use crate::reader::NativeReader;
     #[pymodule_export]
-    use crate::source::{NativeSource, location_scheme, s3_presign, s3_upload, upload};
+    use crate::source::{NativeSource, location_scheme, s3_presign, upload};
     #[pymodule_export]
     use crate::writer::NativeWriter;
 

@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tensorizer_native::s3::S3Options;
@@ -215,37 +214,6 @@ pub(crate) fn upload(
     options.overwrite = overwrite;
     let sink = open_sink(&location, &options).map_err(to_py)?;
     py.detach(|| sink.put_file(&path)).map_err(to_py)
-}
-
-/// [`upload`] for `s3://` URIs only (tensorizer's `s3_upload`).
-#[pyfunction]
-#[pyo3(signature = (path, uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
-                    s3_config_path=None, s3_region_name=None, force_http=None,
-                    cacert=None, capath=None, allow_untrusted=false))]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn s3_upload(
-    py: Python<'_>,
-    path: PathBuf,
-    uri: String,
-    s3_access_key_id: Option<String>,
-    s3_secret_access_key: Option<String>,
-    s3_endpoint: Option<String>,
-    s3_config_path: Option<PathBuf>,
-    s3_region_name: Option<String>,
-    force_http: Option<bool>,
-    cacert: Option<PathBuf>,
-    capath: Option<PathBuf>,
-    allow_untrusted: bool,
-) -> PyResult<()> {
-    if !matches!(Location::parse(&uri), Ok(Location::S3 { .. })) {
-        return Err(PyValueError::new_err(format!("{uri}: not an s3:// URI")));
-    }
-    #[rustfmt::skip]
-    let done = upload(
-        py, path, uri.into(), s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
-        s3_region_name, force_http, cacert, capath, allow_untrusted, true,
-    );
-    done
 }
 
 /// The scheme of a path or URI, parsed once in Rust: `"file"`, `"http"`,

@@ -14,7 +14,6 @@ __all__ = [
     "NativeCheckpoint",
     "NativeReader",
     "NativeSource",
-    "s3_upload",
     "upload",
     "location_scheme",
     "ObjectChangedError",
@@ -50,20 +49,6 @@ class RangeNotSupportedError(OSError): ...
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
-def s3_upload(
-    path: str | PathLike[str],
-    uri: str,
-    *,
-    s3_access_key_id: str | None = None,
-    s3_secret_access_key: str | None = None,
-    s3_endpoint: str | None = None,
-    s3_config_path: str | PathLike[str] | None = None,
-    s3_region_name: str | None = None,
-    force_http: bool | None = None,
-    cacert: str | PathLike[str] | None = None,
-    capath: str | PathLike[str] | None = None,
-    allow_untrusted: bool = False,
-) -> None: ...
 def upload(
     path: str | PathLike[str],
     uri: str | PathLike[str],

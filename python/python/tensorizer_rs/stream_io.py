@@ -501,7 +501,13 @@ def s3_upload(
     """Uploads the local file ``path`` to ``s3://bucket/key``: one PUT or a
     multipart upload aborted on any error."""
     _check_signature(s3_signature_version)
-    _native.s3_upload(
+    try:
+        is_s3 = _native.location_scheme(target_uri) == "s3"
+    except ValueError:
+        is_s3 = False
+    if not is_s3:
+        raise ValueError(f"{target_uri}: not an s3:// URI")
+    _native.upload(
         path,
         target_uri,
         **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
