@@ -45,7 +45,7 @@ def test_values_and_bounds(tmp_path, lazy):
         assert storage.nbytes() == t.numel() * t.element_size(), k
         assert t.storage_offset() == 0, k
         if t.numel():
-            assert storage.data_ptr() % tz._deserializer.PIECE_ALIGN == 0, k
+            assert storage.data_ptr() % tz._memory.PIECE_ALIGN == 0, k
             ptrs.add(storage.data_ptr())
     assert len(ptrs) == sum(1 for t in got.values() if t.numel())
 

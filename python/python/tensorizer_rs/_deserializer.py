@@ -10,13 +10,12 @@ import types
 import zlib
 import hashlib
 import math
-import mmap
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
 import numpy as np
 
-from . import _cuda, _dtypes, _native, _paths
+from . import _cuda, _dtypes, _memory, _native, _paths
 from ._crypt import CryptographyError, DecryptionParams
 from ._types import TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
@@ -25,21 +24,6 @@ FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 _META_MODES = ("zeros", "expand", "meta")
 
-#: On the CPU, the tensors loaded together are packed into arenas of at
-#: most this many bytes, each tensor at a ``PIECE_ALIGN``-aligned place, and
-#: each becomes a tensor with a storage of its own over exactly its bytes
-#: (``torch.frombuffer``). One allocation, one buffer hand-off and, from
-#: ``HUGE_PAGE_MIN`` up, transparent huge pages per arena instead of per
-#: tensor. A surviving tensor keeps its arena (at most this much) mapped.
-ARENA_BYTES = 64 << 20
-#: Alignment of each tensor's data inside an arena (torch's CPU allocator's).
-PIECE_ALIGN = 64
-#: Arenas and tensors of at least this many bytes get memory of their own
-#: mapped with ``MADV_HUGEPAGE``, so first touches fault 2 MiB pages instead
-#: of 4 KiB ones. Measured here: 5-10 % off a CPU load (the reads fault
-#: pages from inside the kernel, where faults are cheap), and 4x faster for
-#: code that then writes such memory from user space (BENCHMARKS.md).
-HUGE_PAGE_MIN = 2 << 20
 
 _TENSOR_TYPES = tuple(TensorType)
 
@@ -243,12 +227,12 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if device.type == "cpu":
             # (data_length == nbytes holds for every tensor the reader accepts;
             # an entry where it does not goes the per-tensor way and fails there.)
-            fits = [e.data_length <= ARENA_BYTES and e.data_length == e.nbytes for e in todo]
+            fits = [e.data_length <= _memory.ARENA_BYTES and e.data_length == e.nbytes for e in todo]
             small = [e for e, ok in zip(todo, fits) if ok]
             large = [e for e, ok in zip(todo, fits) if not ok]
         else:
             small, large = [], todo
-        staged = [self._staging_tensor(e, pin) for e in large]
+        staged = [_memory.staging_tensor(e, pin) for e in large]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)
@@ -256,10 +240,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         # (planned natively: one call for all of them).
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
-            plan = self._reader.plan_arenas([e.index for e in small], ARENA_BYTES, PIECE_ALIGN)
+            plan = self._reader.plan_arenas([e.index for e in small], _memory.ARENA_BYTES, _memory.PIECE_ALIGN)
             for first, end, offsets, size in plan:
                 members = small[first:end]
-                raw = _arena(size)
+                raw = _memory.arena(size)
                 self._reader.load_into_arena([e.index for e in members], raw, offsets, verify_hash)
                 carved.append((raw, members, offsets))
         Parameter = torch.nn.Parameter
@@ -302,18 +286,6 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and todo:
             torch.cuda.synchronize(device)
-
-    @staticmethod
-    def _staging_tensor(e: _Entry, pin: bool) -> Any:
-        """An uninitialised tensor for an entry loaded alone: on the CPU and
-        from ``HUGE_PAGE_MIN`` bytes, over memory of its own advised for
-        huge pages (the storage owns the mapping and frees it)."""
-        import torch
-
-        dtype = _dtypes.torch_dtype(e.dtype)
-        if pin or e.data_length < HUGE_PAGE_MIN or e.data_length != e.nbytes:
-            return torch.empty(e.shape, dtype=dtype, pin_memory=pin)
-        return torch.frombuffer(_huge_region(e.data_length), dtype=dtype).view(e.shape)
 
     # -- meta tensors ---------------------------------------------------------
 
@@ -739,28 +711,6 @@ def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[
                 return value
             if value is not _SKIP:
                 stack[-1][2][key] = value
-
-
-def _huge_region(size: int) -> mmap.mmap:
-    """Anonymous private memory of `size` bytes, advised for transparent huge
-    pages (when the kernel allows; 4 KiB pages otherwise)."""
-    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
-        with contextlib.suppress(OSError):
-            region.madvise(advice)
-    return region
-
-
-def _arena(size: int) -> np.ndarray[Any, Any]:
-    """`size` writable bytes starting ``PIECE_ALIGN``-aligned: huge-page
-    memory from ``HUGE_PAGE_MIN`` up, else from the allocator (small loads
-    must not cost a mapping each: the kernel caps their number)."""
-    if size >= HUGE_PAGE_MIN:
-        return np.frombuffer(_huge_region(size), dtype=np.uint8)
-    raw = np.empty(size + PIECE_ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % PIECE_ALIGN
-    return raw[start : start + size]
 
 
 @contextlib.contextmanager
