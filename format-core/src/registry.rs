@@ -181,6 +181,37 @@ impl PathRegistry {
     }
 }
 
+/// Checks a whole index's paths at once. Plain names can only conflict by
+/// being equal, so a file of plain names (nearly every file) is checked by
+/// sorting borrowed names and comparing neighbours: no per-path allocation
+/// and no tree. Any structured path sends every path through the registry,
+/// in order.
+pub(crate) fn check_all<'a, I>(paths: I) -> Result<()>
+where
+    I: Iterator<Item = &'a TensorPath> + Clone,
+{
+    let plain: Option<Vec<&str>> = paths
+        .clone()
+        .map(|p| match p {
+            TensorPath::Plain(s) => Some(s.as_str()),
+            TensorPath::Structured(_) => None,
+        })
+        .collect();
+    match plain {
+        Some(mut names) => {
+            names.sort_unstable();
+            match names.windows(2).find(|w| w[0] == w[1]) {
+                Some(w) => Err(Error::ConflictingPaths { path: w[0].to_string() }),
+                None => Ok(()),
+            }
+        }
+        None => {
+            let mut registry = PathRegistry::default();
+            paths.into_iter().try_for_each(|p| registry.insert(p))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +219,20 @@ mod tests {
 
     fn s(parts: &[PathComponent]) -> TensorPath {
         TensorPath::from_components(parts.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn batch_checks_agree_with_the_registry() {
+        let plain = |n: &str| TensorPath::Plain(n.into());
+        let ok = [plain("b"), plain("a"), plain("a.b")];
+        assert!(check_all(ok.iter()).is_ok());
+        let dup = [plain("x"), plain("y"), plain("x")];
+        assert!(matches!(check_all(dup.iter()), Err(Error::ConflictingPaths { path }) if path == "x"));
+        let mixed = [plain("a"), s(&[Key("a".into()), Index(0)])];
+        assert!(matches!(check_all(mixed.iter()), Err(Error::ConflictingPaths { .. })));
+        let nested = [s(&[Key("a".into()), Index(0)]), s(&[Key("a".into()), Index(1)]), plain("b")];
+        assert!(check_all(nested.iter()).is_ok());
+        assert!(check_all([].iter()).is_ok());
     }
 
     #[test]

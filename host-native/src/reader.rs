@@ -19,6 +19,7 @@ use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
 pub mod cipher;
+mod records;
 mod slice;
 mod spans;
 

@@ -23,11 +23,11 @@ pub struct PyEntry {
     /// The `TensorType` member (PARAM, BUFFER or STATE_DICT).
     tensor_type: Py<PyAny>,
     /// The stored dtype string.
-    dtype: Py<PyString>,
+    pub(crate) dtype: Py<PyString>,
     /// The shape (a tuple of ints; empty for a scalar).
-    shape: Py<PyTuple>,
+    pub(crate) shape: Py<PyTuple>,
     /// Bytes stored (0 for meta tensors).
-    data_length: u64,
+    pub(crate) data_length: u64,
     /// Bytes in memory: item size × element count.
     nbytes: u64,
     /// Whether the tensor is a meta tensor (shape only, no data).

@@ -5,6 +5,7 @@
 //! (`python/python/tensorizer_rs`) supplies tensorizer's API.
 
 mod buffers;
+mod carve;
 mod checkpoint;
 mod convert;
 mod cuda;
@@ -42,6 +43,7 @@ mod _native {
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         crate::slices::register(m)?;
+        crate::carve::register(m)?;
         crate::convert::register(m)?;
         crate::cuda::register(m)?;
         Ok(())

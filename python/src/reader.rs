@@ -125,7 +125,7 @@ impl NativeReader {
     /// Module index of each listed tensor (reads their headers).
     fn module_indices(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<u16>> {
         py.detach(|| {
-            indices.iter().map(|&i| self.inner.record(i).map(|r| r.header.module_index)).collect::<Result<_, _>>()
+            self.inner.records(&indices).map(|records| records.iter().map(|r| r.header.module_index).collect())
         })
         .map_err(to_py)
     }

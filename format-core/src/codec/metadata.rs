@@ -11,7 +11,7 @@ use crate::layout::{
     MAX_TENSOR_HEADER_LEN, METADATA_OFFSET, METADATA_TAG_LONG, METADATA_TAG_SHORT, MIN_METADATA_ENTRY_LEN, ParseLimits,
 };
 use crate::path::TensorPath;
-use crate::registry::PathRegistry;
+use crate::registry;
 use crate::tensor_type::TensorType;
 
 /// One metadata index entry: where a tensor's header and data are.
@@ -191,7 +191,6 @@ impl Metadata {
         // Reserve for what the bytes can hold, and no more than a page of
         // entries up front: growth is paid for by entries actually parsed.
         let mut entries = Vec::with_capacity(count.min(bytes.len() / MIN_METADATA_ENTRY_LEN).min(4096));
-        let mut registry = PathRegistry::default();
         let mut next_free = METADATA_OFFSET + header.metadata_len;
         let mut components = 0u64;
         for _ in 0..count {
@@ -206,13 +205,13 @@ impl Metadata {
                     limits.max_path_components,
                 ));
             }
-            registry.insert(&entry.path)?;
             if entry.header_offset < next_free {
                 return Err(Error::malformed(at, "tensor overlaps the index or the previous tensor"));
             }
             next_free = entry.data_end();
             entries.push(entry);
         }
+        registry::check_all(entries.iter().map(|e| &e.path))?;
         // Writers zero-fill the reservation: anything else is corruption.
         if let Some(pos) = bytes[c.position()..].iter().position(|&b| b != 0) {
             return Err(Error::malformed(c.offset() + pos as u64, "non-zero bytes after the last index entry"));

@@ -10,7 +10,7 @@ import types
 import zlib
 import hashlib
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, Union
 
 import numpy as np
@@ -30,6 +30,70 @@ _TENSOR_TYPES = tuple(TensorType)
 
 #: One tensor of the file's index (typed, read-only, built natively).
 _Entry = _native.Entry
+
+
+def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
+    """(torch dtype, item size, requires grad) of a stored dtype string."""
+    t = _dtypes.torch_dtype(dtype)
+    return t, t.itemsize, _dtypes.is_float_like(t)
+
+
+class _Registrar:
+    """Registers loaded tensors on modules as ``register_parameter`` and
+    ``register_buffer`` would, storing them directly when that is all those
+    calls would do: torch's own methods (not a subclass's), no global
+    registration hooks, and a name that is already a parameter (buffer) or
+    is no attribute at all. Their checks cost about 5 µs a call (most of it
+    an ``AttributeError`` raised inside ``hasattr``); anything unusual takes
+    the real call."""
+
+    def __init__(self) -> None:
+        import torch
+        from torch.nn.modules import module as _module
+
+        self._module_type = torch.nn.Module
+        self._hooks = {
+            kind: bool(getattr(_module, f"_global_{kind}_registration_hooks", True)) for kind in ("parameter", "buffer")
+        }
+        self._plain: dict[tuple[type, str], bool] = {}
+
+    def _fast(self, module: Any, kind: str, store: str, attr: str) -> dict[str, Any] | None:
+        key = (type(module), kind)
+        plain = self._plain.get(key)
+        if plain is None:
+            method = f"register_{kind}"
+            plain = not self._hooks[kind] and getattr(key[0], method) is getattr(self._module_type, method)
+            self._plain[key] = plain
+        if not plain or not attr:
+            return None
+        d = module.__dict__
+        table: dict[str, Any] | None = d.get(store)
+        if table is None:
+            return None
+        if attr in table:
+            return table
+        if attr in d or hasattr(key[0], attr):
+            return None
+        for other in ("_parameters", "_buffers", "_modules"):
+            if other != store and attr in d.get(other, ()):
+                return None
+        return table
+
+    def parameter(self, module: Any, attr: str, tensor: Any) -> None:
+        table = self._fast(module, "parameter", "_parameters", attr)
+        if table is None:
+            module.register_parameter(attr, tensor)
+        else:
+            table[attr] = tensor
+
+    def buffer(self, module: Any, attr: str, tensor: Any) -> None:
+        """Registers `tensor` as a persistent buffer."""
+        table = self._fast(module, "buffer", "_buffers", attr)
+        if table is None:
+            module.register_buffer(attr, tensor)
+        else:
+            table[attr] = tensor
+            module._non_persistent_buffers_set.discard(attr)
 
 
 def _resolve_device(device: Any) -> Any:
@@ -151,9 +215,15 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             with open(source, "rb") as f:
                 if os.fstat(f.fileno()).st_size > 0:
                     self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
+        # Every tensor of an eagerly loaded file with flat names, by name: the
+        # mapping's reads go straight to it (BENCHMARKS.md, case b).
+        self._flat: dict[Any, Any] | None = None
         if not lazy_load:
             self._load(self._selected, verify_hash)
             self._last_yielded = len(self._selected) - 1
+            if self._plain_names:
+                cache = self._cache
+                self._flat = dict(zip(self._structure, [cache[e.index] for e in self._selected]))
             self.total_tensor_bytes = sum(e.data_length for e in self._selected)
 
     def _index(self, filter_func: FilterFuncType | None) -> list[_Entry]:
@@ -163,7 +233,16 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._all = entries
         self._selected = entries if filter_func is None else [e for e in entries if filter_func(e.name)]
         self._structure: dict[Any, Any] = {}
-        for e in self._selected:
+        names = [e.name for e in self._selected]
+        if all(type(n) is str for n in names):
+            # Plain names are one level deep, and the core's path registry
+            # has already refused duplicates.
+            self._structure = dict(zip(names, self._selected))
+            self._plain_names = True
+            names = []
+        else:
+            self._plain_names = False
+        for e in self._selected if names else ():
             layer = self._structure
             path = e.path
             for part in path[:-1]:
@@ -172,9 +251,17 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                     raise ValueError(f"Conflicting tensor paths at {e.name!r}")
             layer[path[-1]] = e
         self._cache: dict[int, Any] = {}
-        self._position: dict[int, int] = {e.index: k for k, e in enumerate(self._selected)}
+        self._positions: dict[int, int] | None = None
         self._last_yielded = -1
         return entries
+
+    def _position(self, index: int) -> int:
+        """Where the tensor at file index `index` is among the selected ones
+        (the table is built on first use: eager loads of plain names never
+        need it)."""
+        if self._positions is None:
+            self._positions = {e.index: k for k, e in enumerate(self._selected)}
+        return self._positions[index]
 
     # -- loading --------------------------------------------------------------
 
@@ -255,33 +342,29 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 t = t.to(self._dtype)
             self._cache[e.index] = Parameter(t, requires_grad=grad)
         # Each packed tensor gets a storage of its own over its piece of the
-        # arena (torch.frombuffer), as if allocated alone.
+        # arena (torch.frombuffer), as if allocated alone; one native loop
+        # per arena makes them (carve.rs), unless a dtype cast follows.
         cache = self._cache
-        frombuffer = torch.frombuffer
-        make = torch.Tensor._make_subclass  # what Parameter(t, grad) does, minus a Python frame
         cast = self._dtype
-        # dtype string -> (torch dtype, item size, requires grad, cast to)
-        kinds: dict[str, tuple[Any, int, bool, Any]] = {}
-        empty = torch.empty
-        for raw, members, offsets in carved:
-            for e, offset in zip(members, offsets):
-                kind = kinds.get(e.dtype)
-                if kind is None:
-                    dtype = _dtypes.torch_dtype(e.dtype)
-                    kind = (dtype, dtype.itemsize, _dtypes.is_float_like(dtype), None if dtype == torch.bool else cast)
-                    kinds[e.dtype] = kind
-                dtype, itemsize, grad, cast_to = kind
-                n = e.data_length
-                if n:
-                    t = frombuffer(raw, dtype=dtype, count=n // itemsize, offset=offset)
-                    shape = e.shape
-                    if len(shape) != 1:
-                        t = t.view(shape)
-                else:
-                    t = empty(e.shape, dtype=dtype)
-                if cast_to is not None:
-                    t = t.to(cast_to)
-                cache[e.index] = make(Parameter, t, grad)
+        if cast is None:
+            for raw, members, offsets in carved:
+                made = _native.carve(
+                    members, raw, offsets, _carve_kind, torch.frombuffer, torch.empty,
+                    torch.Tensor._make_subclass, Parameter,
+                )
+                cache.update(zip([e.index for e in members], made))
+        else:
+            for raw, members, offsets in carved:
+                for e, offset in zip(members, offsets):
+                    dtype, itemsize, grad = _carve_kind(e.dtype)
+                    n = e.data_length
+                    if n:
+                        t = torch.frombuffer(raw, dtype=dtype, count=n // itemsize, offset=offset).view(e.shape)
+                    else:
+                        t = torch.empty(e.shape, dtype=dtype)
+                    if dtype != torch.bool:
+                        t = t.to(cast)
+                    cache[e.index] = Parameter(t, requires_grad=grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and todo:
@@ -413,12 +496,18 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     # -- Mapping ----------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> Any:
+        flat = self._flat
+        if flat is not None:
+            try:
+                return flat[key]
+            except KeyError:
+                raise KeyError(f"Tensor {key} not found") from None
         if key not in self._structure:
             raise KeyError(f"Tensor {key} not found")
         node = self._structure[key]
         value = self._view(node)
         if isinstance(node, _Entry):
-            self._last_yielded = max(self._last_yielded, self._position[node.index])
+            self._last_yielded = max(self._last_yielded, self._position(node.index))
         return value
 
     def __iter__(self) -> Iterator[Any]:
@@ -432,6 +521,12 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     def keys(self) -> Any:
         return self._structure.keys()
+
+    def items(self) -> Any:
+        return self._flat.items() if self._flat is not None else ItemsView(self)
+
+    def values(self) -> Any:
+        return self._flat.values() if self._flat is not None else ValuesView(self)
 
     def get_slice(self, key: Any) -> Any:
         """The tensor at ``key`` (a name, or a path tuple) read a slice at a
@@ -508,7 +603,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
         indices = self._reader.module_indices([e.index for e in entries]) if self._reader else [0] * len(entries)
         for e, idx in zip(entries, indices):
-            self._last_yielded = self._position[e.index]
+            self._last_yielded = self._position(e.index)
             yield idx, e.tensor_type, e.name, self._cache[e.index]
 
     def read_numpy_arrays(
@@ -562,7 +657,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             self._reader.load_into([i for i, _ in stored], [b for _, b in stored], verify)
         indices = self._reader.module_indices([e.index for e in entries])
         for e, idx, arr, (_, torch_name) in zip(entries, indices, arrays, kinds):
-            self._last_yielded = self._position[e.index]
+            self._last_yielded = self._position(e.index)
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
         if refusal is not None:
             raise refusal
@@ -588,23 +683,33 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             if not isinstance(e.name, str):
                 raise NotImplementedError("Cannot load structured tensor paths into a module")
         self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
+        with _gc_paused():
+            self._register(m, entries)
+        return len(entries)
+
+    def _register(self, m: Any, entries: list[_Entry]) -> None:
+        import torch
+
         modules = dict(m.named_modules())
+        cache = self._cache
+        param = TensorType.PARAM
+        register = _Registrar()
         for e in entries:
-            assert isinstance(e.name, str)
-            prefix, _, attr = e.name.rpartition(".")
-            if prefix not in modules:
-                raise KeyError(f"Module {prefix!r} for tensor {e.name!r} not found in {type(m).__name__}")
-            module = modules[prefix]
-            tensor = self._cache[e.index]
-            if e.tensor_type == TensorType.PARAM:
-                module.register_parameter(attr, tensor)
+            name = e.name
+            assert isinstance(name, str)
+            prefix, _, attr = name.rpartition(".")
+            module = modules.get(prefix)
+            if module is None:
+                raise KeyError(f"Module {prefix!r} for tensor {name!r} not found in {type(m).__name__}")
+            tensor = cache[e.index]
+            if e.tensor_type == param:
+                register.parameter(module, attr, tensor)
             else:
                 buffer = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
                 # As tensorizer: every loaded buffer is registered persistent,
                 # so state_dict() has the same keys after either library's
                 # load (spec §11, "non-persistent buffers").
-                module.register_buffer(attr, buffer)
-        return len(entries)
+                register.buffer(module, attr, buffer)
 
     def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
         """Checks a module's tensors against the stored hashes, without

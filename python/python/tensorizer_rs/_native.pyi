@@ -31,6 +31,7 @@ __all__ = [
     "reader_read_slice",
     "reader_read_range",
     "reader_verify_tensor",
+    "carve",
     "convert_file",
     "cuda_available",
     "reader_load_cuda",
@@ -211,6 +212,19 @@ def reader_slice_shape(reader: NativeReader, i: int, key: _IndexKey) -> list[int
 def reader_read_slice(reader: NativeReader, i: int, key: _IndexKey, buffer: Any) -> None: ...
 def reader_read_range(reader: NativeReader, i: int, start: int, stop: int) -> bytes: ...
 def reader_verify_tensor(reader: NativeReader, i: int) -> None: ...
+
+# -- arenas (python/src/carve.rs) ----------------------------------------------
+
+def carve(
+    members: list[Entry],
+    buffer: Any,
+    offsets: list[int],
+    kind_of: Callable[[str], tuple[Any, int, bool]],
+    frombuffer: Any,
+    empty: Any,
+    make: Any,
+    parameter: Any,
+) -> list[Any]: ...
 
 # -- conversion (python/src/convert.rs) ----------------------------------------
 
