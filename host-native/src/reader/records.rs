@@ -5,15 +5,19 @@
 
 use tensorizer_core::TensorRecord;
 
-use super::{BATCH_SPAN, Reader, SMALL_TENSOR};
+use super::{BATCH_SPAN, Reader};
 use crate::error::Result;
 use crate::source::RangeSource;
 
+/// Most data between two headers read through rather than skipped with a
+/// second read: about what one positioned read costs in copying time.
+const HEADER_GAP: u64 = 16 << 10;
+
 impl<S: RangeSource> Reader<S> {
     /// The parsed headers of tensors `indices`, in that order. Runs of
-    /// tensors in ascending file order whose headers lie at most
-    /// [`SMALL_TENSOR`] apart and within [`BATCH_SPAN`] of the run's start
-    /// share one read.
+    /// tensors in ascending file order with at most [`HEADER_GAP`] bytes
+    /// between one's header and the next, within [`BATCH_SPAN`] of the run's
+    /// start, share one read.
     pub fn records(&self, indices: &[usize]) -> Result<Vec<TensorRecord>> {
         let mut out = Vec::with_capacity(indices.len());
         let mut scratch = Vec::new();
@@ -26,7 +30,7 @@ impl<S: RangeSource> Reader<S> {
             while let Some(&i) = indices.get(next) {
                 let e = self.entry(i)?;
                 let joins = e.header_offset >= end
-                    && e.header_offset - end <= SMALL_TENSOR
+                    && e.header_offset - end <= HEADER_GAP
                     && e.data_offset.saturating_sub(start) <= BATCH_SPAN;
                 if !joins {
                     break;
