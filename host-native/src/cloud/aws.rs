@@ -177,12 +177,14 @@ async fn fetch(request: reqwest::RequestBuilder) -> std::result::Result<String, 
 /// is the proof).
 fn web_identity(endpoint: &str, token_file: &str, role_arn: &str, session: &str) -> Result<AwsCredentials> {
     let token = read_token(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE")?;
-    let body = format!(
-        "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&DurationSeconds=3600&RoleArn={}&RoleSessionName={}&WebIdentityToken={}",
-        encode(role_arn),
-        encode(session),
-        encode(&token)
-    );
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("Action", "AssumeRoleWithWebIdentity")
+        .append_pair("Version", "2011-06-15")
+        .append_pair("DurationSeconds", "3600")
+        .append_pair("RoleArn", role_arn)
+        .append_pair("RoleSessionName", session)
+        .append_pair("WebIdentityToken", &token)
+        .finish();
     let request = http_client()?
         .post(endpoint)
         .header("content-type", "application/x-www-form-urlencoded")
@@ -190,12 +192,37 @@ fn web_identity(endpoint: &str, token_file: &str, role_arn: &str, session: &str)
         .body(body);
     let fail = |why: String| Error::Invalid(format!("web identity credentials from {endpoint} for {role_arn}: {why}"));
     let xml = block_on(fetch(request))?.map_err(fail)?;
-    let field = |tag: &str| xml_field(&xml, tag).ok_or_else(|| fail(format!("the answer has no <{tag}>")));
+    let found = web_identity_credentials(&xml).map_err(|e| fail(format!("not the expected answer: {e}")))?;
     Ok(AwsCredentials {
-        key_id: field("AccessKeyId")?,
-        secret_key: field("SecretAccessKey")?,
-        token: Some(field("SessionToken")?),
+        key_id: found.access_key_id,
+        secret_key: found.secret_access_key,
+        token: Some(found.session_token),
     })
+}
+
+/// The `<Credentials>` of an `AssumeRoleWithWebIdentityResponse`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct StsCredentials {
+    access_key_id: String,
+    secret_access_key: String,
+    session_token: String,
+}
+
+/// Parses an `AssumeRoleWithWebIdentityResponse` (quick-xml, entities
+/// resolved).
+fn web_identity_credentials(xml: &str) -> std::result::Result<StsCredentials, quick_xml::DeError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Response {
+        assume_role_with_web_identity_result: RoleResult,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RoleResult {
+        credentials: StsCredentials,
+    }
+    quick_xml::de::from_str::<Response>(xml).map(|r| r.assume_role_with_web_identity_result.credentials)
 }
 
 /// The container credentials endpoint's JSON answer.
@@ -237,33 +264,6 @@ fn instance_metadata(endpoint: &str) -> Result<AwsCredentials> {
     })
 }
 
-/// The text of the first `<tag>...</tag>` in `xml`, entities decoded.
-fn xml_field(xml: &str, tag: &str) -> Option<String> {
-    let open = format!("<{tag}>");
-    let start = xml.find(&open)? + open.len();
-    let end = start + xml[start..].find(&format!("</{tag}>"))?;
-    let raw = xml[start..end].trim();
-    Some(
-        raw.replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&quot;", "\"")
-            .replace("&apos;", "'")
-            .replace("&amp;", "&"),
-    )
-}
-
-/// Form-encodes `value` (RFC 3986 unreserved characters kept).
-fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,11 +294,15 @@ mod tests {
     }
 
     #[test]
-    fn xml_and_form_helpers() {
-        let xml = "<R><Credentials><AccessKeyId> AK </AccessKeyId><SecretAccessKey>a&amp;b</SecretAccessKey></Credentials></R>";
-        assert_eq!(xml_field(xml, "AccessKeyId").as_deref(), Some("AK"));
-        assert_eq!(xml_field(xml, "SecretAccessKey").as_deref(), Some("a&b"));
-        assert_eq!(xml_field(xml, "SessionToken"), None);
-        assert_eq!(encode("arn:aws:iam::1/r x"), "arn%3Aaws%3Aiam%3A%3A1%2Fr%20x");
+    fn web_identity_answers_are_parsed() {
+        let xml = "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\
+                   <AssumeRoleWithWebIdentityResult><SubjectFromWebIdentityToken>s</SubjectFromWebIdentityToken>\
+                   <Credentials><AccessKeyId>AK</AccessKeyId><SecretAccessKey>a&amp;b</SecretAccessKey>\
+                   <SessionToken>t</SessionToken><Expiration>2030-01-01T00:00:00Z</Expiration></Credentials>\
+                   </AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>";
+        let found = web_identity_credentials(xml).unwrap();
+        assert_eq!((found.access_key_id.as_str(), found.secret_access_key.as_str()), ("AK", "a&b"));
+        assert_eq!(found.session_token, "t");
+        assert!(web_identity_credentials("<Error><Code>AccessDenied</Code></Error>").is_err());
     }
 }

@@ -23,7 +23,7 @@ mod upload;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use object_store::{ClientOptions, RetryConfig};
+use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
 pub use aws::{AwsCredentials, aws_credential_chain, aws_credential_chain_with};
 pub use profile::{AwsProfile, read_aws_profile};
@@ -31,6 +31,7 @@ pub use source::CloudSource;
 pub use upload::{upload_azure_reader, upload_gcs_reader};
 
 use crate::error::{Error, Result, StoreErrorKind};
+use crate::retry::RetryPolicy;
 use crate::source::{RangeSource, TransferLimits};
 
 /// Default of [`CloudOptions::part_size`]: 8 MiB.
@@ -50,6 +51,9 @@ const AZURITE_ACCOUNT: &str = "devstoreaccount1";
 
 /// Azurite's well-known account key (public, documented by Microsoft).
 const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Shortest first wait given to `object_store` (it cannot wait zero).
+const MIN_BACKOFF: Duration = Duration::from_millis(1);
 
 /// Worker threads of the process-wide runtime that drives every store.
 const RUNTIME_THREADS: usize = 2;
@@ -88,9 +92,11 @@ pub struct CloudOptions {
     pub parts_in_flight: usize,
     /// Longest wait for a TCP + TLS connection.
     pub connect_timeout: Duration,
-    /// Retries of a failed request (5xx, 429, connection errors) before the
-    /// error is returned.
-    pub max_retries: usize,
+    /// How failed requests are retried: the policy every remote store
+    /// shares, given to `object_store` for each request (see
+    /// [`retry_config`]) and applied by reads to the resumption of a
+    /// range that broke or stalled.
+    pub retry: RetryPolicy,
 }
 
 impl Default for CloudOptions {
@@ -106,7 +112,7 @@ impl Default for CloudOptions {
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: DEFAULT_PARTS_IN_FLIGHT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            max_retries: 10,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -125,7 +131,31 @@ impl CloudOptions {
     }
 
     fn retry(&self) -> RetryConfig {
-        RetryConfig { max_retries: self.max_retries, ..RetryConfig::default() }
+        retry_config(&self.retry)
+    }
+}
+
+/// `object_store`'s retry settings for `policy`, the retry policy every
+/// remote store shares: `attempts` failed attempts become `attempts - 1`
+/// retries, `backoff` and `max_backoff` the first and longest wait (the
+/// waits grow by doubling), and `give_up_after` the time after which a
+/// failing request is not retried again (none: only attempts bound it).
+///
+/// `object_store` still picks the jitter (each wait drawn between
+/// `backoff` and twice the previous one, not from the upper half of a
+/// doubling step), waits before the first retry too, and decides which
+/// failures are transient (connection errors, timeouts, 5xx, 429; never
+/// 4xx). Its time limit counts from the first request of a transfer, not
+/// from the last progress: [`CloudSource`] resumes a read that broke after
+/// progress with a fresh request, which makes reads progress-aware.
+pub fn retry_config(policy: &RetryPolicy) -> RetryConfig {
+    // object_store draws each wait from `init..2 * previous`, which must
+    // not be empty.
+    let init_backoff = policy.backoff.max(MIN_BACKOFF);
+    RetryConfig {
+        backoff: BackoffConfig { init_backoff, max_backoff: policy.max_backoff.max(init_backoff), base: 2.0 },
+        max_retries: policy.attempts.max(1).saturating_sub(1) as usize,
+        retry_timeout: policy.give_up_after.unwrap_or(Duration::MAX),
     }
 }
 
@@ -270,7 +300,7 @@ pub fn open_gcs(bucket: &str, object: &str, opts: &CloudOptions) -> Result<Box<d
     let name = format!("gs://{bucket}/{object}");
     let path = object_path(&name, object)?;
     let store = gcs_store(bucket, opts)?;
-    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?))
+    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?.with_retry(opts.retry)))
 }
 
 /// Opens blob `blob` of `container` (in `account`, else the account from
@@ -284,7 +314,7 @@ pub fn open_azure(
     let name = azure_name(account, container, blob);
     let path = object_path(&name, blob)?;
     let store = azure_store(account, container, opts)?;
-    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?))
+    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?.with_retry(opts.retry)))
 }
 
 /// Uploads the file at `from` to `gs://bucket/object` (replacing it).
@@ -318,6 +348,30 @@ mod tests {
         let err = outer.block_on(async { block_on(async { 1 }) }).unwrap_err();
         assert!(err.to_string().contains("outside an async runtime"), "{err}");
         assert_eq!(block_on(async { 2 }).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_shared_retry_policy_maps_onto_object_store() {
+        let policy = RetryPolicy {
+            attempts: 4,
+            backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(8),
+            give_up_after: Some(Duration::from_secs(60)),
+        };
+        let config = retry_config(&policy);
+        assert_eq!(config.max_retries, 3, "4 attempts are the first request and 3 retries");
+        assert_eq!(config.backoff.init_backoff, Duration::from_millis(250));
+        assert_eq!(config.backoff.max_backoff, Duration::from_secs(8));
+        assert_eq!(config.backoff.base, 2.0);
+        assert_eq!(config.retry_timeout, Duration::from_secs(60));
+        let unbounded = RetryPolicy { attempts: 0, give_up_after: None, ..policy };
+        let config = retry_config(&unbounded);
+        assert_eq!((config.max_retries, config.retry_timeout), (0, Duration::MAX));
+        let capped_low = RetryPolicy { max_backoff: Duration::from_millis(1), ..policy };
+        assert_eq!(retry_config(&capped_low).backoff.max_backoff, Duration::from_millis(250));
+        let no_wait = RetryPolicy { backoff: Duration::ZERO, max_backoff: Duration::ZERO, ..policy };
+        assert_eq!(retry_config(&no_wait).backoff.init_backoff, MIN_BACKOFF);
+        assert_eq!(CloudOptions::default().retry().max_retries, RetryPolicy::default().attempts as usize - 1);
     }
 
     #[test]

@@ -10,19 +10,29 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::{block_on, store_error};
 use crate::error::{Error, Result, StoreErrorKind};
+use crate::retry::{Attempt, RetryPolicy, Target, retry};
 use crate::source::{RangeSource, TransferLimits, check_range};
 
-/// Times a read that fell below the minimum rate is re-requested for the
-/// bytes still missing before it fails.
-const SLOW_RETRIES: u32 = 3;
+/// Bytes an attempt must have brought in for its failure (a broken body,
+/// a stall) to be resumed at once with a fresh request instead of counting
+/// as a failed attempt, as for HTTP.
+const RESUMABLE_PROGRESS: u64 = 1 << 20;
 
 /// One object of a cloud store, read with ranged `GET`s pinned to the ETag
 /// it had when opened (`If-Match`): a replaced object fails the read with
 /// an [`Error::Store`] of kind `Changed` naming the object and the range,
-/// instead of mixing two versions. `object_store` retries failed requests and resumes a broken
-/// body for the bytes still missing; on top of that each read must keep
-/// [`TransferLimits::min_rate`] over every window (else the rest is asked
-/// again, a few times) and finish within [`TransferLimits::deadline`].
+/// instead of mixing two versions.
+///
+/// Retries follow the shared [`RetryPolicy`]: `object_store` retries each
+/// request under it (see [`super::retry_config`]), resuming a broken body
+/// for the bytes still missing; on top of that a read re-requests the
+/// missing bytes when its body broke for good or fell below
+/// [`TransferLimits::min_rate`] over a window. Such a failure after at
+/// least 1 MiB of progress is resumed at once and starts the policy's
+/// counts afresh (a slow but moving transfer is never given up on); one
+/// without progress is a failed attempt (a stalled transfer runs out of
+/// attempts or of `give_up_after`). [`TransferLimits::deadline`], when set,
+/// bounds each read as a whole.
 pub struct CloudSource {
     store: Arc<dyn ObjectStore>,
     path: Path,
@@ -30,11 +40,13 @@ pub struct CloudSource {
     len: u64,
     etag: Option<String>,
     limits: TransferLimits,
+    retry: RetryPolicy,
 }
 
 impl CloudSource {
     /// Opens `path` in `store`: one `HEAD` for the length and the ETag.
-    /// `name` is used in messages.
+    /// `name` is used in messages. Reads retry under the default
+    /// [`RetryPolicy`] unless [`with_retry`](Self::with_retry) sets another.
     pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, limits: TransferLimits) -> Result<Self> {
         let head = {
             let (store, path) = (store.clone(), path.clone());
@@ -46,7 +58,14 @@ impl CloudSource {
         }
         .map_err(|e| store_error(&name, None, e))?
         .meta;
-        Ok(Self { store, path, name, len: meta.size, etag: meta.e_tag, limits })
+        let retry = RetryPolicy::default();
+        Ok(Self { store, path, name, len: meta.size, etag: meta.e_tag, limits, retry })
+    }
+
+    /// The same source resuming broken and stalled reads under `retry`
+    /// (give the store the same policy through [`super::retry_config`]).
+    pub fn with_retry(self, retry: RetryPolicy) -> Self {
+        Self { retry, ..self }
     }
 
     /// The object's ETag when it was opened, if the store gave one.
@@ -54,83 +73,66 @@ impl CloudSource {
         self.etag.as_deref()
     }
 
-    /// Fills `bufs` (consecutive) from `offset` with one ranged `GET` per
-    /// attempt.
-    async fn fill(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
-        let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        let mut done = 0u64; // bytes filled so far
-        let mut slow = 0u32;
-        while done < total {
-            let start = offset + done;
-            let options = GetOptions {
-                range: Some(GetRange::Bounded(start..offset + total)),
-                if_match: self.etag.clone(),
-                ..Default::default()
+    /// One attempt: a ranged `GET` for bytes `offset + *done ..
+    /// offset + total` of `bufs` (consecutive), `*done` advanced by what
+    /// arrived.
+    async fn attempt(&self, offset: u64, total: u64, done: &mut u64, bufs: &mut [&mut [u8]]) -> Attempt<()> {
+        let (began, start) = (*done, offset + *done);
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(start..offset + total)),
+            if_match: self.etag.clone(),
+            ..Default::default()
+        };
+        // object_store has already retried the request under the policy.
+        let result = match self.store.get_opts(&self.path, options).await {
+            Ok(result) => result,
+            Err(e) => return Attempt::Final(store_error(&self.name, Some((start, total - began)), e)),
+        };
+        let mut stream = result.into_stream();
+        let window = self.limits.rate_window.max(Duration::from_millis(1));
+        let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
+        // A failure after useful progress is resumed; one without is a failed attempt.
+        let broke = |done: u64, e: Error, or_else: fn(Error) -> Attempt<()>| match done - began {
+            n if n >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
+            _ => or_else(e),
+        };
+        while let Some(chunk) = next_chunk(&mut stream, window, self.limits.min_rate).await {
+            let chunk = match chunk {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => return broke(*done, self.too_slow(offset + *done, offset + total, window), Attempt::Retry),
+                // object_store has already resumed the body under the policy.
+                Err(e) => {
+                    let e = store_error(&self.name, Some((offset + *done, total - *done)), e);
+                    return broke(*done, e, Attempt::Final);
+                }
             };
-            let result = self.store.get_opts(&self.path, options).await;
-            let result = result.map_err(|e| store_error(&self.name, Some((start, total - done)), e))?;
-            let mut stream = result.into_stream();
-            let window = self.limits.rate_window.max(Duration::from_millis(1));
-            let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
-            let mut too_slow = false;
-            while let Some(chunk) = next_chunk(&mut stream, window, self.limits.min_rate).await {
-                let chunk = match chunk {
-                    Ok(Some(chunk)) => chunk,
-                    Ok(None) => {
-                        too_slow = true;
-                        break;
-                    }
-                    Err(e) => {
-                        return Err(store_error(&self.name, Some((offset + done, total - done)), e));
-                    }
-                };
-                let n = chunk.len() as u64;
-                if n > total - done {
-                    return Err(self.fail(
-                        start,
-                        total - done,
-                        io::ErrorKind::InvalidData,
-                        "the store sent more bytes than asked",
-                    ));
-                }
-                copy_into(bufs, done, &chunk);
-                done += n;
-                window_bytes += n;
-                if window_start.elapsed() >= window {
-                    let floor = self.limits.min_rate as f64 * window_start.elapsed().as_secs_f64();
-                    if (window_bytes as f64) < floor {
-                        too_slow = true;
-                        break;
-                    }
-                    (window_start, window_bytes) = (Instant::now(), 0);
-                }
+            let n = chunk.len() as u64;
+            if n > total - *done {
+                let why = "the store sent more bytes than asked";
+                return Attempt::Final(self.fail(start, total - began, io::ErrorKind::InvalidData, why));
             }
-            if too_slow {
-                slow += 1;
-                if slow > SLOW_RETRIES {
-                    let start = offset + done;
-                    return Err(Error::store(
-                        &self.name,
-                        Some(start..offset + total),
-                        StoreErrorKind::TimedOut,
-                        format!(
-                            "slower than {} bytes/s over {window:?}, {SLOW_RETRIES} times (TZR_MIN_RATE)",
-                            self.limits.min_rate
-                        ),
-                    ));
+            copy_into(bufs, *done, &chunk);
+            *done += n;
+            window_bytes += n;
+            if window_start.elapsed() >= window {
+                let floor = self.limits.min_rate as f64 * window_start.elapsed().as_secs_f64();
+                if (window_bytes as f64) < floor {
+                    return broke(*done, self.too_slow(offset + *done, offset + total, window), Attempt::Retry);
                 }
-                continue;
-            }
-            if done < total {
-                return Err(self.fail(
-                    offset + done,
-                    total - done,
-                    io::ErrorKind::UnexpectedEof,
-                    "the object ended early",
-                ));
+                (window_start, window_bytes) = (Instant::now(), 0);
             }
         }
-        Ok(())
+        if *done < total {
+            let why = "the object ended early";
+            return Attempt::Final(self.fail(offset + *done, total - *done, io::ErrorKind::UnexpectedEof, why));
+        }
+        Attempt::Ok(())
+    }
+
+    /// The failure of a transfer below the minimum rate, at `start..end`.
+    fn too_slow(&self, start: u64, end: u64, window: Duration) -> Error {
+        let why = format!("slower than {} bytes/s over {window:?} (TZR_MIN_RATE)", self.limits.min_rate);
+        Error::store(&self.name, Some(start..end), StoreErrorKind::TimedOut, why)
     }
 
     fn fail(&self, offset: u64, len: u64, kind: io::ErrorKind, why: impl std::fmt::Display) -> Error {
@@ -147,11 +149,23 @@ impl CloudSource {
         if total == 0 {
             return Ok(());
         }
-        match self.limits.deadline {
-            Some(d) => block_on(tokio::time::timeout(d, self.fill(offset, bufs)))?
-                .map_err(|_| deadline_error(&self.name, Some((offset, total as u64)), d))?,
-            None => block_on(self.fill(offset, bufs))?,
-        }
+        let total = total as u64;
+        let deadline = self.limits.deadline.map(|d| (d, Instant::now().checked_add(d)));
+        let mut done = 0u64;
+        let target = Target { location: &self.name, range: Some(offset..offset + total) };
+        retry(&self.retry, target, || {
+            let attempt = self.attempt(offset, total, &mut done, bufs);
+            let outcome = match deadline {
+                Some((limit, at)) => {
+                    let left = at.map_or(limit, |at| at.saturating_duration_since(Instant::now()));
+                    block_on(tokio::time::timeout(left, attempt)).map(|r| {
+                        r.unwrap_or_else(|_| Attempt::Final(deadline_error(&self.name, Some((offset, total)), limit)))
+                    })
+                }
+                None => block_on(attempt),
+            };
+            outcome.unwrap_or_else(Attempt::Final)
+        })
     }
 }
 

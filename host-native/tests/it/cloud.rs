@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tensorizer_native::cloud::{self, CloudOptions, MIN_PART_SIZE};
 use tensorizer_native::error::StoreErrorKind;
+use tensorizer_native::store::RetryPolicy;
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
@@ -81,7 +82,7 @@ fn gcs() -> Option<(Server, CloudOptions)> {
     let options = CloudOptions {
         gcs_base_url: Some(format!("http://127.0.0.1:{port}")),
         gcs_anonymous: true,
-        max_retries: 2,
+        retry: RetryPolicy::new(3, Duration::from_millis(100)),
         ..CloudOptions::default()
     };
     Some((server, options))
@@ -116,7 +117,7 @@ fn azurite() -> Option<(Server, CloudOptions)> {
     let options = CloudOptions {
         azure_endpoint: Some(endpoint),
         azure_emulator: true,
-        max_retries: 2,
+        retry: RetryPolicy::new(3, Duration::from_millis(100)),
         ..CloudOptions::default()
     };
     Some((server, options))
