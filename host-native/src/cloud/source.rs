@@ -238,7 +238,156 @@ impl RangeSource for CloudSource {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_into;
+    use std::fmt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use bytes::Bytes;
+    use futures_util::stream::{self, BoxStream};
+    use object_store::memory::InMemory;
+    use object_store::{
+        CopyOptions, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStoreExt, PutMultipartOptions,
+        PutOptions, PutPayload, PutResult,
+    };
+
+    use super::*;
+
+    /// How each ranged body of a [`Faulty`] store ends.
+    #[derive(Debug, Clone, Copy)]
+    enum Fault {
+        /// After this many bytes (and a pause), the body breaks.
+        BreakAfter(usize, Duration),
+        /// The body never sends a byte.
+        Stall,
+    }
+
+    /// An in-memory store whose ranged bodies break or stall.
+    #[derive(Debug)]
+    struct Faulty {
+        inner: InMemory,
+        fault: Fault,
+        gets: AtomicU32,
+    }
+
+    impl fmt::Display for Faulty {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Faulty")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Faulty {
+        async fn put_opts(&self, p: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
+            self.inner.put_opts(p, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            p: &Path,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(p, opts).await
+        }
+        async fn get_opts(&self, p: &Path, options: GetOptions) -> object_store::Result<object_store::GetResult> {
+            let ranged = options.range.is_some();
+            let mut result = self.inner.get_opts(p, options).await?;
+            if !ranged {
+                return Ok(result);
+            }
+            self.gets.fetch_add(1, Ordering::Relaxed);
+            // Irrefutable unless object_store's "fs" feature is on.
+            #[allow(irrefutable_let_patterns)]
+            let GetResultPayload::Stream(body) = std::mem::replace(&mut result.payload, empty()) else {
+                unreachable!("InMemory streams")
+            };
+            let body: Vec<u8> = body.map(|c| c.unwrap().to_vec()).concat().await;
+            result.payload = match self.fault {
+                Fault::BreakAfter(n, pause) if n < body.len() => {
+                    let sent = Bytes::from(body[..n].to_vec());
+                    let broken = async move {
+                        tokio::time::sleep(pause).await;
+                        Err(object_store::Error::Generic { store: "Faulty", source: "connection reset".into() })
+                    };
+                    GetResultPayload::Stream(stream::iter([Ok(sent)]).chain(stream::once(broken)).boxed())
+                }
+                Fault::BreakAfter(..) => GetResultPayload::Stream(stream::iter([Ok(Bytes::from(body))]).boxed()),
+                Fault::Stall => GetResultPayload::Stream(stream::pending().boxed()),
+            };
+            Ok(result)
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<Path>>,
+        ) -> BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    fn empty() -> GetResultPayload {
+        GetResultPayload::Stream(stream::empty().boxed())
+    }
+
+    /// A source over an object of `len` bytes in a store with `fault`.
+    fn faulty(len: usize, fault: Fault, limits: TransferLimits, retry: RetryPolicy) -> (Arc<Faulty>, CloudSource) {
+        let store = Arc::new(Faulty { inner: InMemory::new(), fault, gets: AtomicU32::new(0) });
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let path = Path::from("o");
+        block_on(store.put(&path, PutPayload::from(data))).unwrap().unwrap();
+        let source = CloudSource::open(store.clone(), path, "mem://o".into(), limits).unwrap().with_retry(retry);
+        (store, source)
+    }
+
+    #[test]
+    fn a_read_that_keeps_moving_outlives_the_retry_time_limit() {
+        // Every body breaks after 1.5 MiB and 60 ms: six requests for 8 MiB
+        // take longer than give_up_after, yet each brought progress.
+        let fault = Fault::BreakAfter(3 << 19, Duration::from_millis(60));
+        let retry =
+            RetryPolicy { attempts: 2, give_up_after: Some(Duration::from_millis(200)), ..RetryPolicy::default() };
+        let (store, source) = faulty(8 << 20, fault, TransferLimits::default(), retry);
+        let mut buf = vec![0u8; 8 << 20];
+        let started = Instant::now();
+        source.read_exact_at(0, &mut buf).unwrap();
+        assert!(started.elapsed() > Duration::from_millis(200));
+        assert!(buf.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+        assert_eq!(store.gets.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn a_stalled_read_runs_out_of_attempts_or_time() {
+        let limits = TransferLimits { min_rate: 1, rate_window: Duration::from_millis(30), deadline: None };
+        let retry = RetryPolicy {
+            attempts: 3,
+            backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(1),
+            give_up_after: None,
+        };
+        let (store, source) = faulty(4096, Fault::Stall, limits, retry);
+        let err = source.read_exact_at(100, &mut [0u8; 10]).unwrap_err();
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
+        assert!(err.to_string().contains("gave up after 3 failed attempts"), "{err}");
+        assert!(err.to_string().contains("mem://o (bytes 100-109)"), "{err}");
+        assert_eq!(store.gets.load(Ordering::Relaxed), 3);
+        // Without an attempt limit, give_up_after ends it.
+        let retry = RetryPolicy { attempts: 1000, give_up_after: Some(Duration::from_millis(150)), ..retry };
+        let (_, source) = faulty(4096, Fault::Stall, limits, retry);
+        let started = Instant::now();
+        let err = source.read_exact_at(0, &mut [0u8; 10]).unwrap_err();
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        // A break without progress is final: object_store already retried it.
+        let fault = Fault::BreakAfter(10, Duration::ZERO);
+        let (store, source) = faulty(4096, fault, TransferLimits::default(), RetryPolicy::default());
+        assert!(source.read_exact_at(0, &mut [0u8; 100]).is_err());
+        assert_eq!(store.gets.load(Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn chunks_land_across_buffers() {
