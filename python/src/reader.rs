@@ -130,6 +130,15 @@ impl NativeReader {
         .map_err(to_py)
     }
 
+    /// Checks `data` (tensor `i`'s bytes from memory, any buffer) against
+    /// the hashes stored for it; raises `HashMismatchError` on a difference.
+    fn verify_bytes(&self, py: Python<'_>, i: usize, data: Bound<'_, PyAny>) -> PyResult<()> {
+        let held = Held::acquire(&[data], false)?;
+        let slices = held.slices();
+        let bytes: &[u8] = slices.first().copied().unwrap_or_default();
+        py.detach(|| self.inner.verify_bytes(i, bytes)).map_err(to_py)
+    }
+
     /// (hashable header, CRC32 or None, SHA-256 or None) of tensor `i`, for
     /// comparing in-memory tensors with the file without reading its data.
     fn hash_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<HashInfo<'py>> {

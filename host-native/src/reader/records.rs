@@ -58,3 +58,14 @@ impl<S: RangeSource> Reader<S> {
         Ok(out)
     }
 }
+
+impl<S: RangeSource> Reader<S> {
+    /// Checks `data`, tensor `i`'s bytes held elsewhere (in memory, in a
+    /// module), against the hashes stored in its header, which cover the
+    /// header too. A tensor stored without hashes passes.
+    pub fn verify_bytes(&self, i: usize, data: &[u8]) -> Result<()> {
+        let record = self.record(i)?;
+        let entry = self.entry(i)?;
+        record.verify(data).map_err(self.tensor_err(entry))
+    }
+}
