@@ -4,7 +4,7 @@ use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
-use tensorizer_core::{HashValue, KeySource, PathComponent, TensorPath};
+use tensorizer_core::{KeySource, PathComponent, TensorPath};
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
@@ -15,9 +15,6 @@ type Source = Box<dyn RangeSource>;
 
 /// One arena of `plan_arenas`: (first position, end position, offsets, bytes).
 type ArenaPlan = (usize, usize, Vec<usize>, usize);
-
-/// (hashable header, CRC32, SHA-256) of one tensor.
-type HashInfo<'py> = (Bound<'py, PyBytes>, Option<u32>, Option<Bound<'py, PyBytes>>);
 
 /// A tensorizer file opened for reading.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
@@ -137,24 +134,6 @@ impl NativeReader {
         let slices = held.slices();
         let bytes: &[u8] = slices.first().copied().unwrap_or_default();
         py.detach(|| self.inner.verify_bytes(i, bytes)).map_err(to_py)
-    }
-
-    /// (hashable header, CRC32 or None, SHA-256 or None) of tensor `i`, for
-    /// comparing in-memory tensors with the file without reading its data.
-    fn hash_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<HashInfo<'py>> {
-        if i >= self.inner.entries().len() {
-            return Err(PyIndexError::new_err(format!("no tensor number {i}")));
-        }
-        let record = py.detach(|| self.inner.record(i)).map_err(to_py)?;
-        let mut crc = None;
-        let mut sha = None;
-        for h in &record.header.hashes {
-            match h {
-                HashValue::Crc32(c) => crc = Some(*c),
-                HashValue::Sha256(d) => sha = Some(PyBytes::new(py, d)),
-            }
-        }
-        Ok((PyBytes::new(py, &record.hashable_header), crc, sha))
     }
 
     /// Loads tensors `indices[k]` into `buffers[k]` (writable, C-contiguous
