@@ -14,102 +14,32 @@
 //! failure.
 //!
 //! Configuration is resolved the way tensorizer users have it set up; see
-//! [`S3Options`]. TLS trust is [`HttpOptions::tls`] resolved for S3
+//! [`S3Options`]. TLS trust is [`HttpOptions::tls`](crate::http::HttpOptions::tls) resolved for S3
 //! (`AWS_CA_BUNDLE` first; see [`crate::tls`]), for reads and uploads alike.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use md5::{Digest, Md5};
-use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
+use rusty_s3::{Bucket, Credentials, S3Action};
+
+mod config;
+
+pub use config::{DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Options, parse_s3_uri};
 
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::http::{HttpOptions, HttpSource, agent};
+use crate::http::{HttpSource, agent};
 use crate::retry::{Attempt, Pace, Paced, Target, retry};
-use crate::tls::{Service, Trust};
+use crate::tls::Trust;
 
-/// tensorizer's default endpoint for reads when nothing else names one.
-pub const DEFAULT_READ_ENDPOINT: &str = "accel-object.ord1.coreweave.com";
-/// tensorizer's default endpoint for writes.
-pub const DEFAULT_WRITE_ENDPOINT: &str = "object.ord1.coreweave.com";
 /// Lifetime of a presigned URL.
 const PRESIGN_FOR: Duration = Duration::from_secs(24 * 3600);
 /// S3's smallest part (except the last) and largest part count.
 const MIN_PART: u64 = 5 << 20;
 const MAX_PARTS: u64 = 10_000;
-
-/// Where an S3 object lives and how to reach it. Every field is optional;
-/// unset ones are filled in this order (the first that has a value wins):
-///
-/// * keys: the explicit field → vLLM's `S3_ACCESS_KEY_ID` /
-///   `S3_SECRET_ACCESS_KEY` → the `[default]` section of `config_path` (which
-///   must exist) or `~/.s3cfg` (`access_key`, `secret_key`) →
-///   `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN` →
-///   with the `cloud` feature, the rest of the AWS credential chain (web
-///   identity, `~/.aws` profiles, ECS, instance metadata) → anonymous
-///   (unsigned) requests. Empty keys also mean anonymous.
-/// * endpoint: the explicit field → `S3_ENDPOINT_URL` → `host_base` of the
-///   s3cfg file → `AWS_ENDPOINT_URL_S3` → `AWS_ENDPOINT_URL` → tensorizer's
-///   CoreWeave defaults. A bare host gets `https://` (`http://` with
-///   `force_http`, or s3cfg `use_https = False`); an explicit or s3cfg
-///   `http://` endpoint needs `force_http`, as in tensorizer, while one from
-///   the environment may be `http://`.
-/// * region: the explicit field → `AWS_REGION` → `AWS_DEFAULT_REGION` →
-///   `us-east-1`.
-/// * TLS trust: `http.tls` if it names CAs or disables verification →
-///   `AWS_CA_BUNDLE` → `REQUESTS_CA_BUNDLE` → `CURL_CA_BUNDLE` →
-///   `SSL_CERT_FILE` / `SSL_CERT_DIR` → the system's CA bundle (see
-///   [`crate::tls`]).
-///
-/// Addressing is path-style (`endpoint/bucket/key`), which every
-/// S3-compatible server accepts, except on `*.amazonaws.com` where
-/// DNS-compatible buckets use virtual-hosted style.
-#[derive(Clone, Default)]
-pub struct S3Options {
-    /// Access key id (`s3_access_key_id`).
-    pub access_key_id: Option<String>,
-    /// Secret access key (`s3_secret_access_key`).
-    pub secret_access_key: Option<String>,
-    /// Session token for temporary credentials.
-    pub session_token: Option<String>,
-    /// Endpoint URL or host (`s3_endpoint`).
-    pub endpoint: Option<String>,
-    /// An s3cmd config file (`s3_config_path`).
-    pub config_path: Option<PathBuf>,
-    /// Signing region (`s3_region_name`).
-    pub region: Option<String>,
-    /// Use plain HTTP (`force_http`).
-    pub force_http: Option<bool>,
-    /// Retries, timeouts and TLS trust of each request.
-    pub http: HttpOptions,
-    /// Bytes per uploaded part (default 16 MiB; raised when a file would
-    /// need more than 10,000 parts).
-    pub part_size: Option<u64>,
-    /// Parts uploaded at once (default 8).
-    pub upload_concurrency: Option<usize>,
-}
-
-impl std::fmt::Debug for S3Options {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Options")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Signing credentials, with the session token of temporary ones.
-fn credentials(key: String, secret: String, token: Option<String>) -> Credentials {
-    match token {
-        Some(token) => Credentials::new_with_token(key, secret, token),
-        None => Credentials::new(key, secret),
-    }
-}
 
 /// A resolved S3 object: endpoint, bucket (with its region and URL
 /// style), key, credentials.
@@ -145,183 +75,6 @@ impl std::fmt::Debug for S3Object {
             .field("trust", &self.trust)
             .finish()
     }
-}
-
-/// Splits `s3://bucket/key` into bucket and key.
-pub fn parse_s3_uri(uri: &str) -> Result<(String, String)> {
-    match super::Location::parse(uri) {
-        Ok(super::Location::S3 { bucket, key }) => Ok((bucket, key)),
-        _ => Err(Error::Invalid(format!("{uri}: not an S3 object URI (expected s3://bucket/key)"))),
-    }
-}
-
-/// The `[default]` fields tensorizer reads from an s3cmd config file.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct S3Cfg {
-    access_key: Option<String>,
-    secret_key: Option<String>,
-    host_base: Option<String>,
-    use_https: Option<bool>,
-}
-
-fn parse_s3cfg(text: &str) -> S3Cfg {
-    let mut cfg = S3Cfg::default();
-    let mut in_default = false;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            in_default = line == "[default]";
-            continue;
-        }
-        if !in_default || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=').or_else(|| line.split_once(':')) else { continue };
-        let v = v.trim().to_string();
-        let value = (!v.is_empty()).then_some(v);
-        match k.trim() {
-            "access_key" => cfg.access_key = value,
-            "secret_key" => cfg.secret_key = value,
-            "host_base" => cfg.host_base = value,
-            "use_https" => {
-                cfg.use_https = value.map(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"))
-            }
-            _ => {}
-        }
-    }
-    cfg
-}
-
-impl S3Options {
-    /// Resolves `uri` against these options, the environment and the
-    /// s3cmd config file. `for_write` picks tensorizer's default write
-    /// endpoint when none is configured.
-    ///
-    /// With the `cloud` feature, when none of those names any keys (and
-    /// none were given explicitly, not even empty ones), the rest of the
-    /// AWS credential chain is tried before going anonymous: web identity,
-    /// the `~/.aws` profiles, the ECS container endpoint and the instance
-    /// metadata service (see `crate::cloud::aws_credential_chain`).
-    pub fn resolve(&self, uri: &str, for_write: bool) -> Result<S3Object> {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
-        let mut object = self.resolve_with(
-            uri,
-            for_write,
-            &|name| std::env::var(name).ok().filter(|v| !v.is_empty()),
-            home.as_deref(),
-        )?;
-        #[cfg(feature = "cloud")]
-        if object.credentials.is_none()
-            && self.access_key_id.is_none()
-            && self.secret_access_key.is_none()
-            && let Some(found) = crate::cloud::aws_credential_chain(Some(object.bucket.region()))?
-        {
-            object.credentials = Some(credentials(found.key_id, found.secret_key, found.token));
-        }
-        Ok(object)
-    }
-
-    fn resolve_with(
-        &self,
-        uri: &str,
-        for_write: bool,
-        env: &dyn Fn(&str) -> Option<String>,
-        home: Option<&Path>,
-    ) -> Result<S3Object> {
-        let (bucket, key) = parse_s3_uri(uri)?;
-        // A URL path resolves these segments, so it cannot name such a key.
-        if key.split('/').any(|segment| segment == "." || segment == "..") {
-            return Err(Error::Invalid(format!("{uri}: S3 keys with `.` or `..` path segments are not supported")));
-        }
-        let cfg = match (&self.config_path, home) {
-            (Some(path), _) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::Invalid(format!("{uri}: cannot read the S3 config file {}: {e}", path.display()))
-                })?;
-                parse_s3cfg(&text)
-            }
-            (None, Some(home)) => {
-                std::fs::read_to_string(home.join(".s3cfg")).map(|t| parse_s3cfg(&t)).unwrap_or_default()
-            }
-            (None, None) => S3Cfg::default(),
-        };
-        let pick = |explicit: &Option<String>, vllm: &str, from_cfg: &Option<String>, aws: &str| {
-            explicit.clone().or_else(|| env(vllm)).or_else(|| from_cfg.clone()).or_else(|| env(aws))
-        };
-        let access = pick(&self.access_key_id, "S3_ACCESS_KEY_ID", &cfg.access_key, "AWS_ACCESS_KEY_ID");
-        let secret = pick(&self.secret_access_key, "S3_SECRET_ACCESS_KEY", &cfg.secret_key, "AWS_SECRET_ACCESS_KEY");
-        let credentials = match (access, secret) {
-            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {
-                Some(credentials(a, s, self.session_token.clone().or_else(|| env("AWS_SESSION_TOKEN"))))
-            }
-            (Some(a), None) if !a.is_empty() => {
-                return Err(Error::Invalid(format!("{uri}: an S3 access key id was given but no secret access key")));
-            }
-            _ => None,
-        };
-
-        let force_http = self.force_http.or(cfg.use_https.map(|https| !https)).unwrap_or(false);
-        let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone() {
-            (e, false)
-        } else if let Some(e) = env("S3_ENDPOINT_URL") {
-            (e, true)
-        } else if let Some(e) = cfg.host_base.clone() {
-            (e, false)
-        } else if let Some(e) = env("AWS_ENDPOINT_URL_S3").or_else(|| env("AWS_ENDPOINT_URL")) {
-            (e, true)
-        } else {
-            let default = if for_write { DEFAULT_WRITE_ENDPOINT } else { DEFAULT_READ_ENDPOINT };
-            (default.to_string(), false)
-        };
-        let (secure, authority) = split_endpoint(uri, &endpoint, allow_http, force_http)?;
-        let region = self
-            .region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION"))
-            .unwrap_or_else(|| "us-east-1".to_string());
-        let host = authority.split(':').next().unwrap_or_default().to_ascii_lowercase();
-        let dns_bucket = bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && (3..=63).contains(&bucket.len());
-        let style = match host.ends_with(".amazonaws.com") && dns_bucket {
-            true => UrlStyle::VirtualHost,
-            false => UrlStyle::Path,
-        };
-        let trust = self.http.tls.resolve_for(Service::S3, secure, &|name| env(name).map(PathBuf::from))?;
-        let endpoint = format!("{}://{authority}", if secure { "https" } else { "http" });
-        let invalid =
-            |why: &dyn std::fmt::Display| Error::Invalid(format!("{uri}: invalid S3 endpoint {endpoint}: {why}"));
-        let url = url::Url::parse(&endpoint).map_err(|e| invalid(&e))?;
-        let bucket = Bucket::new(url, style, bucket, region).map_err(|e| invalid(&e))?;
-        Ok(S3Object { uri: uri.to_string(), endpoint, bucket, key, credentials, options: self.clone(), trust })
-    }
-}
-
-/// tensorizer's scheme rules: a bare host gets `https://` (or `http://`
-/// when forced); `https://` becomes `http://` when forced; `http://` is
-/// refused unless forced or allowed.
-fn split_endpoint(uri: &str, endpoint: &str, allow_http: bool, force_http: bool) -> Result<(bool, String)> {
-    let (scheme, rest) = match endpoint.split_once("://") {
-        Some((s, r)) => (Some(s.to_ascii_lowercase()), r),
-        None => (None, endpoint),
-    };
-    let secure = match scheme.as_deref() {
-        None | Some("https") => !force_http,
-        Some("http") if force_http || allow_http => false,
-        _ => {
-            return Err(Error::Invalid(format!(
-                "{uri}: non-HTTPS endpoint URLs are not allowed ({endpoint}); pass force_http to use plain HTTP"
-            )));
-        }
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() {
-        return Err(Error::Invalid(format!("{uri}: invalid S3 endpoint {endpoint:?}")));
-    }
-    // The Host header leaves out a default port; so must the signature.
-    let default_port = if secure { ":443" } else { ":80" };
-    Ok((secure, authority.strip_suffix(default_port).unwrap_or(authority).to_string()))
 }
 
 impl S3Object {
@@ -643,11 +396,8 @@ pub fn upload(path: &Path, uri: &str, options: &S3Options) -> Result<()> {
 mod tests {
     use std::time::Duration;
 
+    use super::config::tests::env_from;
     use super::*;
-
-    fn env_from(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
-    }
 
     /// The presigned-URL example of AWS's SigV4 documentation
     /// ("Authenticating Requests: Using Query Parameters"), signed for the
@@ -717,48 +467,5 @@ mod tests {
             ["\"0cc175b9c0f1b6a831c399e269772661\"".to_string(), "92eb5ffee6ae2fec3ad71c777531578f".to_string()];
         assert_eq!(multipart_etag(&parts).unwrap(), "96e024ba2074fe77e8e965ba43a704be-2");
         assert_eq!(multipart_etag(&["\"kms-opaque\"".to_string()]), None);
-    }
-
-    #[test]
-    fn resolution_order() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join(".s3cfg"),
-            "[other]\naccess_key = no\n[default]\naccess_key = cfg-key\nsecret_key = cfg-secret\n\
-             host_base = minio.local:9000\nuse_https = False\n",
-        )
-        .unwrap();
-        let none = S3Options::default();
-        let home = Some(dir.path());
-        let env = env_from(&[("AWS_ACCESS_KEY_ID", "aws"), ("AWS_SECRET_ACCESS_KEY", "aws-s"), ("AWS_REGION", "eu")]);
-        let o = none.resolve_with("s3://b/k", false, &env, home).unwrap();
-        assert_eq!(o.credentials.as_ref().unwrap().key(), "cfg-key");
-        assert_eq!(o.endpoint(), "http://minio.local:9000");
-        assert_eq!(o.bucket.region(), "eu");
-        // vLLM's variables come before the config file.
-        let vllm = env_from(&[
-            ("S3_ACCESS_KEY_ID", "v"),
-            ("S3_SECRET_ACCESS_KEY", "vs"),
-            ("S3_ENDPOINT_URL", "http://127.0.0.1:9"),
-        ]);
-        let o = none.resolve_with("s3://b/k", false, &vllm, home).unwrap();
-        assert_eq!(o.credentials.as_ref().unwrap().key(), "v");
-        assert_eq!(o.endpoint(), "http://127.0.0.1:9", "vLLM's endpoint variable outranks the config file");
-        let aws_endpoint = env_from(&[("AWS_ENDPOINT_URL", "http://aws.local")]);
-        let o = none.resolve_with("s3://b/k", false, &aws_endpoint, home).unwrap();
-        assert_eq!(o.endpoint(), "http://minio.local:9000", "the config file outranks AWS_ENDPOINT_URL");
-        // No config file: the AWS variables, then tensorizer's defaults.
-        let o = none.resolve_with("s3://b/k", true, &env, None).unwrap();
-        assert_eq!(o.credentials.as_ref().unwrap().key(), "aws");
-        assert_eq!(o.endpoint(), "https://object.ord1.coreweave.com");
-        let o = none.resolve_with("s3://b/k/x y", false, &|_| None, None).unwrap();
-        assert!(o.credentials.is_none());
-        assert_eq!(o.presigned_get_url(60), "https://accel-object.ord1.coreweave.com/b/k/x%20y");
-        // Explicit http:// endpoints need force_http, as in tensorizer.
-        let http = S3Options { endpoint: Some("http://h".into()), ..S3Options::default() };
-        assert!(http.resolve_with("s3://b/k", false, &|_| None, None).is_err());
-        let forced = S3Options { force_http: Some(true), ..http };
-        assert_eq!(forced.resolve_with("s3://b/k", false, &|_| None, None).unwrap().endpoint(), "http://h");
-        assert!(parse_s3_uri("s3://bucket").is_err() && parse_s3_uri("s3:///k").is_err());
     }
 }
