@@ -566,16 +566,26 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     # -- bulk reads -----------------------------------------------------------
 
-    def _pending(self, filter_func: FilterFuncType | None, num_tensors: int) -> list[_Entry]:
+    def _pending(self, filter_func: FilterFuncType | None, num_tensors: int) -> tuple[list[int], list[_Entry]]:
+        """The entries not yet handed out that `filter_func` keeps (at most
+        `num_tensors` of them unless -1), with their positions."""
         if num_tensors < -1:
             raise ValueError("num_tensors must be -1 (all) or non-negative")
+        start = self._last_yielded + 1
+        rest = self._selected[start:]
+        if filter_func is None:
+            if num_tensors != -1:
+                rest = rest[:num_tensors]
+            return list(range(start, start + len(rest))), rest
+        positions: list[int] = []
         out: list[_Entry] = []
-        for e in self._selected[self._last_yielded + 1 :]:
+        for k, e in enumerate(rest, start):
             if num_tensors != -1 and len(out) >= num_tensors:
                 break
-            if filter_func is None or filter_func(e.name):
+            if filter_func(e.name):
+                positions.append(k)
                 out.append(e)
-        return out
+        return positions, out
 
     def read_tensors(
         self,
@@ -585,14 +595,15 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     ) -> Iterator[tuple[int, TensorType, Any, Any]]:
         """Yields ``(module_index, tensor_type, name, tensor)`` in file order,
         continuing after the last tensor already handed out."""
-        entries = self._pending(filter_func, num_tensors)
+        positions, entries = self._pending(filter_func, num_tensors)
         if not entries:
             return
         self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
         indices = self._reader.module_indices([e.index for e in entries]) if self._reader else [0] * len(entries)
-        for e, idx in zip(entries, indices):
-            self._last_yielded = self._position(e.index)
-            yield idx, e.tensor_type, e.name, self._cache[e.index]
+        cache = self._cache
+        for pos, e, idx in zip(positions, entries, indices):
+            self._last_yielded = pos
+            yield idx, e.tensor_type, e.name, cache[e.index]
 
     def read_numpy_arrays(
         self,
@@ -606,7 +617,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         integers only with ``allow_raw_data=True``. Needs no torch."""
         if self._device_arg is not None and str(self._device_arg) != "cpu":
             raise RuntimeError("read_numpy_arrays requires device='cpu'")
-        entries = self._pending(filter_func, num_tensors)
+        positions, entries = self._pending(filter_func, num_tensors)
         if not entries:
             return
         self._check_open()
@@ -644,8 +655,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if stored:
             self._reader.load_into([i for i, _ in stored], [b for _, b in stored], verify)
         indices = self._reader.module_indices([e.index for e in entries])
-        for e, idx, arr, (_, torch_name) in zip(entries, indices, arrays, kinds):
-            self._last_yielded = self._position(e.index)
+        for pos, e, idx, arr, (_, torch_name) in zip(positions, entries, indices, arrays, kinds):
+            self._last_yielded = pos
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
         if refusal is not None:
             raise refusal
