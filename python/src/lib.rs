@@ -29,7 +29,7 @@ mod _native {
         CryptographyError, FormatError, HashMismatchError, ObjectChangedError, RangeNotSupportedError,
     };
     #[pymodule_export]
-    use crate::reader::NativeReader;
+    use crate::reader::{ArenaPlan, NativeReader};
     #[pymodule_export]
     use crate::source::{NativeSource, location_scheme, s3_presign, upload};
     #[pymodule_export]

@@ -13,8 +13,19 @@ use crate::errors::{CryptographyError, to_py};
 
 type Source = Box<dyn RangeSource>;
 
-/// One arena of `plan_arenas`: (first position, end position, offsets, bytes).
-type ArenaPlan = (usize, usize, Vec<usize>, usize);
+/// One arena of `plan_arenas`: the tensors `indices[first..end]`, each at
+/// its offset, in `size` bytes.
+#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+pub struct ArenaPlan {
+    /// Position in `indices` of the arena's first tensor.
+    first: usize,
+    /// Position in `indices` after its last tensor.
+    end: usize,
+    /// Each member's byte offset in the arena.
+    offsets: Vec<usize>,
+    /// The arena's length in bytes.
+    size: usize,
+}
 
 /// A tensorizer file opened for reading.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
@@ -78,10 +89,28 @@ impl NativeReader {
         Ok(Self { inner })
     }
 
-    /// (data version, feature flags, tensor data total, index length, encrypted).
-    fn header_info(&self) -> (u32, u8, u64, u64, bool) {
-        let h = self.inner.header();
-        (h.version, h.flags, h.tensor_size, h.metadata_len, h.has_crypt_info())
+    /// The file's data version.
+    #[getter]
+    fn version(&self) -> u32 {
+        self.inner.header().version
+    }
+
+    /// The header's feature flags.
+    #[getter]
+    fn flags(&self) -> u8 {
+        self.inner.header().flags
+    }
+
+    /// Bytes of tensor data the header declares.
+    #[getter]
+    fn tensor_size(&self) -> u64 {
+        self.inner.header().tensor_size
+    }
+
+    /// Whether the file's tensors are encrypted.
+    #[getter]
+    fn encrypted(&self) -> bool {
+        self.inner.header().has_crypt_info()
     }
 
     /// Up to `n` raw bytes of the file at `offset` (fewer only at the end).
@@ -158,8 +187,7 @@ impl NativeReader {
 
     /// Packs tensors `indices`, in order, into arenas of at most
     /// `max_bytes` (a tensor larger than that gets an arena of its own),
-    /// each tensor starting `align`-aligned. Per arena: (first position in
-    /// `indices`, end position, each member's offset, bytes).
+    /// each tensor starting `align`-aligned.
     fn plan_arenas(&self, indices: Vec<usize>, max_bytes: usize, align: usize) -> PyResult<Vec<ArenaPlan>> {
         let entries = self.inner.entries();
         let align = align.max(1);
@@ -172,14 +200,14 @@ impl NativeReader {
                 .and_then(|n| n.checked_next_multiple_of(align))
                 .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("tensor {i} is too large")))?;
             if !offsets.is_empty() && size.saturating_add(need) > max_bytes {
-                plans.push((first, pos, std::mem::take(&mut offsets), size));
+                plans.push(ArenaPlan { first, end: pos, offsets: std::mem::take(&mut offsets), size });
                 (first, size) = (pos, 0);
             }
             offsets.push(size);
             size += need; // at most max_bytes + need: no overflow
         }
         if !offsets.is_empty() {
-            plans.push((first, indices.len(), offsets, size));
+            plans.push(ArenaPlan { first, end: indices.len(), offsets, size });
         }
         Ok(plans)
     }

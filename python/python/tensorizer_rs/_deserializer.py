@@ -192,7 +192,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._reader: Any = _native.NativeReader(
             source, num_readers=num_readers, verify_hash=verify_hash, name=name, **enc_args
         )
-        version, flags, tensor_size, _index_len, encrypted = self._reader.header_info()
+        reader = self._reader
+        version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
         if encrypted and encryption is None:
             raise CryptographyError("Tensor is encrypted, but decryption was not requested")
         self._version = version
@@ -326,9 +327,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
             plan = self._reader.plan_arenas([e.index for e in small], _memory.ARENA_BYTES, _memory.PIECE_ALIGN)
-            for first, end, offsets, size in plan:
-                members = small[first:end]
-                raw = _memory.arena(size)
+            for arena in plan:
+                members, offsets = small[arena.first : arena.end], arena.offsets
+                raw = _memory.arena(arena.size)
                 self._reader.load_into_arena([e.index for e in members], raw, offsets, verify_hash)
                 carved.append((raw, members, offsets))
         Parameter = torch.nn.Parameter
