@@ -16,7 +16,7 @@ type Source = Box<dyn RangeSource>;
 /// One arena of `plan_arenas`: the tensors `indices[first..end]`, each at
 /// its offset, in `size` bytes.
 #[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
-pub struct ArenaPlan {
+pub(crate) struct ArenaPlan {
     /// Position in `indices` of the arena's first tensor.
     first: usize,
     /// Position in `indices` after its last tensor.
