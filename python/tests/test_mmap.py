@@ -53,6 +53,8 @@ tz = importlib.import_module(os.environ["TZ_UNDER_TEST"])
 path, expected_path, lazy = sys.argv[1], sys.argv[2], sys.argv[3] == "lazy"
 expected = torch.load(expected_path)
 result = {"steps": []}
+if hasattr(tz, "_deserializer") and hasattr(tz._deserializer, "LAZY_READ_AHEAD_BYTES"):
+    tz._deserializer.LAZY_READ_AHEAD_BYTES = 0  # no read-ahead: "b" must stay unread
 d = tz.TensorDeserializer(path, device="cpu", lazy_load=lazy)
 held = {k: d[k] for k in ("w", "bf", "big", "i")}  # the rest stays unloaded when lazy
 

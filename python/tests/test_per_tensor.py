@@ -164,3 +164,28 @@ def test_load_into_module_refuses_a_name_that_is_another_attribute(tmp_path):
     dst.leaf = Clash()
     with tz.TensorDeserializer(str(p), device="cpu") as d, pytest.raises(KeyError, match="already exists"):
         d.load_into_module(dst)
+
+
+def test_lazy_reads_in_order_load_ahead_but_errors_stay_where_they_are(tmp_path):
+    sd = {f"t{i}": torch.full((4,), float(i)) for i in range(50)}
+    p = tmp_path / "lazy.tensors"
+    write_with(tz, p, lambda s: s.write_state_dict(sd))
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True) as d:
+        assert_same_tensor(d["t0"], sd["t0"], "t0")
+        assert len(d._cache) == 50  # one window: the rest came with the first read
+        assert [k for k, _ in d.items()] == list(sd)
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True) as d:
+        d["t7"]  # not in order: alone
+        assert len(d._cache) == 1
+    # Corrupt the last tensor's data: in-order lazy reads before it succeed
+    # (with verify_hash), and it fails only when asked for.
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True) as d:
+        last = d._selected[-1].data_offset
+    raw = bytearray(p.read_bytes())
+    raw[last] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True, verify_hash=True) as d:
+        for i in range(49):
+            assert_same_tensor(d[f"t{i}"], sd[f"t{i}"], f"t{i}")
+        with pytest.raises(Exception, match="t49|hash|verif"):
+            d["t49"]

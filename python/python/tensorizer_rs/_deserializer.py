@@ -22,6 +22,11 @@ FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 _META_MODES = ("zeros", "expand", "meta")
 
+#: A lazy deserializer read in file order loads ahead in windows of at most
+#: this many bytes and tensors (one native call each, not one per tensor).
+LAZY_READ_AHEAD_BYTES = 16 << 20
+LAZY_READ_AHEAD_TENSORS = 4096
+
 
 _TENSOR_TYPES = tuple(TensorType)
 
@@ -455,8 +460,39 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:
-            self._load([e], self._verify_hash)
+            batch = self._read_ahead(e)
+            try:
+                self._load(batch, self._verify_hash)
+            except Exception:
+                # A bad tensor further on is not this read's business: it
+                # fails when it is itself asked for.
+                if len(batch) == 1:
+                    raise
+                self._load([e], self._verify_hash)
         return self._cache[e.index]
+
+    def _read_ahead(self, e: _Entry) -> list[_Entry]:
+        """What to load for a lazy read of `e`: `e` alone, or, when reads
+        go in file order (the tensor after the last one handed out), `e` and
+        the next ones up to ``LAZY_READ_AHEAD_BYTES`` and
+        ``LAZY_READ_AHEAD_TENSORS``, in one native call. Iterating a lazy
+        deserializer costs about what an eager load does, while it still
+        holds at most a window of tensors nobody asked for."""
+        if not self._lazy:
+            return [e]
+        pos = self._position(e.index)
+        if pos != self._last_yielded + 1:
+            return [e]
+        cache = self._cache
+        out = [e]
+        size = e.nbytes
+        for nxt in self._selected[pos + 1 : pos + LAZY_READ_AHEAD_TENSORS]:
+            size += nxt.nbytes
+            if size > LAZY_READ_AHEAD_BYTES:
+                break
+            if nxt.index not in cache:
+                out.append(nxt)
+        return out
 
     @staticmethod
     def _leaves(node: Any) -> Iterator[_Entry]:
