@@ -116,7 +116,11 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     Same arguments as ``tensorizer.TensorDeserializer``, plus ``mmap``,
     ``meta_tensors`` and ``max_meta_bytes``. Eager (the default) loads
-    everything in the constructor.
+    everything in the constructor. ``lazy_load=True`` loads a tensor when it
+    is first asked for; reads in file order (iterating the mapping) load
+    ahead a window of at most ``LAZY_READ_AHEAD_BYTES`` (16 MiB) and
+    ``LAZY_READ_AHEAD_TENSORS`` at a time, and a bad tensor in a window
+    fails only when it is itself asked for.
 
     How tensors are filled:
 
