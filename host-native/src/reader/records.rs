@@ -15,8 +15,8 @@ const HEADER_GAP: u64 = 16 << 10;
 
 impl<S: RangeSource> Reader<S> {
     /// The parsed headers of tensors `indices`, in that order. Runs of
-    /// tensors in ascending file order with at most [`HEADER_GAP`] bytes
-    /// between one's header and the next, within [`BATCH_SPAN`] of the run's
+    /// tensors in ascending file order with at most `HEADER_GAP` bytes
+    /// between one's header and the next, within `BATCH_SPAN` of the run's
     /// start, share one read.
     pub fn records(&self, indices: &[usize]) -> Result<Vec<TensorRecord>> {
         let mut out = Vec::with_capacity(indices.len());
