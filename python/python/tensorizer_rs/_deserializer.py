@@ -443,23 +443,33 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         aligned to their element size; returns the entries left to copy."""
         import torch
 
-        rest = []
-        mapped = []
+        rest: list[_Entry] = []
+        mapped: list[_Entry] = []
+        kinds: dict[str, tuple[Any, int, bool]] = {}
         for e in todo:
-            dtype = _dtypes.torch_dtype(e.dtype)
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            if e.is_meta or e.data_length == 0 or e.data_offset % itemsize:
+            kind = kinds.get(e.dtype)
+            if kind is None:
+                kind = kinds[e.dtype] = _carve_kind(e.dtype)
+            if e.is_meta or e.data_length == 0 or e.data_offset % kind[1]:
                 rest.append(e)
-                continue
-            mapped.append((e, dtype, e.data_length // itemsize))
-        if mapped:
-            # Parse each header once: the index and the headers must agree.
-            self._reader.module_indices([e.index for e, _, _ in mapped])
-        for e, dtype, count in mapped:
-            t = torch.frombuffer(self._map, dtype=dtype, count=count, offset=e.data_offset).reshape(e.shape)
-            if self._dtype is not None and t.dtype != torch.bool:
-                t = t.to(self._dtype)
-            self._cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(dtype))
+            else:
+                mapped.append(e)
+        if not mapped:
+            return rest
+        # Parse each header once: the index and the headers must agree.
+        self._reader.module_indices([e.index for e in mapped])
+        made = _native.carve(
+            mapped, self._map, [e.data_offset for e in mapped], _carve_kind, torch.frombuffer, torch.empty,
+            torch.Tensor._make_subclass, torch.nn.Parameter,
+        )
+        cache = self._cache
+        if self._dtype is None:
+            cache.update(zip([e.index for e in mapped], made))
+        else:
+            for e, t in zip(mapped, made):
+                if t.dtype != torch.bool:
+                    t = torch.nn.Parameter(t.detach().to(self._dtype), requires_grad=t.requires_grad)
+                cache[e.index] = t
         return rest
 
     def _tensor(self, e: _Entry) -> Any:
