@@ -189,3 +189,15 @@ def test_lazy_reads_in_order_load_ahead_but_errors_stay_where_they_are(tmp_path)
             assert_same_tensor(d[f"t{i}"], sd[f"t{i}"], f"t{i}")
         with pytest.raises(Exception, match="t49|hash|verif"):
             d["t49"]
+
+
+@pytest.mark.filterwarnings("ignore:Casting complex values")
+def test_mapped_views_with_and_without_a_cast(path):
+    sd = _state_dict()
+    with tz.TensorDeserializer(str(path), device="cpu", mmap=True) as d:
+        for k, v in sd.items():
+            assert isinstance(d[k], torch.nn.Parameter)
+            assert_same_tensor(d[k], v, k)
+    with tz.TensorDeserializer(str(path), device="cpu", mmap=True, dtype=torch.float64) as d:
+        torch.testing.assert_close(d["matrix"].detach(), sd["matrix"].double())
+        assert d["matrix"].requires_grad
