@@ -60,27 +60,36 @@ class _Registrar:
         }
         self._plain: dict[tuple[type, str], bool] = {}
 
-    def _fast(self, module: Any, kind: str, store: str, attr: str) -> dict[str, Any] | None:
+    def _table(self, module: Any, kind: str, store: str) -> dict[str, Any] | None:
+        """`module`'s table `store` when registering a `kind` there would
+        only store it (torch's own method, no hooks), else None."""
         key = (type(module), kind)
         plain = self._plain.get(key)
         if plain is None:
             method = f"register_{kind}"
             plain = not self._hooks[kind] and getattr(key[0], method) is getattr(self._module_type, method)
             self._plain[key] = plain
-        if not plain or not attr:
-            return None
-        d = module.__dict__
-        table: dict[str, Any] | None = d.get(store)
-        if table is None:
+        table: dict[str, Any] | None = module.__dict__.get(store) if plain else None
+        return table
+
+    def _fast(self, module: Any, kind: str, store: str, attr: str) -> dict[str, Any] | None:
+        table = self._table(module, kind, store)
+        if table is None or not attr:
             return None
         if attr in table:
             return table
-        if attr in d or hasattr(key[0], attr):
+        d = module.__dict__
+        if attr in d or hasattr(type(module), attr):
             return None
         for other in ("_parameters", "_buffers", "_modules"):
             if other != store and attr in d.get(other, ()):
                 return None
         return table
+
+    def parameters_of(self, module: Any) -> dict[str, Any] | None:
+        """`module`'s parameter table when an existing parameter may be
+        replaced by storing into it, else None."""
+        return self._table(module, "parameter", "_parameters")
 
     def parameter(self, module: Any, attr: str, tensor: Any) -> None:
         table = self._fast(module, "parameter", "_parameters", attr)
@@ -744,6 +753,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         cache = self._cache
         param = TensorType.PARAM
         register = _Registrar()
+        # Per module: its parameter table when a parameter already there may
+        # simply be replaced (see _Registrar), else None.
+        replaceable: dict[str, dict[str, Any] | None] = {}
         for e in entries:
             name = e.name
             assert isinstance(name, str)
@@ -752,8 +764,15 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             if module is None:
                 raise KeyError(f"Module {prefix!r} for tensor {name!r} not found in {type(m).__name__}")
             tensor = cache[e.index]
-            if e.tensor_type == param:
-                register.parameter(module, attr, tensor)
+            if e.tensor_type is param:
+                if prefix in replaceable:
+                    table = replaceable[prefix]
+                else:
+                    table = replaceable[prefix] = register.parameters_of(module)
+                if table is not None and attr in table:
+                    table[attr] = tensor
+                else:
+                    register.parameter(module, attr, tensor)
             else:
                 buffer = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
                 # As tensorizer: every loaded buffer is registered persistent,
