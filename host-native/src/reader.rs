@@ -236,11 +236,17 @@ impl<S: RangeSource> Reader<S> {
             return self.load_spans(jobs, verify);
         }
         let mut batches: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
+        let mut whole: Vec<(usize, &mut [u8])> = Vec::new();
         let mut large: Vec<(usize, &mut [u8])> = Vec::new();
         for (i, out) in jobs {
             let e = &self.metadata.entries[i];
-            if e.header_len() + e.data_length > SMALL_TENSOR {
+            let span = e.header_len().saturating_add(e.data_length);
+            if span > PIECE_LEN as u64 {
                 large.push((i, out));
+                continue;
+            }
+            if span > SMALL_TENSOR {
+                whole.push((i, out));
                 continue;
             }
             let fits = batches
@@ -257,17 +263,22 @@ impl<S: RangeSource> Reader<S> {
         }
         let threads = self.options.num_readers;
 
-        // Phase 1: small tensors in batches, and the headers of large ones.
+        // Phase 1: small tensors in batches, tensors of at most a piece
+        // whole (header and data in one vectored read, no second pass), and
+        // the headers of large ones.
         let mut records: Vec<Option<TensorRecord>> = vec![None; large.len()];
         {
             enum Work<'a, 'b> {
                 Batch(Vec<(usize, &'b mut [u8])>),
+                Whole(usize, &'b mut [u8]),
                 Header(usize, &'a mut Option<TensorRecord>),
             }
             let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
+            work.extend(whole.into_iter().map(|(i, out)| Work::Whole(i, out)));
             work.extend(large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)));
             for_each(threads, work, |w| match w {
                 Work::Batch(members) => self.read_batch(members, verify),
+                Work::Whole(i, out) => self.read_whole(i, out, verify),
                 Work::Header(i, slot) => {
                     *slot = Some(self.record(i)?);
                     Ok(())
@@ -334,6 +345,21 @@ impl<S: RangeSource> Reader<S> {
             })?;
         }
         Ok(())
+    }
+
+    /// Tensor `i` (header and data at most [`PIECE_LEN`]) read with one
+    /// vectored read, its data straight into `out`, then completed.
+    fn read_whole(&self, i: usize, out: &mut [u8], verify: bool) -> Result<()> {
+        let entry = &self.metadata.entries[i];
+        // At most PIECE_LEN (the caller checked), so it fits a usize.
+        let mut header = vec![0u8; entry.header_len() as usize];
+        if entry.is_meta() {
+            self.source.read_exact_at(entry.header_offset, &mut header)?;
+        } else {
+            // `out` is exactly `nbytes`, which equals the stored data length.
+            self.source.read_vectored_at(entry.header_offset, &mut [&mut header[..], &mut out[..]])?;
+        }
+        self.finish(entry, &header, out, verify)
     }
 
     /// One read covering consecutive small tensors, then per tensor: parse,

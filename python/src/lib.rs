@@ -4,6 +4,7 @@
 //! released, and converts results and errors. The Python package around it
 //! (`python/python/tensorizer_rs`) supplies tensorizer's API.
 
+mod arenas;
 mod buffers;
 mod carve;
 mod checkpoint;
@@ -44,6 +45,7 @@ mod _native {
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         crate::slices::register(m)?;
         crate::carve::register(m)?;
+        crate::arenas::register(m)?;
         crate::convert::register(m)?;
         crate::cuda::register(m)?;
         Ok(())

@@ -345,11 +345,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
             plan = self._reader.plan_arenas([e.index for e in small], _memory.ARENA_BYTES, _memory.PIECE_ALIGN)
-            for arena in plan:
-                members, offsets = small[arena.first : arena.end], arena.offsets
-                raw = _memory.arena(arena.size)
-                self._reader.load_into_arena([e.index for e in members], raw, offsets, verify_hash)
-                carved.append((raw, members, offsets))
+            carved = _memory.fill_arenas(self._reader, small, plan, verify_hash)
         Parameter = torch.nn.Parameter
         for e, t in zip(large, staged):
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast

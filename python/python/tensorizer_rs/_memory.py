@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,17 @@ PIECE_ALIGN = 64
 HUGE_PAGE_MIN = 2 << 20
 
 
+#: Transparent huge page size: each huge-page region starts at a multiple
+#: of it and is mapped in whole multiples of it, so that every byte of it
+#: can be backed by huge pages (a region that starts or ends inside a 2 MiB
+#: frame gets 4 KiB pages there, which fault about 3x slower).
+HUGE_PAGE = 2 << 20
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
 def huge_region(size: int) -> mmap.mmap:
     """Anonymous private memory of `size` bytes, advised for transparent huge
     pages (when the kernel allows; 4 KiB pages otherwise)."""
@@ -39,15 +51,53 @@ def huge_region(size: int) -> mmap.mmap:
     return region
 
 
+def huge_bytes(size: int) -> np.ndarray[Any, Any]:
+    """`size` writable bytes starting at a ``HUGE_PAGE`` boundary, in a
+    huge-page-advised mapping of whole huge pages. Linux 6.7+ places such
+    mappings on a boundary by itself; elsewhere the mapping is one huge page
+    longer and the bytes start at the first boundary in it (the slack is
+    never touched, so it costs address space, not memory). The mapping is
+    freed when the last array or tensor over it dies."""
+    length = _round_up(max(size, 1), HUGE_PAGE)
+    region = huge_region(length)
+    whole = np.frombuffer(region, dtype=np.uint8)
+    if whole.ctypes.data % HUGE_PAGE:
+        del whole
+        region.close()
+        region = huge_region(length + HUGE_PAGE)
+        whole = np.frombuffer(region, dtype=np.uint8)
+    start = -whole.ctypes.data % HUGE_PAGE
+    return whole[start : start + size]
+
+
 def arena(size: int) -> np.ndarray[Any, Any]:
     """`size` writable bytes starting ``PIECE_ALIGN``-aligned: huge-page
-    memory from ``HUGE_PAGE_MIN`` up, else from the allocator (small loads
-    must not cost a mapping each: the kernel caps their number)."""
+    memory from ``HUGE_PAGE_MIN`` up (`huge_bytes`), else from the allocator
+    (small loads must not cost a mapping each: the kernel caps their
+    number)."""
     if size >= HUGE_PAGE_MIN:
-        return np.frombuffer(huge_region(size), dtype=np.uint8)
+        return huge_bytes(size)
     raw = np.empty(size + PIECE_ALIGN, dtype=np.uint8)
     start = -raw.ctypes.data % PIECE_ALIGN
     return raw[start : start + size]
+
+
+def fill_arenas(reader: Any, members: Sequence[Any], plan: Sequence[Any], verify_hash: bool | None) -> list[tuple[np.ndarray[Any, Any], list[Any], list[int]]]:
+    """Allocates the arenas of `plan` (``NativeReader.plan_arenas`` over
+    `members`, entries with an ``index``) and fills them all in one native
+    call, so that the reader threads never wait for each other between
+    arenas. Returns (arena, its members, their offsets) per arena."""
+    from . import _native
+
+    carved = [(arena(a.size), list(members[a.first : a.end]), list(a.offsets)) for a in plan]
+    _native.load_arenas(
+        reader,
+        [[e.index for e in m] for _, m, _ in carved],
+        [raw for raw, _, _ in carved],
+        [offsets for _, _, offsets in carved],
+        verify_hash,
+    )
+    return carved
 
 
 def staging_tensor(e: Any, pin: bool) -> Any:
@@ -59,4 +109,4 @@ def staging_tensor(e: Any, pin: bool) -> Any:
     dtype = _dtypes.torch_dtype(e.dtype)
     if pin or e.data_length < HUGE_PAGE_MIN or e.data_length != e.nbytes:
         return torch.empty(e.shape, dtype=dtype, pin_memory=pin)
-    return torch.frombuffer(huge_region(e.data_length), dtype=dtype).view(e.shape)
+    return torch.frombuffer(huge_bytes(e.data_length), dtype=dtype).view(e.shape)

@@ -33,6 +33,7 @@ __all__ = [
     "reader_read_range",
     "reader_verify_tensor",
     "carve",
+    "load_arenas",
     "convert_file",
     "cuda_available",
     "reader_load_cuda",
@@ -246,6 +247,16 @@ def carve(
     make: Any,
     parameter: Any,
 ) -> list[Any]: ...
+
+# -- arenas (python/src/arenas.rs) --------------------------------------------
+
+def load_arenas(
+    reader: NativeReader,
+    indices: list[list[int]],
+    buffers: list[Any],
+    offsets: list[list[int]],
+    verify_hash: bool | None = None,
+) -> None: ...
 
 # -- conversion (python/src/convert.rs) ----------------------------------------
 

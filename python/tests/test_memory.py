@@ -1,0 +1,162 @@
+"""CPU memory of loaded tensors (_memory.py): huge-page regions start on a
+2 MiB boundary and are whole huge pages, each tensor owns a storage of
+exactly its bytes, arenas are filled in one native call, and the memory is
+returned when the tensors die."""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import tensorizer_rs
+from tensorizer_rs import _memory
+
+MIB = 1 << 20
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _state_dict() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    sd: dict[str, torch.Tensor] = {}
+    # Sizes around the arena and huge-page limits: tiny, a few MiB (packed
+    # into arenas, read whole), odd sizes, and one larger than an arena.
+    for i, rows in enumerate([1, 3, 700, 1748, 1749, 2048, 5000, 1]):
+        sd[f"p{i}"] = torch.randn(rows, 1024, generator=g).to(torch.bfloat16)
+    sd["big"] = torch.randn(_memory.ARENA_BYTES // 4 + 12345, generator=g)
+    sd["odd"] = torch.arange(3 * MIB + 7, dtype=torch.uint8)
+    return sd
+
+
+def _write(path: Path, sd: dict[str, torch.Tensor]) -> None:
+    s = tensorizer_rs.TensorSerializer(str(path))
+    s.write_state_dict(sd)
+    s.close()
+
+
+@pytest.mark.parametrize("size", [2 * MIB, 2 * MIB + 1, 5 * MIB + 123, 64 * MIB - 3])
+def test_huge_bytes_start_on_a_huge_page_and_have_exactly_the_size(size: int) -> None:
+    raw = _memory.huge_bytes(size)
+    assert raw.nbytes == size
+    assert raw.ctypes.data % _memory.HUGE_PAGE == 0
+    raw[:] = 1  # writable, all of it
+    assert int(raw[-1]) == 1
+
+
+def test_arenas_are_huge_page_aligned_from_the_huge_page_minimum() -> None:
+    assert _memory.arena(_memory.HUGE_PAGE_MIN).ctypes.data % _memory.HUGE_PAGE == 0
+    small = _memory.arena(1000)
+    assert small.nbytes == 1000
+    assert small.ctypes.data % _memory.PIECE_ALIGN == 0
+
+
+def test_loaded_tensors_own_storages_of_exactly_their_bytes(tmp_path: Path) -> None:
+    sd = _state_dict()
+    path = tmp_path / "m.tensors"
+    _write(path, sd)
+    loaded = dict(tensorizer_rs.TensorDeserializer(str(path)).items())
+    for name, t in loaded.items():
+        assert torch.equal(t, sd[name]), name
+        nbytes = t.numel() * t.element_size()
+        assert t.untyped_storage().nbytes() == nbytes, name
+        assert t.data_ptr() % _memory.PIECE_ALIGN == 0, name
+        # torch.save of one tensor writes its bytes, not a neighbour's.
+        buf = io.BytesIO()
+        torch.save(t, buf)
+        assert len(buf.getvalue()) < nbytes + 4096, name
+    # Tensors loaded alone (larger than an arena) start on a huge page.
+    assert loaded["big"].data_ptr() % _memory.HUGE_PAGE == 0
+    # The first tensor of each huge-page arena starts on a huge page too.
+    assert loaded["p0"].data_ptr() % _memory.HUGE_PAGE == 0
+
+
+def test_one_native_call_fills_every_arena(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sd = _state_dict()
+    path = tmp_path / "m.tensors"
+    _write(path, sd)
+    monkeypatch.setattr(_memory, "ARENA_BYTES", 4 * MIB)  # several arenas
+    calls: list[int] = []
+    real = tensorizer_rs._native.load_arenas
+
+    def counting(reader: Any, indices: list[list[int]], *rest: Any) -> None:
+        calls.append(len(indices))
+        real(reader, indices, *rest)
+
+    monkeypatch.setattr(tensorizer_rs._native, "load_arenas", counting)
+    loaded = dict(tensorizer_rs.TensorDeserializer(str(path), verify_hash=True).items())
+    assert len(calls) == 1 and calls[0] > 2
+    for name, t in loaded.items():
+        assert torch.equal(t, sd[name]), name
+
+
+def test_load_arenas_rejects_overlapping_or_oversized_offsets(tmp_path: Path) -> None:
+    path = tmp_path / "m.tensors"
+    _write(path, {"a": torch.zeros(1000, dtype=torch.uint8), "b": torch.zeros(1000, dtype=torch.uint8)})
+    d = tensorizer_rs.TensorDeserializer(str(path), lazy_load=True)
+    reader = d._reader
+    buf = np.zeros(4096, dtype=np.uint8)
+    with pytest.raises(ValueError):
+        tensorizer_rs._native.load_arenas(reader, [[0, 1]], [buf], [[0, 500]])
+    with pytest.raises(ValueError):
+        tensorizer_rs._native.load_arenas(reader, [[0]], [buf], [[4000]])
+    with pytest.raises(ValueError):
+        tensorizer_rs._native.load_arenas(reader, [[0], [1]], [buf], [[0]])
+    tensorizer_rs._native.load_arenas(reader, [[0, 1]], [buf], [[0, 2048]])
+    d.close()
+
+
+def test_memory_is_returned_when_the_tensors_die(tmp_path: Path) -> None:
+    sd = {f"w{i}": torch.full((1024, 1024), i, dtype=torch.bfloat16) for i in range(48)}  # 96 MiB
+    path = tmp_path / "m.tensors"
+    _write(path, sd)
+    del sd
+    gc.collect()
+    maps0 = _mappings()
+    loaded = dict(tensorizer_rs.TensorDeserializer(str(path)).items())
+    assert all(int(t[0, 0]) == i for i, t in enumerate(loaded.values()))
+    rss1 = _rss_kib()
+    del loaded
+    gc.collect()
+    assert _mappings() <= maps0 + 2
+    assert rss1 - _rss_kib() > 80 * 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no THP")
+def test_arenas_are_backed_by_huge_pages_where_the_kernel_allows(tmp_path: Path) -> None:
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        if "[never]" in f.read():
+            pytest.skip("THP disabled")
+    sd = {f"w{i}": torch.ones((1024, 1024), dtype=torch.bfloat16) for i in range(32)}  # 64 MiB
+    path = tmp_path / "m.tensors"
+    _write(path, sd)
+
+    def anon_huge_kib() -> int:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1])
+        return 0
+
+    before = anon_huge_kib()
+    loaded = dict(tensorizer_rs.TensorDeserializer(str(path)).items())
+    # Huge pages are best effort (memory may be fragmented): most, not all.
+    assert anon_huge_kib() - before >= 32 * 1024
+    del loaded
