@@ -230,9 +230,12 @@ fn bad_location(what: &str, why: impl std::fmt::Display) -> Error {
 fn gcs_store(bucket: &str, opts: &CloudOptions) -> Result<object_store::gcp::GoogleCloudStorage> {
     use object_store::gcp::GoogleCloudStorageBuilder;
     install_tls();
+    // The emulator's URL may also come from GOOGLE_BASE_URL (read by
+    // `from_env`): plain http:// is allowed for an http:// base URL only.
+    let base_url = opts.gcs_base_url.clone().or_else(|| std::env::var("GOOGLE_BASE_URL").ok());
     let mut builder = GoogleCloudStorageBuilder::from_env()
         .with_bucket_name(bucket)
-        .with_client_options(opts.client(opts.gcs_base_url.as_deref()))
+        .with_client_options(opts.client(base_url.as_deref()))
         .with_retry(opts.retry());
     if let Some(url) = &opts.gcs_base_url {
         builder = builder.with_base_url(url);
