@@ -31,6 +31,11 @@ pub const PIECE_LEN: usize = 8 << 20;
 /// in batches.
 const SMALL_TENSOR: u64 = 1 << 20;
 
+/// Tensors with at least this much data are read straight into their
+/// buffers rather than through a batch's scratch space: the second copy
+/// (and the scratch's page faults) cost more than the extra header read.
+const DIRECT_MIN: u64 = 64 << 10;
+
 /// Longest span one batched read covers.
 const BATCH_SPAN: u64 = 8 << 20;
 
@@ -245,7 +250,7 @@ impl<S: RangeSource> Reader<S> {
                 large.push((i, out));
                 continue;
             }
-            if span > SMALL_TENSOR {
+            if span > SMALL_TENSOR || e.data_length >= DIRECT_MIN {
                 whole.push((i, out));
                 continue;
             }
@@ -263,9 +268,9 @@ impl<S: RangeSource> Reader<S> {
         }
         let threads = self.options.num_readers;
 
-        // Phase 1: small tensors in batches, tensors of at most a piece
-        // whole (header and data in one vectored read, no second pass), and
-        // the headers of large ones.
+        // Phase 1: small tensors in batches, tensors of at most a piece (or
+        // with at least DIRECT_MIN of data) whole, straight into their
+        // buffers with no second pass, and the headers of large ones.
         let mut records: Vec<Option<TensorRecord>> = vec![None; large.len()];
         {
             enum Work<'a, 'b> {

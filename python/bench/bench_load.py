@@ -683,9 +683,44 @@ def save_contenders(plan: dict, sd: dict, state: dict) -> List[Contender]:
 # ---------------------------------------------------------------------------
 
 
+#: Bytes of memory cycled (mapped, written, unmapped) before every timed
+#: call; 0: none. See `warm_memory`.
+WARM_BYTES = 0
+
+
+WARM_NOTE = ("; before each timed load as much memory as the output is "
+             "cycled, untimed (`warm_memory`: this VM hands memory freed a few "
+             "seconds ago back to its host)")
+
+
+def warm_memory(n: int) -> None:
+    """Maps `n` bytes (huge-page advised), writes every page and unmaps
+    them, untimed. In a VM whose balloon reports free memory to the host
+    (free page reporting; this machine's virtio_balloon does), memory freed
+    more than a few seconds ago is given back, and the next program to touch
+    it waits for the host to back it again: up to 5x slower first touches,
+    falling on whichever contender runs after an idle or a big free. Cycling
+    the memory first puts every contender on the same footing; the cold
+    case is the "first load (fresh process)" column."""
+    if n <= 0:
+        return
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            m.madvise(mmap.MADV_HUGEPAGE)
+        import numpy as np
+
+        a = np.frombuffer(m, dtype=np.uint8)
+        a[::PAGE] = 1
+        del a
+    finally:
+        m.close()
+
+
 def time_once(c: Contender) -> None:
     if c.prepare:
         c.prepare()
+    warm_memory(WARM_BYTES)
     gc.collect()
     try:
         t0 = time.perf_counter()
@@ -847,7 +882,8 @@ def report_load(case: str, plan: dict, cs: List[Contender], rss: dict,
              f"({out_bytes / 1024:.0f} KiB of data)")
     L += [title, ""]
     L.append(f"Load (best / median of {reps}, warm page cache, every page "
-             f"touched). \"× raw read\": the raw read's time over this row's "
+             f"touched{WARM_NOTE if big else ''}). \"× copy limit\": the copy "
+             f"limit's time over this row's. \"× raw read\": the raw read's time over this row's "
              f"(above 1: faster than that read); \"tensorizer_rs speedup\": "
              f"this row's time over tensorizer_rs's (above 1: tensorizer_rs "
              f"is faster). Peak RSS: VmHWM of a fresh process after the "
@@ -1096,6 +1132,7 @@ def write_files(case: str, sd: dict, d: str, log) -> dict:
 
 
 def main() -> None:
+    global WARM_BYTES
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gib", type=float,
@@ -1109,6 +1146,9 @@ def main() -> None:
     ap.add_argument("--cases", default=os.environ.get("BENCH_CASES", "ab"),
                     help="which cases: a, b or ab (default ab; env BENCH_CASES)")
     ap.add_argument("--no-save", action="store_true", help="skip the save benchmark")
+    ap.add_argument("--no-warm-memory", action="store_true",
+                    help="case a: do not cycle the output's size of memory "
+                    "before each timed load (see warm_memory)")
     ap.add_argument("--no-rss", action="store_true",
                     help="skip the peak-RSS subprocesses")
     ap.add_argument("--torch-threads", type=int, default=None,
@@ -1186,7 +1226,9 @@ def main() -> None:
             state: dict = {}
             cs = load_contenders(plan, state)
             log(f"case {case}: timing loads ({args.reps} reps)")
+            WARM_BYTES = 0 if args.no_warm_memory or case != "a" else plan["data_bytes"] + (64 << 20)
             run_all(cs, args.reps, args.warmup, log)
+            WARM_BYTES = 0
             state.clear()
             gc.collect()
 
