@@ -47,24 +47,11 @@ impl Key {
     }
 
     /// Derives a key from a passphrase with the stored Argon2id parameters,
-    /// refusing costs above `limits` before doing any work.
+    /// refusing costs above `limits` before doing any work. Portable (the
+    /// RustCrypto `argon2` crate); hosts may pass their own [`DeriveFn`] to
+    /// [`KeyRing::key_with`] and use this one as the oracle.
     pub fn derive(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<Self> {
-        if params.alg != PWHASH_ALG_ARGON2ID13 {
-            return Err(Error::Encryption { reason: "unsupported password hash algorithm" });
-        }
-        if params.memlimit > limits.max_memlimit || params.opslimit > limits.max_opslimit {
-            return Err(Error::Encryption { reason: "key derivation cost is above the configured limit" });
-        }
-        if passphrase.is_empty() {
-            return Err(Error::Encryption { reason: "empty passphrase" });
-        }
-        let m_cost = u32::try_from(params.memlimit / 1024)
-            .map_err(|_| Error::Encryption { reason: "key derivation memory cost too large" })?;
-        let t_cost = u32::try_from(params.opslimit)
-            .map_err(|_| Error::Encryption { reason: "key derivation time cost too large" })?;
-        if params.memlimit < MIN_KDF_MEMLIMIT || t_cost == 0 {
-            return Err(Error::Encryption { reason: "key derivation cost below libsodium's minimum" });
-        }
+        let (m_cost, t_cost) = argon2id_costs(passphrase, params, limits)?;
         let argon_params = argon2::Params::new(m_cost, t_cost, 1, Some(KEY_LEN))
             .map_err(|_| Error::Encryption { reason: "invalid key derivation parameters" })?;
         let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, argon_params);
@@ -75,6 +62,42 @@ impl Key {
         Ok(Self(key))
     }
 }
+
+/// A key-derivation function with [`Key::derive`]'s contract: libsodium
+/// `crypto_pwhash` Argon2id (version 1.3, one lane), the same checks first.
+pub type DeriveFn = fn(&[u8], &KdfParams, &KdfLimits) -> Result<Key>;
+
+/// The checks every [`DeriveFn`] makes before any work: the algorithm, the
+/// limits, a non-empty passphrase, libsodium's minimum cost, and a salt of
+/// at least [`MIN_KDF_SALT_LEN`] bytes. Returns Argon2id's
+/// (memory cost in KiB, passes).
+pub fn argon2id_costs(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<(u32, u32)> {
+    if params.alg != PWHASH_ALG_ARGON2ID13 {
+        return Err(Error::Encryption { reason: "unsupported password hash algorithm" });
+    }
+    if params.memlimit > limits.max_memlimit || params.opslimit > limits.max_opslimit {
+        return Err(Error::Encryption { reason: "key derivation cost is above the configured limit" });
+    }
+    if passphrase.is_empty() {
+        return Err(Error::Encryption { reason: "empty passphrase" });
+    }
+    let m_cost = u32::try_from(params.memlimit / 1024)
+        .map_err(|_| Error::Encryption { reason: "key derivation memory cost too large" })?;
+    let t_cost = u32::try_from(params.opslimit)
+        .map_err(|_| Error::Encryption { reason: "key derivation time cost too large" })?;
+    if params.memlimit < MIN_KDF_MEMLIMIT || t_cost == 0 {
+        return Err(Error::Encryption { reason: "key derivation cost below libsodium's minimum" });
+    }
+    if params.salt.len() < MIN_KDF_SALT_LEN || params.salt.len() > MAX_KDF_SALT_LEN {
+        return Err(Error::Encryption { reason: "key derivation failed (check the salt length)" });
+    }
+    Ok((m_cost, t_cost))
+}
+
+/// Shortest Argon2 salt accepted (the Argon2 specification's minimum).
+pub const MIN_KDF_SALT_LEN: usize = 8;
+/// Longest Argon2 salt accepted (what the `argon2` crate takes).
+pub const MAX_KDF_SALT_LEN: usize = 64;
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -123,6 +146,17 @@ impl KeyRing {
     /// The key for `params`, derived now unless it was derived before.
     /// Refuses, before doing any work, a derivation past the file's budget.
     pub fn key(&mut self, passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<Key> {
+        self.key_with(passphrase, params, limits, Key::derive)
+    }
+
+    /// [`KeyRing::key`] deriving with `derive` (a host's faster Argon2id).
+    pub fn key_with(
+        &mut self,
+        passphrase: &[u8],
+        params: &KdfParams,
+        limits: &KdfLimits,
+        derive: DeriveFn,
+    ) -> Result<Key> {
         if let Some((_, key)) = self.derived.iter().find(|(p, _)| p == params) {
             return Ok(key.clone());
         }
@@ -138,7 +172,7 @@ impl KeyRing {
                 reason: "the file asks for more key derivation work than KdfLimits::max_work allows",
             });
         }
-        let key = Key::derive(passphrase, params, limits)?;
+        let key = derive(passphrase, params, limits)?;
         self.work = total;
         self.derived.push((params.clone(), key.clone()));
         Ok(key)

@@ -35,9 +35,14 @@ impl KeySource {
     /// The key for a tensor with this crypt info, derived through `ring`:
     /// once per distinct setting, within the file's budget.
     pub fn key_in(&self, info: &CryptInfo, ring: &mut KeyRing) -> Result<Key> {
+        self.key_in_with(info, ring, Key::derive)
+    }
+
+    /// [`KeySource::key_in`] deriving with `derive` (a host's Argon2id).
+    pub fn key_in_with(&self, info: &CryptInfo, ring: &mut KeyRing, derive: crate::crypto::DeriveFn) -> Result<Key> {
         match self {
             Self::Key(k) => Ok(k.clone()),
-            Self::Passphrase(p, limits) => ring.key(p.expose_secret(), info.kdf()?, limits),
+            Self::Passphrase(p, limits) => ring.key_with(p.expose_secret(), info.kdf()?, limits, derive),
         }
     }
 }

@@ -127,16 +127,24 @@ fn kernels(reps: usize) {
 fn argon2(reps: usize) {
     let (ops, mem) = presets::MODERATE;
     let params = KdfParams { opslimit: ops, memlimit: mem, alg: PWHASH_ALG_ARGON2ID13, salt: vec![5; 16] };
-    let times: Vec<Duration> = (0..reps)
-        .map(|_| timed(|| drop(Key::derive(b"correct horse", &params, &KdfLimits::default()).unwrap())))
+    let limits = KdfLimits::default();
+    let core: Vec<Duration> =
+        (0..reps).map(|_| timed(|| drop(Key::derive(b"correct horse", &params, &limits).unwrap()))).collect();
+    let host: Vec<Duration> = (0..reps)
+        .map(|_| timed(|| drop(tensorizer_native::kdf::derive(b"correct horse", &params, &limits).unwrap())))
         .collect();
-    let (best, median) = median_best(times);
-    println!(
-        "| Argon2id MODERATE (opslimit {ops}, memlimit {} MiB) | {:.1} ms | {:.1} ms | | |",
-        mem >> 20,
-        best.as_secs_f64() * 1e3,
-        median.as_secs_f64() * 1e3
-    );
+    for (name, times) in [
+        ("core (argon2 crate)".to_string(), core),
+        (format!("host kernel: {}", tensorizer_native::kdf::kernel_name()), host),
+    ] {
+        let (best, median) = median_best(times);
+        println!(
+            "| Argon2id MODERATE (opslimit {ops}, memlimit {} MiB), {name} | {:.1} ms | {:.1} ms | | |",
+            mem >> 20,
+            best.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e3
+        );
+    }
 }
 
 fn loads(mib: usize, reps: usize) {
@@ -205,9 +213,14 @@ fn main() {
     let mib: usize = std::env::var("TZR_BENCH_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
     println!("| measurement | best | median | GB/s best | GB/s median |");
     println!("|---|---|---|---|---|");
-    kernels(5);
+    if std::env::var("TZR_BENCH_KDF_ONLY").is_err() {
+        kernels(5);
+    }
     if std::env::var("TZR_BENCH_KDF").as_deref() != Ok("0") {
         argon2(3);
+    }
+    if std::env::var("TZR_BENCH_KDF_ONLY").is_ok() {
+        return;
     }
     loads(mib, 5);
 }

@@ -8,6 +8,7 @@ pub mod convert;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;
+pub mod kdf;
 pub mod mmap;
 mod parallel;
 pub mod reader;

@@ -205,7 +205,7 @@ impl<S: RangeSource> Reader<S> {
                 // A poisoned lock only means another reader panicked while
                 // deriving; the ring itself is never left half-updated.
                 let mut ring = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                Ok(Some(source.key_in(info, &mut ring).map_err(err)?))
+                Ok(Some(source.key_in_with(info, &mut ring, crate::kdf::derive).map_err(err)?))
             }
         }
     }

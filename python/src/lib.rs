@@ -65,7 +65,7 @@ mod _native {
         let limits =
             tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };
         let key = py
-            .detach(|| tensorizer_core::crypto::Key::derive(&passphrase, &params, &limits))
+            .detach(|| tensorizer_native::kdf::derive(&passphrase, &params, &limits))
             .map_err(|e| crate::errors::core_to_py(&e, None))?;
         Ok(key.expose_secret().to_vec())
     }

@@ -92,7 +92,7 @@ impl KeyArgs {
         let salt = tensorizer_native::writer::random_bytes::<16>()?.to_vec();
         let params = KdfParams { opslimit, memlimit, alg: 2, salt };
         let limits = KdfLimits { max_memlimit: memlimit, max_opslimit: opslimit, ..KdfLimits::default() };
-        let key = Key::derive(pass.expose_secret(), &params, &limits)
+        let key = tensorizer_native::kdf::derive(pass.expose_secret(), &params, &limits)
             .map_err(|e| Failure::Usage(format!("key derivation failed: {e}")))?;
         Ok(Some((key, Some(params))))
     }
