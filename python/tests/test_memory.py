@@ -160,3 +160,15 @@ def test_arenas_are_backed_by_huge_pages_where_the_kernel_allows(tmp_path: Path)
     # Huge pages are best effort (memory may be fragmented): most, not all.
     assert anon_huge_kib() - before >= 32 * 1024
     del loaded
+
+
+def test_loaded_tensors_survive_the_file_being_rewritten_and_truncated(tmp_path: Path) -> None:
+    sd = _state_dict()
+    path = tmp_path / "m.tensors"
+    _write(path, sd)
+    loaded = dict(tensorizer_rs.TensorDeserializer(str(path)).items())
+    with open(path, "r+b") as f:
+        f.write(b"\xff" * (8 * MIB))
+        f.truncate(0)
+    for name, t in loaded.items():
+        assert torch.equal(t, sd[name]), name  # private copies: no fault, no change
