@@ -6,7 +6,8 @@ One run compares, on the same state dict:
 * loading: ``tensorizer_rs`` (its own file and tensorizer's file), tensorizer
   (``num_readers`` in {1, 2, 4, 8}; the best is reported), safetensors
   ``load_file`` (mmap, mmap + ``.clone()``, and ``backend="pread"`` where the
-  installed safetensors has it), ``torch.load`` and ``torch.load(mmap=True)``;
+  installed safetensors has it), ``safe_open`` + ``get_tensor`` (its lazy
+  API), ``torch.load`` and ``torch.load(mmap=True)``;
   beside the raw limits: one-thread reads of the same ``.tensors`` file into a
   preallocated, pre-faulted buffer (and into a fresh one) and a ``copy_`` of
   the same number of bytes between two pre-faulted buffers;
@@ -380,6 +381,14 @@ def tensorizer_rs_load(path: str, **kwargs):
             close()
 
 
+def _safe_open_all(path: str) -> dict:
+    """Every tensor through ``safe_open(...).get_tensor``, the lazy API."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt", device="cpu") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
 def safetensors_has_backend() -> bool:
     st = LIBS.get("safetensors.torch")
     if st is None:
@@ -456,6 +465,13 @@ def load_contenders(plan: dict, state: dict) -> List[Contender]:
                 "st_clone",
                 "safetensors load_file + .clone()",
                 lambda: {k: v.clone() for k, v in st.load_file(paths["st"]).items()},
+            )
+        )
+        cs.append(
+            Contender(
+                "st_safe_open",
+                "safetensors safe_open + get_tensor",
+                lambda: _safe_open_all(paths["st"]),
             )
         )
         if safetensors_has_backend():
