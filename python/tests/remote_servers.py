@@ -118,3 +118,57 @@ def redis() -> Iterator[int]:
         args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d]
         with _running(args, port, "redis-server"):
             yield port
+
+
+_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+@contextmanager
+def gcs(bucket: str = "tzr") -> Iterator[dict[str, str]]:
+    """gcp-storage-emulator (PyPI) behind tests/cloud-servers/gcs_emulator.py
+    (which adds the XML object calls `object_store` makes), with one bucket;
+    yields the environment variables that point ``gs://`` at it."""
+    try:
+        import gcp_storage_emulator  # noqa: F401
+    except ImportError:
+        if os.environ.get("TZR_REQUIRE_SERVERS"):
+            pytest.fail("gcp-storage-emulator is required (pip install -r tests/python-requirements.txt)")
+        pytest.skip("gcp-storage-emulator is not installed (pip install -r tests/python-requirements.txt)")
+    port = _free_port()
+    script = os.path.join(_ROOT, "tests", "cloud-servers", "gcs_emulator.py")
+    args = [sys.executable, script, "--port", str(port), "--bucket", bucket]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"gcp-storage-emulator did not start: {line!r}")
+        # An http:// base URL is taken as an emulator; the emulator ignores
+        # the (placeholder) bearer token that writes need.
+        yield {"GOOGLE_BASE_URL": f"http://127.0.0.1:{port}", "GOOGLE_BEARER_TOKEN": "emulator"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def azurite(container: str = "tzr") -> Iterator[dict[str, str]]:
+    """Azurite's blob service (npm, installed by tests/cloud-servers.sh) with
+    one container; yields the environment variables that point ``az://``
+    at it (its well-known development account and key)."""
+    local = os.path.join(_ROOT, "tests", "cloud-servers", "node_modules", ".bin", "azurite-blob")
+    binary = _binary("azurite-blob (tests/cloud-servers.sh)", [os.environ.get("TZR_AZURITE", ""), local])
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as d:
+        args = [binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                "--skipApiVersionCheck", "--silent"]
+        proc = subprocess.Popen(args, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait(port, proc, "azurite-blob")
+            script = os.path.join(_ROOT, "tests", "cloud-servers", "azurite_container.py")
+            subprocess.run([sys.executable, script, endpoint, container], check=True)
+            yield {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": endpoint}
+        finally:
+            proc.kill()
+            proc.wait()
