@@ -1,6 +1,6 @@
 //! Argon2id (version 1.3, one lane) byte-identical to libsodium's
 //! `crypto_pwhash_argon2id`, with the block compression (BlaMka) in AVX2
-//! registers when the CPU has them ([`avx2`], picked once at run time) and
+//! registers when the CPU has them (`avx2`, picked once at run time) and
 //! a portable kernel otherwise. The core's [`Key::derive`] (the RustCrypto
 //! `argon2` crate) stays the portable implementation and the test oracle.
 
@@ -41,7 +41,7 @@ pub fn derive(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> tens
     derive_with(passphrase, params, limits, kernel())
 }
 
-/// [`derive`] with a chosen compression kernel (for tests and benchmarks).
+/// [`derive()`] with a chosen compression kernel (for tests and benchmarks).
 pub fn derive_with(
     passphrase: &[u8],
     params: &KdfParams,
@@ -56,13 +56,13 @@ pub fn derive_with(
     Ok(key)
 }
 
-/// The kernel [`derive`] uses, and its name.
+/// The kernel [`derive()`] uses, and its name.
 pub fn kernel() -> FillFn {
     static CHOSEN: OnceLock<(FillFn, &'static str)> = OnceLock::new();
     CHOSEN.get_or_init(detect).0
 }
 
-/// Name of the kernel [`derive`] uses (for benchmarks and diagnostics).
+/// Name of the kernel [`derive()`] uses (for benchmarks and diagnostics).
 pub fn kernel_name() -> &'static str {
     detect().1
 }
@@ -268,7 +268,7 @@ fn p(v: &mut Block, w: [usize; 16]) {
     g(v, w[3], w[4], w[9], w[14]);
 }
 
-/// The portable compression (also the oracle for [`avx2`]).
+/// The portable compression (also the oracle for `avx2`).
 pub fn fill_portable(state: &mut Block, refb: &Block, next: &mut Block, xor: bool) {
     let mut r: Block = [0; BLOCK_WORDS];
     for ((r, s), x) in r.iter_mut().zip(state.iter()).zip(refb) {
