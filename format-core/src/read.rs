@@ -10,7 +10,7 @@ use crate::codec::metadata::{Metadata, MetadataEntry};
 use crate::codec::tensor_header::{HeaderLayout, TensorHeader};
 use crate::crypto::{KdfLimits, Key, KeyRing, Passphrase, chunk_count, open_chunk};
 use crate::error::{Error, Result};
-use crate::hash::{TensorHasher, verify};
+use crate::hash::{BlockKernel, TensorHasher, verify};
 use crate::layout::{MAC_LEN, NONCE_LEN};
 
 /// Where a decryption key comes from.
@@ -150,9 +150,20 @@ impl TensorRecord {
         cipher.open_all(&source.key_for(info)?, data)
     }
 
+    /// [`TensorRecord::hasher`] computing both hashes through `kernel`
+    /// when the tensor stores both.
+    pub fn hasher_with(&self, kernel: Option<BlockKernel>) -> TensorHasher {
+        TensorHasher::for_header_with(&self.header, &self.hashable_header, kernel)
+    }
+
     /// Verifies the stored hashes over plaintext `data`.
     pub fn verify(&self, data: &[u8]) -> Result<()> {
-        let mut h = self.hasher();
+        self.verify_with(data, None)
+    }
+
+    /// [`TensorRecord::verify`] through an optional [`BlockKernel`].
+    pub fn verify_with(&self, data: &[u8], kernel: Option<BlockKernel>) -> Result<()> {
+        let mut h = self.hasher_with(kernel);
         h.update(data);
         verify(&self.header, &h.finish())
     }

@@ -17,7 +17,7 @@ use crate::codec::metadata::{Metadata, MetadataEntry};
 use crate::codec::tensor_header::{HashValue, HeaderLayout, TensorHeader};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::hash::TensorHasher;
+use crate::hash::{BlockKernel, TensorHasher};
 use crate::layout::{
     CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAC_LEN,
     MAX_ALIGNMENT, MAX_NDIM, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN,
@@ -129,7 +129,12 @@ pub struct PlannedTensor {
 impl PlannedTensor {
     /// A hasher primed with this header; feed it the plaintext data.
     pub fn hasher(&self) -> TensorHasher {
-        TensorHasher::new(&self.layout.hashable(&self.header), self.crc32, true)
+        self.hasher_with(None)
+    }
+
+    /// [`PlannedTensor::hasher`] through an optional [`BlockKernel`].
+    pub fn hasher_with(&self, kernel: Option<BlockKernel>) -> TensorHasher {
+        TensorHasher::with_kernel(&self.layout.hashable(&self.header), self.crc32, true, kernel)
     }
 
     /// Writes the finished hash values into the header.

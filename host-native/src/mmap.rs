@@ -73,7 +73,7 @@ impl MappedFile {
         let data = &self.map[entry.data_offset as usize..entry.data_end() as usize];
         let record = TensorRecord::parse(entry, raw, &self.header).map_err(err)?;
         if verify {
-            record.verify(data).map_err(err)?;
+            record.verify_with(data, crate::reader::digest::kernel()).map_err(err)?;
         }
         Ok(data)
     }

@@ -19,6 +19,7 @@ use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
 pub mod cipher;
+pub mod digest;
 mod records;
 mod slice;
 mod spans;
@@ -318,7 +319,7 @@ impl<S: RangeSource> Reader<S> {
                     decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
                 }
                 if let Some(record) = check {
-                    record.verify(piece).map_err(self.tensor_err(entry))?;
+                    record.verify_with(piece, digest::kernel()).map_err(self.tensor_err(entry))?;
                 }
                 Ok(())
             })?;
@@ -343,7 +344,7 @@ impl<S: RangeSource> Reader<S> {
                 let entry = &self.metadata.entries[*i];
                 match record {
                     Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => {
-                        r.verify(out).map_err(self.tensor_err(entry))
+                        r.verify_with(out, digest::kernel()).map_err(self.tensor_err(entry))
                     }
                     _ => Ok(()),
                 }
@@ -404,7 +405,7 @@ impl<S: RangeSource> Reader<S> {
             decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
         }
         if verify {
-            record.verify(out).map_err(self.tensor_err(entry))?;
+            record.verify_with(out, digest::kernel()).map_err(self.tensor_err(entry))?;
         }
         Ok(())
     }
@@ -427,7 +428,7 @@ impl<S: RangeSource> Reader<S> {
             Some(c) => (piece_len as u64).div_ceil(c.chunk_size).max(1) * c.chunk_size,
             None => piece_len.max(1) as u64,
         };
-        let mut hasher = verify.then(|| record.hasher());
+        let mut hasher = verify.then(|| record.hasher_with(digest::kernel()));
         let mut buf = vec![0u8; piece_len.min(entry.data_length) as usize];
         let mut done = 0u64;
         while done < entry.data_length {

@@ -190,7 +190,13 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         verify: options.verify_hash,
         slots: Vec::new(),
         hashing: Mutex::new(
-            records.iter().map(|r| Hashing { done: 0, hasher: options.verify_hash.then(|| r.hasher()) }).collect(),
+            records
+                .iter()
+                .map(|r| Hashing {
+                    done: 0,
+                    hasher: options.verify_hash.then(|| r.hasher_with(crate::reader::digest::kernel())),
+                })
+                .collect(),
         ),
         hashed: Condvar::new(),
         next_fill: AtomicUsize::new(0),

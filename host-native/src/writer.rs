@@ -140,7 +140,7 @@ impl FileWriter {
     }
 
     fn sink(&self, planned: PlannedTensor, index: usize) -> TensorSink<'_> {
-        let hasher = planned.hasher();
+        let hasher = planned.hasher_with(crate::reader::digest::kernel());
         let staging = match (&self.key, planned.nonce) {
             (Some(_), Some(_)) => Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize),
             _ => Vec::new(),
@@ -283,7 +283,7 @@ impl FileWriter {
             let hashed = for_each(hashers, work, |run| match run.as_slice() {
                 [i] if !is_small(&planned[*i]) => {
                     let mut one = planned[*i].clone();
-                    let mut hasher = one.hasher();
+                    let mut hasher = one.hasher_with(crate::reader::digest::kernel());
                     hasher.update(data[*i]);
                     one.set_hashes(&hasher.finish()).map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
                     self.pwrite(one.header_offset, &one.header)
@@ -313,7 +313,7 @@ impl FileWriter {
                     planned.data_length
                 )));
             }
-            let mut hasher = planned.hasher();
+            let mut hasher = planned.hasher_with(crate::reader::digest::kernel());
             hasher.update(bytes);
             planned.set_hashes(&hasher.finish()).map_err(invalid)?;
             let at = buf.len();
