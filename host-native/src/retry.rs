@@ -60,10 +60,47 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Environment variable read by [`crate::store::StoreOptions::from_env`]:
+/// [`RetryPolicy::attempts`] for every remote store (a whole number, at
+/// least 1).
+pub const RETRIES_VAR: &str = "TZR_RETRIES";
+
+/// Environment variable read by [`crate::store::StoreOptions::from_env`]:
+/// [`RetryPolicy::give_up_after`] in seconds for every remote store (`0`:
+/// attempts only).
+pub const RETRY_GIVE_UP_VAR: &str = "TZR_RETRY_GIVE_UP";
+
 impl RetryPolicy {
     /// The default policy with `attempts` and `backoff`.
     pub fn new(attempts: u32, backoff: Duration) -> Self {
         Self { attempts, backoff, ..Self::default() }
+    }
+
+    /// The default policy, overridden by [`RETRIES_VAR`] and
+    /// [`RETRY_GIVE_UP_VAR`] where set; a value that is not a number is an
+    /// error naming the variable.
+    pub fn from_env() -> crate::error::Result<Self> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> crate::error::Result<Self> {
+        let mut policy = Self::default();
+        let bad = |name: &str, value: &str, what: &str| Error::Invalid(format!("{name}={value:?}: expected {what}"));
+        if let Some(v) = var(RETRIES_VAR).filter(|v| !v.trim().is_empty()) {
+            policy.attempts = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n: &u32| *n >= 1)
+                .ok_or_else(|| bad(RETRIES_VAR, &v, "a whole number of attempts, at least 1"))?;
+        }
+        if let Some(v) = var(RETRY_GIVE_UP_VAR).filter(|v| !v.trim().is_empty()) {
+            let secs: f64 = v.trim().parse().map_err(|_| bad(RETRY_GIVE_UP_VAR, &v, "a number of seconds"))?;
+            let limit =
+                Duration::try_from_secs_f64(secs).map_err(|_| bad(RETRY_GIVE_UP_VAR, &v, "a number of seconds"))?;
+            policy.give_up_after = (!limit.is_zero()).then_some(limit);
+        }
+        Ok(policy)
     }
 
     /// The wait before retry number `retry` (1 = the first retry), before
@@ -435,5 +472,20 @@ mod tests {
         let mut late = Paced { inner: Trickle(Duration::from_millis(5)), pace: Pace::new(&strict, deadline(&strict)) };
         let err = io::copy(&mut late.by_ref().take(1000), &mut io::sink()).unwrap_err();
         assert!(too_slow(&err).is_some_and(|t| t.deadline) && err.to_string().contains("deadline"), "{err}");
+    }
+
+    #[test]
+    fn the_policy_comes_from_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(RetryPolicy::from_vars(vars(&[])).unwrap(), RetryPolicy::default());
+        let set = RetryPolicy::from_vars(vars(&[(RETRIES_VAR, "2"), (RETRY_GIVE_UP_VAR, "1.5")])).unwrap();
+        assert_eq!((set.attempts, set.give_up_after), (2, Some(Duration::from_millis(1500))));
+        assert_eq!(RetryPolicy::from_vars(vars(&[(RETRY_GIVE_UP_VAR, "0")])).unwrap().give_up_after, None);
+        for bad in [(RETRIES_VAR, "0"), (RETRIES_VAR, "many"), (RETRY_GIVE_UP_VAR, "-1")] {
+            let err = RetryPolicy::from_vars(move |n: &str| (n == bad.0).then(|| bad.1.to_string())).unwrap_err();
+            assert!(err.to_string().contains(bad.0), "{err}");
+        }
     }
 }

@@ -29,7 +29,7 @@ pub mod tls;
 
 use std::path::Path;
 
-pub use crate::retry::{DEFAULT_GIVE_UP_AFTER, DEFAULT_MAX_BACKOFF, RetryPolicy};
+pub use crate::retry::{DEFAULT_GIVE_UP_AFTER, DEFAULT_MAX_BACKOFF, RETRIES_VAR, RETRY_GIVE_UP_VAR, RetryPolicy};
 pub use location::{Location, REDIS_DEFAULT_PORT};
 
 use crate::error::{Error, Result};
@@ -76,10 +76,28 @@ pub struct StoreOptions {
 }
 
 impl StoreOptions {
-    /// The defaults for `intent`, with the transfer limits of the
-    /// environment ([`TransferLimits::from_env`]).
+    /// The defaults for `intent`, with the transfer limits
+    /// ([`TransferLimits::from_env`]) and the retry policy
+    /// ([`RetryPolicy::from_env`]) of the environment; the policy applies
+    /// to every remote store.
+    #[cfg_attr(not(any(feature = "http", feature = "redis", feature = "cloud")), allow(unused_variables))]
     pub fn from_env(intent: Intent) -> Result<Self> {
-        Ok(Self { intent, limits: TransferLimits::from_env()?, ..Self::default() })
+        let retry = RetryPolicy::from_env()?;
+        #[allow(unused_mut)]
+        let mut options = Self { intent, limits: TransferLimits::from_env()?, ..Self::default() };
+        #[cfg(feature = "http")]
+        {
+            options.http.retry = retry;
+        }
+        #[cfg(feature = "redis")]
+        {
+            options.redis.retry = retry;
+        }
+        #[cfg(feature = "cloud")]
+        {
+            options.cloud.retry = retry;
+        }
+        Ok(options)
     }
 
     /// The HTTP options with this intent and these limits.
