@@ -171,6 +171,22 @@ def test_remote_failures_are_typed_oserrors(tz, s3, tmp_path):
         tz.stream_io.open_stream("ftp://127.0.0.1/x", "rb")
 
 
+def test_retry_policy_from_the_environment(tz, monkeypatch):
+    """TZR_RETRIES sets how many failed attempts every remote store makes;
+    a value that is not a number is an error naming the variable."""
+    monkeypatch.setenv("TZR_RETRIES", "1")
+    with pytest.raises(OSError, match=r"gave up after 1 failed attempt in"):
+        tz.stream_io.open_stream("http://127.0.0.1:9/x", "rb")
+    monkeypatch.setenv("TZR_RETRIES", "2")
+    with pytest.raises(OSError, match=r"gave up after 2 failed attempts in"):
+        tz.stream_io.open_stream("http://127.0.0.1:9/x", "rb")
+    for name, value in (("TZR_RETRIES", "0"), ("TZR_RETRIES", "lots"), ("TZR_RETRY_GIVE_UP", "soon")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=name):
+            tz.stream_io.open_stream("http://127.0.0.1:9/x", "rb")
+        monkeypatch.delenv(name)
+
+
 def test_open_stream_modes(tz):
     for uri in ("http://127.0.0.1:9/x", "redis://127.0.0.1:9/x"):
         with pytest.raises(ValueError, match='Only the mode "rb"'):
