@@ -10,6 +10,7 @@ mod carve;
 mod checkpoint;
 mod convert;
 mod cuda;
+mod dtypes;
 mod entry;
 mod errors;
 mod reader;
@@ -48,6 +49,7 @@ mod _native {
         crate::arenas::register(m)?;
         crate::convert::register(m)?;
         crate::cuda::register(m)?;
+        crate::dtypes::register(m)?;
         Ok(())
     }
 

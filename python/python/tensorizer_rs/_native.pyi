@@ -33,6 +33,8 @@ __all__ = [
     "reader_read_range",
     "reader_verify_tensor",
     "carve",
+    "dtype_torch_name",
+    "dtype_string_for",
     "load_arenas",
     "convert_file",
     "cuda_available",
@@ -291,3 +293,11 @@ def reader_load_staged(
     ring: int | None = None,
     copy_latency_us: int = 0,
 ) -> tuple[int, int]: ...
+
+def dtype_torch_name(stored: str) -> str:
+    """torch's name (without ``torch.``) of the dtype stored as `stored`;
+    ValueError for a big-endian, unknown or invalid dtype string."""
+
+def dtype_string_for(name: str) -> str | None:
+    """The string tensorizer stores for the torch dtype named `name`, or
+    None when the format has no entry for it."""
