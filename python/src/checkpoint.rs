@@ -21,6 +21,47 @@ pub struct NativeCheckpoint {
     pub(crate) inner: CheckpointReader<Counted<Arc<dyn RangeSource>>>,
 }
 
+/// One entry of a checkpoint's state dict, in `torch.load` order.
+#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+pub(crate) struct CheckpointEntry {
+    /// Position in `torch.load` order.
+    index: usize,
+    /// Path components (str keys, int indices) from the root.
+    path: Py<PyTuple>,
+    /// "tensor", "none", "bool", "int", "float", "str" or "bytes".
+    kind: &'static str,
+    /// The value of a non-tensor entry (`None` for a tensor).
+    value: Py<PyAny>,
+    /// A tensor's torch dtype name (e.g. "bfloat16").
+    dtype: Option<&'static str>,
+    /// A tensor's shape.
+    shape: Vec<u64>,
+    /// A tensor's stride, in elements.
+    stride: Vec<u64>,
+    /// Where a tensor starts in its storage, in elements.
+    storage_offset: u64,
+    /// The archive key of a tensor's storage.
+    storage_key: String,
+    /// Whether the tensor was saved requiring grad.
+    requires_grad: bool,
+    /// Bytes of a tensor's data gathered contiguously (`None` on overflow
+    /// or for a non-tensor).
+    nbytes: Option<u64>,
+}
+
+/// One zip entry's CRC-32 check.
+#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+pub(crate) struct ZipEntryCheck {
+    /// The zip entry's name.
+    name: String,
+    /// Its size in bytes.
+    size: u64,
+    /// The CRC-32 the archive records.
+    expected: u32,
+    /// The CRC-32 of its data.
+    actual: u32,
+}
+
 #[pymethods]
 impl NativeCheckpoint {
     /// Opens a local path or URI (str), an opened `NativeSource`, or
@@ -53,33 +94,38 @@ impl NativeCheckpoint {
         Ok(Self { inner })
     }
 
-    /// One tuple per entry in `torch.load` order: (path components, kind,
-    /// details). For a tensor, kind is "tensor" and details is (torch dtype
-    /// name, shape, stride, storage offset, storage key, requires_grad,
-    /// contiguous bytes); otherwise kind is "none", "bool", "int", "float",
-    /// "str" or "bytes" and details is the value.
-    fn entries<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    /// Every entry in `torch.load` order, as typed [`CheckpointEntry`]s.
+    fn entries<'py>(&self, py: Python<'py>) -> PyResult<Vec<CheckpointEntry>> {
         let storages = self.inner.storages();
         self.inner
             .entries()
             .iter()
-            .map(|e| {
-                let path = path_to_py(py, &e.path)?;
-                let (kind, details): (&str, Bound<'py, PyAny>) = match &e.value {
+            .enumerate()
+            .map(|(index, e)| {
+                let path = path_to_py(py, &e.path)?.unbind();
+                let mut entry = CheckpointEntry {
+                    index,
+                    path,
+                    kind: "tensor",
+                    value: py.None(),
+                    dtype: None,
+                    shape: Vec::new(),
+                    stride: Vec::new(),
+                    storage_offset: 0,
+                    storage_key: String::new(),
+                    requires_grad: false,
+                    nbytes: None,
+                };
+                let (kind, value): (&'static str, Bound<'py, PyAny>) = match &e.value {
                     Leaf::Tensor(v) => {
-                        let nbytes = v.numel().and_then(|n| n.checked_mul(u64::from(v.dtype.size())));
-                        let t = (
-                            v.dtype.torch_name(),
-                            v.shape.clone(),
-                            v.stride.clone(),
-                            v.storage_offset,
-                            storages[v.storage].key.clone(),
-                            v.requires_grad,
-                            nbytes,
-                        )
-                            .into_pyobject(py)?
-                            .into_any();
-                        ("tensor", t)
+                        entry.dtype = Some(v.dtype.torch_name());
+                        entry.shape = v.shape.clone();
+                        entry.stride = v.stride.clone();
+                        entry.storage_offset = v.storage_offset;
+                        entry.storage_key = storages[v.storage].key.clone();
+                        entry.requires_grad = v.requires_grad;
+                        entry.nbytes = v.numel().and_then(|n| n.checked_mul(u64::from(v.dtype.size())));
+                        ("tensor", py.None().into_bound(py))
                     }
                     Leaf::None => ("none", py.None().into_bound(py)),
                     Leaf::Bool(b) => ("bool", b.into_pyobject(py)?.to_owned().into_any()),
@@ -88,7 +134,9 @@ impl NativeCheckpoint {
                     Leaf::Str(s) => ("str", s.into_pyobject(py)?.into_any()),
                     Leaf::Bytes(b) => ("bytes", PyBytes::new(py, b).into_any()),
                 };
-                (path, kind, details).into_pyobject(py)
+                entry.kind = kind;
+                entry.value = value.unbind();
+                Ok(entry)
             })
             .collect()
     }
@@ -114,10 +162,13 @@ impl NativeCheckpoint {
         Ok((range.start, range.end - range.start))
     }
 
-    /// Every zip entry's (name, size, CRC-32 recorded, CRC-32 of the data).
-    fn verify(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, u32, u32)>> {
+    /// Every zip entry's CRC-32 check.
+    fn verify(&self, py: Python<'_>) -> PyResult<Vec<ZipEntryCheck>> {
         let checks = py.detach(|| self.inner.verify(|_| {})).map_err(to_py)?;
-        Ok(checks.into_iter().map(|c| (c.name, c.size, c.expected, c.actual)).collect())
+        Ok(checks
+            .into_iter()
+            .map(|c| ZipEntryCheck { name: c.name, size: c.size, expected: c.expected, actual: c.actual })
+            .collect())
     }
 
     /// "little" or "big": how the storages are stored (reads are always

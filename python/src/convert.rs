@@ -18,9 +18,28 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// (source format, target format, tensors, data bytes, skipped entries,
-/// flattened names)
-type Report = (&'static str, &'static str, usize, u64, Vec<String>, bool);
+/// What a conversion did.
+#[pyclass(frozen, module = "tensorizer_rs._native")]
+pub(crate) struct ConversionReport {
+    /// The source's format: "torch", "tensorizer" or "safetensors".
+    #[pyo3(get)]
+    source_format: &'static str,
+    /// The written format: "tensorizer" or "safetensors".
+    #[pyo3(get)]
+    target_format: &'static str,
+    /// Tensors written.
+    #[pyo3(get)]
+    tensors: usize,
+    /// Bytes of tensor data written.
+    #[pyo3(get)]
+    nbytes: u64,
+    /// Entries of the source that were not tensors and were left out.
+    #[pyo3(get)]
+    skipped: Vec<String>,
+    /// Whether nested names were flattened to dotted ones.
+    #[pyo3(get)]
+    flattened: bool,
+}
 
 /// A format's name in Python: "tensorizer", "safetensors" or "torch".
 fn py_name(f: Format) -> &'static str {
@@ -55,7 +74,7 @@ fn convert_file(
     tensorizer_layout: bool,
     num_threads: Option<usize>,
     progress: Option<Py<PyAny>>,
-) -> PyResult<Report> {
+) -> PyResult<ConversionReport> {
     let layout = if tensorizer_layout {
         tensorizer_core::WriterOptions::tensorizer()
     } else {
@@ -94,7 +113,14 @@ fn convert_file(
         }
     });
     match result {
-        Ok(c) => Ok((py_name(c.from), py_name(c.to), c.tensors, c.bytes, c.skipped, c.flattened)),
+        Ok(c) => Ok(ConversionReport {
+            source_format: py_name(c.from),
+            target_format: py_name(c.to),
+            tensors: c.tensors,
+            nbytes: c.bytes,
+            skipped: c.skipped,
+            flattened: c.flattened,
+        }),
         Err(e) => Err(raised.take().unwrap_or_else(|| to_py(e))),
     }
 }

@@ -23,7 +23,9 @@ use pyo3::prelude::*;
 #[pymodule]
 mod _native {
     #[pymodule_export]
-    use crate::checkpoint::NativeCheckpoint;
+    use crate::checkpoint::{CheckpointEntry, NativeCheckpoint, ZipEntryCheck};
+    #[pymodule_export]
+    use crate::convert::ConversionReport;
     #[pymodule_export]
     use crate::entry::PyEntry;
     #[pymodule_export]

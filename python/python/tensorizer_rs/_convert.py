@@ -111,5 +111,6 @@ def convert(
         num_threads=num_threads,
         progress=progress,
     )
-    source_format, target_format, tensors, nbytes, skipped, flattened = report
-    return Conversion(source_format, target_format, tensors, nbytes, tuple(skipped), flattened)
+    return Conversion(
+        report.source_format, report.target_format, report.tensors, report.nbytes, tuple(report.skipped), report.flattened
+    )

@@ -34,7 +34,7 @@ from typing import Any, Union
 
 import torch
 
-from ._native import NativeCheckpoint
+from ._native import CheckpointEntry, NativeCheckpoint
 from ._slices import CheckpointBackend, TensorSlice
 
 __all__ = ["LazyStateDict", "load"]
@@ -42,20 +42,12 @@ __all__ = ["LazyStateDict", "load"]
 Key = Union[str, int]
 
 
-class _Leaf:
-    __slots__ = ("index", "kind", "details")
-
-    def __init__(self, index: int, kind: str, details: Any) -> None:
-        self.index = index
-        self.kind = kind
-        self.details = details
+_Tree = dict[Key, Union[CheckpointEntry, "_Tree"]]
 
 
-_Tree = dict[Key, Union[_Leaf, "_Tree"]]
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
+def _torch_dtype(name: str | None) -> torch.dtype:
+    """The torch dtype a tensor entry names (every tensor entry has one)."""
+    dtype = getattr(torch, name or "", None)
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"this torch has no dtype {name!r}")
     return dtype
@@ -161,16 +153,15 @@ class LazyStateDict(MutableMapping[Key, Any]):
         node = self._tree[key]
         if isinstance(node, dict) or node.kind != "tensor":
             return None
-        dtype_name, shape, stride, offset, storage, requires_grad, _ = node.details
-        size = torch.Size(shape)
+        size = torch.Size(node.shape)
         return SimpleNamespace(
             shape=size,
             size=lambda: size,
-            dtype=_torch_dtype(dtype_name),
-            stride=tuple(stride),
-            storage_offset=offset,
-            storage_key=storage,
-            requires_grad=requires_grad,
+            dtype=_torch_dtype(node.dtype),
+            stride=tuple(node.stride),
+            storage_offset=node.storage_offset,
+            storage_key=node.storage_key,
+            requires_grad=node.requires_grad,
         )
 
     def get_slice(self, key: Key) -> TensorSlice:
@@ -184,7 +175,7 @@ class LazyStateDict(MutableMapping[Key, Any]):
             raise KeyError(key)
         if isinstance(node, dict) or node.kind != "tensor":
             raise TypeError(f"{key!r} is not a tensor; get_slice takes a tensor's key")
-        dtype_name, shape, *_ = node.details
+        dtype_name, shape = node.dtype, node.shape
 
         def finish(t: torch.Tensor) -> torch.Tensor:
             if self.dtype is not None and t.dtype != self.dtype:
@@ -203,14 +194,15 @@ class LazyStateDict(MutableMapping[Key, Any]):
     def verify(self) -> None:
         """Checks every zip entry's CRC-32; raises ``ValueError`` naming the
         first entry that does not match."""
-        for name, _size, expected, actual in self._native.verify():
-            if expected != actual:
-                raise ValueError(f"{self._native.name()}: zip entry {name!r} fails its CRC-32")
+        for check in self._native.verify():
+            if check.expected != check.actual:
+                raise ValueError(f"{self._native.name()}: zip entry {check.name!r} fails its CRC-32")
 
-    def _load(self, leaf: _Leaf) -> Any:
+    def _load(self, leaf: CheckpointEntry) -> Any:
         if leaf.kind != "tensor":
-            return leaf.details
-        dtype_name, shape, stride, offset, storage, requires_grad, _ = leaf.details
+            return leaf.value
+        dtype_name, shape, stride, offset = leaf.dtype, leaf.shape, leaf.stride, leaf.storage_offset
+        storage, requires_grad = leaf.storage_key, leaf.requires_grad
         dtype = _torch_dtype(dtype_name)
         tensor = self._mapped.view(leaf.index, storage, dtype, shape, stride, offset) if self._mapped else None
         if tensor is None:
@@ -297,14 +289,15 @@ class _KeysView:
 
 def _tree(native: NativeCheckpoint) -> _Tree:
     root: _Tree = {}
-    for index, (path, kind, details) in enumerate(native.entries()):
+    for entry in native.entries():
+        path = entry.path
         node = root
         for component in path[:-1]:
             child = node.setdefault(component, {})
             if not isinstance(child, dict):
                 raise ValueError(f"{native.name()}: {path!r} is both a value and a container")
             node = child
-        node[path[-1]] = _Leaf(index, kind, details)
+        node[path[-1]] = entry
     return root
 
 
