@@ -210,6 +210,14 @@ pub struct Writer {
     used_nonces: BTreeSet<[u8; NONCE_LEN]>,
 }
 
+/// Room [`Writer::metadata_len_with_room`] leaves for tensors appended
+/// later: (numerator, denominator) of the needed length.
+pub const INDEX_ROOM: (u64, u64) = (3, 2);
+
+/// [`Writer::metadata_len_with_room`] reserves the index in whole pages of
+/// this many bytes.
+pub const INDEX_PAGE: u64 = 4096;
+
 impl Writer {
     /// Sizes the metadata index for `specs` under `options`: the fixed
     /// length if one is set, else max(256 KiB, what the entries need).
@@ -219,6 +227,17 @@ impl Writer {
         }
         let entries = specs.iter().map(|s| s.entry(0, 0)).collect::<Result<Vec<_>>>()?;
         Ok(Metadata::needed_len(&entries)?.max(TENSORIZER_METADATA_LEN))
+    }
+
+    /// Sizes the index of a file that starts with `specs` and may grow:
+    /// [`INDEX_ROOM`] times what their entries need, in whole
+    /// [`INDEX_PAGE`]s, and at least tensorizer's 256 KiB.
+    pub fn metadata_len_with_room(specs: &[TensorSpec]) -> Result<u64> {
+        let entries = specs.iter().map(|s| s.entry(0, 0)).collect::<Result<Vec<_>>>()?;
+        let too_large = || Error::invalid("metadata index too large");
+        let room = Metadata::needed_len(&entries)?.checked_mul(INDEX_ROOM.0).ok_or_else(too_large)? / INDEX_ROOM.1;
+        let pages = room.div_ceil(INDEX_PAGE).checked_mul(INDEX_PAGE).ok_or_else(too_large)?;
+        Ok(pages.max(TENSORIZER_METADATA_LEN))
     }
 
     /// Starts a file whose index reserves `options.metadata_len` bytes.

@@ -37,7 +37,7 @@ mod _native {
     #[pymodule_export]
     use crate::source::{NativeSource, location_scheme, s3_presign, upload};
     #[pymodule_export]
-    use crate::writer::NativeWriter;
+    use crate::writer::{NativeWriter, WriteSpec};
 
     use pyo3::prelude::*;
 

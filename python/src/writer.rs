@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use tensorizer_core::crypto::Key;
-use tensorizer_core::{Dtype, KdfParams, PathComponent, TensorPath, TensorSpec, TensorType, WriterOptions};
+use tensorizer_core::{Dtype, KdfParams, PathComponent, TensorPath, TensorSpec, TensorType, Writer, WriterOptions};
 use tensorizer_native::writer::FileWriter;
 use tensorizer_native::{WriteOptions, default_readers};
 
@@ -20,37 +20,62 @@ enum Component {
     Index(u64),
 }
 
-/// (path components, tensor type, module index, dtype string, shape, is meta)
-type SpecTuple = (Vec<Component>, u8, u16, String, Vec<u64>, bool);
+/// One tensor to write, checked when made: its path, type, module index,
+/// stored dtype string, shape, and whether it is a meta tensor (no data).
+#[pyclass(module = "tensorizer_rs._native", frozen)]
+pub(crate) struct WriteSpec {
+    spec: TensorSpec,
+}
+
+#[pymethods]
+impl WriteSpec {
+    #[new]
+    #[pyo3(signature = (path, tensor_type, module_index, dtype, shape, meta=false))]
+    fn new(
+        path: Vec<Component>,
+        tensor_type: u8,
+        module_index: u16,
+        dtype: &str,
+        shape: Vec<u64>,
+        meta: bool,
+    ) -> PyResult<Self> {
+        let components = path
+            .into_iter()
+            .map(|c| match c {
+                Component::Key(k) => PathComponent::Key(k),
+                Component::Index(i) => PathComponent::Index(i),
+            })
+            .collect();
+        let path = TensorPath::from_components(components).map_err(|e| core_to_py(&e, None))?;
+        let tensor_type =
+            TensorType::from_u8(tensor_type).ok_or_else(|| PyValueError::new_err("tensor type must be 0, 1 or 2"))?;
+        let dtype = Dtype::parse(dtype.as_bytes(), 0).map_err(|e| core_to_py(&e, None))?;
+        Ok(Self { spec: TensorSpec { path, tensor_type, module_index, dtype, shape, meta } })
+    }
+}
+
+/// Where a writer is: waiting for its first tensors (when the index is
+/// sized from them), writing, or done.
+enum State {
+    Pending(PathBuf, WriteOptions),
+    Open(Box<FileWriter>),
+    Closed,
+}
 
 /// A file being written; nothing appears at the target until `commit`.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeWriter {
-    inner: Mutex<Option<FileWriter>>,
+    state: Mutex<State>,
     num_writers: usize,
-}
-
-fn spec_from(t: SpecTuple) -> PyResult<TensorSpec> {
-    let (components, tensor_type, module_index, dtype, shape, meta) = t;
-    let components = components
-        .into_iter()
-        .map(|c| match c {
-            Component::Key(k) => PathComponent::Key(k),
-            Component::Index(i) => PathComponent::Index(i),
-        })
-        .collect();
-    let path = TensorPath::from_components(components).map_err(|e| core_to_py(&e, None))?;
-    let tensor_type =
-        TensorType::from_u8(tensor_type).ok_or_else(|| PyValueError::new_err("tensor type must be 0, 1 or 2"))?;
-    let dtype = Dtype::parse(dtype.as_bytes(), 0).map_err(|e| core_to_py(&e, None))?;
-    Ok(TensorSpec { path, tensor_type, module_index, dtype, shape, meta })
 }
 
 #[pymethods]
 impl NativeWriter {
     /// Starts a file at `path`. `alignment` 1 with `metadata_len` 262144 is
-    /// tensorizer's exact layout. `kdf` = (opslimit, memlimit, salt) records
-    /// how `key` was derived from a passphrase.
+    /// tensorizer's exact layout; without `metadata_len` the index is sized
+    /// from the first `append` (`Writer::metadata_len_with_room`). `kdf` =
+    /// (opslimit, memlimit, salt) records how `key` was derived from a
+    /// passphrase.
     #[new]
     #[pyo3(signature = (path, *, alignment=64, metadata_len=None, key=None, kdf=None, num_writers=None))]
     fn new(
@@ -68,56 +93,78 @@ impl NativeWriter {
             key.as_ref().map(|_| kdf.map(|(opslimit, memlimit, salt)| KdfParams { opslimit, memlimit, alg: 2, salt }));
         let layout = WriterOptions { alignment, metadata_len, encryption };
         let options = WriteOptions { layout, key, num_writers: 0 };
-        let writer = FileWriter::open(&path, &options).map_err(to_py)?;
-        Ok(Self { inner: Mutex::new(Some(writer)), num_writers: num_writers.unwrap_or_else(default_readers).max(1) })
+        let state = match metadata_len {
+            Some(_) => State::Open(Box::new(FileWriter::open(&path, &options).map_err(to_py)?)),
+            None => State::Pending(path, options),
+        };
+        Ok(Self { state: Mutex::new(state), num_writers: num_writers.unwrap_or_else(default_readers).max(1) })
     }
 
     /// Appends tensors: `specs[k]` describes `buffers[k]` (C-contiguous
     /// bytes; empty for meta tensors). Hashing, encryption and writing run
     /// with the GIL released.
-    fn append(&self, py: Python<'_>, specs: Vec<SpecTuple>, buffers: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
+    fn append(&self, py: Python<'_>, specs: Vec<PyRef<'_, WriteSpec>>, buffers: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
         if specs.len() != buffers.len() {
             return Err(PyValueError::new_err("one buffer per tensor is required"));
         }
-        let specs: Vec<TensorSpec> = specs.into_iter().map(spec_from).collect::<PyResult<_>>()?;
+        let specs: Vec<TensorSpec> = specs.iter().map(|s| s.spec.clone()).collect();
         let held = Held::acquire(&buffers, false)?;
         let slices = held.slices();
+        let mut guard = self.lock()?;
+        if let State::Pending(path, options) = &*guard {
+            let metadata_len = Writer::metadata_len_with_room(&specs).map_err(|e| core_to_py(&e, None))?;
+            let mut options = options.clone();
+            options.layout.metadata_len = Some(metadata_len);
+            *guard = State::Open(Box::new(FileWriter::open(path, &options).map_err(to_py)?));
+        }
+        let State::Open(writer) = &mut *guard else {
+            return Err(PyRuntimeError::new_err("the file is already closed"));
+        };
         let tensors: Vec<(TensorSpec, &[u8])> = specs.into_iter().zip(slices).collect();
-        let mut guard = self.inner.lock().map_err(|_| PyRuntimeError::new_err("writer lock poisoned"))?;
-        let writer = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("the file is already closed"))?;
         let threads = self.num_writers;
         py.detach(|| writer.append(&tensors, threads)).map_err(to_py)
     }
 
-    /// Data version chosen so far.
+    /// Data version chosen so far (1 before anything is written to an
+    /// unencrypted file, 3 to an encrypted one).
     fn version(&self) -> PyResult<u32> {
-        self.with(|w| w.version())
+        match &*self.lock()? {
+            State::Open(w) => Ok(w.version()),
+            State::Pending(_, options) => Ok(if options.layout.encryption.is_some() { 3 } else { 1 }),
+            State::Closed => Err(PyRuntimeError::new_err("the file is already closed")),
+        }
     }
 
     /// Bytes of tensor data written so far.
     fn tensor_size(&self) -> PyResult<u64> {
-        self.with(|w| w.tensor_size())
+        match &*self.lock()? {
+            State::Open(w) => Ok(w.tensor_size()),
+            State::Pending(..) => Ok(0),
+            State::Closed => Err(PyRuntimeError::new_err("the file is already closed")),
+        }
     }
 
-    /// Finishes the file: index, header, fsync, rename over the target.
+    /// Finishes the file: index, header, fsync, rename over the target (a
+    /// file that got no tensors gets tensorizer's 256 KiB index).
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
-        let writer = self.inner.lock().map_err(|_| PyRuntimeError::new_err("writer lock poisoned"))?.take();
-        match writer {
-            Some(w) => py.detach(|| w.commit()).map_err(to_py),
-            None => Ok(()),
-        }
+        let state = std::mem::replace(&mut *self.lock()?, State::Closed);
+        let writer = match state {
+            State::Open(w) => *w,
+            State::Pending(path, options) => FileWriter::open(&path, &options).map_err(to_py)?,
+            State::Closed => return Ok(()),
+        };
+        py.detach(|| writer.commit()).map_err(to_py)
     }
 
     /// Drops the temporary file; the target is left untouched.
     fn abort(&self) -> PyResult<()> {
-        self.inner.lock().map_err(|_| PyRuntimeError::new_err("writer lock poisoned"))?.take();
+        *self.lock()? = State::Closed;
         Ok(())
     }
 }
 
 impl NativeWriter {
-    fn with<T>(&self, f: impl FnOnce(&FileWriter) -> T) -> PyResult<T> {
-        let guard = self.inner.lock().map_err(|_| PyRuntimeError::new_err("writer lock poisoned"))?;
-        guard.as_ref().map(f).ok_or_else(|| PyRuntimeError::new_err("the file is already closed"))
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, State>> {
+        self.state.lock().map_err(|_| PyRuntimeError::new_err("writer lock poisoned"))
     }
 }

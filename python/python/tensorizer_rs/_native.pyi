@@ -23,6 +23,7 @@ __all__ = [
     "RangeNotSupportedError",
     "s3_presign",
     "NativeWriter",
+    "WriteSpec",
     "derive_key",
     "random_bytes",
     "__version__",
@@ -243,6 +244,19 @@ class NativeReader:
     ) -> None: ...
 
 @final
+class WriteSpec:
+    """One tensor to write, checked when made."""
+    def __new__(
+        cls,
+        path: Sequence[str | int],
+        tensor_type: int,
+        module_index: int,
+        dtype: str,
+        shape: Sequence[int],
+        meta: bool = False,
+    ) -> WriteSpec: ...
+
+@final
 class NativeWriter:
     def __new__(
         cls,
@@ -254,11 +268,7 @@ class NativeWriter:
         kdf: tuple[int, int, bytes] | None = None,
         num_writers: int | None = None,
     ) -> NativeWriter: ...
-    def append(
-        self,
-        specs: Sequence[tuple[Sequence[str | int], int, int, str, Sequence[int], bool]],
-        buffers: Sequence[Any],
-    ) -> None: ...
+    def append(self, specs: Sequence[WriteSpec], buffers: Sequence[Any]) -> None: ...
     def version(self) -> int: ...
     def tensor_size(self) -> int: ...
     def commit(self) -> None: ...

@@ -25,17 +25,6 @@ _UPLOADED = ("s3", "gs", "az")
 FileLike = Union[str, "os.PathLike[str]", io.BufferedIOBase, io.RawIOBase, Any]
 
 
-def _entry_len(path: _paths.Path, dtype: str, ndim: int) -> int:
-    """Bytes a metadata index entry takes (an upper bound: 8-byte dims, tag)."""
-    if len(path) == 1 and isinstance(path[0], str):
-        name = len(path[0].encode("utf-8"))
-    else:
-        import json
-
-        name = 1 + len(json.dumps(list(path), ensure_ascii=True, separators=(",", ":")))
-    return 4 + 2 + name + 1 + 1 + len(dtype.encode()) + 1 + 8 * ndim + 24
-
-
 class TensorSerializer:
     """Writes tensors, modules and state dicts to a ``.tensors`` file.
 
@@ -118,16 +107,17 @@ class TensorSerializer:
 
     # -- writing --------------------------------------------------------------
 
-    def _native_writer(self, specs: list[tuple[Any, ...]]) -> Any:
+    def _native_writer(self) -> Any:
         if self._closed:
             raise ValueError("the serializer is closed")
         if self._writer is None:
+            # Without metadata_capacity, the native writer sizes the index
+            # from the first tensors it gets, with room for more.
+            capacity: int | None
             if self._layout == "tensorizer":
                 alignment, capacity = 1, self._capacity or _TENSORIZER_INDEX
             else:
-                needed = sum(_entry_len(tuple(s[0]), s[3], len(s[4])) for s in specs)
-                alignment = _DEFAULT_ALIGNMENT
-                capacity = self._capacity or max(_TENSORIZER_INDEX, (needed * 3 // 2 + 4095) // 4096 * 4096)
+                alignment, capacity = _DEFAULT_ALIGNMENT, self._capacity
             enc = self._encryption
             self._writer = _native.NativeWriter(
                 self._path,
@@ -140,7 +130,7 @@ class TensorSerializer:
         return self._writer
 
     def _append(self, items: list[tuple[_paths.Path, TensorType, int, Any]]) -> None:
-        specs: list[tuple[Any, ...]] = []
+        specs: list[_native.WriteSpec] = []
         buffers: list[Any] = []
         for path, tensor_type, module_index, tensor in items:
             spec, buf = _describe(path, tensor_type, module_index, tensor)
@@ -148,7 +138,7 @@ class TensorSerializer:
             buffers.append(buf)
         if not specs:
             return
-        writer = self._native_writer(specs)
+        writer = self._native_writer()
         try:
             writer.append(specs, buffers)
         except ValueError as e:
@@ -305,14 +295,14 @@ class TensorSerializer:
             pass
 
 
-def _describe(path: _paths.Path, tensor_type: TensorType, module_index: int, tensor: Any) -> tuple[tuple[Any, ...], Any]:
+def _describe(path: _paths.Path, tensor_type: TensorType, module_index: int, tensor: Any) -> tuple[_native.WriteSpec, Any]:
     """(native spec, contiguous uint8 buffer) for a torch tensor or ndarray."""
     if isinstance(tensor, np.ndarray):
         arr = np.ascontiguousarray(tensor)
         dtype = _dtypes.numpy_dtype_string(arr.dtype)
         shape = list(arr.shape)
         buf = arr.reshape(-1).view(np.uint8)
-        return (list(path), int(tensor_type), module_index, dtype, shape, False), buf
+        return _native.WriteSpec(list(path), int(tensor_type), module_index, dtype, shape), buf
     import torch
 
     if not isinstance(tensor, torch.Tensor):
@@ -320,10 +310,10 @@ def _describe(path: _paths.Path, tensor_type: TensorType, module_index: int, ten
     dtype = _dtypes.dtype_string(tensor.dtype)
     shape = list(tensor.shape)
     if tensor.is_meta:
-        return (list(path), int(tensor_type), module_index, dtype, shape, True), b""
+        return _native.WriteSpec(list(path), int(tensor_type), module_index, dtype, shape, True), b""
     t = tensor.detach()
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.contiguous()
     buf = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.empty(0, np.uint8)
-    return (list(path), int(tensor_type), module_index, dtype, shape, False), buf
+    return _native.WriteSpec(list(path), int(tensor_type), module_index, dtype, shape), buf
