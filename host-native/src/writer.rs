@@ -18,6 +18,10 @@ use tensorizer_core::layout::{END_MARKER_LEN, NONCE_LEN};
 use tensorizer_core::write::{PlannedTensor, Writer, WriterOptions};
 use tensorizer_core::{FileHeader, TensorSpec};
 
+mod blocks;
+
+use std::sync::OnceLock;
+
 use crate::atomic::AtomicFile;
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each};
@@ -25,9 +29,6 @@ use crate::parallel::{default_readers, for_each};
 /// Tensors whose header and data together are at most this long are
 /// written in runs.
 const SMALL_TENSOR: u64 = 256 << 10;
-
-/// Bytes per write call when streaming large tensors.
-const PIECE: usize = 8 << 20;
 
 /// Longest run of small tensors written with one call.
 const RUN_LEN: u64 = 4 << 20;
@@ -256,43 +257,40 @@ impl FileWriter {
                 _ => self.write_run(planned, &run, data),
             });
         }
-        // Plain data does not depend on its hashes: one thread streams the
-        // large tensors' data to the file (starting writeback as it goes)
-        // while the others hash, so disk and CPU work overlap.
-        let large: Vec<usize> = (0..planned.len()).filter(|&i| !is_small(&planned[i])).collect();
-        let hashers = threads;
+        // Plain data does not depend on its hashes: one thread writes the
+        // blocks that hold no header (starting writeback as it goes) while
+        // the others hash, so disk and CPU work overlap; the blocks with
+        // headers follow (see `blocks`).
+        for (i, (p, bytes)) in planned.iter().zip(data).enumerate() {
+            if bytes.len() as u64 != p.data_length {
+                return Err(Error::Invalid(format!(
+                    "{}: tensor {i} has {} bytes of data, expected {}",
+                    self.name,
+                    bytes.len(),
+                    p.data_length
+                )));
+            }
+        }
+        let headers: Vec<OnceLock<Vec<u8>>> = planned.iter().map(|_| OnceLock::new()).collect();
+        let batch = blocks::Batch { planned, data, headers: &headers };
+        let (early, late): (Vec<_>, Vec<_>) = batch.blocks().into_iter().partition(|b| batch.data_only(b));
+        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
         std::thread::scope(|scope| {
-            let streamer = scope.spawn(|| -> Result<()> {
-                for &i in &large {
-                    let p = &planned[i];
-                    let bytes = data[i];
-                    if bytes.len() as u64 != p.data_length {
-                        return Err(Error::Invalid(format!(
-                            "{}: tensor {i} has {} bytes of data, expected {}",
-                            self.name,
-                            bytes.len(),
-                            p.data_length
-                        )));
-                    }
-                    for (n, piece) in bytes.chunks(PIECE).enumerate() {
-                        self.pwrite(p.data_offset + (n * PIECE) as u64, piece)?;
-                    }
+            let streamer = scope.spawn(|| early.into_iter().try_for_each(|range| batch.write(self, range)));
+            let hashed = for_each(threads, work, |run| {
+                for i in run {
+                    let mut one = planned[i].clone();
+                    let mut hasher = one.hasher_with(crate::reader::digest::kernel());
+                    hasher.update(data[i]);
+                    one.set_hashes(&hasher.finish()).map_err(invalid)?;
+                    let _ = headers[i].set(one.header);
                 }
                 Ok(())
             });
-            let hashed = for_each(hashers, work, |run| match run.as_slice() {
-                [i] if !is_small(&planned[*i]) => {
-                    let mut one = planned[*i].clone();
-                    let mut hasher = one.hasher_with(crate::reader::digest::kernel());
-                    hasher.update(data[*i]);
-                    one.set_hashes(&hasher.finish()).map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
-                    self.pwrite(one.header_offset, &one.header)
-                }
-                _ => self.write_run(planned, &run, data),
-            });
             let streamed = streamer.join().unwrap_or_else(|_| Err(Error::Invalid("writer thread panicked".into())));
             hashed.and(streamed)
-        })
+        })?;
+        batch.write_all(self, late, threads)
     }
 
     /// Writes consecutive small tensors with a single positioned write.
