@@ -21,10 +21,13 @@
 //!
 //! That `EXEC` also sets `{prefix}.tzr-generation` (outside the `{prefix}:`
 //! key space, so tensorizer never sees it) to a new random value. The
-//! source reads it when opened and again after every batch of `GETRANGE`
-//! commands, on the same connection: a file replaced after the source was
-//! opened is then an error ("changed during the read") instead of a mix of
-//! old and new tensors, as an ETag change is over HTTP.
+//! source reads it when opened and again after every MiB or so of
+//! `GETRANGE` replies, on the same connection: a file replaced after the
+//! source was opened is then an error ("changed during the read") instead
+//! of a mix of old and new tensors, as an ETag change is over HTTP. The
+//! bytes before each matching check are kept when a connection breaks, and
+//! an attempt that kept at least a MiB does not use up a retry, so a reset
+//! costs about the MiB in flight.
 //!
 //! The path of the URI is the key prefix, not a database number (database
 //! 0 is used, as tensorizer does). Credentials, TLS (`rediss://`) and Redis
@@ -76,8 +79,18 @@ const LIST_TRIES: usize = 3;
 /// Commands sent before their replies are read.
 const PIPELINE: usize = 512;
 
-/// Longest `GETRANGE` asked for at once (bounds the server's reply buffer).
-const MAX_GETRANGE: u64 = 16 << 20;
+/// Longest `GETRANGE` asked for at once (bounds the server's reply buffer,
+/// and what a broken connection can take with it).
+const MAX_GETRANGE: u64 = 1 << 20;
+
+/// A pipeline checks the generation marker after at least this many bytes
+/// of `GETRANGE` replies; the bytes before a matching marker are kept
+/// when the connection breaks later.
+const CHECK_EVERY: usize = 1 << 20;
+
+/// A failed attempt that kept at least this many new bytes is resumed at
+/// once, without using up an attempt (as HTTP's are).
+const RESUMABLE_PROGRESS: usize = 1 << 20;
 
 /// Idle connections a source keeps for later reads.
 const MAX_IDLE: usize = 32;
@@ -330,18 +343,26 @@ impl RedisSource {
     }
 
     /// One attempt at filling `buf[*done..]`, pipelining one `GETRANGE`
-    /// per key (or per [`MAX_GETRANGE`] bytes) it spans, then a `GET` of
-    /// the generation marker, which must not have changed since the source
-    /// was opened; progress survives failures.
+    /// per key (or per [`MAX_GETRANGE`] bytes) it spans, with a `GET` of
+    /// the generation marker after every [`CHECK_EVERY`] bytes and at the
+    /// end: the marker must not have changed since the source was opened,
+    /// and the bytes before each matching marker count as done, so
+    /// progress survives failures.
     fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize, until: Option<Instant>) -> Result<(), Fault> {
+        /// One pipelined command: a range of a key, or the marker check.
+        enum Step {
+            Range { key: usize, within: u64, n: usize },
+            Check,
+        }
         let mut conn = self.conn(until)?;
         let marker = self.addr.generation_key();
         while *done < buf.len() {
             // Plan up to PIPELINE pieces starting at the first missing byte.
-            let mut pieces: Vec<(usize, u64, usize)> = Vec::new();
+            let mut steps: Vec<Step> = Vec::new();
             let mut planned = *done;
+            let mut unchecked = 0usize;
             let mut k = self.keys.partition_point(|k| k.offset <= offset + planned as u64).saturating_sub(1);
-            while planned < buf.len() && pieces.len() < PIPELINE {
+            while planned < buf.len() && steps.len() < PIPELINE {
                 let Some(key) = self.keys.get(k) else {
                     return Err(Fault::Protocol(format!("no key holds byte {}", offset + planned as u64)));
                 };
@@ -354,41 +375,58 @@ impl RedisSource {
                     within.to_string().as_bytes(),
                     (within + n as u64 - 1).to_string().as_bytes(),
                 ]);
-                pieces.push((k, within, n));
+                steps.push(Step::Range { key: k, within, n });
                 planned += n;
+                unchecked += n;
                 if within + n as u64 == key.len {
                     k += 1;
                 }
-            }
-            conn.command(&[b"GET", &marker]);
-            conn.flush()?;
-            // Counted as done only once the marker says they are of this file.
-            let mut filled = *done;
-            for (k, within, n) in pieces {
-                let got = conn.bulk_into(&mut buf[filled..filled + n])?;
-                if got != n {
-                    let key = &self.keys[k];
-                    return Err(Fault::Protocol(format!(
-                        "key {} holds {} bytes from byte {within}, not {n}: it changed after the source was opened",
-                        key.display(),
-                        got
-                    )));
+                if unchecked >= CHECK_EVERY {
+                    conn.command(&[b"GET", &marker]);
+                    steps.push(Step::Check);
+                    unchecked = 0;
                 }
-                filled += n;
             }
-            let now = read_generation(&mut conn)?;
-            if now != self.generation {
-                let show =
-                    |g: &Option<Vec<u8>>| g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned());
-                return Err(Fault::Changed(format!(
-                    "the file changed during the read: it was replaced after the source was opened \
-                     (generation marker {:?} was {}, is {}); open it again",
-                    String::from_utf8_lossy(&marker),
-                    show(&self.generation),
-                    show(&now),
-                )));
+            if unchecked > 0 {
+                conn.command(&[b"GET", &marker]);
+                steps.push(Step::Check);
             }
-            *done = filled;
+            conn.flush()?;
+            // Counted as done only once a marker says they are of this file.
+            let mut filled = *done;
+            for step in steps {
+                match step {
+                    Step::Range { key, within, n } => {
+                        let got = conn.bulk_into(&mut buf[filled..filled + n])?;
+                        if got != n {
+                            let key = &self.keys[key];
+                            return Err(Fault::Protocol(format!(
+                                "key {} holds {} bytes from byte {within}, not {n}: it changed after the source \
+                                 was opened",
+                                key.display(),
+                                got
+                            )));
+                        }
+                        filled += n;
+                    }
+                    Step::Check => {
+                        let now = read_generation(&mut conn)?;
+                        if now != self.generation {
+                            let show = |g: &Option<Vec<u8>>| {
+                                g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned())
+                            };
+                            return Err(Fault::Changed(format!(
+                                "the file changed during the read: it was replaced after the source was opened \
+                                 (generation marker {:?} was {}, is {}); open it again",
+                                String::from_utf8_lossy(&marker),
+                                show(&self.generation),
+                                show(&now),
+                            )));
+                        }
+                        *done = filled;
+                    }
+                }
+            }
         }
         self.put(conn);
         Ok(())
@@ -409,9 +447,13 @@ impl RangeSource for RedisSource {
         let mut done = 0usize;
         let until = deadline(&self.options.limits);
         retry(&self.options.retry, Target { location: &self.uri, range: Some(offset..offset + len) }, || {
+            let began = done;
             let start = offset + done as u64;
             let result = self.fetch(offset, buf, &mut done, until);
-            self.attempt(start, offset + len - start, result)
+            match self.attempt(start, offset + len - start, result) {
+                Attempt::Retry(e) if done - began >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
+                other => other,
+            }
         })
     }
 

@@ -15,7 +15,7 @@ use tensorizer_native::source::TransferLimits;
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
-use crate::servers::{Drip, FakeRedis, RedisServer, within};
+use crate::servers::{Drip, FakeRedis, Fault, FaultProxy, RedisServer, within};
 
 /// Tensors larger than this are not loaded (the 4 GiB meta tensor of the
 /// v5 vectors).
@@ -341,6 +341,28 @@ fn overwrite_needs_force_and_replaces_all_or_nothing() {
     assert!(err.contains("injected"), "{err}");
     assert_eq!(keys(&server, "model:*").len(), 5);
     assert!(keys(&server, "model.tmp-*").is_empty(), "temporary keys left behind");
+}
+
+#[test]
+fn a_read_cut_again_and_again_resumes_where_it_was_cut() {
+    // Every connection is cut after 3 MiB of replies; a 24 MiB read with
+    // two attempts can only finish by keeping what each connection got.
+    let Some(server) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let expected = write_local(dir.path(), "cut.tensors", &[8 << 20; 3]);
+    let uri = server.uri("cut");
+    write_redis(&uri, &Reader::open(dir.path().join("cut.tensors"), ReadOptions::default()).unwrap(), false).unwrap();
+    let proxy = FaultProxy::start(server.port, Fault::ResetEachAfter(3 << 20));
+    let options = RedisOptions { retry: RetryPolicy::new(2, Duration::from_millis(10)), ..RedisOptions::default() };
+    let source = RedisSource::open(&format!("redis://127.0.0.1:{}/cut", proxy.port), options).unwrap();
+    let len = source.len() as usize;
+    let got = within(Duration::from_secs(60), move || {
+        let mut got = vec![0u8; len];
+        source.read_exact_at(0, &mut got).map(|()| got)
+    })
+    .unwrap();
+    assert!(got == expected[..len], "the bytes read through the cuts differ");
+    assert!(proxy.connections.load(std::sync::atomic::Ordering::Relaxed) >= 8, "the proxy cut too little");
 }
 
 #[test]

@@ -92,6 +92,8 @@ pub(crate) enum Fault {
     ResetFirstAfter(usize),
     /// Cut every third connection after this many response bytes.
     ResetAfter(usize),
+    /// Cut every connection after this many response bytes.
+    ResetEachAfter(usize),
     /// Hold every other connection silent after this many response bytes.
     StallAfter(usize),
     /// Lose the first `times` S3 `CompleteMultipartUpload` exchanges: pass
@@ -167,6 +169,7 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
     let limit = match fault {
         Fault::ResetAfter(bytes) if n % 3 == 1 => Some((bytes, false)),
         Fault::ResetFirstAfter(bytes) if n == 0 => Some((bytes, false)),
+        Fault::ResetEachAfter(bytes) => Some((bytes, false)),
         Fault::StallAfter(bytes) if n % 2 == 1 => Some((bytes, true)),
         _ => None,
     };
