@@ -55,6 +55,15 @@ const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UV
 /// Shortest first wait given to `object_store` (it cannot wait zero).
 const MIN_BACKOFF: Duration = Duration::from_millis(1);
 
+/// `object_store`'s first wait, standing for the policy's immediate first
+/// retry (a broken body or a lone reset is usually transient; waiting the
+/// policy's whole `backoff` before every first retry made each reset of an
+/// Azure read cost 100–200 ms).
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(10);
+
+/// Bounds of `object_store`'s growth factor between waits.
+const GROWTH: (f64, f64) = (2.0, 16.0);
+
 /// Worker threads of the process-wide runtime that drives every store.
 const RUNTIME_THREADS: usize = 2;
 
@@ -137,23 +146,27 @@ impl CloudOptions {
 
 /// `object_store`'s retry settings for `policy`, the retry policy every
 /// remote store shares: `attempts` failed attempts become `attempts - 1`
-/// retries, `backoff` and `max_backoff` the first and longest wait (the
-/// waits grow by doubling), and `give_up_after` the time after which a
-/// failing request is not retried again (none: only attempts bound it).
+/// retries, the first wait [`FIRST_RETRY_WAIT`] (the policy's immediate
+/// first retry; `object_store` cannot wait zero), the second up to
+/// `backoff`, the longest `max_backoff`, and `give_up_after` the time
+/// after which a failing request is not retried again (none: only attempts
+/// bound it).
 ///
-/// `object_store` still picks the jitter (each wait drawn between
-/// `backoff` and twice the previous one, not from the upper half of a
-/// doubling step), waits before the first retry too, and decides which
+/// `object_store` still picks the jitter (each wait drawn between the
+/// first wait and `base` times the previous one, not from the upper half
+/// of a doubling step), and decides which
 /// failures are transient (connection errors, timeouts, 5xx, 429; never
 /// 4xx). Its time limit counts from the first request of a transfer, not
 /// from the last progress: [`CloudSource`] resumes a read that broke after
 /// progress with a fresh request, which makes reads progress-aware.
 pub fn retry_config(policy: &RetryPolicy) -> RetryConfig {
-    // object_store draws each wait from `init..2 * previous`, which must
-    // not be empty.
-    let init_backoff = policy.backoff.max(MIN_BACKOFF);
+    // object_store waits `init` first, then draws each wait from
+    // `init..previous * base`: a short first wait, and a factor that
+    // brings the second wait up to the policy's `backoff`.
+    let init_backoff = policy.backoff.min(FIRST_RETRY_WAIT).max(MIN_BACKOFF);
+    let base = (policy.backoff.as_secs_f64() / init_backoff.as_secs_f64()).clamp(GROWTH.0, GROWTH.1);
     RetryConfig {
-        backoff: BackoffConfig { init_backoff, max_backoff: policy.max_backoff.max(init_backoff), base: 2.0 },
+        backoff: BackoffConfig { init_backoff, max_backoff: policy.max_backoff.max(init_backoff), base },
         max_retries: policy.attempts.max(1).saturating_sub(1) as usize,
         retry_timeout: policy.give_up_after.unwrap_or(Duration::MAX),
     }
@@ -363,15 +376,17 @@ mod tests {
         };
         let config = retry_config(&policy);
         assert_eq!(config.max_retries, 3, "4 attempts are the first request and 3 retries");
-        assert_eq!(config.backoff.init_backoff, Duration::from_millis(250));
+        assert_eq!(config.backoff.init_backoff, FIRST_RETRY_WAIT);
         assert_eq!(config.backoff.max_backoff, Duration::from_secs(8));
-        assert_eq!(config.backoff.base, 2.0);
+        assert_eq!(config.backoff.base, GROWTH.1, "250 ms over a first wait of 10 ms, capped");
+        let default = retry_config(&RetryPolicy::default()).backoff;
+        assert_eq!((default.init_backoff, default.base), (FIRST_RETRY_WAIT, 10.0), "10 ms, then up to 100 ms");
         assert_eq!(config.retry_timeout, Duration::from_secs(60));
         let unbounded = RetryPolicy { attempts: 0, give_up_after: None, ..policy };
         let config = retry_config(&unbounded);
         assert_eq!((config.max_retries, config.retry_timeout), (0, Duration::MAX));
         let capped_low = RetryPolicy { max_backoff: Duration::from_millis(1), ..policy };
-        assert_eq!(retry_config(&capped_low).backoff.max_backoff, Duration::from_millis(250));
+        assert_eq!(retry_config(&capped_low).backoff.max_backoff, FIRST_RETRY_WAIT);
         let no_wait = RetryPolicy { backoff: Duration::ZERO, max_backoff: Duration::ZERO, ..policy };
         assert_eq!(retry_config(&no_wait).backoff.init_backoff, MIN_BACKOFF);
         assert_eq!(CloudOptions::default().retry().max_retries, RetryPolicy::default().attempts as usize - 1);
