@@ -136,27 +136,21 @@ def start(name: str, path: str, streams: int) -> Iterator[Store]:
                         raise RuntimeError("redis-cli failed")
 
             yield Store(name, uri, port, limit)
-    elif name == "gs":
-        with remote_servers.gcs() as env, environment(env):
-            uri = f"gs://tzr/{key}"
+    elif name in ("gs", "az"):
+        # The emulator, the variable that points the scheme at it, and the
+        # object's plain URL path (readable without credentials).
+        starter, base_var, url_path = {
+            "gs": (remote_servers.gcs, "GOOGLE_BASE_URL", f"/tzr/{key}"),
+            "az": (remote_servers.azurite, "AZURITE_BLOB_STORAGE_URL", f"/devstoreaccount1/tzr/{key}"),
+        }[name]
+        with starter() as env, environment(env):
+            uri = f"{name}://tzr/{key}"
             _native.upload(path, uri)
-            port = int(env["GOOGLE_BASE_URL"].rsplit(":", 1)[1])
-            url = f"http://127.0.0.1:{port}/tzr/{key}"
+            port = int(env[base_var].rsplit(":", 1)[1])
+            url = f"http://127.0.0.1:{port}{url_path}"
 
             def via(p: int) -> tuple[str, dict[str, str], dict[str, object]]:
-                return uri, {**env, "GOOGLE_BASE_URL": f"http://127.0.0.1:{p}"}, {}
-
-            yield Store(name, uri, port, lambda: curl_ranges(url, size, streams), env=env, relayed=via,
-                        tensorizer=False)
-    elif name == "az":
-        with remote_servers.azurite() as env, environment(env):
-            uri = f"az://tzr/{key}"
-            _native.upload(path, uri)
-            port = int(env["AZURITE_BLOB_STORAGE_URL"].rsplit(":", 1)[1])
-            url = f"http://127.0.0.1:{port}/devstoreaccount1/tzr/{key}"
-
-            def via(p: int) -> tuple[str, dict[str, str], dict[str, object]]:
-                return uri, {**env, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{p}"}, {}
+                return uri, {**env, base_var: f"http://127.0.0.1:{p}"}, {}
 
             yield Store(name, uri, port, lambda: curl_ranges(url, size, streams), env=env, relayed=via,
                         tensorizer=False)

@@ -162,37 +162,47 @@ mod x86 {
 
     /// Eight blocks per step in AVX2 registers; only handed out after the
     /// CPU reported AVX2.
-    pub(super) fn avx2(state: &StreamState, mut block: u64, data: &mut [u8]) {
-        const STEP: usize = 8 * SALSA_BLOCK_LEN;
-        let mut steps = data.chunks_exact_mut(STEP);
-        for step in &mut steps {
-            // SAFETY: `detect` hands out `avx2` only when the CPU reports
-            // AVX2, the one thing `avx2_step` assumes beyond its own checks.
-            #[allow(unsafe_code)]
-            unsafe {
-                let mut x = avx2_input(state.words(), block);
-                avx2_rounds(&mut x);
-                avx2_finish(x, state.words(), block, step);
-            }
-            block = block.wrapping_add(8);
+    pub(super) fn avx2(state: &StreamState, block: u64, data: &mut [u8]) {
+        // SAFETY: `detect` hands out `avx2` only when the CPU reports AVX2,
+        // the feature `avx2_rounds` is compiled for.
+        #[allow(unsafe_code)]
+        unsafe {
+            eight_per_step(state, block, data, avx2_rounds);
         }
-        sse2(state, block, steps.into_remainder());
     }
 
     /// [`avx2`] with AVX-512's one-instruction rotates on the same 256-bit
     /// registers (a third of the rounds' instructions were shifts and ORs);
     /// only handed out after the CPU reported AVX2, AVX-512F and AVX-512VL.
-    pub(super) fn avx512vl(state: &StreamState, mut block: u64, data: &mut [u8]) {
+    pub(super) fn avx512vl(state: &StreamState, block: u64, data: &mut [u8]) {
+        // SAFETY: `detect` hands out `avx512vl` (and `avx512`, which calls
+        // it) only when the CPU reports AVX2, AVX-512F and AVX-512VL, the
+        // features `avx512vl_rounds` is compiled for.
+        #[allow(unsafe_code)]
+        unsafe {
+            eight_per_step(state, block, data, avx512vl_rounds);
+        }
+    }
+
+    /// Eight blocks per step through `rounds`, the rest by [`sse2`].
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX2 and every feature `rounds` is compiled for.
+    #[allow(unsafe_code)]
+    unsafe fn eight_per_step(
+        state: &StreamState,
+        mut block: u64,
+        data: &mut [u8],
+        rounds: unsafe fn(&mut [__m256i; 16]),
+    ) {
         const STEP: usize = 8 * SALSA_BLOCK_LEN;
         let mut steps = data.chunks_exact_mut(STEP);
         for step in &mut steps {
-            // SAFETY: `detect` hands out `avx512vl` only when the CPU
-            // reports AVX2, AVX-512F and AVX-512VL, the features these
-            // functions are compiled for.
-            #[allow(unsafe_code)]
+            // SAFETY: the caller vouches for AVX2 and for `rounds`' features.
             unsafe {
                 let mut x = avx2_input(state.words(), block);
-                avx512vl_rounds(&mut x);
+                rounds(&mut x);
                 avx2_finish(x, state.words(), block, step);
             }
             block = block.wrapping_add(8);

@@ -178,14 +178,9 @@ mod x86 {
         let dchg = _mm_shuffle_epi32::<0xb1>(cdgh);
         let dcba = _mm_blend_epi16::<0xf0>(feba, dchg);
         let hgef = _mm_alignr_epi8::<8>(dchg, feba);
-        let mut words = [0u32; 8];
-        for (i, w) in words.iter_mut().take(4).enumerate() {
-            *w = lane32(dcba, i);
+        for (i, w) in sha.iter_mut().enumerate() {
+            *w = lane32(if i < 4 { dcba } else { hgef }, i % 4);
         }
-        for (i, w) in words.iter_mut().skip(4).enumerate() {
-            *w = lane32(hgef, i);
-        }
-        *sha = words;
 
         // Four lanes folded into one; its 16 bytes have the CRC register
         // of everything folded, so CRC-32 from a zero register over them
