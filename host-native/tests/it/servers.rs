@@ -88,6 +88,8 @@ pub(crate) enum Fault {
     Status503,
     /// Answer every connection but the first with `503`.
     Status503AfterFirst,
+    /// Answer every connection with `503`.
+    Status503Always,
     /// Cut the first connection after this many response bytes.
     ResetFirstAfter(usize),
     /// Cut every third connection after this many response bytes.
@@ -154,7 +156,10 @@ impl Drop for FaultProxy {
 }
 
 fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Arc<AtomicBool>) {
-    if matches!((fault, n % 2), (Fault::Status503, 1)) || matches!((fault, n), (Fault::Status503AfterFirst, 1..)) {
+    if matches!((fault, n % 2), (Fault::Status503, 1))
+        || matches!((fault, n), (Fault::Status503AfterFirst, 1..))
+        || matches!(fault, Fault::Status503Always)
+    {
         let mut buf = [0u8; 4096];
         let _ = client.read(&mut buf);
         let _ = client.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
