@@ -172,6 +172,11 @@ fn reads_survive_resets_503s_and_stalls() {
         assert!(back == data, "the bytes read through the faults differ");
         assert!(proxy.connections.load(std::sync::atomic::Ordering::Relaxed) > 1);
     }
+    // 503 on every connection: retries run out, and the error says where.
+    let proxy = FaultProxy::start(moto.port, Fault::Status503Always);
+    let err = s3::open("s3://faults/blob", &moto.options(proxy.port)).expect_err("503 everywhere cannot open");
+    assert_eq!(err.store_kind(), Some(tensorizer_native::error::StoreErrorKind::RetriesExhausted), "{err}");
+    assert!(err.to_string().contains("s3://faults/blob"), "{err}");
 }
 
 #[test]
