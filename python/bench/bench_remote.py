@@ -1,33 +1,48 @@
 #!/usr/bin/env python3
-"""Remote-load benchmark: HTTP (nginx) and S3 (moto_server) on 127.0.0.1.
+"""Remote-load benchmark of every store, in one run, on 127.0.0.1: HTTP
+(nginx), S3 (moto_server), Redis (redis-server), GCS (gcp-storage-emulator)
+and Azure Blob (Azurite). Per store, on the same object and server:
 
-One run compares, on the same file and server:
-
-* ``curl``: N concurrent ``curl -r`` processes, each fetching one contiguous
-  Nth of the object to ``/dev/null`` -- the raw limit for N ranged streams;
-* ``rs native``: ``tensorizer_rs``'s reader with N readers (8 MiB range
+* the limit: N concurrent ``curl -r`` ranged GETs, each fetching one
+  contiguous Nth of the object to ``/dev/null`` (HTTP; S3 through a
+  presigned URL; GCS and Azure through the emulator's plain object URL, the
+  bucket / container being anonymously readable). Redis has no curl: N
+  concurrent ``redis-cli --raw`` clients, each GETting its share of the keys
+  the file is stored under (whole values, one round trip per key);
+* ``rs native``: tensorizer_rs's reader with N readers (8 MiB range
   requests, hashes verified off) filling preallocated, already-touched
-  buffers -- the transfer pipeline itself;
+  buffers -- the transfer pipeline itself (S3 and GCS: also 1 reader, since
+  moto and gcp-storage-emulator copy the whole object per range request);
 * ``rs deserializer``: ``tensorizer_rs.TensorDeserializer(uri,
   num_readers=N)`` into fresh CPU tensors, as a user calls it;
-* ``tensorizer``: ``TensorDeserializer(open_stream(uri), num_readers=k)`` for
-  k in 1, 2, 4, 8; the best is reported;
-* HTTP only: ``rs native`` through a loopback TCP proxy (splice relay), once
-  clean and once resetting a connection after every 256 MiB relayed, to show
-  what a reset costs (at least 7 interleaved pairs; best and median).
+* ``tensorizer`` 2.12.1: ``TensorDeserializer(open_stream(uri),
+  num_readers=k)`` for each k of ``--tensorizer-readers``, the best reported
+  (Redis: k=1 only, tensorizer cannot reopen a Redis stream). tensorizer has
+  no gs:// or az://: there it reads the emulator's plain ``http://`` object
+  URL, labelled "(plain http URL)";
+* resets: ``rs native`` through a loopback splice relay that resets a
+  connection each time another ``--reset-every-mib`` MiB has been relayed,
+  interleaved with the same relay not resetting (``--pairs`` pairs, at
+  least 5; best and median of each). Redis goes through the relay too.
 
-Each contender runs once untimed, then ``--reps`` times interleaved; the
-best time is reported. Nothing is downloaded from outside this machine.
+Every contender runs once untimed, then ``--reps`` times interleaved with
+the others; best and median are reported (the VM is shared). Nothing is
+downloaded from outside this machine. moto and gcp-storage-emulator are
+single-process Python servers and Azurite is Node: their own CPU is the
+limit there, and what the rows compare is ours against curl on the same
+server.
 
 Usage::
 
-    python python/bench/bench_remote.py                         # 1 GiB HTTP, 256 MiB S3, 3 reps
-    python python/bench/bench_remote.py --http-mib 256 --reps 2 # quick
+    python python/bench/bench_remote.py                               # every store, modest sizes
+    python python/bench/bench_remote.py --stores http s3 --http-mib 1024
+    python python/bench/bench_remote.py --reps 2 --pairs 5 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -40,7 +55,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
@@ -52,6 +68,8 @@ import tensorizer_rs  # noqa: E402
 from tensorizer_rs import _native  # noqa: E402
 
 MIB = 1 << 20
+STORES = ("http", "s3", "redis", "gs", "az")
+MIN_PAIRS = 5
 
 
 def log(*a: object) -> None:
@@ -87,20 +105,55 @@ def curl_ranges(url: str, size: int, streams: int) -> None:
             raise RuntimeError(f"curl failed with {p.returncode}")
 
 
-class NativeLoad:
-    """The native reader into buffers allocated and touched once."""
+def redis_gets(port: int, keys: list[str], streams: int) -> None:
+    """N concurrent redis-cli clients, each GETting its share of ``keys``."""
+    procs = []
+    for share in (keys[i::streams] for i in range(streams)):
+        if not share:
+            continue
+        p = subprocess.Popen(["redis-cli", "-p", str(port), "--raw"], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL)
+        assert p.stdin is not None
+        p.stdin.write("".join(f"GET {k}\n" for k in share).encode())
+        p.stdin.close()
+        procs.append(p)
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError(f"redis-cli failed with {p.returncode}")
 
-    def __init__(self, uri: str, readers: int, **s3: object) -> None:
-        self.uri, self.readers, self.s3 = uri, readers, s3
-        source = _native.NativeSource(uri, **s3)  # type: ignore[arg-type]
-        reader = _native.NativeReader(source, num_readers=readers)
-        self.sizes = [e.data_length for e in reader.entries((0, 1, 2))]
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in os.environ (how gs:// and az:// find the emulators)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class NativeLoad:
+    """The native reader into buffers allocated and touched once; ``env``
+    is set around every call."""
+
+    def __init__(self, uri: str, readers: int, env: dict[str, str] | None = None, **s3: object) -> None:
+        self.uri, self.readers, self.env, self.s3 = uri, readers, env or {}, s3
+        with environment(self.env):
+            source = _native.NativeSource(uri, **s3)  # type: ignore[arg-type]
+            reader = _native.NativeReader(source, num_readers=readers)
+            self.sizes = [e.data_length for e in reader.entries((0, 1, 2))]
         self.buffers = [np.ones(n, np.uint8) for n in self.sizes]
 
     def __call__(self) -> None:
-        source = _native.NativeSource(self.uri, **self.s3)  # type: ignore[arg-type]
-        reader = _native.NativeReader(source, num_readers=self.readers)
-        reader.load_into(list(range(len(self.sizes))), self.buffers)
+        with environment(self.env):
+            source = _native.NativeSource(self.uri, **self.s3)  # type: ignore[arg-type]
+            reader = _native.NativeReader(source, num_readers=self.readers)
+            reader.load_into(list(range(len(self.sizes))), self.buffers)
 
 
 class ResetProxy:
@@ -182,144 +235,261 @@ class ResetProxy:
         self.listener.close()
 
 
-def best(fn: Callable[[], None], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+class Store:
+    """One running server with the file uploaded: the URI and keyword
+    arguments ours and tensorizer use, the limit, and the same through a
+    relay listening on another port."""
+
+    def __init__(self, name: str, uri: str, port: int, limit: Callable[[], None], *,
+                 env: dict[str, str] | None = None, s3: dict[str, object] | None = None,
+                 relayed: Callable[[int], tuple[str, dict[str, str], dict[str, object]]] | None = None,
+                 tensorizer_uri: str | None = None) -> None:
+        self.name, self.uri, self.port, self.limit = name, uri, port, limit
+        self.env, self.s3 = env or {}, s3 or {}
+        self.relayed = relayed or (lambda p: (uri.replace(f":{port}", f":{p}"), self.env, self.s3))
+        self.tensorizer_uri = tensorizer_uri
+        self.upload_s: float | None = None
 
 
-def run_case(label: str, uri: str, curl_url: str, size: int, args: argparse.Namespace, s3: dict[str, object]):
-    import tensorizer
+def _upload(path: str, uri: str, **kw: object) -> float:
+    t = time.perf_counter()
+    _native.upload(path, uri, **kw)  # type: ignore[arg-type]
+    return time.perf_counter() - t
 
+
+@contextlib.contextmanager
+def start(name: str, path: str, streams: int) -> Iterator[Store]:
+    """Starts the server for ``name``, uploads ``path`` with ours and yields
+    the Store."""
+    size = os.path.getsize(path)
+    key = "model.tensors"
+    if name == "http":
+        with remote_servers.nginx(os.path.dirname(path)) as base:
+            url = f"{base}/{os.path.basename(path)}"
+            yield Store(name, url, int(base.rsplit(":", 1)[1]), lambda: curl_ranges(url, size, streams),
+                        tensorizer_uri=url)
+    elif name == "s3":
+        with remote_servers.s3_bucket("bench") as (endpoint, client):
+            s3 = remote_servers.s3_credentials(endpoint)
+            uri = f"s3://bench/{key}"
+            upload_s = _upload(path, uri, **s3)
+            url = client.generate_presigned_url(  # type: ignore[attr-defined]
+                "get_object", Params={"Bucket": "bench", "Key": key}, ExpiresIn=3600)
+
+            def via(p: int) -> tuple[str, dict[str, str], dict[str, object]]:
+                return uri, {}, {**s3, "s3_endpoint": f"http://127.0.0.1:{p}"}
+
+            store = Store(name, uri, int(endpoint.rsplit(":", 1)[1]), lambda: curl_ranges(url, size, streams),
+                          s3=s3, relayed=via, tensorizer_uri=uri)
+            store.upload_s = upload_s
+            yield store
+    elif name == "redis":
+        with remote_servers.redis() as port:
+            uri = f"redis://127.0.0.1:{port}/bench"
+            upload_s = _upload(path, uri)
+            keys = subprocess.run(["redis-cli", "-p", str(port), "--raw", "KEYS", "bench*"], check=True,
+                                  capture_output=True, text=True).stdout.split()
+            store = Store(name, uri, port, lambda: redis_gets(port, keys, streams), tensorizer_uri=uri)
+            store.upload_s = upload_s
+            yield store
+    elif name in ("gs", "az"):
+        # The emulator, the variable that points the scheme at it, and the
+        # object's plain URL path (readable without credentials).
+        starter, base_var, url_path = {
+            "gs": (remote_servers.gcs, "GOOGLE_BASE_URL", f"/tzr/{key}"),
+            "az": (remote_servers.azurite, "AZURITE_BLOB_STORAGE_URL", f"/devstoreaccount1/tzr/{key}"),
+        }[name]
+        with starter() as env:
+            uri = f"{name}://tzr/{key}"
+            with environment(env):
+                upload_s = _upload(path, uri)
+            port = int(env[base_var].rsplit(":", 1)[1])
+            url = f"http://127.0.0.1:{port}{url_path}"
+
+            def via_emulator(p: int) -> tuple[str, dict[str, str], dict[str, object]]:
+                return uri, {**env, base_var: f"http://127.0.0.1:{p}"}, {}
+
+            store = Store(name, uri, port, lambda: curl_ranges(url, size, streams), env=env,
+                          relayed=via_emulator, tensorizer_uri=url)
+            store.upload_s = upload_s
+            yield store
+    else:
+        raise ValueError(f"unknown store {name!r}")
+
+
+def contenders(store: Store, args: argparse.Namespace) -> dict[str, Callable[[], None]]:
     n = args.streams
-    stream_kw = {k: v for k, v in s3.items()}
-    contenders: dict[str, Callable[[], None]] = {
-        f"curl, {n} ranged streams": lambda: curl_ranges(curl_url, size, n),
-        f"rs native, {n} readers": NativeLoad(uri, n, **s3),
+    out: dict[str, Callable[[], None]] = {
+        f"limit: {'redis-cli GET' if store.name == 'redis' else 'curl -r'}, {n} streams": store.limit,
+        f"rs native, {n} readers": NativeLoad(store.uri, n, store.env, **store.s3),
     }
-    if s3:
-        # moto copies the whole object on every range request, so fewer
-        # requests win there; show ours with one reader too.
-        contenders["rs native, 1 reader"] = NativeLoad(uri, 1, **s3)
+    if store.name in ("s3", "gs"):
+        out["rs native, 1 reader"] = NativeLoad(store.uri, 1, store.env, **store.s3)
 
     def rs_deser() -> None:
-        src = tensorizer_rs.stream_io.open_stream(uri, **stream_kw) if s3 else uri
-        with tensorizer_rs.TensorDeserializer(src, device="cpu", num_readers=n) as d:
-            assert len(d) > 0
+        with environment(store.env):
+            src: Any = tensorizer_rs.stream_io.open_stream(store.uri, **store.s3) if store.s3 else store.uri
+            with tensorizer_rs.TensorDeserializer(src, device="cpu", num_readers=n) as d:
+                assert len(d) > 0
 
-    contenders[f"rs deserializer, {n} readers"] = rs_deser
-    for k in args.tensorizer_readers:
+    out[f"rs deserializer, {n} readers"] = rs_deser
+    if store.tensorizer_uri is not None:
+        import tensorizer
 
-        def tz(k: int = k) -> None:
-            stream = tensorizer.stream_io.open_stream(uri, **stream_kw)
-            d = tensorizer.TensorDeserializer(stream, device="cpu", num_readers=k)
-            assert len(d) > 0
-            d.close()
+        label = " (plain http URL)" if store.name in ("gs", "az") else ""
+        for k in args.tensorizer_readers if store.name != "redis" else [1]:
 
-        contenders[f"tensorizer, num_readers={k}"] = tz
-    results: dict[str, float] = {}
-    for name, fn in contenders.items():
-        log(f"{label}: warming {name}")
-        fn()
+            def tz(k: int = k) -> None:
+                stream = tensorizer.stream_io.open_stream(store.tensorizer_uri, **store.s3)
+                d = tensorizer.TensorDeserializer(stream, device="cpu", num_readers=k)
+                assert len(d) > 0
+                d.close()
+
+            out[f"tensorizer{label}, num_readers={k}"] = tz
+    return out
+
+
+def measure(store: Store, args: argparse.Namespace) -> dict[str, Any]:
+    fns = contenders(store, args)
+    errors: dict[str, str] = {}
+    for name, fn in list(fns.items()):
+        log(f"{store.name}: warming {name}")
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - a contender that fails is reported, not fatal
+            log(f"{store.name}: {name} failed: {e!r}")
+            errors[name] = repr(e)
+            del fns[name]
+    times: dict[str, list[float]] = {k: [] for k in fns}
     for rep in range(args.reps):
-        for name, fn in contenders.items():
+        for name, fn in fns.items():
             t = time.perf_counter()
             fn()
-            dt = time.perf_counter() - t
-            results[name] = min(results.get(name, dt), dt)
-            log(f"{label} rep {rep}: {name}: {dt * 1e3:.0f} ms")
-    return results
+            times[name].append(time.perf_counter() - t)
+            log(f"{store.name} rep {rep}: {name}: {times[name][-1] * 1e3:.0f} ms")
+    # Resets: the same relay, resetting or not, interleaved.
+    every = args.reset_every_mib * MIB
+    relays = {e: ResetProxy(store.port, e) for e in (None, every)}
+    loads = {}
+    for e, relay in relays.items():
+        uri, env, s3 = store.relayed(relay.port)
+        loads[e] = NativeLoad(uri, args.streams, env, **s3)
+    for load in loads.values():
+        load()
+    relays[every].resets = 0
+    pair_times: dict[int | None, list[float]] = {e: [] for e in loads}
+    for i in range(max(args.pairs, MIN_PAIRS)):
+        for e, load in loads.items():
+            t = time.perf_counter()
+            load()
+            pair_times[e].append(time.perf_counter() - t)
+        log(f"{store.name} pair {i}: clean {pair_times[None][-1] * 1e3:.0f} ms, "
+            f"resets {pair_times[every][-1] * 1e3:.0f} ms")
+    for relay in relays.values():
+        relay.close()
+    return {"times": times, "errors": errors, "relay_clean": pair_times[None], "relay_reset": pair_times[every],
+            "resets": relays[every].resets, "upload_s": store.upload_s}
 
 
-def report(out: dict[str, object]) -> str:
-    lines = [f"streams/readers: {out['args']['streams']}, reps: {out['args']['reps']} (best), cpus: {out['cpus']}", ""]
-    for case, mib in (("http", out["args"]["http_mib"]), ("s3", out["args"]["s3_mib"])):
-        res: dict[str, float] = out[case]  # type: ignore[assignment]
-        curl = next(v for k, v in res.items() if k.startswith("curl"))
-        tz_best = min(v for k, v in res.items() if k.startswith("tensorizer"))
-        lines += [f"### {case}: {mib} MiB", "", "| contender | time | MB/s | speed vs curl | speed vs best tensorizer |",
-                  "|---|---:|---:|---:|---:|"]
-        for k, v in res.items():
-            mbps = mib * MIB / v / 1e6
-            lines.append(f"| {k} | {v * 1e3:.0f} ms | {mbps:.0f} | {curl / v:.2f}x | {tz_best / v:.2f}x |")
-        lines.append("")
-    proxy: dict[str, float] = out["http_proxy"]  # type: ignore[assignment]
-    lines.append(
-        f"rs native through the proxy (best / median of interleaved runs): clean {proxy['clean'] * 1e3:.0f} / "
-        f"{proxy['clean_median'] * 1e3:.0f} ms; with a reset every {out['args']['reset_every_mib']} MiB "
-        f"({proxy['resets']:.0f} resets in the timed runs) {proxy['reset'] * 1e3:.0f} / "
-        f"{proxy['reset_median'] * 1e3:.0f} ms = {proxy['reset'] / proxy['clean']:.3f}x / "
-        f"{proxy['reset_median'] / proxy['clean_median']:.3f}x the clean time"
-    )
-    lines.append(f"S3 upload of {out['args']['s3_mib']} MiB (multipart, ours): {out['s3_upload_s'] * 1e3:.0f} ms")
+def _pick(times: dict[str, list[float]], prefix: str) -> list[float] | None:
+    return next((v for k, v in times.items() if k.startswith(prefix)), None)
+
+
+def summary(r: dict[str, Any], size: int, streams: int) -> dict[str, Any]:
+    """The table's numbers for one store (MB/s from the best time)."""
+    times = r["times"]
+    rate = {k: size / min(v) / 1e6 for k, v in times.items()}
+    limit = next(v for k, v in rate.items() if k.startswith("limit"))
+    native = rate.get(f"rs native, {streams} readers")
+    deser = rate.get(f"rs deserializer, {streams} readers")
+    tz = [v for k, v in rate.items() if k.startswith("tensorizer")]
+    tz_best = max(tz) if tz else None
+    clean, reset = r["relay_clean"], r["relay_reset"]
+    return {
+        "limit": limit, "native": native, "deser": deser, "tensorizer": tz_best,
+        "native_vs_limit": native / limit if native else None,
+        "deser_vs_limit": deser / limit if deser else None,
+        "native_vs_tensorizer": native / tz_best if native and tz_best else None,
+        "deser_vs_tensorizer": deser / tz_best if deser and tz_best else None,
+        "reset_best": min(reset) / min(clean), "reset_median": statistics.median(reset) / statistics.median(clean),
+        "resets": r["resets"],
+    }
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def report(results: dict[str, dict[str, Any]], sizes: dict[str, int], args: argparse.Namespace) -> str:
+    n = args.streams
+    lines = [
+        f"streams/readers: {n}; best of {args.reps} interleaved runs (median in the detail table); resets: one "
+        f"every {args.reset_every_mib} MiB relayed, {max(args.pairs, MIN_PAIRS)} interleaved pairs; "
+        f"{os.cpu_count()} CPUs; goals: ours >= 0.9x limit, >= 2x tensorizer, resets <= 1.1x clean",
+        "",
+        "| store | MiB | limit MB/s | rs native MB/s | rs deser MB/s | tensorizer best MB/s | native / limit | "
+        "deser / limit | native / tz | deser / tz | resets / clean (best / median) | resets |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for store, r in results.items():
+        s = summary(r, sizes[store], n)
+        tz = _f(s["tensorizer"], ".0f") + (" (http URL)" if store in ("gs", "az") and s["tensorizer"] else "")
+        lines.append(
+            f"| {store} | {sizes[store] / MIB:.0f} | {s['limit']:.0f} | {_f(s['native'], '.0f')} | "
+            f"{_f(s['deser'], '.0f')} | {tz} | {_f(s['native_vs_limit'], '.2f')}x | {_f(s['deser_vs_limit'], '.2f')}x"
+            f" | {_f(s['native_vs_tensorizer'], '.2f')}x | {_f(s['deser_vs_tensorizer'], '.2f')}x | "
+            f"{s['reset_best']:.3f} / {s['reset_median']:.3f} | {s['resets']} |"
+        )
+    lines += ["", "| store | contender | best | median | MB/s (best) |", "|---|---|---:|---:|---:|"]
+    for store, r in results.items():
+        rows = dict(r["times"])
+        rows["rs native via the relay, clean"] = r["relay_clean"]
+        rows["rs native via the relay, resetting"] = r["relay_reset"]
+        for k, v in rows.items():
+            lines.append(f"| {store} | {k} | {min(v) * 1e3:.0f} ms | {statistics.median(v) * 1e3:.0f} ms | "
+                         f"{sizes[store] / min(v) / 1e6:.0f} |")
+        for k, e in r["errors"].items():
+            lines.append(f"| {store} | {k} | failed: {e[:120]} | | |")
+    uploads = [f"{s} {r['upload_s'] * 1e3:.0f} ms" for s, r in results.items() if r["upload_s"] is not None]
+    if uploads:
+        lines += ["", "Upload of the file by ours (once, before the reads): " + ", ".join(uploads)]
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--http-mib", type=int, default=1024)
-    ap.add_argument("--s3-mib", type=int, default=256)
+    ap.add_argument("--stores", nargs="+", default=list(STORES), choices=STORES)
+    ap.add_argument("--http-mib", type=int, default=256)
+    ap.add_argument("--s3-mib", type=int, default=128)
+    ap.add_argument("--redis-mib", type=int, default=256)
+    ap.add_argument("--gcs-mib", type=int, default=128)
+    ap.add_argument("--azure-mib", type=int, default=128)
     ap.add_argument("--streams", type=int, default=4, help="concurrent ranged streams (curl) and readers (ours)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=MIN_PAIRS, help=f"clean/reset pairs (at least {MIN_PAIRS})")
     ap.add_argument("--tensorizer-readers", type=int, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--reset-every-mib", type=int, default=256)
-    ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--reset-every-mib", type=int, default=32)
+    ap.add_argument("--json", help="write the results (every time) here too")
     args = ap.parse_args()
+    mibs = {"http": args.http_mib, "s3": args.s3_mib, "redis": args.redis_mib, "gs": args.gcs_mib,
+            "az": args.azure_mib}
 
-    out: dict[str, object] = {"machine": platform.machine(), "cpus": os.cpu_count(), "args": vars(args)}
+    results: dict[str, dict[str, Any]] = {}
+    sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as d:
-        http_path = os.path.join(d, "http.tensors")
-        make_file(http_path, args.http_mib)
-        s3_path = os.path.join(d, "s3.tensors")
-        make_file(s3_path, args.s3_mib)
-        size = os.path.getsize(http_path)
-        with remote_servers.nginx(d) as base:
-            url = f"{base}/http.tensors"
-            http = run_case("http", url, url, size, args, {})
-            out["http"] = http
-            port = int(base.rsplit(":", 1)[1])
-            # Interleaved clean/reset pairs, best and median of each: the
-            # Python relay is itself noisy on a small VM.
-            proxies = {every: ResetProxy(port, every) for every in (None, args.reset_every_mib * MIB)}
-            loads = {e: NativeLoad(f"http://127.0.0.1:{p.port}/http.tensors", args.streams) for e, p in proxies.items()}
-            for load in loads.values():
-                load()
-            times: dict[int | None, list[float]] = {e: [] for e in loads}
-            reset_proxy = proxies[args.reset_every_mib * MIB]
-            reset_proxy.resets = 0
-            for _ in range(max(args.reps, 7)):
-                for every, load in loads.items():
-                    t = time.perf_counter()
-                    load()
-                    times[every].append(time.perf_counter() - t)
-            resets: dict[str, float] = {"resets": reset_proxy.resets}
-            for every, ts in times.items():
-                key = "clean" if every is None else "reset"
-                resets[key] = min(ts)
-                resets[key + "_median"] = statistics.median(ts)
-            for proxy in proxies.values():
-                proxy.close()
-            out["http_proxy"] = resets
-        with remote_servers.moto() as endpoint:
-            import boto3
-
-            client = boto3.client(
-                "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                region_name="us-east-1",
-            )
-            client.create_bucket(Bucket="bench")
-            s3 = {"s3_access_key_id": "testing", "s3_secret_access_key": "testing", "s3_endpoint": endpoint,
-                  "force_http": True}
-            t = time.perf_counter()
-            _native.s3_upload(s3_path, "s3://bench/model.tensors", **s3)  # type: ignore[arg-type]
-            out["s3_upload_s"] = time.perf_counter() - t
-            presigned = client.generate_presigned_url("get_object", Params={"Bucket": "bench", "Key": "model.tensors"})
-            out["s3"] = run_case("s3", "s3://bench/model.tensors", presigned, os.path.getsize(s3_path), args, s3)
-    print(report(out))
-    log(json.dumps(out))
+        files: dict[int, str] = {}
+        for name in args.stores:
+            mib = mibs[name]
+            if mib not in files:
+                files[mib] = os.path.join(d, f"model-{mib}.tensors")
+                make_file(files[mib], mib)
+            sizes[name] = os.path.getsize(files[mib])
+            log(f"== {name}: {mib} MiB")
+            with start(name, files[mib], args.streams) as store:
+                results[name] = measure(store, args)
+    print(report(results, sizes, args))
+    out = {"machine": platform.machine(), "cpus": os.cpu_count(), "args": vars(args), "sizes": sizes,
+           "results": results, "summary": {s: summary(r, sizes[s], args.streams) for s, r in results.items()}}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
