@@ -7,6 +7,7 @@ mod cli;
 mod cloud;
 mod common;
 mod convert;
+mod faults;
 mod http;
 mod read_write;
 mod redis;

@@ -84,6 +84,8 @@ impl Drop for Nginx {
 /// What the proxy does to connection number `n` (counting from 0).
 #[derive(Clone, Copy)]
 pub(crate) enum Fault {
+    /// Relay everything untouched.
+    Pass,
     /// Answer every other connection with `503` without asking upstream.
     Status503,
     /// Answer every connection but the first with `503`.
@@ -98,6 +100,18 @@ pub(crate) enum Fault {
     ResetEachAfter(usize),
     /// Hold every other connection silent after this many response bytes.
     StallAfter(usize),
+    /// Hold the first connection silent after this many response bytes.
+    StallFirstAfter(usize),
+    /// Hold every connection silent after this many response bytes.
+    StallEachAfter(usize),
+    /// Answer the first this many connections with `503`, relay the rest.
+    Status503First(usize),
+    /// Relay the first `after` response bytes of every connection at once,
+    /// then `chunk` bytes every `gap_ms` milliseconds: slow, but moving.
+    Trickle { after: usize, chunk: usize, gap_ms: u64 },
+    /// Relay every connection `chunk` bytes every `gap_ms` milliseconds
+    /// from its first byte, and cut it after `reset` response bytes.
+    TrickleThenReset { chunk: usize, gap_ms: u64, reset: usize },
     /// Lose the first `times` S3 `CompleteMultipartUpload` exchanges: pass
     /// the request on (if `forward`: the upload completes) but close the
     /// connection instead of returning the reply.
@@ -159,6 +173,7 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
     if matches!((fault, n % 2), (Fault::Status503, 1))
         || matches!((fault, n), (Fault::Status503AfterFirst, 1..))
         || matches!(fault, Fault::Status503Always)
+        || matches!(fault, Fault::Status503First(first) if n < first)
     {
         let mut buf = [0u8; 4096];
         let _ = client.read(&mut buf);
@@ -176,6 +191,9 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
         Fault::ResetFirstAfter(bytes) if n == 0 => Some((bytes, false)),
         Fault::ResetEachAfter(bytes) => Some((bytes, false)),
         Fault::StallAfter(bytes) if n % 2 == 1 => Some((bytes, true)),
+        Fault::StallFirstAfter(bytes) if n == 0 => Some((bytes, true)),
+        Fault::StallEachAfter(bytes) => Some((bytes, true)),
+        Fault::TrickleThenReset { reset, .. } => Some((reset, false)),
         _ => None,
     };
     let mut server = server;
@@ -189,7 +207,7 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
             Some((max, _)) if sent + k > max => max - sent,
             _ => k,
         };
-        if client.write_all(&buf[..k]).is_err() {
+        if relay(&mut client, &buf[..k], sent, fault, &stop).is_err() {
             break;
         }
         sent += k;
@@ -206,6 +224,27 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
         }
     }
     let _ = client.shutdown(Shutdown::Both);
+}
+
+/// Writes `data`, the response bytes after the first `sent`, to `client`:
+/// at once, or in drips ([`Fault::Trickle`] past its `after`,
+/// [`Fault::TrickleThenReset`]).
+fn relay(client: &mut TcpStream, data: &[u8], sent: usize, fault: Fault, stop: &AtomicBool) -> std::io::Result<()> {
+    let (after, chunk, gap_ms) = match fault {
+        Fault::Trickle { after, chunk, gap_ms } => (after, chunk, gap_ms),
+        Fault::TrickleThenReset { chunk, gap_ms, .. } => (0, chunk, gap_ms),
+        _ => return client.write_all(data),
+    };
+    let fast = after.saturating_sub(sent).min(data.len());
+    client.write_all(&data[..fast])?;
+    for piece in data[fast..].chunks(chunk.max(1)) {
+        if stop.load(Ordering::Relaxed) {
+            return Err(std::io::ErrorKind::ConnectionAborted.into());
+        }
+        client.write_all(piece)?;
+        std::thread::sleep(Duration::from_millis(gap_ms));
+    }
+    Ok(())
 }
 
 /// Relays HTTP/1.1 exchanges one at a time, each over a new upstream
