@@ -7,8 +7,10 @@ and Azure Blob (Azurite). Per store, on the same object and server:
   contiguous Nth of the object to ``/dev/null`` (HTTP; S3 through a
   presigned URL; GCS and Azure through the emulator's plain object URL, the
   bucket / container being anonymously readable). Redis has no curl: N
-  concurrent ``redis-cli --raw`` clients, each GETting its share of the keys
-  the file is stored under (whole values, one round trip per key);
+  threads, each on its own raw socket, pipelining RESP ``GET``s of its share
+  of the keys the file is stored under and reading the values into one
+  reused buffer; N ``redis-cli --raw`` GET clients are shown beside it (their
+  output formatting caps them far below the socket);
 * ``rs native``: tensorizer_rs's reader with N readers (8 MiB range
   requests, hashes verified off) filling preallocated, already-touched
   buffers -- the transfer pipeline itself (S3 and GCS: also 1 reader, since
@@ -120,6 +122,47 @@ def redis_gets(port: int, keys: list[str], streams: int) -> None:
     for p in procs:
         if p.wait() != 0:
             raise RuntimeError(f"redis-cli failed with {p.returncode}")
+
+
+def redis_raw(port: int, keys: list[str], streams: int) -> None:
+    """N threads, each with its own connection, pipelining RESP ``GET``s
+    of its share of ``keys`` and reading each value straight into one
+    reused buffer (``readinto`` releases the GIL): the socket limit, which
+    redis-cli's output formatting does not reach."""
+
+    def one(share: list[str]) -> None:
+        with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb", 1 << 20) as f:
+            sock.sendall(b"".join(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k.encode()) for k in share))
+            buf = bytearray()
+            for _ in share:
+                line = f.readline()
+                if not line.startswith(b"$") or line.startswith(b"$-"):
+                    raise RuntimeError(f"unexpected Redis reply {line[:40]!r}")
+                n = int(line[1:]) + 2  # the value and its CRLF
+                if len(buf) < n:
+                    buf = bytearray(n)
+                view = memoryview(buf)[:n]
+                while view:
+                    got = f.readinto(view)
+                    if not got:
+                        raise RuntimeError("Redis closed the connection")
+                    view = view[got:]
+
+    errors: list[BaseException] = []
+
+    def run(share: list[str]) -> None:
+        try:
+            one(share)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(keys[i::streams],)) for i in range(streams) if keys[i::streams]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 @contextlib.contextmanager
@@ -243,11 +286,12 @@ class Store:
     def __init__(self, name: str, uri: str, port: int, limit: Callable[[], None], *,
                  env: dict[str, str] | None = None, s3: dict[str, object] | None = None,
                  relayed: Callable[[int], tuple[str, dict[str, str], dict[str, object]]] | None = None,
-                 tensorizer_uri: str | None = None) -> None:
+                 tensorizer_uri: str | None = None, extra: dict[str, Callable[[], None]] | None = None) -> None:
         self.name, self.uri, self.port, self.limit = name, uri, port, limit
         self.env, self.s3 = env or {}, s3 or {}
         self.relayed = relayed or (lambda p: (uri.replace(f":{port}", f":{p}"), self.env, self.s3))
         self.tensorizer_uri = tensorizer_uri
+        self.extra = extra or {}
         self.upload_s: float | None = None
 
 
@@ -289,7 +333,8 @@ def start(name: str, path: str, streams: int) -> Iterator[Store]:
             upload_s = _upload(path, uri)
             keys = subprocess.run(["redis-cli", "-p", str(port), "--raw", "KEYS", "bench*"], check=True,
                                   capture_output=True, text=True).stdout.split()
-            store = Store(name, uri, port, lambda: redis_gets(port, keys, streams), tensorizer_uri=uri)
+            store = Store(name, uri, port, lambda: redis_raw(port, keys, streams), tensorizer_uri=uri,
+                          extra={f"redis-cli --raw GET, {streams} clients": lambda: redis_gets(port, keys, streams)})
             store.upload_s = upload_s
             yield store
     elif name in ("gs", "az"):
@@ -320,7 +365,8 @@ def start(name: str, path: str, streams: int) -> Iterator[Store]:
 def contenders(store: Store, args: argparse.Namespace) -> dict[str, Callable[[], None]]:
     n = args.streams
     out: dict[str, Callable[[], None]] = {
-        f"limit: {'redis-cli GET' if store.name == 'redis' else 'curl -r'}, {n} streams": store.limit,
+        f"limit: {'raw-socket RESP GET' if store.name == 'redis' else 'curl -r'}, {n} streams": store.limit,
+        **store.extra,
         f"rs native, {n} readers": NativeLoad(store.uri, n, store.env, **store.s3),
     }
     if store.name in ("s3", "gs"):
