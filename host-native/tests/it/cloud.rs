@@ -21,7 +21,7 @@ use tensorizer_native::store::RetryPolicy;
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
-use crate::servers::{Fault, FaultProxy, binary, within};
+use crate::servers::binary;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -38,9 +38,9 @@ fn python() -> Option<PathBuf> {
 }
 
 /// A child process killed and reaped on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Drop for Server {
@@ -61,7 +61,7 @@ fn wait_for_port(server: Server, what: &str) -> Server {
 }
 
 /// gcp-storage-emulator with bucket `tzr`.
-fn gcs() -> Option<(Server, CloudOptions)> {
+pub(crate) fn gcs() -> Option<(Server, CloudOptions)> {
     let python = python()?;
     let script = root().join("tests/cloud-servers/gcs_emulator.py");
     let port = free_port();
@@ -89,7 +89,7 @@ fn gcs() -> Option<(Server, CloudOptions)> {
 }
 
 /// Azurite's blob service with container `tzr`.
-fn azurite() -> Option<(Server, CloudOptions)> {
+pub(crate) fn azurite() -> Option<(Server, CloudOptions)> {
     let env_bin = std::env::var("TZR_AZURITE").unwrap_or_default();
     let local = root().join("tests/cloud-servers/node_modules/.bin/azurite-blob");
     let bin =
@@ -238,79 +238,6 @@ fn missing_and_replaced(store: &Store) {
     assert!(err.to_string().contains("bytes 100-115"), "{err}");
 }
 
-/// `store` reached through a fault-injecting proxy listening on `port`.
-fn through(store: &Store, port: u16) -> Store {
-    let mut options = store.options.clone();
-    let url = Some(format!("http://127.0.0.1:{port}"));
-    match store.scheme {
-        "gs" => options.gcs_base_url = url,
-        _ => options.azure_endpoint = url,
-    }
-    Store { scheme: store.scheme, options }
-}
-
-/// Faults between the client and the store (`server_port`): resets, 5xx
-/// answers and stalls load the right bytes; 5xx on every new connection
-/// ends in a typed error, in bounded time.
-fn faults(store: &Store, server_port: u16) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("faults.tensors");
-    let tensors: Vec<(tensorizer_core::TensorSpec, Vec<u8>)> = (0..3u8)
-        .map(|i| {
-            let data: Vec<u8> = (0..(2u32 << 20)).map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i).collect();
-            let spec = tensorizer_core::TensorSpec::state_dict(
-                format!("t{i}").as_str(),
-                tensorizer_core::Dtype::from_element(tensorizer_core::ElementType::U8),
-                vec![data.len() as u64],
-            );
-            (spec, data)
-        })
-        .collect();
-    let input: Vec<_> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
-    tensorizer_native::write_file(&path, &input, &tensorizer_native::WriteOptions::default()).unwrap();
-    let expected = load_all(&Reader::open(&path, ReadOptions::default()).unwrap());
-    store.upload(&path, "faults/m.tensors").unwrap();
-    let read_through = |fault: Fault, limits: Option<tensorizer_native::source::TransferLimits>| {
-        let proxy = FaultProxy::start(server_port, fault);
-        let mut via = through(store, proxy.port);
-        if let Some(limits) = limits {
-            via.options.limits = limits;
-        }
-        let got = within(Duration::from_secs(120), move || {
-            let reader =
-                Reader::new(via.open("faults/m.tensors")?, ReadOptions { num_readers: 4, ..Default::default() })?;
-            let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
-            reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect())?;
-            Ok::<_, tensorizer_native::Error>(bufs)
-        });
-        (got, proxy.connections.load(Ordering::Relaxed))
-    };
-    // Transient: every third connection reset after 256 KiB, every other
-    // one answered 503, every other one stalled after 64 KiB (a minimum rate
-    // over 300 ms finds it).
-    let stall_limits = tensorizer_native::source::TransferLimits {
-        min_rate: 64 << 10,
-        rate_window: Duration::from_millis(300),
-        deadline: None,
-    };
-    for (fault, limits) in [
-        (Fault::ResetAfter(256 << 10), None),
-        (Fault::Status503, None),
-        (Fault::StallAfter(64 << 10), Some(stall_limits)),
-    ] {
-        let (got, connections) = read_through(fault, limits);
-        let got = got.unwrap_or_else(|e| panic!("{}: {e}", store.scheme));
-        assert!(got == expected, "{}: the bytes read through the faults differ", store.scheme);
-        assert!(connections > 1, "{}: the proxy saw {connections} connection(s)", store.scheme);
-    }
-    // Permanent: every connection answered 503.
-    let (got, _) = read_through(Fault::Status503Always, None);
-    let Err(err) = got else { panic!("{}: a store that answers 503 to everything was read", store.scheme) };
-    let text = err.to_string();
-    assert!(text.contains("faults/m.tensors"), "{}: {text}", store.scheme);
-    assert_eq!(err.store_kind(), Some(StoreErrorKind::RetriesExhausted), "{}: {text}", store.scheme);
-}
-
 #[test]
 fn gcs_vectors_multipart_and_errors() {
     let Some((_server, options)) = gcs() else { return };
@@ -318,7 +245,6 @@ fn gcs_vectors_multipart_and_errors() {
     vectors_round_trip(&store);
     multipart_and_abort(&store);
     missing_and_replaced(&store);
-    faults(&store, _server.port);
     let uploads = http_get(_server.port, "/_tzr/uploads");
     assert!(uploads.ends_with("\r\n\r\n0"), "no multipart upload is left open: {uploads}");
 }
@@ -330,7 +256,6 @@ fn azure_vectors_multipart_and_errors() {
     vectors_round_trip(&store);
     multipart_and_abort(&store);
     missing_and_replaced(&store);
-    faults(&store, _server.port);
 }
 
 fn http_get(port: u16, path: &str) -> String {

@@ -345,106 +345,14 @@ fn redis_servers_that_close_or_refuse_every_connection_are_errors_not_hangs() {
 mod cloud {
     //! GCS and Azure Blob through the faults (feature `cloud`).
 
-    use std::io::{BufRead, BufReader};
-    use std::net::{TcpListener, TcpStream};
-    use std::path::PathBuf;
-    use std::process::{Child, Command, Stdio};
     use std::sync::Arc;
-    use std::time::Duration;
 
     use tensorizer_native::RangeSource;
     use tensorizer_native::cloud::{self, CloudOptions};
     use tensorizer_native::source::TransferLimits;
 
     use super::{Knobs, Object, Opener, Remote, models};
-    use crate::servers::binary;
-
-    fn root() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-    }
-
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap()
-    }
-
-    fn python() -> Option<PathBuf> {
-        let env_bin = std::env::var("TZR_TEST_PYTHON").unwrap_or_default();
-        let venv = root().join(".venv-test/bin/python");
-        binary("python (tests/python-env.sh: .venv-test)", &[env_bin.as_str(), &venv.to_string_lossy()])
-    }
-
-    /// A server process, killed and reaped on drop.
-    struct Server {
-        child: Child,
-        port: u16,
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    /// gcp-storage-emulator with bucket `tzr` (as in cloud.rs).
-    fn gcs() -> Option<(Server, CloudOptions)> {
-        let python = python()?;
-        let port = free_port();
-        let mut child = Command::new(python)
-            .arg(root().join("tests/cloud-servers/gcs_emulator.py"))
-            .args(["--port", &port.to_string(), "--bucket", "tzr"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let server = Server { child, port };
-        assert!(line.starts_with("ready"), "gcp-storage-emulator did not start: {line:?}");
-        let options = CloudOptions {
-            gcs_base_url: Some(format!("http://127.0.0.1:{port}")),
-            gcs_anonymous: true,
-            ..CloudOptions::default()
-        };
-        Some((server, options))
-    }
-
-    /// Azurite's blob service with container `tzr` (as in cloud.rs).
-    fn azurite() -> Option<(Server, CloudOptions)> {
-        let env_bin = std::env::var("TZR_AZURITE").unwrap_or_default();
-        let local = root().join("tests/cloud-servers/node_modules/.bin/azurite-blob");
-        let bin =
-            binary("azurite-blob (tests/cloud-servers.sh installs it)", &[env_bin.as_str(), &local.to_string_lossy()])?;
-        let python = python()?;
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Command::new(bin)
-            .args(["--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .args(["--skipApiVersionCheck", "--silent"])
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Server { child, port };
-        let started = (0..600).any(|_| {
-            TcpStream::connect(("127.0.0.1", port)).is_ok() || {
-                std::thread::sleep(Duration::from_millis(50));
-                false
-            }
-        });
-        assert!(started, "azurite-blob did not start on port {port}");
-        std::mem::forget(dir); // Azurite may write there until it is killed.
-        let endpoint = format!("http://127.0.0.1:{port}");
-        let status = Command::new(python)
-            .arg(root().join("tests/cloud-servers/azurite_container.py"))
-            .args([endpoint.as_str(), "tzr"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "creating the Azurite container failed");
-        let options = CloudOptions { azure_endpoint: Some(endpoint), azure_emulator: true, ..CloudOptions::default() };
-        Some((server, options))
-    }
+    use crate::cloud::{Server, azurite, gcs};
 
     /// The store behind `options`, reached on `port` under `knobs`.
     fn via(gcs: bool, options: &CloudOptions, port: u16, knobs: Knobs) -> CloudOptions {
