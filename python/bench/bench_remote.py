@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
@@ -76,6 +78,24 @@ MIN_PAIRS = 5
 
 def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
+
+
+def pin_malloc_threshold(enabled: bool) -> str:
+    """Pins glibc's mmap threshold at 128 KiB (as bench_load.py does), so
+    that every load's tensors are fresh pages in every repetition; else
+    glibc raises the threshold after the first free and recycles multi-MiB
+    tensors from its heap, which favours loaders of many tensors under
+    32 MiB (tensorizer) over one big buffer (ours). Returns a note."""
+    if not enabled:
+        return "glibc default malloc (dynamic mmap threshold)"
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        if libc.mallopt(m_mmap_threshold, 128 << 10) and libc.mallopt(m_trim_threshold, 128 << 10):
+            return "glibc mmap threshold pinned at 128 KiB (every load gets fresh pages)"
+    except OSError:
+        pass
+    return "glibc default malloc (mallopt failed)"
 
 
 def make_file(path: str, mib: int) -> None:
@@ -471,7 +491,7 @@ def report(results: dict[str, dict[str, Any]], sizes: dict[str, int], args: argp
     lines = [
         f"streams/readers: {n}; best of {args.reps} interleaved runs (median in the detail table); resets: one "
         f"every {args.reset_every_mib} MiB relayed, {max(args.pairs, MIN_PAIRS)} interleaved pairs; "
-        f"{os.cpu_count()} CPUs; goals: ours >= 0.9x limit, >= 2x tensorizer, resets <= 1.1x clean",
+        f"{os.cpu_count()} CPUs; {args.malloc_note}; goals: ours >= 0.9x limit, >= 2x tensorizer, resets <= 1.1x clean",
         "",
         "| store | MiB | limit MB/s | rs native MB/s | rs deser MB/s | tensorizer best MB/s | native / limit | "
         "deser / limit | native / tz | deser / tz | resets / clean (best / median) | resets |",
@@ -516,7 +536,10 @@ def main() -> None:
     ap.add_argument("--tensorizer-readers", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--reset-every-mib", type=int, default=32)
     ap.add_argument("--json", help="write the results (every time) here too")
+    ap.add_argument("--no-mallopt", action="store_true",
+                    help="leave glibc's dynamic mmap threshold (recycled heap pages after the first rep)")
     args = ap.parse_args()
+    args.malloc_note = pin_malloc_threshold(not args.no_mallopt)
     mibs = {"http": args.http_mib, "s3": args.s3_mib, "redis": args.redis_mib, "gs": args.gcs_mib,
             "az": args.azure_mib}
 
