@@ -16,6 +16,7 @@
 //! `spec/20-cloud-stores.md`.
 
 mod aws;
+mod describe;
 mod profile;
 mod source;
 mod upload;
@@ -27,7 +28,7 @@ use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
 pub use aws::{AwsCredentials, aws_credential_chain, aws_credential_chain_with};
 pub use profile::{AwsProfile, read_aws_profile};
-pub use source::CloudSource;
+pub use source::{CloudSource, PREFIX, ReadOptions};
 pub use upload::{upload_azure_reader, upload_gcs_reader};
 
 use crate::error::{Error, Result, StoreErrorKind};
@@ -106,6 +107,9 @@ pub struct CloudOptions {
     /// [`retry_config`]) and applied by reads to the resumption of a
     /// range that broke or stalled.
     pub retry: RetryPolicy,
+    /// The caller will read most of each object it opens (see
+    /// [`ReadOptions::read_all`]).
+    pub read_all: bool,
 }
 
 impl Default for CloudOptions {
@@ -122,11 +126,17 @@ impl Default for CloudOptions {
             parts_in_flight: DEFAULT_PARTS_IN_FLIGHT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retry: RetryPolicy::default(),
+            read_all: false,
         }
     }
 }
 
 impl CloudOptions {
+    /// How sources opened with these options read.
+    fn read_options(&self) -> ReadOptions {
+        ReadOptions { limits: self.limits, retry: self.retry, read_all: self.read_all }
+    }
+
     /// HTTP client options: no whole-request timeout (a multi-GB range may
     /// take minutes), a connect timeout, and a stall timeout of one rate
     /// window (a connection silent that long is below any minimum rate).
@@ -228,12 +238,12 @@ fn store_error(name: &str, range: Option<(u64, u64)>, e: object_store::Error) ->
         }
         E::AlreadyExists { .. } => (StoreErrorKind::AlreadyExists, ""),
         E::NotSupported { .. } | E::NotImplemented { .. } => {
-            return Error::Unsupported { location: name.to_string(), what: e.to_string() };
+            return Error::Unsupported { location: name.to_string(), what: describe::describe(&e) };
         }
         _ => (StoreErrorKind::RetriesExhausted, ""),
     };
     let range = range.map(|(start, len)| start..start.saturating_add(len.max(1)));
-    Error::store(name, range, kind, format!("{e}{hint}"))
+    Error::store(name, range, kind, format!("{}{hint}", describe::describe(&e)))
 }
 
 fn bad_location(what: &str, why: impl std::fmt::Display) -> Error {
@@ -316,7 +326,7 @@ pub fn open_gcs(bucket: &str, object: &str, opts: &CloudOptions) -> Result<Box<d
     let name = format!("gs://{bucket}/{object}");
     let path = object_path(&name, object)?;
     let store = gcs_store(bucket, opts)?;
-    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?.with_retry(opts.retry)))
+    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, &opts.read_options())?))
 }
 
 /// Opens blob `blob` of `container` (in `account`, else the account from
@@ -330,7 +340,7 @@ pub fn open_azure(
     let name = azure_name(account, container, blob);
     let path = object_path(&name, blob)?;
     let store = azure_store(account, container, opts)?;
-    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, opts.limits)?.with_retry(opts.retry)))
+    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, &opts.read_options())?))
 }
 
 /// Uploads the file at `from` to `gs://bucket/object` (replacing it).

@@ -1,10 +1,13 @@
 //! A [`RangeSource`] over one object of an `object_store` store.
 
+use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
@@ -18,10 +21,39 @@ use crate::source::{RangeSource, TransferLimits, check_range};
 /// as a failed attempt, as for HTTP.
 const RESUMABLE_PROGRESS: u64 = 1 << 20;
 
+/// Bytes the opening request keeps: the file header and (usually) the
+/// whole index, so opening a file costs one request (as for HTTP).
+pub const PREFIX: u64 = 1 << 20;
+
+/// A response body.
+type Body = BoxStream<'static, object_store::Result<Bytes>>;
+
+/// How a [`CloudSource`] reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOptions {
+    /// Rate and deadline limits of every request, the opening one included.
+    pub limits: TransferLimits,
+    /// How broken and stalled requests are retried (give the store the
+    /// same policy through [`super::retry_config`]).
+    pub retry: RetryPolicy,
+    /// The caller will read most of the object (a load, a copy): the
+    /// opening request asks for all of it, keeps its first [`PREFIX`]
+    /// bytes, and its body goes on into the first read that starts where
+    /// the prefix ends, so a load with N readers makes N requests, as N
+    /// ranged `curl`s do. Off, the opening request asks for [`PREFIX`]
+    /// bytes only, so inspecting a file transfers no more than that.
+    pub read_all: bool,
+}
+
 /// One object of a cloud store, read with ranged `GET`s pinned to the ETag
 /// it had when opened (`If-Match`): a replaced object fails the read with
 /// an [`Error::Store`] of kind `Changed` naming the object and the range,
 /// instead of mixing two versions.
+///
+/// Opening it is one ranged `GET` (no `HEAD`): its first [`PREFIX`] bytes
+/// are kept and serve reads of the header and index; with
+/// [`ReadOptions::read_all`] the rest of that response is parked and
+/// continues into the read that needs it next.
 ///
 /// Retries follow the shared [`RetryPolicy`]: `object_store` retries each
 /// request under it (see [`super::retry_config`]), resuming a broken body
@@ -32,7 +64,7 @@ const RESUMABLE_PROGRESS: u64 = 1 << 20;
 /// counts afresh (a slow but moving transfer is never given up on); one
 /// without progress is a failed attempt (a stalled transfer runs out of
 /// attempts or of `give_up_after`). [`TransferLimits::deadline`], when set,
-/// bounds each read as a whole.
+/// bounds each read as a whole, and the opening.
 pub struct CloudSource {
     store: Arc<dyn ObjectStore>,
     path: Path,
@@ -41,36 +73,126 @@ pub struct CloudSource {
     etag: Option<String>,
     limits: TransferLimits,
     retry: RetryPolicy,
+    /// The object's first bytes, from the opening request.
+    prefix: Vec<u8>,
+    /// With [`ReadOptions::read_all`]: the rest of the opening response.
+    parked: Mutex<Option<Parked>>,
 }
 
-impl CloudSource {
-    /// Opens `path` in `store`: one `HEAD` for the length and the ETag.
-    /// `name` is used in messages. Reads retry under the default
-    /// [`RetryPolicy`] unless [`with_retry`](Self::with_retry) sets another.
-    pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, limits: TransferLimits) -> Result<Self> {
-        let head = {
-            let (store, path) = (store.clone(), path.clone());
-            async move { store.get_opts(&path, GetOptions { head: true, ..Default::default() }).await }
-        };
-        let meta = match limits.deadline {
-            Some(d) => block_on(tokio::time::timeout(d, head))?.map_err(|_| deadline_error(&name, None, d))?,
-            None => block_on(head)?,
-        }
-        .map_err(|e| store_error(&name, None, e))?
-        .meta;
-        let retry = RetryPolicy::default();
-        Ok(Self { store, path, name, len: meta.size, etag: meta.e_tag, limits, retry })
-    }
+/// An opening response read as far as the end of the prefix.
+struct Parked {
+    /// The offset of its next byte.
+    at: u64,
+    /// Bytes of the last chunk beyond the prefix, not yet delivered.
+    leftover: Option<Bytes>,
+    body: Body,
+}
 
-    /// The same source resuming broken and stalled reads under `retry`
-    /// (give the store the same policy through [`super::retry_config`]).
-    pub fn with_retry(self, retry: RetryPolicy) -> Self {
-        Self { retry, ..self }
+/// What the opening request learnt.
+struct Opened {
+    len: u64,
+    etag: Option<String>,
+    prefix: Vec<u8>,
+    parked: Option<Parked>,
+}
+
+/// A deadline for one read or the opening: its length, and when it ends.
+type Deadline = Option<(Duration, Option<Instant>)>;
+
+impl CloudSource {
+    /// Opens `path` in `store` with one ranged `GET` (see [`ReadOptions`]).
+    /// `name` is used in messages.
+    pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, options: &ReadOptions) -> Result<Self> {
+        let mut this = Self {
+            store,
+            path,
+            name,
+            len: 0,
+            etag: None,
+            limits: options.limits,
+            retry: options.retry,
+            prefix: Vec::new(),
+            parked: Mutex::new(None),
+        };
+        let deadline = this.deadline();
+        let target = Target { location: &this.name, range: None };
+        let opened = retry(&this.retry, target, || this.run(deadline, None, this.probe(options.read_all)))?;
+        this.len = opened.len;
+        this.etag = opened.etag;
+        this.prefix = opened.prefix;
+        this.parked = Mutex::new(opened.parked);
+        Ok(this)
     }
 
     /// The object's ETag when it was opened, if the store gave one.
     pub fn etag(&self) -> Option<&str> {
         self.etag.as_deref()
+    }
+
+    /// The deadline of a read (or the opening) that starts now.
+    fn deadline(&self) -> Deadline {
+        self.limits.deadline.map(|d| (d, Instant::now().checked_add(d)))
+    }
+
+    /// Runs one attempt to completion within `deadline` (a failure naming
+    /// `range` when it passes).
+    fn run<T>(
+        &self,
+        deadline: Deadline,
+        range: Option<(u64, u64)>,
+        attempt: impl Future<Output = Attempt<T>>,
+    ) -> Attempt<T> {
+        let outcome = match deadline {
+            Some((limit, at)) => {
+                let left = at.map_or(limit, |at| at.saturating_duration_since(Instant::now()));
+                // The timer is made inside the runtime (tokio's needs one).
+                block_on(async move { tokio::time::timeout(left, attempt).await })
+                    .map(|r| r.unwrap_or_else(|_| Attempt::Final(deadline_error(&self.name, range, limit))))
+            }
+            None => block_on(attempt),
+        };
+        outcome.unwrap_or_else(Attempt::Final)
+    }
+
+    /// One attempt at the opening request: bytes `0..PREFIX`, or all of
+    /// the object with `read_all`. The prefix is read here (paced as any
+    /// read); the rest is parked.
+    async fn probe(&self, read_all: bool) -> Attempt<Opened> {
+        let range = if read_all { GetRange::Offset(0) } else { GetRange::Bounded(0..PREFIX) };
+        let options = GetOptions { range: Some(range), ..Default::default() };
+        let result = match self.store.get_opts(&self.path, options).await {
+            Ok(result) => result,
+            Err(e) if unsatisfiable(&e) => return self.probe_empty(e).await,
+            Err(e) => return Attempt::Final(store_error(&self.name, None, e)),
+        };
+        let (len, etag, end) = (result.meta.size, result.meta.e_tag.clone(), result.range.end);
+        if result.range.start != 0 || end > len {
+            let why = "the store returned a different range";
+            return Attempt::Final(self.fail(0, PREFIX.min(len), io::ErrorKind::InvalidData, why));
+        }
+        let mut prefix = vec![0u8; end.min(PREFIX) as usize];
+        let want = prefix.len() as u64;
+        let (mut body, mut leftover, mut done) = (result.into_stream(), None, 0);
+        match self.receive(&mut body, &mut leftover, 0, want, &mut done, &mut [&mut prefix]).await {
+            Attempt::Ok(()) => {}
+            // At most a MiB: asked for again whole.
+            Attempt::Retry(e) | Attempt::Resumable(e) => return Attempt::Retry(e),
+            Attempt::Final(e) => return Attempt::Final(e),
+        }
+        let parked = (end > want).then_some(Parked { at: want, leftover, body });
+        Attempt::Ok(Opened { len, etag, prefix, parked })
+    }
+
+    /// The opening of an object whose ranged `GET` was refused as
+    /// unsatisfiable (`failed`): an empty object, if a `HEAD` says so.
+    async fn probe_empty(&self, failed: object_store::Error) -> Attempt<Opened> {
+        let head = GetOptions { head: true, ..Default::default() };
+        match self.store.get_opts(&self.path, head).await.map(|r| r.meta) {
+            Ok(meta) if meta.size == 0 => {
+                Attempt::Ok(Opened { len: 0, etag: meta.e_tag, prefix: Vec::new(), parked: None })
+            }
+            _ => Attempt::Final(store_error(&self.name, None, failed)),
+        }
     }
 
     /// One attempt: a ranged `GET` for bytes `offset + *done ..
@@ -88,7 +210,30 @@ impl CloudSource {
             Ok(result) => result,
             Err(e) => return Attempt::Final(store_error(&self.name, Some((start, total - began)), e)),
         };
-        let mut stream = result.into_stream();
+        let (mut body, mut leftover) = (result.into_stream(), None);
+        let outcome = self.receive(&mut body, &mut leftover, offset, total, done, bufs).await;
+        if matches!(outcome, Attempt::Ok(())) && leftover.is_some() {
+            let why = "the store sent more bytes than asked";
+            return Attempt::Final(self.fail(start, total - began, io::ErrorKind::InvalidData, why));
+        }
+        outcome
+    }
+
+    /// Reads `body` (whose next byte is at `offset + *done`, after the
+    /// bytes in `*leftover`) into `bufs` (consecutive, `total` bytes from
+    /// `offset`) until they are full, `*done` advanced by what arrived; the
+    /// part of a chunk past `total` is left in `*leftover`. The body is
+    /// paced: a window below the minimum rate ends the attempt.
+    async fn receive(
+        &self,
+        body: &mut Body,
+        leftover: &mut Option<Bytes>,
+        offset: u64,
+        total: u64,
+        done: &mut u64,
+        bufs: &mut [&mut [u8]],
+    ) -> Attempt<()> {
+        let began = *done;
         let window = self.limits.rate_window.max(Duration::from_millis(1));
         let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
         // A failure after useful progress is resumed; one without is a failed attempt.
@@ -96,37 +241,68 @@ impl CloudSource {
             n if n >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
             _ => or_else(e),
         };
-        while let Some(chunk) = next_chunk(&mut stream, window, self.limits.min_rate).await {
-            let chunk = match chunk {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => return broke(*done, self.too_slow(offset + *done, offset + total, window), Attempt::Retry),
-                // object_store has already resumed the body under the policy.
-                Err(e) => {
-                    let e = store_error(&self.name, Some((offset + *done, total - *done)), e);
-                    return broke(*done, e, Attempt::Final);
-                }
+        while *done < total {
+            let chunk = match leftover.take() {
+                Some(chunk) => chunk,
+                None => match next_chunk(body, window, self.limits.min_rate).await {
+                    Some(Ok(Some(chunk))) => chunk,
+                    Some(Ok(None)) => {
+                        let e = self.too_slow(offset + *done, offset + total, window);
+                        return broke(*done, e, Attempt::Retry);
+                    }
+                    // object_store has already resumed the body under the policy.
+                    Some(Err(e)) => {
+                        let e = store_error(&self.name, Some((offset + *done, total - *done)), e);
+                        return broke(*done, e, Attempt::Final);
+                    }
+                    None => {
+                        let why = "the object ended early";
+                        let kind = io::ErrorKind::UnexpectedEof;
+                        return Attempt::Final(self.fail(offset + *done, total - *done, kind, why));
+                    }
+                },
             };
-            let n = chunk.len() as u64;
-            if n > total - *done {
-                let why = "the store sent more bytes than asked";
-                return Attempt::Final(self.fail(start, total - began, io::ErrorKind::InvalidData, why));
+            // At most `total - *done`, which is a usize as `bufs` are.
+            let n = (chunk.len() as u64).min(total - *done) as usize;
+            copy_into(bufs, *done, &chunk[..n]);
+            if n < chunk.len() {
+                *leftover = Some(chunk.slice(n..));
             }
-            copy_into(bufs, *done, &chunk);
-            *done += n;
-            window_bytes += n;
+            *done += n as u64;
+            window_bytes += n as u64;
             if window_start.elapsed() >= window {
                 let floor = self.limits.min_rate as f64 * window_start.elapsed().as_secs_f64();
-                if (window_bytes as f64) < floor {
+                if (window_bytes as f64) < floor && *done < total {
                     return broke(*done, self.too_slow(offset + *done, offset + total, window), Attempt::Retry);
                 }
                 (window_start, window_bytes) = (Instant::now(), 0);
             }
         }
-        if *done < total {
-            let why = "the object ended early";
-            return Attempt::Final(self.fail(offset + *done, total - *done, io::ErrorKind::UnexpectedEof, why));
-        }
         Attempt::Ok(())
+    }
+
+    /// Fills `bufs` (consecutive bytes from `offset`, `total` in all) as
+    /// far as the prefix and the parked opening response reach, if that
+    /// response continues exactly where this read needs it; advances
+    /// `*done`. A failure only stops early: the caller fetches whatever is
+    /// missing.
+    fn continue_opening(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64, deadline: Deadline) {
+        let at = self.prefix.len() as u64;
+        if !(offset <= at && at < offset + total) {
+            return;
+        }
+        // `offset` ≤ the prefix's length, which is a usize.
+        let cached = &self.prefix[offset as usize..];
+        copy_into(bufs, 0, cached);
+        *done = cached.len() as u64;
+        let Some(mut parked) = self.parked.lock().ok().and_then(|mut p| p.take()) else { return };
+        if parked.at != at {
+            return;
+        }
+        let range = Some((offset, total));
+        let receive = self.receive(&mut parked.body, &mut parked.leftover, offset, total, done, bufs);
+        // Whatever arrived stays in `bufs`; the rest is asked for afresh.
+        let _ = self.run(deadline, range, receive);
     }
 
     /// The failure of a transfer below the minimum rate, at `start..end`.
@@ -150,32 +326,40 @@ impl CloudSource {
             return Ok(());
         }
         let total = total as u64;
-        let deadline = self.limits.deadline.map(|d| (d, Instant::now().checked_add(d)));
+        if let Some(cached) = usize::try_from(offset).ok().and_then(|start| self.prefix.get(start..))
+            && cached.len() as u64 >= total
+        {
+            copy_into(bufs, 0, cached);
+            return Ok(());
+        }
+        let deadline = self.deadline();
         let mut done = 0u64;
+        self.continue_opening(offset, bufs, total, &mut done, deadline);
+        if done == total {
+            return Ok(());
+        }
         let target = Target { location: &self.name, range: Some(offset..offset + total) };
         retry(&self.retry, target, || {
-            let attempt = self.attempt(offset, total, &mut done, bufs);
-            let outcome = match deadline {
-                Some((limit, at)) => {
-                    let left = at.map_or(limit, |at| at.saturating_duration_since(Instant::now()));
-                    block_on(tokio::time::timeout(left, attempt)).map(|r| {
-                        r.unwrap_or_else(|_| Attempt::Final(deadline_error(&self.name, Some((offset, total)), limit)))
-                    })
-                }
-                None => block_on(attempt),
-            };
-            outcome.unwrap_or_else(Attempt::Final)
+            self.run(deadline, Some((offset, total)), self.attempt(offset, total, &mut done, bufs))
         })
     }
 }
 
+/// Whether the opening request was refused as unsatisfiable: what stores
+/// answer for an empty object (HTTP 416; Azurite a 206 with
+/// `Content-Range: bytes 0--1/0`; `object_store`'s in-memory store its own
+/// range check). `object_store` 0.14 keeps the status inside its error's
+/// text.
+fn unsatisfiable(e: &object_store::Error) -> bool {
+    const SIGNS: [&str; 5] =
+        ["status code: 416", "Range Not Satisfiable", "InvalidRange", "CONTENT_RANGE", "Wanted range starting at"];
+    let text = e.to_string();
+    matches!(e, object_store::Error::Generic { .. }) && SIGNS.iter().any(|sign| text.contains(sign))
+}
+
 /// The next chunk of `stream`; `Ok(None)` when nothing came for a whole
 /// `window` while a minimum rate is set (a stall: ask again).
-async fn next_chunk(
-    stream: &mut futures_util::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
-    window: Duration,
-    min_rate: u64,
-) -> Option<object_store::Result<Option<bytes::Bytes>>> {
+async fn next_chunk(stream: &mut Body, window: Duration, min_rate: u64) -> Option<object_store::Result<Option<Bytes>>> {
     if min_rate == 0 {
         return stream.next().await.map(|r| r.map(Some));
     }
@@ -265,6 +449,8 @@ mod tests {
     struct Faulty {
         inner: InMemory,
         fault: Fault,
+        /// Ranged bodies served whole before the faults begin.
+        clean: u32,
         gets: AtomicU32,
     }
 
@@ -292,7 +478,9 @@ mod tests {
             if !ranged {
                 return Ok(result);
             }
-            self.gets.fetch_add(1, Ordering::Relaxed);
+            if self.gets.fetch_add(1, Ordering::Relaxed) < self.clean {
+                return Ok(result);
+            }
             // Irrefutable unless object_store's "fs" feature is on.
             #[allow(irrefutable_let_patterns)]
             let GetResultPayload::Stream(body) = std::mem::replace(&mut result.payload, empty()) else {
@@ -334,20 +522,38 @@ mod tests {
         GetResultPayload::Stream(stream::empty().boxed())
     }
 
-    /// A source over an object of `len` bytes in a store with `fault`.
+    /// The bytes of the test objects.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// A store holding an object of `len` bytes at "o", whose ranged
+    /// bodies after the first `clean` have `fault`.
+    fn store(len: usize, fault: Fault, clean: u32) -> Arc<Faulty> {
+        let store = Arc::new(Faulty { inner: InMemory::new(), fault, clean, gets: AtomicU32::new(0) });
+        block_on(store.put(&Path::from("o"), PutPayload::from(pattern(len)))).unwrap().unwrap();
+        store
+    }
+
+    fn open(store: &Arc<Faulty>, options: ReadOptions) -> Result<CloudSource> {
+        CloudSource::open(store.clone(), Path::from("o"), "mem://o".into(), &options)
+    }
+
+    /// A source over an object of `len` bytes in a store with `fault`,
+    /// opened (for the prefix only) without one.
     fn faulty(len: usize, fault: Fault, limits: TransferLimits, retry: RetryPolicy) -> (Arc<Faulty>, CloudSource) {
-        let store = Arc::new(Faulty { inner: InMemory::new(), fault, gets: AtomicU32::new(0) });
-        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        let path = Path::from("o");
-        block_on(store.put(&path, PutPayload::from(data))).unwrap().unwrap();
-        let source = CloudSource::open(store.clone(), path, "mem://o".into(), limits).unwrap().with_retry(retry);
+        let store = store(len, fault, 1);
+        let source = open(&store, ReadOptions { limits, retry, read_all: false }).unwrap();
         (store, source)
     }
 
+    const P: u64 = PREFIX;
+
     #[test]
     fn a_read_that_keeps_moving_outlives_the_retry_time_limit() {
-        // Every body breaks after 1.5 MiB and 60 ms: six requests for 8 MiB
-        // take longer than give_up_after, yet each brought progress.
+        // Every body breaks after 1.5 MiB and 60 ms: five requests for the
+        // 7 MiB past the prefix take longer than give_up_after, yet each
+        // brought progress.
         let fault = Fault::BreakAfter(3 << 19, Duration::from_millis(60));
         let retry =
             RetryPolicy { attempts: 2, give_up_after: Some(Duration::from_millis(200)), ..RetryPolicy::default() };
@@ -356,8 +562,8 @@ mod tests {
         let started = Instant::now();
         source.read_exact_at(0, &mut buf).unwrap();
         assert!(started.elapsed() > Duration::from_millis(200));
-        assert!(buf.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
-        assert_eq!(store.gets.load(Ordering::Relaxed), 6);
+        assert_eq!(buf, pattern(8 << 20));
+        assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 5);
     }
 
     #[test]
@@ -369,24 +575,94 @@ mod tests {
             max_backoff: Duration::from_millis(1),
             give_up_after: None,
         };
-        let (store, source) = faulty(4096, Fault::Stall, limits, retry);
-        let err = source.read_exact_at(100, &mut [0u8; 10]).unwrap_err();
+        let len = (P as usize) + 4096;
+        let (store, source) = faulty(len, Fault::Stall, limits, retry);
+        let err = source.read_exact_at(P + 100, &mut [0u8; 10]).unwrap_err();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(err.to_string().contains("gave up after 3 failed attempts"), "{err}");
-        assert!(err.to_string().contains("mem://o (bytes 100-109)"), "{err}");
-        assert_eq!(store.gets.load(Ordering::Relaxed), 3);
+        assert!(err.to_string().contains(&format!("mem://o (bytes {}-{})", P + 100, P + 109)), "{err}");
+        assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 3);
         // Without an attempt limit, give_up_after ends it.
         let retry = RetryPolicy { attempts: 1000, give_up_after: Some(Duration::from_millis(150)), ..retry };
-        let (_, source) = faulty(4096, Fault::Stall, limits, retry);
+        let (_, source) = faulty(len, Fault::Stall, limits, retry);
         let started = Instant::now();
-        let err = source.read_exact_at(0, &mut [0u8; 10]).unwrap_err();
+        let err = source.read_exact_at(P, &mut [0u8; 10]).unwrap_err();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         // A break without progress is final: object_store already retried it.
         let fault = Fault::BreakAfter(10, Duration::ZERO);
-        let (store, source) = faulty(4096, fault, TransferLimits::default(), RetryPolicy::default());
-        assert!(source.read_exact_at(0, &mut [0u8; 100]).is_err());
+        let (store, source) = faulty(len, fault, TransferLimits::default(), RetryPolicy::default());
+        assert!(source.read_exact_at(P, &mut [0u8; 100]).is_err());
+        assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 1);
+    }
+
+    #[test]
+    fn opening_is_one_request_that_a_whole_read_continues() {
+        let len = 3 << 20;
+        let store = store(len, Fault::BreakAfter(usize::MAX, Duration::ZERO), 0);
+        let source = open(&store, ReadOptions { read_all: true, ..ReadOptions::default() }).unwrap();
+        assert_eq!((source.len(), store.gets.load(Ordering::Relaxed)), (len as u64, 1));
+        // The header comes from the prefix, the rest from the same response.
+        let mut header = [0u8; 73];
+        source.read_exact_at(0, &mut header).unwrap();
+        let mut rest = vec![0u8; len - 1000];
+        source.read_exact_at(1000, &mut rest).unwrap();
         assert_eq!(store.gets.load(Ordering::Relaxed), 1);
+        assert_eq!((&header[..], &rest[..]), (&pattern(len)[..73], &pattern(len)[1000..]));
+        // The parked response is used once; a later read asks afresh.
+        source.read_exact_at(1000, &mut rest).unwrap();
+        assert_eq!(store.gets.load(Ordering::Relaxed), 2);
+        // Without read_all the opening asks for the prefix only.
+        let source = open(&store, ReadOptions::default()).unwrap();
+        assert!(source.parked.lock().unwrap().is_none());
+        source.read_exact_at(1000, &mut rest).unwrap();
+        assert_eq!(store.gets.load(Ordering::Relaxed), 4);
+        assert_eq!(&rest[..], &pattern(len)[1000..]);
+    }
+
+    #[test]
+    fn a_broken_opening_response_is_resumed_for_what_is_missing() {
+        // Every body breaks after 1.5 MiB: the opening keeps 1 MiB, parks
+        // the rest, and the read takes what the parked body still had.
+        let len = 4 << 20;
+        let store = store(len, Fault::BreakAfter(3 << 19, Duration::ZERO), 0);
+        let source = open(&store, ReadOptions { read_all: true, ..ReadOptions::default() }).unwrap();
+        let mut all = vec![0u8; len];
+        source.read_exact_at(0, &mut all).unwrap();
+        assert_eq!(all, pattern(len));
+        // 2.5 MiB were missing after the opening: two more requests.
+        assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 2);
+    }
+
+    #[test]
+    fn a_stalled_opening_fails_in_bounded_time() {
+        let limits = TransferLimits { min_rate: 1, rate_window: Duration::from_millis(30), deadline: None };
+        let retry = RetryPolicy { attempts: 2, backoff: Duration::from_millis(1), ..RetryPolicy::default() };
+        let store = store(4096, Fault::Stall, 0);
+        let started = Instant::now();
+        let err = open(&store, ReadOptions { limits, retry, read_all: true }).err().unwrap();
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert_eq!(store.gets.load(Ordering::Relaxed), 2);
+        // A deadline bounds the opening too.
+        let limits = TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(50)), ..limits };
+        let err = open(&store, ReadOptions { limits, retry, read_all: false }).err().unwrap();
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
+        assert!(err.to_string().contains("deadline"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_object_opens_empty() {
+        let store = store(0, Fault::BreakAfter(usize::MAX, Duration::ZERO), 0);
+        for read_all in [false, true] {
+            let source = open(&store, ReadOptions { read_all, ..ReadOptions::default() }).unwrap();
+            assert_eq!(source.len(), 0);
+            source.read_exact_at(0, &mut []).unwrap();
+            assert!(source.read_exact_at(0, &mut [0u8; 1]).is_err());
+        }
+        let missing =
+            CloudSource::open(store.clone(), Path::from("nope"), "mem://nope".into(), &ReadOptions::default());
+        assert_eq!(missing.err().unwrap().store_kind(), Some(StoreErrorKind::NotFound));
     }
 
     #[test]

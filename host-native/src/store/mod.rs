@@ -152,6 +152,7 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
 fn cloud_options(options: &StoreOptions) -> crate::cloud::CloudOptions {
     let mut cloud = options.cloud.clone();
     cloud.limits = options.limits;
+    cloud.read_all = options.intent == Intent::ReadAll;
     cloud
 }
 

@@ -220,22 +220,39 @@ fn multipart_and_abort(store: &Store) {
 }
 
 /// Missing objects are `NotFound`; an object replaced after it was opened
-/// fails the next read instead of mixing versions.
+/// fails the next read past the opening's prefix instead of mixing
+/// versions (reads within the prefix see the version that was opened).
 fn missing_and_replaced(store: &Store) {
     let err = store.open("no/such.tensors").err().unwrap();
     assert_eq!(err.store_kind(), Some(StoreErrorKind::NotFound), "{err}");
     assert!(err.to_string().contains(&format!("{}://tzr/no/such.tensors", store.scheme)), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
-    std::fs::write(&path, vec![1u8; 4096]).unwrap();
+    // An empty object and one shorter than the opening's prefix.
+    for len in [0usize, 1000] {
+        std::fs::write(&path, vec![7u8; len]).unwrap();
+        store.upload(&path, "short").unwrap();
+        let source = store.open("short").unwrap();
+        assert_eq!(source.len(), len as u64);
+        let mut all = vec![0u8; len];
+        source.read_exact_at(0, &mut all).unwrap();
+        assert!(all.iter().all(|b| *b == 7));
+        assert!(source.read_exact_at(len as u64, &mut [0u8; 1]).is_err());
+    }
+    let len = cloud::PREFIX as usize + 4096;
+    std::fs::write(&path, vec![1u8; len]).unwrap();
     store.upload(&path, "changing").unwrap();
     let source = store.open("changing").unwrap();
     source.read_exact_at(0, &mut [0u8; 16]).unwrap();
-    std::fs::write(&path, vec![2u8; 4096]).unwrap();
+    std::fs::write(&path, vec![2u8; len]).unwrap();
     store.upload(&path, "changing").unwrap();
-    let err = source.read_exact_at(100, &mut [0u8; 16]).unwrap_err();
+    let mut old = [0u8; 16];
+    source.read_exact_at(100, &mut old).unwrap();
+    assert_eq!(old, [1u8; 16]);
+    let at = cloud::PREFIX + 100;
+    let err = source.read_exact_at(at, &mut [0u8; 16]).unwrap_err();
     assert_eq!(err.store_kind(), Some(StoreErrorKind::Changed), "{err}");
-    assert!(err.to_string().contains("bytes 100-115"), "{err}");
+    assert!(err.to_string().contains(&format!("bytes {at}-{}", at + 15)), "{err}");
 }
 
 #[test]

@@ -132,6 +132,9 @@ impl Remote {
         eprintln!("{} ({what}) after {:?}: {text}", self.name, outcome.elapsed);
         assert_eq!(err.store_kind(), Some(kind), "{} ({what}): {text}", self.name);
         assert!(text.contains("faults"), "{} ({what}): the error names the object: {text}", self.name);
+        for internal in ["os error", "max_retries", "Error performing", "fill whole buffer", "http://"] {
+            assert!(!text.contains(internal), "{} ({what}): the error shows internals ({internal}): {text}", self.name);
+        }
         outcome
     }
 

@@ -87,7 +87,7 @@ impl fmt::Display for Fault {
         match self {
             Self::Io(e) if too_slow(e).is_some() => write!(f, "{e}"),
             Self::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                write!(f, "the server did not answer in time ({e})")
+                f.write_str("the server sent nothing for a whole RedisOptions::io_timeout")
             }
             Self::Io(e) => write!(f, "{e}"),
             Self::Protocol(m) => write!(f, "protocol error: {m}"),
@@ -280,9 +280,20 @@ fn parse_len(digits: &[u8], limit: u64, what: &str) -> Result<Option<u64>, Fault
     }
 }
 
+/// `read_exact`, with an end of stream said as what it is here.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<(), Fault> {
+    r.read_exact(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => {
+            let why = "the server closed the connection in the middle of a reply";
+            Fault::Io(io::Error::new(io::ErrorKind::UnexpectedEof, why))
+        }
+        _ => Fault::from(e),
+    })
+}
+
 fn expect_crlf(r: &mut impl Read) -> Result<(), Fault> {
     let mut end = [0u8; 2];
-    r.read_exact(&mut end)?;
+    read_full(r, &mut end)?;
     if &end != b"\r\n" {
         return Err(protocol("a bulk string not ended by CRLF"));
     }
@@ -353,7 +364,7 @@ pub(crate) fn read_bulk_into(r: &mut impl BufRead, buf: &mut [u8]) -> Result<usi
                     buf.len()
                 )));
             };
-            r.read_exact(dest)?;
+            read_full(r, dest)?;
             expect_crlf(r)?;
             Ok(dest.len())
         }
