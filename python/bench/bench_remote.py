@@ -26,6 +26,12 @@ and Azure Blob (Azurite). Per store, on the same object and server:
   connection each time another ``--reset-every-mib`` MiB has been relayed,
   interleaved with the same relay not resetting (``--pairs`` pairs, at
   least 5; best and median of each). Redis goes through the relay too.
+  Each reset costs one more request, and on moto and gcp-storage-emulator
+  a request costs the server a copy (and a hash) of the whole object; the
+  server's cost of one request (a 1-byte ranged GET on a new connection,
+  from this process, median of 5) is measured, and the ratio is also given
+  net of it (resets per load times that cost taken off the resetting
+  time), which is the client's own cost.
 
 Every contender runs once untimed, then ``--reps`` times interleaved with
 the others; best and median are reported (the VM is shared). Nothing is
@@ -48,6 +54,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import fcntl
+import http.client
 import json
 import os
 import platform
@@ -59,6 +66,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,6 +82,8 @@ from tensorizer_rs import _native  # noqa: E402
 MIB = 1 << 20
 STORES = ("http", "s3", "redis", "gs", "az")
 MIN_PAIRS = 5
+# Timed one-byte requests per store (their median is the server's cost of a request).
+REQUEST_REPS = 5
 
 
 def log(*a: object) -> None:
@@ -125,6 +135,24 @@ def curl_ranges(url: str, size: int, streams: int) -> None:
     for p in procs:
         if p.wait() != 0:
             raise RuntimeError(f"curl failed with {p.returncode}")
+
+
+def one_request(url: str, size: int) -> None:
+    """One ranged GET of a single byte in the middle of the object, on a
+    new connection (as after a reset), from this process (no curl start-up
+    in the time): what a request costs before any transfer (moto and
+    gcp-storage-emulator copy or hash the whole object for each)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
+    try:
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        mid = size // 2
+        conn.request("GET", path, headers={"Range": f"bytes={mid}-{mid}"})
+        resp = conn.getresponse()
+        if resp.status != 206 or len(resp.read()) != 1:
+            raise RuntimeError(f"{url}: a 1-byte range answered {resp.status}")
+    finally:
+        conn.close()
 
 
 def redis_gets(port: int, keys: list[str], streams: int) -> None:
@@ -313,6 +341,8 @@ class Store:
         self.tensorizer_uri = tensorizer_uri
         self.extra = extra or {}
         self.upload_s: float | None = None
+        # One ranged request of one byte (None where a request costs nothing to speak of).
+        self.request: Callable[[], None] | None = None
 
 
 def _upload(path: str, uri: str, **kw: object) -> float:
@@ -330,8 +360,10 @@ def start(name: str, path: str, streams: int) -> Iterator[Store]:
     if name == "http":
         with remote_servers.nginx(os.path.dirname(path)) as base:
             url = f"{base}/{os.path.basename(path)}"
-            yield Store(name, url, int(base.rsplit(":", 1)[1]), lambda: curl_ranges(url, size, streams),
-                        tensorizer_uri=url)
+            store = Store(name, url, int(base.rsplit(":", 1)[1]), lambda: curl_ranges(url, size, streams),
+                          tensorizer_uri=url)
+            store.request = lambda: one_request(url, size)
+            yield store
     elif name == "s3":
         with remote_servers.s3_bucket("bench") as (endpoint, client):
             s3 = remote_servers.s3_credentials(endpoint)
@@ -346,6 +378,7 @@ def start(name: str, path: str, streams: int) -> Iterator[Store]:
             store = Store(name, uri, int(endpoint.rsplit(":", 1)[1]), lambda: curl_ranges(url, size, streams),
                           s3=s3, relayed=via, tensorizer_uri=uri)
             store.upload_s = upload_s
+            store.request = lambda: one_request(url, size)
             yield store
     elif name == "redis":
         with remote_servers.redis() as port:
@@ -377,6 +410,7 @@ def start(name: str, path: str, streams: int) -> Iterator[Store]:
             store = Store(name, uri, port, lambda: curl_ranges(url, size, streams), env=env,
                           relayed=via_emulator, tensorizer_uri=url)
             store.upload_s = upload_s
+            store.request = lambda: one_request(url, size)
             yield store
     else:
         raise ValueError(f"unknown store {name!r}")
@@ -433,6 +467,18 @@ def measure(store: Store, args: argparse.Namespace) -> dict[str, Any]:
             fn()
             times[name].append(time.perf_counter() - t)
             log(f"{store.name} rep {rep}: {name}: {times[name][-1] * 1e3:.0f} ms")
+    # What one request costs the server, to tell the client's cost of a
+    # reset (one more request) from the server's.
+    request_s = None
+    if store.request is not None:
+        store.request()
+        costs = []
+        for _ in range(REQUEST_REPS):
+            t = time.perf_counter()
+            store.request()
+            costs.append(time.perf_counter() - t)
+        request_s = statistics.median(costs)
+        log(f"{store.name}: one 1-byte ranged request {request_s * 1e3:.1f} ms (median of {REQUEST_REPS})")
     # Resets: the same relay, resetting or not, interleaved.
     every = args.reset_every_mib * MIB
     relays = {e: ResetProxy(store.port, e) for e in (None, every)}
@@ -454,7 +500,7 @@ def measure(store: Store, args: argparse.Namespace) -> dict[str, Any]:
     for relay in relays.values():
         relay.close()
     return {"times": times, "errors": errors, "relay_clean": pair_times[None], "relay_reset": pair_times[every],
-            "resets": relays[every].resets, "upload_s": store.upload_s}
+            "resets": relays[every].resets, "upload_s": store.upload_s, "request_s": request_s}
 
 
 def _pick(times: dict[str, list[float]], prefix: str) -> list[float] | None:
@@ -471,6 +517,9 @@ def summary(r: dict[str, Any], size: int, streams: int) -> dict[str, Any]:
     tz = [v for k, v in rate.items() if k.startswith("tensorizer")]
     tz_best = max(tz) if tz else None
     clean, reset = r["relay_clean"], r["relay_reset"]
+    # Each reset costs one more request; the server's part of it is known.
+    per_load = r["resets"] / len(reset)
+    server = per_load * r["request_s"] if r.get("request_s") is not None else None
     return {
         "limit": limit, "native": native, "deser": deser, "tensorizer": tz_best,
         "native_vs_limit": native / limit if native else None,
@@ -479,6 +528,9 @@ def summary(r: dict[str, Any], size: int, streams: int) -> dict[str, Any]:
         "deser_vs_tensorizer": deser / tz_best if deser and tz_best else None,
         "reset_best": min(reset) / min(clean), "reset_median": statistics.median(reset) / statistics.median(clean),
         "resets": r["resets"],
+        "request_ms": r["request_s"] * 1e3 if r.get("request_s") is not None else None,
+        "reset_net_best": (min(reset) - server) / min(clean) if server is not None else None,
+        "reset_net_median": (statistics.median(reset) - server) / statistics.median(clean) if server is not None else None,
     }
 
 
@@ -494,8 +546,9 @@ def report(results: dict[str, dict[str, Any]], sizes: dict[str, int], args: argp
         f"{os.cpu_count()} CPUs; {args.malloc_note}; goals: ours >= 0.9x limit, >= 2x tensorizer, resets <= 1.1x clean",
         "",
         "| store | MiB | limit MB/s | rs native MB/s | rs deser MB/s | tensorizer best MB/s | native / limit | "
-        "deser / limit | native / tz | deser / tz | resets / clean (best / median) | resets |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "deser / limit | native / tz | deser / tz | resets / clean (best / median) | resets | "
+        "server ms per request | resets / clean net of the server's request cost (best / median) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for store, r in results.items():
         s = summary(r, sizes[store], n)
@@ -504,7 +557,8 @@ def report(results: dict[str, dict[str, Any]], sizes: dict[str, int], args: argp
             f"| {store} | {sizes[store] / MIB:.0f} | {s['limit']:.0f} | {_f(s['native'], '.0f')} | "
             f"{_f(s['deser'], '.0f')} | {tz} | {_f(s['native_vs_limit'], '.2f')}x | {_f(s['deser_vs_limit'], '.2f')}x"
             f" | {_f(s['native_vs_tensorizer'], '.2f')}x | {_f(s['deser_vs_tensorizer'], '.2f')}x | "
-            f"{s['reset_best']:.3f} / {s['reset_median']:.3f} | {s['resets']} |"
+            f"{s['reset_best']:.3f} / {s['reset_median']:.3f} | {s['resets']} | {_f(s['request_ms'], '.1f')} | "
+            f"{_f(s['reset_net_best'], '.3f')} / {_f(s['reset_net_median'], '.3f')} |"
         )
     lines += ["", "| store | contender | best | median | MB/s (best) |", "|---|---|---:|---:|---:|"]
     for store, r in results.items():

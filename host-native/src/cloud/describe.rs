@@ -1,7 +1,9 @@
-//! `object_store`'s errors in a line for users: the status the store
-//! answered and its own error code and message, without the request line,
-//! the URL (which may carry a signature) or the retry settings that
-//! `object_store` 0.14 puts in its text (its status is not public).
+//! What `object_store`'s errors say: in a line for users (the status the
+//! store answered and its own error code and message, without the request
+//! line, the URL, which may carry a signature, or the retry settings), and
+//! whether another attempt may help. `object_store` 0.14 keeps the HTTP
+//! status inside its error's text (the type that carries it is not
+//! public), so both are read from the text.
 
 /// What `e` says, for the detail of an [`crate::Error::Store`].
 pub(super) fn describe(e: &object_store::Error) -> String {
@@ -27,6 +29,39 @@ pub(super) fn describe(e: &object_store::Error) -> String {
         None => first_line(inner).to_string(),
     };
     what + retries.as_deref().unwrap_or("")
+}
+
+/// Whether a failed request is worth another attempt: a connection that
+/// failed or timed out, or an answer of 5xx, 408 or 429. Not a 4xx, a
+/// missing object, refused credentials or a changed ETag, nor a response
+/// that is not what a ranged `GET` must return (`object_store`'s own
+/// checks of it): those say something of the store, not of the moment.
+pub(super) fn transient(e: &object_store::Error) -> bool {
+    let object_store::Error::Generic { .. } = e else { return false };
+    let text = e.to_string();
+    if !text.contains("Error performing ") {
+        return false;
+    }
+    match status_in(&text) {
+        Some(status) => status >= 500 || status == 408 || status == 429,
+        None => true,
+    }
+}
+
+/// Whether a ranged `GET` was refused as unsatisfiable: what stores answer
+/// for an empty object (HTTP 416; Azurite a 206 with `Content-Range: bytes
+/// 0--1/0`; `object_store`'s in-memory store its own range check).
+pub(super) fn unsatisfiable(e: &object_store::Error) -> bool {
+    const SIGNS: [&str; 4] = ["Range Not Satisfiable", "InvalidRange", "CONTENT_RANGE", "Wanted range starting at"];
+    let text = e.to_string();
+    matches!(e, object_store::Error::Generic { .. })
+        && (status_in(&text) == Some(416) || SIGNS.iter().any(|sign| text.contains(sign)))
+}
+
+/// The HTTP status in an `object_store` error's text, if it has one.
+fn status_in(text: &str) -> Option<u16> {
+    let (_, rest) = text.split_once("status code: ")?;
+    rest.get(..3)?.parse().ok()
 }
 
 /// The text between the first `open` and the next `close` in `s`.
@@ -67,6 +102,21 @@ mod tests {
                 .into(),
         };
         assert_eq!(describe(&e), "the store answered 404 Not Found (BlobNotFound): The specified blob does not exist.");
+    }
+
+    #[test]
+    fn only_failures_of_the_moment_are_worth_a_retry() {
+        let status = |code: &str| {
+            generic(&format!("Error performing GET http://h/o in 1ms - Server returned non-2xx status code: {code}: "))
+        };
+        assert!(transient(&status("503 Service Unavailable")) && transient(&status("429 Too Many Requests")));
+        assert!(!transient(&status("400 Bad Request")) && !transient(&status("416 Range Not Satisfiable")));
+        assert!(transient(&generic("Error performing GET http://h/o in 10s - HTTP error: error sending request")));
+        assert!(!transient(&generic("Received non-partial response when range requested")));
+        assert!(!transient(&object_store::Error::NotFound { path: "o".into(), source: "gone".into() }));
+        assert!(unsatisfiable(&status("416 Range Not Satisfiable")));
+        assert!(unsatisfiable(&generic("Failed to parse value for CONTENT_RANGE header: \"bytes 0--1/0\"")));
+        assert!(!unsatisfiable(&status("503 Service Unavailable")));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use futures_util::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
+use super::describe::{transient, unsatisfiable};
 use super::{block_on, store_error};
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::retry::{Attempt, RetryPolicy, Target, retry};
@@ -33,8 +34,8 @@ type Body = BoxStream<'static, object_store::Result<Bytes>>;
 pub struct ReadOptions {
     /// Rate and deadline limits of every request, the opening one included.
     pub limits: TransferLimits,
-    /// How broken and stalled requests are retried (give the store the
-    /// same policy through [`super::retry_config`]).
+    /// How failed, broken and stalled requests are retried (the store
+    /// itself must not retry: see [`CloudSource`]).
     pub retry: RetryPolicy,
     /// The caller will read most of the object (a load, a copy): the
     /// opening request asks for all of it, keeps its first [`PREFIX`]
@@ -55,11 +56,14 @@ pub struct ReadOptions {
 /// [`ReadOptions::read_all`] the rest of that response is parked and
 /// continues into the read that needs it next.
 ///
-/// Retries follow the shared [`RetryPolicy`]: `object_store` retries each
-/// request under it (see [`super::retry_config`]), resuming a broken body
-/// for the bytes still missing; on top of that a read re-requests the
-/// missing bytes when its body broke for good or fell below
-/// [`TransferLimits::min_rate`] over a window. Such a failure after at
+/// Retries follow the shared [`RetryPolicy`], applied here and not by
+/// `object_store` (give the store no retries of its own: its resumption of
+/// broken bodies waits longer after every break and never forgets). A
+/// request that fails for the moment (a connection error, a timeout, 5xx,
+/// 408, 429) is a failed attempt; a 4xx, a missing object or a changed
+/// ETag ends the read. A body that broke, or fell below
+/// [`TransferLimits::min_rate`] over a window, is asked for again for the
+/// bytes still missing. Such a failure after at
 /// least 1 MiB of progress is resumed at once and starts the policy's
 /// counts afresh (a slow but moving transfer is never given up on); one
 /// without progress is a failed attempt (a stalled transfer runs out of
@@ -163,7 +167,10 @@ impl CloudSource {
         let result = match self.store.get_opts(&self.path, options).await {
             Ok(result) => result,
             Err(e) if unsatisfiable(&e) => return self.probe_empty(e).await,
-            Err(e) => return Attempt::Final(store_error(&self.name, None, e)),
+            Err(e) => {
+                let again = transient(&e);
+                return failed(store_error(&self.name, None, e), again);
+            }
         };
         let (len, etag, end) = (result.meta.size, result.meta.e_tag.clone(), result.range.end);
         if result.range.start != 0 || end > len {
@@ -205,10 +212,12 @@ impl CloudSource {
             if_match: self.etag.clone(),
             ..Default::default()
         };
-        // object_store has already retried the request under the policy.
         let result = match self.store.get_opts(&self.path, options).await {
             Ok(result) => result,
-            Err(e) => return Attempt::Final(store_error(&self.name, Some((start, total - began)), e)),
+            Err(e) => {
+                let again = transient(&e);
+                return failed(store_error(&self.name, Some((start, total - began)), e), again);
+            }
         };
         let (mut body, mut leftover) = (result.into_stream(), None);
         let outcome = self.receive(&mut body, &mut leftover, offset, total, done, bufs).await;
@@ -250,10 +259,10 @@ impl CloudSource {
                         let e = self.too_slow(offset + *done, offset + total, window);
                         return broke(*done, e, Attempt::Retry);
                     }
-                    // object_store has already resumed the body under the policy.
+                    // A broken body: the bytes still missing are asked for again.
                     Some(Err(e)) => {
                         let e = store_error(&self.name, Some((offset + *done, total - *done)), e);
-                        return broke(*done, e, Attempt::Final);
+                        return broke(*done, e, Attempt::Retry);
                     }
                     None => {
                         let why = "the object ended early";
@@ -345,18 +354,6 @@ impl CloudSource {
     }
 }
 
-/// Whether the opening request was refused as unsatisfiable: what stores
-/// answer for an empty object (HTTP 416; Azurite a 206 with
-/// `Content-Range: bytes 0--1/0`; `object_store`'s in-memory store its own
-/// range check). `object_store` 0.14 keeps the status inside its error's
-/// text.
-fn unsatisfiable(e: &object_store::Error) -> bool {
-    const SIGNS: [&str; 5] =
-        ["status code: 416", "Range Not Satisfiable", "InvalidRange", "CONTENT_RANGE", "Wanted range starting at"];
-    let text = e.to_string();
-    matches!(e, object_store::Error::Generic { .. }) && SIGNS.iter().any(|sign| text.contains(sign))
-}
-
 /// The next chunk of `stream`; `Ok(None)` when nothing came for a whole
 /// `window` while a minimum rate is set (a stall: ask again).
 async fn next_chunk(stream: &mut Body, window: Duration, min_rate: u64) -> Option<object_store::Result<Option<Bytes>>> {
@@ -386,6 +383,11 @@ fn copy_into(bufs: &mut [&mut [u8]], mut at: u64, mut chunk: &[u8]) {
             break;
         }
     }
+}
+
+/// A failed request: another attempt if `again`, else the end.
+fn failed<T>(e: Error, again: bool) -> Attempt<T> {
+    if again { Attempt::Retry(e) } else { Attempt::Final(e) }
 }
 
 fn deadline_error(name: &str, range: Option<(u64, u64)>, deadline: Duration) -> Error {
@@ -589,11 +591,14 @@ mod tests {
         let err = source.read_exact_at(P, &mut [0u8; 10]).unwrap_err();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
-        // A break without progress is final: object_store already retried it.
+        // A break without progress is a failed attempt.
         let fault = Fault::BreakAfter(10, Duration::ZERO);
-        let (store, source) = faulty(len, fault, TransferLimits::default(), RetryPolicy::default());
-        assert!(source.read_exact_at(P, &mut [0u8; 100]).is_err());
-        assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 1);
+        let retry = RetryPolicy { attempts: 3, give_up_after: None, ..retry };
+        let (store, source) = faulty(len, fault, TransferLimits::default(), retry);
+        let err = source.read_exact_at(P, &mut [0u8; 100]).unwrap_err();
+        assert_eq!(err.store_kind(), Some(StoreErrorKind::RetriesExhausted), "{err}");
+        assert!(err.to_string().contains("connection reset"), "{err}");
+        assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 3);
     }
 
     #[test]

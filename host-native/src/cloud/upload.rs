@@ -26,7 +26,7 @@ pub(super) fn open_file(from: &std::path::Path) -> Result<(File, u64)> {
 /// aborts the upload: no object is left behind.
 pub fn upload_gcs_reader(reader: &mut dyn Read, bucket: &str, object: &str, opts: &CloudOptions) -> Result<()> {
     let name = format!("gs://{bucket}/{object}");
-    upload(&gcs_store(bucket, opts)?, &name, &object_path(&name, object)?, reader, None, opts)
+    upload(&gcs_store(bucket, opts, opts.retry())?, &name, &object_path(&name, object)?, reader, None, opts)
 }
 
 /// Uploads everything `reader` yields to blob `blob` of `container`. A read
@@ -39,7 +39,7 @@ pub fn upload_azure_reader(
     opts: &CloudOptions,
 ) -> Result<()> {
     let name = azure_name(account, container, blob);
-    upload(&azure_store(account, container, opts)?, &name, &object_path(&name, blob)?, reader, None, opts)
+    upload(&azure_store(account, container, opts, opts.retry())?, &name, &object_path(&name, blob)?, reader, None, opts)
 }
 
 /// Reads up to `want` bytes (fewer only at the end of `reader`).
