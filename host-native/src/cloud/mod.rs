@@ -111,12 +111,15 @@ pub struct CloudOptions {
     /// The caller will read most of each object it opens (see
     /// [`ReadOptions::read_all`]).
     pub read_all: bool,
-    /// Azure: read through a URL the store signs (a SAS, from the account
-    /// key or a user delegation key) with the crate's own HTTP client,
-    /// whose bodies land straight in the caller's buffers (one copy fewer
-    /// than `object_store`'s streams); where no URL can be signed
-    /// (anonymous access, a SAS token, a refused delegation key), reads go
-    /// through `object_store` ([`CloudSource`]). On by default.
+    /// Read with the crate's own HTTP client, whose bodies land straight in
+    /// the caller's buffers (one copy fewer than `object_store`'s streams):
+    /// Azure through a URL the store signs (a SAS, from the account key or
+    /// a user delegation key), GCS through the object's URL with a static
+    /// bearer token ([`gcs_bearer_token`](Self::gcs_bearer_token) or
+    /// `GOOGLE_BEARER_TOKEN`) or none ([`gcs_anonymous`](Self::gcs_anonymous)).
+    /// Other credentials (a SAS token, refreshed OAuth tokens, a refused
+    /// delegation key) read through `object_store` ([`CloudSource`]). On by
+    /// default.
     pub direct_reads: bool,
 }
 
@@ -279,7 +282,7 @@ fn gcs_store(bucket: &str, opts: &CloudOptions, retry: RetryConfig) -> Result<ob
     install_tls();
     // The emulator's URL may also come from GOOGLE_BASE_URL (read by
     // `from_env`): plain http:// is allowed for an http:// base URL only.
-    let base_url = opts.gcs_base_url.clone().or_else(|| std::env::var("GOOGLE_BASE_URL").ok());
+    let base_url = gcs_base_url(opts);
     let mut builder = GoogleCloudStorageBuilder::from_env()
         .with_bucket_name(bucket)
         .with_client_options(opts.client(base_url.as_deref()))
@@ -300,6 +303,12 @@ fn gcs_store(bucket: &str, opts: &CloudOptions, retry: RetryConfig) -> Result<ob
         }
     }
     builder.build().map_err(|e| bad_location(&format!("gs://{bucket}"), e))
+}
+
+/// The GCS base URL of `opts`, else of `GOOGLE_BASE_URL` (an emulator),
+/// else none (the real service).
+fn gcs_base_url(opts: &CloudOptions) -> Option<String> {
+    opts.gcs_base_url.clone().or_else(|| std::env::var("GOOGLE_BASE_URL").ok())
 }
 
 fn azure_store(
@@ -350,6 +359,10 @@ fn object_path(name: &str, object: &str) -> Result<object_store::path::Path> {
 pub fn open_gcs(bucket: &str, object: &str, opts: &CloudOptions) -> Result<Box<dyn RangeSource>> {
     let name = format!("gs://{bucket}/{object}");
     let path = object_path(&name, object)?;
+    #[cfg(feature = "http")]
+    if let Some(source) = signed::open_gcs(bucket, &path, &name, opts)? {
+        return Ok(source);
+    }
     let store = gcs_store(bucket, opts, reads_retry())?;
     Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, &opts.read_options())?))
 }
@@ -366,7 +379,7 @@ pub fn open_azure(
     let path = object_path(&name, blob)?;
     let store = azure_store(account, container, opts, reads_retry())?;
     #[cfg(feature = "http")]
-    if let Some(source) = signed::open(&store, &path, &name, opts)? {
+    if let Some(source) = signed::open_azure(&store, &path, &name, opts)? {
         return Ok(source);
     }
     Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, &opts.read_options())?))

@@ -54,6 +54,33 @@ pub struct HttpOptions {
     pub limits: TransferLimits,
     /// Which certificate authorities `https://` servers must be signed by.
     pub tls: TlsOptions,
+    /// An `Authorization` header for every request (a store's static
+    /// bearer token); none by default.
+    pub authorization: Option<Authorization>,
+}
+
+/// The value of an `Authorization` header. Never shown: its `Debug` says
+/// only that it is there.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Authorization(String);
+
+impl Authorization {
+    /// `Bearer <token>`; `None` for a token a header line cannot carry
+    /// (empty, or with bytes other than visible ASCII).
+    pub fn bearer(token: &str) -> Option<Self> {
+        let visible = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic());
+        visible.then(|| Self(format!("Bearer {token}")))
+    }
+
+    pub(crate) fn value(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Authorization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Authorization(..)")
+    }
 }
 
 impl Default for HttpOptions {
@@ -65,6 +92,7 @@ impl Default for HttpOptions {
             connect_timeout: Duration::from_secs(10),
             limits: TransferLimits::default(),
             tls: TlsOptions::default(),
+            authorization: None,
         }
     }
 }
@@ -197,7 +225,8 @@ impl HttpSource {
 
     /// [`open_named`](Self::open_named) with the TLS trust already resolved.
     pub(crate) fn open_trusted(url: &str, name: &str, options: HttpOptions, trust: Trust) -> Result<Self> {
-        let wire = wire::Wire::for_url(url, options.read_timeout, options.connect_timeout);
+        let wire =
+            wire::Wire::for_url(url, options.read_timeout, options.connect_timeout, options.authorization.as_ref());
         let until = deadline(&options.limits);
         let mut this = Self {
             agent: agent(&options, &trust),
@@ -278,7 +307,10 @@ impl HttpSource {
 
     /// `GET` of `range` through ureq, within what is left of `pace`'s deadline.
     fn ureq_get(&self, range: &str, pace: &Pace) -> Result<ureq::http::Response<ureq::Body>, io::Error> {
-        let request = self.agent.get(&self.url).header("Range", range);
+        let mut request = self.agent.get(&self.url).header("Range", range);
+        if let Some(authorization) = &self.options.authorization {
+            request = request.header("Authorization", authorization.value());
+        }
         let request = match pace.time_left() {
             Some(left) => request.config().timeout_global(Some(left.max(Duration::from_millis(1)))).build(),
             None => request,

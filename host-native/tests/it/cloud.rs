@@ -258,9 +258,13 @@ fn missing_and_replaced(store: &Store) {
 #[test]
 fn gcs_vectors_multipart_and_errors() {
     let Some((_server, options)) = gcs() else { return };
-    let store = Store { scheme: "gs", options };
+    let store = Store { scheme: "gs", options: options.clone() };
     vectors_round_trip(&store);
     multipart_and_abort(&store);
+    missing_and_replaced(&store);
+    // The same reads through object_store instead of the direct client.
+    let store = Store { scheme: "gs", options: CloudOptions { direct_reads: false, ..options } };
+    vectors_round_trip(&store);
     missing_and_replaced(&store);
     let uploads = http_get(_server.port, "/_tzr/uploads");
     assert!(uploads.ends_with("\r\n\r\n0"), "no multipart upload is left open: {uploads}");
@@ -269,9 +273,12 @@ fn gcs_vectors_multipart_and_errors() {
 #[test]
 fn azure_vectors_multipart_and_errors() {
     let Some((_server, options)) = azurite() else { return };
-    let store = Store { scheme: "az", options };
+    let store = Store { scheme: "az", options: options.clone() };
     vectors_round_trip(&store);
     multipart_and_abort(&store);
+    missing_and_replaced(&store);
+    let store = Store { scheme: "az", options: CloudOptions { direct_reads: false, ..options } };
+    vectors_round_trip(&store);
     missing_and_replaced(&store);
 }
 

@@ -407,4 +407,12 @@ mod cloud {
         let Some((server, options)) = azurite() else { return };
         remote("az", &server, options).all();
     }
+
+    /// Reads through `object_store`, as for credentials that cannot sign a
+    /// URL (the faults above go through the direct client).
+    #[test]
+    fn object_store_reads_survive_resets_stalls_503s_and_trickles() {
+        let Some((server, options)) = azurite() else { return };
+        remote("az", &server, CloudOptions { direct_reads: false, ..options }).all();
+    }
 }

@@ -44,6 +44,9 @@ pub(crate) struct Wire {
     target: String,
     read_timeout: Duration,
     connect_timeout: Duration,
+    /// Header lines sent with every request (`Authorization`), each ended
+    /// by CRLF.
+    extra: String,
     idle: Arc<Mutex<Vec<TcpStream>>>,
 }
 
@@ -66,7 +69,12 @@ impl Wire {
     /// A client for `url`, or `None` where ureq must do the work (not plain
     /// `http://`, credentials in the URL, a proxy in the environment, bytes
     /// a request line cannot carry).
-    pub(crate) fn for_url(url: &str, read_timeout: Duration, connect_timeout: Duration) -> Option<Self> {
+    pub(crate) fn for_url(
+        url: &str,
+        read_timeout: Duration,
+        connect_timeout: Duration,
+        authorization: Option<&super::Authorization>,
+    ) -> Option<Self> {
         if PROXY_VARS.iter().any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())) {
             return None;
         }
@@ -99,6 +107,7 @@ impl Wire {
             target,
             read_timeout,
             connect_timeout,
+            extra: authorization.map(|a| format!("Authorization: {}\r\n", a.value())).unwrap_or_default(),
             idle: Arc::new(Mutex::new(Vec::new())),
         })
     }
@@ -129,10 +138,11 @@ impl Wire {
         let end = end.map(|e| e.to_string()).unwrap_or_default();
         let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nRange: bytes={start}-{end}\r\nUser-Agent: tensorizer-rs/{}\r\n\
-             Accept-Encoding: identity\r\n\r\n",
+             Accept-Encoding: identity\r\n{}\r\n",
             self.target,
             self.authority,
             env!("CARGO_PKG_VERSION"),
+            self.extra,
         );
         let pooled = self.idle.lock().map_or(None, |mut idle| idle.pop());
         if let Some(stream) = pooled {
@@ -276,7 +286,7 @@ mod tests {
     use super::*;
 
     fn wire(url: &str) -> Option<Wire> {
-        Wire::for_url(url, Duration::from_secs(1), Duration::from_secs(1))
+        Wire::for_url(url, Duration::from_secs(1), Duration::from_secs(1), None)
     }
 
     #[test]
