@@ -2,8 +2,6 @@
 
 pub mod atomic;
 pub mod checkpoint;
-#[cfg(feature = "cloud")]
-pub mod cloud;
 pub mod convert;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -28,6 +26,8 @@ pub use reader::{ReadOptions, Reader};
 pub use source::{LocalFile, MemorySource, RangeSource};
 pub use store::{Intent, Location, Sink, StoreOptions, open_sink, open_source, open_uri};
 // The stores under their old paths (`tensorizer_native::http`, …).
+#[cfg(feature = "cloud")]
+pub use store::cloud;
 #[cfg(feature = "redis")]
 pub use store::redis;
 #[cfg(feature = "s3")]

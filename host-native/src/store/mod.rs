@@ -7,16 +7,20 @@
 //! | local path | `pread` ([`LocalFile`]) | atomic rename ([`crate::atomic`]) | always |
 //! | `http(s)://` | range requests ([`http`]) | — | `http` |
 //! | `s3://` | presigned range requests ([`s3`]) | single or multipart upload | `s3` |
-//! | `gs://`, `az://`, `abfs(s)://` | ranged GETs (`crate::cloud`) | upload | `cloud` |
+//! | `gs://`, `az://`, `abfs(s)://` | ranged GETs, through [`http`] where the credentials allow (`cloud`) | single or multipart upload | `cloud` |
 //! | `redis://` | `GETRANGE` ([`redis`]) | keys swapped in with `MULTI`/`EXEC` | `redis` |
 //!
 //! Every remote store retries through one policy (`crate::retry`) and
 //! reports failures as [`Error::Store`] (not found, permission denied,
 //! changed during the read, …) naming the location and the byte range.
 //! The store modules only depend on [`crate::source`] (the
-//! [`RangeSource`] trait) and on each other downwards (`s3` → `http`);
+//! [`RangeSource`] trait) and on each other downwards (`s3` → `http`;
+//! `s3` → `cloud` for the AWS credential chain; `cloud` → `http` for
+//! direct reads);
 //! nothing below this module dispatches on schemes.
 
+#[cfg(feature = "cloud")]
+pub mod cloud;
 #[cfg(feature = "http")]
 pub mod http;
 mod location;
