@@ -283,8 +283,10 @@ impl HttpSource {
         }
         let error = if e.kind() == io::ErrorKind::WouldBlock {
             // A socket read timeout: the server went silent.
-            let why =
-                format!("no data for {:.1} s (HttpOptions::read_timeout)", self.options.read_timeout.as_secs_f64());
+            let why = format!(
+                "the server sent nothing for {:.1} s (the read timeout)",
+                self.options.read_timeout.as_secs_f64()
+            );
             self.fail_kind(start, span, io::ErrorKind::TimedOut, why)
         } else {
             self.fail_kind(start, span, e.kind(), e)
