@@ -302,4 +302,115 @@ mod tests {
         assert!(wire("http://h/a b").is_none());
         assert!(wire("http:///x").is_none());
     }
+
+    /// A server on 127.0.0.1 that answers each connection with the next of
+    /// `responses` (whatever the request) and closes it.
+    fn serve(responses: Vec<Vec<u8>>) -> (Wire, std::thread::JoinHandle<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/o", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            for response in responses {
+                let Ok((mut s, _)) = listener.accept() else { return };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = s.read(&mut [0u8; 4096]);
+                let _ = s.write_all(&response);
+            }
+        });
+        (wire(&url).unwrap(), server)
+    }
+
+    /// Sends a request for each of `responses`: never a panic or a hang;
+    /// a body is never longer than its `Content-Length` nor than what the
+    /// server sent.
+    fn survives(responses: Vec<Vec<u8>>) -> Vec<Result<(u16, usize), String>> {
+        let sent: Vec<usize> = responses.iter().map(Vec::len).collect();
+        let (wire, server) = serve(responses);
+        let limits = crate::source::TransferLimits::default();
+        let mut outcomes = Vec::new();
+        for sent in sent {
+            let mut pace = Pace::new(&limits, None);
+            // A fresh connection each time: nothing is pooled from a closed one.
+            wire.idle.lock().unwrap().clear();
+            outcomes.push(match wire.get_range(0, Some(99), &mut pace) {
+                Ok(mut resp) => {
+                    let length = resp.body.remaining;
+                    let (mut body, mut buf) = (0usize, [0u8; 512]);
+                    loop {
+                        match resp.body.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => body += n,
+                        }
+                    }
+                    assert!(body as u64 <= length && body <= sent, "{body} of {length}, {sent} sent");
+                    Ok((resp.status, body))
+                }
+                Err(WireError::Io(e)) => Err(e.to_string()),
+                Err(WireError::Unsupported) => Err("unsupported".into()),
+            });
+        }
+        server.join().unwrap();
+        outcomes
+    }
+
+    #[test]
+    fn hostile_responses_are_errors_or_bounded_bodies() {
+        let huge_head = [
+            &b"HTTP/1.1 206 P\r\n"[..],
+            &b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n".repeat(2000),
+            b"\r\n",
+        ]
+        .concat();
+        let many_headers = [&b"HTTP/1.1 206 P\r\n"[..], &b"A: b\r\n".repeat(MAX_HEADERS + 1), b"\r\n"].concat();
+        let cases: Vec<(&[u8], Result<(u16, usize), &str>)> = vec![
+            (b"", Err("connection closed before a complete response head")),
+            (b"HTTP/1.1 206 Partial Content\r\nContent-Le", Err("connection closed before a complete response head")),
+            (&huge_head, Err("unsupported")),
+            (&many_headers, Err("unsupported")),
+            (b"SSH-2.0-OpenSSH\r\n\r\n", Err("unsupported")),
+            (b"HTTP/1.1 206 P\r\n\r\nabc", Err("unsupported")),
+            (b"HTTP/1.1 206 P\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", Err("unsupported")),
+            (b"HTTP/1.1 206 P\r\nContent-Length: -1\r\n\r\nabc", Err("unsupported")),
+            (b"HTTP/1.1 206 P\r\nContent-Length: 99999999999999999999\r\n\r\nabc", Err("unsupported")),
+            // A length the body never reaches: what came, no more.
+            (b"HTTP/1.1 206 P\r\nContent-Length: 18446744073709551615\r\n\r\nabc", Ok((206, 3))),
+            // More body than the length: the length.
+            (b"HTTP/1.1 206 P\r\nContent-Length: 2\r\n\r\nabcdef", Ok((206, 2))),
+            (b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", Ok((200, 0))),
+        ];
+        let outcomes = survives(cases.iter().map(|(r, _)| r.to_vec()).collect());
+        for ((response, expected), got) in cases.iter().zip(outcomes) {
+            let expected = expected.map_err(str::to_string);
+            assert_eq!(got, expected, "{:?}", String::from_utf8_lossy(&response[..response.len().min(60)]));
+        }
+    }
+
+    #[test]
+    fn random_responses_are_errors_or_bounded_bodies() {
+        // xorshift64: the same cases every run.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let prefixes: [&[u8]; 4] = [b"", b"HTTP/1.1 206 P\r\n", b"HTTP/1.1 206 P\r\nContent-Length: ", b"HTTP/1.1 "];
+        let alphabet = b"HTTP/1.1 206\r\n:Content-Length: 0123456789abc\r\n\r\n\0\xff";
+        let responses = (0..300)
+            .map(|_| {
+                let mut r = prefixes[(next() % 4) as usize].to_vec();
+                let len = (next() % 300) as usize;
+                r.extend((0..len).map(|_| match next() % 3 {
+                    0 => (next() & 0xff) as u8,
+                    _ => alphabet[(next() % alphabet.len() as u64) as usize],
+                }));
+                r
+            })
+            .collect();
+        for outcome in survives(responses) {
+            if let Err(e) = outcome {
+                assert!(!e.is_empty());
+            }
+        }
+    }
 }
