@@ -361,7 +361,8 @@ mod tests {
         ]
         .concat();
         let many_headers = [&b"HTTP/1.1 206 P\r\n"[..], &b"A: b\r\n".repeat(MAX_HEADERS + 1), b"\r\n"].concat();
-        let cases: Vec<(&[u8], Result<(u16, usize), &str>)> = vec![
+        type Outcome = Result<(u16, usize), &'static str>;
+        let cases: Vec<(&[u8], Outcome)> = vec![
             (b"", Err("connection closed before a complete response head")),
             (b"HTTP/1.1 206 Partial Content\r\nContent-Le", Err("connection closed before a complete response head")),
             (&huge_head, Err("unsupported")),
