@@ -588,6 +588,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn authorization_is_checked_and_never_shown() {
+        let a = Authorization::bearer("ya29.secret").unwrap();
+        assert_eq!(a.value(), "Bearer ya29.secret");
+        let options = HttpOptions { authorization: Some(a), ..HttpOptions::default() };
+        assert!(!format!("{options:?}").contains("secret"));
+        for bad in ["", "a b", "a\r\nX-Evil: 1", "é"] {
+            assert!(Authorization::bearer(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn parses_content_range() {
         assert_eq!(content_range("bytes 0-0/262425"), Some((0, 0, 262425)));
         assert_eq!(content_range("bytes 10-19/*"), None);
