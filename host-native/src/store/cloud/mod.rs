@@ -30,7 +30,7 @@ use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
 pub use aws::{AwsCredentials, aws_credential_chain, aws_credential_chain_with};
 pub use profile::{AwsProfile, read_aws_profile};
-pub use source::{CloudSource, PREFIX, ReadOptions};
+pub use source::{CloudReadOptions, CloudSource, PREFIX};
 pub use upload::{upload_azure_reader, upload_gcs_reader};
 
 use crate::error::{Error, Result, StoreErrorKind};
@@ -109,7 +109,7 @@ pub struct CloudOptions {
     /// `object_store` for the requests of uploads (see [`retry_config`]).
     pub retry: RetryPolicy,
     /// The caller will read most of each object it opens (see
-    /// [`ReadOptions::read_all`]).
+    /// [`CloudReadOptions::read_all`]).
     pub read_all: bool,
     /// Read with the crate's own HTTP client, whose bodies land straight in
     /// the caller's buffers (one copy fewer than `object_store`'s streams):
@@ -151,8 +151,8 @@ impl CloudOptions {
     }
 
     /// How sources opened with these options read.
-    fn read_options(&self) -> ReadOptions {
-        ReadOptions { limits: self.limits, retry: self.retry, read_all: self.read_all }
+    fn read_options(&self) -> CloudReadOptions {
+        CloudReadOptions { limits: self.limits, retry: self.retry, read_all: self.read_all }
     }
 
     /// HTTP client options: no whole-request timeout (a multi-GB range may

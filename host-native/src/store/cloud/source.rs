@@ -31,7 +31,7 @@ type Body = BoxStream<'static, object_store::Result<Bytes>>;
 
 /// How a [`CloudSource`] reads.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ReadOptions {
+pub struct CloudReadOptions {
     /// Rate and deadline limits of every request, the opening one included.
     pub limits: TransferLimits,
     /// How failed, broken and stalled requests are retried (the store
@@ -53,7 +53,7 @@ pub struct ReadOptions {
 ///
 /// Opening it is one ranged `GET` (no `HEAD`): its first [`PREFIX`] bytes
 /// are kept and serve reads of the header and index; with
-/// [`ReadOptions::read_all`] the rest of that response is parked and
+/// [`CloudReadOptions::read_all`] the rest of that response is parked and
 /// continues into the read that needs it next.
 ///
 /// Retries follow the shared [`RetryPolicy`], applied here and not by
@@ -79,7 +79,7 @@ pub struct CloudSource {
     retry: RetryPolicy,
     /// The object's first bytes, from the opening request.
     prefix: Vec<u8>,
-    /// With [`ReadOptions::read_all`]: the rest of the opening response.
+    /// With [`CloudReadOptions::read_all`]: the rest of the opening response.
     parked: Mutex<Option<Parked>>,
 }
 
@@ -104,9 +104,9 @@ struct Opened {
 type Deadline = Option<(Duration, Option<Instant>)>;
 
 impl CloudSource {
-    /// Opens `path` in `store` with one ranged `GET` (see [`ReadOptions`]).
+    /// Opens `path` in `store` with one ranged `GET` (see [`CloudReadOptions`]).
     /// `name` is used in messages.
-    pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, options: &ReadOptions) -> Result<Self> {
+    pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, options: &CloudReadOptions) -> Result<Self> {
         let mut this = Self {
             store,
             path,
@@ -537,7 +537,7 @@ mod tests {
         store
     }
 
-    fn open(store: &Arc<Faulty>, options: ReadOptions) -> Result<CloudSource> {
+    fn open(store: &Arc<Faulty>, options: CloudReadOptions) -> Result<CloudSource> {
         CloudSource::open(store.clone(), Path::from("o"), "mem://o".into(), &options)
     }
 
@@ -545,7 +545,7 @@ mod tests {
     /// opened (for the prefix only) without one.
     fn faulty(len: usize, fault: Fault, limits: TransferLimits, retry: RetryPolicy) -> (Arc<Faulty>, CloudSource) {
         let store = store(len, fault, 1);
-        let source = open(&store, ReadOptions { limits, retry, read_all: false }).unwrap();
+        let source = open(&store, CloudReadOptions { limits, retry, read_all: false }).unwrap();
         (store, source)
     }
 
@@ -605,7 +605,7 @@ mod tests {
     fn opening_is_one_request_that_a_whole_read_continues() {
         let len = 3 << 20;
         let store = store(len, Fault::BreakAfter(usize::MAX, Duration::ZERO), 0);
-        let source = open(&store, ReadOptions { read_all: true, ..ReadOptions::default() }).unwrap();
+        let source = open(&store, CloudReadOptions { read_all: true, ..CloudReadOptions::default() }).unwrap();
         assert_eq!((source.len(), store.gets.load(Ordering::Relaxed)), (len as u64, 1));
         // The header comes from the prefix, the rest from the same response.
         let mut header = [0u8; 73];
@@ -618,7 +618,7 @@ mod tests {
         source.read_exact_at(1000, &mut rest).unwrap();
         assert_eq!(store.gets.load(Ordering::Relaxed), 2);
         // Without read_all the opening asks for the prefix only.
-        let source = open(&store, ReadOptions::default()).unwrap();
+        let source = open(&store, CloudReadOptions::default()).unwrap();
         assert!(source.parked.lock().unwrap().is_none());
         source.read_exact_at(1000, &mut rest).unwrap();
         assert_eq!(store.gets.load(Ordering::Relaxed), 4);
@@ -631,7 +631,7 @@ mod tests {
         // the rest, and the read takes what the parked body still had.
         let len = 4 << 20;
         let store = store(len, Fault::BreakAfter(3 << 19, Duration::ZERO), 0);
-        let source = open(&store, ReadOptions { read_all: true, ..ReadOptions::default() }).unwrap();
+        let source = open(&store, CloudReadOptions { read_all: true, ..CloudReadOptions::default() }).unwrap();
         let mut all = vec![0u8; len];
         source.read_exact_at(0, &mut all).unwrap();
         assert_eq!(all, pattern(len));
@@ -645,13 +645,13 @@ mod tests {
         let retry = RetryPolicy { attempts: 2, backoff: Duration::from_millis(1), ..RetryPolicy::default() };
         let store = store(4096, Fault::Stall, 0);
         let started = Instant::now();
-        let err = open(&store, ReadOptions { limits, retry, read_all: true }).err().unwrap();
+        let err = open(&store, CloudReadOptions { limits, retry, read_all: true }).err().unwrap();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert_eq!(store.gets.load(Ordering::Relaxed), 2);
         // A deadline bounds the opening too.
         let limits = TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(50)), ..limits };
-        let err = open(&store, ReadOptions { limits, retry, read_all: false }).err().unwrap();
+        let err = open(&store, CloudReadOptions { limits, retry, read_all: false }).err().unwrap();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(err.to_string().contains("deadline"), "{err}");
     }
@@ -660,13 +660,13 @@ mod tests {
     fn an_empty_object_opens_empty() {
         let store = store(0, Fault::BreakAfter(usize::MAX, Duration::ZERO), 0);
         for read_all in [false, true] {
-            let source = open(&store, ReadOptions { read_all, ..ReadOptions::default() }).unwrap();
+            let source = open(&store, CloudReadOptions { read_all, ..CloudReadOptions::default() }).unwrap();
             assert_eq!(source.len(), 0);
             source.read_exact_at(0, &mut []).unwrap();
             assert!(source.read_exact_at(0, &mut [0u8; 1]).is_err());
         }
         let missing =
-            CloudSource::open(store.clone(), Path::from("nope"), "mem://nope".into(), &ReadOptions::default());
+            CloudSource::open(store.clone(), Path::from("nope"), "mem://nope".into(), &CloudReadOptions::default());
         assert_eq!(missing.err().unwrap().store_kind(), Some(StoreErrorKind::NotFound));
     }
 
