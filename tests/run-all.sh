@@ -109,3 +109,8 @@ step "python: tensorizer 2.12.1's own tests against tensorizer_rs"
 # without network), runs its tests with `import tensorizer` giving
 # tensorizer_rs, and checks each outcome against python/tests/upstream/expected.toml.
 "$VENV/bin/python" python/tests/upstream/run.py
+
+step "python: zipslicer 0.8.1's own tests against tensorizer_rs.zipslicer"
+# Fetches zipslicer's sdist from PyPI (cached under target/, SHA-256
+# checked; prints SKIPPED without network) and runs its tests unmodified.
+"$VENV/bin/python" python/tests/upstream/run_zipslicer.py

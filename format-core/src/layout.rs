@@ -132,6 +132,16 @@ pub const DEFAULT_MAX_KDF_WORK: u64 = 2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DE
 /// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
 pub const MIN_KDF_MEMLIMIT: u64 = 8192;
 
+/// Largest Argon2id memory cost libsodium accepts on 64-bit targets
+/// (`crypto_pwhash_MEMLIMIT_MAX`).
+pub const MAX_KDF_MEMLIMIT: u64 = 4_398_046_510_080;
+
+/// Smallest Argon2id time cost libsodium accepts (`crypto_pwhash_OPSLIMIT_MIN`).
+pub const MIN_KDF_OPSLIMIT: u64 = 1;
+
+/// Largest Argon2id time cost libsodium accepts (`crypto_pwhash_OPSLIMIT_MAX`).
+pub const MAX_KDF_OPSLIMIT: u64 = u32::MAX as u64;
+
 // ---- torch.save zip checkpoints (see `crate::checkpoint`) ----------------
 
 /// The end-of-central-directory record is searched for in this many bytes

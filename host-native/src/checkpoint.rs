@@ -125,7 +125,7 @@ impl<S: RangeSource> CheckpointReader<S> {
             directory,
             archive,
             records: Records::default(),
-            state_dict: StateDict { entries: Vec::new(), storages: Vec::new() },
+            state_dict: StateDict { entries: Vec::new(), storages: Vec::new(), containers: Vec::new() },
             storage_ranges: Vec::new(),
             max_expanded_bytes: DEFAULT_MAX_EXPANDED_BYTES,
         };

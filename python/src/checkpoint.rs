@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use tensorizer_core::checkpoint::Leaf;
+use tensorizer_core::checkpoint::{ContainerKind, Leaf};
 use tensorizer_native::checkpoint::CheckpointReader;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, open_uri};
@@ -137,6 +137,29 @@ impl NativeCheckpoint {
                 entry.kind = kind;
                 entry.value = value.unbind();
                 Ok(entry)
+            })
+            .collect()
+    }
+
+    /// Every container below the root, depth first, each before what it
+    /// holds: `(path, kind, len, entries_before)` with kind "dict",
+    /// "ordered_dict", "list" or "tuple" and `entries_before` the number of
+    /// entries before it (to rebuild values that hold no tensor exactly,
+    /// in order).
+    #[allow(clippy::type_complexity)]
+    fn containers<'py>(&self, py: Python<'py>) -> PyResult<Vec<(Bound<'py, PyTuple>, &'static str, usize, usize)>> {
+        self.inner
+            .state_dict()
+            .containers
+            .iter()
+            .map(|c| {
+                let kind = match c.kind {
+                    ContainerKind::Dict { ordered: false } => "dict",
+                    ContainerKind::Dict { ordered: true } => "ordered_dict",
+                    ContainerKind::List => "list",
+                    ContainerKind::Tuple => "tuple",
+                };
+                Ok((path_to_py(py, &c.path)?, kind, c.len, c.entries_before))
             })
             .collect()
     }

@@ -46,18 +46,47 @@ create_exception!(
 /// file as `struct.error`, so code catching that keeps working.
 static TRUNCATED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
+/// `CheckpointUnpicklingError(FormatError, pickle.UnpicklingError)`: a
+/// checkpoint's pickle refused (a forbidden global, an unsupported opcode,
+/// a structure that is not a state dict), so code written for `torch.load`
+/// or zipslicer, which catches `pickle.UnpicklingError`, keeps working.
+static UNPICKLING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// A subclass of `FormatError` and of `module.attr`, made once.
+fn format_error_also<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+    also: (&str, &str),
+    doc: &str,
+) -> PyResult<&'py Bound<'py, PyType>> {
+    cell.get_or_try_init(py, || {
+        let other = py.import(also.0)?.getattr(also.1)?;
+        let bases = PyTuple::new(py, [py.get_type::<FormatError>().into_any(), other])?;
+        let namespace = PyDict::new(py);
+        namespace.set_item("__module__", "tensorizer_rs._native")?;
+        namespace.set_item("__doc__", doc)?;
+        let made = py.get_type::<PyType>().call1((name, bases, namespace))?;
+        Ok::<_, PyErr>(made.cast_into::<PyType>()?.unbind())
+    })
+    .map(|t| t.bind(py))
+}
+
 pub(crate) fn truncated_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
-    TRUNCATED
-        .get_or_try_init(py, || {
-            let struct_error = py.import("struct")?.getattr("error")?;
-            let bases = PyTuple::new(py, [py.get_type::<FormatError>().into_any(), struct_error])?;
-            let namespace = PyDict::new(py);
-            namespace.set_item("__module__", "tensorizer_rs._native")?;
-            namespace.set_item("__doc__", "The file ended before a complete structure was read.")?;
-            let made = py.get_type::<PyType>().call1(("TruncatedError", bases, namespace))?;
-            Ok::<_, PyErr>(made.cast_into::<PyType>()?.unbind())
-        })
-        .map(|t| t.bind(py))
+    let doc = "The file ended before a complete structure was read.";
+    format_error_also(py, &TRUNCATED, "TruncatedError", ("struct", "error"), doc)
+}
+
+pub(crate) fn unpickling_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    let doc = "A checkpoint's pickle was refused: it needs more than a state dict (nothing was executed).";
+    format_error_also(py, &UNPICKLING, "CheckpointUnpicklingError", ("pickle", "UnpicklingError"), doc)
+}
+
+fn made_err(msg: String, made: for<'py> fn(Python<'py>) -> PyResult<&'py Bound<'py, PyType>>) -> PyErr {
+    Python::attach(|py| match made(py) {
+        Ok(t) => PyErr::from_type(t.clone(), msg),
+        Err(err) => err,
+    })
 }
 
 /// Maps a format-core error, prefixed with `context` (file and tensor).
@@ -68,10 +97,10 @@ pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> P
         None => e.to_string(),
     };
     match e {
-        E::Truncated { .. } => Python::attach(|py| match truncated_type(py) {
-            Ok(t) => PyErr::from_type(t.clone(), msg),
-            Err(err) => err,
-        }),
+        E::Truncated { .. } => made_err(msg, truncated_type),
+        E::ForbiddenGlobal { .. } | E::UnsupportedOpcode { .. } | E::CorruptCheckpoint { .. } => {
+            made_err(msg, unpickling_type)
+        }
         E::HashMismatch { .. } => HashMismatchError::new_err(msg),
         E::Decryption | E::Encryption { .. } => CryptographyError::new_err(msg),
         E::InvalidArgument { .. } | E::MetadataOverflow { .. } | E::InvalidName { offset: 0, .. } => {

@@ -46,6 +46,7 @@ mod _native {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
+        m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
         crate::slices::register(m)?;
         crate::carve::register(m)?;
         crate::arenas::register(m)?;
@@ -56,15 +57,24 @@ mod _native {
     }
 
     /// Derives a 32-byte key from a passphrase with Argon2id exactly as
-    /// libsodium's `crypto_pwhash` does (parallelism 1, version 1.3).
+    /// libsodium's `crypto_pwhash` does (parallelism 1, version 1.3). Costs
+    /// outside libsodium's ranges raise `ValueError`, as tensorizer's do.
     #[pyfunction]
     fn derive_key(
         py: Python<'_>,
         passphrase: Vec<u8>,
-        opslimit: u64,
-        memlimit: u64,
+        opslimit: i128,
+        memlimit: i128,
         salt: Vec<u8>,
     ) -> PyResult<Vec<u8>> {
+        use tensorizer_core::layout::{MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT};
+        let in_range = |name: &str, v: i128, lo: u64, hi: u64| -> PyResult<u64> {
+            u64::try_from(v).ok().filter(|v| (lo..=hi).contains(v)).ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err(format!("{name} must be between {lo} and {hi}, not {v}"))
+            })
+        };
+        let opslimit = in_range("opslimit", opslimit, MIN_KDF_OPSLIMIT, MAX_KDF_OPSLIMIT)?;
+        let memlimit = in_range("memlimit", memlimit, MIN_KDF_MEMLIMIT, MAX_KDF_MEMLIMIT)?;
         let params = tensorizer_core::KdfParams { opslimit, memlimit, alg: 2, salt };
         let limits =
             tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };

@@ -209,6 +209,101 @@ def test_nested_state_dicts_come_back_nested(tmp_path):
     assert torch.equal(sd[7], torch.arange(3))
 
 
+def test_values_without_tensors_come_back_as_values(tmp_path):
+    """As zipslicer (and torch.load) return them: an ``_extra_state`` dict,
+    lists, tuples, empty containers; not nested lazy mappings."""
+    path = tmp_path / "extra.pt"
+    extra = {"a": 2**64 - 1, "b": "this is extra state", "c": [1, 2, 3], "d": (1.5, None), "e": {}, "f": []}
+    state = {
+        "lin.weight": torch.randn(2, 2),
+        "lin._extra_state": extra,
+        "hyper": [0.9, 0.999],
+        "empty": {},
+        "tuple": (1, "x"),
+    }
+    torch.save(state, path)
+    sd = zipslicer.load(path)
+    assert list(sd.keys()) == list(state.keys())
+    assert sd["lin._extra_state"] == extra and type(sd["lin._extra_state"]) is dict
+    assert type(sd["lin._extra_state"]["c"]) is list and type(sd["lin._extra_state"]["d"]) is tuple
+    assert sd["hyper"] == [0.9, 0.999] and type(sd["hyper"]) is list
+    assert sd["empty"] == {} and sd["tuple"] == (1, "x")
+    assert sd.get_meta("lin._extra_state") is None
+    assert dict(sd.items()).keys() == state.keys()
+
+
+def test_a_pickled_module_raises_unpickling_error_naming_the_global(tmp_path):
+    """zipslicer raises pickle.UnpicklingError with its bootstrap message;
+    ours is that class (and a FormatError) and names the global."""
+    import pickle
+
+    path = tmp_path / "module.pt"
+    torch.save(torch.nn.ModuleList([torch.nn.Linear(3, 2)]), path)
+    with pytest.raises(pickle.UnpicklingError) as err:
+        zipslicer.load(path)
+    assert isinstance(err.value, FormatError)
+    assert "Error at zipslicer.load bootstrap stage" in str(err.value)
+    assert "torch.nn.modules.container" in str(err.value)
+
+
+def test_every_public_name_of_zipslicer_exists():
+    real = pytest.importorskip("zipslicer")
+    import types
+
+    names = {n for n in vars(real) if not n.startswith("_") and not isinstance(getattr(real, n), types.ModuleType)}
+    # Names zipslicer merely imports (typing helpers, stdlib) are not its API.
+    names -= {"reduce", "OrderedDict"}
+    missing = sorted(n for n in names if not hasattr(zipslicer, n))
+    assert not missing, missing
+    assert zipslicer.dtype_sizes == real.dtype_sizes
+    assert zipslicer.dtype_by_name == real.dtype_by_name
+
+
+def _resnet18() -> torch.nn.Module:
+    """resnet18's layout (torchvision's), built locally: zipslicer's
+    example fetches it from torch.hub, which cannot run offline."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.downsample = (
+                nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                if stride != 1 or cin != cout
+                else None
+            )
+
+    def layer(cin: int, cout: int, stride: int) -> nn.Sequential:
+        return nn.Sequential(Block(cin, cout, stride), Block(cout, cout, 1))
+
+    net = nn.Module()
+    net.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+    net.bn1 = nn.BatchNorm2d(64)
+    net.layer1, net.layer2 = layer(64, 64, 1), layer(64, 128, 2)
+    net.layer3, net.layer4 = layer(128, 256, 2), layer(256, 512, 2)
+    net.fc = nn.Linear(512, 1000)
+    return net
+
+
+def test_zipslicer_resnet18_example(tmp_path):
+    """zipslicer's examples/example_resnet18.py, on a local resnet18."""
+    s_dict = _resnet18().state_dict()
+    path = tmp_path / "my_network_checkpoint_v123.pth"
+    torch.save(s_dict, path)
+    lazy_s_dict = zipslicer.load(str(path))
+    layer3_tensors = {k: lazy_s_dict[k] for k in lazy_s_dict.keys() if k.startswith("layer3")}
+    want = {k: v for k, v in s_dict.items() if k.startswith("layer3")}
+    assert layer3_tensors.keys() == want.keys() and len(want) == 30
+    for k, v in want.items():
+        assert torch.equal(layer3_tensors[k], v), k
+    assert lazy_s_dict.bytes_read()[0] < os.path.getsize(path) // 2
+
+
 # ---- real models --------------------------------------------------------------------
 
 

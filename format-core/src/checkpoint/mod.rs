@@ -39,7 +39,7 @@ use core::ops::Range;
 pub use archive::{Archive, Record, Records, SNIFF_LEN, sniff};
 pub use globals::Global;
 pub use pickle::{Node, NodeId, Pickle, StorageRef, TensorNode};
-pub use state_dict::{Entry, Leaf, StateDict, StorageInfo, TensorView};
+pub use state_dict::{Container, ContainerKind, Entry, Leaf, StateDict, StorageInfo, TensorView};
 pub use zip::{CentralDirectory, DirectoryLocation, EndRecord, ZipEntry};
 
 use crate::dtype::ByteOrder;

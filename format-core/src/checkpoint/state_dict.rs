@@ -103,6 +103,36 @@ pub struct Entry {
     pub value: Leaf,
 }
 
+/// What a nested container was pickled as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// A `dict` (`ordered`: a `collections.OrderedDict`).
+    Dict {
+        /// Whether it was built as a `collections.OrderedDict`.
+        ordered: bool,
+    },
+    /// A `list`.
+    List,
+    /// A `tuple`.
+    Tuple,
+}
+
+/// A container below the root, so that a host can rebuild values that
+/// hold no tensor exactly as `torch.load` gives them (a module's
+/// `_extra_state`, an optimizer's hyper-parameters), empty ones included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Container {
+    /// Its path.
+    pub path: TensorPath,
+    /// What it was pickled as.
+    pub kind: ContainerKind,
+    /// How many items it holds.
+    pub len: usize,
+    /// How many entries come before it in depth-first order (where it
+    /// sits among [`StateDict::entries`]).
+    pub entries_before: usize,
+}
+
 /// The checked result: entries in pickle order and the storages they use,
 /// in first-use order.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +141,9 @@ pub struct StateDict {
     pub entries: Vec<Entry>,
     /// Every storage referenced.
     pub storages: Vec<StorageInfo>,
+    /// Every container below the root, in the same depth-first order
+    /// (each before what it holds).
+    pub containers: Vec<Container>,
 }
 
 enum Frame {
@@ -155,7 +188,7 @@ impl StateDict {
         }
         let mut f = Flattener {
             pickle,
-            out: Self { entries: Vec::new(), storages: Vec::new() },
+            out: Self { entries: Vec::new(), storages: Vec::new(), containers: Vec::new() },
             by_key: BTreeMap::new(),
             path: Vec::new(),
             path_bytes: 0,
@@ -191,8 +224,13 @@ impl Flattener<'_> {
             let pickle = self.pickle;
             let node = pickle.node(id);
             let children: Vec<(PathComponent, NodeId)> = match node {
-                Node::Dict { items, .. } => self.keys(items)?,
+                Node::Dict { items, ordered } => {
+                    self.container(depth, ContainerKind::Dict { ordered: *ordered }, items.len())?;
+                    self.keys(items)?
+                }
                 Node::List(v) | Node::Tuple(v) => {
+                    let kind = if matches!(node, Node::List(_)) { ContainerKind::List } else { ContainerKind::Tuple };
+                    self.container(depth, kind, v.len())?;
                     v.iter().enumerate().map(|(i, &c)| (PathComponent::Index(i as u64), c)).collect()
                 }
                 leaf => {
@@ -269,6 +307,24 @@ impl Flattener<'_> {
         let path = TensorPath::from_components(self.path.clone())
             .map_err(|_| corrupt(&self.path, "a leaf at the root of the state dict"))?;
         self.out.entries.push(Entry { path, value });
+        Ok(())
+    }
+
+    /// Records a container below the root (its path is copied, as a
+    /// leaf's is).
+    fn container(&mut self, depth: usize, kind: ContainerKind, len: usize) -> Result<()> {
+        if depth == 0 {
+            return Ok(());
+        }
+        self.copy(self.path_bytes)?;
+        self.components += self.path.len() as u64;
+        if self.components > MAX_PATH_COMPONENTS {
+            return Err(Error::limit(0, "state-dict path components", self.components, MAX_PATH_COMPONENTS));
+        }
+        let path = TensorPath::from_components(self.path.clone())
+            .map_err(|_| corrupt(&self.path, "a container at the root of the state dict"))?;
+        let entries_before = self.out.entries.len();
+        self.out.containers.push(Container { path, kind, len, entries_before });
         Ok(())
     }
 

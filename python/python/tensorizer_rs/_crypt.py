@@ -59,14 +59,23 @@ class EncryptionParams:
         *,
         encoding: str = "utf-8",
     ) -> EncryptionParams:
-        if isinstance(opslimit, EncryptionParams.MemLimit) or isinstance(memlimit, EncryptionParams.OpsLimit):
-            raise TypeError("opslimit and memlimit were given in the wrong order")
+        # Checked in tensorizer's order, so a value wrong in two ways fails
+        # as it does there.
+        if not source:
+            raise ValueError("source cannot be empty")
+        for name, value, own, other in (
+            ("opslimit", opslimit, EncryptionParams.OpsLimit, EncryptionParams.MemLimit),
+            ("memlimit", memlimit, EncryptionParams.MemLimit, EncryptionParams.OpsLimit),
+        ):
+            if isinstance(value, other) or not isinstance(value, (own, int, type(None))):
+                raise TypeError(
+                    f"{name} parameter: expected EncryptionParams.{own.__name__}, int, or None; "
+                    f"{type(value).__name__} found"
+                )
         if isinstance(source, str):
             source = source.encode(encoding)
         if not isinstance(source, (bytes, bytearray)):
             raise TypeError("source must be str or bytes")
-        if not source:
-            raise ValueError("source cannot be empty")
         ops = int(EncryptionParams.OpsLimit.MODERATE if opslimit is None else opslimit)
         mem = int(EncryptionParams.MemLimit.MODERATE if memlimit is None else memlimit)
         if salt is None:
@@ -100,21 +109,27 @@ class DecryptionParams:
 
     @classmethod
     def from_key(cls, key: Union[bytes, bytearray, memoryview]) -> DecryptionParams:
-        key = bytes(key)
+        # tensorizer's order: empty, then length (a TypeError for what has
+        # none), then the type.
+        if not key:
+            raise ValueError("Key cannot be empty")
         if len(key) != _KEY_LEN:
             raise ValueError(f"Invalid decryption key length: {len(key)} bytes, expected {_KEY_LEN}")
+        if not isinstance(key, (bytes, bytearray, memoryview)):
+            raise TypeError(f"key must be bytes, not {type(key).__name__}")
+        key = bytes(key)
         params = cls()
         params.key = key
         return params
 
     @classmethod
     def from_string(cls, source: Union[str, bytes], *, encoding: str = "utf-8") -> DecryptionParams:
+        if not source:
+            raise ValueError("source cannot be empty")
         if isinstance(source, str):
             source = source.encode(encoding)
         if not isinstance(source, (bytes, bytearray)):
             raise TypeError("source must be str or bytes")
-        if not source:
-            raise ValueError("source cannot be empty")
         params = cls()
         params.source = bytes(source)
         return params

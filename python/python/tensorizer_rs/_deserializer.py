@@ -8,12 +8,13 @@ import io
 import os
 import types
 import math
+import operator
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, Union
 
 import numpy as np
 
-from . import _cuda, _dtypes, _memory, _native, _paths
+from . import _args, _cuda, _dtypes, _memory, _native, _paths
 from ._crypt import CryptographyError, DecryptionParams
 from ._types import TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
@@ -108,6 +109,12 @@ class _Registrar:
             module._non_persistent_buffers_set.discard(attr)
 
 
+def _torch_dtype_type() -> Any:
+    import torch
+
+    return torch.dtype
+
+
 def _resolve_device(device: Any) -> Any:
     import torch
 
@@ -190,10 +197,13 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if encryption is not None and not isinstance(encryption, DecryptionParams):
             raise TypeError("encryption must be a DecryptionParams object or None")
         if num_readers is not None:
-            if not isinstance(num_readers, int) or isinstance(num_readers, bool):
+            if not isinstance(num_readers, int):
                 raise TypeError("num_readers must be an int or None")
+            num_readers = int(num_readers)  # True is 1 reader, as in tensorizer
             if num_readers < 1:
                 raise ValueError("num_readers must be at least 1")
+        if dtype is not None and not isinstance(dtype, _torch_dtype_type()):
+            raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
         if meta_tensors not in _META_MODES:
             raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
         if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
@@ -203,6 +213,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._meta_bytes = 0  # zero-filled meta bytes handed out so far
         self._device_arg = device
         self._dtype = dtype
+        # tensorizer tests these flags for truth: None, 0, numpy.bool_...
+        verify_hash = _args.flag(verify_hash)
         self._verify_hash = verify_hash
         self._closed = False
         enc_args = encryption.native_args() if encryption is not None else {}
@@ -290,6 +302,11 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     @property
     def _device(self) -> Any:
         return _resolve_device(self._device_arg)
+
+    def _verify(self, verify_hash: object) -> bool:
+        """A call's ``verify_hash``: the constructor's when None, else its
+        truth value (as tensorizer tests it)."""
+        return self._verify_hash if verify_hash is None else _args.flag(verify_hash)
 
     def _check_open(self) -> None:
         if self._reader is None:
@@ -627,6 +644,14 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         `num_tensors` of them unless -1), with their positions."""
         if num_tensors < -1:
             raise ValueError("num_tensors must be -1 (all) or non-negative")
+        if num_tensors == 0:
+            return [], []
+        if num_tensors != -1:
+            # As tensorizer's itertools.islice takes it: an int (or None).
+            try:
+                num_tensors = operator.index(num_tensors)
+            except TypeError:
+                raise ValueError("num_tensors must be -1 (all) or a non-negative int") from None
         start = self._last_yielded + 1
         rest = self._selected[start:]
         if filter_func is None:
@@ -654,7 +679,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         positions, entries = self._pending(filter_func, num_tensors)
         if not entries:
             return
-        self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
+        self._load(entries, self._verify(verify_hash))
         indices = self._reader.module_indices([e.index for e in entries]) if self._reader else [0] * len(entries)
         cache = self._cache
         for pos, e, idx in zip(positions, entries, indices):
@@ -694,7 +719,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if not entries:
             assert refusal is not None
             raise refusal
-        verify = bool(self._verify_hash if verify_hash is None else verify_hash)
+        verify = self._verify(verify_hash)
         metas = [e for e in entries if e.is_meta]
         if metas:
             self._claim_meta_bytes(metas, lambda e: e.nbytes)
@@ -737,7 +762,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 )
             if not isinstance(e.name, str):
                 raise NotImplementedError("Cannot load structured tensor paths into a module")
-        self._load(entries, self._verify_hash if verify_hash is None else verify_hash)
+        self._load(entries, self._verify(verify_hash))
         with _gc_paused():
             self._register(m, entries)
         return len(entries)
@@ -901,6 +926,8 @@ def _source_of(file_obj: Any) -> tuple[Any, str | None]:
     """A path, URI, opened source or bytes for the native reader, and a
     display name."""
     if isinstance(file_obj, (str, os.PathLike)):
+        if _args.no_such_path(os.fspath(file_obj)):
+            raise _args.file_not_found(os.fspath(file_obj))
         # Local paths and http(s)://, s3:// (configured from the environment
         # and ~/.s3cfg) and redis:// URIs; open_stream takes S3 arguments.
         return os.fspath(file_obj), None
@@ -913,6 +940,8 @@ def _source_of(file_obj: Any) -> tuple[Any, str | None]:
         return file_obj.native_source.window(begin, end), None
     if isinstance(file_obj, (bytes, int)):
         raise TypeError("file_obj must be a path or a binary file object")
+    if not hasattr(file_obj, "read"):
+        raise _args.not_a_file(file_obj)
     if isinstance(file_obj, io.TextIOBase):
         raise ValueError('file_obj must be readable and in binary mode (mode="rb")')
     if hasattr(file_obj, "readable") and not file_obj.readable():

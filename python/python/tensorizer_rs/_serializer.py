@@ -12,7 +12,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _dtypes, _native, _paths
+from . import _args, _dtypes, _native, _paths
 from ._crypt import EncryptionParams
 from ._types import TensorType
 from .stream_io import RemoteUpload
@@ -72,7 +72,7 @@ class TensorSerializer:
         self._sink: Any = None
         self._upload_uri: str | None = None
         # The scheme is parsed once, natively (``Location``).
-        scheme = _native.location_scheme(file_obj) if isinstance(file_obj, str) else "file"
+        scheme = _native.location_scheme(file_obj) if isinstance(file_obj, str) and file_obj else "file"
         if isinstance(file_obj, str) and scheme in _UPLOADED:
             # Written to a private temporary file, uploaded on close.
             self._upload_uri = file_obj
@@ -83,6 +83,8 @@ class TensorSerializer:
             raise ValueError(f'Only the mode "rb" is valid when opening {label}:// streams.')
         elif isinstance(file_obj, (str, os.PathLike)):
             self._path = os.fspath(file_obj)
+            if _args.no_such_path(self._path):
+                raise _args.file_not_found(self._path)
             parent = os.path.dirname(os.path.abspath(self._path))
             os.makedirs(parent, exist_ok=True)
         elif isinstance(file_obj, (bytes, int)):
@@ -99,7 +101,7 @@ class TensorSerializer:
                     'and in binary mode (mode="wb+"{})'.format(mode and f', current mode="{mode}"')
                 )
             if not hasattr(file_obj, "write"):
-                raise TypeError("file_obj must be a path or a binary file object")
+                raise _args.not_a_file(file_obj)
             # Written to a private temporary file, copied into the object on close.
             self._sink = file_obj
             self._tmpdir = tempfile.mkdtemp(prefix="tensorizer-rs-")
@@ -159,10 +161,10 @@ class TensorSerializer:
         """Writes one tensor (a torch.Tensor or numpy.ndarray) now."""
         if not isinstance(name, str):
             raise TypeError(f"Invalid tensor path type: {type(name)!r}; write_tensor takes a str name")
-        path = (name,)
-        if not 0 <= int(idx) <= 0xFFFF:
-            raise ValueError(f"module index {idx} does not fit in 16 bits")
-        self._append([(path, TensorType(tensor_type), int(idx), tensor)])
+        index = _args.module_index(idx)
+        if not isinstance(tensor_type, TensorType):
+            raise _args.ArgumentTypeError(f"tensor_type must be a TensorType, not {type(tensor_type).__name__}")
+        self._append([((name,), tensor_type, index, _tensor_like(tensor))])
 
     def write_module(
         self,
@@ -293,6 +295,16 @@ class TensorSerializer:
                 self.close()
         except Exception:
             pass
+
+
+def _tensor_like(tensor: Any) -> Any:
+    """A torch tensor or numpy array to write; a numpy scalar is a 0-d
+    array, as tensorizer takes it."""
+    if isinstance(tensor, np.generic):
+        return np.asarray(tensor)
+    if not hasattr(tensor, "dtype"):
+        raise _args.ArgumentTypeError(f"write_tensor takes a torch.Tensor or numpy.ndarray, not {type(tensor).__name__}")
+    return tensor
 
 
 def _describe(path: _paths.Path, tensor_type: TensorType, module_index: int, tensor: Any) -> tuple[_native.WriteSpec, Any]:

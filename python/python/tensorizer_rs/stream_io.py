@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import IO, Any, NamedTuple, Optional, Union
 
-from . import _native
+from . import _args, _native
 
 __all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo", "RemoteStream", "RemoteUpload", "S3Upload"]
 
@@ -51,6 +51,16 @@ def _check_range(begin: int | None, end: int | None) -> tuple[int, int | None]:
     if end is not None and end <= begin:
         raise ValueError(f"End marker must come strictly after begin marker (requested range: {begin} to {end})")
     return begin, end
+
+
+def _bounds_stream(begin: object, end: object) -> bool:
+    """Whether ``end`` bounds a local read: an int past ``begin`` (our
+    extension; tensorizer ignores ``end`` for local files, so any other
+    value is ignored too)."""
+    if isinstance(end, bool) or not isinstance(end, int):
+        return False
+    start = begin or 0
+    return isinstance(start, int) and 0 <= start < end
 
 
 def _s3_kwargs(
@@ -618,9 +628,9 @@ def open_stream(
     elif isinstance(path_uri, str):
         # Parsed once, natively (``Location``): a malformed URI raises ValueError.
         path = path_uri
-        scheme = _native.location_scheme(path)
+        scheme = _native.location_scheme(path) if path else "file"
     else:
-        raise TypeError(f"path_uri must be str or os.PathLike, not {type(path_uri).__name__}")
+        raise _args.ArgumentTypeError(f"path_uri must be str or os.PathLike, not {type(path_uri).__name__}")
     normalized = "".join(sorted(mode))
     if scheme != "file":
         if s3_signature_version not in (None, "s3v4", "v4"):
@@ -659,13 +669,17 @@ def open_stream(
     if any(c in mode for c in "wax"):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     reading_only = not any(c in mode for c in "wax+")
-    if begin is not None and begin < 0:
-        raise ValueError("Invalid begin, must be non-negative")
-    if end is not None and reading_only:
+    if reading_only and _bounds_stream(begin, end):
         # A bounded read of a local file: the stream ends at ``end``.
         _check_range(begin, end)
         return RemoteStream(_native.NativeSource(path), begin, end)
-    f = open(path, mode, buffering=buffer_size or io.DEFAULT_BUFFER_SIZE)
-    if begin:
-        f.seek(begin)
+    # As tensorizer opens a local file: ``buffer_size`` is open's
+    # ``buffering``, the stream starts at ``begin or 0``, and an ``end`` that
+    # bounds nothing is ignored.
+    f = open(path, mode, buffering=io.DEFAULT_BUFFER_SIZE if buffer_size is None else buffer_size)
+    try:
+        f.seek(begin or 0)
+    except BaseException:
+        f.close()
+        raise
     return f

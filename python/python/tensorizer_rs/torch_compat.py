@@ -40,7 +40,7 @@ from typing import Any, Final, Optional, Union
 
 import torch
 
-from . import _cuda
+from . import _args, _cuda
 from ._deserializer import TensorDeserializer
 from ._serializer import TensorSerializer
 
@@ -350,7 +350,7 @@ class _Unpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"malformed TensorizerPickler storage reference {pid!r}")
         storages = self._tz_sidecar()
         if not 0 <= idx < len(storages):
-            raise pickle.UnpicklingError(
+            raise _args.SidecarMismatchError(
                 f"the checkpoint refers to sidecar storage {idx}, but the sidecar holds {len(storages)}; "
                 "the .tensors file does not belong to this checkpoint"
             )
@@ -384,7 +384,7 @@ class _Unpickler(pickle.Unpickler):
             if isinstance(tree, dict) and not tree:
                 tree = []
             if not isinstance(tree, list):
-                raise pickle.UnpicklingError(
+                raise _args.SidecarMismatchError(
                     "the sidecar is not a torch_compat .tensors file (expected tensors named [0], [1], ...)"
                 )
             tensors = tree

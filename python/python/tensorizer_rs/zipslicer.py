@@ -19,25 +19,40 @@ tensors) come back with the values ``torch.load`` gives, as contiguous
 copies; every torch dtype with a fixed size is supported; big-endian
 checkpoints are byte-swapped; ``values()`` is a lazy generator instead of
 an error; tensors are cached only with ``cache_tensors=True``. Nested
-containers (``{"model": {...}, "optimizer": {...}}``) come back as nested
-``LazyStateDict`` objects keyed like torch.load's dicts (list items are keyed
-by their int index); non-tensor leaves (ints, floats, strings...) are
-returned as Python values, and ``get_meta`` gives ``None`` for them.
+containers that hold tensors (``{"model": {...}, "optimizer": {...}}``)
+come back as nested ``LazyStateDict`` objects keyed like torch.load's dicts
+(list items are keyed by their int index). Values that hold no tensor
+(ints, strings, a module's ``_extra_state`` dict, lists, tuples, empty
+ones too) come back as the Python values ``torch.load`` gives, as zipslicer
+returns them, and ``get_meta`` gives ``None`` for them.
 """
 
 from __future__ import annotations
 
 import os
+import struct
+import zipfile
+from collections import OrderedDict
 from collections.abc import Iterator, MutableMapping
 from types import SimpleNamespace
 from typing import Any, Union
 
 import torch
 
-from ._native import CheckpointEntry, NativeCheckpoint
+from ._native import CheckpointEntry, CheckpointUnpicklingError, NativeCheckpoint
 from ._slices import CheckpointBackend, TensorSlice
 
-__all__ = ["LazyStateDict", "load"]
+__all__ = [
+    "CheckpointUnpicklingError",
+    "LazyStateDict",
+    "create_storage",
+    "dtype_by_name",
+    "dtype_sizes",
+    "get_typed_storage",
+    "load",
+    "load_tensor_partial",
+    "skip_header",
+]
 
 Key = Union[str, int]
 
@@ -104,6 +119,8 @@ class LazyStateDict(MutableMapping[Key, Any]):
         if key not in self._tree:
             raise KeyError(key)
         node = self._tree[key]
+        if isinstance(node, dict) and not getattr(node, "has_tensor", True):
+            return _value(node)
         if isinstance(node, dict):
             value: Any = LazyStateDict(
                 self._native,
@@ -144,13 +161,13 @@ class LazyStateDict(MutableMapping[Key, Any]):
 
     # -- metadata -------------------------------------------------------------
 
-    def get_meta(self, key: Key) -> SimpleNamespace | None:
+    def get_meta(self, k: Key) -> SimpleNamespace | None:
         """Shape, size() and dtype of a tensor without reading its data
         (also stride, storage_offset, storage_key, requires_grad); ``None``
         for a non-tensor value or a nested container."""
-        if key not in self._tree:
-            raise KeyError(key)
-        node = self._tree[key]
+        if k not in self._tree:
+            raise KeyError(k)
+        node = self._tree[k]
         if isinstance(node, dict) or node.kind != "tensor":
             return None
         size = torch.Size(node.shape)
@@ -287,18 +304,92 @@ class _KeysView:
         return f"odict_keys({list(self)!r})"
 
 
+class _Container(dict):  # type: ignore[type-arg]
+    """A container of the checkpoint's pickle (keys in pickle order), with
+    what it was pickled as and whether any tensor is below it."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.has_tensor = False
+
+
 def _tree(native: NativeCheckpoint) -> _Tree:
+    """The state dict as nested containers of entries, in pickle order:
+    each container (empty ones included) is placed before the entries it
+    precedes, and each tensor marks the containers above it."""
     root: _Tree = {}
-    for entry in native.entries():
-        path = entry.path
-        node = root
+
+    def parent_of(path: tuple[Key, ...]) -> tuple[_Tree, list[_Container]]:
+        node, chain = root, []
         for component in path[:-1]:
-            child = node.setdefault(component, {})
+            child = node.setdefault(component, _Container("dict"))
             if not isinstance(child, dict):
                 raise ValueError(f"{native.name()}: {path!r} is both a value and a container")
+            if isinstance(child, _Container):
+                chain.append(child)
             node = child
+        return node, chain
+
+    def place(path: tuple[Key, ...], kind: str) -> None:
+        node, _ = parent_of(path)
+        node.setdefault(path[-1], _Container(kind))
+
+    containers = native.containers()
+    at = 0
+    for entry in native.entries():
+        while at < len(containers) and containers[at][3] <= entry.index:
+            place(containers[at][0], containers[at][1])
+            at += 1
+        path = entry.path
+        node, chain = parent_of(path)
         node[path[-1]] = entry
+        if entry.kind == "tensor":
+            for container in chain:
+                container.has_tensor = True
+    for path, kind, _len, _before in containers[at:]:
+        place(path, kind)
     return root
+
+
+def _value(node: CheckpointEntry | _Tree) -> Any:
+    """A value that holds no tensor, rebuilt as ``torch.load`` gives it."""
+    if not isinstance(node, dict):
+        return node.value
+    kind = getattr(node, "kind", "dict")
+    if kind in ("list", "tuple"):
+        items = [_value(node[k]) for k in sorted(node, key=int)]
+        return items if kind == "list" else tuple(items)
+    pairs = [(k, _value(v)) for k, v in node.items()]
+    return OrderedDict(pairs) if kind == "ordered_dict" else dict(pairs)
+
+
+#: The element sizes of the dtypes zipslicer 0.8.1 reads (its public
+#: table, kept as it is so code iterating it behaves the same); this module
+#: reads every torch dtype with a fixed size.
+dtype_sizes: dict[torch.dtype, int] = {
+    torch.float64: 8,
+    torch.float32: 4,
+    torch.bfloat16: 2,
+    torch.float16: 2,
+    torch.int64: 8,
+    torch.int32: 4,
+    torch.int16: 2,
+    torch.uint8: 1,
+    torch.int8: 1,
+    torch.bool: 1,
+}
+
+#: zipslicer's dtype names (``"torch.float32"``) to dtypes.
+dtype_by_name: dict[str, torch.dtype] = {str(d): d for d in dtype_sizes}
+
+#: zipslicer's message for a checkpoint its loader cannot interpret; code
+#: written for zipslicer matches on it.
+_BOOTSTRAP_ERROR = (
+    "Error at zipslicer.load bootstrap stage, your torch pickle checkpoint is likely too complex for the "
+    "lightweight loader to interpret. Make sure your network was saved as a state_dict, instead of "
+    "general-purpose network pickle. Exception was: {}"
+)
 
 
 def load(
@@ -321,10 +412,22 @@ def load(
     ``torch.load(mmap=True)`` does: nothing is read until touched, but a
     process that rewrites the file in place changes tensors not yet
     written to (spec §15.5).
-    Legacy (pre-1.6) and compressed checkpoints raise ``FormatError``.
+    A pickle that needs more than a state dict (a whole pickled module,
+    any global outside the allow-list) raises
+    ``CheckpointUnpicklingError``, a ``pickle.UnpicklingError`` (as
+    zipslicer raises, with its message) and a ``FormatError``, naming the
+    global; nothing is executed. Legacy (pre-1.6) and compressed
+    checkpoints raise ``FormatError``.
     """
-    path = os.fspath(ckpt)
-    native = NativeCheckpoint(path)
+    path = os.fsdecode(os.fspath(ckpt))
+    if not path:
+        raise FileNotFoundError(2, os.strerror(2), path)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
+    try:
+        native = NativeCheckpoint(path)
+    except CheckpointUnpicklingError as e:
+        raise CheckpointUnpicklingError(_BOOTSTRAP_ERROR.format(e)) from e
     mapped = _MappedStorages(native, path) if mmap and os.path.isfile(path) else None
     return LazyStateDict(
         native,
@@ -335,3 +438,71 @@ def load(
         debug=debug,
         _mapped=mapped,
     )
+
+
+# -- zipslicer 0.8.1's remaining public helpers ---------------------------
+# Kept so that code importing them keeps working; `load` does not use them
+# (the native reader parses the archive).
+
+#: A zip local file header: signature, versions, flags, method, times,
+#: CRC-32, sizes, name and extra lengths.
+structFileHeader = "<4s2B4HL2L2H"
+stringFileHeader = b"PK\003\004"
+sizeFileHeader = struct.calcsize(structFileHeader)
+
+
+def create_storage(buf: Any) -> torch.UntypedStorage:
+    """An untyped storage holding a copy of ``buf``."""
+    return torch.UntypedStorage.from_buffer(buf, dtype=torch.uint8)
+
+
+def get_typed_storage(backing_storage: torch.UntypedStorage, dtype: torch.dtype) -> Any:
+    """``backing_storage`` seen as elements of ``dtype``."""
+    return torch.storage.TypedStorage(  # type: ignore[no-untyped-call]
+        wrap_storage=backing_storage, dtype=dtype, _internal=True
+    )
+
+
+def skip_header(zef_file: Any, zinfo: zipfile.ZipInfo) -> bool:
+    """Moves ``zef_file`` past ``zinfo``'s local header (to its data),
+    checking the signature and the name; raises ``zipfile.BadZipFile``."""
+    zef_file.seek(zinfo.header_offset)
+    raw = zef_file.read(sizeFileHeader)
+    if len(raw) != sizeFileHeader:
+        raise zipfile.BadZipFile("Truncated file header")
+    fields = struct.unpack(structFileHeader, raw)
+    if fields[0] != stringFileHeader:
+        raise zipfile.BadZipFile("Bad magic number for file header")
+    name = zef_file.read(fields[10])
+    zef_file.read(fields[11])
+    decoded = name.decode("utf-8" if fields[3] & 0x800 else "cp437")
+    if decoded != zinfo.orig_filename:
+        raise zipfile.BadZipFile(f"File name in directory {zinfo.orig_filename!r} and header {name!r} differ.")
+    return True
+
+
+def load_tensor_partial(
+    zipfile: zipfile.ZipFile,
+    fh: Any,
+    offset_index: dict[str, int],
+    dtype: torch.dtype,
+    numel: int,
+    key: str,
+    location: Any,
+    offset: int,
+    use_uncompressed: bool = True,
+) -> Any:
+    """``numel`` elements of ``dtype`` from storage ``key``, from byte
+    ``offset`` of it, as a typed storage (zipslicer's helper; ``fh``,
+    ``offset_index``, ``location`` and ``use_uncompressed`` are accepted
+    and unused)."""
+    names = [n for n in zipfile.namelist() if n.endswith(f"data/{key}")]
+    if len(names) != 1:
+        raise KeyError(f"storage {key!r}: {len(names)} matching archive entries")
+    size = torch.empty((), dtype=dtype).element_size() * numel
+    with zipfile.open(names[0]) as f:
+        f.seek(offset)
+        data = f.read(size)
+    if len(data) != size:
+        raise ValueError(f"storage {key!r} holds fewer than {numel} elements from byte {offset}")
+    return get_typed_storage(create_storage(data), dtype)

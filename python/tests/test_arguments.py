@@ -1,0 +1,439 @@
+"""Arguments as the originals take them.
+
+For every public callable of tensorizer 2.12.1 (and of zipslicer 0.8.1) and
+every one of its parameters, as ``inspect.signature`` of the *original*
+gives them at run time, both the original and tensorizer_rs are called with
+the same matrix of values in that one parameter (the others at a working
+baseline). Each pair must end the same way: success in both, or an exception
+in ours that is an instance of the original's class (tensorizer's own
+classes, such as ``CryptographyError``, are matched to ours by name).
+
+Deliberate differences are listed in ``EXTENSIONS`` with the spec section
+that explains them; every listed case must still differ (a stale entry
+fails), so the list cannot outlive its reason.
+
+Values that would make either library touch the test process's own standard
+streams (an int or bool is a file descriptor where a file is expected: 1 is
+stdout) are not tried for file parameters; see ``UNSAFE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import tzhelpers
+
+if tzhelpers.IS_ORACLE:
+    pytest.skip("compares tensorizer_rs with the original itself", allow_module_level=True)
+
+tensorizer = pytest.importorskip("tensorizer")
+import tensorizer.stream_io  # noqa: E402
+import tensorizer.torch_compat  # noqa: E402
+import tensorizer.utils  # noqa: E402
+
+import tensorizer_rs  # noqa: E402
+import tensorizer_rs.stream_io  # noqa: E402
+import tensorizer_rs.torch_compat  # noqa: E402
+import tensorizer_rs.utils  # noqa: E402
+
+KEY = bytes(range(32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Lib:
+    """One implementation's public modules."""
+
+    name: str
+    top: Any
+    stream_io: Any
+    utils: Any
+    torch_compat: Any
+    zipslicer: Any
+
+
+zipslicer = pytest.importorskip("zipslicer")
+from tensorizer_rs import zipslicer as our_zipslicer  # noqa: E402
+
+ORIGINAL = Lib(
+    "tensorizer", tensorizer, tensorizer.stream_io, tensorizer.utils, tensorizer.torch_compat, zipslicer
+)
+OURS = Lib(
+    "tensorizer_rs",
+    tensorizer_rs,
+    tensorizer_rs.stream_io,
+    tensorizer_rs.utils,
+    tensorizer_rs.torch_compat,
+    our_zipslicer,
+)
+
+
+def _module() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+
+
+class Ctx:
+    """A fresh directory per call: the plain and encrypted files (written by
+    the original), a checkpoint, and paths to write to."""
+
+    def __init__(self, root: pathlib.Path, fixtures: pathlib.Path) -> None:
+        self.dir = root
+        for f in fixtures.iterdir():
+            shutil.copy(f, root / f.name)
+        self.model = str(root / "model.tensors")
+        self.enc = str(root / "enc.tensors")
+        self.ckpt = str(root / "model.pt")
+        self.module = _module()
+        self._files: list[Any] = []
+
+    def fresh(self, name: str = "out.tensors") -> str:
+        return str(self.dir / name)
+
+    def open(self, path: str, mode: str = "rb+") -> Any:
+        f = open(path, mode)
+        self._files.append(f)
+        return f
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp("arg-fixtures")
+    m = _module()
+    s = tensorizer.TensorSerializer(str(root / "model.tensors"))
+    s.write_module(m)
+    s.close()
+    s = tensorizer.TensorSerializer(str(root / "enc.tensors"), encryption=tensorizer.EncryptionParams(KEY))
+    s.write_module(m)
+    s.close()
+    torch.save(m.state_dict(), root / "model.pt")
+    return root
+
+
+# -- the values tried in each parameter ------------------------------------
+
+
+def _matrix(ctx: Ctx, path: str) -> dict[str, Callable[[], Any]]:
+    """Label -> a maker of the value (made fresh for each call)."""
+    return {
+        "None": lambda: None,
+        "True": lambda: True,
+        "False": lambda: False,
+        "0": lambda: 0,
+        "1": lambda: 1,
+        "-1": lambda: -1,
+        "numpy.True_": lambda: np.bool_(True),
+        "numpy.False_": lambda: np.bool_(False),
+        "numpy.int64(2)": lambda: np.int64(2),
+        "2.0": lambda: 2.0,
+        "''": lambda: "",
+        "str path": lambda: path,
+        "PathLike": lambda: pathlib.Path(path),
+        "bytes path": lambda: os.fsencode(path),
+        "open file": lambda: ctx.open(path),
+        "object()": lambda: object(),
+        "[]": lambda: [],
+    }
+
+
+#: Parameters through which an int is a file descriptor (0, 1, 2 and True
+#: are the test process's own standard streams).
+FILE_PARAMS = {"file_obj", "path_uri", "ckpt"}
+UNSAFE = {"True", "False", "0", "1", "-1", "numpy.True_", "numpy.False_", "numpy.int64(2)"}
+
+
+# -- the callables ---------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """How to call one public callable: the original callable (its signature
+    names the parameters), a working baseline, the call itself, and the
+    file its path-like values name."""
+
+    name: str
+    original: Callable[[], Any]
+    baseline: Callable[[Lib, Ctx], dict[str, Any]]
+    call: Callable[[Lib, Ctx, dict[str, Any]], Any]
+    path: Callable[[Ctx], str] = lambda ctx: ctx.model
+    skip: frozenset[str] = frozenset()
+
+
+def _serialize(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    s = lib.top.TensorSerializer(**a)
+    s.write_module(ctx.module)
+    s.close()
+
+
+def _with_serializer(method: str) -> Callable[[Lib, Ctx, dict[str, Any]], None]:
+    def call(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+        s = lib.top.TensorSerializer(ctx.fresh())
+        try:
+            getattr(s, method)(**a)
+        finally:
+            s.close()
+
+    return call
+
+
+def _with_deserializer(method: str, **open_kwargs: Any) -> Callable[[Lib, Ctx, dict[str, Any]], Any]:
+    def call(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> Any:
+        with lib.top.TensorDeserializer(ctx.model, device="cpu", **open_kwargs) as d:
+            return _drain(getattr(d, method)(**a))
+
+    return call
+
+
+def _deserialize(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    with lib.top.TensorDeserializer(**a) as d:
+        for k in list(d.keys()):
+            d[k]
+
+
+def _drain(result: Any) -> Any:
+    """Runs a lazy result to its end (errors of a generator show there)."""
+    if isinstance(result, Iterator):
+        for _ in result:
+            pass
+    return result
+
+
+def _open_stream(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    with lib.stream_io.open_stream(**a) as f:
+        if "r" in getattr(f, "mode", "r"):
+            f.read(8)
+
+
+def _saving(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    with lib.torch_compat.tensorizer_saving(**a):
+        torch.save(ctx.module.state_dict(), ctx.fresh("saved.pt"))
+
+
+def _loading(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    pt = ctx.fresh("saved.pt")
+    with lib.torch_compat.tensorizer_saving():
+        torch.save(ctx.module.state_dict(), pt)
+    with lib.torch_compat.tensorizer_loading(**a):
+        torch.load(pt)
+
+
+def _zipslicer_load(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    sd = lib.zipslicer.load(**a)
+    for k in list(sd.keys()):
+        sd[k]
+
+
+def _fresh_module(lib: Lib, ctx: Ctx) -> dict[str, Any]:
+    return {"m": _module()}
+
+
+CASES = [
+    Case("TensorSerializer", lambda: tensorizer.TensorSerializer,
+         lambda lib, ctx: {"file_obj": ctx.fresh()}, _serialize),
+    Case("TensorSerializer.write_module", lambda: tensorizer.TensorSerializer.write_module,
+         lambda lib, ctx: {"m": ctx.module}, _with_serializer("write_module")),
+    Case("TensorSerializer.write_tensor", lambda: tensorizer.TensorSerializer.write_tensor,
+         lambda lib, ctx: {"idx": 0, "name": "x", "tensor_type": lib.top.TensorType.PARAM,
+                           "tensor": torch.ones(3)},
+         _with_serializer("write_tensor")),
+    Case("TensorSerializer.write_state_dict", lambda: tensorizer.TensorSerializer.write_state_dict,
+         lambda lib, ctx: {"state_dict": ctx.module.state_dict()}, _with_serializer("write_state_dict")),
+    Case("TensorDeserializer", lambda: tensorizer.TensorDeserializer,
+         lambda lib, ctx: {"file_obj": ctx.model, "device": "cpu"}, _deserialize),
+    Case("TensorDeserializer (encrypted file)", lambda: tensorizer.TensorDeserializer,
+         lambda lib, ctx: {"file_obj": ctx.enc, "device": "cpu",
+                           "encryption": lib.top.DecryptionParams.from_key(KEY)},
+         _deserialize, path=lambda ctx: ctx.enc),
+    Case("TensorDeserializer.load_into_module", lambda: tensorizer.TensorDeserializer.load_into_module,
+         _fresh_module, _with_deserializer("load_into_module")),
+    Case("TensorDeserializer.load_into_module (lazy)", lambda: tensorizer.TensorDeserializer.load_into_module,
+         _fresh_module, _with_deserializer("load_into_module", lazy_load=True)),
+    Case("TensorDeserializer.read_tensors", lambda: tensorizer.TensorDeserializer.read_tensors,
+         lambda lib, ctx: {}, _with_deserializer("read_tensors", lazy_load=True)),
+    Case("TensorDeserializer.read_numpy_arrays", lambda: tensorizer.TensorDeserializer.read_numpy_arrays,
+         lambda lib, ctx: {}, _with_deserializer("read_numpy_arrays", lazy_load=True)),
+    Case("TensorDeserializer.tree", lambda: tensorizer.TensorDeserializer.tree,
+         lambda lib, ctx: {}, _with_deserializer("tree")),
+    Case("TensorDeserializer.verify_module", lambda: tensorizer.TensorDeserializer.verify_module,
+         lambda lib, ctx: {"m": ctx.module}, _with_deserializer("verify_module")),
+    Case("EncryptionParams", lambda: tensorizer.EncryptionParams,
+         lambda lib, ctx: {"key": KEY}, lambda lib, ctx, a: lib.top.EncryptionParams(**a)),
+    Case("EncryptionParams.from_string", lambda: tensorizer.EncryptionParams.from_string,
+         lambda lib, ctx: {"source": "pass", "opslimit": 1, "memlimit": 8192},
+         lambda lib, ctx, a: lib.top.EncryptionParams.from_string(**a)),
+    Case("DecryptionParams.from_key", lambda: tensorizer.DecryptionParams.from_key,
+         lambda lib, ctx: {"key": KEY}, lambda lib, ctx, a: lib.top.DecryptionParams.from_key(**a)),
+    Case("DecryptionParams.from_string", lambda: tensorizer.DecryptionParams.from_string,
+         lambda lib, ctx: {"source": "pass"}, lambda lib, ctx, a: lib.top.DecryptionParams.from_string(**a)),
+    Case("stream_io.open_stream", lambda: tensorizer.stream_io.open_stream,
+         lambda lib, ctx: {"path_uri": ctx.model}, _open_stream),
+    Case("utils.convert_bytes", lambda: tensorizer.utils.convert_bytes,
+         lambda lib, ctx: {"num": 123456}, lambda lib, ctx, a: lib.utils.convert_bytes(**a)),
+    Case("utils.no_init_or_tensor", lambda: tensorizer.utils.no_init_or_tensor,
+         lambda lib, ctx: {"loading_code": _module}, lambda lib, ctx, a: lib.utils.no_init_or_tensor(**a)),
+    Case("torch_compat.tensorizer_saving", lambda: tensorizer.torch_compat.tensorizer_saving,
+         lambda lib, ctx: {"file_obj": ctx.fresh()}, _saving),
+    Case("torch_compat.tensorizer_loading", lambda: tensorizer.torch_compat.tensorizer_loading,
+         lambda lib, ctx: {}, _loading),
+    Case("zipslicer.load", lambda: zipslicer.load,
+         lambda lib, ctx: {"ckpt": ctx.ckpt}, _zipslicer_load, path=lambda ctx: ctx.ckpt),
+    Case("zipslicer.LazyStateDict.get_meta", lambda: zipslicer.LazyStateDict.get_meta,
+         lambda lib, ctx: {"k": "0.weight"},
+         lambda lib, ctx, a: lib.zipslicer.load(ctx.ckpt).get_meta(**a), path=lambda ctx: ctx.ckpt),
+]  # fmt: skip
+
+
+def _parameters(original: Callable[[], Any]) -> list[str]:
+    """The parameters the original names (not self/cls, not *args/**kwargs)."""
+    sig = inspect.signature(original())
+    return [
+        p.name
+        for p in sig.parameters.values()
+        if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+# -- outcomes --------------------------------------------------------------
+
+
+def _outcome(fn: Callable[[], Any]) -> type[BaseException] | None:
+    try:
+        with contextlib.redirect_stdout(None), _quiet():
+            fn()
+    except Exception as e:  # noqa: BLE001 - the class is the outcome
+        return type(e)
+    return None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    import logging
+    import warnings
+
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _ours_for(cls: type[BaseException]) -> type[BaseException]:
+    """Our class for one the original raised: its own classes by name."""
+    module = cls.__module__ or ""
+    for original, ours in (("tensorizer", "tensorizer_rs"), ("zipslicer", "tensorizer_rs.zipslicer")):
+        if module == original or module.startswith(original + "."):
+            for where in (ours, "tensorizer_rs.stream_io", "tensorizer_rs.serialization"):
+                found = getattr(importlib.import_module(where), cls.__name__, None)
+                if isinstance(found, type):
+                    return found
+            raise AssertionError(f"tensorizer_rs has no {cls.__name__} (the original's {module}.{cls.__name__})")
+    return cls
+
+
+def _same(original: type[BaseException] | None, ours: type[BaseException] | None) -> bool:
+    if original is None or ours is None:
+        return original is ours
+    return issubclass(ours, _ours_for(original))
+
+
+def _show(outcome: type[BaseException] | None) -> str:
+    return "ok" if outcome is None else f"{outcome.__module__}.{outcome.__qualname__}"
+
+
+#: (case, parameter, value label) -> why we differ from the original on
+#: purpose (spec §11.5). Each must still differ.
+EXTENSIONS: dict[tuple[str, str, str], str] = {
+    **{
+        ("TensorSerializer", "compress_tensors", label): "tensorizer imports lz4 for this option, which does "
+        "nothing; without lz4 installed that import fails, with it the call succeeds as ours does"
+        for label in ("True", "1", "-1", "numpy.True_", "numpy.int64(2)", "2.0", "str path", "PathLike",
+                      "bytes path", "open file", "object()")
+    },
+    ("zipslicer.load", "map_location", "*"): "zipslicer asserts map_location == 'cpu'; we take every "
+    "torch device (and None for the CPU) and refuse the rest with torch's own errors",
+    ("zipslicer.load", "dtype", "*"): "zipslicer compares dtype with the stored dtype instead of the "
+    "loaded one, so it never converts and ignores any value; we convert, and refuse what is not a dtype",
+    ("zipslicer.load", "ckpt", "''"): "zipslicer asserts the path is a file; we raise FileNotFoundError",
+    ("zipslicer.load", "ckpt", "bytes path"): "zipslicer fails on a bytes path (AttributeError); we take "
+    "it as open() does",
+    ("TensorSerializer.write_tensor", "name", "''"): "tensorizer writes a tensor named '' that its own "
+    "reader refuses ('Invalid empty tensor path'); we refuse it when writing (what we write, we read)",
+    ("TensorSerializer.write_state_dict", "state_dict", "''"): "a str is not a state dict: tensorizer "
+    "iterates it as a sequence (an empty one writes an empty file, any other exhausts memory)",
+}  # fmt: skip
+
+#: (case, parameter, value label) -> why the original is not called with
+#: it (the test would not survive it).
+ORIGINAL_UNSAFE: dict[tuple[str, str, str], str] = {
+    ("TensorSerializer.write_state_dict", "state_dict", label): "tensorizer takes a str for a sequence of "
+    "state dicts and allocates until memory runs out"
+    for label in ("str path",)
+}
+
+
+def _run_case(case: Case, fixtures: pathlib.Path, run: Callable[[Lib, Ctx, dict[str, Any]], Any]) -> list[str]:
+    """Every parameter x value of one case; the mismatches, described."""
+    problems = []
+    for param in _parameters(case.original):
+        with tempfile.TemporaryDirectory() as probe:
+            labels = list(_matrix(Ctx(pathlib.Path(probe), fixtures), "").keys())
+        for label in labels:
+            if param in case.skip or (param in FILE_PARAMS and label in UNSAFE):
+                continue
+            outcomes: list[type[BaseException] | None] = []
+            if (case.name, param, label) in ORIGINAL_UNSAFE:
+                continue
+            for lib in (ORIGINAL, OURS):
+                with tempfile.TemporaryDirectory() as d:
+                    ctx = Ctx(pathlib.Path(d), fixtures)
+                    try:
+                        args = case.baseline(lib, ctx)
+                        args[param] = _matrix(ctx, case.path(ctx))[label]()
+                        outcomes.append(_outcome(lambda: run(lib, ctx, args)))
+                    finally:
+                        ctx.close()
+            original, ours = outcomes
+            key = (case.name, param, label)
+            same = _same(original, ours)
+            if (case.name, param, "*") in EXTENSIONS:
+                continue
+            if key in EXTENSIONS:
+                if same:
+                    problems.append(f"{param}={label}: listed in EXTENSIONS but no longer differs ({_show(ours)})")
+            elif not same:
+                problems.append(f"{param}={label}: original {_show(original)}, ours {_show(ours)}")
+    return problems
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_arguments_as_the_original_takes_them(case: Case, fixtures: pathlib.Path) -> None:
+    # The baseline itself must work in both.
+    for lib in (ORIGINAL, OURS):
+        with tempfile.TemporaryDirectory() as d:
+            ctx = Ctx(pathlib.Path(d), fixtures)
+            try:
+                assert _outcome(lambda: case.call(lib, ctx, case.baseline(lib, ctx))) is None, (
+                    f"{case.name}: the baseline call fails in {lib.name}"
+                )
+            finally:
+                ctx.close()
+    problems = _run_case(case, fixtures, case.call)
+    assert not problems, f"{case.name}:\n  " + "\n  ".join(problems)
