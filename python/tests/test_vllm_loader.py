@@ -142,11 +142,20 @@ def run_harness(impl: str, src: Path, work: Path, tag: str, endpoint: str | None
         cmd += ["--foreign", str(foreign)]
     if foreign_only:
         cmd.append("--foreign-only")
-    proc = subprocess.run(cmd, cwd=work, env=_env(home), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    if proc.returncode != 0 or not results.is_file():
-        tail = (proc.stdout + proc.stderr)[-6000:]
-        return {"__crash__": f"{impl} harness ({tag}) exited with {proc.returncode}:\n{tail}", "__out__": out}
-    data: dict[str, Any] = json.loads(results.read_text())
+    try:
+        proc = subprocess.run(cmd, cwd=work, env=_env(home), capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
+        code, output = f"exited with {proc.returncode}", proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        code = f"was killed after {RUN_TIMEOUT_S} s"
+        output = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+                         for x in (e.stdout, e.stderr))
+        proc = None
+    # The harness writes its results after every case: what ran before a
+    # crash or a hang is kept, and the cases after it report the crash.
+    data: dict[str, Any] = json.loads(results.read_text()) if results.is_file() else {}
+    if proc is None or proc.returncode != 0:
+        data["__crash__"] = f"{impl} harness ({tag}) {code}:\n{output[-6000:]}"
     data["__out__"] = out
     return data
 

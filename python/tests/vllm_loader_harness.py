@@ -11,7 +11,7 @@ SRC holds ``vllm/``: the stand-ins of ``vllm_standins/`` with vLLM's own
 gives tensorizer_rs, as ``upstream/upstream_plugin.py`` does; with
 ``--impl tensorizer`` the real one runs (the control).
 
-Every case runs in turn; R.json gets ``{case: {"status": "pass" | "fail" |
+Every case runs in turn (its name printed to stderr first); R.json gets ``{case: {"status": "pass" | "fail" |
 "not_run", "detail": ...}}``. OUT/manifest.json lists the files written,
 with their reference tensors, for the other implementation to load
 (``--foreign``: cases ``cross_*``). ``~/.s3cfg`` (HOME is a private
@@ -30,6 +30,7 @@ import json
 import os
 import pkgutil
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -701,6 +702,8 @@ def main() -> int:
         if failed:
             results[c.name] = {"status": "not_run", "detail": f"needs {', '.join(failed)}, which did not pass"}
             continue
+        print(f"case {c.name}", file=sys.stderr, flush=True)
+        started = time.monotonic()
         try:
             c.fn()
         except BaseException as e:  # noqa: BLE001
@@ -710,11 +713,13 @@ def main() -> int:
         else:
             results[c.name] = {"status": "pass", "detail": ""}
         finally:
+            results[c.name]["seconds"] = f"{time.monotonic() - started:.2f}"
             import vllm.distributed
 
             vllm.distributed.TP_RANK = 0
-    (OUT / "manifest.json").write_text(json.dumps(MANIFEST, indent=1))
-    Path(args.results).write_text(json.dumps(results, indent=1))
+        # After every case, so a crash or a hang keeps what ran before it.
+        (OUT / "manifest.json").write_text(json.dumps(MANIFEST, indent=1))
+        Path(args.results).write_text(json.dumps(results, indent=1))
     return 0
 
 

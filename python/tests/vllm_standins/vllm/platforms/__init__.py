@@ -2,9 +2,10 @@
 
 vLLM's ``deserialize_tensorizer_model`` builds its device as
 ``f"{current_platform.device_type}:{torch.accelerator.current_device_index()}"``.
-Where torch has no usable accelerator, ``current_device_index()`` raises
-(a CPU-only build: "Cannot access accelerator device when none is
-available"; a CUDA build without a driver: "Found no NVIDIA driver ...").
+Where torch has no usable accelerator, ``current_device_index()`` raises:
+torch 2.15's CUDA build without a driver raises RuntimeError("Found no
+NVIDIA driver on your system ..."), and a CPU-only build cannot answer
+either (its ``at::accelerator::getDeviceIndex`` requires an accelerator).
 vLLM 0.33.0's CPU platform does not change that, so unmodified vLLM cannot
 load a vLLM-tensorized model on a machine without an accelerator, whichever
 tensorizer it uses. The harness checks that it raises the same way for both
