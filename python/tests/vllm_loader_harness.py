@@ -115,14 +115,16 @@ def save_ref(ref: dict[str, Any], path: Path) -> str:
 
 def expected(ref: dict[str, Any], dtype: str, vllm_tensorized: bool) -> dict[str, Any]:
     """What the loaded model must hold. vLLM passes its dtype to the
-    TensorDeserializer of a vLLM-tensorized model, which casts every
-    tensor but bool ones (tensorizer 2.12.1); the weights iterator of the
-    other path loads with no dtype, and load_weights copies into the
-    model's own tensors (floats in the model's dtype, the int buffer int64)."""
+    TensorDeserializer of a vLLM-tensorized model: tensorizer 2.12.1 casts
+    every tensor but bool ones (the int64 buffer too), tensorizer_rs only
+    floating-point ones, as ``Module.to(dtype)`` does (spec §11.1); the
+    weights iterator of the other path loads with no dtype, and
+    load_weights copies into the model's own tensors (floats in the
+    model's dtype, the int buffer int64)."""
     target = _dtype(dtype)
     out = {}
     for k, v in ref.items():
-        if vllm_tensorized:
+        if vllm_tensorized and IMPL == "tensorizer":
             cast = v.dtype != torch.bool
         else:
             cast = v.dtype.is_floating_point

@@ -280,6 +280,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                     raise ValueError(f"Conflicting tensor paths at {e.name!r}")
             layer[path[-1]] = e
         self._cache: dict[int, Any] = {}
+        # Indices loaded without checking their hashes (see _load).
+        self._unverified: set[int] = set()
         self._positions: dict[int, int] | None = None
         self._last_yielded = -1
         return entries
@@ -303,6 +305,20 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     def _device(self) -> Any:
         return _resolve_device(self._device_arg)
 
+    def _cast_to(self, stored: Any) -> Any:
+        """The dtype a tensor stored as `stored` becomes, or None to keep
+        it. ``dtype=`` applies as ``Module.to(dtype)`` applies it: to
+        floating-point tensors for a floating-point dtype, to complex ones
+        for a complex dtype; integer and bool tensors keep theirs
+        (tensorizer casts every non-bool tensor, so complex values lose
+        their imaginary part and int64 positions are rounded: spec §11.1)."""
+        target = self._dtype
+        if target is None or stored == target:
+            return None
+        if (stored.is_floating_point and target.is_floating_point) or (stored.is_complex and target.is_complex):
+            return target
+        return None
+
     def _verify(self, verify_hash: object) -> bool:
         """A call's ``verify_hash``: the constructor's when None, else its
         truth value (as tensorizer tests it)."""
@@ -313,9 +329,33 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             raise RuntimeError("the deserializer is closed")
 
     def _load(self, entries: list[_Entry], verify_hash: bool | None) -> None:
-        """Loads every entry not yet cached, in one parallel native call."""
+        """Loads every entry not yet cached, in one parallel native call.
+        With `verify_hash`, entries loaded earlier without it are checked
+        too (tensorizer checks nothing for tensors it already holds)."""
         with _gc_paused():
+            if verify_hash and self._unverified:
+                self._verify_loaded(entries)
+            loaded = [e.index for e in entries if e.index not in self._cache]
             self._load_now(entries, verify_hash)
+            if not verify_hash:
+                self._unverified.update(loaded)
+
+    def _verify_loaded(self, entries: list[_Entry]) -> None:
+        """Checks the stored hashes of `entries` loaded earlier without
+        checking, reading their bytes from the file again (one tensor at a
+        time); raises ``HashMismatchError`` naming the first that fails."""
+        stale = [e for e in entries if e.index in self._unverified]
+        if not stale:
+            return
+        self._check_open()
+        metas = [e for e in stale if e.is_meta]
+        if metas:
+            self._check_meta_headers(metas, True)
+        for e in stale:
+            if not e.is_meta:
+                scratch = np.empty(e.nbytes, dtype=np.uint8)
+                self._reader.load_into([e.index], [scratch], True)
+            self._unverified.discard(e.index)
 
     def _load_now(self, entries: list[_Entry], verify_hash: bool | None) -> None:
         import torch
@@ -340,8 +380,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             dev = _cuda.load(self._reader, todo, device, verify_hash)
             for e, t in zip(todo, dev):
                 grad = _dtypes.is_float_like(t.dtype)
-                if self._dtype is not None and t.dtype != torch.bool:
-                    t = t.to(self._dtype)
+                target = self._cast_to(t.dtype)
+                if target is not None:
+                    t = t.to(target)
                 self._cache[e.index] = torch.nn.Parameter(t, requires_grad=grad)
             todo = []
         pin = device.type == "cuda"
@@ -368,8 +409,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
             if device.type != "cpu":
                 t = t.to(device, non_blocking=pin)
-            if self._dtype is not None and t.dtype != torch.bool:
-                t = t.to(self._dtype)
+            target = self._cast_to(t.dtype)
+            if target is not None:
+                t = t.to(target)
             self._cache[e.index] = Parameter(t, requires_grad=grad)
         # Each packed tensor gets a storage of its own over its piece of the
         # arena (torch.frombuffer), as if allocated alone; one native loop
@@ -392,8 +434,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                         t = torch.frombuffer(raw, dtype=dtype, count=n // itemsize, offset=offset).view(e.shape)
                     else:
                         t = torch.empty(e.shape, dtype=dtype)
-                    if dtype != torch.bool:
-                        t = t.to(cast)
+                    target = self._cast_to(dtype)
+                    if target is not None:
+                        t = t.to(target)
                     cache[e.index] = Parameter(t, requires_grad=grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
@@ -403,10 +446,8 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     # -- meta tensors ---------------------------------------------------------
 
     def _meta_dtype(self, e: _Entry) -> Any:
-        import torch
-
         stored = _dtypes.torch_dtype(e.dtype)
-        return self._dtype if self._dtype is not None and stored != torch.bool else stored
+        return self._cast_to(stored) or stored
 
     def _meta_nbytes_torch(self, e: _Entry) -> int:
         return int(math.prod(e.shape) * self._meta_dtype(e).itemsize)
@@ -489,8 +530,9 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             cache.update(zip([e.index for e in mapped], made))
         else:
             for e, t in zip(mapped, made):
-                if t.dtype != torch.bool:
-                    t = torch.nn.Parameter(t.detach().to(self._dtype), requires_grad=t.requires_grad)
+                target = self._cast_to(t.dtype)
+                if target is not None:
+                    t = torch.nn.Parameter(t.detach().to(target), requires_grad=t.requires_grad)
                 cache[e.index] = t
         return rest
 

@@ -295,13 +295,13 @@ def deserializer_slice(d: Any, key: Any) -> TensorSlice:
     else:
         backend = ReaderBackend(d._reader, node.index, bool(d._verify_hash))
     device = d._device
-    dtype = d._dtype
+    target = d._cast_to(stored)
 
     def finish(t: torch.Tensor) -> torch.Tensor:
         if device.type != "cpu":
             t = t.to(device)
-        if dtype is not None and t.dtype != torch.bool:
-            t = t.to(dtype)
+        if target is not None:
+            t = t.to(target)
         return t
 
     return TensorSlice(backend, node.name, node.shape, stored, finish)
