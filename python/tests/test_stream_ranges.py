@@ -62,7 +62,6 @@ def test_http_range(tz, http_base):
         assert f.read() == DATA
 
 
-@pytest.mark.parametrize("scheme", ["local", "http"])
 @pytest.mark.parametrize(
     ("begin", "end", "message"),
     [
@@ -72,17 +71,33 @@ def test_http_range(tz, http_base):
         (None, 0, "End marker must come strictly after begin marker (requested range: 0 to 0)"),
     ],
 )
-def test_invalid_ranges_rejected_like_tensorizer(tz, oracle, tmp_path, http_base, scheme, begin, end, message):
-    target = f"{http_base}/blob" if scheme == "http" else str(tmp_path / "blob")
-    (tmp_path / "blob").write_bytes(DATA)
+def test_invalid_ranges_rejected_like_tensorizer(tz, oracle, tmp_path, http_base, begin, end, message):
     with pytest.raises(ValueError) as err:
-        tz.stream_io.open_stream(target, "rb", begin=begin, end=end)
+        tz.stream_io.open_stream(f"{http_base}/blob", "rb", begin=begin, end=end)
     assert str(err.value) == message
     # tensorizer's own message for the same range (its CURLStreamFile checks
     # before starting curl).
     with pytest.raises(ValueError) as theirs:
         oracle.stream_io.CURLStreamFile("http://127.0.0.1:9/x", begin=begin, end=end)
     assert str(theirs.value) == message
+
+
+@pytest.mark.parametrize(("begin", "end"), [(-1, None), (20, 10), (10, 10), (None, 0), (None, -5)])
+def test_local_ranges_as_tensorizer_opens_local_files(tz, oracle, tmp_path, begin, end):
+    """tensorizer opens a local file, seeks to ``begin or 0`` (a negative
+    one raises OSError there) and ignores ``end``; an ``end`` past
+    ``begin`` bounds our stream (spec §11.5)."""
+    target = str(tmp_path / "blob")
+    (tmp_path / "blob").write_bytes(DATA)
+    outcomes = []
+    for lib in (tz, oracle):
+        try:
+            with lib.stream_io.open_stream(target, "rb", begin=begin, end=end) as f:
+                outcomes.append(f.read())
+        except OSError as e:
+            outcomes.append(type(e))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0] == (OSError if begin == -1 else DATA[begin or 0 :])
 
 
 def test_curl_stream_file(tz, oracle, http_base):
