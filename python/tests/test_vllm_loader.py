@@ -1,5 +1,5 @@
-"""vLLM's tensorizer loader, unmodified, on tensorizer_rs (issue 24, "Real
-clients, unmodified"), with the real tensorizer as the control.
+"""vLLM's tensorizer loader, unmodified, on tensorizer_rs, with the real
+tensorizer as the control.
 
 vLLM 0.33.0's ``vllm/model_executor/model_loader/tensorizer.py`` and
 ``tensorizer_loader.py`` are taken from its published wheel, fetched with

@@ -62,7 +62,7 @@ _SAFETENSORS_NAMES = {
     "complex64": "C64",
     "float8_e4m3fn": "F8_E4M3",
     "float8_e5m2": "F8_E5M2",
-    "float8_e8m0fnu": "E8M0",
+    "float8_e8m0fnu": "F8_E8M0",
 }
 
 

@@ -1,0 +1,283 @@
+"""First loads as a serving pod sees them: a fresh process per load, from a
+cold page cache and from a warm one, beside the machine's limits.
+
+    python python/bench/bench_cold.py                    # 1 and 8 GiB, 3 reps
+    python python/bench/bench_cold.py --gib 1 --reps 5 --json cold.json
+
+Each size is one state dict of bf16 tensors (``--tensors``, 300), written
+once by each library: ours (``tensorizer_rs``, aligned), tensorizer's
+(tensorizer 2.12.1) and a safetensors file. Every load runs in a new Python
+process that has already imported its library (imports are not timed),
+touches one byte of every 4 KiB page of every tensor, and reports the time
+from the call to the last touch. Before each cold load the page cache is
+dropped (``sync; echo 3 > /proc/sys/vm/drop_caches``), which needs root; a
+run that cannot drop it says so and reports warm loads only. Contenders
+alternate within each repetition, so drift hits all of them alike.
+
+Rows:
+
+* ``limit: sequential 16 MiB reads`` reads the file with 16 MiB ``readinto``
+  calls into one freshly allocated buffer (touching it as the loaders do):
+  what one reader that copies every byte can do. Ratios are against it.
+* ``dd bs=16M`` reads to /dev/null (no copy, no fresh memory).
+* ``tensorizer_rs`` on its own file and on tensorizer's, with default
+  options (private copies), and ``mmap=True`` on its own file.
+* ``tensorizer 2.12.1`` on its own file; ``safetensors load_file``.
+
+Medians with min–max over the repetitions. Results are Markdown on stdout
+(and JSON with ``--json``); progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[2]
+PAGE = 4096
+CHUNK = 16 << 20
+
+CONTENDERS = {
+    "limit": "limit: sequential 16 MiB reads",
+    "dd": "dd bs=16M",
+    "rs-own": "tensorizer_rs, own file",
+    "rs-theirs": "tensorizer_rs, tensorizer's file",
+    "rs-mmap": "tensorizer_rs mmap=True, own file",
+    "rs-own-4k": "tensorizer_rs, own file, no MADV_HUGEPAGE",
+    "tensorizer": "tensorizer 2.12.1, its file",
+    "safetensors": "safetensors load_file",
+}
+FILE_OF = {
+    "limit": "own", "dd": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own", "rs-own-4k": "own",
+    "tensorizer": "theirs", "safetensors": "st",
+}  # fmt: skip
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- in the worker process -------------------------------------------------
+
+
+def _touch_tensors(tensors) -> int:
+    """One byte of every page of every tensor; returns the bytes covered."""
+    import torch
+
+    total = 0
+    for t in tensors:
+        flat = t.detach().reshape(-1).view(torch.uint8)
+        if flat.numel():
+            flat[::PAGE].sum()
+        total += flat.numel()
+    return total
+
+
+def _touch_buffer(buf) -> None:
+    import numpy as np
+
+    np.frombuffer(buf, dtype=np.uint8)[::PAGE].sum()
+
+
+def worker(kind: str, path: str) -> dict:
+    """Loads `path` as `kind` does and returns seconds and bytes."""
+    if kind == "limit":
+        import numpy as np
+
+        size = os.path.getsize(path)
+        start = time.perf_counter()
+        buf = np.empty(size, dtype=np.uint8)
+        view = memoryview(buf)
+        with open(path, "rb", buffering=0) as f:
+            at = 0
+            while at < size:
+                n = f.readinto(view[at : at + CHUNK])
+                if not n:
+                    break
+                at += n
+        _touch_buffer(buf)
+        return {"s": time.perf_counter() - start, "bytes": at}
+    if kind == "dd":
+        start = time.perf_counter()
+        subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
+        return {"s": time.perf_counter() - start, "bytes": os.path.getsize(path)}
+    import torch  # noqa: F401  (imported before the clock starts)
+
+    if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k"):
+        import tensorizer_rs
+
+        if kind == "rs-own-4k":
+            # An experiment: the same load with its large buffers in 4 KiB pages.
+            import mmap as _mmap
+
+            from tensorizer_rs import _memory
+
+            def plain(size: int) -> _mmap.mmap:
+                return _mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
+
+            _memory.huge_region = plain
+
+        start = time.perf_counter()
+        d = tensorizer_rs.TensorDeserializer(path, device="cpu", mmap=kind == "rs-mmap")
+        n = _touch_tensors(d.values())
+    elif kind == "tensorizer":
+        import tensorizer
+
+        start = time.perf_counter()
+        d = tensorizer.TensorDeserializer(path, device="cpu")
+        n = _touch_tensors(d.values())
+    elif kind == "safetensors":
+        from safetensors.torch import load_file
+
+        start = time.perf_counter()
+        n = _touch_tensors(load_file(path, device="cpu").values())
+    else:
+        raise SystemExit(f"unknown contender {kind!r}")
+    return {"s": time.perf_counter() - start, "bytes": n}
+
+
+# -- in the parent -----------------------------------------------------------
+
+
+def can_drop() -> bool:
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        return True
+    except OSError:
+        return False
+
+
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+
+
+def warm(path: str) -> None:
+    with open(path, "rb", buffering=0) as f:
+        while f.read(CHUNK):
+            pass
+
+
+def write_files(gib: float, tensors: int, d: Path) -> dict[str, str]:
+    """The three files of one size (reused when present and complete)."""
+    import torch
+
+    paths = {"own": d / "own.tensors", "theirs": d / "theirs.tensors", "st": d / "model.safetensors"}
+    done = d / "complete"
+    if done.exists() and all(p.exists() for p in paths.values()):
+        return {k: str(v) for k, v in paths.items()}
+    d.mkdir(parents=True, exist_ok=True)
+    per = int(gib * (1 << 30)) // tensors // 2  # bf16 elements per tensor
+    cols = 1024
+    rows = max(1, per // cols)
+    log(f"writing {gib} GiB ({tensors} tensors of {rows}x{cols} bf16) to {d}")
+    gen = torch.Generator().manual_seed(0)
+    sd = {f"layers.{i}.weight": torch.randn(rows, cols, generator=gen).to(torch.bfloat16) for i in range(tensors)}
+    import safetensors.torch
+    import tensorizer
+    import tensorizer_rs
+
+    with tensorizer_rs.TensorSerializer(str(paths["own"])) as s:
+        s.write_state_dict(sd)
+    s2 = tensorizer.TensorSerializer(str(paths["theirs"]))
+    s2.write_state_dict(sd)
+    s2.close()
+    safetensors.torch.save_file(sd, str(paths["st"]))
+    del sd
+    done.touch()
+    return {k: str(v) for k, v in paths.items()}
+
+
+def run_one(kind: str, path: str, env: dict[str, str]) -> dict:
+    out = subprocess.run(
+        [sys.executable, str(HERE), "--worker", kind, path], capture_output=True, text=True, env=env, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} on {path} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summary(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else {}
+
+
+def fmt(st: dict) -> str:
+    if not st:
+        return "–"
+    return f"{st['median'] * 1e3:.0f} ms ({st['min'] * 1e3:.0f}–{st['max'] * 1e3:.0f})"
+
+
+def ratio(limit: dict, st: dict) -> str:
+    return f"{limit['median'] / st['median']:.2f}" if limit and st else "–"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--gib", type=float, nargs="+", default=[1.0, 8.0])
+    ap.add_argument("--tensors", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", nargs="+", choices=list(CONTENDERS), help="a subset of the contenders")
+    ap.add_argument("--dir", default=str(REPO / "target" / "bench-cold"))
+    ap.add_argument("--keep", action="store_true", help="keep the files for the next run")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(*args.worker)))
+        return 0
+
+    cold = can_drop()
+    if not cold:
+        log("cannot drop the page cache (needs root): warm loads only")
+    kinds = args.only or list(CONTENDERS)
+    env = dict(os.environ)
+    results: dict = {"cold_available": cold, "sizes": {}}
+    print(f"# First loads in a fresh process ({'cold and warm' if cold else 'warm only: cannot drop caches'})\n")
+    print(f"{os.cpu_count()} CPUs; files in {args.dir}; {args.reps} repetitions, contenders interleaved.\n")
+    for gib in args.gib:
+        d = Path(args.dir) / f"{gib:g}gib"
+        files = write_files(gib, args.tensors, d)
+        times: dict[str, dict[str, list[float]]] = {k: {"cold": [], "warm": []} for k in kinds}
+        for rep in range(args.reps):
+            for state in ("cold", "warm") if cold else ("warm",):
+                for kind in kinds:
+                    path = files[FILE_OF[kind]]
+                    if state == "cold":
+                        drop_caches()
+                    else:
+                        warm(path)
+                    r = run_one(kind, path, env)
+                    times[kind][state].append(r["s"])
+                    log(f"{gib:g} GiB rep {rep + 1} {state:4} {kind:12} {r['s'] * 1e3:8.0f} ms")
+        stats = {k: {s: summary(v) for s, v in times[k].items()} for k in kinds}
+        results["sizes"][f"{gib:g}"] = stats
+        limit = stats.get("limit", {})
+        print(f"## {gib:g} GiB, {args.tensors} bf16 tensors\n")
+        print("| contender | cold: median (min–max) | × limit | warm: median (min–max) | × limit |")
+        print("|---|---|---|---|---|")
+        for k in kinds:
+            c, w = stats[k].get("cold", {}), stats[k].get("warm", {})
+            print(
+                f"| {CONTENDERS[k]} | {fmt(c)} | {ratio(limit.get('cold', {}), c)} | {fmt(w)} "
+                f"| {ratio(limit.get('warm', {}), w)} |"
+            )
+        print()
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
