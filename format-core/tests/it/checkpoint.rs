@@ -303,7 +303,13 @@ fn memo_bombs_are_bounded() {
         body.extend_from_slice(&[b'e', b'q', level, b'0']);
     }
     body.extend_from_slice(&[b'h', 40]);
-    limit(&parse_timed(&with_pickle(&dict_with(&body))), "visited");
+    // Whichever bound is reached first: values visited, or the path
+    // components copied for the entries and containers met on the way.
+    let err = parse_timed(&with_pickle(&dict_with(&body)));
+    assert!(
+        matches!(&err, Error::LimitExceeded { what, .. } if what.contains("visited") || what.contains("path components")),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -445,4 +451,24 @@ fn a_storage_without_its_entry_is_corrupt() {
     let data = &bytes[range.start as usize..range.end as usize];
     let err = parse_timed(&zip_of(&[("archive/data.pkl", data), ("archive/version", b"3\n")]));
     assert!(matches!(err, Error::CorruptCheckpoint { reason, .. } if reason.contains("no data/")), "{err:?}");
+}
+
+#[test]
+fn containers_are_recorded_in_order_with_their_kinds() {
+    use tensorizer_core::ContainerKind;
+    // {"a": [5], "b": (), "c": 7}
+    let mut p = vec![0x80, 2, b'}'];
+    p.extend_from_slice(b"X\x01\x00\x00\x00a]K\x05as");
+    p.extend_from_slice(b"X\x01\x00\x00\x00b)s");
+    p.extend_from_slice(b"X\x01\x00\x00\x00cK\x07s.");
+    let bytes = with_pickle(&p);
+    let ckpt = Checkpoint::parse(&bytes).expect("parses");
+    let sd = &ckpt.state_dict;
+    let kinds: Vec<(String, ContainerKind, usize, usize)> =
+        sd.containers.iter().map(|c| (c.path.to_string(), c.kind, c.len, c.entries_before)).collect();
+    assert_eq!(kinds, vec![("a".into(), ContainerKind::List, 1, 0), ("b".into(), ContainerKind::Tuple, 0, 1)]);
+    let leaves: Vec<(String, Leaf)> = sd.entries.iter().map(|e| (e.path.to_string(), e.value.clone())).collect();
+    assert_eq!(leaves.len(), 2);
+    assert_eq!(leaves[0].1, Leaf::Int(5));
+    assert_eq!(leaves[1], ("c".into(), Leaf::Int(7)));
 }
