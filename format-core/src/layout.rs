@@ -90,6 +90,11 @@ pub const MAX_PATH_COMPONENTS: u64 = 1 << 21;
 /// Most tensors one file may declare.
 pub const MAX_TENSORS: u64 = 1 << 20;
 
+/// Longest safetensors JSON header accepted (safetensors' own limit). Also
+/// what makes a file's first 8 bytes a plausible safetensors header length
+/// when telling formats apart ([`crate::sniff`]).
+pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
 /// Limits on what one file's metadata index may declare. The defaults are
 /// the constants above; hosts raise them for unusual files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

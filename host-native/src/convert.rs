@@ -29,15 +29,14 @@ use std::time::Duration;
 
 use tensorizer_core::checkpoint::{Leaf, SNIFF_LEN};
 use tensorizer_core::dtype::ByteOrder;
-use tensorizer_core::layout::MAGIC;
-use tensorizer_core::{Dtype, KeySource, TensorPath, TensorSpec, TensorType};
+use tensorizer_core::{Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format};
 
 use crate::atomic::AtomicFile;
-use crate::checkpoint::{CheckpointReader, looks_like_checkpoint};
+use crate::checkpoint::CheckpointReader;
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each_index};
 use crate::reader::{ReadOptions, Reader};
-use crate::safetensors::{MAX_SAFETENSORS_HEADER, SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
+use crate::safetensors::{SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
 use crate::source::RangeSource;
 use crate::store::{Intent, open_uri};
 use crate::writer::{FileWriter, WriteOptions};
@@ -80,25 +79,21 @@ impl Format {
         if has_safetensors_extension(&path.to_string_lossy()) { Self::Safetensors } else { Self::Tensorizer }
     }
 
-    /// Recognises an input by its first bytes (up to [`SNIFF_LEN`]): a torch
+    /// Recognises an input of `file_len` bytes by its first bytes (up to
+    /// [`SNIFF_LEN`]), as [`tensorizer_core::sniff`] tells them: a torch
     /// checkpoint (zip or legacy), a tensorizer file, or a safetensors file
-    /// (a plausible header length followed by `{`). When the bytes say none
-    /// of these, a `.safetensors` name means safetensors and anything else
-    /// tensorizer, whose reader then says what is wrong.
-    pub fn sniff(head: &[u8], name: &str) -> Self {
-        if looks_like_checkpoint(head).is_some() {
-            return Self::TorchCheckpoint;
+    /// (a plausible header length followed by `{`, asked before the weaker
+    /// legacy-pickle test). When the bytes say none of these, a
+    /// `.safetensors` name means safetensors and anything else tensorizer,
+    /// whose reader then says what is wrong.
+    pub fn sniff(head: &[u8], file_len: u64, name: &str) -> Self {
+        match sniff_format(head, file_len) {
+            Some(Sniffed::TorchZip | Sniffed::LegacyTorch) => Self::TorchCheckpoint,
+            Some(Sniffed::Tensorizer) => Self::Tensorizer,
+            Some(Sniffed::Safetensors { .. }) => Self::Safetensors,
+            None if has_safetensors_extension(name) => Self::Safetensors,
+            None => Self::Tensorizer,
         }
-        if head.starts_with(&MAGIC) {
-            return Self::Tensorizer;
-        }
-        if let Some(len) = head.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok())
-            && u64::from_le_bytes(len) <= MAX_SAFETENSORS_HEADER
-            && head.get(8) == Some(&b'{')
-        {
-            return Self::Safetensors;
-        }
-        if has_safetensors_extension(name) { Self::Safetensors } else { Self::Tensorizer }
     }
 }
 
@@ -187,7 +182,7 @@ struct Item {
 pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
     let mut head = vec![0u8; source.len().min(SNIFF_LEN as u64) as usize];
     source.read_exact_at(0, &mut head)?;
-    Ok(Format::sniff(&head, source.name()))
+    Ok(Format::sniff(&head, source.len(), source.name()))
 }
 
 /// Converts `src` (a local path or a URI: `http(s)://`, `s3://`,
