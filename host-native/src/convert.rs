@@ -29,6 +29,8 @@ use std::time::Duration;
 
 use tensorizer_core::checkpoint::{Leaf, SNIFF_LEN};
 use tensorizer_core::dtype::ByteOrder;
+use tensorizer_core::layout::MAX_TENSORS;
+use tensorizer_core::write::check_tensor_count;
 use tensorizer_core::{Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format};
 
 use crate::atomic::AtomicFile;
@@ -347,15 +349,6 @@ fn plan<S: RangeSource>(
                 };
                 items.push(Item { index: i, spec, len, swap: None });
             }
-            // Structured paths are kept when tensorizer can hold them; a
-            // state dict mixing string and int keys at one level gets flat
-            // dotted names.
-            if to == Format::Tensorizer && !paths_fit(&items, options) {
-                for t in &mut items {
-                    t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
-                }
-                converted.flattened = true;
-            }
         }
         Input::Tensorizer(reader) => {
             for (i, e) in reader.entries().iter().enumerate() {
@@ -387,6 +380,25 @@ fn plan<S: RangeSource>(
                 };
                 items.push(Item { index: i, spec, len: e.end - e.start, swap: None });
             }
+        }
+    }
+    if to == Format::Tensorizer {
+        // What we write, we read: refused before anything is written.
+        check_tensor_count(items.len() as u64).map_err(|_| {
+            Error::Invalid(format!(
+                "{src}: {} tensors, more than a tensorizer file may hold (MAX_TENSORS = {MAX_TENSORS}; readers \
+                 refuse more); nothing was written",
+                items.len()
+            ))
+        })?;
+        // Structured checkpoint paths are kept when tensorizer can hold
+        // them; a state dict mixing string and int keys at one level gets
+        // flat dotted names.
+        if matches!(input, Input::Checkpoint(_)) && !paths_fit(&items, options) {
+            for t in &mut items {
+                t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
+            }
+            converted.flattened = true;
         }
     }
     if to == Format::Safetensors {

@@ -245,6 +245,28 @@ mod library {
     }
 
     #[test]
+    fn more_tensors_than_a_reader_accepts_are_refused_before_writing() {
+        use tensorizer_core::layout::MAX_TENSORS;
+        let n = MAX_TENSORS + 1;
+        let mut json = String::from("{");
+        for i in 0..n {
+            json.push_str(&format!(r#""t{i}":{{"dtype":"U8","shape":[0],"data_offsets":[0,0]}},"#));
+        }
+        json.pop();
+        json.push('}');
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("many.safetensors");
+        std::fs::write(&input, [&(json.len() as u64).to_le_bytes()[..], json.as_bytes()].concat()).unwrap();
+        drop(json);
+        let out = dir.path().join("many.tensors");
+        let err = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(())).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("MAX_TENSORS") && text.contains(&n.to_string()), "{text}");
+        assert!(!out.exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written beside the input");
+    }
+
+    #[test]
     fn a_failed_conversion_leaves_an_existing_target_untouched() {
         let dir = tempfile::tempdir().unwrap();
         let dst = dir.path().join("out.safetensors");
