@@ -53,6 +53,24 @@ pub const REMOTE_PIECE: usize = 16 << 20;
 /// Longest wait between two progress reports.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
+/// By default a conversion writes at most this many times its input's
+/// bytes of tensor data (or [`DEFAULT_MIN_OUTPUT_BOUND`], if larger): a
+/// checkpoint of a few KB may hold stride-0 (expanded) or overlapping views
+/// that are written out whole. Raise with
+/// [`ConvertOptions::max_output_bytes`].
+pub const DEFAULT_MAX_OUTPUT_GROWTH: u64 = 4;
+
+/// The default bound on a conversion's output data never goes below this
+/// (see [`DEFAULT_MAX_OUTPUT_GROWTH`]).
+pub const DEFAULT_MIN_OUTPUT_BOUND: u64 = 1 << 30;
+
+/// The default bound on the tensor data converting an input of
+/// `input_len` bytes may write: max([`DEFAULT_MIN_OUTPUT_BOUND`],
+/// [`DEFAULT_MAX_OUTPUT_GROWTH`] × `input_len`).
+pub fn default_max_output_bytes(input_len: u64) -> u64 {
+    DEFAULT_MAX_OUTPUT_GROWTH.saturating_mul(input_len).max(DEFAULT_MIN_OUTPUT_BOUND)
+}
+
 /// A file format conversion reads or writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Format {
@@ -115,6 +133,10 @@ pub struct ConvertOptions {
     pub write: WriteOptions,
     /// The key or passphrase of an encrypted tensorizer input.
     pub key: Option<KeySource>,
+    /// Most bytes of tensor data the conversion may write; more is refused
+    /// before anything is written. `None`: [`default_max_output_bytes`] of
+    /// the input's length; `Some(u64::MAX)`: no bound.
+    pub max_output_bytes: Option<u64>,
 }
 
 /// What a conversion did.
@@ -212,16 +234,19 @@ pub fn convert_source<S: RangeSource>(
 ) -> Result<Converted> {
     let from = sniff(&source)?;
     let to = options.to.unwrap_or_else(|| Format::for_output(dst));
+    let (write_options, bound) = (&options.write, options.max_output_bytes);
     match from {
         Format::TorchCheckpoint => {
-            write(Input::Checkpoint(&CheckpointReader::new(source)?), dst, to, &options.write, progress)
+            let input = Input::Checkpoint(&CheckpointReader::new(source)?);
+            write_bounded(input, dst, to, write_options, bound, progress)
         }
         Format::Tensorizer => {
             let read = ReadOptions { num_readers: 1, verify_hash: true, key: options.key.clone() };
-            write(Input::Tensorizer(&Reader::new(source, read)?), dst, to, &options.write, progress)
+            write_bounded(Input::Tensorizer(&Reader::new(source, read)?), dst, to, write_options, bound, progress)
         }
         Format::Safetensors => {
-            write(Input::Safetensors(&SafetensorsFile::new(source)?), dst, to, &options.write, progress)
+            let input = Input::Safetensors(&SafetensorsFile::new(source)?);
+            write_bounded(input, dst, to, write_options, bound, progress)
         }
     }
 }
@@ -232,17 +257,34 @@ pub fn convert_source<S: RangeSource>(
 /// state-dict tensor (a tensorizer input keeps its tensor types, module
 /// indices and byte order); a safetensors output gets flat dotted names,
 /// little-endian data, and refuses meta tensors and dtypes it cannot name.
+/// The data written is bounded by [`default_max_output_bytes`] of the
+/// input's length ([`write_bounded`] takes another bound).
 pub fn write<S: RangeSource>(
     input: Input<'_, S>,
     dst: &Path,
     to: Format,
     options: &WriteOptions,
+    progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Converted> {
+    write_bounded(input, dst, to, options, None, progress)
+}
+
+/// [`write`], refusing before anything is written a conversion whose
+/// tensor data would exceed `max_output_bytes` (`None`:
+/// [`default_max_output_bytes`] of the input's length).
+pub fn write_bounded<S: RangeSource>(
+    input: Input<'_, S>,
+    dst: &Path,
+    to: Format,
+    options: &WriteOptions,
+    max_output_bytes: Option<u64>,
     mut progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Converted> {
     let mut converted = Converted { from: input.format(), to, ..Converted::default() };
     let items = plan(&input, to, options, &mut converted)?;
     let src = input.source().name();
-    let total: u64 = items.iter().map(|t| t.len).sum();
+    let total = items.iter().fold(0u64, |sum, t| sum.saturating_add(t.len));
+    check_output_bound(src, input.source().len(), total, max_output_bytes)?;
     let threads = if options.num_writers == 0 { default_readers() } else { options.num_writers };
     let done = AtomicU64::new(0);
     // Non-contiguous views are gathered one at a time (see the module docs).
@@ -305,6 +347,28 @@ pub fn write<S: RangeSource>(
     converted.tensors = items.len();
     converted.bytes = total;
     Ok(converted)
+}
+
+/// Refuses to write `total` data bytes from an input of `input_len` bytes
+/// past the bound (see [`ConvertOptions::max_output_bytes`]).
+fn check_output_bound(src: &str, input_len: u64, total: u64, max_output_bytes: Option<u64>) -> Result<()> {
+    let bound = max_output_bytes.unwrap_or_else(|| default_max_output_bytes(input_len));
+    if total <= bound {
+        return Ok(());
+    }
+    let why = match max_output_bytes {
+        Some(_) => String::new(),
+        None => format!(
+            " (by default the larger of DEFAULT_MIN_OUTPUT_BOUND = {DEFAULT_MIN_OUTPUT_BOUND} and \
+             DEFAULT_MAX_OUTPUT_GROWTH = {DEFAULT_MAX_OUTPUT_GROWTH} × the input's {input_len} bytes)"
+        ),
+    };
+    Err(Error::Invalid(format!(
+        "{src}: the conversion would write {total} bytes of tensor data, more than max_output_bytes = \
+         {bound}{why}; stride-0 (expanded) and overlapping views are written out whole. Nothing was written; \
+         to allow it, raise max_output_bytes (tzr convert --max-output-bytes, Python \
+         convert(max_output_bytes=...))"
+    )))
 }
 
 /// Gives up on a tensor once the conversion has failed elsewhere (or its
