@@ -87,8 +87,18 @@ pub const MAX_PATH_DEPTH: usize = 1024;
 /// name counts as one). Bounds the memory conflict detection needs.
 pub const MAX_PATH_COMPONENTS: u64 = 1 << 21;
 
-/// Most tensors one file may declare.
+/// Most tensors one file may declare. Readers refuse more, so the writer
+/// refuses to write more ([`crate::write::check_tensor_count`]).
 pub const MAX_TENSORS: u64 = 1 << 20;
+
+/// Offset of the file header's tensor count field (where a count over
+/// [`MAX_TENSORS`] is reported, reading or writing).
+pub const TENSOR_COUNT_OFFSET: u64 = 0x39;
+
+/// Longest safetensors JSON header accepted (safetensors' own limit). Also
+/// what makes a file's first 8 bytes a plausible safetensors header length
+/// when telling formats apart ([`crate::sniff`]).
+pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 
 /// Limits on what one file's metadata index may declare. The defaults are
 /// the constants above; hosts raise them for unusual files.

@@ -17,6 +17,7 @@ pub mod layout;
 pub mod path;
 pub mod read;
 mod registry;
+pub mod sniff;
 mod tensor_type;
 pub mod write;
 
@@ -32,5 +33,6 @@ pub use dtype::{Dtype, ElementType};
 pub use error::{Error, HashKind, Result};
 pub use path::{PathComponent, TensorPath};
 pub use read::{File, KeySource, TensorRecord};
+pub use sniff::{Sniffed, sniff_format};
 pub use tensor_type::TensorType;
 pub use write::{TensorSpec, Writer, WriterOptions};

@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::hash::{BlockKernel, TensorHasher};
 use crate::layout::{
     CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAC_LEN,
-    MAX_ALIGNMENT, MAX_NDIM, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN,
-    TENSORIZER_METADATA_LEN,
+    MAX_ALIGNMENT, MAX_NDIM, MAX_PATH_COMPONENTS, MAX_TENSORS, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN,
+    PWHASH_ALG_ARGON2ID13, SALT_LEN, TENSOR_COUNT_OFFSET, TENSORIZER_METADATA_LEN,
 };
 use crate::path::TensorPath;
 use crate::registry::PathRegistry;
@@ -206,8 +206,40 @@ pub struct Writer {
     next_offset: u64,
     tensor_size: u64,
     index_bytes: u64,
+    /// Path components of the tensors added (a plain name counts one).
+    components: u64,
     versioned: bool,
     used_nonces: BTreeSet<[u8; NONCE_LEN]>,
+}
+
+/// Refuses a file of `count` tensors when a reader would refuse it (more
+/// than [`MAX_TENSORS`]): what we write, we read. [`Writer::plan`] and
+/// [`Writer::add`] apply it; callers that know their tensors before
+/// writing anything (the converter) call it first.
+pub fn check_tensor_count(count: u64) -> Result<()> {
+    if count > MAX_TENSORS {
+        return Err(Error::limit(
+            TENSOR_COUNT_OFFSET,
+            "tensor count (MAX_TENSORS, the most a reader accepts)",
+            count,
+            MAX_TENSORS,
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses names whose components add up past what a reader accepts
+/// ([`MAX_PATH_COMPONENTS`]; a plain name counts one).
+fn check_path_components(components: u64) -> Result<()> {
+    if components > MAX_PATH_COMPONENTS {
+        return Err(Error::limit(
+            TENSOR_COUNT_OFFSET,
+            "tensor path components in the file (MAX_PATH_COMPONENTS, the most a reader accepts)",
+            components,
+            MAX_PATH_COMPONENTS,
+        ));
+    }
+    Ok(())
 }
 
 /// Room [`Writer::metadata_len_with_room`] leaves for tensors appended
@@ -273,7 +305,11 @@ impl Writer {
     }
 
     /// A writer whose index is sized for `specs` (see [`WriterOptions`]).
+    /// Refuses, before sizing anything, more tensors (or path components)
+    /// than a reader accepts.
     pub fn plan(specs: &[TensorSpec], options: &WriterOptions) -> Result<Self> {
+        check_tensor_count(specs.len() as u64)?;
+        check_path_components(specs.iter().fold(0u64, |n, s| n.saturating_add(s.path.depth() as u64)))?;
         let metadata_len = Self::metadata_len_for(specs, options)?;
         Self::new(&WriterOptions { metadata_len: Some(metadata_len), ..options.clone() })
     }
@@ -281,6 +317,9 @@ impl Writer {
     /// Places the next tensor. Encrypted files need a fresh random
     /// `nonce` for every tensor that has data.
     pub fn add(&mut self, spec: &TensorSpec, nonce: Option<[u8; NONCE_LEN]>) -> Result<PlannedTensor> {
+        check_tensor_count(self.entries.len() as u64 + 1)?;
+        let components = self.components.saturating_add(spec.path.depth() as u64);
+        check_path_components(components)?;
         spec.path.to_bytes()?;
         if spec.shape.len() > MAX_NDIM {
             return Err(Error::invalid("more than 255 dimensions"));
@@ -382,6 +421,7 @@ impl Writer {
             self.flags |= FLAG_VERSIONED_HEADERS;
         }
         self.index_bytes = needed;
+        self.components = components;
         self.versioned = versioned;
         self.entries.push(spec.entry(header_offset, data_offset)?);
         self.next_offset = data_end;

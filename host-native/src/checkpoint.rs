@@ -61,15 +61,17 @@ impl EntryCheck {
     }
 }
 
-/// Whether the first bytes of a file (up to [`SNIFF_LEN`]) look like a
-/// torch checkpoint, current (zip) or legacy: `Some(true)` for a zip,
-/// `Some(false)` for a legacy layout, `None` for anything else. A zip that
+/// Whether the first bytes of a file of `file_len` bytes (up to
+/// [`SNIFF_LEN`]) look like a torch checkpoint, current (zip) or legacy:
+/// `Some(true)` for a zip, `Some(false)` for a legacy layout, `None` for
+/// anything else ([`tensorizer_core::sniff_format`]: a safetensors file
+/// whose first byte is a pickle's `0x80` is not a checkpoint). A zip that
 /// is not torch's is only told apart once its directory is read.
-pub fn looks_like_checkpoint(head: &[u8]) -> Option<bool> {
-    match sniff(head) {
-        Ok(()) => Some(true),
-        Err(tensorizer_core::Error::LegacyTorchCheckpoint { .. }) => Some(false),
-        Err(_) => None,
+pub fn looks_like_checkpoint(head: &[u8], file_len: u64) -> Option<bool> {
+    match tensorizer_core::sniff_format(head, file_len) {
+        Some(tensorizer_core::Sniffed::TorchZip) => Some(true),
+        Some(tensorizer_core::Sniffed::LegacyTorch) => Some(false),
+        _ => None,
     }
 }
 

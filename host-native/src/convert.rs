@@ -29,15 +29,16 @@ use std::time::Duration;
 
 use tensorizer_core::checkpoint::{Leaf, SNIFF_LEN};
 use tensorizer_core::dtype::ByteOrder;
-use tensorizer_core::layout::MAGIC;
-use tensorizer_core::{Dtype, KeySource, TensorPath, TensorSpec, TensorType};
+use tensorizer_core::layout::MAX_TENSORS;
+use tensorizer_core::write::check_tensor_count;
+use tensorizer_core::{Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format};
 
 use crate::atomic::AtomicFile;
-use crate::checkpoint::{CheckpointReader, looks_like_checkpoint};
+use crate::checkpoint::CheckpointReader;
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each_index};
 use crate::reader::{ReadOptions, Reader};
-use crate::safetensors::{MAX_SAFETENSORS_HEADER, SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
+use crate::safetensors::{SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
 use crate::source::RangeSource;
 use crate::store::{Intent, open_uri};
 use crate::writer::{FileWriter, WriteOptions};
@@ -51,6 +52,24 @@ pub const REMOTE_PIECE: usize = 16 << 20;
 
 /// Longest wait between two progress reports.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// By default a conversion writes at most this many times its input's
+/// bytes of tensor data (or [`DEFAULT_MIN_OUTPUT_BOUND`], if larger): a
+/// checkpoint of a few KB may hold stride-0 (expanded) or overlapping views
+/// that are written out whole. Raise with
+/// [`ConvertOptions::max_output_bytes`].
+pub const DEFAULT_MAX_OUTPUT_GROWTH: u64 = 4;
+
+/// The default bound on a conversion's output data never goes below this
+/// (see [`DEFAULT_MAX_OUTPUT_GROWTH`]).
+pub const DEFAULT_MIN_OUTPUT_BOUND: u64 = 1 << 30;
+
+/// The default bound on the tensor data converting an input of
+/// `input_len` bytes may write: max([`DEFAULT_MIN_OUTPUT_BOUND`],
+/// [`DEFAULT_MAX_OUTPUT_GROWTH`] × `input_len`).
+pub fn default_max_output_bytes(input_len: u64) -> u64 {
+    DEFAULT_MAX_OUTPUT_GROWTH.saturating_mul(input_len).max(DEFAULT_MIN_OUTPUT_BOUND)
+}
 
 /// A file format conversion reads or writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -80,25 +99,21 @@ impl Format {
         if has_safetensors_extension(&path.to_string_lossy()) { Self::Safetensors } else { Self::Tensorizer }
     }
 
-    /// Recognises an input by its first bytes (up to [`SNIFF_LEN`]): a torch
+    /// Recognises an input of `file_len` bytes by its first bytes (up to
+    /// [`SNIFF_LEN`]), as [`tensorizer_core::sniff`] tells them: a torch
     /// checkpoint (zip or legacy), a tensorizer file, or a safetensors file
-    /// (a plausible header length followed by `{`). When the bytes say none
-    /// of these, a `.safetensors` name means safetensors and anything else
-    /// tensorizer, whose reader then says what is wrong.
-    pub fn sniff(head: &[u8], name: &str) -> Self {
-        if looks_like_checkpoint(head).is_some() {
-            return Self::TorchCheckpoint;
+    /// (a plausible header length followed by `{`, asked before the weaker
+    /// legacy-pickle test). When the bytes say none of these, a
+    /// `.safetensors` name means safetensors and anything else tensorizer,
+    /// whose reader then says what is wrong.
+    pub fn sniff(head: &[u8], file_len: u64, name: &str) -> Self {
+        match sniff_format(head, file_len) {
+            Some(Sniffed::TorchZip | Sniffed::LegacyTorch) => Self::TorchCheckpoint,
+            Some(Sniffed::Tensorizer) => Self::Tensorizer,
+            Some(Sniffed::Safetensors { .. }) => Self::Safetensors,
+            None if has_safetensors_extension(name) => Self::Safetensors,
+            None => Self::Tensorizer,
         }
-        if head.starts_with(&MAGIC) {
-            return Self::Tensorizer;
-        }
-        if let Some(len) = head.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok())
-            && u64::from_le_bytes(len) <= MAX_SAFETENSORS_HEADER
-            && head.get(8) == Some(&b'{')
-        {
-            return Self::Safetensors;
-        }
-        if has_safetensors_extension(name) { Self::Safetensors } else { Self::Tensorizer }
     }
 }
 
@@ -118,6 +133,10 @@ pub struct ConvertOptions {
     pub write: WriteOptions,
     /// The key or passphrase of an encrypted tensorizer input.
     pub key: Option<KeySource>,
+    /// Most bytes of tensor data the conversion may write; more is refused
+    /// before anything is written. `None`: [`default_max_output_bytes`] of
+    /// the input's length; `Some(u64::MAX)`: no bound.
+    pub max_output_bytes: Option<u64>,
 }
 
 /// What a conversion did.
@@ -187,7 +206,7 @@ struct Item {
 pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
     let mut head = vec![0u8; source.len().min(SNIFF_LEN as u64) as usize];
     source.read_exact_at(0, &mut head)?;
-    Ok(Format::sniff(&head, source.name()))
+    Ok(Format::sniff(&head, source.len(), source.name()))
 }
 
 /// Converts `src` (a local path or a URI: `http(s)://`, `s3://`,
@@ -215,16 +234,19 @@ pub fn convert_source<S: RangeSource>(
 ) -> Result<Converted> {
     let from = sniff(&source)?;
     let to = options.to.unwrap_or_else(|| Format::for_output(dst));
+    let (write_options, bound) = (&options.write, options.max_output_bytes);
     match from {
         Format::TorchCheckpoint => {
-            write(Input::Checkpoint(&CheckpointReader::new(source)?), dst, to, &options.write, progress)
+            let input = Input::Checkpoint(&CheckpointReader::new(source)?);
+            write_bounded(input, dst, to, write_options, bound, progress)
         }
         Format::Tensorizer => {
             let read = ReadOptions { num_readers: 1, verify_hash: true, key: options.key.clone() };
-            write(Input::Tensorizer(&Reader::new(source, read)?), dst, to, &options.write, progress)
+            write_bounded(Input::Tensorizer(&Reader::new(source, read)?), dst, to, write_options, bound, progress)
         }
         Format::Safetensors => {
-            write(Input::Safetensors(&SafetensorsFile::new(source)?), dst, to, &options.write, progress)
+            let input = Input::Safetensors(&SafetensorsFile::new(source)?);
+            write_bounded(input, dst, to, write_options, bound, progress)
         }
     }
 }
@@ -235,17 +257,34 @@ pub fn convert_source<S: RangeSource>(
 /// state-dict tensor (a tensorizer input keeps its tensor types, module
 /// indices and byte order); a safetensors output gets flat dotted names,
 /// little-endian data, and refuses meta tensors and dtypes it cannot name.
+/// The data written is bounded by [`default_max_output_bytes`] of the
+/// input's length ([`write_bounded`] takes another bound).
 pub fn write<S: RangeSource>(
     input: Input<'_, S>,
     dst: &Path,
     to: Format,
     options: &WriteOptions,
+    progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Converted> {
+    write_bounded(input, dst, to, options, None, progress)
+}
+
+/// [`write`], refusing before anything is written a conversion whose
+/// tensor data would exceed `max_output_bytes` (`None`:
+/// [`default_max_output_bytes`] of the input's length).
+pub fn write_bounded<S: RangeSource>(
+    input: Input<'_, S>,
+    dst: &Path,
+    to: Format,
+    options: &WriteOptions,
+    max_output_bytes: Option<u64>,
     mut progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Converted> {
     let mut converted = Converted { from: input.format(), to, ..Converted::default() };
     let items = plan(&input, to, options, &mut converted)?;
     let src = input.source().name();
-    let total: u64 = items.iter().map(|t| t.len).sum();
+    let total = items.iter().fold(0u64, |sum, t| sum.saturating_add(t.len));
+    check_output_bound(src, input.source().len(), total, max_output_bytes)?;
     let threads = if options.num_writers == 0 { default_readers() } else { options.num_writers };
     let done = AtomicU64::new(0);
     // Non-contiguous views are gathered one at a time (see the module docs).
@@ -310,6 +349,28 @@ pub fn write<S: RangeSource>(
     Ok(converted)
 }
 
+/// Refuses to write `total` data bytes from an input of `input_len` bytes
+/// past the bound (see [`ConvertOptions::max_output_bytes`]).
+fn check_output_bound(src: &str, input_len: u64, total: u64, max_output_bytes: Option<u64>) -> Result<()> {
+    let bound = max_output_bytes.unwrap_or_else(|| default_max_output_bytes(input_len));
+    if total <= bound {
+        return Ok(());
+    }
+    let why = match max_output_bytes {
+        Some(_) => String::new(),
+        None => format!(
+            " (by default the larger of DEFAULT_MIN_OUTPUT_BOUND = {DEFAULT_MIN_OUTPUT_BOUND} and \
+             DEFAULT_MAX_OUTPUT_GROWTH = {DEFAULT_MAX_OUTPUT_GROWTH} × the input's {input_len} bytes)"
+        ),
+    };
+    Err(Error::Invalid(format!(
+        "{src}: the conversion would write {total} bytes of tensor data, more than max_output_bytes = \
+         {bound}{why}; stride-0 (expanded) and overlapping views are written out whole. Nothing was written; \
+         to allow it, raise max_output_bytes (tzr convert --max-output-bytes, Python \
+         convert(max_output_bytes=...))"
+    )))
+}
+
 /// Gives up on a tensor once the conversion has failed elsewhere (or its
 /// progress callback stopped it).
 fn check(stopped: &AtomicBool) -> Result<()> {
@@ -352,15 +413,6 @@ fn plan<S: RangeSource>(
                 };
                 items.push(Item { index: i, spec, len, swap: None });
             }
-            // Structured paths are kept when tensorizer can hold them; a
-            // state dict mixing string and int keys at one level gets flat
-            // dotted names.
-            if to == Format::Tensorizer && !paths_fit(&items, options) {
-                for t in &mut items {
-                    t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
-                }
-                converted.flattened = true;
-            }
         }
         Input::Tensorizer(reader) => {
             for (i, e) in reader.entries().iter().enumerate() {
@@ -392,6 +444,25 @@ fn plan<S: RangeSource>(
                 };
                 items.push(Item { index: i, spec, len: e.end - e.start, swap: None });
             }
+        }
+    }
+    if to == Format::Tensorizer {
+        // What we write, we read: refused before anything is written.
+        check_tensor_count(items.len() as u64).map_err(|_| {
+            Error::Invalid(format!(
+                "{src}: {} tensors, more than a tensorizer file may hold (MAX_TENSORS = {MAX_TENSORS}; readers \
+                 refuse more); nothing was written",
+                items.len()
+            ))
+        })?;
+        // Structured checkpoint paths are kept when tensorizer can hold
+        // them; a state dict mixing string and int keys at one level gets
+        // flat dotted names.
+        if matches!(input, Input::Checkpoint(_)) && !paths_fit(&items, options) {
+            for t in &mut items {
+                t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
+            }
+            converted.flattened = true;
         }
     }
     if to == Format::Safetensors {

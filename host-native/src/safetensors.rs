@@ -14,8 +14,7 @@ use crate::reader::Reader;
 use crate::source::RangeSource;
 use crate::writer::WriteOptions;
 
-/// Largest safetensors JSON header accepted (safetensors' own limit).
-pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+pub use tensorizer_core::layout::MAX_SAFETENSORS_HEADER;
 
 /// safetensors' name for an element type, if it has one.
 pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {

@@ -9,10 +9,10 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::{KeySource, layout::KEY_LEN};
 
-use crate::error::{EXIT_OK, ErrorKind, ValidateError, one_line};
+use crate::error::{EXIT_INVALID, EXIT_OK, ErrorKind, ValidateError, one_line};
 use crate::report::{ErrorReport, REPORT_VERSION, Report, Status};
 use crate::source::{FileSource, RandomAccess};
-use crate::validate::{PIECE_LEN, exit_code, first_failure, inspect, verify_all};
+use crate::validate::{PIECE_LEN, exit_code, first_failure, inspect_for, verify_all};
 
 /// The program name used in messages.
 pub const PROGRAM: &str = "tensorizer-validate";
@@ -220,11 +220,29 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
             }
             let text =
                 if args.json { serde_json::to_string(&report).unwrap_or_default() } else { text_report(&report) };
-            let _ = writeln!(out, "{text}");
+            // A report cut short (stdout closed, a host's output limit) must
+            // not pass for a complete one: exit 3, never 0.
+            if let Err(e) = write_report(out, &text) {
+                let _ = writeln!(err, "{PROGRAM}: {shown}: cannot write the report: {}", one_line(&e.to_string()));
+                return EXIT_INVALID;
+            }
             code
         }
         Err(e) => fail(e, out, err),
     }
+}
+
+/// Bytes of the report written at a time: hosts may refuse one very large
+/// write (wasmtime refuses a buffer over 128 MiB with ENOMEM).
+const REPORT_PIECE: usize = 1 << 20;
+
+/// Writes `text` and a newline in pieces of [`REPORT_PIECE`], then flushes.
+fn write_report(out: &mut dyn Write, text: &str) -> std::io::Result<()> {
+    for piece in text.as_bytes().chunks(REPORT_PIECE) {
+        out.write_all(piece)?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()
 }
 
 /// Inspects (and with `verify`, verifies) `src`; the report's file name is
@@ -236,7 +254,7 @@ pub fn validate<R: RandomAccess + ?Sized>(
     verify: bool,
     key: Option<KeySource>,
 ) -> Result<Report, ValidateError> {
-    let inspection = inspect(src, &ParseLimits::default())?;
+    let inspection = inspect_for(src, &ParseLimits::default(), verify)?;
     let mut report = inspection.report(name);
     if verify {
         verify_all(src, &inspection, key, PIECE_LEN, &mut report)?;
@@ -331,6 +349,41 @@ mod tests {
         assert_eq!(parse_key(hex.as_bytes()).unwrap().expose_secret(), &want);
         assert_eq!(parse_key(&want).unwrap().expose_secret(), &want);
         assert!(parse_key(b"short").is_none());
+    }
+
+    /// Output that takes `room` bytes, then fails (a closed pipe, a full
+    /// disk, a host's output limit).
+    struct Cramped {
+        room: usize,
+    }
+
+    impl Write for Cramped {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_report_that_cannot_be_written_whole_is_a_failure() {
+        let path = format!("{}/../tests/vectors/v4_meta.tensors", env!("CARGO_MANIFEST_DIR"));
+        for json in [true, false] {
+            for room in [0, 10] {
+                let mut err = Vec::new();
+                let argv = if json { args(&["validate", "--json", &path]) } else { args(&["validate", &path]) };
+                let code = run(&argv, &|_| None, &mut Cramped { room }, &mut err);
+                let err = String::from_utf8_lossy(&err);
+                assert_eq!(code, 3, "json {json}, room {room}: {err}");
+                assert!(err.contains("cannot write the report"), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use tensorizer_core::Error::Decryption;
 use tensorizer_core::crypto::{Key, KeyRing};
 use tensorizer_core::hash::TensorHasher;
-use tensorizer_core::layout::ParseLimits;
+use tensorizer_core::layout::{MIN_METADATA_ENTRY_LEN, ParseLimits, TENSOR_COUNT_OFFSET};
 use tensorizer_core::read::Cipher;
 use tensorizer_core::{FileHeader, HashValue, KdfParams, KeySource, Metadata, MetadataEntry, TensorRecord};
 
@@ -77,13 +77,63 @@ pub fn parse_index(
     Ok(Inspection { header, metadata, file_len })
 }
 
+/// Memory the validator may need per tensor of the index to parse it and
+/// report on it (entries, the path registry, report rows, JSON text), with
+/// room for allocator slack and vector growth: measured in wasm32 at about
+/// 500 to 1,200 bytes with short names.
+pub const MEMORY_PER_TENSOR: u64 = 1024;
+
+/// Memory `--verify` adds per tensor (a verification result and, for a
+/// tensor that fails, its error line): measured at about 1,800 bytes.
+pub const MEMORY_PER_VERIFIED_TENSOR: u64 = 2048;
+
+/// Memory per byte of the index beyond [`MEMORY_PER_TENSOR`]: names and
+/// dtypes are copied into the entries, the report rows and the JSON text.
+pub const MEMORY_PER_INDEX_BYTE: u64 = 8;
+
+/// Makes sure the memory parsing and reporting `header`'s index will take
+/// can be had, before any of it is parsed: reserves it fallibly and gives it
+/// back. In wasm, memory once grown stays with the module, so the many
+/// small allocations that follow (which abort when they fail) find it
+/// there; when it cannot be had the error says so (exit 3) instead of the
+/// module aborting. The estimate is [`MEMORY_PER_TENSOR`] (plus
+/// [`MEMORY_PER_VERIFIED_TENSOR`] with `verify`) per tensor and
+/// [`MEMORY_PER_INDEX_BYTE`] per index byte, counting only the tensors the
+/// index (present in the file: [`parse_header`]) can hold, so a claimed
+/// count alone reserves nothing.
+pub fn reserve_for_index(header: &FileHeader, verify: bool) -> Result<(), ValidateError> {
+    let per_tensor = MEMORY_PER_TENSOR + if verify { MEMORY_PER_VERIFIED_TENSOR } else { 0 };
+    let tensors = header.tensor_count.min(header.metadata_len / MIN_METADATA_ENTRY_LEN as u64);
+    let bytes =
+        tensors.saturating_mul(per_tensor).saturating_add(header.metadata_len.saturating_mul(MEMORY_PER_INDEX_BYTE));
+    let no_memory = || {
+        ValidateError::no_memory(TENSOR_COUNT_OFFSET, &format!("an index of {} tensors", header.tensor_count), bytes)
+    };
+    let n = usize::try_from(bytes).map_err(|_| no_memory())?;
+    let mut probe: Vec<u8> = Vec::new();
+    probe.try_reserve_exact(n).map_err(|_| no_memory())
+}
+
 /// Reads and parses the file header and the metadata index: two reads.
 pub fn inspect<R: RandomAccess + ?Sized>(src: &mut R, limits: &ParseLimits) -> Result<Inspection, ValidateError> {
+    inspect_for(src, limits, false)
+}
+
+/// [`inspect`], first making sure of the memory the index and its report
+/// take ([`reserve_for_index`]; more with `verify`).
+pub fn inspect_for<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    limits: &ParseLimits,
+    verify: bool,
+) -> Result<Inspection, ValidateError> {
     let file_len = src.len();
     let mut head = [0u8; FileHeader::LEN];
     let head = &mut head[..header_read_len(file_len)];
     src.read_exact_at(0, head)?;
     let header = parse_header(head, file_len)?;
+    if header.tensor_count <= limits.max_tensors {
+        reserve_for_index(&header, verify)?;
+    }
     let at = tensorizer_core::layout::METADATA_OFFSET;
     let mut index = zeroed(header.metadata_len, at, "the metadata index")?;
     src.read_exact_at(at, &mut index)?;

@@ -92,6 +92,7 @@ def validate(engine, module, tmp_path):
         memory: int = MEMORY_LIMIT,
         fuel: int | None = None,
         deadline_s: float = DEADLINE_S,
+        stdout_path: Path | None = None,
     ) -> Run:
         if fuel is None:
             size = sum(p.stat().st_size for p in directory.iterdir() if p.is_file() and f"/in/{p.name}" in args)
@@ -100,7 +101,7 @@ def validate(engine, module, tmp_path):
         store.set_limits(memory_size=memory)
         store.set_fuel(fuel)
         store.set_epoch_deadline(1)
-        out, err = tmp_path / "stdout", tmp_path / "stderr"
+        out, err = stdout_path or tmp_path / "stdout", tmp_path / "stderr"
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["tensorizer-validate", *args]
         wasi.env = list((env or {}).items())
@@ -128,7 +129,8 @@ def validate(engine, module, tmp_path):
             timer.cancel()
         seconds = time.monotonic() - began
         fuel_used = fuel - store.get_fuel()
-        return Run(code, out.read_text(errors="replace"), err.read_text(errors="replace"), seconds, fuel_used)
+        stdout = "" if stdout_path else out.read_text(errors="replace")
+        return Run(code, stdout, err.read_text(errors="replace"), seconds, fuel_used)
 
     return run
 
@@ -581,6 +583,49 @@ def test_memory_limit_below_one_piece_is_an_error_not_a_crash(validate, tmp_path
     )
     assert run.code == 3, run.code
     assert "cannot allocate" in run.error_line()
+
+
+def many_tensors_file(n: int) -> bytes:
+    """A data version 1 file of `n` float32 scalars t0..t{n-1}, each an 8-byte
+    header region and no data, laid end to end after the index."""
+    heads = [struct.pack("<H", len(f"t{i}")) + f"t{i}".encode() + b"\x00\x03<f4\x00" for i in range(n)]
+    index_len = sum(map(len, heads)) + 24 * n
+    end = 73 + index_len
+    index = b"".join(h + struct.pack("<QQQ", end + 8 * i, end + 8 * i + 8, 0) for i, h in enumerate(heads))
+    header = b"|TZR|" + struct.pack("<I", 1) + bytes(32) + struct.pack("<QQQQ", 0, 0, n, index_len)
+    return header + index + bytes(8 * n)
+
+
+@pytest.mark.parametrize("json_report", [True, False], ids=["json", "text"])
+def test_an_index_of_2_20_tensors_is_an_error_not_an_abort(validate, tmp_path, json_report):
+    """2^20 tensors (the most the format allows) take more than the default
+    256 MiB to parse and report: the module finds the memory missing first
+    and exits 3 instead of aborting on an allocation failure."""
+    (tmp_path / "many.tensors").write_bytes(many_tensors_file(1 << 20))
+    run = validate(["validate", *(["--json"] if json_report else []), "/in/many.tensors"], tmp_path)
+    assert run.code == 3, (run.code, run.stderr[-500:])
+    assert "cannot allocate" in run.error_line() and "memory limit" in run.error_line()
+    # With enough memory it is a valid file.
+    run = validate(["validate", "--json", "/in/many.tensors"], tmp_path, memory=4096 * MIB)
+    assert run.code == 0, (run.code, run.stderr[-500:])
+    assert run.json()["tensor_count"] == 1 << 20
+
+
+def test_many_tensors_fit_the_default_memory(validate, tmp_path):
+    """The memory check does not refuse what fits: 65,536 tensors."""
+    (tmp_path / "m.tensors").write_bytes(many_tensors_file(1 << 16))
+    run = validate(["validate", "--json", "/in/m.tensors"], tmp_path)
+    assert run.code == 0, (run.code, run.stderr)
+    assert run.json()["tensor_count"] == 1 << 16
+
+
+@pytest.mark.parametrize("json_report", [True, False], ids=["json", "text"])
+def test_a_report_that_cannot_be_written_is_a_failure(validate, json_report):
+    """stdout on a full device: the report is lost, so the exit is 3, not 0."""
+    flags = ["--json"] if json_report else []
+    run = validate(["validate", *flags, "/in/v4_meta.tensors"], stdout_path=Path("/dev/full"))
+    assert run.code == 3, (run.code, run.stderr)
+    assert "cannot write the report" in run.error_line()
 
 
 def patch_kdf_memlimit(data: bytearray, memlimit: int) -> None:

@@ -482,7 +482,7 @@ describe('tzr view', () => {
         });
         child.once('exit', (code) => reject(new Error(`tzr view exited with ${code}`)));
       });
-      assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/\?url=/);
+      assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/[0-9a-f]{32}\/\?url=/);
       const viewPage = await page.context().newPage();
       try {
         await viewPage.goto(url);

@@ -63,9 +63,11 @@ fn format_named(name: &str) -> PyResult<Format> {
 /// ("tensorizer" or "safetensors") or follows `dst`'s extension.
 /// `progress(done, total)` is called now and then (with the GIL) and once
 /// at the end; an exception from it, or Ctrl-C, stops the conversion and
-/// propagates.
+/// propagates. `max_output_bytes` bounds the tensor data written (`None`:
+/// `convert::default_max_output_bytes` of the input's size).
 #[pyfunction]
-#[pyo3(signature = (src, dst, *, to=None, tensorizer_layout=false, num_threads=None, progress=None))]
+#[pyo3(signature = (src, dst, *, to=None, tensorizer_layout=false, num_threads=None, progress=None, max_output_bytes=None))]
+#[allow(clippy::too_many_arguments)] // Python keyword arguments
 fn convert_file(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -74,6 +76,7 @@ fn convert_file(
     tensorizer_layout: bool,
     num_threads: Option<usize>,
     progress: Option<Py<PyAny>>,
+    max_output_bytes: Option<u64>,
 ) -> PyResult<ConversionReport> {
     let layout = if tensorizer_layout {
         tensorizer_core::WriterOptions::tensorizer()
@@ -84,6 +87,7 @@ fn convert_file(
         to: to.map(format_named).transpose()?,
         write: WriteOptions { layout, key: None, num_writers: num_threads.unwrap_or(0) },
         key: None,
+        max_output_bytes,
     };
     let opened = src.cast::<NativeSource>().ok().map(|s| s.get().inner.clone());
     let uri = match opened {

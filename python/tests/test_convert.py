@@ -127,6 +127,28 @@ def test_a_failing_conversion_leaves_dst_untouched(tmp_path: pathlib.Path) -> No
     assert dst.read_bytes()[:5] == b"|TZR|"
 
 
+def test_expanded_views_cannot_blow_a_small_checkpoint_up(tmp_path: pathlib.Path) -> None:
+    """64 expanded (stride-0) views of 960 MiB each in a checkpoint of a few
+    KB: 60 GiB of output, refused before anything is written."""
+    base = torch.zeros(1)
+    torch.save({f"v{i}": base.expand(960 << 18) for i in range(64)}, tmp_path / "bomb.pt")
+    assert (tmp_path / "bomb.pt").stat().st_size < 16 << 10
+
+    def guard(done: int, total: int) -> None:
+        assert done <= 64 << 20, "the bound did not hold"
+
+    for out in ("bomb.tensors", "bomb.safetensors"):
+        with pytest.raises(ValueError, match=r"64424509440 bytes.*max_output_bytes"):
+            tensorizer_rs.convert(tmp_path / "bomb.pt", tmp_path / out, progress=guard)
+        assert not (tmp_path / out).exists()
+    # Small expansions pass by default; the keyword lowers or raises the bound.
+    torch.save({f"v{i}": base.expand(1 << 18) for i in range(4)}, tmp_path / "small.pt")
+    with pytest.raises(ValueError, match="max_output_bytes"):
+        tensorizer_rs.convert(tmp_path / "small.pt", tmp_path / "s.tensors", max_output_bytes=(4 << 20) - 1)
+    done = tensorizer_rs.convert(tmp_path / "small.pt", tmp_path / "s.tensors", max_output_bytes=4 << 20)
+    assert done.bytes == 4 << 20
+
+
 def test_sources_over_http(tmp_path: pathlib.Path, minilm_pt: pathlib.Path) -> None:
     ref = torch.load(minilm_pt, weights_only=True)
     served = tmp_path / "served"

@@ -102,6 +102,62 @@ def test_huge_meta_tensor_on_the_meta_device(huge_meta_file):
     assert result["seconds"] < 10, result
 
 
+_SLICE_CHILD = r"""
+import importlib
+import torch
+tz = importlib.import_module(os.environ["TZ_UNDER_TEST"])
+limit_address_space(4 << 30)
+path, how = sys.argv[1], sys.argv[2]
+kwargs = {} if how == "default" else {"meta_tensors": how}
+result = {}
+with tz.TensorDeserializer(path, device="cpu", lazy_load=True, **kwargs) as d:
+    s = d.get_slice("huge")
+    small = s[1, 5:9]
+    result.update(small_shape=list(small.shape), small=None if small.is_meta else small.tolist())
+    try:
+        t = s[:]
+        result.update(shape=list(t.shape), stride=list(t.stride()), is_meta=t.is_meta)
+    except Exception as e:
+        result["error"] = type(e).__name__ + ": " + str(e)
+print(json.dumps(result), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["default", "expand", "meta"])
+def test_slices_of_a_huge_meta_tensor_are_bounded_like_the_tensor(huge_meta_file, how):
+    """``get_slice(name)[...]`` of a meta tensor follows ``meta_tensors``
+    and ``max_meta_bytes`` as ``d[name]`` does: a whole 16 GiB claim is
+    refused before allocating, small slices are zeros."""
+    result = child_result(run_child(_SLICE_CHILD, huge_meta_file, how, timeout=120))
+    assert result["small_shape"] == [4]
+    if how == "default":
+        assert result["small"] == [0.0] * 4
+        error = result.get("error", "")
+        assert error.startswith("ValueError"), result
+        for needed in ("'huge'", "17,179,869,184", "max_meta_bytes", "meta_tensors='expand'"):
+            assert needed in error, (needed, error)
+    else:
+        assert "error" not in result, result
+        assert result["shape"] == list(HUGE_SHAPE)
+        assert result["is_meta"] == (how == "meta")
+        if how == "expand":
+            assert result["small"] == [0.0] * 4 and result["stride"] == [0, 0]
+
+
+def test_meta_slices_count_against_max_meta_bytes(tmp_path):
+    """Each zero-filled slice is new memory: its bytes join the reader's
+    running total."""
+    p, _ = meta_file(tmp_path)
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True, max_meta_bytes=48) as d:
+        s = d.get_slice("m_f32")
+        assert s[0].tolist() == [0.0] * 4  # 16 bytes
+        assert s[1:3].shape == (2, 4)  # 32 more: 48 in all
+        with pytest.raises(ValueError, match="'m_f32'.*max_meta_bytes=48"):
+            s[2]
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True, max_meta_bytes=None) as d:
+        assert not d.get_slice("m_f32")[:].any()
+
+
 _RSS_CHILD = r"""
 import importlib
 import torch

@@ -9,6 +9,7 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::layout::{
     MAX_TENSOR_HEADER_LEN, METADATA_OFFSET, METADATA_TAG_LONG, METADATA_TAG_SHORT, MIN_METADATA_ENTRY_LEN, ParseLimits,
+    TENSOR_COUNT_OFFSET,
 };
 use crate::path::TensorPath;
 use crate::registry;
@@ -176,10 +177,8 @@ impl Metadata {
     /// [`Metadata::parse`] under caller-chosen limits on tensor count and
     /// path sizes.
     pub fn parse_with(header: &FileHeader, bytes: &[u8], limits: &ParseLimits) -> Result<Self> {
-        // The tensor count field of the file header.
-        const COUNT_AT: u64 = 0x39;
         if header.tensor_count > limits.max_tensors {
-            return Err(Error::limit(COUNT_AT, "tensor count", header.tensor_count, limits.max_tensors));
+            return Err(Error::limit(TENSOR_COUNT_OFFSET, "tensor count", header.tensor_count, limits.max_tensors));
         }
         let expected = usize::try_from(header.metadata_len).unwrap_or(usize::MAX);
         if bytes.len() < expected {

@@ -60,3 +60,22 @@ fn tensorizer_layout_overflows_like_tensorizer() {
     }
     assert!(w.finish().unwrap().metadata.len() > 262_144);
 }
+
+#[test]
+fn the_writer_refuses_more_tensors_than_a_reader_accepts() {
+    use tensorizer_core::layout::MAX_TENSORS;
+    let n = MAX_TENSORS as usize + 1;
+    let specs: Vec<TensorSpec> = (0..n).map(|i| f32_spec(&format!("t{i}"), vec![0])).collect();
+    // Planned: refused before any byte is placed, naming the limit.
+    let Err(err) = Writer::plan(&specs, &WriterOptions::default()) else { panic!("planning 2^20 + 1 tensors") };
+    assert!(matches!(err, Error::LimitExceeded { value, limit: MAX_TENSORS, .. } if value == n as u64), "{err}");
+    assert!(err.to_string().contains("MAX_TENSORS"), "{err}");
+    // Streamed: the tensor past the limit is refused.
+    let options = WriterOptions { metadata_len: Some(64 << 20), ..WriterOptions::default() };
+    let mut w = Writer::new(&options).unwrap();
+    for s in &specs[..n - 1] {
+        w.add(s, None).unwrap();
+    }
+    let Err(err) = w.add(&specs[n - 1], None) else { panic!("tensor 2^20 + 1 is accepted") };
+    assert!(matches!(err, Error::LimitExceeded { limit: MAX_TENSORS, .. }), "{err}");
+}

@@ -418,3 +418,77 @@ fn inspect_shows_views_and_storages() {
     let tensors = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors/v2_dtypes.tensors");
     assert_eq!(tzr(&["convert", s(&tensors), "/tmp/unused.tensors", "--to", "safetensors"]).status.code(), Some(2));
 }
+
+/// A checkpoint of `views` float32 tensors, each `numel` elements expanded
+/// (stride 0) from the one element of a single 4-byte storage, as
+/// `torch.zeros(1).expand(numel)` saves.
+fn expanded_checkpoint(views: usize, numel: u32) -> Vec<u8> {
+    let mut p = vec![0x80, 2, b'}', b'('];
+    for i in 0..views {
+        unicode(&mut p, &format!("v{i}"));
+        p.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+        unicode(&mut p, "storage");
+        p.extend_from_slice(b"ctorch\nFloatStorage\n");
+        unicode(&mut p, "0");
+        unicode(&mut p, "cpu");
+        p.push(b'J');
+        p.extend_from_slice(&1u32.to_le_bytes());
+        p.extend_from_slice(b"tQK\x00J");
+        p.extend_from_slice(&numel.to_le_bytes());
+        p.extend_from_slice(b"\x85K\x00\x85\x89ccollections\nOrderedDict\n)RtR");
+    }
+    p.extend_from_slice(b"u.");
+    zip_of(&[
+        ("x/data.pkl".into(), p),
+        ("x/byteorder".into(), b"little".to_vec()),
+        ("x/data/0".into(), 0f32.to_le_bytes().to_vec()),
+        ("x/version".into(), b"3\n".to_vec()),
+    ])
+}
+
+#[test]
+fn expanded_views_cannot_blow_a_small_checkpoint_up_on_conversion() {
+    use tensorizer_native::convert::{self, ConvertOptions};
+    // 64 views of 960 MiB each: 60 GiB from a few KB.
+    let bytes = expanded_checkpoint(64, 960 << 18);
+    assert!(bytes.len() < 16 << 10, "{}", bytes.len());
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bomb.pt");
+    std::fs::write(&input, &bytes).unwrap();
+    for out in ["bomb.tensors", "bomb.safetensors"] {
+        let dst = dir.path().join(out);
+        let started = std::time::Instant::now();
+        // Stops at 64 MiB should the bound not hold, instead of filling the disk.
+        let guard = |done: u64, _| match done > 64 << 20 {
+            true => Err(tensorizer_native::Error::Invalid(format!("{done} bytes written"))),
+            false => Ok(()),
+        };
+        let err = convert::convert(s(&input), &dst, &ConvertOptions::default(), guard).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("max_output_bytes") && text.contains("64424509440"), "{text}");
+        assert!(!dst.exists() && started.elapsed().as_secs() < 10, "{out}");
+        // tzr says the same, naming its option.
+        let o = tzr(&["convert", s(&input), s(&dst)]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && stderr.contains("--max-output-bytes"), "{stderr}");
+        assert!(!dst.exists());
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written");
+
+    // Small expansions stay under the default floor; the option lowers or
+    // raises the bound.
+    let input = dir.path().join("small.pt");
+    std::fs::write(&input, expanded_checkpoint(4, 1 << 18)).unwrap(); // 4 × 1 MiB
+    let dst = dir.path().join("small.tensors");
+    let done = convert::convert(s(&input), &dst, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+    assert_eq!(done.bytes, 4 << 20);
+    let tight = ConvertOptions { max_output_bytes: Some((4 << 20) - 1), ..Default::default() };
+    let err = convert::convert(s(&input), &dst, &tight, |_, _| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("max_output_bytes"), "{err}");
+    let exact = ConvertOptions { max_output_bytes: Some(4 << 20), ..Default::default() };
+    convert::convert(s(&input), &dst, &exact, |_, _| Ok(())).unwrap();
+    let o = tzr(&["convert", "--max-output-bytes", "1048576", s(&input), s(&dir.path().join("cli.tensors"))]);
+    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = tzr(&["convert", "--max-output-bytes", "4194304", s(&input), s(&dir.path().join("cli.tensors"))]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -204,6 +204,68 @@ mod library {
         assert!(err.to_string().contains("safetensors (.safetensors)"), "{err}");
     }
 
+    /// A safetensors file holding one F32 tensor `[1.0, 2.0]`, its JSON
+    /// header padded with spaces to `n` bytes as the safetensors library
+    /// pads (to a multiple of 8).
+    fn padded_safetensors(n: usize) -> Vec<u8> {
+        let json = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        assert!(n >= json.len());
+        let mut out = (n as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(json);
+        out.resize(8 + n, b' ');
+        out.extend_from_slice(&[0, 0, 0x80, 0x3f, 0, 0, 0, 0x40]);
+        out
+    }
+
+    #[test]
+    fn a_safetensors_file_starting_with_0x80_is_not_taken_for_a_pickle() {
+        // A header length ≡ 128 (mod 256) makes byte 0 0x80, a pickle's
+        // PROTO opcode: about one safetensors file in 32.
+        let dir = tempfile::tempdir().unwrap();
+        for (n, name) in [(128, "a.safetensors"), (384, "b.safetensors"), (640, "c.bin")] {
+            let input = dir.path().join(name);
+            std::fs::write(&input, padded_safetensors(n)).unwrap();
+            assert_eq!(std::fs::read(&input).unwrap()[0], 0x80);
+            let out = dir.path().join(format!("{name}.tensors"));
+            let done = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+            assert_eq!((done.from, done.tensors), (Format::Safetensors, 1), "{name}");
+            let got = tensorizer_tensors(&out);
+            assert_eq!(got, vec![("w".to_string(), vec![0, 0, 0x80, 0x3f, 0, 0, 0, 0x40])], "{name}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Every header length, whatever its first byte, is safetensors.
+        #[test]
+        fn every_safetensors_header_length_is_recognised(pad in 0usize..2048) {
+            let bytes = padded_safetensors(55 + pad);
+            let source = tensorizer_native::MemorySource::new(bytes, "model.bin");
+            proptest::prop_assert_eq!(convert::sniff(&source).unwrap(), Format::Safetensors);
+        }
+    }
+
+    #[test]
+    fn more_tensors_than_a_reader_accepts_are_refused_before_writing() {
+        use tensorizer_core::layout::MAX_TENSORS;
+        let n = MAX_TENSORS + 1;
+        let mut json = String::from("{");
+        for i in 0..n {
+            json.push_str(&format!(r#""t{i}":{{"dtype":"U8","shape":[0],"data_offsets":[0,0]}},"#));
+        }
+        json.pop();
+        json.push('}');
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("many.safetensors");
+        std::fs::write(&input, [&(json.len() as u64).to_le_bytes()[..], json.as_bytes()].concat()).unwrap();
+        drop(json);
+        let out = dir.path().join("many.tensors");
+        let err = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(())).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("MAX_TENSORS") && text.contains(&n.to_string()), "{text}");
+        assert!(!out.exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written beside the input");
+    }
+
     #[test]
     fn a_failed_conversion_leaves_an_existing_target_untouched() {
         let dir = tempfile::tempdir().unwrap();

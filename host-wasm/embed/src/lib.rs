@@ -20,12 +20,21 @@
 //! Each run gets a fresh [`wasmtime::Store`]: a read-only preopen of the
 //! file's directory at `/in`, no other files, no environment unless given,
 //! empty stdin, and stdout/stderr captured in bounded in-memory pipes.
+//!
+//! The guest may open only regular files: the file and every `/in/...` path
+//! among the options (`--key-file`) are checked before the run, since
+//! opening a FIFO blocks inside a host call, where the epoch deadline cannot
+//! interrupt. The wall-clock bound covers the whole run (checks,
+//! instantiation, and any host call the guest is blocked in): the guest
+//! runs on its own thread, and a run still going past the bound ends as
+//! [`Kind::Timeout`], its thread left to finish on its own.
 
 mod limiter;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -45,6 +54,11 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Wasm stack the guest may use (wasmtime's default is 512 KiB).
 const MAX_WASM_STACK: usize = 1 << 20;
+
+/// How long past the wall-clock bound the host waits for the epoch trap
+/// before it stops waiting for the guest (a guest blocked in a host call
+/// never sees the epoch).
+const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
 
 /// Bounds for one run. [`Limits::default`] suits files with tensorizer's
 /// usual 256 KiB index, plain or key-file encrypted (see host-wasm/README.md,
@@ -126,9 +140,9 @@ pub struct Outcome {
     pub stderr: String,
     /// The trap or instantiation error, when there was one.
     pub trap: Option<String>,
-    /// Fuel consumed.
+    /// Fuel consumed (0 when the guest was left blocked in a host call).
     pub fuel_used: u64,
-    /// Wall-clock time of the run (instantiation included).
+    /// Wall-clock time of the run (checks and instantiation included).
     pub elapsed: Duration,
 }
 
@@ -219,13 +233,17 @@ impl Validator {
     ///
     /// Every outcome of the guest, limits hit included, is an `Ok`
     /// [`Outcome`]. `Err` means the host could not set the run up: the file
-    /// name is not a plain name, the directory cannot be opened, or the module
-    /// does not instantiate for a reason other than memory.
+    /// name is not a plain name, the file or a `/in/...` path among the
+    /// options exists but is not a regular file (a FIFO would block the
+    /// host), the directory cannot be opened, or the module does not
+    /// instantiate for a reason other than memory.
     pub fn run(&self, request: &Request, limits: &Limits) -> anyhow::Result<Outcome> {
+        let began = Instant::now();
         let name = &request.file_name;
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) {
             bail!("file name {name:?} must be a single path component inside the preopened directory");
         }
+        check_regular_files(request)?;
         // A missing file costs no fuel here; the guest reports it (exit 3).
         let file_bytes = std::fs::metadata(request.dir.join(name)).map(|m| m.len()).unwrap_or(0);
         let fuel = limits.fuel_for(file_bytes);
@@ -244,24 +262,43 @@ impl Validator {
         let mut store = Store::new(&self.engine, Host { wasi, limiter: Limiter::new(limits.memory_bytes) });
         store.limiter(|host| &mut host.limiter);
         store.set_fuel(fuel)?;
-        store.set_epoch_deadline(deadline_ticks(limits.wall_clock));
+        store.set_epoch_deadline(deadline_ticks(limits.wall_clock.saturating_sub(began.elapsed())));
 
-        let began = Instant::now();
-        let result = match self.linker.instantiate(&mut store, &self.module) {
-            Ok(instance) => {
-                let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-                Ended::from_call(start.call(&mut store, ()))
-            }
-            // Initial memory over the limit, most likely; classified below.
-            Err(error) if store.data().limiter.memory_refused => Ended::NotStarted(error),
-            Err(error) => return Err(anyhow::Error::from(error).context("cannot instantiate the module")),
-        };
+        // The guest runs on its own thread, so that a host call it is
+        // blocked in cannot hold the caller past the wall-clock bound.
+        let (module, linker) = (self.module.clone(), self.linker.clone());
+        let (done, finished) = mpsc::channel();
+        thread::Builder::new()
+            .name("tensorizer-validate-guest".into())
+            .spawn(move || {
+                let result = match linker.instantiate(&mut store, &module) {
+                    Ok(instance) => match instance.get_typed_func::<(), ()>(&mut store, "_start") {
+                        Ok(start) => Ok(Ended::from_call(start.call(&mut store, ()))),
+                        Err(error) => Err(error),
+                    },
+                    // Initial memory over the limit, most likely; classified below.
+                    Err(error) if store.data().limiter.memory_refused => Ok(Ended::NotStarted(error)),
+                    Err(error) => Err(error.context("cannot instantiate the module")),
+                };
+                let _ = done.send((result, store.data().limiter.memory_refused, store.get_fuel().unwrap_or(0)));
+            })
+            .context("cannot start the guest thread")?;
+        let waited =
+            finished.recv_timeout(limits.wall_clock.saturating_sub(began.elapsed()).saturating_add(WATCHDOG_GRACE));
         let elapsed = began.elapsed();
-        let memory_refused = store.data().limiter.memory_refused;
-        let fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-
         let stdout = String::from_utf8_lossy(&stdout.contents()).into_owned();
         let stderr = String::from_utf8_lossy(&stderr.contents()).into_owned();
+        let (result, memory_refused, fuel_left) = match waited {
+            Ok((result, memory_refused, fuel_left)) => (result?, memory_refused, fuel_left),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let trap = "the wall-clock bound passed while the module was blocked in a host call".to_owned();
+                let (report_json, fuel_used) = (None, 0);
+                let (kind, exit_code, trap) = (Kind::Timeout, None, Some(trap));
+                return Ok(Outcome { kind, exit_code, report_json, stdout, stderr, trap, fuel_used, elapsed });
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the guest thread ended without a result"),
+        };
+        let fuel_used = fuel.saturating_sub(fuel_left);
         let report_json = serde_json::from_str(&stdout).ok();
         let (kind, exit_code, trap) = result.classify(memory_refused);
         Ok(Outcome { kind, exit_code, report_json, stdout, stderr, trap, fuel_used, elapsed })
@@ -272,6 +309,28 @@ impl Drop for Validator {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Refuses a run whose file, or any `/in/...` path among the validator
+/// options (`--key-file PATH`, `--key-file=PATH`), exists and is not a
+/// regular file: the guest opening a FIFO would block inside a host call.
+/// `metadata` follows symlinks and never blocks; a missing file is left for
+/// the guest to report.
+fn check_regular_files(request: &Request) -> anyhow::Result<()> {
+    let guest_prefix = format!("{GUEST_DIR}/");
+    let named = request.args.iter().filter_map(|arg| {
+        let value = if arg.starts_with("--") { arg.split_once('=').map(|(_, v)| v)? } else { arg.as_str() };
+        value.strip_prefix(&guest_prefix)
+    });
+    for rel in std::iter::once(request.file_name.as_str()).chain(named) {
+        let path = request.dir.join(rel);
+        if let Ok(meta) = std::fs::metadata(&path)
+            && !meta.is_file()
+        {
+            bail!("{} is not a regular file ({:?}): refused before the run", path.display(), meta.file_type());
+        }
+    }
+    Ok(())
 }
 
 /// How the guest's `_start` ended.

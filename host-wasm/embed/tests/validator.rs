@@ -393,3 +393,75 @@ fn binary_prints_the_report_and_exits_with_its_status() {
         }
     }
 }
+
+// ---- hostile input, second round ---------------------------------------------
+
+/// A data version 1 file of `n` float32 scalars `t0..`, each an 8-byte
+/// header region and no data, laid end to end after the index.
+fn many_tensors_file(n: usize) -> Vec<u8> {
+    let mut index = Vec::new();
+    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let index_len: usize = names.iter().map(|s| 2 + s.len() + 1 + 1 + 3 + 1 + 24).sum();
+    let end = (73 + index_len) as u64;
+    for (i, name) in names.iter().enumerate() {
+        index.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        index.extend_from_slice(name.as_bytes());
+        index.extend_from_slice(b"\x00\x03<f4\x00");
+        let at = end + 8 * i as u64;
+        for v in [at, at + 8, 0] {
+            index.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let mut file = b"|TZR|".to_vec();
+    file.extend_from_slice(&1u32.to_le_bytes());
+    file.extend_from_slice(&[0; 32]);
+    for v in [0u64, 0, n as u64, index_len as u64] {
+        file.extend_from_slice(&v.to_le_bytes());
+    }
+    file.extend_from_slice(&index);
+    file.resize(file.len() + 8 * n, 0);
+    file
+}
+
+#[test]
+fn an_index_of_2_20_tensors_is_a_memory_limit_result_not_a_crash() {
+    let outcome = hostile(&many_tensors_file(1 << 20), &["--json"], &Limits::default());
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, Some(3)), "{outcome:?}");
+    assert!(one_line(&outcome).contains("cannot allocate"), "{outcome:?}");
+}
+
+#[test]
+fn a_report_past_the_output_limit_is_not_a_success() {
+    let limits = Limits { stdout_bytes: 100, ..Limits::default() };
+    let outcome = run(&Request::new(vectors(), FLAT), &limits);
+    assert_ne!(outcome.exit_code, Some(0), "{outcome:?}");
+    assert_ne!(outcome.kind, Kind::Valid, "{outcome:?}");
+    assert!(outcome.stderr.contains("cannot write the report"), "{outcome:?}");
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn fifos_are_refused_within_the_wall_clock() {
+    let scratch = Scratch::new();
+    mkfifo(&scratch.0.join("fifo.tensors"));
+    mkfifo(&scratch.0.join("key"));
+    std::fs::copy(vectors().join("v3_enc_key.tensors"), scratch.0.join("v.tensors")).unwrap();
+    let limits = Limits { wall_clock: Duration::from_secs(2), ..Limits::default() };
+    let requests = [
+        Request::new(&scratch.0, "fifo.tensors"),
+        Request::new(&scratch.0, "v.tensors").args(["--verify", "--key-file", "/in/key"]),
+        Request::new(&scratch.0, "v.tensors").args(["--verify", "--key-file=/in/key"]),
+        Request::new(&scratch.0, "v.tensors").args(["--verify", "--key-file", "/in/./key"]),
+    ];
+    for request in requests {
+        let began = Instant::now();
+        let result = validator().run(&request, &limits);
+        assert!(began.elapsed() < Duration::from_secs(4), "{request:?} took {:?}", began.elapsed());
+        let error = result.expect_err("a FIFO is refused");
+        assert!(format!("{error:#}").contains("not a regular file"), "{request:?}: {error:#}");
+    }
+}

@@ -102,6 +102,21 @@ mod tests {
     }
 
     #[test]
+    fn a_safetensors_file_starting_with_0x80_opens_as_safetensors() {
+        // A header length ≡ 128 (mod 256): byte 0 is a pickle's PROTO.
+        for n in [128usize, 384, 8320] {
+            let json = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+            let mut f = (n as u64).to_le_bytes().to_vec();
+            f.extend_from_slice(json);
+            f.resize(8 + n, b' ');
+            f.extend_from_slice(&[0; 8]);
+            assert_eq!(f[0], 0x80);
+            let s = summary(f).unwrap_or_else(|e| panic!("{n}: {e}"));
+            assert_eq!((s.format, s.tensor_count), ("safetensors", 1), "{n}");
+        }
+    }
+
+    #[test]
     fn vectors_verify_and_a_flipped_byte_fails() {
         let (s, log) = run_verify(vector("v1_flat.tensors"), None).unwrap();
         assert!(s.ok && s.verified == 15, "{s:?}");

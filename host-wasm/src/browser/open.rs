@@ -3,6 +3,7 @@
 //! the metadata index if the first read did not hold it all).
 
 use tensorizer_core::layout::{MAGIC, METADATA_OFFSET, ParseLimits};
+use tensorizer_core::{Sniffed, sniff_format};
 
 use crate::error::ValidateError;
 use crate::validate::{Inspection, header_read_len, parse_header, parse_index, zeroed};
@@ -48,20 +49,22 @@ pub async fn read_exact<S: AsyncSource>(
 pub async fn open<S: AsyncSource>(src: &mut S, limits: &ParseLimits) -> Result<Opened, ValidateError> {
     let len = src.len();
     let head = read_exact(src, 0, len.min(FIRST_READ), "the first bytes").await?;
-    if head.starts_with(&MAGIC) {
-        return open_tensorizer(src, head, limits).await.map(Opened::Tensorizer);
-    }
-    if head.starts_with(b"PK\x03\x04") || tensorizer_core::checkpoint::sniff(&head).is_err_and(is_legacy) {
-        return torch::open(src, &head).await.map(|i| Opened::Torch(Box::new(i)));
-    }
-    if safetensors::sniff(&head, len) {
-        let n = safetensors::header_len(&head, len)?;
-        let at = safetensors::PREFIX_LEN;
-        let json = match head.get(at as usize..(at + n) as usize) {
-            Some(j) => j.to_vec(),
-            None => read_exact(src, at, n, "the safetensors header").await?,
-        };
-        return safetensors::summarize(&json, "", len).map(|s| Opened::Safetensors(Box::new(s)));
+    // The core's one test: the strict safetensors test wins over the
+    // one-byte legacy pickle test.
+    match sniff_format(&head, len) {
+        Some(Sniffed::Tensorizer) => return open_tensorizer(src, head, limits).await.map(Opened::Tensorizer),
+        Some(Sniffed::TorchZip | Sniffed::LegacyTorch) => {
+            return torch::open(src, &head).await.map(|i| Opened::Torch(Box::new(i)));
+        }
+        Some(Sniffed::Safetensors { header_len: n }) => {
+            let at = safetensors::PREFIX_LEN;
+            let json = match head.get(at as usize..(at + n) as usize) {
+                Some(j) => j.to_vec(),
+                None => read_exact(src, at, n, "the safetensors header").await?,
+            };
+            return safetensors::summarize(&json, "", len).map(|s| Opened::Safetensors(Box::new(s)));
+        }
+        None => {}
     }
     if len < MAGIC.len() as u64 && MAGIC.starts_with(&head) {
         return Err(tensorizer_core::Error::Truncated { offset: len, needed: MAGIC.len() as u64 - len }.into());
@@ -70,10 +73,6 @@ pub async fn open<S: AsyncSource>(src: &mut S, limits: &ParseLimits) -> Result<O
         Some(0),
         "not a tensorizer, safetensors or torch.save file: its first bytes match none of them (at byte 0)",
     ))
-}
-
-fn is_legacy(e: tensorizer_core::Error) -> bool {
-    matches!(e, tensorizer_core::Error::LegacyTorchCheckpoint { .. })
 }
 
 async fn open_tensorizer<S: AsyncSource>(

@@ -8,40 +8,8 @@ use crate::error::ValidateError;
 
 use super::summary::{Row, Summary, field, totals};
 
-/// Largest JSON header accepted (safetensors' own limit).
-pub const MAX_HEADER: u64 = 100_000_000;
-
 /// Bytes before the JSON: its length as a little-endian u64.
-pub const PREFIX_LEN: u64 = 8;
-
-/// Whether the first bytes look like a safetensors file of `file_len`
-/// bytes: a plausible header length followed by `{`.
-pub fn sniff(head: &[u8], file_len: u64) -> bool {
-    let Some(n) = head.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())) else {
-        return false;
-    };
-    (2..=MAX_HEADER).contains(&n) && PREFIX_LEN.saturating_add(n) <= file_len && head.get(8) == Some(&b'{')
-}
-
-/// The JSON header's length, from the first 8 bytes.
-pub fn header_len(head: &[u8], file_len: u64) -> Result<u64, ValidateError> {
-    let n = head.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())).ok_or_else(|| {
-        ValidateError::invalid(Some(0), "file truncated at byte 0: a safetensors header length needs 8 bytes")
-    })?;
-    if n > MAX_HEADER {
-        return Err(ValidateError::invalid(
-            Some(0),
-            format!("at byte 0: the safetensors header length is {n}, above the limit of {MAX_HEADER}"),
-        ));
-    }
-    if PREFIX_LEN.saturating_add(n) > file_len {
-        return Err(ValidateError::invalid(
-            Some(file_len),
-            format!("file truncated at byte {file_len}: the safetensors header needs {} bytes", PREFIX_LEN + n),
-        ));
-    }
-    Ok(n)
-}
+pub use tensorizer_core::sniff::SAFETENSORS_PREFIX_LEN as PREFIX_LEN;
 
 /// Element size in bits for safetensors' dtype names.
 fn dtype_bits(name: &str) -> Option<u64> {
@@ -191,7 +159,7 @@ mod tests {
     fn reads_a_header() {
         let j = r#"{"b":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},"a":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},"__metadata__":{"format":"pt"}}"#;
         let f = file(j, 24);
-        assert!(sniff(&f, f.len() as u64));
+        assert!(tensorizer_core::sniff::safetensors_header_len(&f, f.len() as u64).is_some());
         let s = summarize(&f[8..8 + j.len()], "x", f.len() as u64).unwrap();
         assert_eq!(s.tensors.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(s.tensors[1].data_offset, Some(8 + j.len() as u64 + 8));
@@ -207,7 +175,8 @@ mod tests {
         assert!(e.message.contains("outside"), "{e}");
         let e = summarize(b"{\"a\": [1,", "x", 100).unwrap_err();
         assert!(matches!(e.offset, Some(16..=17)), "{e:?}");
-        assert!(header_len(&u64::MAX.to_le_bytes(), 100).is_err());
-        assert!(header_len(&50u64.to_le_bytes(), 20).is_err());
+        let head = |n: u64| [&n.to_le_bytes()[..], b"{"].concat();
+        assert!(tensorizer_core::sniff::safetensors_header_len(&head(u64::MAX), 100).is_none());
+        assert!(tensorizer_core::sniff::safetensors_header_len(&head(50), 20).is_none());
     }
 }

@@ -63,6 +63,7 @@ def convert(
     s3_config_path: Optional[PathLike] = None,
     s3_region_name: Optional[str] = None,
     force_http: Optional[bool] = None,
+    max_output_bytes: Optional[int] = None,
 ) -> Conversion:
     """Converts ``src`` into a new file at ``dst``.
 
@@ -83,11 +84,18 @@ def convert(
         s3_region_name, force_http: How to reach an ``s3://`` source, as in
             ``stream_io.open_stream``; unset ones come from the environment
             (``S3_*`` / ``AWS_*``) and ``~/.s3cfg``.
+        max_output_bytes: Most bytes of tensor data to write; a conversion
+            that would write more is refused before anything is written.
+            Default (``None``): 4 times ``src``'s size, at least 1 GiB -- a
+            checkpoint of a few KB can hold expanded (stride-0) views of
+            any size, which are written out whole. Pass a larger int to
+            allow more.
 
     Raises:
         ValueError: The input is not a readable checkpoint, tensorizer or
-            safetensors file, or the output format cannot hold a tensor
-            (safetensors has no complex128, no meta tensors).
+            safetensors file, the output format cannot hold a tensor
+            (safetensors has no complex128, no meta tensors), or the output
+            would be larger than ``max_output_bytes``.
         OSError: Reading or writing failed.
     """
     uri = os.fspath(src)
@@ -110,6 +118,7 @@ def convert(
         tensorizer_layout=tensorizer_layout,
         num_threads=num_threads,
         progress=progress,
+        max_output_bytes=max_output_bytes,
     )
     return Conversion(
         report.source_format, report.target_format, report.tensors, report.nbytes, tuple(report.skipped), report.flattened

@@ -174,7 +174,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
 
     ``read_numpy_arrays`` follows the same choice: ``np.zeros`` for
     ``"zeros"``, a read-only ``np.broadcast_to`` of a zero for ``"expand"``
-    and ``"meta"`` (numpy has no meta device).
+    and ``"meta"`` (numpy has no meta device). So do ``get_slice(name)[key]``
+    of a meta tensor: a zero-filled slice is new memory each time, and its
+    bytes (the slice's, not the whole tensor's) count against
+    ``max_meta_bytes`` like a whole meta tensor's.
     """
 
     def __init__(
@@ -452,10 +455,10 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
     def _meta_nbytes_torch(self, e: _Entry) -> int:
         return int(math.prod(e.shape) * self._meta_dtype(e).itemsize)
 
-    def _claim_meta_bytes(self, metas: list[_Entry], nbytes: Callable[[_Entry], int]) -> None:
+    def _claim_meta_bytes(self, metas: list[_Entry], nbytes: Callable[[_Entry], int], what: str = "") -> None:
         """Counts the zero-filled bytes ``metas`` will take against
         ``max_meta_bytes``; raises, before anything is allocated, when the
-        file's claims go past it."""
+        file's claims go past it. ``what`` names a part (a slice)."""
         if self._meta_mode != "zeros":
             return
         total = self._meta_bytes
@@ -464,7 +467,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             total += size
             if self._max_meta_bytes is not None and total > self._max_meta_bytes:
                 raise ValueError(
-                    f"meta tensor {e.name!r} (dtype {e.dtype!r}, shape {e.shape}) would be materialized as "
+                    f"{what}meta tensor {e.name!r} (dtype {e.dtype!r}, shape {e.shape}) would be materialized as "
                     f"{size:,} zero bytes, {total:,} bytes of meta tensors in all, more than "
                     f"max_meta_bytes={self._max_meta_bytes:,}. The file stores no data for it; pass "
                     "meta_tensors='expand' (a read-only zero expanded to the shape, no memory), "
@@ -487,19 +490,36 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         """A meta entry as ``meta_tensors`` asks, wrapped like loaded ones."""
         import torch
 
-        dtype = self._meta_dtype(e)
+        t = self._meta_zeros(e.shape, self._meta_dtype(e), device)
+        return torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(_dtypes.torch_dtype(e.dtype)))
+
+    def _meta_zeros(self, shape: Any, dtype: Any, device: Any) -> Any:
+        """Zeros of ``shape`` in the form ``meta_tensors`` names (the caller
+        has counted them against ``max_meta_bytes``)."""
+        import torch
+
         if self._meta_mode == "meta":
-            t = torch.empty(e.shape, dtype=dtype, device="meta")
-        elif self._meta_mode == "expand":
-            t = torch.zeros((), dtype=dtype, device=device).expand(e.shape)
-        elif device.type == "cpu":
+            return torch.empty(shape, dtype=dtype, device="meta")
+        if self._meta_mode == "expand":
+            return torch.zeros((), dtype=dtype, device=device).expand(shape)
+        if device.type == "cpu":
             # calloc: untouched anonymous pages that read as zeros and are
             # committed only when written. The uint8 view covers every dtype.
-            raw = np.zeros(math.prod(e.shape) * dtype.itemsize, dtype=np.uint8)
-            t = torch.from_numpy(raw).view(dtype).reshape(e.shape)
-        else:
-            t = torch.zeros(e.shape, dtype=dtype, device=device)
-        return torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(_dtypes.torch_dtype(e.dtype)))
+            raw = np.zeros(math.prod(shape) * dtype.itemsize, dtype=np.uint8)
+            return torch.from_numpy(raw).view(dtype).reshape(shape)
+        return torch.zeros(shape, dtype=dtype, device=device)
+
+    def _meta_slice(self, e: _Entry, shape: list[int]) -> Any:
+        """A slice of meta entry ``e`` (``get_slice``), of ``shape``, in the
+        form ``meta_tensors`` names. A zero-filled slice is new memory each
+        time: its bytes join the running total that ``max_meta_bytes``
+        bounds, checked before allocating, as ``d[name]`` does for the
+        whole tensor."""
+        self._check_open()
+        dtype = self._meta_dtype(e)
+        self._claim_meta_bytes([e], lambda _: math.prod(shape) * dtype.itemsize, f"a slice {shape} of ")
+        self._check_meta_headers([e], bool(self._verify_hash))
+        return self._meta_zeros(shape, dtype, self._device)
 
     def _load_mapped(self, todo: list[_Entry]) -> list[_Entry]:
         """Views straight into the memory map for entries whose data is

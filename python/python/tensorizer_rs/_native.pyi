@@ -325,6 +325,7 @@ def convert_file(
     tensorizer_layout: bool = False,
     num_threads: int | None = None,
     progress: Callable[[int, int], object] | None = None,
+    max_output_bytes: int | None = None,
 ) -> ConversionReport: ...
 
 @final

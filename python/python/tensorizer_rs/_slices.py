@@ -13,7 +13,9 @@ Indexing is numpy/torch *basic* indexing: ints (negative from the end),
 slices with a step ≥ 1, ``...`` and ``None``. The result equals
 ``full_tensor[key]`` as a new contiguous tensor (never a view of shared
 memory). Advanced indexing (lists, tensors, bools) is refused: index the
-returned tensor instead.
+returned tensor instead. A slice of a meta tensor (no stored data) is made
+as the reader's ``meta_tensors`` says (zeros counted against
+``max_meta_bytes``, an expanded zero, or a meta-device tensor).
 
 Hashes cover a whole tensor, so a slice read checks none. When the
 ``TensorDeserializer`` was opened with ``verify_hash=True``, the first
@@ -150,10 +152,13 @@ class ReaderBackend:
 
 
 class ZerosBackend:
-    """A meta tensor (no stored data): every slice is zeros."""
+    """A meta tensor (no stored data): every slice is zeros. ``make(shape)``,
+    when given, builds a slice whole (the reader's ``meta_tensors`` form,
+    counted against its ``max_meta_bytes`` before anything is allocated)."""
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    def __init__(self, shape: tuple[int, ...], make: Callable[[list[int]], torch.Tensor] | None = None) -> None:
         self._shape = [int(d) for d in shape]
+        self.make = make
 
     def shape_of(self, key: tuple[IndexItem, ...]) -> list[int]:
         return _native.slice_shape(self._shape, key)
@@ -209,6 +214,8 @@ class TensorSlice:
 
         index = normalize_index(key)
         shape = self._backend.shape_of(index)
+        if isinstance(self._backend, ZerosBackend) and self._backend.make is not None:
+            return self._backend.make(shape)
         out = torch.empty(shape, dtype=self.dtype)
         if out.numel():
             self._backend.read_into(index, out.reshape(-1).view(torch.uint8).numpy())
@@ -291,7 +298,8 @@ def deserializer_slice(d: Any, key: Any) -> TensorSlice:
     stored = torch_dtype(node.dtype)
     backend: _Backend
     if node.is_meta:
-        backend = ZerosBackend(node.shape)
+        entry = node
+        backend = ZerosBackend(node.shape, lambda shape: d._meta_slice(entry, shape))
     else:
         backend = ReaderBackend(d._reader, node.index, bool(d._verify_hash))
     device = d._device

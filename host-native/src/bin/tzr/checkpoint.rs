@@ -21,7 +21,7 @@ pub(crate) type Source = Box<dyn RangeSource>;
 pub(crate) fn is_checkpoint(source: &Source) -> Result<bool, Failure> {
     let mut head = vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
     source.read_exact_at(0, &mut head)?;
-    Ok(checkpoint::looks_like_checkpoint(&head).is_some())
+    Ok(checkpoint::looks_like_checkpoint(&head, source.len()).is_some())
 }
 
 fn path_json(path: &TensorPath) -> Vec<Value> {

@@ -166,6 +166,7 @@ pub(crate) fn convert(
     key: &KeyArgs,
     layout: WriterOptions,
     to: Option<Target>,
+    max_output_bytes: Option<u64>,
 ) -> Outcome {
     let source = tensorizer_native::open_uri(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
     let from = convert::sniff(&source)?;
@@ -191,6 +192,7 @@ pub(crate) fn convert(
         to: Some(to),
         write: WriteOptions { layout, key: None, num_writers: 0 },
         key: key.for_reading()?,
+        max_output_bytes,
     };
     let bar = progress::bytes(0, "converting");
     let done = convert::convert_source(source, output, &options, |done, total| {

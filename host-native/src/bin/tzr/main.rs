@@ -115,6 +115,11 @@ enum Command {
         /// The output format (default: from OUTPUT's extension).
         #[arg(long, value_enum)]
         to: Option<checkpoint::Target>,
+        /// Most bytes of tensor data to write; more is refused before
+        /// writing (default: 4 × INPUT's size, at least 1 GiB: expanded
+        /// checkpoint views are written out whole).
+        #[arg(long, value_name = "BYTES")]
+        max_output_bytes: Option<u64>,
     },
     /// Serve the browser inspector and FILE (or open a URL) on 127.0.0.1 and print the address.
     View(view::ViewArgs),
@@ -164,8 +169,8 @@ fn main() -> ExitCode {
             crypt::encrypt(&input, &output, &key, generate_key.as_deref(), kdf, layout.options())
         }
         Command::Decrypt { input, output, key, layout } => crypt::decrypt(&input, &output, &key, layout.options()),
-        Command::Convert { input, output, key, layout, to } => {
-            crypt::convert(&input, &output, &key, layout.options(), to)
+        Command::Convert { input, output, key, layout, to, max_output_bytes } => {
+            crypt::convert(&input, &output, &key, layout.options(), to, max_output_bytes)
         }
         Command::Copy { input, output, force } => copy::run(&input, &output, force),
         Command::View(args) => view::run(&args),

@@ -8,6 +8,15 @@
 //! The server is deliberately small: std's `TcpListener`, one thread per
 //! connection, `GET`/`HEAD`, single byte ranges, one request per
 //! connection. It serves only the page's files and the one file named.
+//!
+//! Other web pages the browser has open must not read the file (spec
+//! §15.12): the server listens on loopback only; answers only requests
+//! whose `Host` is the address it serves (`127.0.0.1:PORT`,
+//! `localhost:PORT` or `[::1]:PORT`), so a page whose own name was rebound
+//! to 127.0.0.1 (DNS rebinding) gets 421; sends no CORS header, so no other
+//! origin may read a response; answers only `GET` and `HEAD` (405); and
+//! serves everything under a random path segment chosen per run
+//! ([`SECRET_BYTES`]), which only the printed URL carries (404 without it).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -34,6 +43,9 @@ const MAX_HEAD: usize = 16 << 10;
 /// Bytes copied per write of a response body.
 const CHUNK: usize = 1 << 20;
 
+/// Random bytes in the per-run path segment (hex in the URL).
+const SECRET_BYTES: usize = 16;
+
 /// `tzr view`'s arguments.
 #[derive(Args)]
 pub(crate) struct ViewArgs {
@@ -52,16 +64,43 @@ pub(crate) struct ViewArgs {
 /// What the server hands out.
 struct Site {
     assets: PathBuf,
-    /// The local file, served under `/file/`.
+    /// The local file, served under `/SECRET/file/`.
     file: Option<PathBuf>,
+    /// The per-run path segment everything is served under.
+    secret: String,
+    /// The port served: the only one a `Host` header may name.
+    port: u16,
+}
+
+impl Site {
+    /// `path` with the leading `/SECRET` removed, if it has it.
+    fn strip_secret<'a>(&self, path: &'a str) -> Option<&'a str> {
+        path.strip_prefix('/')?.strip_prefix(self.secret.as_str()).filter(|rest| rest.starts_with('/'))
+    }
+
+    /// Whether a `Host` header names the address served.
+    fn is_own_host(&self, host: &str) -> bool {
+        let Some((name, port)) = host.rsplit_once(':') else { return false };
+        port.parse::<u16>().is_ok_and(|p| p == self.port)
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && (name == "127.0.0.1" || name.eq_ignore_ascii_case("localhost") || name == "[::1]")
+    }
+}
+
+/// A fresh random path segment (hex).
+fn new_secret() -> Result<String, Error> {
+    let mut bytes = [0u8; SECRET_BYTES];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Invalid(format!("no randomness for the URL: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Runs the server until the process is stopped.
 pub(crate) fn run(args: &ViewArgs) -> Outcome {
     let assets = find_assets(args.assets.as_deref())?;
+    let secret = new_secret()?;
     let is_url = args.target.starts_with("http://") || args.target.starts_with("https://");
     let (file, link) = if is_url {
-        (None, format!("/?url={}", encode(&args.target)))
+        (None, format!("/{secret}/?url={}", encode(&args.target)))
     } else {
         let path = PathBuf::from(&args.target);
         let meta = std::fs::metadata(&path).map_err(|e| io_error(&args.target, e))?;
@@ -69,14 +108,14 @@ pub(crate) fn run(args: &ViewArgs) -> Outcome {
             return Err(Error::Invalid(format!("{}: not a regular file", args.target)).into());
         }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
-        (Some(path), format!("/?url={}", encode(&format!("/file/{}", encode(&name)))))
+        (Some(path), format!("/{secret}/?url={}", encode(&format!("/{secret}/file/{}", encode(&name)))))
     };
     let listener = TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| io_error("127.0.0.1", e))?;
     let addr = listener.local_addr().map_err(|e| io_error("127.0.0.1", e))?;
     println!("http://{addr}{link}");
     eprintln!("tzr view: serving {} on {addr} only (Ctrl-C to stop)", args.target);
     let _ = std::io::stdout().flush();
-    serve(listener, Arc::new(Site { assets, file }));
+    serve(listener, Arc::new(Site { assets, file, secret, port: addr.port() }));
     Ok(())
 }
 
@@ -114,10 +153,12 @@ fn serve(listener: TcpListener, site: Arc<Site>) {
     }
 }
 
-/// A parsed request: method, path (without the query) and Range header.
+/// A parsed request: method, path (without the query), Host and Range
+/// headers.
 struct Request {
     method: String,
     path: String,
+    host: Option<String>,
     range: Option<String>,
 }
 
@@ -130,33 +171,43 @@ fn read_request(stream: &TcpStream) -> std::io::Result<Option<Request>> {
     let mut parts = line.split_whitespace();
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else { return Ok(None) };
     let path = target.split(['?', '#']).next().unwrap_or("/").to_string();
-    let mut range = None;
+    let (mut host, mut range) = (None, None);
+    let mut hosts = 0;
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
             break;
         }
-        if let Some((name, value)) = h.split_once(':')
-            && name.trim().eq_ignore_ascii_case("range")
-        {
-            range = Some(value.trim().to_string());
+        if let Some((name, value)) = h.split_once(':') {
+            if name.trim().eq_ignore_ascii_case("range") {
+                range = Some(value.trim().to_string());
+            } else if name.trim().eq_ignore_ascii_case("host") {
+                hosts += 1;
+                host = Some(value.trim().to_string());
+            }
         }
     }
-    Ok(Some(Request { method: method.to_string(), path, range }))
+    // Two Host headers: neither is believed.
+    let host = host.filter(|_| hosts == 1);
+    Ok(Some(Request { method: method.to_string(), path, host, range }))
 }
 
 fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let Some(req) = read_request(&stream)? else { return Ok(()) };
     let mut out = std::io::BufWriter::new(stream);
+    if !req.host.as_deref().is_some_and(|h| site.is_own_host(h)) {
+        return status(&mut out, "421 Misdirected Request", "this server answers only for its own address");
+    }
     if req.method != "GET" && req.method != "HEAD" {
         return status(&mut out, "405 Method Not Allowed", "only GET and HEAD");
     }
     let head_only = req.method == "HEAD";
     let path = decode(&req.path);
+    let Some(path) = site.strip_secret(&path) else { return status(&mut out, "404 Not Found", "not found") };
     let (file, content_type) = match path.strip_prefix("/file/") {
         Some(_) if site.file.is_some() => (site.file.clone().unwrap_or_default(), "application/octet-stream"),
-        _ => match asset_path(&site.assets, &path) {
+        _ => match asset_path(&site.assets, path) {
             Some(p) => {
                 let t = content_type(&p);
                 (p, t)
@@ -180,6 +231,7 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
         write!(out, "Content-Range: bytes {start}-{}/{len}\r\n", end - 1)?;
     }
     write!(out, "Accept-Ranges: bytes\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n")?;
+    write!(out, "Cross-Origin-Resource-Policy: same-origin\r\n")?;
     write!(out, "Connection: close\r\n\r\n")?;
     if !head_only {
         f.seek(SeekFrom::Start(start))?;
@@ -345,14 +397,87 @@ mod tests {
         }
     }
 
+    /// Starts a server of `assets` and `file` on a free port: its address
+    /// and the path prefix everything is served under.
+    fn test_server(assets: &Path, file: PathBuf) -> (std::net::SocketAddr, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = new_secret().unwrap();
+        let base = format!("/{secret}/");
+        let site = Arc::new(Site { assets: assets.to_path_buf(), file: Some(file), secret, port: addr.port() });
+        std::thread::spawn(move || serve(listener, site));
+        (addr, base)
+    }
+
     fn get(addr: std::net::SocketAddr, path: &str, range: Option<&str>) -> (String, Vec<u8>) {
         let mut s = TcpStream::connect(addr).unwrap();
         let range = range.map(|r| format!("Range: {r}\r\n")).unwrap_or_default();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{range}\r\n").unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{range}\r\n").unwrap();
         let mut all = Vec::new();
         s.read_to_end(&mut all).unwrap();
         let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
         (String::from_utf8_lossy(&all[..split]).into_owned(), all[split + 4..].to_vec())
+    }
+
+    /// Sends `request` as it is and returns the response head.
+    fn send(addr: std::net::SocketAddr, request: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(all.len());
+        String::from_utf8_lossy(&all[..split]).into_owned()
+    }
+
+    #[test]
+    fn only_this_address_as_host_and_only_reads_are_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), "<html>").unwrap();
+        let file = dir.path().join("model.tensors");
+        std::fs::write(&file, b"secret weights").unwrap();
+        let (addr, base) = test_server(dir.path(), file);
+        let port = addr.port();
+        let get = |host: Option<&str>, path: &str| {
+            let host = host.map(|h| format!("Host: {h}\r\n")).unwrap_or_default();
+            send(addr, &format!("GET {path} HTTP/1.1\r\n{host}\r\n"))
+        };
+        let file_path = format!("{base}file/model.tensors");
+        // DNS rebinding: a page of evil.example whose name now resolves to
+        // 127.0.0.1 sends its own name as Host.
+        for bad in [
+            "evil.example".to_string(),
+            format!("evil.example:{port}"),
+            format!("127.0.0.1.evil.example:{port}"),
+            "127.0.0.1".to_string(),
+            format!("127.0.0.1:{}", port.wrapping_add(1)),
+            format!("localhost:{port}x"),
+            String::new(),
+        ] {
+            let head = get(Some(&bad), &file_path);
+            assert!(head.starts_with("HTTP/1.1 421") || head.starts_with("HTTP/1.1 403"), "Host {bad:?}: {head}");
+        }
+        let head = get(None, &file_path);
+        assert!(head.starts_with("HTTP/1.1 421") || head.starts_with("HTTP/1.1 403"), "no Host: {head}");
+        for good in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")] {
+            let head = get(Some(&good), &file_path);
+            assert!(head.starts_with("HTTP/1.1 200"), "Host {good:?}: {head}");
+            assert!(!head.to_ascii_lowercase().contains("access-control-allow"), "{head}");
+        }
+        // Without the per-run secret segment, or with another, nothing is served.
+        let host = format!("127.0.0.1:{port}");
+        for path in ["/file/model.tensors", "/index.html", "/", "/00000000000000000000000000000000/file/model.tensors"]
+        {
+            let head = get(Some(&host), path);
+            assert!(head.starts_with("HTTP/1.1 404"), "{path}: {head}");
+        }
+        assert_eq!(base.len(), 2 + 2 * SECRET_BYTES);
+        assert_ne!(new_secret().unwrap(), new_secret().unwrap());
+        for method in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
+            let head =
+                send(addr, &format!("{method} {file_path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"));
+            assert!(head.starts_with("HTTP/1.1 405"), "{method}: {head}");
+            assert!(!head.to_ascii_lowercase().contains("access-control-allow"), "{head}");
+        }
     }
 
     #[test]
@@ -367,28 +492,26 @@ mod tests {
         let elsewhere = tempfile::tempdir().unwrap();
         let file = elsewhere.path().join("model.tensors");
         std::fs::write(&file, &data).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let site = Arc::new(Site { assets: dir.path().to_path_buf(), file: Some(file) });
-        std::thread::spawn(move || serve(listener, site));
+        let (addr, base) = test_server(dir.path(), file);
 
-        let (head, body) = get(addr, "/?url=/file/model.tensors", None);
+        let (head, body) = get(addr, &format!("{base}?url={base}file/model.tensors"), None);
         assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/html"), "{head}");
         assert_eq!(body, b"<html>");
-        let (head, body) = get(addr, "/pkg/tensorizer_wasm_bg.wasm", None);
+        let (head, body) = get(addr, &format!("{base}pkg/tensorizer_wasm_bg.wasm"), None);
         assert!(head.contains("application/wasm"), "{head}");
         assert_eq!(body, b"\0asm");
-        let (head, body) = get(addr, "/file/model.tensors", Some("bytes=100-199"));
+        let file = format!("{base}file/model.tensors");
+        let (head, body) = get(addr, &file, Some("bytes=100-199"));
         assert!(head.starts_with("HTTP/1.1 206") && head.contains("Content-Range: bytes 100-199/5000"), "{head}");
         assert_eq!(body, &data[100..200]);
-        let (head, body) = get(addr, "/file/model.tensors", None);
+        let (head, body) = get(addr, &file, None);
         assert!(head.starts_with("HTTP/1.1 200"));
         assert_eq!(body, data);
-        let (head, _) = get(addr, "/file/model.tensors", Some("bytes=9000-"));
+        let (head, _) = get(addr, &file, Some("bytes=9000-"));
         assert!(head.starts_with("HTTP/1.1 416") && head.contains("bytes */5000"), "{head}");
-        let (head, _) = get(addr, "/../model.tensors", None);
+        let (head, _) = get(addr, &format!("{base}../model.tensors"), None);
         assert!(head.starts_with("HTTP/1.1 404"), "{head}");
-        let (head, _) = get(addr, "/model.tensors", None);
+        let (head, _) = get(addr, &format!("{base}model.tensors"), None);
         assert!(head.starts_with("HTTP/1.1 404"), "the file is only under /file/: {head}");
     }
 }

@@ -1,0 +1,100 @@
+//! Telling a file's format from its first bytes: the one test every host
+//! asks (conversion, `tzr inspect`, the browser inspector).
+//!
+//! The tests differ in strength. The tensorizer and ZIP magic numbers are
+//! exact; a safetensors file is recognised by three conditions together (a
+//! header length within [`MAX_SAFETENSORS_HEADER`] that fits the file, and
+//! `{` right after it); a legacy torch pickle only by its first byte,
+//! `0x80`. A safetensors file whose header length is ≡ 128 (mod 256) also
+//! starts with `0x80` (about 1 file in 32, as the length is a multiple of
+//! 8), so the stricter safetensors test is asked before the legacy one.
+
+use crate::checkpoint;
+use crate::error::Error;
+use crate::layout::{MAGIC, MAX_SAFETENSORS_HEADER};
+
+/// Bytes before a safetensors JSON header: its length, a little-endian u64.
+pub const SAFETENSORS_PREFIX_LEN: u64 = 8;
+
+/// A file format told from the first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sniffed {
+    /// A tensorizer file (starts with [`MAGIC`]).
+    Tensorizer,
+    /// A safetensors file whose JSON header is `header_len` bytes long.
+    Safetensors {
+        /// The JSON header's length (the first 8 bytes).
+        header_len: u64,
+    },
+    /// A ZIP archive, presumably a `torch.save` checkpoint.
+    TorchZip,
+    /// A legacy `torch.save` file (a pickle stream or a tar archive), which
+    /// [`checkpoint::sniff`] refuses with a message saying how to convert it.
+    LegacyTorch,
+}
+
+/// The header length of a plausible safetensors file of `file_len` bytes
+/// starting with `head`: the first 8 bytes read as a little-endian length
+/// of at least 2 and at most [`MAX_SAFETENSORS_HEADER`], which the file is
+/// long enough to hold, followed by `{`.
+pub fn safetensors_header_len(head: &[u8], file_len: u64) -> Option<u64> {
+    let n = u64::from_le_bytes(head.get(..8)?.try_into().ok()?);
+    let fits = SAFETENSORS_PREFIX_LEN.checked_add(n).is_some_and(|end| end <= file_len);
+    ((2..=MAX_SAFETENSORS_HEADER).contains(&n) && fits && head.get(8) == Some(&b'{')).then_some(n)
+}
+
+/// Tells the format of a file of `file_len` bytes from its first bytes
+/// (`head`, up to [`checkpoint::SNIFF_LEN`]); `None` when they match no
+/// format. See the module docs for the order of the tests.
+pub fn sniff_format(head: &[u8], file_len: u64) -> Option<Sniffed> {
+    if head.starts_with(&MAGIC) {
+        return Some(Sniffed::Tensorizer);
+    }
+    if let Some(header_len) = safetensors_header_len(head, file_len) {
+        return Some(Sniffed::Safetensors { header_len });
+    }
+    match checkpoint::sniff(head) {
+        Ok(()) => Some(Sniffed::TorchZip),
+        Err(Error::LegacyTorchCheckpoint { .. }) => Some(Sniffed::LegacyTorch),
+        Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    /// A safetensors file holding one empty tensor, its JSON header padded
+    /// with spaces (as the safetensors library pads) to `n` bytes.
+    fn safetensors(n: usize) -> Vec<u8> {
+        let json = br#"{"t":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}"#;
+        let mut out = (n as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(json);
+        out.resize(8 + n, b' ');
+        out
+    }
+
+    #[test]
+    fn a_header_length_of_128_mod_256_is_safetensors_not_a_pickle() {
+        let f = safetensors(384);
+        assert_eq!(f[0], 0x80);
+        assert_eq!(sniff_format(&f, f.len() as u64), Some(Sniffed::Safetensors { header_len: 384 }));
+        // The same bytes in a file too short for the header stay what the
+        // first byte says.
+        assert_eq!(sniff_format(&f[..100], 100), Some(Sniffed::LegacyTorch));
+    }
+
+    #[test]
+    fn the_other_formats_are_still_recognised() {
+        let mut legacy = Vec::from([0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8]);
+        legacy.resize(600, 0);
+        assert_eq!(sniff_format(&legacy, 600), Some(Sniffed::LegacyTorch));
+        assert_eq!(sniff_format(b"\x80\x02}q\x00(X\x01\x00\x00\x00", 1000), Some(Sniffed::LegacyTorch));
+        assert_eq!(sniff_format(b"PK\x03\x04\x14\x00\x00\x00\x00\x00", 1000), Some(Sniffed::TorchZip));
+        assert_eq!(sniff_format(b"|TZR|\x05\x00", 1000), Some(Sniffed::Tensorizer));
+        assert_eq!(sniff_format(b"hello, world", 12), None);
+        assert_eq!(sniff_format(b"", 0), None);
+    }
+}
