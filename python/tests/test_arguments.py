@@ -85,6 +85,12 @@ def _module() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
 
 
+#: Loopback servers the stream cases read from (set by the ``servers``
+#: fixture): nginx serving the fixtures, and redis-server holding the plain
+#: file in tensorizer's Redis layout under ``m``.
+SERVERS: dict[str, Any] = {}
+
+
 class Ctx:
     """A fresh directory per call: the plain and encrypted files (written by
     the original), a checkpoint, and paths to write to."""
@@ -98,6 +104,7 @@ class Ctx:
         self.ckpt = str(root / "model.pt")
         self.module = _module()
         self._files: list[Any] = []
+        self.closers: list[Callable[[], Any]] = []
 
     def fresh(self, name: str = "out.tensors") -> str:
         return str(self.dir / name)
@@ -110,6 +117,8 @@ class Ctx:
     def close(self) -> None:
         for f in self._files:
             f.close()
+        for close in self.closers:
+            close()
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +133,23 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     s.close()
     torch.save(m.state_dict(), root / "model.pt")
     return root
+
+
+@pytest.fixture(scope="module")
+def servers(fixtures: pathlib.Path) -> Iterator[dict[str, Any]]:
+    import redis
+
+    import remote_servers
+
+    with remote_servers.nginx(str(fixtures)) as base, remote_servers.redis() as port:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        # tensorizer's to_redis reads the file again: it needs a lazy deserializer.
+        with tensorizer.TensorDeserializer(str(fixtures / "model.tensors"), device="cpu", lazy_load=True) as d:
+            d.to_redis(client, "m")
+        SERVERS.update(http=f"{base}/model.tensors", redis=f"redis://127.0.0.1:{port}/m", port=port)
+        yield SERVERS
+        SERVERS.clear()
+        client.close()
 
 
 # -- the values tried in each parameter ------------------------------------
@@ -173,6 +199,7 @@ class Case:
     call: Callable[[Lib, Ctx, dict[str, Any]], Any]
     path: Callable[[Ctx], str] = lambda ctx: ctx.model
     skip: frozenset[str] = frozenset()
+    needs_servers: bool = False
 
 
 def _serialize(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
@@ -218,6 +245,27 @@ def _open_stream(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
     with lib.stream_io.open_stream(**a) as f:
         if "r" in getattr(f, "mode", "r"):
             f.read(8)
+
+
+def _read_stream(cls: str) -> Callable[[Lib, Ctx, dict[str, Any]], None]:
+    def call(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+        with getattr(lib.stream_io, cls)(**a) as f:
+            f.read(8)
+
+    return call
+
+
+def _to_redis(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
+    with lib.top.TensorDeserializer(ctx.model, device="cpu", lazy_load=True) as d:
+        d.to_redis(**a)
+
+
+def _redis_client(lib: Lib, ctx: Ctx) -> dict[str, Any]:
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=SERVERS["port"])
+    ctx.closers.append(client.close)
+    return {"redis_client": client, "key_prefix": f"{lib.name}-{id(ctx)}"}
 
 
 def _saving(lib: Lib, ctx: Ctx, a: dict[str, Any]) -> None:
@@ -291,6 +339,12 @@ CASES = [
          lambda lib, ctx: {"file_obj": ctx.fresh()}, _saving),
     Case("torch_compat.tensorizer_loading", lambda: tensorizer.torch_compat.tensorizer_loading,
          lambda lib, ctx: {}, _loading),
+    Case("stream_io.CURLStreamFile", lambda: tensorizer.stream_io.CURLStreamFile,
+         lambda lib, ctx: {"uri": SERVERS["http"]}, _read_stream("CURLStreamFile"), needs_servers=True),
+    Case("stream_io.RedisStreamFile", lambda: tensorizer.stream_io.RedisStreamFile,
+         lambda lib, ctx: {"uri": SERVERS["redis"]}, _read_stream("RedisStreamFile"), needs_servers=True),
+    Case("TensorDeserializer.to_redis", lambda: tensorizer.TensorDeserializer.to_redis,
+         _redis_client, _to_redis, needs_servers=True),
     Case("zipslicer.load", lambda: zipslicer.load,
          lambda lib, ctx: {"ckpt": ctx.ckpt}, _zipslicer_load, path=lambda ctx: ctx.ckpt),
     Case("zipslicer.LazyStateDict.get_meta", lambda: zipslicer.LazyStateDict.get_meta,
@@ -380,6 +434,16 @@ EXTENSIONS: dict[tuple[str, str, str], str] = {
     "iterates it as a sequence (an empty one writes an empty file, any other exhausts memory)",
 }  # fmt: skip
 
+#: Cases not aligned yet, with what differs: their mismatches are reported
+#: as an expected failure, and a case that comes out clean fails until it
+#: is taken off this list.
+KNOWN_GAPS: dict[str, str] = {
+    "stream_io.CURLStreamFile": "tensorizer formats begin/end into curl's --range and calls headers.items(); "
+    "ours validates them as ints and a mapping, and opens local paths",
+    "stream_io.RedisStreamFile": "tensorizer parses the URI by hand (ValueError/AttributeError) and ignores "
+    "an invalid begin; ours parses it natively (TypeError) and validates begin",
+}
+
 #: (case, parameter, value label) -> why the original is not called with
 #: it (the test would not survive it).
 ORIGINAL_UNSAFE: dict[tuple[str, str, str], str] = {
@@ -424,7 +488,9 @@ def _run_case(case: Case, fixtures: pathlib.Path, run: Callable[[Lib, Ctx, dict[
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_arguments_as_the_original_takes_them(case: Case, fixtures: pathlib.Path) -> None:
+def test_arguments_as_the_original_takes_them(case: Case, fixtures: pathlib.Path, request: pytest.FixtureRequest) -> None:
+    if case.needs_servers:
+        request.getfixturevalue("servers")
     # The baseline itself must work in both.
     for lib in (ORIGINAL, OURS):
         with tempfile.TemporaryDirectory() as d:
@@ -436,4 +502,7 @@ def test_arguments_as_the_original_takes_them(case: Case, fixtures: pathlib.Path
             finally:
                 ctx.close()
     problems = _run_case(case, fixtures, case.call)
+    if case.name in KNOWN_GAPS:
+        assert problems, f"{case.name} now takes arguments as the original does: take it off KNOWN_GAPS"
+        pytest.xfail(f"{KNOWN_GAPS[case.name]} ({len(problems)} values differ)")
     assert not problems, f"{case.name}:\n  " + "\n  ".join(problems)
