@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s  [%dm%02ds into the run]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 step "servers for the remote-source tests (nginx, redis-server, curl and openssl, from Debian)"
 missing=()
@@ -114,3 +114,5 @@ step "python: zipslicer 0.8.1's own tests against tensorizer_rs.zipslicer"
 # Fetches zipslicer's sdist from PyPI (cached under target/, SHA-256
 # checked; prints SKIPPED without network) and runs its tests unmodified.
 "$VENV/bin/python" python/tests/upstream/run_zipslicer.py
+
+printf '\n==> every check passed in %dm%02ds\n' $((SECONDS / 60)) $((SECONDS % 60))
