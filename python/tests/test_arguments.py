@@ -428,21 +428,13 @@ EXTENSIONS: dict[tuple[str, str, str], str] = {
     ("zipslicer.load", "ckpt", "''"): "zipslicer asserts the path is a file; we raise FileNotFoundError",
     ("zipslicer.load", "ckpt", "bytes path"): "zipslicer fails on a bytes path (AttributeError); we take "
     "it as open() does",
+    ("stream_io.RedisStreamFile", "begin", "-1"): "tensorizer stores any begin and reads from wherever "
+    "it lands (at -1, from its last key); a negative position is refused",
     ("TensorSerializer.write_tensor", "name", "''"): "tensorizer writes a tensor named '' that its own "
     "reader refuses ('Invalid empty tensor path'); we refuse it when writing (what we write, we read)",
     ("TensorSerializer.write_state_dict", "state_dict", "''"): "a str is not a state dict: tensorizer "
     "iterates it as a sequence (an empty one writes an empty file, any other exhausts memory)",
 }  # fmt: skip
-
-#: Cases not aligned yet, with what differs: their mismatches are reported
-#: as an expected failure, and a case that comes out clean fails until it
-#: is taken off this list.
-KNOWN_GAPS: dict[str, str] = {
-    "stream_io.CURLStreamFile": "tensorizer formats begin/end into curl's --range and calls headers.items(); "
-    "ours validates them as ints and a mapping, and opens local paths",
-    "stream_io.RedisStreamFile": "tensorizer parses the URI by hand (ValueError/AttributeError) and ignores "
-    "an invalid begin; ours parses it natively (TypeError) and validates begin",
-}
 
 #: (case, parameter, value label) -> why the original is not called with
 #: it (the test would not survive it).
@@ -502,7 +494,4 @@ def test_arguments_as_the_original_takes_them(case: Case, fixtures: pathlib.Path
             finally:
                 ctx.close()
     problems = _run_case(case, fixtures, case.call)
-    if case.name in KNOWN_GAPS:
-        assert problems, f"{case.name} now takes arguments as the original does: take it off KNOWN_GAPS"
-        pytest.xfail(f"{KNOWN_GAPS[case.name]} ({len(problems)} values differ)")
     assert not problems, f"{case.name}:\n  " + "\n  ".join(problems)

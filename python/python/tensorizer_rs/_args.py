@@ -18,6 +18,8 @@ import pickle
 import struct
 from typing import Any
 
+import numpy as np
+
 
 class ArgumentTypeError(TypeError, AttributeError):
     """A value of the wrong type where tensorizer's duck typing raises
@@ -43,6 +45,13 @@ def flag(value: object) -> bool:
     """A yes/no option as tensorizer tests it: for truth (``None``, ``0``
     and ``numpy.False_`` are no)."""
     return bool(value)
+
+
+def count(value: Any) -> int:
+    """A count or position given as an int, a bool or a numpy int/bool."""
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return operator.index(value)
 
 
 def module_index(idx: object) -> int:

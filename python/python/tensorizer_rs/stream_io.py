@@ -23,6 +23,8 @@ import tempfile
 import time
 from typing import IO, Any, NamedTuple, Optional, Union
 
+import numpy as np
+
 from . import _args, _native
 
 __all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo", "RemoteStream", "RemoteUpload", "S3Upload"]
@@ -51,6 +53,26 @@ def _check_range(begin: int | None, end: int | None) -> tuple[int, int | None]:
     if end is not None and end <= begin:
         raise ValueError(f"End marker must come strictly after begin marker (requested range: {begin} to {end})")
     return begin, end
+
+
+def _scheme_or_none(uri: str) -> str | None:
+    try:
+        return str(_native.location_scheme(uri))
+    except ValueError:
+        return None
+
+
+def _curl_range(begin: Any, end: Any) -> tuple[int | None, int | None]:
+    """``begin``/``end`` as tensorizer's ``CURLStreamFile`` takes them: its
+    range checks first, then the values written into curl's ``--range``,
+    which fails (OSError) on anything but an int; a begin equal to 0 asks for
+    no range."""
+    _check_range(begin, end)
+    if end is not None and not isinstance(end, int):
+        raise TypeError(f"end must be an int or None, not {type(end).__name__}")
+    if begin is not None and begin != 0 and (isinstance(begin, bool) or not isinstance(begin, (int, np.integer))):
+        raise _failed_to_open(OSError(f"curl cannot request the range {begin}-"))
+    return (int(begin) if begin else None), end
 
 
 def _bounds_stream(begin: object, end: object) -> bool:
@@ -291,10 +313,19 @@ class CURLStreamFile(RemoteStream):
         buffer_size: Optional[int] = None,
         certificate_handling: Optional[CAInfo] = None,
     ) -> None:
-        _check_range(begin, end)
+        begin, end = _curl_range(begin, end)
+        if buffer_size is not None and not isinstance(buffer_size, int):
+            # tensorizer hands it to the pipe's buffer (TypeError there).
+            raise TypeError(f"buffer_size must be an int or None, not {type(buffer_size).__name__}")
         tls = _tls_kwargs(certificate_handling)
-        if headers:
+        if headers is not None and list(headers.items()):  # AttributeError for a non-mapping, as tensorizer
             raise NotImplementedError("custom request headers are not supported by tensorizer_rs")
+        if not isinstance(uri, (str, bytes, os.PathLike)):
+            # tensorizer puts it on curl's command line (TypeError there).
+            raise TypeError(f"uri must be a str, not {type(uri).__name__}")
+        if not isinstance(uri, str) or _scheme_or_none(uri) not in ("http", "https"):
+            # tensorizer hands anything else to curl, which fails to fetch it.
+            raise _failed_to_open(OSError(f"{uri!r} is not an http(s):// URL"))
         self._uri = uri
         started = time.monotonic()
         source = _open_remote(uri, **tls)
@@ -327,6 +358,21 @@ class RedisStreamFile(RemoteStream):
         end: Optional[int] = None,
         buffer_size: Optional[int] = None,
     ) -> None:
+        # As tensorizer: the URI through urlparse, buffer_size applied to a
+        # socket's receive buffer (the same errors for the same values), a
+        # false begin is 0 and an end that bounds nothing is ignored.
+        from urllib.parse import urlparse
+
+        if urlparse(uri).scheme.lower() != "redis":
+            raise ValueError(f"Invalid Redis URI: {uri}")
+        if buffer_size is not None:
+            import socket
+
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_size)
+        begin = _args.count(begin) if begin else None
+        if not _bounds_stream(begin, end):
+            end = None
         _check_range(begin, end)
         started = time.monotonic()
         source = _native.NativeSource(uri)
