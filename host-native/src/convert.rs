@@ -269,7 +269,7 @@ pub fn write<S: RangeSource>(
     write_bounded(input, dst, to, options, None, progress)
 }
 
-/// [`write`], refusing before anything is written a conversion whose
+/// [`write()`], refusing before anything is written a conversion whose
 /// tensor data would exceed `max_output_bytes` (`None`:
 /// [`default_max_output_bytes`] of the input's length).
 pub fn write_bounded<S: RangeSource>(
