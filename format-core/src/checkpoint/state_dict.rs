@@ -299,15 +299,21 @@ impl Flattener<'_> {
             Node::Global(_) => return Err(corrupt(&self.path, "a bare global, not a value")),
             Node::Dict { .. } | Node::List(_) | Node::Tuple(_) => return Err(corrupt(&self.path, "container")),
         };
+        let path = self.current_path("a leaf at the root of the state dict")?;
+        self.out.entries.push(Entry { path, value });
+        Ok(())
+    }
+
+    /// The path being visited, copied (and counted against the limits) for
+    /// an entry or a container; `at_root` says what is wrong when it is
+    /// empty.
+    fn current_path(&mut self, at_root: &'static str) -> Result<TensorPath> {
         self.copy(self.path_bytes)?;
         self.components += self.path.len() as u64;
         if self.components > MAX_PATH_COMPONENTS {
             return Err(Error::limit(0, "state-dict path components", self.components, MAX_PATH_COMPONENTS));
         }
-        let path = TensorPath::from_components(self.path.clone())
-            .map_err(|_| corrupt(&self.path, "a leaf at the root of the state dict"))?;
-        self.out.entries.push(Entry { path, value });
-        Ok(())
+        TensorPath::from_components(self.path.clone()).map_err(|_| corrupt(&self.path, at_root))
     }
 
     /// Records a container below the root (its path is copied, as a
@@ -316,13 +322,7 @@ impl Flattener<'_> {
         if depth == 0 {
             return Ok(());
         }
-        self.copy(self.path_bytes)?;
-        self.components += self.path.len() as u64;
-        if self.components > MAX_PATH_COMPONENTS {
-            return Err(Error::limit(0, "state-dict path components", self.components, MAX_PATH_COMPONENTS));
-        }
-        let path = TensorPath::from_components(self.path.clone())
-            .map_err(|_| corrupt(&self.path, "a container at the root of the state dict"))?;
+        let path = self.current_path("a container at the root of the state dict")?;
         let entries_before = self.out.entries.len();
         self.out.containers.push(Container { path, kind, len, entries_before });
         Ok(())
