@@ -3,7 +3,7 @@ tensorizer as the control.
 
 vLLM 0.33.0's ``vllm/model_executor/model_loader/tensorizer.py`` and
 ``tensorizer_loader.py`` are taken from its published wheel, fetched with
-``pip download`` into ``target/vllm-wheel`` (once; its SHA-256 is checked)
+``pip download`` into ``target/releases`` (once; its SHA-256 is checked)
 and extracted, those two files only, into ``target/vllm-loader/src`` beside
 a copy of ``vllm_standins/`` (the smallest stand-ins for the rest of vLLM
 they import). Nothing of vLLM is in this repository. Without network the
@@ -25,7 +25,6 @@ runs only the control.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -40,16 +39,21 @@ from typing import Any
 import pytest
 
 import remote_servers
+from upstream import releases
 import tzhelpers
 import vllm_loader_harness as harness
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 VLLM_VERSION = "0.33.0"
-WHEEL_NAME = f"vllm-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
-#: SHA-256 of vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl as published on PyPI.
-WHEEL_SHA256 = "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"
-WHEEL_DIR = REPO / "target" / "vllm-wheel"
+#: vllm-0.33.0's wheel as published on PyPI.
+WHEEL = releases.Release(
+    f"vllm=={VLLM_VERSION}",
+    f"vllm-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl",
+    "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",
+    sdist=False,
+    platform="manylinux_2_28_x86_64",
+)
 WORK_DIR = REPO / "target" / "vllm-loader"
 LOADER_FILES = (
     "vllm/model_executor/model_loader/tensorizer.py",
@@ -61,36 +65,15 @@ RUN_TIMEOUT_S = 300
 IMPLS = ("tensorizer", "tensorizer_rs")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_wheel() -> Path | None:
-    """The wheel's path, downloading it first if needed; None when offline.
+    """The wheel's path (fetched and checked once); None when offline.
     The x86_64 wheel everywhere: the two files are pure Python."""
-    wheel = WHEEL_DIR / WHEEL_NAME
-    if not wheel.is_file():
-        WHEEL_DIR.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-            "--no-deps", "--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
-            f"vllm=={VLLM_VERSION}", "-d", str(WHEEL_DIR),
-        ]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0 or not wheel.is_file():
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            print(
-                f"SKIPPED: could not download vLLM {VLLM_VERSION}'s wheel from PyPI "
-                f"({tail[0]}); vLLM's tensorizer loader did not run"
-            )
-            return None
-    actual = _sha256(wheel)
-    if actual != WHEEL_SHA256:
-        pytest.fail(f"{wheel}: SHA-256 {actual} is not the published {WHEEL_SHA256}; delete it to download it again")
+    try:
+        wheel, why = releases.fetch(WHEEL)
+    except releases.ChecksumMismatch as e:
+        pytest.fail(str(e))
+    if wheel is None:
+        print(f"SKIPPED: {why}; vLLM's tensorizer loader did not run")
     return wheel
 
 

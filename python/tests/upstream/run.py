@@ -3,7 +3,7 @@
     .venv-test/bin/python python/tests/upstream/run.py [--oracle] [--heavy] [-- PYTEST ARGS]
 
 Their tests are not part of this repository: the sdist is fetched from PyPI
-with ``pip download`` into ``target/tensorizer-sdist`` (once; its SHA-256 is
+with ``pip download`` into ``target/releases`` (once; its SHA-256 is
 checked), and its ``tests/`` are extracted to ``target/tensorizer-upstream``.
 pytest then runs them there with ``upstream_plugin`` (this directory), which
 makes ``import tensorizer`` give ``tensorizer_rs`` and applies
@@ -24,7 +24,6 @@ write files of 4 GiB and more (``heavy:`` in ``expected.toml``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -34,12 +33,17 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import releases  # noqa: E402
+
 REPO = HERE.parents[2]
 VERSION = "2.12.1"
-SDIST_NAME = f"tensorizer-{VERSION}.tar.gz"
-#: SHA-256 of tensorizer-2.12.1.tar.gz as published on PyPI.
-SDIST_SHA256 = "8af9b3be54f31d08d1928e3f25bfaaa963cdc8d716d09559c68ec014f8beb440"
-SDIST_DIR = REPO / "target" / "tensorizer-sdist"
+#: tensorizer-2.12.1.tar.gz as published on PyPI.
+SDIST = releases.Release(
+    f"tensorizer=={VERSION}",
+    f"tensorizer-{VERSION}.tar.gz",
+    "8af9b3be54f31d08d1928e3f25bfaaa963cdc8d716d09559c68ec014f8beb440",
+)
 WORK_DIR = REPO / "target" / "tensorizer-upstream"
 TEST_FILES = (
     "test_serialization.py",
@@ -54,37 +58,14 @@ PYTEST_INI = """\
 """
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_sdist() -> Path | None:
-    """The sdist's path, downloading it first if needed; None when offline."""
-    sdist = SDIST_DIR / SDIST_NAME
-    if not sdist.is_file():
-        SDIST_DIR.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-            "--no-deps", "--no-binary", ":all:", f"tensorizer=={VERSION}", "-d", str(SDIST_DIR),
-        ]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0 or not sdist.is_file():
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            print(
-                f"SKIPPED: could not download tensorizer {VERSION}'s sdist from PyPI "
-                f"({tail[0]}); tensorizer's own tests did not run"
-            )
-            return None
-    actual = _sha256(sdist)
-    if actual != SDIST_SHA256:
-        sys.exit(
-            f"{sdist}: SHA-256 {actual} is not the published {SDIST_SHA256}; "
-            "delete the file to download it again"
-        )
+    """The sdist's path (fetched and checked once); None when offline."""
+    try:
+        sdist, why = releases.fetch(SDIST)
+    except releases.ChecksumMismatch as e:
+        sys.exit(str(e))
+    if sdist is None:
+        print(f"SKIPPED: {why}; tensorizer's own tests did not run")
     return sdist
 
 

@@ -30,33 +30,28 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from run import REPO, _sha256  # noqa: E402
+import releases  # noqa: E402
 
 VERSION = "0.8.1"
-SDIST_NAME = f"zipslicer-{VERSION}.tar.gz"
-#: SHA-256 of zipslicer-0.8.1.tar.gz as published on PyPI.
-SDIST_SHA256 = "528589ee24987a227dc0263d3a7fe4d2e10a39c286279128be91f77e590181dd"
-SDIST_DIR = REPO / "target" / "zipslicer-sdist"
+REPO = releases.REPO
+#: zipslicer-0.8.1.tar.gz as published on PyPI.
+SDIST = releases.Release(
+    f"zipslicer=={VERSION}",
+    f"zipslicer-{VERSION}.tar.gz",
+    "528589ee24987a227dc0263d3a7fe4d2e10a39c286279128be91f77e590181dd",
+)
 WORK_DIR = REPO / "target" / "zipslicer-upstream"
 TEST_FILES = ("test_checkpoint_readonly.py", "test_synthetic.py")
 
 
 def fetch_sdist() -> Path | None:
-    sdist = SDIST_DIR / SDIST_NAME
-    if not sdist.is_file():
-        SDIST_DIR.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-            "--no-deps", "--no-binary", ":all:", f"zipslicer=={VERSION}", "-d", str(SDIST_DIR),
-        ]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0 or not sdist.is_file():
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            print(f"SKIPPED: could not download zipslicer {VERSION}'s sdist from PyPI ({tail[0]})")
-            return None
-    actual = _sha256(sdist)
-    if actual != SDIST_SHA256:
-        sys.exit(f"{sdist}: SHA-256 {actual} is not the published {SDIST_SHA256}; delete it to download again")
+    """The sdist's path (fetched and checked once); None when offline."""
+    try:
+        sdist, why = releases.fetch(SDIST)
+    except releases.ChecksumMismatch as e:
+        sys.exit(str(e))
+    if sdist is None:
+        print(f"SKIPPED: {why}; zipslicer's own tests did not run")
     return sdist
 
 
