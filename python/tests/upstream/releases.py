@@ -67,3 +67,15 @@ def fetch(release: Release) -> tuple[Path | None, str]:
             f"{path}: SHA-256 {actual} is not the published {release.sha256}; delete it to download it again"
         )
     return path, ""
+
+
+def fetch_or_skip(release: Release, what: str) -> Path | None:
+    """For the runner scripts: the file, or None after printing
+    ``SKIPPED: ...`` (offline); exits on a checksum mismatch."""
+    try:
+        path, why = fetch(release)
+    except ChecksumMismatch as e:
+        sys.exit(str(e))
+    if path is None:
+        print(f"SKIPPED: {why}; {what} did not run")
+    return path

@@ -58,17 +58,6 @@ PYTEST_INI = """\
 """
 
 
-def fetch_sdist() -> Path | None:
-    """The sdist's path (fetched and checked once); None when offline."""
-    try:
-        sdist, why = releases.fetch(SDIST)
-    except releases.ChecksumMismatch as e:
-        sys.exit(str(e))
-    if sdist is None:
-        print(f"SKIPPED: {why}; tensorizer's own tests did not run")
-    return sdist
-
-
 def extract_tests(sdist: Path) -> Path:
     tests = WORK_DIR / "tests"
     if tests.exists():
@@ -94,7 +83,7 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
-    sdist = fetch_sdist()
+    sdist = releases.fetch_or_skip(SDIST, "tensorizer's own tests")
     if sdist is None:
         return 0
     tests = extract_tests(sdist)

@@ -3,7 +3,7 @@
     .venv-test/bin/python python/tests/upstream/run_zipslicer.py [--oracle]
 
 zipslicer's tests are not part of this repository: its sdist is fetched
-from PyPI with ``pip download`` into ``target/zipslicer-sdist`` (once; its
+from PyPI with ``pip download`` into ``target/releases`` (once; its
 SHA-256 is checked) and its ``tests/`` are extracted to
 ``target/zipslicer-upstream``, where pytest runs them unmodified with
 ``zipslicer_alias`` (this directory) making ``import zipslicer`` give
@@ -44,17 +44,6 @@ WORK_DIR = REPO / "target" / "zipslicer-upstream"
 TEST_FILES = ("test_checkpoint_readonly.py", "test_synthetic.py")
 
 
-def fetch_sdist() -> Path | None:
-    """The sdist's path (fetched and checked once); None when offline."""
-    try:
-        sdist, why = releases.fetch(SDIST)
-    except releases.ChecksumMismatch as e:
-        sys.exit(str(e))
-    if sdist is None:
-        print(f"SKIPPED: {why}; zipslicer's own tests did not run")
-    return sdist
-
-
 def extract_tests(sdist: Path) -> Path:
     tests = WORK_DIR / "tests"
     if WORK_DIR.exists():
@@ -75,7 +64,7 @@ def main() -> int:
     parser.add_argument("--oracle", action="store_true", help="run against the real zipslicer")
     args = parser.parse_args()
     started = time.monotonic()
-    sdist = fetch_sdist()
+    sdist = releases.fetch_or_skip(SDIST, "zipslicer's own tests")
     if sdist is None:
         return 0
     tests = extract_tests(sdist)
