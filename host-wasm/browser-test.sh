@@ -9,8 +9,10 @@
 #   root); npm playwright-core (host-wasm/web-tests/package-lock.json).
 # No browser is ever downloaded: playwright-core drives /usr/bin/chromium.
 #
-# usage: host-wasm/browser-test.sh [PYTHON]   (default: .venv-test/bin/python)
+# usage: host-wasm/browser-test.sh [PYTHON]    (default: .venv-test/bin/python)
 #        host-wasm/browser-test.sh --build-only
+#        host-wasm/browser-test.sh --install     (playwright-core from npm only)
+#        host-wasm/browser-test.sh --install-cli (wasm-bindgen-cli only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,10 +21,11 @@ PLAYWRIGHT_VERSION=1.64.1
 CHROMIUM="${TZR_CHROMIUM:-/usr/bin/chromium}"
 MAX_GZIPPED_WASM=$((400 * 1024))
 BUILD_ONLY=0
-if [ "${1:-}" = "--build-only" ]; then
-    BUILD_ONLY=1
-    shift
-fi
+INSTALL=""
+case "${1:-}" in
+--build-only) BUILD_ONLY=1; shift ;;
+--install | --install-cli) INSTALL="$1"; shift ;;
+esac
 PY="${1:-.venv-test/bin/python}"
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
@@ -32,6 +35,19 @@ as_root() { [ "$(id -u)" = 0 ]; }
 # --- toolchain ---------------------------------------------------------------
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     rustup target add wasm32-unknown-unknown
+fi
+
+WEB_TESTS=host-wasm/web-tests
+install_playwright() {
+    local have_pw
+    have_pw="$(node -p "require('./$WEB_TESTS/node_modules/playwright-core/package.json').version" 2>/dev/null || true)"
+    if [ "$have_pw" != "$PLAYWRIGHT_VERSION" ]; then
+        (cd "$WEB_TESTS" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+    fi
+}
+if [ "$INSTALL" = --install ]; then
+    install_playwright
+    exit 0
 fi
 
 install_wasm_bindgen() {
@@ -68,9 +84,10 @@ install_wasm_bindgen() {
     )
     rm -rf "$work"
 }
-if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
+if [ "$INSTALL" != --install ] && [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
     install_wasm_bindgen
 fi
+[ "$INSTALL" != --install-cli ] || exit 0
 
 # --- build -------------------------------------------------------------------
 # The validator's size profile (LTO, one codegen unit, opt-level 3) but not
@@ -112,15 +129,15 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
         exit 1
     fi
 fi
-WEB_TESTS=host-wasm/web-tests
-have_pw="$(node -p "require('./$WEB_TESTS/node_modules/playwright-core/package.json').version" 2>/dev/null || true)"
-if [ "$have_pw" != "$PLAYWRIGHT_VERSION" ]; then
-    (cd "$WEB_TESTS" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
-fi
 
 # `tzr view` serves the page in one test.
-cargo build --locked -p tensorizer-native --bin tzr
-TZR_BIN="$TARGET_DIR/debug/tzr"
+install_playwright
+# The tzr under test: TZR_BIN when the caller built it (run-all.sh does, in
+# its one workspace build), else a debug build here.
+if [ -z "${TZR_BIN:-}" ]; then
+    cargo build --locked -p tensorizer-native --bin tzr
+    TZR_BIN="$TARGET_DIR/debug/tzr"
+fi
 
 # --- inputs --------------------------------------------------------------------
 mkdir -p "$ARTIFACTS/cache"

@@ -2,13 +2,33 @@
 # Builds the WASI validator (wasm32-wasip1) and runs its tests through
 # wasmtime-py (and once under Node's node:wasi when node is installed), then
 # the Rust host in host-wasm/embed (wasmtime 48, its own workspace and lock,
-# built into target/wasm-embed) on the same module, and clippy on that crate.
-# Idempotent: installs the wasm32-wasip1 target and the pinned wasmtime
-# wheel only when they are missing.
+# built into target/wasm-embed) on the same module. The host is linted by
+# clippy in the same compile that builds its tests (clippy-driver as the
+# workspace wrapper), so wasmtime is compiled once, not once to check and
+# once to build. Idempotent: installs the wasm32-wasip1 target and the
+# pinned wasmtime wheel only when they are missing.
 #
-# usage: host-wasm/test.sh [PYTHON]   (default: .venv-test/bin/python)
+# usage: host-wasm/test.sh [PYTHON]      (default: .venv-test/bin/python)
+#        host-wasm/test.sh --build-host  (only build and lint the Rust host)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
+EMBED=(--locked --manifest-path host-wasm/embed/Cargo.toml --target-dir "$TARGET_DIR/wasm-embed")
+# `cargo test` of the host, linted as `cargo clippy --all-targets -- -D
+# warnings` would lint it (clippy-driver reads its arguments from
+# CLIPPY_ARGS, separated as cargo-clippy separates them).
+embed_test() {
+    local driver
+    driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
+    RUSTC_WORKSPACE_WRAPPER="$driver" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" \
+        cargo test "${EMBED[@]}" "$@"
+}
+if [ "${1:-}" = "--build-host" ]; then
+    embed_test --no-run
+    exit 0
+fi
 
 WASMTIME_PY_VERSION=50.0.1
 PY="${1:-.venv-test/bin/python}"
@@ -33,8 +53,6 @@ fi
 
 cargo build --locked -p tensorizer-wasm --target wasm32-wasip1 --bin tensorizer-validate \
     --config host-wasm/wasm-release.toml --profile wasm-release
-TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
 echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
 
@@ -42,12 +60,7 @@ TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovide
 
 # The Rust embedding (host-wasm/embed). Not a workspace member; a failure to
 # build it (offline, say) fails this script: there is no silent skip.
-EMBED=(--locked --manifest-path host-wasm/embed/Cargo.toml --target-dir "$TARGET_DIR/wasm-embed")
-if ! cargo clippy "${EMBED[@]}" --all-targets -- -D warnings; then
-    echo "FAILED: clippy on host-wasm/embed (tensorizer-validate-host)" >&2
-    exit 1
-fi
-if ! TZR_VALIDATOR_WASM="$WASM" cargo test "${EMBED[@]}"; then
-    echo "FAILED: the Rust host tests in host-wasm/embed (tensorizer-validate-host)" >&2
+if ! TZR_VALIDATOR_WASM="$WASM" embed_test; then
+    echo "FAILED: clippy or the Rust host tests in host-wasm/embed (tensorizer-validate-host)" >&2
     exit 1
 fi

@@ -6,8 +6,15 @@
 #     (tests/python-env.sh installs it), wrapped by tests/cloud-servers/gcs_emulator.py;
 #   - moto_server (STS for web identity), also from tests/python-requirements.txt.
 # Usage: tests/cloud-servers.sh [VENV]   (default: .venv-test, made by tests/python-env.sh)
+#        tests/cloud-servers.sh --install   (Azurite only; run-all.sh runs these
+#                                            tests within `cargo test --workspace`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+install_only=0
+if [ "${1:-}" = "--install" ]; then
+    install_only=1
+    shift
+fi
 VENV="${1:-${TZR_TEST_VENV:-$PWD/.venv-test}}"
 
 if ! command -v npm >/dev/null 2>&1; then
@@ -20,6 +27,7 @@ if [ ! -x tests/cloud-servers/node_modules/.bin/azurite-blob ] || ! cmp -s tests
     (cd tests/cloud-servers && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
     cp tests/cloud-servers/package-lock.json "$stamp"
 fi
+[ "$install_only" = 0 ] || exit 0
 "$VENV/bin/python" -c "import gcp_storage_emulator" 2>/dev/null ||
     "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/python-requirements.txt
 

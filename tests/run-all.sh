@@ -1,46 +1,111 @@
 #!/usr/bin/env bash
 # Runs every check and test of the project. Safe to run repeatedly on a
 # fresh machine: it installs what it needs first.
+#
+# The machine this must fit has 2 cores, so the run is laid out around the
+# compiler: what only downloads (Debian packages, pip, npm) starts at once
+# in the background, each thing is compiled once (the Rust tests, the `tzr`
+# the browser tests drive and the Python extension come from one build),
+# and the three test lanes (Rust, Python, wasm) run side by side at the end,
+# where much of the time is spent waiting on one core, a server or a
+# browser. Each background job and lane writes target/ci-logs/NAME.log,
+# printed whole when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$PWD"
+LOGS="$ROOT/target/ci-logs"
+mkdir -p "$LOGS"
+rm -f "$LOGS"/*.log
 
 step() { printf '\n==> %s  [%dm%02ds into the run]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
-step "servers for the remote-source tests (nginx, redis-server, curl and openssl, from Debian)"
-missing=()
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-# tensorizer itself reads http(s):// and s3:// through the curl binary.
-command -v curl >/dev/null 2>&1 || missing+=(curl)
-# The TLS tests make their CA and server certificate with the openssl command.
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-if [ "${#missing[@]}" -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-    else
-        echo "missing: ${missing[*]}, and this user cannot install them (apt-get install ${missing[*]})" >&2
+# Background jobs: `bg NAME CMD...` starts one; `await NAME` waits for it and
+# prints its log, failing the run if it failed.
+declare -A JOBS=()
+bg() {
+    local name="$1"
+    shift
+    ("$@") >"$LOGS/$name.log" 2>&1 &
+    JOBS[$name]=$!
+}
+await() {
+    local name="$1" status=0
+    [ -n "${JOBS[$name]:-}" ] || return 0
+    wait "${JOBS[$name]}" || status=$?
+    unset "JOBS[$name]"
+    printf '\n==> %s %s  [%dm%02ds into the run]\n' "$name" "$([ $status = 0 ] && echo done || echo FAILED)" \
+        $((SECONDS / 60)) $((SECONDS % 60))
+    cat "$LOGS/$name.log"
+    if [ $status != 0 ]; then
+        echo "run-all.sh: $name failed (exit $status); its log is above and in $LOGS/$name.log" >&2
         exit 1
     fi
-fi
-export TZR_REQUIRE_SERVERS=1
+}
+trap 'for pid in "${JOBS[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
+
+step "downloads in the background: Debian packages, pip, npm"
+system_packages() {
+    local missing=()
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    # tensorizer itself reads http(s):// and s3:// through the curl binary.
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    # The TLS tests make their CA and server certificate with the openssl command.
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    # The browser inspector's tests drive Debian's chromium (playwright-core).
+    [ -x "${TZR_CHROMIUM:-/usr/bin/chromium}" ] || missing+=(chromium)
+    # Azurite and playwright-core come from npm.
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing: ${missing[*]}, and this user cannot install them (apt-get install ${missing[*]})" >&2
+        return 1
+    fi
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    echo "installed: ${missing[*]}"
+}
+bg apt system_packages
+# The venv itself exists before any build: pyo3's build script reads
+# PYO3_PYTHON, and every cargo command below sees the same one, so the
+# Python extension and the Rust tests share one build.
+VENV="${TZR_TEST_VENV:-$ROOT/.venv-test}"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+export PYO3_PYTHON="$VENV/bin/python"
+bg pip bash tests/python-env.sh --deps
+node_packages() {
+    # npm comes from the apt job when the machine lacks it.
+    while ! command -v npm >/dev/null 2>&1; do
+        kill -0 "$1" 2>/dev/null || { echo "npm is missing and the Debian job has ended" >&2; return 1; }
+        sleep 2
+    done
+    bash tests/cloud-servers.sh --install
+    bash host-wasm/browser-test.sh --install
+}
+bg npm node_packages "${JOBS[apt]}"
 
 step "toolchain components"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 have_wasm=1
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || have_wasm=0
+rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
+
+# Two builds that share nothing with the workspace's run at the lowest
+# priority from here on, soaking up the cycles the main build leaves idle:
+# wasm-bindgen's CLI (the browser tests) and the wasmtime host of the WASI
+# validator (host-wasm/embed).
+bg wasm-bindgen nice -n 19 bash host-wasm/browser-test.sh --install-cli
+bg wasmtime-host nice -n 19 bash host-wasm/test.sh --build-host
 
 step "format"
 cargo fmt --all -- --check
 
-step "clippy (workspace, all targets)"
+step "clippy (workspace, all targets, every feature the members ask for)"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
-step "clippy (core without std)"
+step "clippy (core without std; host without its network features)"
 cargo clippy --locked -p tensorizer-core --no-default-features -- -D warnings
-
-step "host without its network features (local files only) builds cleanly"
 cargo clippy --locked -p tensorizer-native --no-default-features --lib --bins -- -D warnings
-cargo clippy --locked -p tensorizer-native --features cuda --lib -- -D warnings
 
 step "core without std must not enable any dependency's std feature"
 if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then
@@ -55,64 +120,89 @@ else
     echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target"
 fi
 
+step "clippy (host-wasm: browser inspector on wasm32-unknown-unknown, WASI validator on wasm32-wasip1)"
+if [ "$have_wasm" = 1 ]; then
+    cargo clippy --locked -p tensorizer-wasm --target wasm32-unknown-unknown -- -D warnings
+fi
+if rustup target list --installed | grep -qx wasm32-wasip1; then
+    cargo clippy --locked -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
+else
+    echo "SKIPPED: the wasm32-wasip1 target is not installed"
+fi
+
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
 
 step "fuzz targets build (stable)"
 cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
 
-step "python: virtual environment (torch, tensorizer 2.12.1, transformers, MiniLM) and tensorizer_rs build"
-VENV="$(bash tests/python-env.sh | tail -1)"
-# The S3 tests start moto_server from that environment.
+step "build: every workspace target once (Rust tests, tzr, the Python extension)"
+cargo build --locked --workspace --all-targets
+bash tests/python-env.sh --link >/dev/null
+
+step "waiting for the downloads"
+await apt
+await pip
+await npm
+
+export TZR_REQUIRE_SERVERS=1
+# The S3, GCS and Azure tests start moto_server, the GCS emulator and Azurite.
 export TZR_MOTO_SERVER="$VENV/bin/moto_server"
+export TZR_TEST_PYTHON="$VENV/bin/python"
+export TZR_AZURITE="$ROOT/tests/cloud-servers/node_modules/.bin/azurite-blob"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
-step "host-wasm: WASI validator (wasm32-wasip1) through wasmtime-py and node:wasi"
-bash host-wasm/test.sh "$VENV/bin/python"
+lane_rust() {
+    step "tests (workspace, the cloud stores' included)"
+    cargo test --locked --workspace
+    step "tests (core without std)"
+    cargo test --locked -p tensorizer-core --no-default-features --lib
+}
 
-step "host-wasm: browser inspector (wasm32-unknown-unknown + wasm-bindgen) in headless chromium (playwright-core)"
-if [ "$have_wasm" = 1 ]; then
-    cargo clippy --locked -p tensorizer-wasm --target wasm32-unknown-unknown -- -D warnings
-    bash host-wasm/browser-test.sh "$VENV/bin/python"
-else
-    echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target; the browser inspector was not built or tested"
-fi
+lane_python() {
+    step "python: stubs match the extension (mypy.stubtest), package is strictly typed"
+    (cd python && "$VENV/bin/python" -m mypy.stubtest tensorizer_rs._native)
+    "$VENV/bin/python" -m mypy --strict python/python/tensorizer_rs
+    step "GPU benchmark plan (its CPU side; the GPU runs are tests/gpu-tests.sh and tests/gpu-bench.sh)"
+    bash tests/gpu-bench.sh --dry-run
+    step "python: tests, interop with the real tensorizer, real models"
+    "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
+    step "python: tensorizer 2.12.1's own tests against tensorizer_rs"
+    # Fetches tensorizer's sdist from PyPI (cached under target/; prints SKIPPED
+    # without network), runs its tests with `import tensorizer` giving
+    # tensorizer_rs, and checks each outcome against python/tests/upstream/expected.toml.
+    "$VENV/bin/python" python/tests/upstream/run.py
+    step "python: zipslicer 0.8.1's own tests against tensorizer_rs.zipslicer"
+    # Fetches zipslicer's sdist from PyPI (cached under target/, SHA-256
+    # checked; prints SKIPPED without network) and runs its tests unmodified.
+    "$VENV/bin/python" python/tests/upstream/run_zipslicer.py
+}
 
-step "clippy (WASI validator, wasm32-wasip1)"
-if rustup target list --installed | grep -qx wasm32-wasip1; then
-    cargo clippy --locked -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
-else
-    echo "SKIPPED: the wasm32-wasip1 target is not installed (see the step above)"
-fi
+lane_wasi() {
+    step "host-wasm: WASI validator (wasm32-wasip1) through wasmtime-py, node:wasi and the Rust host"
+    bash host-wasm/test.sh "$VENV/bin/python"
+}
 
-step "cloud stores: GCS (gcp-storage-emulator), Azure Blob (Azurite, npm) and the AWS credential chain (moto STS, IMDS and ECS stand-ins)"
-cargo clippy --locked -p tensorizer-native --features cloud --all-targets -- -D warnings
-bash tests/cloud-servers.sh "$VENV"
+lane_browser() {
+    step "host-wasm: browser inspector (wasm32-unknown-unknown + wasm-bindgen) in headless chromium (playwright-core)"
+    if [ "$have_wasm" = 1 ]; then
+        TZR_BIN="$ROOT/target/debug/tzr" bash host-wasm/browser-test.sh "$VENV/bin/python"
+    else
+        echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target; the browser inspector was not built or tested"
+    fi
+}
 
-step "GPU benchmark plan (its CPU side; the GPU runs are tests/gpu-tests.sh and tests/gpu-bench.sh)"
-bash tests/gpu-bench.sh --dry-run
+step "test lanes side by side: Rust, Python, then the WASI validator and the browser inspector as their builds finish"
+bg lane-rust lane_rust
+bg lane-python lane_python
+await wasmtime-host
+bg lane-wasi lane_wasi
+await wasm-bindgen
+bg lane-browser lane_browser
+await lane-wasi
+await lane-browser
+await lane-rust
+await lane-python
 
-step "tests (core without std)"
-cargo test --locked -p tensorizer-core --no-default-features --lib
-
-step "tests (workspace)"
-cargo test --locked --workspace
-
-step "python: stubs match the extension (mypy.stubtest), package is strictly typed"
-(cd python && "$VENV/bin/python" -m mypy.stubtest tensorizer_rs._native)
-"$VENV/bin/python" -m mypy --strict python/python/tensorizer_rs
-
-step "python: tests, interop with the real tensorizer, real models"
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
-
-step "python: tensorizer 2.12.1's own tests against tensorizer_rs"
-# Fetches tensorizer's sdist from PyPI (cached under target/; prints SKIPPED
-# without network), runs its tests with `import tensorizer` giving
-# tensorizer_rs, and checks each outcome against python/tests/upstream/expected.toml.
-"$VENV/bin/python" python/tests/upstream/run.py
-
-step "python: zipslicer 0.8.1's own tests against tensorizer_rs.zipslicer"
-# Fetches zipslicer's sdist from PyPI (cached under target/, SHA-256
-# checked; prints SKIPPED without network) and runs its tests unmodified.
-"$VENV/bin/python" python/tests/upstream/run_zipslicer.py
-
+trap - EXIT
 printf '\n==> every check passed in %dm%02ds\n' $((SECONDS / 60)) $((SECONDS % 60))
