@@ -3,13 +3,13 @@
 # fresh machine: it installs what it needs first.
 #
 # The machine this must fit has 2 cores, so the run is laid out around the
-# compiler: what only downloads (Debian packages, pip, npm) starts at once
-# in the background, each thing is compiled once (the Rust tests, the `tzr`
-# the browser tests drive and the Python extension come from one build),
-# and the three test lanes (Rust, Python, wasm) run side by side at the end,
-# where much of the time is spent waiting on one core, a server or a
-# browser. Each background job and lane writes target/ci-logs/NAME.log,
-# printed whole when it ends.
+# compiler. What only downloads (Debian packages, pip, npm) starts at once in
+# the background. Each thing is compiled once: one workspace build gives the
+# Rust tests, the `tzr` the browser tests drive and the Python extension, and
+# the Rust and Python test lanes start as soon as it is done, while the lint,
+# doc and wasm builds run beside them (the Python lane mostly waits on one
+# core, a server or a subprocess). Each background job and lane writes
+# target/ci-logs/NAME.log, printed whole when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -28,9 +28,18 @@ bg() {
     ("$@") >"$LOGS/$name.log" 2>&1 &
     JOBS[$name]=$!
 }
+# A job started at low priority (`nice`) runs at normal priority from the
+# moment something waits for it (root can raise a priority; others cannot,
+# and then it simply stays low).
+unnice() {
+    local pid="$1" child
+    renice -n 0 -p "$pid" >/dev/null 2>&1 || return 0
+    for child in $(pgrep -P "$pid" 2>/dev/null); do unnice "$child"; done
+}
 await() {
     local name="$1" status=0
     [ -n "${JOBS[$name]:-}" ] || return 0
+    unnice "${JOBS[$name]}"
     wait "${JOBS[$name]}" || status=$?
     unset "JOBS[$name]"
     printf '\n==> %s %s  [%dm%02ds into the run]\n' "$name" "$([ $status = 0 ] && echo done || echo FAILED)" \
@@ -100,42 +109,6 @@ bg wasmtime-host nice -n 19 bash host-wasm/test.sh --build-host
 step "format"
 cargo fmt --all -- --check
 
-step "clippy (workspace, all targets, every feature the members ask for)"
-cargo clippy --locked --workspace --all-targets -- -D warnings
-
-step "clippy (core without std; host without its network features)"
-cargo clippy --locked -p tensorizer-core --no-default-features -- -D warnings
-cargo clippy --locked -p tensorizer-native --no-default-features --lib --bins -- -D warnings
-
-step "core without std must not enable any dependency's std feature"
-if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then
-    echo "a dependency's std feature is enabled in the no_std build" >&2
-    exit 1
-fi
-
-step "wasm32-unknown-unknown build of the core (no std)"
-if [ "$have_wasm" = 1 ]; then
-    cargo build --locked -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
-else
-    echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target"
-fi
-
-step "clippy (host-wasm: browser inspector on wasm32-unknown-unknown, WASI validator on wasm32-wasip1)"
-if [ "$have_wasm" = 1 ]; then
-    cargo clippy --locked -p tensorizer-wasm --target wasm32-unknown-unknown -- -D warnings
-fi
-if rustup target list --installed | grep -qx wasm32-wasip1; then
-    cargo clippy --locked -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
-else
-    echo "SKIPPED: the wasm32-wasip1 target is not installed"
-fi
-
-step "docs"
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
-
-step "fuzz targets build (stable)"
-cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
-
 step "build: every workspace target once (Rust tests, tzr, the Python extension)"
 cargo build --locked --workspace --all-targets
 bash tests/python-env.sh --link >/dev/null
@@ -192,9 +165,51 @@ lane_browser() {
     fi
 }
 
-step "test lanes side by side: Rust, Python, then the WASI validator and the browser inspector as their builds finish"
+step "Rust and Python test lanes start; lints, docs and wasm builds go on beside them"
 bg lane-rust lane_rust
 bg lane-python lane_python
+# The lints and docs check in a target directory of their own: check-mode
+# artifacts are never shared with a build anyway, and a cargo that holds
+# target/debug's lock for a lint would stall the Rust lane's test runs.
+LINT=(--locked --target-dir target/lint)
+
+step "clippy (workspace, all targets, every feature the members ask for)"
+cargo clippy "${LINT[@]}" --workspace --all-targets -- -D warnings
+
+step "clippy (core without std; host without its network features)"
+cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
+cargo clippy "${LINT[@]}" -p tensorizer-native --no-default-features --lib --bins -- -D warnings
+
+step "core without std must not enable any dependency's std feature"
+if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then
+    echo "a dependency's std feature is enabled in the no_std build" >&2
+    exit 1
+fi
+
+step "wasm32-unknown-unknown build of the core (no std)"
+if [ "$have_wasm" = 1 ]; then
+    cargo build "${LINT[@]}" -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
+else
+    echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target"
+fi
+
+step "clippy (host-wasm: browser inspector on wasm32-unknown-unknown, WASI validator on wasm32-wasip1)"
+if [ "$have_wasm" = 1 ]; then
+    cargo clippy "${LINT[@]}" -p tensorizer-wasm --target wasm32-unknown-unknown -- -D warnings
+fi
+if rustup target list --installed | grep -qx wasm32-wasip1; then
+    cargo clippy "${LINT[@]}" -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
+else
+    echo "SKIPPED: the wasm32-wasip1 target is not installed"
+fi
+
+step "docs"
+RUSTDOCFLAGS="-D warnings" cargo doc "${LINT[@]}" --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
+
+step "fuzz targets build (stable)"
+cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
+
+step "the WASI validator and the browser inspector lanes, as their builds finish"
 await wasmtime-host
 bg lane-wasi lane_wasi
 await wasm-bindgen

@@ -408,7 +408,7 @@ mod tests {
 
     #[test]
     fn argon2id_vector_from_spec() {
-        let params = KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: alloc::vec![0; 16] };
+        let params = KdfParams::argon2id(1, 8192, alloc::vec![0; 16]);
         let key = Key::derive(b"hunter2", &params, &KdfLimits::default()).unwrap();
         assert_eq!(
             key.expose_secret().to_vec(),
@@ -432,7 +432,7 @@ mod tests {
 
     #[test]
     fn key_ring_derives_once_per_setting_within_the_budget() {
-        let params = |salt: u8| KdfParams { alg: 2, opslimit: 1, memlimit: 8192, salt: [salt; 16].to_vec() };
+        let params = |salt: u8| KdfParams::argon2id(1, 8192, [salt; 16].to_vec());
         let limits = KdfLimits { max_derivations: 2, ..KdfLimits::default() };
         let mut ring = KeyRing::default();
         let a = ring.key(b"pw", &params(1), &limits).unwrap();

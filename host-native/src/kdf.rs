@@ -295,7 +295,7 @@ mod tests {
     use super::*;
 
     fn params(ops: u64, mem: u64, salt: &[u8]) -> KdfParams {
-        KdfParams { opslimit: ops, memlimit: mem, alg: 2, salt: salt.to_vec() }
+        KdfParams::argon2id(ops, mem, salt.to_vec())
     }
 
     #[test]

@@ -7,7 +7,6 @@ pub mod convert;
 pub mod cuda;
 pub mod error;
 pub mod kdf;
-pub mod mmap;
 mod parallel;
 pub mod reader;
 mod retry;

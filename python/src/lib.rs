@@ -20,7 +20,11 @@ mod writer;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+// Declared, though it is pyo3's default: nothing here relies on the GIL for
+// safety (pyclass state is behind pyo3's borrow checks, shared caches are
+// PyOnceLock, and native work already runs with the GIL released), so a
+// free-threaded interpreter may import the module without re-enabling it.
+#[pymodule(gil_used = false)]
 mod _native {
     #[pymodule_export]
     use crate::checkpoint::{CheckpointEntry, NativeCheckpoint, ZipEntryCheck};
@@ -75,7 +79,7 @@ mod _native {
         };
         let opslimit = in_range("opslimit", opslimit, MIN_KDF_OPSLIMIT, MAX_KDF_OPSLIMIT)?;
         let memlimit = in_range("memlimit", memlimit, MIN_KDF_MEMLIMIT, MAX_KDF_MEMLIMIT)?;
-        let params = tensorizer_core::KdfParams { opslimit, memlimit, alg: 2, salt };
+        let params = tensorizer_core::KdfParams::argon2id(opslimit, memlimit, salt);
         let limits =
             tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };
         let key = py

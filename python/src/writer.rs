@@ -90,7 +90,7 @@ impl NativeWriter {
             .map(|k| Key::from_slice(&k).map_err(|_| CryptographyError::new_err("a key must be exactly 32 bytes")))
             .transpose()?;
         let encryption =
-            key.as_ref().map(|_| kdf.map(|(opslimit, memlimit, salt)| KdfParams { opslimit, memlimit, alg: 2, salt }));
+            key.as_ref().map(|_| kdf.map(|(opslimit, memlimit, salt)| KdfParams::argon2id(opslimit, memlimit, salt)));
         let layout = WriterOptions { alignment, metadata_len, encryption };
         let options = WriteOptions { layout, key, num_writers: 0 };
         let state = match metadata_len {

@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use super::cursor::{Cursor, Emit};
 use crate::error::{Error, Result};
-use crate::layout::{CRYPT_CHUNK_QUANTUM, MAC_LEN, MIN_CRYPT_CHUNK_SIZE, NONCE_LEN, SALT_LEN};
+use crate::layout::{CRYPT_CHUNK_QUANTUM, MAC_LEN, MIN_CRYPT_CHUNK_SIZE, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN};
 
 const CHUNK_KEY_DERIVATION: u16 = 1;
 const CHUNK_XSALSA20_PARALLEL: u16 = 2;
@@ -22,6 +22,14 @@ pub struct KdfParams {
     pub alg: i32,
     /// The salt (16 bytes in files tensorizer writes).
     pub salt: Vec<u8>,
+}
+
+impl KdfParams {
+    /// Argon2id v1.3 (libsodium's `crypto_pwhash_ALG_ARGON2ID13`, the only
+    /// algorithm tensorizer writes) with these costs and salt.
+    pub fn argon2id(opslimit: u64, memlimit: u64, salt: Vec<u8>) -> Self {
+        Self { opslimit, memlimit, alg: PWHASH_ALG_ARGON2ID13, salt }
+    }
 }
 
 /// One chunk of a crypt-info block.
@@ -206,7 +214,7 @@ mod tests {
     fn round_trip_all_chunk_kinds() {
         let info = CryptInfo {
             chunks: alloc::vec![
-                CryptChunk::KeyDerivation(KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: alloc::vec![0; 16] }),
+                CryptChunk::KeyDerivation(KdfParams::argon2id(1, 8192, alloc::vec![0; SALT_LEN])),
                 CryptChunk::Parallel { chunk_size: 2 << 20, nonce: [7; 24], macs: alloc::vec![[1; 16], [2; 16]] },
                 CryptChunk::Sequential { nonce: [3; 24], mac: [4; 16] },
             ],

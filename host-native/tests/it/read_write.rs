@@ -3,7 +3,6 @@
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
-use tensorizer_native::mmap::MappedFile;
 use tensorizer_native::writer::FileWriter;
 use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions, write_file};
 
@@ -131,25 +130,6 @@ fn streaming_writer_accepts_any_order_and_pieces() {
     assert!(writer.commit().is_err());
     assert!(!dir.path().join("u.tensors").exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary files left behind");
-}
-
-#[test]
-fn memory_map_borrows_aligned_data_and_copies_otherwise() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.tensors");
-    let data: Vec<u8> = (0..4096u32).flat_map(|v| v.to_le_bytes()).collect();
-    let spec = TensorSpec::state_dict("w", Dtype::from_element(ElementType::U32), vec![4096]);
-    write_file(&path, &[(spec, data.as_slice())], &WriteOptions::default()).unwrap();
-    let map = MappedFile::open(&path).unwrap();
-    assert!(map.is_aligned(0, 64));
-    assert!(matches!(map.aligned(0, true).unwrap(), std::borrow::Cow::Borrowed(b) if b == data.as_slice()));
-    // tensorizer's own layout is unaligned: the fallback copies.
-    let flat = crate::common::vectors_dir().join("v1_flat.tensors");
-    let map = MappedFile::open(&flat).unwrap();
-    let i = map.entries().iter().position(|e| e.dtype.itemsize() == 8 && e.data_offset % 8 != 0).unwrap();
-    assert!(matches!(map.aligned(i, true).unwrap(), std::borrow::Cow::Owned(_)));
-    let enc = crate::common::vectors_dir().join("v3_enc_key.tensors");
-    assert!(MappedFile::open(&enc).is_err());
 }
 
 #[test]

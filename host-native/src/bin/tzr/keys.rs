@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase, presets};
+use tensorizer_core::layout::SALT_LEN;
 use tensorizer_core::{KdfParams, KeySource};
 
 use crate::Failure;
@@ -89,8 +90,8 @@ impl KeyArgs {
             return Ok(None);
         };
         let (opslimit, memlimit) = preset.costs();
-        let salt = tensorizer_native::writer::random_bytes::<16>()?.to_vec();
-        let params = KdfParams { opslimit, memlimit, alg: 2, salt };
+        let salt = tensorizer_native::writer::random_bytes::<SALT_LEN>()?.to_vec();
+        let params = KdfParams::argon2id(opslimit, memlimit, salt);
         let limits = KdfLimits { max_memlimit: memlimit, max_opslimit: opslimit, ..KdfLimits::default() };
         let key = tensorizer_native::kdf::derive(pass.expose_secret(), &params, &limits)
             .map_err(|e| Failure::Usage(format!("key derivation failed: {e}")))?;
