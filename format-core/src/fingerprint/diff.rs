@@ -81,7 +81,8 @@ pub fn diff<'a>(a: &'a Fingerprint, b: &'a Fingerprint) -> Vec<Change<'a>> {
             }
             Ordering::Equal => {
                 let (x, y) = (&ta[i], &tb[j]);
-                let difference = Difference { dtype: x.dtype != y.dtype, shape: x.shape != y.shape, data: x.data != y.data };
+                let difference =
+                    Difference { dtype: x.dtype != y.dtype, shape: x.shape != y.shape, data: x.data != y.data };
                 if difference.dtype || difference.shape || difference.data {
                     changes.push(Change::Changed { a: x, b: y, difference });
                 }
