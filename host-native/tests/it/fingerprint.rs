@@ -144,8 +144,11 @@ fn big_endian_tensorizer_data_hashes_as_little_endian() {
     assert_eq!(of(big), of(little));
 }
 
-/// A tensorizer file of `(name, dtype, shape, data)`.
-fn file(dir: &Path, file_name: &str, tensors: &[(&str, ElementType, Vec<u64>, Vec<u8>)]) -> std::path::PathBuf {
+/// A tensor: (name, dtype, shape, data).
+type Tensor<'a> = (&'a str, ElementType, Vec<u64>, Vec<u8>);
+
+/// A tensorizer file of `tensors`.
+fn file(dir: &Path, file_name: &str, tensors: &[Tensor<'_>]) -> std::path::PathBuf {
     let specs: Vec<TensorSpec> = tensors
         .iter()
         .map(|(n, d, shape, _)| TensorSpec::state_dict(*n, Dtype::from_element(*d), shape.clone()))
@@ -167,7 +170,7 @@ fn each_change_gives_another_fingerprint_and_its_diff_line() {
     let a = file(dir.path(), "a.tensors", &base);
     let mut one = w.clone();
     one[5] ^= 1;
-    let cases: Vec<(&str, Vec<(&str, ElementType, Vec<u64>, Vec<u8>)>, &str)> = vec![
+    let cases: Vec<(&str, Vec<Tensor<'_>>, &str)> = vec![
         ("same", base.clone(), ""),
         ("element", vec![("layer.w", F32, vec![2, 3], one), base[1].clone()], "changed  layer.w  data"),
         (
