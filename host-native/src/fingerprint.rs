@@ -6,8 +6,9 @@
 //! Tensors are hashed on a pool of threads (`num_threads`, by default one
 //! per core), each taking the next tensor, largest first, and streaming it
 //! piece by piece, as a conversion reads it ([`crate::convert`]): memory
-//! is one piece per thread, plus, for a checkpoint view that is not
-//! contiguous, the view gathered whole (one such view at a time). One
+//! is at most two pieces per thread (a big-endian tensor is swapped in a
+//! copy), plus, for a checkpoint view that is not contiguous, the view
+//! gathered whole (one such view at a time). One
 //! tensor's SHA-256 runs on one thread, so a file of one huge tensor hashes
 //! at one core's speed. Stored tensorizer hashes are not checked (`tzr
 //! verify` does that); encrypted data is still authenticated as it is
