@@ -27,7 +27,7 @@ Exit codes:
 `tzr diff` instead exits as diff(1) does: 0 same weights, 1 different, 2 any error";
 
 #[derive(Parser)]
-#[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt and convert tensorizer (.tensors) files", after_help = EXIT_CODES)]
+#[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt, convert, fingerprint and diff tensorizer (.tensors) files", after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
