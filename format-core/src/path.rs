@@ -42,6 +42,30 @@ impl TensorPath {
         }
     }
 
+    /// The flat dotted name: a plain name as it is; a structured path's
+    /// components joined with `.`, indices in decimal (`["layers", 0, "w"]`
+    /// is `layers.0.w`). safetensors outputs and fingerprints use it.
+    pub fn dotted_name(&self) -> String {
+        match self {
+            Self::Plain(s) => s.clone(),
+            Self::Structured(components) => {
+                let mut out = String::new();
+                for (i, c) in components.iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    match c {
+                        PathComponent::Key(k) => out.push_str(k),
+                        PathComponent::Index(n) => {
+                            let _ = write!(out, "{n}");
+                        }
+                    }
+                }
+                out
+            }
+        }
+    }
+
     /// The components of this path (a plain name is one key).
     pub fn components(&self) -> Vec<PathComponent> {
         match self {
@@ -209,6 +233,13 @@ mod tests {
 
     fn key(s: &str) -> PathComponent {
         Key(s.to_string())
+    }
+
+    #[test]
+    fn dotted_names_join_components() {
+        let p = TensorPath::from_components(alloc::vec![Key("layers".into()), Index(10), Key("w.x".into())]).unwrap();
+        assert_eq!(p.dotted_name(), "layers.10.w.x");
+        assert_eq!(TensorPath::from("a.b").dotted_name(), "a.b");
     }
 
     #[test]

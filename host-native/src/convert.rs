@@ -51,7 +51,7 @@ pub const LOCAL_PIECE: usize = 1 << 20;
 pub const REMOTE_PIECE: usize = 16 << 20;
 
 /// Longest wait between two progress reports.
-const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// By default a conversion writes at most this many times its input's
 /// bytes of tensor data (or [`DEFAULT_MIN_OUTPUT_BOUND`], if larger): a
@@ -170,7 +170,7 @@ pub enum Input<'a, S: RangeSource> {
 }
 
 impl<S: RangeSource> Input<'_, S> {
-    fn format(&self) -> Format {
+    pub(crate) fn format(&self) -> Format {
         match self {
             Self::Checkpoint(_) => Format::TorchCheckpoint,
             Self::Tensorizer(_) => Format::Tensorizer,
@@ -178,7 +178,7 @@ impl<S: RangeSource> Input<'_, S> {
         }
     }
 
-    fn source(&self) -> &S {
+    pub(crate) fn source(&self) -> &S {
         match self {
             Self::Checkpoint(r) => r.source(),
             Self::Tensorizer(r) => r.source(),
@@ -193,13 +193,13 @@ impl<S: RangeSource> Input<'_, S> {
 
 /// One tensor to write: where it comes from (an entry index of the input)
 /// and what it becomes.
-struct Item {
-    index: usize,
-    spec: TensorSpec,
-    len: u64,
+pub(crate) struct Item {
+    pub(crate) index: usize,
+    pub(crate) spec: TensorSpec,
+    pub(crate) len: u64,
     /// Bytes per unit to reverse: a big-endian tensorizer tensor going to
     /// safetensors (checkpoints are always gathered little-endian).
-    swap: Option<usize>,
+    pub(crate) swap: Option<usize>,
 }
 
 /// Reads the first bytes of `source` and tells its format ([`Format::sniff`]).
@@ -301,7 +301,7 @@ pub fn write_bounded<S: RangeSource>(
             let job = |k: usize, scratch: &mut Vec<u8>, stopped: &AtomicBool| {
                 let k = order[k];
                 let mut sink = writer.tensor(k)?;
-                stream(&input, &items[k], &gather, scratch, &mut |piece| {
+                stream(&input, &items[k], true, &gather, scratch, &mut |piece| {
                     check(stopped)?;
                     sink.write(piece)?;
                     done.fetch_add(piece.len() as u64, Ordering::Relaxed);
@@ -330,7 +330,7 @@ pub fn write_bounded<S: RangeSource>(
             let job = |k: usize, scratch: &mut Vec<u8>, stopped: &AtomicBool| {
                 let k = order[k];
                 let mut at = offsets[k];
-                stream(&input, &items[k], &gather, scratch, &mut |piece| {
+                stream(&input, &items[k], true, &gather, scratch, &mut |piece| {
                     check(stopped)?;
                     file.write_all_at(piece, at).map_err(io_err(&name, at))?;
                     crate::writer::start_writeback(file, at, piece.len());
@@ -373,7 +373,7 @@ fn check_output_bound(src: &str, input_len: u64, total: u64, max_output_bytes: O
 
 /// Gives up on a tensor once the conversion has failed elsewhere (or its
 /// progress callback stopped it).
-fn check(stopped: &AtomicBool) -> Result<()> {
+pub(crate) fn check(stopped: &AtomicBool) -> Result<()> {
     if stopped.load(Ordering::Acquire) {
         return Err(Error::Invalid("conversion stopped".into()));
     }
@@ -519,10 +519,12 @@ fn safetensors_header(src: &str, items: &[Item]) -> Result<Vec<u8>> {
     Ok([&(json.len() as u64).to_le_bytes()[..], &json].concat())
 }
 
-/// Streams `item`'s data, as the output stores it, through `f` in pieces.
-fn stream<S: RangeSource>(
+/// Streams `item`'s data, as the output stores it, through `f` in pieces;
+/// a tensorizer input's stored hashes are checked when `verify` is set.
+pub(crate) fn stream<S: RangeSource>(
     input: &Input<'_, S>,
     item: &Item,
+    verify: bool,
     gather: &Mutex<()>,
     scratch: &mut Vec<u8>,
     f: &mut dyn FnMut(&[u8]) -> Result<()>,
@@ -556,7 +558,7 @@ fn stream<S: RangeSource>(
             })
         }
         Input::Tensorizer(reader) => reader
-            .stream(item.index, piece, true, |p| match item.swap {
+            .stream(item.index, piece, verify, |p| match item.swap {
                 Some(unit) => {
                     scratch.clear();
                     scratch.extend_from_slice(p);

@@ -6,6 +6,7 @@ pub mod convert;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;
+pub mod fingerprint;
 pub mod kdf;
 mod parallel;
 pub mod reader;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use tensorizer_core::dtype::ByteOrder;
-use tensorizer_core::{Dtype, ElementType, PathComponent, TensorPath};
+use tensorizer_core::{Dtype, ElementType, TensorPath};
 
 use crate::error::{Error, Result};
 use crate::reader::Reader;
@@ -67,17 +67,7 @@ const ALL: &[ElementType] = &[
 /// The flat name a structured path gets in safetensors: components joined
 /// with dots, as in a torch state dict (`model.layers.0.weight`).
 pub fn flat_name(path: &TensorPath) -> String {
-    match path {
-        TensorPath::Plain(s) => s.clone(),
-        TensorPath::Structured(c) => c
-            .iter()
-            .map(|p| match p {
-                PathComponent::Key(k) => k.clone(),
-                PathComponent::Index(i) => i.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("."),
-    }
+    path.dotted_name()
 }
 
 /// Bytes that swap as one unit to turn `dtype`'s stored elements into

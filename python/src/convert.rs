@@ -42,7 +42,7 @@ pub(crate) struct ConversionReport {
 }
 
 /// A format's name in Python: "tensorizer", "safetensors" or "torch".
-fn py_name(f: Format) -> &'static str {
+pub(crate) fn py_name(f: Format) -> &'static str {
     match f {
         Format::TorchCheckpoint => "torch",
         other => other.name(),

@@ -13,6 +13,7 @@ mod cuda;
 mod dtypes;
 mod entry;
 mod errors;
+mod fingerprint;
 mod reader;
 mod slices;
 mod source;
@@ -37,6 +38,8 @@ mod _native {
         CryptographyError, FormatError, HashMismatchError, ObjectChangedError, RangeNotSupportedError,
     };
     #[pymodule_export]
+    use crate::fingerprint::FingerprintReport;
+    #[pymodule_export]
     use crate::reader::{ArenaPlan, NativeReader};
     #[pymodule_export]
     use crate::source::{NativeSource, location_scheme, s3_presign, upload};
@@ -55,6 +58,7 @@ mod _native {
         crate::carve::register(m)?;
         crate::arenas::register(m)?;
         crate::convert::register(m)?;
+        crate::fingerprint::register(m)?;
         crate::cuda::register(m)?;
         crate::dtypes::register(m)?;
         Ok(())

@@ -33,7 +33,7 @@ pub struct NativeReader {
     pub(crate) inner: Reader<Counted<Source>>,
 }
 
-fn key_source(key: Option<Vec<u8>>, passphrase: Option<Vec<u8>>) -> PyResult<Option<KeySource>> {
+pub(crate) fn key_source(key: Option<Vec<u8>>, passphrase: Option<Vec<u8>>) -> PyResult<Option<KeySource>> {
     match (key, passphrase) {
         (Some(k), _) => Key::from_slice(&k)
             .map(|k| Some(KeySource::Key(k)))

@@ -70,7 +70,7 @@ fn gather(view: &TensorView, data: &[u8], order: ByteOrder) -> Vec<u8> {
 }
 
 /// Each tensor entry of a parsed checkpoint: (index, flat name, LE bytes).
-fn expected(ckpt: &Checkpoint<'_>) -> Vec<(usize, String, Vec<u8>)> {
+pub(crate) fn expected(ckpt: &Checkpoint<'_>) -> Vec<(usize, String, Vec<u8>)> {
     let mut out = Vec::new();
     for (i, e) in ckpt.entries().iter().enumerate() {
         if let Leaf::Tensor(_) = &e.value {

@@ -8,6 +8,7 @@ mod cloud;
 mod common;
 mod convert;
 mod faults;
+mod fingerprint;
 mod http;
 mod read_write;
 mod redis;

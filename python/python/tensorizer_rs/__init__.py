@@ -9,6 +9,7 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
+from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
 from ._slices import TensorSlice, tp_shard
@@ -43,6 +44,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "convert",
+    "fingerprint",
+    "fingerprint_tensors",
+    "TensorFingerprint",
     "serialization",
     "stream_io",
     "utils",

@@ -43,6 +43,8 @@ __all__ = [
     "load_arenas",
     "convert_file",
     "ConversionReport",
+    "fingerprint_file",
+    "FingerprintReport",
     "cuda_available",
     "reader_load_cuda",
     "reader_load_staged",
@@ -343,6 +345,30 @@ class ConversionReport:
     def skipped(self) -> list[str]: ...
     @property
     def flattened(self) -> bool: ...
+
+# -- fingerprints (python/src/fingerprint.rs) ----------------------------------
+
+def fingerprint_file(
+    src: str | PathLike[str] | NativeSource,
+    *,
+    key: bytes | None = None,
+    passphrase: bytes | None = None,
+    num_threads: int | None = None,
+) -> FingerprintReport: ...
+
+@final
+class FingerprintReport:
+    """A file's fingerprint and its records."""
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def source_format(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def skipped(self) -> list[str]: ...
+    @property
+    def tensors(self) -> list[tuple[str, str, list[int], str | None]]: ...
 
 # -- CUDA (python/src/cuda.rs; native only in builds with the `cuda` feature) --
 

@@ -1,9 +1,11 @@
 //! `tzr`: inspect, verify, encrypt, decrypt, convert and copy tensorizer files
-//! (and inspect, verify and convert torch.save checkpoints).
+//! (and inspect, verify and convert torch.save checkpoints); fingerprint and
+//! diff the weights in any of the three formats.
 
 mod checkpoint;
 mod copy;
 mod crypt;
+mod fingerprint;
 mod inspect;
 mod keys;
 mod progress;
@@ -21,10 +23,11 @@ Exit codes:
   1  verification failed: a hash did not match, or decryption failed (wrong key or tampered data)
   2  usage error (bad arguments)
   3  the input is not a valid tensorizer/safetensors file or torch.save checkpoint (legacy and
-     compressed checkpoints included), or reading or writing failed";
+     compressed checkpoints included), or reading or writing failed
+`tzr diff` instead exits as diff(1) does: 0 same weights, 1 different, 2 any error";
 
 #[derive(Parser)]
-#[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt and convert tensorizer (.tensors) files", after_help = EXIT_CODES)]
+#[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt, convert, fingerprint and diff tensorizer (.tensors) files", after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -121,6 +124,41 @@ enum Command {
         #[arg(long, value_name = "BYTES")]
         max_output_bytes: Option<u64>,
     },
+    /// Print a fingerprint of the weights (spec §21): one SHA-256 over every
+    /// tensor's name, dtype, shape and data, the same for the same weights
+    /// in a tensorizer, safetensors or torch.save file. Prints `HEX  FILE`.
+    Fingerprint {
+        /// The file: a path or an http(s)://, s3:// or redis:// URI.
+        file: PathBuf,
+        /// Key for an encrypted tensorizer file.
+        #[command(flatten)]
+        key: keys::KeyArgs,
+        /// Print JSON, with every tensor's record, instead of the digest.
+        #[arg(long)]
+        json: bool,
+        /// Threads hashing tensors (default: one per core).
+        #[arg(long)]
+        num_readers: Option<usize>,
+    },
+    /// List the tensors added, removed, renamed or changed (dtype, shape or
+    /// data) between two files of any of the three formats, by their
+    /// fingerprints. Exits 0 when the weights are the same, 1 when they
+    /// differ, 2 on any error.
+    Diff {
+        /// The first file (a path or URI).
+        a: PathBuf,
+        /// The second file (a path or URI).
+        b: PathBuf,
+        /// Key for encrypted tensorizer files (used for both).
+        #[command(flatten)]
+        key: keys::KeyArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Threads hashing tensors (default: one per core).
+        #[arg(long)]
+        num_readers: Option<usize>,
+    },
     /// Serve the browser inspector and FILE (or open a URL) on 127.0.0.1 and print the address.
     View(view::ViewArgs),
 }
@@ -163,6 +201,20 @@ type Outcome = Result<(), Failure>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Diff { a, b, key, json, num_readers } => {
+            return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {
+                Ok(same) => ExitCode::from(if same { 0 } else { 1 }),
+                Err(failure) => {
+                    match failure {
+                        Failure::Usage(msg) => eprintln!("tzr: {msg}"),
+                        Failure::Error(e) => eprintln!("tzr: {e}"),
+                        Failure::Verification => {}
+                    }
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Command::Fingerprint { file, key, json, num_readers } => fingerprint::run(&file, &key, json, num_readers),
         Command::Inspect { file, json } => inspect::run(&file, json),
         Command::Verify { file, key, json, num_readers } => crypt::verify(&file, &key, json, num_readers),
         Command::Encrypt { input, output, key, generate_key, kdf, layout } => {

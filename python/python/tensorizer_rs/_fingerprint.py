@@ -1,0 +1,84 @@
+"""``tensorizer_rs.fingerprint``: what ``tzr fingerprint`` prints, from Python.
+
+One SHA-256 digest for the weights in a tensorizer file, a safetensors file
+or a ``torch.save`` checkpoint -- a local path or an ``http(s)://`` /
+``s3://`` URI, recognised by its first bytes -- the same for the same
+weights in any of the three (spec §21, ``tzr-fingerprint-v1``)::
+
+    tensorizer_rs.fingerprint("model.safetensors") == tensorizer_rs.fingerprint("model.tensors")
+
+Every tensor's name, dtype, shape and C-contiguous little-endian bytes go
+into it; tensors are streamed (never a whole file in memory) and hashed on
+several threads with the GIL released.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from . import _native
+from ._crypt import DecryptionParams
+
+__all__ = ["TensorFingerprint", "fingerprint", "fingerprint_tensors"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class TensorFingerprint:
+    """One tensor's record in a fingerprint."""
+
+    #: The flat dotted name (structured paths joined with ".").
+    name: str
+    #: torch's dtype name without "torch.", e.g. "bfloat16".
+    dtype: str
+    #: The shape.
+    shape: tuple[int, ...]
+    #: SHA-256 of the C-contiguous little-endian bytes, in hex; ``None``
+    #: for a meta tensor (no data).
+    sha256: Optional[str]
+
+
+def _report(
+    path_or_uri: PathLike, encryption: Optional[DecryptionParams], num_threads: Optional[int]
+) -> _native.FingerprintReport:
+    keys = encryption.native_args() if encryption is not None else {}
+    return _native.fingerprint_file(os.fspath(path_or_uri), num_threads=num_threads, **keys)
+
+
+def fingerprint(
+    path_or_uri: PathLike,
+    *,
+    encryption: Optional[DecryptionParams] = None,
+    num_threads: Optional[int] = None,
+) -> str:
+    """The fingerprint of the weights in ``path_or_uri``: 64 hex digits.
+
+    Args:
+        path_or_uri: A local path or a URI (``http(s)://``, ``s3://``, ...)
+            of a tensorizer, safetensors or ``torch.save`` file.
+        encryption: How to decrypt an encrypted tensorizer file.
+        num_threads: Threads hashing tensors (default: one per core).
+
+    Raises:
+        ValueError: The input is not a readable file of the three formats,
+            two tensors share a flat name, or a dtype has no torch name.
+        CryptographyError: The file is encrypted and no key (or the wrong
+            key) was given.
+        OSError: Reading failed.
+    """
+    return _report(path_or_uri, encryption, num_threads).fingerprint
+
+
+def fingerprint_tensors(
+    path_or_uri: PathLike,
+    *,
+    encryption: Optional[DecryptionParams] = None,
+    num_threads: Optional[int] = None,
+) -> list[TensorFingerprint]:
+    """Every tensor's record of :func:`fingerprint`, in name order (the
+    order they are combined in). Arguments and errors as there."""
+    report = _report(path_or_uri, encryption, num_threads)
+    return [TensorFingerprint(n, d, tuple(s), h) for n, d, s, h in report.tensors]

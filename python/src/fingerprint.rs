@@ -1,0 +1,93 @@
+//! `tensorizer_rs.fingerprint` and `fingerprint_tensors`: weight
+//! fingerprints (spec §21), a thin wrapper over
+//! `tensorizer_native::fingerprint`.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use tensorizer_core::fingerprint::to_hex;
+use tensorizer_native::fingerprint::{self, FingerprintOptions, Fingerprinted};
+
+use crate::errors::to_py;
+use crate::reader::key_source;
+use crate::source::NativeSource;
+
+/// Adds this file's functions and classes to `_native`.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(fingerprint_file, m)?)?;
+    Ok(())
+}
+
+/// A file's fingerprint and its records.
+#[pyclass(frozen, module = "tensorizer_rs._native")]
+pub(crate) struct FingerprintReport {
+    /// The fingerprint: 64 lowercase hex digits.
+    #[pyo3(get)]
+    fingerprint: String,
+    /// The source's format: "torch", "tensorizer" or "safetensors".
+    #[pyo3(get)]
+    source_format: &'static str,
+    /// Bytes of tensor data hashed.
+    #[pyo3(get)]
+    nbytes: u64,
+    /// Checkpoint entries that are not tensors (left out).
+    #[pyo3(get)]
+    skipped: Vec<String>,
+    /// One (name, dtype, shape, sha256 hex or None for a meta tensor) per
+    /// tensor, in name order.
+    #[pyo3(get)]
+    tensors: Vec<(String, &'static str, Vec<u64>, Option<String>)>,
+}
+
+impl From<Fingerprinted> for FingerprintReport {
+    fn from(done: Fingerprinted) -> Self {
+        let tensors = done
+            .fingerprint
+            .tensors()
+            .iter()
+            .map(|t| (t.name.clone(), t.dtype_name(), t.shape.clone(), t.data.as_ref().map(|d| to_hex(d))))
+            .collect();
+        Self {
+            fingerprint: done.fingerprint.hex(),
+            source_format: crate::convert::py_name(done.format),
+            nbytes: done.bytes,
+            skipped: done.skipped,
+            tensors,
+        }
+    }
+}
+
+/// Fingerprints `src` (a path or URI, or an opened `NativeSource`) with
+/// the GIL released; `key` (32 bytes) or `passphrase` decrypt an encrypted
+/// tensorizer file.
+#[pyfunction]
+#[pyo3(signature = (src, *, key=None, passphrase=None, num_threads=None))]
+fn fingerprint_file(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    key: Option<Vec<u8>>,
+    passphrase: Option<Vec<u8>>,
+    num_threads: Option<usize>,
+) -> PyResult<FingerprintReport> {
+    let options = FingerprintOptions { key: key_source(key, passphrase)?, num_threads: num_threads.unwrap_or(0) };
+    let opened = src.cast::<NativeSource>().ok().map(|s| s.get().inner.clone());
+    let uri = match opened {
+        Some(_) => String::new(),
+        None => src.extract::<PathBuf>()?.to_string_lossy().into_owned(),
+    };
+    let mut raised: Option<PyErr> = None;
+    let done = py.detach(|| {
+        // Called every 100 ms or so: Ctrl-C (KeyboardInterrupt) stops the work.
+        let check = |_: u64, _: u64| {
+            Python::attach(|py| py.check_signals()).map_err(|e| {
+                raised = Some(e);
+                tensorizer_native::Error::Invalid("stopped by a Python exception".into())
+            })
+        };
+        match opened {
+            Some(source) => fingerprint::fingerprint_source(source, &options, check),
+            None => fingerprint::fingerprint(&uri, &options, check),
+        }
+    });
+    done.map(FingerprintReport::from).map_err(|e| raised.take().unwrap_or_else(|| to_py(e)))
+}
