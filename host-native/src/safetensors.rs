@@ -206,7 +206,10 @@ impl<S: RangeSource> SafetensorsFile<S> {
             }
             entries.push(SafetensorsEntry { name: key, dtype, shape, start, end });
         }
-        entries.sort_by_key(|e| e.start);
+        // By (start, end), as safetensors orders them: an empty tensor at
+        // the offset where a full one starts comes first, whatever the
+        // header's order.
+        entries.sort_by_key(|e| (e.start, e.end));
         let mut expect = 0;
         for e in &entries {
             if e.start != expect {

@@ -146,7 +146,7 @@ fn crc32(data: &[u8]) -> u32 {
 }
 
 /// A stored zip (no alignment, no ZIP64) with correct CRCs.
-fn zip_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+pub(crate) fn zip_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut central = Vec::new();
     for (name, data) in entries {

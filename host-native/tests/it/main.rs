@@ -17,3 +17,4 @@ mod slices;
 mod staging;
 mod store;
 mod tls;
+mod written_read;
