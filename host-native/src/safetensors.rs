@@ -179,7 +179,10 @@ impl<S: RangeSource> SafetensorsFile<S> {
         let mut n = [0u8; 8];
         source.read_exact_at(0, &mut n)?;
         let n = u64::from_le_bytes(n);
-        if n > MAX_SAFETENSORS_HEADER || n.checked_add(8).is_none_or(|end| end > len) {
+        if n > MAX_SAFETENSORS_HEADER {
+            return Err(bad(format!("header length {n} is over MAX_SAFETENSORS_HEADER ({MAX_SAFETENSORS_HEADER})")));
+        }
+        if n.checked_add(8).is_none_or(|end| end > len) {
             return Err(bad(format!("header length {n} is impossible for a {len}-byte file")));
         }
         let mut raw = vec![0u8; n as usize];

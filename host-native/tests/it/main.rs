@@ -9,6 +9,7 @@ mod common;
 mod convert;
 mod faults;
 mod http;
+mod limits;
 mod read_write;
 mod redis;
 mod s3;
