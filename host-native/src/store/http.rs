@@ -484,33 +484,36 @@ impl HttpSource {
     }
 
     /// What tells that the object a range response comes from is not the
-    /// one opened: another ETag; without an ETag at opening, another
-    /// `Last-Modified`; another total size. `None` when nothing does (an
+    /// one opened: another ETag; another total size; without an ETag at
+    /// opening, another `Last-Modified`. `None` when nothing does (an
     /// object replaced by one of the same size and date, from a server that
     /// sends no ETag, goes unnoticed: only stored hashes catch it).
     fn changed(&self, head: &Head) -> Option<String> {
         let shown = |v: Option<&String>| v.map_or_else(|| "none".to_string(), |v| format!("{:?}", shorten(v)));
-        if let Some(expected) = &self.etag {
-            if head.etag.as_ref() != Some(expected) {
-                let (was, now) = (shown(Some(expected)), shown(head.etag.as_ref()));
-                return Some(format!(
-                    "the object changed during the load (ETag differs: was {was}, is now {now}); open it again"
-                ));
-            }
-        } else if let Some(expected) = &self.last_modified
-            && head.last_modified.as_ref() != Some(expected)
+        if let Some(expected) = &self.etag
+            && head.etag.as_ref() != Some(expected)
         {
-            let (was, now) = (shown(Some(expected)), shown(head.last_modified.as_ref()));
+            let (was, now) = (shown(Some(expected)), shown(head.etag.as_ref()));
             return Some(format!(
-                "the object changed during the load (the server sends no ETag; Last-Modified was {was}, is now \
-                 {now}); open it again"
+                "the object changed during the load (ETag differs: was {was}, is now {now}); open it again"
             ));
         }
-        match head.content_range {
-            Some((_, _, total)) if total != self.len => Some(format!(
-                "the object changed during the load (it was {} bytes long, is now {total}); open it again",
-                self.len
-            )),
+        if let Some((_, _, total)) = head.content_range
+            && total != self.len
+        {
+            let was = self.len;
+            return Some(format!(
+                "the object changed during the load (it was {was} bytes long, is now {total}); open it again"
+            ));
+        }
+        match (&self.etag, &self.last_modified) {
+            (None, Some(expected)) if head.last_modified.as_ref() != Some(expected) => {
+                let (was, now) = (shown(Some(expected)), shown(head.last_modified.as_ref()));
+                Some(format!(
+                    "the object changed during the load (the server sends no ETag; Last-Modified was {was}, is now \
+                     {now}); open it again"
+                ))
+            }
             _ => None,
         }
     }
