@@ -18,7 +18,7 @@ MAX_SECONDS="${MAX_SECONDS:-7200}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed
-        checkpoint checkpoint_pickle)
+        checkpoint checkpoint_pickle sniff validator_cli)
 fi
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
@@ -50,6 +50,18 @@ for p in sys.argv[2:]:
         if n.endswith("/data.pkl"):
             open(sys.argv[1] + "/pkl-" + p.rsplit("/", 1)[-1], "wb").write(z.read(n))' "$corpus" tests/vectors/torch/*.pt
         fi
+    elif [ "$t" = sniff ]; then
+        # A claimed length (8 bytes), then the first bytes of every format.
+        for f in tests/vectors/*.tensors tests/vectors/torch/*.pt; do
+            { printf '\xff\xff\xff\x7f\0\0\0\0'; head -c 512 "$f"; } >"$corpus/seed-$(basename "$f")"
+        done
+    elif [ "$t" = validator_cli ]; then
+        # A report budget byte, NUL-separated arguments ending in two NULs,
+        # then the file.
+        for f in tests/vectors/*.tensors; do
+            { printf '\x40validate\0--verify\0--json\0f\0\0'; head -c 65536 "$f"; } >"$corpus/seed-$(basename "$f")"
+            { printf '\x02validate\0f\0\0'; head -c 4096 "$f"; } >"$corpus/seed-$(basename "$f").head"
+        done
     else
         # Seed with real files (small ones whole, and the first 4 KiB of
         # each, which holds the header and the start of the index).

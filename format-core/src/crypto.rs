@@ -21,7 +21,7 @@ pub use salsa::{BLOCK_LEN as SALSA_BLOCK_LEN, StreamState, xor_keystream, xor_ke
 
 use crate::layout::{
     DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK, KEY_LEN,
-    MAC_LEN, MIN_KDF_MEMLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13,
+    MAC_LEN, MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13,
 };
 
 /// A 32-byte secretbox key. Zeroed on drop; `Debug` never prints it.
@@ -68,8 +68,10 @@ impl Key {
 pub type DeriveFn = fn(&[u8], &KdfParams, &KdfLimits) -> Result<Key>;
 
 /// The checks every [`DeriveFn`] makes before any work: the algorithm, the
-/// limits, a non-empty passphrase, libsodium's minimum cost, and a salt of
-/// at least [`MIN_KDF_SALT_LEN`] bytes. Returns Argon2id's
+/// configured limits, libsodium's bounds on the costs ([`MIN_KDF_MEMLIMIT`]
+/// to [`MAX_KDF_MEMLIMIT`], [`MIN_KDF_OPSLIMIT`] to [`MAX_KDF_OPSLIMIT`]), a
+/// non-empty passphrase, and a salt of [`MIN_KDF_SALT_LEN`] to
+/// [`MAX_KDF_SALT_LEN`] bytes. Returns Argon2id's
 /// (memory cost in KiB, passes).
 pub fn argon2id_costs(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<(u32, u32)> {
     if params.alg != PWHASH_ALG_ARGON2ID13 {
@@ -78,6 +80,11 @@ pub fn argon2id_costs(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits)
     if params.memlimit > limits.max_memlimit || params.opslimit > limits.max_opslimit {
         return Err(Error::Encryption { reason: "key derivation cost is above the configured limit" });
     }
+    if params.memlimit > MAX_KDF_MEMLIMIT || params.opslimit > MAX_KDF_OPSLIMIT {
+        // Past what libsodium accepts, even when the caller lifted the
+        // configured limits entirely.
+        return Err(Error::Encryption { reason: "key derivation cost above libsodium's maximum" });
+    }
     if passphrase.is_empty() {
         return Err(Error::Encryption { reason: "empty passphrase" });
     }
@@ -85,7 +92,7 @@ pub fn argon2id_costs(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits)
         .map_err(|_| Error::Encryption { reason: "key derivation memory cost too large" })?;
     let t_cost = u32::try_from(params.opslimit)
         .map_err(|_| Error::Encryption { reason: "key derivation time cost too large" })?;
-    if params.memlimit < MIN_KDF_MEMLIMIT || t_cost == 0 {
+    if params.memlimit < MIN_KDF_MEMLIMIT || params.opslimit < MIN_KDF_OPSLIMIT {
         return Err(Error::Encryption { reason: "key derivation cost below libsodium's minimum" });
     }
     if params.salt.len() < MIN_KDF_SALT_LEN || params.salt.len() > MAX_KDF_SALT_LEN {

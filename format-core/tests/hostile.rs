@@ -285,3 +285,135 @@ fn work_is_budgeted_across_salts() {
     let err = file.load_all(Some(&tight)).unwrap_err();
     assert!(err.to_string().contains("max_work"), "{err}");
 }
+
+// ---- every named limit, exceeded by one -------------------------------------
+
+/// A refusal is typed and names the limit: a `LimitExceeded` for `what`
+/// with the value one past `limit`.
+fn exceeded(err: &Error, what: &str, limit: u64) {
+    let ok = matches!(err, Error::LimitExceeded { what: w, value, limit: l, .. }
+        if w.contains(what) && *l == limit && *value == limit + 1);
+    assert!(ok, "{what}: {err:?}");
+}
+
+/// Runs `parse` on a small stack and checks that it refused without
+/// holding more than `heap` bytes at once (never the claimed size).
+fn refused_within<T: Send + 'static>(heap: u64, parse: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Error {
+    let (result, peak, _) = bounded(256 << 10, parse);
+    let err = result.err().expect("the limit was not applied");
+    assert!(peak <= heap, "held {peak} bytes refusing: {err:?}");
+    err
+}
+
+/// One small valid file, for patching fields of.
+fn small_file() -> Vec<u8> {
+    let spec = TensorSpec::state_dict("t", Dtype::from_element(ElementType::F32), vec![2]);
+    write::to_vec(&[spec], &[&[0u8; 8]], &WriterOptions::tensorizer(), None, || [0; 24]).unwrap()
+}
+
+fn put_u64(bytes: &mut [u8], at: usize, v: u64) {
+    bytes[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[test]
+fn every_file_limit_exceeded_by_one_is_refused_before_allocating() {
+    use tensorizer_core::layout::{MAX_METADATA_LEN, MAX_TENSOR_HEADER_LEN, MIN_CRYPT_CHUNK_SIZE};
+    const SMALL: u64 = 1 << 20;
+    // The metadata index length (file header offset 65).
+    let mut bytes = small_file();
+    put_u64(&mut bytes, 65, MAX_METADATA_LEN + 1);
+    let err = refused_within(SMALL, move || File::parse(&bytes).map(|_| ()));
+    exceeded(&err, "metadata index length", MAX_METADATA_LEN);
+    // The tensor count (offset 0x39), with an index long enough to claim it.
+    let mut bytes = small_file();
+    put_u64(&mut bytes, 0x39, MAX_TENSORS + 1);
+    put_u64(&mut bytes, 65, (MAX_TENSORS + 1) * 32);
+    let err = refused_within(SMALL, move || File::parse(&bytes).map(|_| ()));
+    exceeded(&err, "tensor count", MAX_TENSORS);
+    // A tensor header one byte longer than the limit (its data offset moved).
+    let bytes = small_file();
+    let file = File::parse(&bytes).unwrap();
+    let e = &file.metadata.entries[0];
+    let offsets = [e.header_offset.to_le_bytes(), e.data_offset.to_le_bytes()].concat();
+    let at = bytes.windows(16).position(|w| w == offsets).unwrap() + 8;
+    let mut bytes = bytes.clone();
+    put_u64(&mut bytes, at, e.header_offset + MAX_TENSOR_HEADER_LEN + 1);
+    let err = refused_within(SMALL, move || File::parse(&bytes).map(|_| ()));
+    exceeded(&err, "tensor header length", MAX_TENSOR_HEADER_LEN);
+    // The data version (MAX_VERSION + 1).
+    let mut bytes = small_file();
+    bytes[5..9].copy_from_slice(&(tensorizer_core::MAX_VERSION + 1).to_le_bytes());
+    let err = refused_within(SMALL, move || File::parse(&bytes).map(|_| ()));
+    assert_eq!(err, Error::UnsupportedVersion { version: tensorizer_core::MAX_VERSION + 1 });
+    // One path one component deeper than the limit.
+    let bytes = file_with_names(&[structured(0..=MAX_PATH_DEPTH as u64)]);
+    let err = refused_within(SMALL, move || File::parse(&bytes).map(|_| ()));
+    exceeded(&err, "tensor path depth", MAX_PATH_DEPTH as u64);
+    // One component more than the file's limit: 2,097 names of 1,000 and one of 153.
+    let deep = |i: u64, depth: u64| structured(std::iter::once(i).chain(std::iter::repeat_n(0, depth as usize - 1)));
+    let count = MAX_PATH_COMPONENTS / 1000;
+    let mut names: Vec<Vec<u8>> = (0..count).map(|i| deep(i, 1000)).collect();
+    names.push(deep(count, MAX_PATH_COMPONENTS % 1000 + 1));
+    let bytes = file_with_names(&names);
+    let err = refused_within(64 << 20, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
+    exceeded(&err, "tensor path components in the file", MAX_PATH_COMPONENTS);
+    // An encryption chunk one quantum below the smallest accepted.
+    let info = tensorizer_core::CryptInfo {
+        chunks: vec![tensorizer_core::CryptChunk::Parallel {
+            chunk_size: MIN_CRYPT_CHUNK_SIZE - 64,
+            nonce: [0; 24],
+            macs: vec![[0; 16]],
+        }],
+    };
+    let mut raw = Vec::new();
+    info.emit(&mut raw);
+    let err = tensorizer_core::CryptInfo::parse(&raw[8..], 8).unwrap_err();
+    assert!(matches!(err, Error::Malformed { reason: "invalid encryption chunk size", .. }), "{err:?}");
+}
+
+#[test]
+fn every_key_derivation_limit_exceeded_by_one_is_refused_before_argon2() {
+    use tensorizer_core::crypto::{KeyRing, MAX_KDF_SALT_LEN, MIN_KDF_SALT_LEN};
+    use tensorizer_core::layout::{
+        DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK,
+        MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT,
+    };
+    let params = |opslimit, memlimit, salt_len| KdfParams { opslimit, memlimit, alg: 2, salt: vec![1; salt_len] };
+    let raised = KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..KdfLimits::default() };
+    let cases = [
+        ("DEFAULT_MAX_KDF_MEMLIMIT + 1", params(1, DEFAULT_MAX_KDF_MEMLIMIT + 1, 16), KdfLimits::default()),
+        ("DEFAULT_MAX_KDF_OPSLIMIT + 1", params(DEFAULT_MAX_KDF_OPSLIMIT + 1, 8192, 16), KdfLimits::default()),
+        ("MAX_KDF_MEMLIMIT + 1", params(1, MAX_KDF_MEMLIMIT + 1, 16), raised),
+        ("MAX_KDF_OPSLIMIT + 1", params(MAX_KDF_OPSLIMIT + 1, 8192, 16), raised),
+        ("MIN_KDF_MEMLIMIT - 1", params(1, MIN_KDF_MEMLIMIT - 1, 16), KdfLimits::default()),
+        ("MIN_KDF_OPSLIMIT - 1", params(MIN_KDF_OPSLIMIT - 1, 8192, 16), KdfLimits::default()),
+        ("MIN_KDF_SALT_LEN - 1", params(1, 8192, MIN_KDF_SALT_LEN - 1), KdfLimits::default()),
+        ("MAX_KDF_SALT_LEN + 1", params(1, 8192, MAX_KDF_SALT_LEN + 1), KdfLimits::default()),
+    ];
+    for (what, p, limits) in cases {
+        let err = refused_within(1 << 20, move || Key::derive(PASS, &p, &limits).map(|_| ()));
+        assert!(matches!(err, Error::Encryption { .. }), "{what}: {err:?}");
+    }
+    // Per file: one derivation past the count, and past the work (the
+    // smallest step of work, 8 KiB × 1 pass) with a derivation that does
+    // no work, so that only the budget is tested.
+    fn no_work(_: &[u8], _: &KdfParams, _: &KdfLimits) -> tensorizer_core::Result<Key> {
+        Ok(Key::from_bytes([0; 32]))
+    }
+    let mut ring = KeyRing::default();
+    let salted = |b: u8| KdfParams { salt: vec![b; 16], ..params(1, 8192, 16) };
+    for b in 0..DEFAULT_MAX_KDF_DERIVATIONS as u8 {
+        ring.key_with(PASS, &salted(b), &KdfLimits::default(), no_work).unwrap();
+    }
+    let err = ring.key_with(PASS, &salted(0xff), &KdfLimits::default(), no_work).unwrap_err();
+    assert!(err.to_string().contains("max_derivations"), "{err}");
+    let mut ring = KeyRing::default();
+    let at_cap =
+        |b: u8| KdfParams { salt: vec![b; 16], ..params(DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_MEMLIMIT, 16) };
+    for b in 0..2 {
+        ring.key_with(PASS, &at_cap(b), &KdfLimits::default(), no_work).unwrap();
+    }
+    assert_eq!(2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK);
+    let err = ring.key_with(PASS, &params(1, 8192, 16), &KdfLimits::default(), no_work).unwrap_err();
+    assert!(err.to_string().contains("max_work"), "{err}");
+}

@@ -169,7 +169,10 @@ impl<S: RangeSource> SafetensorsFile<S> {
         let mut n = [0u8; 8];
         source.read_exact_at(0, &mut n)?;
         let n = u64::from_le_bytes(n);
-        if n > MAX_SAFETENSORS_HEADER || n.checked_add(8).is_none_or(|end| end > len) {
+        if n > MAX_SAFETENSORS_HEADER {
+            return Err(bad(format!("header length {n} is over MAX_SAFETENSORS_HEADER ({MAX_SAFETENSORS_HEADER})")));
+        }
+        if n.checked_add(8).is_none_or(|end| end > len) {
             return Err(bad(format!("header length {n} is impossible for a {len}-byte file")));
         }
         let mut raw = vec![0u8; n as usize];
@@ -196,7 +199,10 @@ impl<S: RangeSource> SafetensorsFile<S> {
             }
             entries.push(SafetensorsEntry { name: key, dtype, shape, start, end });
         }
-        entries.sort_by_key(|e| e.start);
+        // By (start, end), as safetensors orders them: an empty tensor at
+        // the offset where a full one starts comes first, whatever the
+        // header's order.
+        entries.sort_by_key(|e| (e.start, e.end));
         let mut expect = 0;
         for e in &entries {
             if e.start != expect {

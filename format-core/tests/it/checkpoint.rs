@@ -472,3 +472,75 @@ fn containers_are_recorded_in_order_with_their_kinds() {
     assert_eq!(leaves[0].1, Leaf::Int(5));
     assert_eq!(leaves[1], ("c".into(), Leaf::Int(7)));
 }
+
+/// `good` with its end record replaced by a ZIP64 end record, its
+/// locator, and a classic record pointing to them (sentinel fields), the
+/// ZIP64 record declaring `entries` entries.
+fn with_zip64_entries(good: &[u8], entries: u64) -> Vec<u8> {
+    let n = good.len();
+    let field = |at: usize| u32::from_le_bytes(good[n - at..n - at + 4].try_into().unwrap()) as u64;
+    let (cd_size, cd_offset) = (field(10), field(6));
+    let mut out = good[..n - 22].to_vec();
+    let z64_at = out.len() as u64;
+    out.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
+    out.extend_from_slice(&44u64.to_le_bytes());
+    out.extend_from_slice(&[45, 0, 45, 0]);
+    out.extend_from_slice(&[0; 8]);
+    for v in [entries, entries, cd_size, cd_offset] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&z64_at.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[0xff; 4]);
+    out.extend_from_slice(&(cd_size as u32).to_le_bytes());
+    out.extend_from_slice(&(cd_offset as u32).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out
+}
+
+fn exceeded(err: &Error, what: &str, limit: u64) {
+    let ok = matches!(err, Error::LimitExceeded { what: w, value, limit: l, .. }
+        if w.contains(what) && *l == limit && *value == limit + 1);
+    assert!(ok, "{what}: {err:?}");
+}
+
+#[test]
+fn every_checkpoint_limit_exceeded_by_one_is_a_typed_refusal() {
+    use tensorizer_core::layout::{
+        MAX_CHECKPOINT_RECORD_LEN, MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_LONG_BYTES,
+        MAX_PICKLE_OPCODES, MAX_TORCH_ARCHIVE_VERSION, MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES,
+    };
+    let pkl = dict_with(b"K\x01");
+    let good = with_pickle(&pkl);
+    // Entries and directory length are claims: refused before any is read.
+    exceeded(&parse_timed(&with_zip64_entries(&good, MAX_ZIP_ENTRIES + 1)), "zip entry count", MAX_ZIP_ENTRIES);
+    let mut bytes = good.clone();
+    let n = bytes.len();
+    bytes[n - 10..n - 6].copy_from_slice(&(MAX_ZIP_CENTRAL_DIRECTORY_LEN as u32 + 1).to_le_bytes());
+    exceeded(&parse_timed(&bytes), "central directory length", MAX_ZIP_CENTRAL_DIRECTORY_LEN);
+    // A record one byte too long, and an archive version one too new.
+    let long = vec![b'3'; MAX_CHECKPOINT_RECORD_LEN as usize + 1];
+    let err = parse_timed(&zip_of(&[("a/data.pkl", &pkl), ("a/version", &long)]));
+    exceeded(&err, "checkpoint record length", MAX_CHECKPOINT_RECORD_LEN);
+    let newer = (MAX_TORCH_ARCHIVE_VERSION + 1).to_string();
+    let err = parse_timed(&zip_of(&[("a/data.pkl", &pkl), ("a/version", newer.as_bytes())]));
+    assert!(matches!(err, Error::Malformed { reason: "unsupported torch archive version", .. }), "{err:?}");
+    // The pickle: an integer one byte too long; one opcode too many (the
+    // dict's own five, then pairs of NONE and POP); one value too many on
+    // the stack; one MARK too deep.
+    let mut body = vec![0x8a, MAX_PICKLE_LONG_BYTES as u8 + 1];
+    body.extend(std::iter::repeat_n(1, MAX_PICKLE_LONG_BYTES as usize + 1));
+    exceeded(&parse_timed(&with_pickle(&dict_with(&body))), "pickle integer length", MAX_PICKLE_LONG_BYTES);
+    let mut body = b"N".to_vec();
+    body.extend(std::iter::repeat_n(*b"0N", (MAX_PICKLE_OPCODES as usize - 4) / 2).flatten());
+    exceeded(&parse_timed(&with_pickle(&dict_with(&body))), "pickle opcode count", MAX_PICKLE_OPCODES);
+    let body = vec![b'N'; MAX_PICKLE_CONTAINER_LEN as usize];
+    exceeded(&parse_timed(&with_pickle(&dict_with(&body))), "pickle stack length", MAX_PICKLE_CONTAINER_LEN);
+    let body = vec![b'('; MAX_PICKLE_DEPTH + 1];
+    let err = parse_timed(&with_pickle(&dict_with(&body)));
+    assert!(matches!(err, Error::LimitExceeded { limit, .. } if limit == MAX_PICKLE_DEPTH as u64), "{err:?}");
+}

@@ -10,8 +10,9 @@
 //! deadline ([`TransferLimits`]); a failed, short or too slow read
 //! re-fetches only the bytes still missing, with exponential backoff, up to
 //! a bounded number of attempts. A server that ignores `Range`, or an
-//! object whose ETag changes during the load, is an error naming the URL
-//! and the range.
+//! object that changes during the load, is an error naming the URL and the
+//! range: its ETag is pinned by the opening response, or, when the server
+//! sends none, its `Last-Modified` date; its size is pinned always.
 //!
 //! `https://` servers are verified against the CAs that [`TlsOptions`]
 //! and the environment name (see [`crate::tls`]); a refused certificate
@@ -104,6 +105,9 @@ pub struct HttpSource {
     name: String,
     len: u64,
     etag: Option<String>,
+    /// `Last-Modified` of the opening response: what tells versions apart
+    /// when the server sends no ETag.
+    last_modified: Option<String>,
     /// The object's first bytes, fetched by the probe: the file header and
     /// (usually) the whole index, so opening a file costs one request.
     prefix: Vec<u8>,
@@ -131,6 +135,7 @@ struct Parked {
 struct Opened {
     len: u64,
     etag: Option<String>,
+    last_modified: Option<String>,
     prefix: Vec<u8>,
     /// Answered by the URL itself, not after a redirect.
     direct: bool,
@@ -141,6 +146,7 @@ struct Opened {
 struct Head {
     status: u16,
     etag: Option<String>,
+    last_modified: Option<String>,
     /// `(start, end, total)` from `Content-Range`.
     content_range: Option<(u64, u64, u64)>,
 }
@@ -150,6 +156,7 @@ impl Head {
         Self {
             status: resp.status,
             etag: resp.header("etag").map(str::to_string),
+            last_modified: resp.header("last-modified").map(str::to_string),
             content_range: resp.header("content-range").and_then(content_range),
         }
     }
@@ -159,6 +166,7 @@ impl Head {
         Self {
             status: resp.status().as_u16(),
             etag: header("etag").map(str::to_string),
+            last_modified: header("last-modified").map(str::to_string),
             content_range: header("content-range").and_then(content_range),
         }
     }
@@ -234,6 +242,7 @@ impl HttpSource {
             name: name.to_string(),
             len: 0,
             etag: None,
+            last_modified: None,
             prefix: Vec::new(),
             options,
             trust,
@@ -245,6 +254,7 @@ impl HttpSource {
         let opened = retry(&this.options.retry, target, || this.probe(until))?;
         this.len = opened.len;
         this.etag = opened.etag;
+        this.last_modified = opened.last_modified;
         this.prefix = opened.prefix;
         this.parked = Mutex::new(opened.parked);
         if !opened.direct {
@@ -408,7 +418,7 @@ impl HttpSource {
             return self.broken(0, PREFIX, e, &body.pace, false);
         }
         let parked = (prefix.len() as u64 <= end).then_some(Parked { end: end + 1, body });
-        Attempt::Ok(Opened { len: total, etag: head.etag, prefix, direct, parked })
+        Attempt::Ok(Opened { len: total, etag: head.etag, last_modified: head.last_modified, prefix, direct, parked })
     }
 
     /// Fills `bufs` (consecutive bytes from `offset`) as far as the prefix
@@ -473,6 +483,41 @@ impl HttpSource {
         self.receive(start, end, head, body, bufs, total, done)
     }
 
+    /// What tells that the object a range response comes from is not the
+    /// one opened: another ETag; another total size; without an ETag at
+    /// opening, another `Last-Modified`. `None` when nothing does (an
+    /// object replaced by one of the same size and date, from a server that
+    /// sends no ETag, goes unnoticed: only stored hashes catch it).
+    fn changed(&self, head: &Head) -> Option<String> {
+        let shown = |v: Option<&String>| v.map_or_else(|| "none".to_string(), |v| format!("{:?}", shorten(v)));
+        if let Some(expected) = &self.etag
+            && head.etag.as_ref() != Some(expected)
+        {
+            let (was, now) = (shown(Some(expected)), shown(head.etag.as_ref()));
+            return Some(format!(
+                "the object changed during the load (ETag differs: was {was}, is now {now}); open it again"
+            ));
+        }
+        if let Some((_, _, total)) = head.content_range
+            && total != self.len
+        {
+            let was = self.len;
+            return Some(format!(
+                "the object changed during the load (it was {was} bytes long, is now {total}); open it again"
+            ));
+        }
+        match (&self.etag, &self.last_modified) {
+            (None, Some(expected)) if head.last_modified.as_ref() != Some(expected) => {
+                let (was, now) = (shown(Some(expected)), shown(head.last_modified.as_ref()));
+                Some(format!(
+                    "the object changed during the load (the server sends no ETag; Last-Modified was {was}, is now \
+                     {now}); open it again"
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// Checks a response to `bytes=start-end` and reads its body into what
     /// is left of `bufs` (`total` bytes in all) after `*done`.
     #[allow(clippy::too_many_arguments)]
@@ -490,10 +535,7 @@ impl HttpSource {
         if let Some(failed) = self.unless_partial(head.status, start, span) {
             return failed;
         }
-        if let Some(expected) = &self.etag
-            && head.etag.as_ref() != Some(expected)
-        {
-            let why = "the object changed during the load (ETag differs); open it again";
+        if let Some(why) = self.changed(&head) {
             return Attempt::Final(self.store_fail(start, span, StoreErrorKind::Changed, why));
         }
         match head.content_range {
@@ -506,6 +548,11 @@ impl HttpSource {
             Err(e) => self.broken(start, span, e, &reader.pace, *done - began >= RESUMABLE_PROGRESS),
         }
     }
+}
+
+/// At most 80 characters of a header value, for a message.
+fn shorten(value: &str) -> &str {
+    value.char_indices().nth(80).map_or(value, |(at, _)| &value[..at])
 }
 
 /// Reads from `reader` into `bufs`, taken as one run of bytes, from

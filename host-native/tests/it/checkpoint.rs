@@ -146,7 +146,7 @@ fn crc32(data: &[u8]) -> u32 {
 }
 
 /// A stored zip (no alignment, no ZIP64) with correct CRCs.
-fn zip_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+pub(crate) fn zip_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut central = Vec::new();
     for (name, data) in entries {
@@ -423,8 +423,13 @@ fn inspect_shows_views_and_storages() {
 /// (stride 0) from the one element of a single 4-byte storage, as
 /// `torch.zeros(1).expand(numel)` saves.
 fn expanded_checkpoint(views: usize, numel: u32) -> Vec<u8> {
+    expanded_checkpoint_of(&vec![numel; views])
+}
+
+/// [`expanded_checkpoint`] with a view of each of `numels` elements.
+pub(crate) fn expanded_checkpoint_of(numels: &[u32]) -> Vec<u8> {
     let mut p = vec![0x80, 2, b'}', b'('];
-    for i in 0..views {
+    for (i, &numel) in numels.iter().enumerate() {
         unicode(&mut p, &format!("v{i}"));
         p.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
         unicode(&mut p, "storage");

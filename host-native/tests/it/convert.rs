@@ -101,6 +101,22 @@ fn a_safetensors_header_with_a_repeated_name_is_refused() {
     assert!(!out.exists());
 }
 
+#[test]
+fn an_empty_tensor_listed_after_a_full_one_at_its_offset_is_read() {
+    // Both start at 0; safetensors orders by (start, end), whatever the
+    // header's order. Found by `written_read`.
+    let dir = tempfile::tempdir().unwrap();
+    let json =
+        br#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}"#;
+    let input = dir.path().join("empty.safetensors");
+    std::fs::write(&input, [&(json.len() as u64).to_le_bytes()[..], json, &[7, 9]].concat()).unwrap();
+    let out = dir.path().join("empty.tensors");
+    from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).unwrap();
+    let reader = Reader::open(&out, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+    let names: Vec<String> = reader.entries().iter().map(|e| e.path.to_string()).collect();
+    assert_eq!(names, ["b", "a"]);
+}
+
 // ---- tensorizer_native::convert: any input to either output -----------------
 
 mod library {

@@ -70,6 +70,52 @@ fn http_failures_are_typed_and_name_the_url() {
     assert!(text.contains(&format!("(bytes {}-{})", 1 << 20, (1 << 20) + 4095)), "{text}");
 }
 
+/// Writes `bytes` at `path` with modification time `secs` after the epoch.
+fn write_dated(path: &std::path::Path, bytes: &[u8], secs: u64) {
+    std::fs::write(path, bytes).unwrap();
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+}
+
+#[test]
+fn without_an_etag_the_date_and_the_size_are_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.bin");
+    let root = dir.path().display().to_string();
+    // nginx with `etag off`: ranges and Last-Modified, no ETag.
+    let Some(nginx) = Nginx::serve_block(&|port| format!("listen 127.0.0.1:{port}; root {root}; etag off;")) else {
+        return;
+    };
+    let url = nginx.url("f.bin");
+    let (old, new) = (two_mib(), two_mib().iter().map(|b| b ^ 0xff).collect::<Vec<u8>>());
+    const THEN: u64 = 1_700_000_000;
+    let mut buf = vec![0u8; 4096];
+    // Each case: the object at opening, then swapped before a read past
+    // the opening request's first MiB.
+    let cases: [(&[u8], u64, Option<&str>); 3] = [
+        (&new, THEN + 10, Some("Last-Modified was")),
+        (&new[..(2 << 20) - 1], THEN, Some("bytes long, is now")),
+        // Same size, same date: nothing tells the versions apart.
+        (&new, THEN, None),
+    ];
+    for (swapped, secs, changed) in cases {
+        write_dated(&path, &old, THEN);
+        let source = open(&url, &options(Intent::Peek)).unwrap();
+        write_dated(&path, swapped, secs);
+        match changed {
+            Some(what) => {
+                let (kind, text) = kind_of(source.read_exact_at(1 << 20, &mut buf));
+                assert_eq!(kind, Some(StoreErrorKind::Changed), "{text}");
+                assert!(text.contains(&url) && text.contains(what), "{text}");
+            }
+            None => {
+                source.read_exact_at(1 << 20, &mut buf).unwrap();
+                assert_eq!(buf, new[1 << 20..(1 << 20) + 4096], "undetectable without hashes (spec 14)");
+            }
+        }
+    }
+}
+
 #[test]
 fn transient_failures_end_in_retries_exhausted_or_timed_out() {
     let dir = tempfile::tempdir().unwrap();

@@ -47,9 +47,10 @@ pub struct CloudReadOptions {
 }
 
 /// One object of a cloud store, read with ranged `GET`s pinned to the ETag
-/// it had when opened (`If-Match`): a replaced object fails the read with
-/// an [`Error::Store`] of kind `Changed` naming the object and the range,
-/// instead of mixing two versions.
+/// it had when opened (`If-Match`), or, from a store that gives none, to
+/// its last-modified date, and to its size always: a replaced object fails
+/// the read with an [`Error::Store`] of kind `Changed` naming the object,
+/// the range and what changed, instead of mixing two versions.
 ///
 /// Opening it is one ranged `GET` (no `HEAD`): its first [`PREFIX`] bytes
 /// are kept and serve reads of the header and index; with
@@ -75,6 +76,9 @@ pub struct CloudSource {
     name: String,
     len: u64,
     etag: Option<String>,
+    /// The last-modified date at opening (RFC 3339), compared when the
+    /// store gave no ETag.
+    last_modified: Option<String>,
     limits: TransferLimits,
     retry: RetryPolicy,
     /// The object's first bytes, from the opening request.
@@ -96,6 +100,7 @@ struct Parked {
 struct Opened {
     len: u64,
     etag: Option<String>,
+    last_modified: Option<String>,
     prefix: Vec<u8>,
     parked: Option<Parked>,
 }
@@ -113,6 +118,7 @@ impl CloudSource {
             name,
             len: 0,
             etag: None,
+            last_modified: None,
             limits: options.limits,
             retry: options.retry,
             prefix: Vec::new(),
@@ -123,6 +129,7 @@ impl CloudSource {
         let opened = retry(&this.retry, target, || this.run(deadline, None, this.probe(options.read_all)))?;
         this.len = opened.len;
         this.etag = opened.etag;
+        this.last_modified = opened.last_modified;
         this.prefix = opened.prefix;
         this.parked = Mutex::new(opened.parked);
         Ok(this)
@@ -173,6 +180,7 @@ impl CloudSource {
             }
         };
         let (len, etag, end) = (result.meta.size, result.meta.e_tag.clone(), result.range.end);
+        let last_modified = Some(result.meta.last_modified.to_rfc3339());
         if result.range.start != 0 || end > len {
             let why = "the store returned a different range";
             return Attempt::Final(self.fail(0, PREFIX.min(len), io::ErrorKind::InvalidData, why));
@@ -187,7 +195,7 @@ impl CloudSource {
             Attempt::Final(e) => return Attempt::Final(e),
         }
         let parked = (end > want).then_some(Parked { at: want, leftover, body });
-        Attempt::Ok(Opened { len, etag, prefix, parked })
+        Attempt::Ok(Opened { len, etag, last_modified, prefix, parked })
     }
 
     /// The opening of an object whose ranged `GET` was refused as
@@ -196,7 +204,8 @@ impl CloudSource {
         let head = GetOptions { head: true, ..Default::default() };
         match self.store.get_opts(&self.path, head).await.map(|r| r.meta) {
             Ok(meta) if meta.size == 0 => {
-                Attempt::Ok(Opened { len: 0, etag: meta.e_tag, prefix: Vec::new(), parked: None })
+                let last_modified = Some(meta.last_modified.to_rfc3339());
+                Attempt::Ok(Opened { len: 0, etag: meta.e_tag, last_modified, prefix: Vec::new(), parked: None })
             }
             _ => Attempt::Final(store_error(&self.name, None, failed)),
         }
@@ -219,6 +228,9 @@ impl CloudSource {
                 return failed(store_error(&self.name, Some((start, total - began)), e), again);
             }
         };
+        if let Some(why) = self.changed(&result.meta) {
+            return Attempt::Final(Error::store(&self.name, Some(start..offset + total), StoreErrorKind::Changed, why));
+        }
         let (mut body, mut leftover) = (result.into_stream(), None);
         let outcome = self.receive(&mut body, &mut leftover, offset, total, done, bufs).await;
         if matches!(outcome, Attempt::Ok(())) && leftover.is_some() {
@@ -312,6 +324,26 @@ impl CloudSource {
         let receive = self.receive(&mut parked.body, &mut parked.leftover, offset, total, done, bufs);
         // Whatever arrived stays in `bufs`; the rest is asked for afresh.
         let _ = self.run(deadline, range, receive);
+    }
+
+    /// What tells that a response comes from another object than the one
+    /// opened, beyond the `If-Match` the store checks: another size; without
+    /// an ETag, another last-modified date. `None` when nothing does.
+    fn changed(&self, meta: &object_store::ObjectMeta) -> Option<String> {
+        if meta.size != self.len {
+            let (was, now) = (self.len, meta.size);
+            return Some(format!(
+                "the object changed during the load (it was {was} bytes long, is now {now}); open it again"
+            ));
+        }
+        let now = meta.last_modified.to_rfc3339();
+        match (&self.etag, &self.last_modified) {
+            (None, Some(was)) if *was != now => Some(format!(
+                "the object changed during the load (the store gives no ETag; last modified {was}, now {now}); \
+                 open it again"
+            )),
+            _ => None,
+        }
     }
 
     /// The failure of a transfer below the minimum rate, at `start..end`.
@@ -454,6 +486,8 @@ mod tests {
         /// Ranged bodies served whole before the faults begin.
         clean: u32,
         gets: AtomicU32,
+        /// Answers without an ETag (as some stores and emulators do).
+        no_etag: bool,
     }
 
     impl fmt::Display for Faulty {
@@ -477,6 +511,9 @@ mod tests {
         async fn get_opts(&self, p: &Path, options: GetOptions) -> object_store::Result<object_store::GetResult> {
             let ranged = options.range.is_some();
             let mut result = self.inner.get_opts(p, options).await?;
+            if self.no_etag {
+                result.meta.e_tag = None;
+            }
             if !ranged {
                 return Ok(result);
             }
@@ -532,7 +569,7 @@ mod tests {
     /// A store holding an object of `len` bytes at "o", whose ranged
     /// bodies after the first `clean` have `fault`.
     fn store(len: usize, fault: Fault, clean: u32) -> Arc<Faulty> {
-        let store = Arc::new(Faulty { inner: InMemory::new(), fault, clean, gets: AtomicU32::new(0) });
+        let store = Arc::new(Faulty { inner: InMemory::new(), fault, clean, gets: AtomicU32::new(0), no_etag: false });
         block_on(store.put(&Path::from("o"), PutPayload::from(pattern(len)))).unwrap().unwrap();
         store
     }
@@ -668,6 +705,26 @@ mod tests {
         let missing =
             CloudSource::open(store.clone(), Path::from("nope"), "mem://nope".into(), &CloudReadOptions::default());
         assert_eq!(missing.err().unwrap().store_kind(), Some(StoreErrorKind::NotFound));
+    }
+
+    #[test]
+    fn without_an_etag_the_date_and_the_size_are_pinned() {
+        let len = P as usize + 4096;
+        let put = |store: &Faulty, len| block_on(store.inner.put(&Path::from("o"), PutPayload::from(pattern(len))));
+        let clean = Fault::BreakAfter(usize::MAX, Duration::ZERO);
+        let store =
+            Arc::new(Faulty { inner: InMemory::new(), fault: clean, clean: 0, gets: AtomicU32::new(0), no_etag: true });
+        // Replaced by an object of the same size (a new date), and by one a byte shorter.
+        for (replacement, what) in [(len, "the store gives no ETag; last modified"), (len - 1, "bytes long, is now")] {
+            put(&store, len).unwrap().unwrap();
+            let source = open(&store, CloudReadOptions::default()).unwrap();
+            assert!(source.etag().is_none());
+            std::thread::sleep(Duration::from_millis(2));
+            put(&store, replacement).unwrap().unwrap();
+            let err = source.read_exact_at(P, &mut [0u8; 10]).unwrap_err();
+            assert_eq!(err.store_kind(), Some(StoreErrorKind::Changed), "{err}");
+            assert!(err.to_string().contains("mem://o") && err.to_string().contains(what), "{err}");
+        }
     }
 
     #[test]
