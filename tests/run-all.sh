@@ -109,9 +109,22 @@ bg wasmtime-host nice -n 19 bash host-wasm/test.sh --build-host
 step "format"
 cargo fmt --all -- --check
 
-step "build: every workspace target once (Rust tests, tzr, the Python extension)"
-cargo build --locked --workspace --all-targets
+# Clippy lints the workspace inside the build itself (clippy-driver as the
+# workspace wrapper, given the arguments `cargo clippy -- -D warnings`
+# passes it): a separate `cargo clippy --workspace --all-targets` would
+# type-check every dependency a second time. Every cargo command on
+# target/debug runs with it, or the workspace's crates would rebuild.
+CLIPPY_DRIVER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
+LINTED=(env RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+
+step "build, linted (clippy -D warnings): every workspace target once (Rust tests, tzr, the Python extension)"
+"${LINTED[@]}" cargo build --locked --workspace --all-targets
 bash tests/python-env.sh --link >/dev/null
+
+step "docs (rustdoc -D warnings)"
+# Here, before the test lanes hold target/debug: rustdoc shares the build
+# scripts of the build above and type-checks only what it documents.
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
 
 step "waiting for the downloads"
 await apt
@@ -127,9 +140,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 lane_rust() {
     step "tests (workspace, the cloud stores' included)"
-    cargo test --locked --workspace
+    "${LINTED[@]}" cargo test --locked --workspace
     step "tests (core without std)"
-    cargo test --locked -p tensorizer-core --no-default-features --lib
+    "${LINTED[@]}" cargo test --locked -p tensorizer-core --no-default-features --lib
 }
 
 lane_python() {
@@ -168,13 +181,10 @@ lane_browser() {
 step "Rust and Python test lanes start; lints, docs and wasm builds go on beside them"
 bg lane-rust lane_rust
 bg lane-python lane_python
-# The lints and docs check in a target directory of their own: check-mode
-# artifacts are never shared with a build anyway, and a cargo that holds
-# target/debug's lock for a lint would stall the Rust lane's test runs.
+# The other feature sets and targets are checked in a target directory of
+# their own: check-mode artifacts are never shared with a build anyway, and
+# a cargo holding target/debug's lock for a lint would stall the Rust lane.
 LINT=(--locked --target-dir target/lint)
-
-step "clippy (workspace, all targets, every feature the members ask for)"
-cargo clippy "${LINT[@]}" --workspace --all-targets -- -D warnings
 
 step "clippy (core without std; host without its network features)"
 cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
@@ -202,9 +212,6 @@ if rustup target list --installed | grep -qx wasm32-wasip1; then
 else
     echo "SKIPPED: the wasm32-wasip1 target is not installed"
 fi
-
-step "docs"
-RUSTDOCFLAGS="-D warnings" cargo doc "${LINT[@]}" --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
 
 step "fuzz targets build (stable)"
 cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz

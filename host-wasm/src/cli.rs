@@ -236,7 +236,7 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
 /// write (wasmtime refuses a buffer over 128 MiB with ENOMEM).
 const REPORT_PIECE: usize = 1 << 20;
 
-/// Writes `text` and a newline in pieces of [`REPORT_PIECE`], then flushes;
+/// Writes `text` and a newline in pieces of 1 MiB, then flushes;
 /// an error means the report did not reach `out` whole.
 pub fn write_report(out: &mut dyn Write, text: &str) -> std::io::Result<()> {
     for piece in text.as_bytes().chunks(REPORT_PIECE) {

@@ -178,3 +178,34 @@ fn inspect_shows_big_endian_dtypes() {
     let text = String::from_utf8(tzr(&["inspect", path(&file)]).stdout).unwrap();
     assert!(text.contains("float32 (big-endian)"), "{text}");
 }
+
+/// A report that cannot be written (a full device, a closed pipe) is a
+/// failure with a non-zero exit, never a panic and never a silent success.
+#[test]
+fn output_that_cannot_be_written_is_a_failure() {
+    let flat = vectors_dir().join("v1_flat.tensors");
+    let list = vectors_dir().join("v1_list.tensors");
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(full) = full else { return };
+    for (args, code) in [
+        (vec!["inspect", path(&flat)], 3),
+        (vec!["inspect", "--json", path(&flat)], 3),
+        (vec!["verify", path(&flat)], 3),
+        (vec!["fingerprint", path(&flat)], 3),
+        (vec!["diff", path(&flat), path(&list)], 2),
+    ] {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_tzr")).args(&args).stdout(full.try_clone().unwrap()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("tzr: could not write the output:"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    // A reader that has gone away (`tzr inspect | head -1`) ends the command
+    // quietly, with SIGPIPE's conventional status.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_tzr")).args(["inspect", path(&flat)]).stdout(writer).output().unwrap();
+    assert_eq!(out.status.code(), Some(141), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -146,11 +146,11 @@ pub(crate) fn inspect(file: &Path, source: Source, json_out: bool) -> Outcome {
             })).collect::<Vec<_>>(),
             "tensors": rows,
         });
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
         return Ok(());
     }
-    println!("{}", printable(&file.display().to_string()));
-    println!(
+    out!("{}", printable(&file.display().to_string()));
+    out!(
         "  torch.save checkpoint (archive {:?}, version {}, {order}-endian), {} entries, {tensors} tensors, \
          {} storages ({}), {} file",
         printable(&reader.archive().prefix),
@@ -162,13 +162,20 @@ pub(crate) fn inspect(file: &Path, source: Source, json_out: bool) -> Outcome {
     );
     let names: Vec<String> = rows.iter().map(|r| printable(&r.name)).collect();
     let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).clamp(4, 60);
-    println!(
+    out!(
         "\n  {:>5}  {:<width$}  {:<16}  {:<20}  {:<20}  {:>8}  {:>10}  {:>10}",
-        "#", "name", "dtype", "shape", "stride", "storage", "offset", "bytes"
+        "#",
+        "name",
+        "dtype",
+        "shape",
+        "stride",
+        "storage",
+        "offset",
+        "bytes"
     );
     for (i, (r, name)) in rows.iter().zip(&names).enumerate() {
         if r.kind == "tensor" {
-            println!(
+            out!(
                 "  {i:>5}  {name:<width$}  {:<16}  {:<20}  {:<20}  {:>8}  {:>10}  {:>10}",
                 r.dtype.unwrap_or("?"),
                 format!("{:?}", r.shape.as_deref().unwrap_or_default()),
@@ -179,7 +186,7 @@ pub(crate) fn inspect(file: &Path, source: Source, json_out: bool) -> Outcome {
             );
         } else {
             let value = r.value.as_ref().map(Value::to_string).unwrap_or_default();
-            println!("  {i:>5}  {name:<width$}  {:<16}  {}", r.kind, printable(&value));
+            out!("  {i:>5}  {name:<width$}  {:<16}  {}", r.kind, printable(&value));
         }
     }
     Ok(())
@@ -208,13 +215,13 @@ pub(crate) fn verify(file: &Path, source: Source, json_out: bool) -> Outcome {
                 "actual_crc32": c.actual,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         for c in &failures {
             eprintln!("tzr: {}", mismatch(reader.source().name(), c));
         }
         if failures.is_empty() {
-            println!(
+            out!(
                 "{}: all {} zip entries match their CRC-32 ({} in {:.2} s)",
                 printable(&file.display().to_string()),
                 checks.len(),

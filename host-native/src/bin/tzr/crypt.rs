@@ -74,7 +74,7 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
                 "error": r.error.as_ref().map(ToString::to_string),
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         for r in &failures {
             if let Some(e) = &r.error {
@@ -90,7 +90,7 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
             } else {
                 format!("{verified} of {} tensors verified, {} with no hashes", results.len(), unchecked.len())
             };
-            println!(
+            out!(
                 "{}: {what} ({} in {:.2} s)",
                 crate::inspect::printable(&file.display().to_string()),
                 crate::inspect::human(total_bytes(&reader)),

@@ -78,9 +78,9 @@ pub(crate) fn run(file: &Path, key: &KeyArgs, json_out: bool, num_threads: Optio
             "skipped": done.skipped,
             "tensors": fp.tensors().iter().map(record_json).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
-        println!("{}  {}", fp.hex(), printable(&file.display().to_string()));
+        out!("{}  {}", fp.hex(), printable(&file.display().to_string()));
     }
     Ok(())
 }
@@ -168,22 +168,22 @@ pub(crate) fn diff_files(
             "changed": count("changed"),
             "changes": changes.iter().map(change_json).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
         return Ok(changes.is_empty());
     }
     for c in &changes {
-        println!("{}", change_line(c));
+        out!("{}", change_line(c));
     }
     let (pa, pb) = (printable(&a.display().to_string()), printable(&b.display().to_string()));
     if changes.is_empty() {
-        println!(
+        out!(
             "{pa} and {pb} hold the same {} tensors ({}): fingerprint {}",
             fa.fingerprint.tensors().len(),
             human(fa.bytes),
             fa.fingerprint.hex()
         );
     } else {
-        println!(
+        out!(
             "{pa} and {pb} differ: {} added, {} removed, {} renamed, {} changed",
             count("added"),
             count("removed"),

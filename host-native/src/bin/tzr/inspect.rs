@@ -97,11 +97,11 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         tensors: reader.entries().iter().map(row).collect(),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
         return Ok(());
     }
-    println!("{}", printable(&report.file));
-    println!(
+    out!("{}", printable(&report.file));
+    out!(
         "  data version {}{}{}, {} tensors, {} of data, {}-byte index, {} file",
         report.data_version,
         if report.encrypted { ", encrypted" } else { "" },
@@ -111,22 +111,34 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         report.metadata_index_bytes,
         human(report.file_bytes),
     );
-    println!("\n  {:<18} {:>8} {:>12}", "dtype", "tensors", "bytes");
+    out!("\n  {:<18} {:>8} {:>12}", "dtype", "tensors", "bytes");
     for (dtype, t) in &report.by_dtype {
-        println!("  {dtype:<18} {:>8} {:>12}", t.tensors, human(t.bytes));
+        out!("  {dtype:<18} {:>8} {:>12}", t.tensors, human(t.bytes));
     }
     let names: Vec<String> = report.tensors.iter().map(|r| printable(&r.name)).collect();
     let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).clamp(4, 60);
-    println!(
+    out!(
         "\n  {:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {:>10}  {:>12}  {:>12}",
-        "#", "name", "type", "dtype", "shape", "bytes", "header@", "data@"
+        "#",
+        "name",
+        "type",
+        "dtype",
+        "shape",
+        "bytes",
+        "header@",
+        "data@"
     );
     for (i, (r, name)) in report.tensors.iter().zip(&names).enumerate() {
         let shape = format!("{:?}", r.shape);
         let bytes = if r.meta { format!("meta {}", human(r.bytes)) } else { human(r.bytes) };
-        println!(
+        out!(
             "  {i:>5}  {:<width$}  {:<10}  {:<16}  {:<20}  {bytes:>10}  {:>12}  {:>12}",
-            name, r.tensor_type, r.dtype, shape, r.header_offset, r.data_offset
+            name,
+            r.tensor_type,
+            r.dtype,
+            shape,
+            r.header_offset,
+            r.data_offset
         );
     }
     Ok(())

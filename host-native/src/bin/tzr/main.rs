@@ -2,6 +2,16 @@
 //! (and inspect, verify and convert torch.save checkpoints); fingerprint and
 //! diff the weights in any of the three formats.
 
+/// `println!` that fails the command, instead of panicking, when standard
+/// output cannot be written (a full disk, a closed pipe): a report that did
+/// not reach its reader is not a success.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(crate::Failure::Output)?
+    }};
+}
+
 mod checkpoint;
 mod copy;
 mod crypt;
@@ -188,6 +198,10 @@ enum Failure {
     Error(Error),
     /// Bad arguments discovered after parsing (exit 2).
     Usage(String),
+    /// Standard output could not be written (exit 3, 2 for `diff`; a closed
+    /// pipe exits 141 without a message, as a process killed by SIGPIPE
+    /// would).
+    Output(std::io::Error),
 }
 
 impl From<Error> for Failure {
@@ -208,6 +222,7 @@ fn main() -> ExitCode {
                     match failure {
                         Failure::Usage(msg) => eprintln!("tzr: {msg}"),
                         Failure::Error(e) => eprintln!("tzr: {e}"),
+                        Failure::Output(e) => return output_failed(&e, 2),
                         Failure::Verification => {}
                     }
                     ExitCode::from(2)
@@ -238,5 +253,16 @@ fn main() -> ExitCode {
             eprintln!("tzr: {e}");
             ExitCode::from(if e.is_verification_failure() { 1 } else { 3 })
         }
+        Err(Failure::Output(e)) => output_failed(&e, 3),
     }
+}
+
+/// Reports a failed write of standard output and gives the exit code:
+/// `code`, or 141 without a message for a closed pipe.
+fn output_failed(e: &std::io::Error, code: u8) -> ExitCode {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return ExitCode::from(141);
+    }
+    eprintln!("tzr: could not write the output: {e}");
+    ExitCode::from(code)
 }

@@ -112,7 +112,7 @@ pub(crate) fn run(args: &ViewArgs) -> Outcome {
     };
     let listener = TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| io_error("127.0.0.1", e))?;
     let addr = listener.local_addr().map_err(|e| io_error("127.0.0.1", e))?;
-    println!("http://{addr}{link}");
+    out!("http://{addr}{link}");
     eprintln!("tzr view: serving {} on {addr} only (Ctrl-C to stop)", args.target);
     let _ = std::io::stdout().flush();
     serve(listener, Arc::new(Site { assets, file, secret, port: addr.port() }));
