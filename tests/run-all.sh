@@ -106,8 +106,10 @@ rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
 bg wasm-bindgen nice -n 19 bash host-wasm/browser-test.sh --install-cli
 bg wasmtime-host nice -n 19 bash host-wasm/test.sh --build-host
 
-step "format"
+step "format (the workspace, the fuzz targets, the wasmtime host)"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo fmt --manifest-path host-wasm/embed/Cargo.toml -- --check
 
 # Clippy lints the workspace inside the build itself (clippy-driver as the
 # workspace wrapper, given the arguments `cargo clippy -- -D warnings`
@@ -213,8 +215,8 @@ else
     echo "SKIPPED: the wasm32-wasip1 target is not installed"
 fi
 
-step "fuzz targets build (stable)"
-cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
+step "fuzz targets build (stable), linted as they build"
+"${LINTED[@]}" cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
 
 step "the WASI validator and the browser inspector lanes, as their builds finish"
 await wasmtime-host
