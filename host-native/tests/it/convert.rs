@@ -88,13 +88,18 @@ fn big_endian_tensors_are_swapped_into_safetensors() {
     assert_eq!(out, [1.5f32, -2.25, 1e-3].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
 }
 
+/// A safetensors file from its raw header JSON and data.
+fn safetensors_bytes(json: &[u8], data: &[u8]) -> Vec<u8> {
+    [&(json.len() as u64).to_le_bytes()[..], json, data].concat()
+}
+
 #[test]
 fn a_safetensors_header_with_a_repeated_name_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let json =
         br#"{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
     let input = dir.path().join("dup.safetensors");
-    std::fs::write(&input, [&(json.len() as u64).to_le_bytes()[..], json, &[7, 9]].concat()).unwrap();
+    std::fs::write(&input, safetensors_bytes(json, &[7, 9])).unwrap();
     let out = dir.path().join("dup.tensors");
     let err = from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).unwrap_err();
     assert!(err.to_string().contains("duplicate tensor name \"w\""), "{err}");
@@ -109,7 +114,7 @@ fn an_empty_tensor_listed_after_a_full_one_at_its_offset_is_read() {
     let json =
         br#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}"#;
     let input = dir.path().join("empty.safetensors");
-    std::fs::write(&input, [&(json.len() as u64).to_le_bytes()[..], json, &[7, 9]].concat()).unwrap();
+    std::fs::write(&input, safetensors_bytes(json, &[7, 9])).unwrap();
     let out = dir.path().join("empty.tensors");
     from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).unwrap();
     let reader = Reader::open(&out, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
@@ -272,7 +277,7 @@ mod library {
         json.push('}');
         let dir = tempfile::tempdir().unwrap();
         let input = dir.path().join("many.safetensors");
-        std::fs::write(&input, [&(json.len() as u64).to_le_bytes()[..], json.as_bytes()].concat()).unwrap();
+        std::fs::write(&input, super::safetensors_bytes(json.as_bytes(), &[])).unwrap();
         drop(json);
         let out = dir.path().join("many.tensors");
         let err = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(())).unwrap_err();
