@@ -177,6 +177,22 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A host's positioned read failed ([`crate::source::RandomAccess`]).
+    Read {
+        /// Absolute offset of the read.
+        offset: u64,
+        /// What the host reported.
+        message: String,
+    },
+    /// Memory for something the file really holds could not be had.
+    OutOfMemory {
+        /// Absolute offset of what was to be read.
+        offset: u64,
+        /// What it is.
+        what: &'static str,
+        /// How many bytes were asked for.
+        bytes: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -239,11 +255,21 @@ impl fmt::Display for Error {
                 write!(f, "pickle opcode {opcode:#04x} at byte {offset} is not supported by this reader")
             }
             Self::CorruptCheckpoint { key, reason } => write!(f, "corrupt checkpoint at {key:?}: {reason}"),
+            Self::Read { offset, message } => write!(f, "read failed at byte {offset}: {message}"),
+            Self::OutOfMemory { offset, what, bytes } => {
+                write!(f, "cannot allocate {bytes} bytes for {what} at byte {offset} (raise the memory limit)")
+            }
         }
     }
 }
 
 impl core::error::Error for Error {}
+
+impl From<crate::source::ReadError> for Error {
+    fn from(e: crate::source::ReadError) -> Self {
+        Self::Read { offset: e.offset, message: e.message }
+    }
+}
 
 /// The crate's result type.
 pub type Result<T, E = Error> = core::result::Result<T, E>;

@@ -204,3 +204,29 @@ pub const MAX_STATE_DICT_VISITS: u64 = 1 << 22;
 /// flattened state dict (a key is copied at each visit of its dict and once
 /// per entry below it).
 pub const MAX_STATE_DICT_PATH_BYTES: u64 = 64 * 1024 * 1024;
+
+// ---- the scanner (see `crate::scan`) --------------------------------------
+
+/// Most findings of one rule a scan lists; the rest are counted in one
+/// `FMT-003` finding.
+pub const MAX_FINDINGS_PER_RULE: u64 = 100;
+
+/// Most `*.pkl` entries of one ZIP archive that are scanned; the rest are
+/// reported as not scanned.
+pub const MAX_SCANNED_PICKLES: u64 = 64;
+
+/// Most pickle bytes read over a whole scan (every pickle of an archive
+/// together); past it, pickles are reported as not scanned.
+pub const MAX_SCANNED_PICKLE_BYTES: u64 = 4 * MAX_PICKLE_LEN;
+
+/// Longest file the scanner tries to walk as a protocol 0 or 1 pickle when
+/// its first bytes match no format (such a pickle has no header).
+pub const MAX_PICKLE_GUESS_LEN: u64 = 16 * 1024 * 1024;
+
+/// Most pickles read one after another from a bare pickle file (a legacy
+/// `torch.save` stream holds five).
+pub const MAX_PICKLES_PER_STREAM: u64 = 16;
+
+/// Longest module or name of a global the pickle scanner keeps (longer
+/// ones are cut, and never on the allow-list).
+pub const MAX_PICKLE_GLOBAL_NAME: usize = 256;

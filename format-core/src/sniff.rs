@@ -60,6 +60,69 @@ pub fn sniff_format(head: &[u8], file_len: u64) -> Option<Sniffed> {
     }
 }
 
+/// The scanner's finer, more permissive reading of the first bytes
+/// ([`classify`]): it names what each file most likely is so that its
+/// anomalies can be reported, where [`sniff_format`] only names what a
+/// reader can open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Classified {
+    /// Starts with the tensorizer magic.
+    Tensorizer,
+    /// Starts with a ZIP local header (or an empty archive's end record).
+    Zip,
+    /// An 8-byte length, then `{`: a safetensors file, whose header length
+    /// may be above the limit or beyond the file (the scanner says so).
+    Safetensors {
+        /// The declared JSON header length.
+        header_len: u64,
+    },
+    /// A pickle stream with torch's legacy magic number first.
+    TorchLegacy,
+    /// A pickle stream starting with a `PROTO` opcode (protocol 2 to 5).
+    Pickle,
+    /// A tar archive (torch's oldest save format).
+    Tar,
+    /// None of the above (a protocol 0 or 1 pickle has no header: the
+    /// scanner tries walking it).
+    Unknown,
+}
+
+/// Classifies a file of `file_len` bytes by its first bytes (up to
+/// [`checkpoint::SNIFF_LEN`]). The order: the tensorizer and ZIP magic
+/// numbers (exact), a strict safetensors header, torch's legacy magic, a
+/// `PROTO` opcode, a permissive safetensors header (a length of at least 2
+/// and `{` at byte 8, whatever the length), a tar header.
+pub fn classify(head: &[u8], file_len: u64) -> Classified {
+    if head.starts_with(&MAGIC) {
+        return Classified::Tensorizer;
+    }
+    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
+        return Classified::Zip;
+    }
+    if let Some(header_len) = safetensors_header_len(head, file_len) {
+        return Classified::Safetensors { header_len };
+    }
+    match checkpoint::sniff(head) {
+        Err(Error::LegacyTorchCheckpoint { layout }) if layout.contains("magic") => return Classified::TorchLegacy,
+        _ => {}
+    }
+    if let [0x80, proto, ..] = head
+        && *proto <= 5
+    {
+        return Classified::Pickle;
+    }
+    if let Some(n) = head.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
+        && n >= 2
+        && head.get(8) == Some(&b'{')
+    {
+        return Classified::Safetensors { header_len: n };
+    }
+    if head.get(257..262) == Some(b"ustar") {
+        return Classified::Tar;
+    }
+    Classified::Unknown
+}
+
 #[cfg(test)]
 mod tests {
     use alloc::vec::Vec;
@@ -96,5 +159,21 @@ mod tests {
         assert_eq!(sniff_format(b"|TZR|\x05\x00", 1000), Some(Sniffed::Tensorizer));
         assert_eq!(sniff_format(b"hello, world", 12), None);
         assert_eq!(sniff_format(b"", 0), None);
+    }
+
+    #[test]
+    fn classify_is_permissive_where_sniff_is_strict() {
+        let mut huge = (MAX_SAFETENSORS_HEADER + 1).to_le_bytes().to_vec();
+        huge.extend_from_slice(b"{\"a\":1}");
+        assert_eq!(sniff_format(&huge, 100), None);
+        assert_eq!(classify(&huge, 100), Classified::Safetensors { header_len: MAX_SAFETENSORS_HEADER + 1 });
+        let f = safetensors(384);
+        assert_eq!(classify(&f, f.len() as u64), Classified::Safetensors { header_len: 384 });
+        assert_eq!(classify(b"\x80\x04\x95\x00", 4), Classified::Pickle);
+        let legacy = [0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e];
+        assert_eq!(classify(&legacy, 15), Classified::TorchLegacy);
+        assert_eq!(classify(b"PK\x05\x06", 22), Classified::Zip);
+        assert_eq!(classify(b"|TZR|", 5), Classified::Tensorizer);
+        assert_eq!(classify(b"cos\nsystem\n", 12), Classified::Unknown);
     }
 }

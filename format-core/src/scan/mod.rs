@@ -1,0 +1,390 @@
+//! One model-file scanner: tells the format from the bytes, walks the
+//! structure as permissively as the loaders that accept the file, and
+//! reports every anomaly as a [`Finding`] with a stable rule id
+//! ([`rules`]), a byte offset and a remediation. Nothing is executed.
+//!
+//! Sans-IO like the rest of the core: [`scan`] reads through a
+//! [`RandomAccess`] the host supplies, one bounded read at a time. Memory is
+//! bounded by the limits in [`crate::layout`]; findings are deterministic
+//! (sorted by offset, then rule) and bounded ([`MAX_FINDINGS_PER_RULE`],
+//! then one [`RuleId::FindingsCapped`] finding per rule saying how many
+//! more there were).
+//!
+//! Formats, asked in this order ([`crate::sniff::classify`]):
+//! tensorizer ([`tensorizer`]), torch.save zip archives ([`zip`], every
+//! `*.pkl` inside through [`pickle`]), safetensors ([`crate::safetensors`]),
+//! legacy `torch.save` pickle streams and bare pickles ([`pickle`]).
+//!
+//! With `--verify`, tensorizer hashes and authentication are checked by
+//! the host's streaming verifier; [`rule_for_error`] maps its failures to
+//! the same rules.
+
+pub mod pickle;
+pub mod rules;
+pub mod sarif;
+pub mod tensorizer;
+pub mod zip;
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+pub use rules::{RULES, Rule, RuleId, Severity};
+
+use crate::error::{Error, Result};
+use crate::layout::{MAX_FINDINGS_PER_RULE, ParseLimits};
+use crate::sniff::{Classified, classify};
+use crate::source::RandomAccess;
+
+/// One anomaly found in a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Which rule it breaks.
+    pub rule: RuleId,
+    /// How serious it is (the rule's severity).
+    pub severity: Severity,
+    /// Absolute byte offset of the offending structure, when there is one.
+    pub offset: Option<u64>,
+    /// Bytes the offending structure spans from `offset`, when known.
+    pub length: Option<u64>,
+    /// The tensor (or archive entry) concerned, when there is one.
+    pub tensor: Option<String>,
+    /// One line saying what was found.
+    pub message: String,
+    /// What to do about it (the rule's remediation).
+    pub remediation: &'static str,
+}
+
+impl Finding {
+    /// A finding of `rule` at `offset`.
+    pub fn new(rule: RuleId, offset: Option<u64>, message: impl Into<String>) -> Self {
+        Self {
+            rule,
+            severity: rule.severity(),
+            offset,
+            length: None,
+            tensor: None,
+            message: message.into(),
+            remediation: rule.remediation(),
+        }
+    }
+
+    /// The same finding, about `tensor`.
+    pub fn in_tensor(mut self, tensor: impl Into<String>) -> Self {
+        self.tensor = Some(tensor.into());
+        self
+    }
+
+    /// The same finding, spanning `length` bytes.
+    pub fn spanning(mut self, length: u64) -> Self {
+        self.length = Some(length);
+        self
+    }
+}
+
+/// Collects findings, keeping at most [`MAX_FINDINGS_PER_RULE`] per rule
+/// and counting the rest.
+#[derive(Debug, Clone, Default)]
+pub struct Findings {
+    kept: Vec<Finding>,
+    per_rule: BTreeMap<RuleId, u64>,
+}
+
+impl Findings {
+    /// Adds `f` (counted, and kept while its rule is under the cap).
+    pub fn push(&mut self, f: Finding) {
+        let n = self.per_rule.entry(f.rule).or_default();
+        *n += 1;
+        if *n <= MAX_FINDINGS_PER_RULE {
+            self.kept.push(f);
+        }
+    }
+
+    /// Adds every finding of `more`.
+    pub fn extend(&mut self, more: impl IntoIterator<Item = Finding>) {
+        for f in more {
+            self.push(f);
+        }
+    }
+
+    /// Adds every finding of `other`, with its counts past the cap.
+    pub fn merge(&mut self, other: Self) {
+        let mut kept: BTreeMap<RuleId, u64> = BTreeMap::new();
+        for f in other.kept {
+            *kept.entry(f.rule).or_default() += 1;
+            self.push(f);
+        }
+        for (rule, n) in other.per_rule {
+            let k = kept.get(&rule).copied().unwrap_or(0);
+            *self.per_rule.entry(rule).or_default() += n.saturating_sub(k);
+        }
+    }
+
+    /// Whether nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.per_rule.is_empty()
+    }
+
+    /// How many findings of `rule` were found (kept or not).
+    pub fn count(&self, rule: RuleId) -> u64 {
+        self.per_rule.get(&rule).copied().unwrap_or(0)
+    }
+
+    /// The findings, sorted by offset (whole-file findings first), then
+    /// rule, then message; then one [`RuleId::FindingsCapped`] finding per
+    /// rule that went over the cap.
+    pub fn finish(mut self) -> Vec<Finding> {
+        self.kept.sort_by(|a, b| (a.offset, a.rule, &a.message).cmp(&(b.offset, b.rule, &b.message)));
+        for (rule, &n) in &self.per_rule {
+            if n > MAX_FINDINGS_PER_RULE {
+                self.kept.push(Finding::new(
+                    RuleId::FindingsCapped,
+                    None,
+                    format!("{} more {rule} findings were left out", n - MAX_FINDINGS_PER_RULE),
+                ));
+            }
+        }
+        self.kept
+    }
+}
+
+/// A file format as the scanner names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// A tensorizer (`.tensors`) file.
+    Tensorizer,
+    /// A safetensors file.
+    Safetensors,
+    /// A `torch.save` ZIP archive (or any ZIP archive).
+    TorchZip,
+    /// A legacy `torch.save` pickle stream (torch's magic number first).
+    TorchLegacy,
+    /// A bare pickle.
+    Pickle,
+    /// A tar archive (torch's oldest save format), not scanned inside.
+    TorchTar,
+    /// None of the above.
+    Unknown,
+}
+
+impl Format {
+    /// The name reports use: `tensorizer`, `safetensors`, `torch-zip`,
+    /// `torch-legacy`, `pickle`, `torch-tar`, `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tensorizer => "tensorizer",
+            Self::Safetensors => "safetensors",
+            Self::TorchZip => "torch-zip",
+            Self::TorchLegacy => "torch-legacy",
+            Self::Pickle => "pickle",
+            Self::TorchTar => "torch-tar",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// What a scan is told besides the bytes.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions<'a> {
+    /// The file's name, for [`RuleId::ExtensionMismatch`] (none: not checked).
+    pub name: Option<&'a str>,
+    /// Limits on a tensorizer index.
+    pub limits: ParseLimits,
+    /// Whether the host will verify the tensorizer data afterwards (the
+    /// memory reserved for the index then includes verification's).
+    pub verify: bool,
+}
+
+/// The outcome of a scan: the format, the tensor count and the findings,
+/// plus the parsed tensorizer index for hosts that report on or verify it.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    /// The format told from the bytes.
+    pub format: Format,
+    /// Tensors found: index entries (tensorizer), header entries
+    /// (safetensors), tensor rebuild calls (pickles).
+    pub tensors: u64,
+    /// The findings, sorted (see [`Findings::finish`]).
+    pub findings: Vec<Finding>,
+    /// The file's length.
+    pub file_len: u64,
+    /// A tensorizer file's header and index, when they parsed.
+    pub tensorizer: Option<tensorizer::Index>,
+    /// A safetensors file's header, when it parsed.
+    pub safetensors: Option<crate::safetensors::Header>,
+}
+
+impl Scan {
+    /// Whether nothing was found.
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// Scans `src`. Findings are the file's problems; an `Err` means the scan
+/// itself could not be done (a failed read, memory that could not be had).
+pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) -> Result<Scan> {
+    let file_len = src.len();
+    let mut head = [0u8; crate::checkpoint::SNIFF_LEN];
+    let head = &mut head[..usize::try_from(file_len).unwrap_or(usize::MAX).min(crate::checkpoint::SNIFF_LEN)];
+    src.read_exact_at(0, head)?;
+    let mut findings = Findings::default();
+    let mut out = Scan {
+        format: Format::Unknown,
+        tensors: 0,
+        findings: Vec::new(),
+        file_len,
+        tensorizer: None,
+        safetensors: None,
+    };
+    match classify(head, file_len) {
+        Classified::Tensorizer => {
+            out.format = Format::Tensorizer;
+            out.tensorizer = tensorizer::scan(src, options, &mut findings)?;
+            out.tensors = out.tensorizer.as_ref().map_or(0, |i| i.metadata.entries.len() as u64);
+        }
+        Classified::Zip => {
+            out.format = Format::TorchZip;
+            out.tensors = zip::scan(src, &mut findings)?;
+        }
+        Classified::Safetensors { header_len } => {
+            out.format = Format::Safetensors;
+            out.safetensors = crate::safetensors::scan(src, header_len, &mut findings)?;
+            out.tensors = out.safetensors.as_ref().map_or(0, |h| h.tensors.len() as u64);
+        }
+        Classified::TorchLegacy => {
+            out.format = Format::TorchLegacy;
+            out.tensors = pickle::scan_stream(src, 0, file_len, pickle::Stream::TorchLegacy, &mut findings)?;
+        }
+        Classified::Pickle => {
+            out.format = Format::Pickle;
+            out.tensors = pickle::scan_stream(src, 0, file_len, pickle::Stream::Bare, &mut findings)?;
+        }
+        Classified::Tar => {
+            out.format = Format::TorchTar;
+            findings.push(Finding::new(
+                RuleId::PklNotScanned,
+                Some(0),
+                "a tar archive (torch's oldest save format): its pickles were not scanned",
+            ));
+        }
+        Classified::Unknown => {
+            // A ZIP with bytes in front (a polyglot) has its end record at
+            // the end; a protocol 0 pickle has no header at all.
+            if zip::has_end_record(src)? {
+                out.format = Format::TorchZip;
+                out.tensors = zip::scan(src, &mut findings)?;
+            } else if let Some((n, found)) = pickle::guess(src, head)? {
+                out.format = Format::Pickle;
+                out.tensors = n;
+                findings.merge(found);
+            } else {
+                findings.push(Finding::new(RuleId::UnknownFormat, Some(0), unknown_message(head)));
+            }
+        }
+    }
+    if let Some(name) = options.name
+        && let Some(f) = extension_mismatch(name, out.format)
+    {
+        findings.push(f);
+    }
+    out.findings = findings.finish();
+    Ok(out)
+}
+
+fn unknown_message(head: &[u8]) -> String {
+    let shown: String = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    if head.is_empty() { "the file is empty".into() } else { format!("no known format starts with bytes {shown}") }
+}
+
+/// The formats a file name's extension promises, or `None` when the
+/// extension says nothing (`.bin` holds anything).
+fn promised(name: &str) -> Option<&'static [Format]> {
+    let ext = name.rsplit_once('.').map(|(_, e)| e)?.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "safetensors" => &[Format::Safetensors],
+        "tensors" => &[Format::Tensorizer],
+        "pt" | "pth" | "ckpt" => &[Format::TorchZip, Format::TorchLegacy, Format::Pickle, Format::TorchTar],
+        "pkl" | "pickle" => &[Format::Pickle, Format::TorchLegacy],
+        _ => return None,
+    })
+}
+
+fn extension_mismatch(name: &str, format: Format) -> Option<Finding> {
+    let ok = promised(name)?;
+    if ok.contains(&format) || format == Format::Unknown {
+        return None;
+    }
+    Some(Finding::new(
+        RuleId::ExtensionMismatch,
+        Some(0),
+        format!("the name ends in .{} but the bytes are {}", name.rsplit_once('.')?.1, format.as_str()),
+    ))
+}
+
+/// The rule a core error found in a tensorizer file breaks.
+pub fn rule_for_error(e: &Error) -> RuleId {
+    match e {
+        Error::NotTensorizer | Error::UnsupportedVersion { .. } | Error::UnsupportedFlags { .. } => {
+            RuleId::TzrFileHeader
+        }
+        Error::LimitExceeded { .. } => RuleId::TzrLimit,
+        Error::Truncated { .. } => RuleId::TzrTruncated,
+        Error::HeaderMismatch { .. } => RuleId::TzrTensorHeader,
+        Error::HashMismatch { .. } => RuleId::TzrHashMismatch,
+        Error::Decryption => RuleId::TzrAuthFailed,
+        Error::Encryption { .. } => RuleId::TzrEncryption,
+        _ => RuleId::TzrIndex,
+    }
+}
+
+/// The byte offset a core error names, if any.
+pub fn error_offset(e: &Error) -> Option<u64> {
+    match e {
+        Error::Truncated { offset, .. }
+        | Error::Malformed { offset, .. }
+        | Error::LimitExceeded { offset, .. }
+        | Error::InvalidName { offset, .. }
+        | Error::UnsupportedDtype { offset, .. }
+        | Error::HeaderMismatch { offset, .. }
+        | Error::Read { offset, .. }
+        | Error::OutOfMemory { offset, .. } => Some(*offset),
+        Error::NotTensorizer => Some(0),
+        Error::UnsupportedVersion { .. } => Some(5),
+        Error::UnsupportedFlags { .. } => Some(9),
+        _ => None,
+    }
+}
+
+/// Whether `e` means the scan could not be done (not a problem of the file).
+pub fn is_scan_failure(e: &Error) -> bool {
+    matches!(e, Error::Read { .. } | Error::OutOfMemory { .. })
+}
+
+/// Reads `len` bytes at `offset`, reserving the memory fallibly (`what`
+/// names it in the error). Callers bound `len` by a limit or by bytes the
+/// source has.
+pub(crate) fn read_vec<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    offset: u64,
+    len: u64,
+    what: &'static str,
+) -> Result<Vec<u8>> {
+    let mut v = zeroed(len, offset, what)?;
+    src.read_exact_at(offset, &mut v)?;
+    Ok(v)
+}
+
+/// A zero-filled buffer of `len` bytes, or [`Error::OutOfMemory`].
+pub fn zeroed(len: u64, offset: u64, what: &'static str) -> Result<Vec<u8>> {
+    let no_memory = || Error::OutOfMemory { offset, what, bytes: len };
+    let n = usize::try_from(len).map_err(|_| no_memory())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| no_memory())?;
+    v.resize(n, 0);
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! The rule table: every finding the scanner can report, in one place.
+//! Ids are stable: a rule may be added or its wording improved, never
+//! renumbered or reused. `spec/22-scanner.md` lists the same table (a test
+//! checks it), and the SARIF emitter writes it as the driver's `rules`.
+
+use core::fmt;
+
+/// How serious a finding is (SARIF's `level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Loading the file could run code, lose data or fail: do not load it.
+    Error,
+    /// An anomaly loaders tolerate but no known writer produces; it can
+    /// hide data or signal tampering.
+    Warning,
+    /// Information about the scan itself (findings left out).
+    Note,
+}
+
+impl Severity {
+    /// The lowercase name, also SARIF's `level`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warning => "warning",
+            Self::Note => "note",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One rule: its stable id, severity, a one-line description (what
+/// triggers it) and what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule.
+    pub id: RuleId,
+    /// Its default severity.
+    pub severity: Severity,
+    /// What triggers it, in one line.
+    pub description: &'static str,
+    /// What to do about it.
+    pub remediation: &'static str,
+}
+
+macro_rules! rules {
+    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $sev:ident, $desc:literal, $fix:literal; )*) => {
+        /// A rule's identity. [`RuleId::as_str`] is its stable id.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[non_exhaustive]
+        pub enum RuleId {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        /// Every rule, in id order.
+        pub const RULES: &[Rule] = &[
+            $( Rule { id: RuleId::$variant, severity: Severity::$sev, description: $desc, remediation: $fix }, )*
+        ];
+
+        impl RuleId {
+            /// The stable id (`TZR-001`, `ST-004`, ...).
+            pub fn as_str(self) -> &'static str {
+                match self { $( Self::$variant => $id, )* }
+            }
+        }
+    };
+}
+
+rules! {
+    /// The bytes match no format the scanner knows.
+    UnknownFormat = "FMT-001", Error,
+        "The file's bytes match none of the formats scanned (tensorizer, safetensors, torch.save zip, pickle).",
+        "Do not load the file as a model; find out what wrote it.";
+    /// The file name's extension names another format than its bytes.
+    ExtensionMismatch = "FMT-002", Warning,
+        "The file name's extension names a different format than the file's bytes (a pickle renamed .safetensors).",
+        "Load the file by its real format, or not at all; rename it to match its contents.";
+    /// Findings of one rule were left out past the cap.
+    FindingsCapped = "FMT-003", Note,
+        "More findings of one rule were found than the scanner reports; the rest were counted, not listed.",
+        "Treat the file as the listed findings do; the count says how many more there were.";
+    /// The tensorizer file header is invalid.
+    TzrFileHeader = "TZR-001", Error,
+        "The tensorizer file header is invalid: a data version or feature flags this format does not define, or too short.",
+        "Rewrite the file with tensorizer or tensorizer-rs; a reader refuses it.";
+    /// The tensorizer metadata index is malformed.
+    TzrIndex = "TZR-002", Error,
+        "The metadata index is malformed: a bad entry, an invalid or conflicting tensor name, or an unknown dtype.",
+        "Rewrite the file from its source; a reader refuses it.";
+    /// A declared size is above a limit.
+    TzrLimit = "TZR-003", Error,
+        "A declared size (tensor count, index length, header length, dimensions) is above a reader limit.",
+        "Check where the file came from: no real model needs this; readers refuse it.";
+    /// A header or data range ends past the end of the file.
+    TzrTruncated = "TZR-004", Error,
+        "A header, index or tensor data range ends past the end of the file (a truncated download or a lying length).",
+        "Download or copy the file again and compare its size with the source.";
+    /// A tensor header is malformed or disagrees with the index.
+    TzrTensorHeader = "TZR-005", Error,
+        "A tensor header is malformed or disagrees with its metadata index entry (name, dtype, shape, offsets).",
+        "Rewrite the file; a reader refuses the tensor.";
+    /// Encryption metadata is inconsistent.
+    TzrEncryption = "TZR-006", Error,
+        "Encryption metadata is inconsistent: an unencrypted tensor in an encrypted file, a MAC count that does not fit the data, a chunk too large.",
+        "Re-encrypt the file with tensorizer or tensorizer-rs.";
+    /// A stored hash does not match the data (with verify).
+    TzrHashMismatch = "TZR-007", Error,
+        "A tensor's stored CRC32 or SHA-256 does not match its data (found with --verify).",
+        "The data was corrupted or altered: fetch the file again from a trusted source.";
+    /// Decryption (authentication) failed (with verify).
+    TzrAuthFailed = "TZR-008", Error,
+        "A tensor failed authentication: wrong key or passphrase, or altered ciphertext (found with --verify).",
+        "Check the key; with the right key, the file was altered: fetch it again.";
+    /// The safetensors header length is above the limit or beyond the file.
+    StHeaderLimit = "ST-001", Error,
+        "The safetensors header length is above safetensors' 100,000,000-byte limit or beyond the end of the file.",
+        "Regenerate the file with the safetensors library; loaders refuse it.";
+    /// The safetensors header is not a JSON object.
+    StHeaderJson = "ST-002", Error,
+        "The safetensors header is not valid UTF-8 JSON, or not a JSON object.",
+        "Regenerate the file with the safetensors library; loaders refuse it.";
+    /// A tensor entry lacks a dtype, shape or data offsets.
+    StEntry = "ST-003", Error,
+        "A tensor entry lacks a dtype, shape or data_offsets, or holds values of the wrong type.",
+        "Regenerate the file with the safetensors library; loaders refuse the tensor.";
+    /// A dtype safetensors does not define.
+    StUnknownDtype = "ST-004", Error,
+        "A tensor's dtype is not one safetensors defines.",
+        "Convert the tensor to a dtype safetensors defines (see spec 06).";
+    /// The data range length differs from shape × dtype size.
+    StSizeMismatch = "ST-005", Error,
+        "A tensor's data range is not the size its shape and dtype give.",
+        "Regenerate the file; the tensor would load with wrong or missing elements.";
+    /// A data range ends past the end of the file.
+    StPastEnd = "ST-006", Error,
+        "A tensor's data range ends past the end of the file.",
+        "Download the file again and compare its size with the source.";
+    /// Two tensors' data overlap.
+    StOverlap = "ST-007", Error,
+        "Two tensors' data ranges overlap (one tensor's bytes are read as another's).",
+        "Regenerate the file; writers never share bytes between tensors.";
+    /// A data range starts after it ends.
+    StReversed = "ST-008", Error,
+        "A tensor's data_offsets are reversed (begin after end).",
+        "Regenerate the file; loaders refuse it.";
+    /// Bytes in the data area no tensor covers.
+    StGap = "ST-009", Warning,
+        "Bytes in the data area between tensors belong to no tensor (room to hide a payload).",
+        "Regenerate the file; the safetensors library refuses gaps.";
+    /// Bytes after the last tensor's data.
+    StTrailing = "ST-010", Warning,
+        "Bytes follow the last tensor's data (appended data no loader reads).",
+        "Strip the trailing bytes or regenerate the file.";
+    /// Misaligned header or tensor data.
+    StMisaligned = "ST-011", Warning,
+        "The header length is not a multiple of 8, or a tensor's data does not start at a multiple of its element size.",
+        "Regenerate the file with the safetensors library, which pads the header to 8 bytes.";
+    /// `__metadata__` is not a map of strings to strings.
+    StMetadata = "ST-012", Warning,
+        "__metadata__ is not a JSON object of string values.",
+        "Rewrite __metadata__ as string keys and string values.";
+    /// A tensor name appears twice in the header.
+    StDuplicate = "ST-013", Error,
+        "A tensor name appears more than once in the header (which one a loader keeps depends on its JSON parser).",
+        "Regenerate the file; each name must appear once.";
+    /// The ZIP structure cannot be read.
+    ZipStructure = "ZIP-001", Error,
+        "The ZIP structure is broken: no end-of-central-directory record, a central directory that cannot be read, or a declared size above a limit.",
+        "Save the checkpoint again with torch.save.";
+    /// Two entries with one name.
+    ZipDuplicate = "ZIP-002", Error,
+        "Two archive entries have the same name (readers disagree about which one counts).",
+        "Save the checkpoint again; torch.save writes each name once.";
+    /// Two entries' bytes overlap.
+    ZipOverlap = "ZIP-003", Error,
+        "Two archive entries' local headers or data overlap.",
+        "Save the checkpoint again; overlapping entries are a known way to show different readers different files.";
+    /// An entry's data ends past the end of the file or in the directory.
+    ZipPastEnd = "ZIP-004", Error,
+        "An entry's data (or the central directory) ends past the end of the file or runs into the central directory.",
+        "Download the file again; it is truncated or its sizes lie.";
+    /// Local and central headers disagree.
+    ZipHeaderMismatch = "ZIP-005", Error,
+        "An entry's local header disagrees with its central-directory record (name, sizes, method, flags), or a stored entry's two sizes differ.",
+        "Save the checkpoint again; disagreeing headers show different readers different data.";
+    /// A compressed entry.
+    ZipCompressed = "ZIP-006", Warning,
+        "An entry is compressed; torch.save stores entries uncompressed, and a compressed pickle cannot be scanned here.",
+        "Save the checkpoint again with torch.save, or unpack and scan the entry.";
+    /// An encrypted entry.
+    ZipEncrypted = "ZIP-007", Error,
+        "An entry is encrypted (ZIP general-purpose flag bit 0); it cannot be scanned.",
+        "Do not load it; ask for an unencrypted checkpoint.";
+    /// Bytes outside every entry and the directory.
+    ZipOutside = "ZIP-008", Warning,
+        "Bytes lie outside every entry: before the first entry or after the end record (prepended or appended data).",
+        "Save the checkpoint again; a polyglot file can be read as two formats.";
+    /// No pickle in the archive.
+    ZipNoPickle = "ZIP-009", Warning,
+        "The ZIP archive holds no .pkl entry: it is not a torch.save checkpoint.",
+        "Load it with the tool that wrote it, after checking what it is.";
+    /// A global that is not on the allow-list.
+    PklGlobal = "PKL-001", Error,
+        "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",
+        "Load with torch.load(weights_only=True) or convert to safetensors in a sandbox; never unpickle it as is.";
+    /// A call of a callable not on the allow-list.
+    PklCall = "PKL-002", Error,
+        "The pickle calls (REDUCE, NEWOBJ, INST, OBJ) or rebuilds (BUILD) an object with a callable not on the allow-list: loading it runs that code.",
+        "Do not load it; if the source is trusted, convert it in a sandbox and scan the result.";
+    /// The pickle cannot be walked.
+    PklMalformed = "PKL-003", Error,
+        "The pickle is malformed (an unknown opcode, a stack underflow, a truncated stream); what follows was not scanned.",
+        "Do not load it: a loader stops there too, after running whatever came before.";
+    /// Bytes after the pickle.
+    PklTrailing = "PKL-004", Warning,
+        "Bytes follow the pickle's STOP that no pickle reads.",
+        "Strip the trailing bytes or save the object again.";
+    /// A pickle was not scanned in full.
+    PklNotScanned = "PKL-005", Error,
+        "A pickle was not scanned in full: above the scan limits, compressed, or encrypted.",
+        "Scan it unpacked, or save the checkpoint again uncompressed.";
+}
+
+impl RuleId {
+    /// The rule's row in [`RULES`].
+    pub fn rule(self) -> &'static Rule {
+        // Every variant has a row: the macro writes both from one list.
+        RULES.iter().find(|r| r.id == self).unwrap_or(&RULES[0])
+    }
+
+    /// The rule's default severity.
+    pub fn severity(self) -> Severity {
+        self.rule().severity
+    }
+
+    /// What to do about a finding of this rule.
+    pub fn remediation(self) -> &'static str {
+        self.rule().remediation
+    }
+
+    /// Looks a rule up by its stable id.
+    pub fn from_id(id: &str) -> Option<Self> {
+        RULES.iter().find(|r| r.id.as_str() == id).map(|r| r.id)
+    }
+}
+
+impl fmt::Display for RuleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_sorted_within_a_family_and_round_trip() {
+        for (i, r) in RULES.iter().enumerate() {
+            assert_eq!(RuleId::from_id(r.id.as_str()), Some(r.id));
+            for other in &RULES[i + 1..] {
+                assert_ne!(r.id.as_str(), other.id.as_str());
+            }
+            assert!(!r.description.is_empty() && !r.remediation.is_empty());
+        }
+        assert_eq!(RuleId::PklCall.severity(), Severity::Error);
+    }
+}

@@ -1,0 +1,148 @@
+//! SARIF 2.1.0 output: one run, the whole rule table as the driver's
+//! `rules`, one result per finding with its byte region. Hosts (the WASI
+//! validator, `tzr scan`) print [`to_sarif`]'s value as they like.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use serde_json::{Map, Value, json};
+
+use super::{Finding, RULES};
+
+/// The SARIF schema the output declares.
+pub const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
+
+/// The SARIF version written.
+pub const VERSION: &str = "2.1.0";
+
+/// The tool that ran the scan.
+#[derive(Debug, Clone, Copy)]
+pub struct Tool<'a> {
+    /// Its name (`tensorizer-validate`, `tzr`).
+    pub name: &'a str,
+    /// Its version.
+    pub version: &'a str,
+    /// Where to read about it and its rules.
+    pub information_uri: &'a str,
+}
+
+/// The rule table as SARIF `reportingDescriptor`s.
+pub fn rules() -> Vec<Value> {
+    RULES
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id.as_str(),
+                "shortDescription": { "text": r.description },
+                "fullDescription": { "text": r.description },
+                "help": { "text": r.remediation },
+                "defaultConfiguration": { "level": r.severity.as_str() },
+            })
+        })
+        .collect()
+}
+
+fn result(f: &Finding, artifact_uri: &str) -> Value {
+    let rule_index = RULES.iter().position(|r| r.id == f.rule).unwrap_or(0);
+    let mut location = Map::new();
+    location.insert("artifactLocation".into(), json!({ "uri": artifact_uri }));
+    if let Some(offset) = f.offset {
+        let mut region = Map::new();
+        region.insert("byteOffset".into(), offset.into());
+        if let Some(n) = f.length {
+            region.insert("byteLength".into(), n.into());
+        }
+        location.insert("region".into(), Value::Object(region));
+    }
+    let mut out = json!({
+        "ruleId": f.rule.as_str(),
+        "ruleIndex": rule_index,
+        "level": f.severity.as_str(),
+        "message": { "text": f.message },
+        "locations": [ { "physicalLocation": Value::Object(location) } ],
+    });
+    if let (Some(t), Value::Object(o)) = (&f.tensor, &mut out) {
+        o.insert("properties".into(), json!({ "tensor": t }));
+    }
+    out
+}
+
+/// The SARIF log for `findings` in the file at `artifact_uri` (a relative
+/// path or a URI, as the user named the file).
+pub fn to_sarif(tool: &Tool<'_>, artifact_uri: &str, findings: &[Finding]) -> Value {
+    let results: Vec<Value> = findings.iter().map(|f| result(f, artifact_uri)).collect();
+    json!({
+        "$schema": SCHEMA,
+        "version": VERSION,
+        "runs": [ {
+            "tool": { "driver": {
+                "name": tool.name,
+                "version": tool.version,
+                "informationUri": tool.information_uri,
+                "rules": rules(),
+            } },
+            "artifacts": [ { "location": { "uri": artifact_uri } } ],
+            "results": results,
+            "invocations": [ { "executionSuccessful": true } ],
+        } ],
+    })
+}
+
+/// A finding as the JSON reports write it: `rule`, `severity`, `offset`,
+/// `length`, `tensor`, `message`, `remediation`.
+pub fn finding_json(f: &Finding) -> Value {
+    json!({
+        "rule": f.rule.as_str(),
+        "severity": f.severity.as_str(),
+        "offset": f.offset,
+        "length": f.length,
+        "tensor": f.tensor,
+        "message": f.message,
+        "remediation": f.remediation,
+    })
+}
+
+/// The SARIF URI for a path as the user gave it: kept when it already
+/// is a URI, else its characters outside RFC 3986's unreserved and `/`
+/// set percent-encoded (a relative reference).
+pub fn artifact_uri(path: &str) -> String {
+    if path
+        .split_once("://")
+        .is_some_and(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+    {
+        return path.into();
+    }
+    let mut out = String::new();
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&alloc::format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::RuleId;
+
+    #[test]
+    fn the_log_has_the_required_shape() {
+        let f = Finding::new(RuleId::PklGlobal, Some(42), "global os.system").spanning(1);
+        let tool = Tool { name: "t", version: "1", information_uri: "https://example.invalid" };
+        let log = to_sarif(&tool, "dir/a b.pt", &[f]);
+        assert_eq!(log["version"], "2.1.0");
+        let run = &log["runs"][0];
+        assert_eq!(run["tool"]["driver"]["rules"].as_array().unwrap().len(), RULES.len());
+        let r = &run["results"][0];
+        assert_eq!(r["ruleId"], "PKL-001");
+        assert_eq!(r["level"], "error");
+        assert_eq!(run["tool"]["driver"]["rules"][r["ruleIndex"].as_u64().unwrap() as usize]["id"], "PKL-001");
+        let region = &r["locations"][0]["physicalLocation"]["region"];
+        assert_eq!((region["byteOffset"].as_u64(), region["byteLength"].as_u64()), (Some(42), Some(1)));
+        assert_eq!(artifact_uri("dir/a b.pt"), "dir/a%20b.pt");
+        assert_eq!(artifact_uri("s3://b/k"), "s3://b/k");
+    }
+}
