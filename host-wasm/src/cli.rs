@@ -9,38 +9,61 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::{KeySource, layout::KEY_LEN};
 
-use crate::error::{EXIT_INVALID, EXIT_OK, ErrorKind, ValidateError, one_line};
+use tensorizer_core::scan::{Finding, Format, RuleId, ScanOptions, sarif};
+
+use crate::error::{EXIT_CANNOT_SCAN, EXIT_OK, ErrorKind, ValidateError, one_line};
 use crate::report::{ErrorReport, REPORT_VERSION, Report, Status};
 use crate::source::{FileSource, RandomAccess};
-use crate::validate::{PIECE_LEN, exit_code, first_failure, inspect_for, verify_all};
+use crate::validate::{Inspection, PIECE_LEN, exit_code, verify_all};
 
 /// The program name used in messages.
 pub const PROGRAM: &str = "tensorizer-validate";
 
+/// Where the rules are described (SARIF's `informationUri`).
+pub const INFORMATION_URI: &str = "https://example.invalid/tensorizer-rs/spec/22-scanner.md";
+
 /// Usage text for `--help`.
 pub const USAGE: &str = "\
-tensorizer-validate: check a tensorizer (.tensors) file
+tensorizer-validate: scan a model file (tensorizer, safetensors, torch.save zip,
+legacy torch or bare pickle) and report every finding
 
 Usage:
-  tensorizer-validate validate [--verify] [--key-file PATH | --passphrase-env VAR] [--json] PATH
+  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR] FILE
+  tensorizer-validate validate ...   (the same; `validate` is kept as an alias)
   tensorizer-validate --help | --version
 
-Reads the file header and metadata index (two small reads) and reports the
-version, flags, encryption, tensor count, totals by dtype and every tensor.
+The format is told from the bytes, never the name. Pickles (inside a
+torch.save archive or bare) are walked without executing anything: every
+global not on the state-dict allow-list and every call of one is a finding.
+Structural anomalies of every format are findings, each with a stable rule
+id, a severity, a byte offset and a remediation (spec/22-scanner.md).
 
 Options:
-  --verify              also stream every tensor's data through decryption and
-                        its stored CRC32/SHA-256 hashes (8 MiB at a time)
+  --verify              also stream every tensor of a tensorizer file through
+                        decryption and its stored CRC32/SHA-256 hashes
   --key-file PATH       file holding the 32-byte key, raw or as 64 hex digits
   --passphrase-env VAR  read the passphrase from environment variable VAR
   --json                print the report as one line of JSON
+  --sarif               print the findings as one line of SARIF 2.1.0
 
 Exit codes:
-  0  success
-  1  verification failed: a hash did not match, or decryption failed
-  2  usage error (bad arguments, or --verify on an encrypted file without a key)
-  3  the input is not a valid tensorizer file, or reading it failed
+  0  the file was scanned: no findings
+  1  the file was scanned: findings (hash or authentication failures included)
+  2  the file could not be scanned (usage error, unreadable input or key,
+     --verify on an encrypted file without a key, output that cannot be written)
 ";
+
+/// How the report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Output {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// `--json`.
+    Json,
+    /// `--sarif`.
+    Sarif,
+}
 
 /// Where the key comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -61,8 +84,8 @@ pub struct ValidateArgs {
     pub verify: bool,
     /// The key option.
     pub key: KeyArg,
-    /// `--json`.
-    pub json: bool,
+    /// `--json` or `--sarif`.
+    pub output: Output,
     /// The file.
     pub path: String,
 }
@@ -70,7 +93,7 @@ pub struct ValidateArgs {
 /// A parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// `validate ...`.
+    /// A scan (with or without the `validate` alias word).
     Validate(ValidateArgs),
     /// `--help`.
     Help,
@@ -81,13 +104,15 @@ pub enum Command {
 /// Parses `args` (without the program name).
 pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
     let usage = |m: String| ValidateError::usage(format!("{m} (see --help)"));
-    let mut it = args.iter();
-    match it.next().map(String::as_str) {
-        Some("validate") => {}
-        Some("-h" | "--help" | "help") => return Ok(Command::Help),
+    let mut it = args.iter().peekable();
+    match it.peek().map(|a| a.as_str()) {
+        Some("validate") => {
+            it.next();
+        }
+        Some("-h" | "--help") => return Ok(Command::Help),
         Some("-V" | "--version") => return Ok(Command::Version),
-        Some(other) => return Err(usage(format!("unknown command {other:?}: the command is `validate`"))),
-        None => return Err(usage("no command given".into())),
+        Some(_) => {}
+        None => return Err(usage("no FILE given".into())),
     }
     let mut out = ValidateArgs::default();
     let mut path = None;
@@ -95,7 +120,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
     while let Some(arg) = it.next() {
         if options_done || !arg.starts_with("--") || arg == "-" {
             if path.replace(arg.clone()).is_some() {
-                return Err(usage("more than one PATH given".into()));
+                return Err(usage("more than one FILE given".into()));
             }
             continue;
         }
@@ -109,7 +134,13 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
         match name {
             "--" => options_done = true,
             "--verify" if inline.is_none() => out.verify = true,
-            "--json" if inline.is_none() => out.json = true,
+            "--json" | "--sarif" if inline.is_none() => {
+                let want = if name == "--json" { Output::Json } else { Output::Sarif };
+                if out.output != Output::Text && out.output != want {
+                    return Err(usage("give at most one of --json and --sarif".into()));
+                }
+                out.output = want;
+            }
             "--help" => return Ok(Command::Help),
             "--key-file" | "--passphrase-env" => {
                 if out.key != KeyArg::None {
@@ -121,7 +152,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
             _ => return Err(usage(format!("unknown option {:?}", one_line(arg)))),
         }
     }
-    out.path = path.ok_or_else(|| usage("no PATH given".into()))?;
+    out.path = path.ok_or_else(|| usage("no FILE given".into()))?;
     Ok(Command::Validate(out))
 }
 
@@ -168,8 +199,9 @@ fn key_source(arg: &KeyArg, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
 }
 
 /// Runs the command line `args` (without the program name), writing the
-/// report to `out` and a one-line error to `err`; returns the exit status.
-/// `env` looks up environment variables (for `--passphrase-env`).
+/// report to `out` and a one-line error to `err`; returns the exit status
+/// (0 no findings, 1 findings, 2 could not scan). `env` looks up
+/// environment variables (for `--passphrase-env`).
 pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let command = match parse_args(args) {
         Ok(c) => c,
@@ -192,11 +224,17 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
     let shown = one_line(&args.path);
     let fail = |e: ValidateError, out: &mut dyn Write, err: &mut dyn Write| {
         let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
-        if args.json {
-            let doc = ErrorReport::new(&args.path, &e);
-            let _ = writeln!(out, "{}", serde_json::to_string(&doc).unwrap_or_default());
+        let doc = match args.output {
+            Output::Text => None,
+            Output::Json => Some(serde_json::to_string(&ErrorReport::new(&args.path, &e)).unwrap_or_default()),
+            Output::Sarif => {
+                Some(sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(&args.path), &e.message).to_string())
+            }
+        };
+        if let Some(doc) = doc {
+            let _ = writeln!(out, "{doc}");
         }
-        e.exit_code()
+        EXIT_CANNOT_SCAN
     };
     let key = match key_source(&args.key, env) {
         Ok(k) => k,
@@ -205,31 +243,64 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
     let mut src = match FileSource::open(&args.path) {
         Ok(s) => s,
         Err(e) => {
-            let e =
-                ValidateError { kind: ErrorKind::Io, offset: None, message: one_line(&format!("cannot open: {e}")) };
+            let e = ValidateError {
+                kind: ErrorKind::Io,
+                offset: None,
+                message: one_line(&format!("cannot open: {e}")),
+                rule: None,
+            };
             return fail(e, out, err);
         }
     };
     match validate(&mut src, &args.path, args.verify, key) {
         Ok(report) => {
             let code = exit_code(&report);
-            if let Some(e) = first_failure(&report) {
-                let failed = report.verification.as_ref().map_or(0, |s| s.failed);
-                let _ =
-                    writeln!(err, "{PROGRAM}: {shown}: {failed} of {} tensors failed; first: {e}", report.tensor_count);
+            if let Some(first) = report.findings.first() {
+                let _ = writeln!(
+                    err,
+                    "{PROGRAM}: {shown}: {} finding{}; first: {} {}",
+                    report.findings.len(),
+                    if report.findings.len() == 1 { "" } else { "s" },
+                    first.rule,
+                    first.message
+                );
             }
-            let text =
-                if args.json { serde_json::to_string(&report).unwrap_or_default() } else { text_report(&report) };
+            let text = match args.output {
+                Output::Json => serde_json::to_string(&report).unwrap_or_default(),
+                Output::Sarif => sarif_log(&report, &args.path).to_string(),
+                Output::Text => text_report(&report),
+            };
             // A report cut short (stdout closed, a host's output limit) must
-            // not pass for a complete one: exit 3, never 0.
+            // not pass for a complete one: exit 2, never 0.
             if let Err(e) = write_report(out, &text) {
                 let _ = writeln!(err, "{PROGRAM}: {shown}: cannot write the report: {}", one_line(&e.to_string()));
-                return EXIT_INVALID;
+                return EXIT_CANNOT_SCAN;
             }
             code
         }
         Err(e) => fail(e, out, err),
     }
+}
+
+/// This program as SARIF's `tool.driver`.
+pub fn tool() -> sarif::Tool<'static> {
+    sarif::Tool { name: PROGRAM, version: env!("CARGO_PKG_VERSION"), information_uri: INFORMATION_URI }
+}
+
+/// The SARIF log of a report: its findings, verification failures included.
+pub fn sarif_log(report: &Report, path: &str) -> serde_json::Value {
+    let findings: Vec<Finding> = report
+        .findings
+        .iter()
+        .map(|f| {
+            let rule = RuleId::from_id(f.rule).unwrap_or(RuleId::UnknownFormat);
+            let mut out = Finding::new(rule, f.offset, f.message.clone());
+            out.length = f.length;
+            out.tensor = f.tensor.clone();
+            out
+        })
+        .collect();
+    sarif::to_sarif(&tool(), &sarif::artifact_uri(path), &findings)
 }
 
 /// Bytes of the report written at a time: hosts may refuse one very large
@@ -246,21 +317,28 @@ pub fn write_report(out: &mut dyn Write, text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// Inspects (and with `verify`, verifies) `src`; the report's file name is
-/// `name`. Errors that stop the run are returned; per-tensor failures are
-/// in the report (see [`exit_code`]).
+/// Scans (and with `verify`, verifies) `src`; the report's file name is
+/// `name`. Errors mean the file could not be scanned (exit 2); problems of
+/// the file are the report's findings (see [`exit_code`]).
 pub fn validate<R: RandomAccess + ?Sized>(
     src: &mut R,
     name: &str,
     verify: bool,
     key: Option<KeySource>,
 ) -> Result<Report, ValidateError> {
-    let inspection = inspect_for(src, &ParseLimits::default(), verify)?;
-    let mut report = inspection.report(name);
+    let options = ScanOptions { name: Some(name), limits: ParseLimits::default(), verify };
+    let mut scan = tensorizer_core::scan(src, &options)?;
+    let encrypted = scan.tensorizer.as_ref().is_some_and(|i| i.header.has_crypt_info());
+    if key.is_some() && !encrypted && (scan.tensorizer.is_some() || scan.format != Format::Tensorizer) {
+        return Err(ValidateError::usage("a key was given but the file is not encrypted"));
+    }
+    let Some(index) = scan.tensorizer.take() else {
+        return Ok(Report::from_scan(&scan, name));
+    };
+    let inspection = Inspection::from_index(index, scan.file_len);
+    let mut report = inspection.report(name).with_findings(&scan.findings);
     if verify {
         verify_all(src, &inspection, key, PIECE_LEN, &mut report)?;
-    } else if key.is_some() && !inspection.header.has_crypt_info() {
-        return Err(ValidateError::invalid(None, "a key was given but the file is not encrypted"));
     }
     Ok(report)
 }
@@ -269,17 +347,22 @@ pub fn validate<R: RandomAccess + ?Sized>(
 pub fn text_report(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{}", one_line(&r.file));
-    let _ = writeln!(
-        s,
-        "  data version {}{}{}, {} tensors, {} data bytes, {}-byte index, {}-byte file",
-        r.data_version,
-        if r.encrypted { ", encrypted" } else { "" },
-        if r.versioned_headers { ", long dimensions" } else { "" },
-        r.tensor_count,
-        r.data_bytes,
-        r.metadata_index_bytes,
-        r.file_bytes
-    );
+    match (r.data_version, r.metadata_index_bytes) {
+        (Some(version), Some(index)) => {
+            let _ = writeln!(
+                s,
+                "  tensorizer data version {version}{}{}, {} tensors, {} data bytes, {index}-byte index, {}-byte file",
+                if r.encrypted == Some(true) { ", encrypted" } else { "" },
+                if r.versioned_headers == Some(true) { ", long dimensions" } else { "" },
+                r.tensor_count,
+                r.data_bytes,
+                r.file_bytes
+            );
+        }
+        _ => {
+            let _ = writeln!(s, "  {}, {} tensors, {}-byte file", r.format, r.tensor_count, r.file_bytes);
+        }
+    }
     for (dtype, t) in &r.by_dtype {
         let _ = writeln!(s, "  {dtype:<18} {:>6} tensors {:>14} bytes", t.tensors, t.bytes);
     }
@@ -304,11 +387,19 @@ pub fn text_report(r: &Report) -> String {
         );
     }
     if let Some(v) = &r.verification {
-        let _ = write!(
+        let _ = writeln!(
             s,
             "  verify: {} verified, {} unverified, {} failed ({} data bytes checked)",
             v.verified, v.unverified, v.failed, v.data_bytes_checked
         );
+    }
+    if r.findings.is_empty() {
+        let _ = writeln!(s, "  no findings");
+    }
+    for f in &r.findings {
+        let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
+        let _ = writeln!(s, "  {} {}{at}: {}", f.rule, f.severity, f.message);
+        let _ = writeln!(s, "      fix: {}", f.remediation);
     }
     s.trim_end().to_string()
 }
@@ -323,19 +414,29 @@ mod tests {
 
     #[test]
     fn parses_the_contract() {
+        let want = ValidateArgs {
+            verify: true,
+            key: KeyArg::KeyFile("/k".into()),
+            output: Output::Json,
+            path: "/in/f".into(),
+        };
+        let c = parse_args(&args(&["--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
+        assert_eq!(c, Command::Validate(want.clone()));
+        // `validate` stays an alias.
         let c = parse_args(&args(&["validate", "--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
-        let want = ValidateArgs { verify: true, key: KeyArg::KeyFile("/k".into()), json: true, path: "/in/f".into() };
         assert_eq!(c, Command::Validate(want));
+        let c = parse_args(&args(&["--sarif", "f"])).unwrap();
+        assert!(matches!(c, Command::Validate(ValidateArgs { output: Output::Sarif, .. })));
         let c = parse_args(&args(&["validate", "--passphrase-env", "P", "--", "--odd"])).unwrap();
         assert!(matches!(c, Command::Validate(ValidateArgs { path, key: KeyArg::PassphraseEnv(v), .. })
             if path == "--odd" && v == "P"));
         for bad in [
             &["validate"][..],
-            &["validate", "--bogus", "f"],
-            &["validate", "a", "b"],
-            &["validate", "--key-file"],
-            &["validate", "--key-file", "k", "--passphrase-env", "P", "f"],
-            &["check", "f"],
+            &["--bogus", "f"],
+            &["a", "b"],
+            &["--key-file"],
+            &["--key-file", "k", "--passphrase-env", "P", "f"],
+            &["--json", "--sarif", "f"],
             &[],
         ] {
             assert_eq!(parse_args(&args(bad)).unwrap_err().exit_code(), 2, "{bad:?}");
@@ -378,10 +479,10 @@ mod tests {
         for json in [true, false] {
             for room in [0, 10] {
                 let mut err = Vec::new();
-                let argv = if json { args(&["validate", "--json", &path]) } else { args(&["validate", &path]) };
+                let argv = if json { args(&["--json", &path]) } else { args(&[&path]) };
                 let code = run(&argv, &|_| None, &mut Cramped { room }, &mut err);
                 let err = String::from_utf8_lossy(&err);
-                assert_eq!(code, 3, "json {json}, room {room}: {err}");
+                assert_eq!(code, 2, "json {json}, room {room}: {err}");
                 assert!(err.contains("cannot write the report"), "{err}");
             }
         }
@@ -395,6 +496,88 @@ mod tests {
         assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["tensor_count"], 5);
+        assert_eq!((v["format"].as_str(), v["valid"].as_bool()), (Some("tensorizer"), Some(true)));
+        assert_eq!(v["findings"], serde_json::json!([]));
         assert_eq!(v["verification"]["ok"], true);
+    }
+
+    fn scratch(name: &str, bytes: &[u8]) -> String {
+        let dir = std::env::temp_dir().join(format!("tzr-validate-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn exit_codes_follow_the_embedding_contract() {
+        let run_on = |argv: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(&args(argv), &|_| None, &mut out, &mut err);
+            (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+        };
+        // A pickle calling os.system, named .safetensors: findings (1).
+        let evil = scratch("evil.safetensors", b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R.");
+        let (code, out, err) = run_on(&["--json", &evil]);
+        assert_eq!(code, 1, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!((v["format"].as_str(), v["valid"].as_bool()), (Some("pickle"), Some(false)));
+        let rules: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
+        assert_eq!(rules, ["FMT-002", "PKL-001", "PKL-002"]);
+        assert!(v["findings"][1]["message"].as_str().unwrap().contains("os.system"));
+        assert!(err.contains("3 findings; first: FMT-002"), "{err}");
+        // The same as SARIF.
+        let (code, out, _) = run_on(&["--sarif", &evil]);
+        assert_eq!(code, 1);
+        let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(log["version"], "2.1.0");
+        assert_eq!(log["runs"][0]["results"].as_array().unwrap().len(), 3);
+        assert_eq!(log["runs"][0]["results"][1]["locations"][0]["physicalLocation"]["region"]["byteOffset"], 2);
+        // A truncated tensorizer file: a finding with an offset (1), with
+        // and without --verify.
+        let flat = std::fs::read(format!("{}/../tests/vectors/v1_flat.tensors", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let cut = scratch("cut.tensors", &flat[..flat.len() - 20]);
+        for verify in [false, true] {
+            let argv: &[&str] = if verify { &["--verify", "--json", &cut] } else { &["--json", &cut] };
+            let (code, out, err) = run_on(argv);
+            assert_eq!(code, 1, "{err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["findings"][0]["rule"], "TZR-004", "{v}");
+            assert_eq!(v["findings"].as_array().unwrap().len(), 1, "{v}");
+        }
+        // A flipped data byte is a hash finding with --verify only.
+        let mut flipped = flat.clone();
+        let at = flipped.len() - 12;
+        flipped[at] ^= 1;
+        let flipped = scratch("flipped.tensors", &flipped);
+        assert_eq!(run_on(&[&flipped]).0, 0);
+        let (code, out, _) = run_on(&["--verify", "--json", &flipped]);
+        assert_eq!(code, 1);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["findings"][0]["rule"], "TZR-007", "{v}");
+        // Could not scan (2): a missing file, as JSON and as SARIF.
+        let (code, out, _) = run_on(&["--json", "/nonexistent/x.pt"]);
+        assert_eq!(code, 2);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!((v["valid"].as_bool(), v["format"].is_null()), (Some(false), true));
+        let (code, out, _) = run_on(&["--sarif", "/nonexistent/x.pt"]);
+        assert_eq!(code, 2);
+        let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(log["runs"][0]["invocations"][0]["executionSuccessful"], false);
+        // A clean safetensors file (0).
+        let json = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+        let json = format!("{json:<width$}", width = json.len().next_multiple_of(8));
+        let mut st = (json.len() as u64).to_le_bytes().to_vec();
+        st.extend_from_slice(json.as_bytes());
+        st.extend_from_slice(&[0; 4]);
+        let st = scratch("ok.safetensors", &st);
+        let (code, out, err) = run_on(&["--json", &st]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!((v["format"].as_str(), v["tensors"].as_u64()), (Some("safetensors"), Some(1)));
+        assert_eq!(v["data_version"], serde_json::Value::Null);
+        let (code, out, _) = run_on(&[&st]);
+        assert_eq!(code, 0);
+        assert!(out.contains("no findings"), "{out}");
     }
 }

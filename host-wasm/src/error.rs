@@ -1,20 +1,27 @@
 //! The validator's error: a kind that fixes the exit code, the byte offset
-//! where the problem was found (when there is one) and a one-line message.
+//! where the problem was found (when there is one), the scanner rule it
+//! breaks (when it is a problem of the file) and a one-line message.
+//!
+//! The exit statuses are the embedding contract scanners share: 0 no
+//! findings, 1 findings, 2 could not scan.
 
 use std::fmt;
 
 use serde::Serialize;
 
+use tensorizer_core::scan::{RuleId, rule_for_error};
+
 use crate::source::ReadError;
 
-/// Exit status: success.
+/// Exit status: the file was scanned and nothing was found.
 pub const EXIT_OK: u8 = 0;
-/// Exit status: a hash did not match, or decryption failed.
-pub const EXIT_VERIFICATION_FAILED: u8 = 1;
-/// Exit status: bad arguments.
-pub const EXIT_USAGE: u8 = 2;
-/// Exit status: not a valid tensorizer file, or reading it failed.
-pub const EXIT_INVALID: u8 = 3;
+/// Exit status: the file was scanned and has findings (a hash or
+/// authentication failure with `--verify` included).
+pub const EXIT_FINDINGS: u8 = 1;
+/// Exit status: the file could not be scanned (bad arguments, an
+/// unreadable input or key, memory that could not be had, a report that
+/// could not be written).
+pub const EXIT_CANNOT_SCAN: u8 = 2;
 
 /// What kind of failure, in the words the JSON report uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -22,21 +29,20 @@ pub const EXIT_INVALID: u8 = 3;
 pub enum ErrorKind {
     /// Bad arguments, a missing key for an encrypted file (exit 2).
     Usage,
-    /// The input is not a valid tensorizer file (exit 3).
+    /// The input is not a valid file: a finding (exit 1).
     InvalidInput,
-    /// Reading the input failed, or memory for it could not be had (exit 3).
+    /// Reading the input failed, or memory for it could not be had (exit 2).
     Io,
-    /// A stored hash or MAC did not match (exit 1).
+    /// A stored hash or MAC did not match: a finding (exit 1).
     Verification,
 }
 
 impl ErrorKind {
-    /// The process exit status for this kind (equal to `tzr`'s).
+    /// The process exit status for this kind.
     pub fn exit_code(self) -> u8 {
         match self {
-            Self::Usage => EXIT_USAGE,
-            Self::InvalidInput | Self::Io => EXIT_INVALID,
-            Self::Verification => EXIT_VERIFICATION_FAILED,
+            Self::Usage | Self::Io => EXIT_CANNOT_SCAN,
+            Self::InvalidInput | Self::Verification => EXIT_FINDINGS,
         }
     }
 }
@@ -50,17 +56,21 @@ pub struct ValidateError {
     pub offset: Option<u64>,
     /// A one-line description (control characters escaped).
     pub message: String,
+    /// The scanner rule a problem of the file breaks (`None` for usage and
+    /// read failures).
+    #[serde(skip)]
+    pub rule: Option<RuleId>,
 }
 
 impl ValidateError {
     /// A usage error.
     pub fn usage(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Usage, offset: None, message: one_line(&message.into()) }
+        Self { kind: ErrorKind::Usage, offset: None, message: one_line(&message.into()), rule: None }
     }
 
     /// Invalid input found at `offset`.
     pub fn invalid(offset: Option<u64>, message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::InvalidInput, offset, message: one_line(&message.into()) }
+        Self { kind: ErrorKind::InvalidInput, offset, message: one_line(&message.into()), rule: None }
     }
 
     /// Memory for `what` (`bytes` long) could not be allocated.
@@ -69,6 +79,7 @@ impl ValidateError {
             kind: ErrorKind::Io,
             offset: Some(offset),
             message: format!("cannot allocate {bytes} bytes for {what} at byte {offset} (raise the memory limit)"),
+            rule: None,
         }
     }
 
@@ -88,16 +99,17 @@ impl std::error::Error for ValidateError {}
 
 impl From<ReadError> for ValidateError {
     fn from(e: ReadError) -> Self {
-        Self { kind: ErrorKind::Io, offset: Some(e.offset), message: one_line(&e.to_string()) }
+        Self { kind: ErrorKind::Io, offset: Some(e.offset), message: one_line(&e.to_string()), rule: None }
     }
 }
 
 impl From<tensorizer_core::Error> for ValidateError {
     fn from(e: tensorizer_core::Error) -> Self {
         use tensorizer_core::Error as E;
-        let kind = match e {
-            E::HashMismatch { .. } | E::Decryption => ErrorKind::Verification,
-            _ => ErrorKind::InvalidInput,
+        let (kind, rule) = match e {
+            E::HashMismatch { .. } | E::Decryption => (ErrorKind::Verification, Some(rule_for_error(&e))),
+            E::Read { .. } | E::OutOfMemory { .. } => (ErrorKind::Io, None),
+            _ => (ErrorKind::InvalidInput, Some(rule_for_error(&e))),
         };
         // Offsets the core's message already names, and those it leaves out.
         let (offset, suffix) = match &e {
@@ -106,7 +118,9 @@ impl From<tensorizer_core::Error> for ValidateError {
             | E::LimitExceeded { offset, .. }
             | E::InvalidName { offset, .. }
             | E::UnsupportedDtype { offset, .. }
-            | E::HeaderMismatch { offset, .. } => (Some(*offset), false),
+            | E::HeaderMismatch { offset, .. }
+            | E::Read { offset, .. }
+            | E::OutOfMemory { offset, .. } => (Some(*offset), false),
             E::NotTensorizer => (Some(0), true),
             E::UnsupportedVersion { .. } => (Some(5), true),
             E::UnsupportedFlags { .. } => (Some(9), true),
@@ -116,7 +130,7 @@ impl From<tensorizer_core::Error> for ValidateError {
         if let (Some(at), true) = (offset, suffix) {
             message.push_str(&format!(" (at byte {at})"));
         }
-        Self { kind, offset, message: one_line(&message) }
+        Self { kind, offset, message: one_line(&message), rule }
     }
 }
 
@@ -140,7 +154,8 @@ mod tests {
     #[test]
     fn core_errors_carry_offsets_and_codes() {
         let e = ValidateError::from(tensorizer_core::Error::NotTensorizer);
-        assert_eq!((e.kind, e.offset, e.exit_code()), (ErrorKind::InvalidInput, Some(0), 3));
+        assert_eq!((e.kind, e.offset, e.exit_code()), (ErrorKind::InvalidInput, Some(0), 1));
+        assert_eq!(e.rule, Some(RuleId::TzrFileHeader));
         assert!(e.message.ends_with("(at byte 0)"));
         let e = ValidateError::from(tensorizer_core::Error::Truncated { offset: 99, needed: 1 });
         assert_eq!(e.offset, Some(99));

@@ -5,12 +5,14 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use tensorizer_core::scan::{Finding, Findings, Format, RuleId, Scan};
 use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
 
 use crate::error::ValidateError;
 
-/// Version of the report layout.
-pub const REPORT_VERSION: u32 = 2;
+/// Version of the report layout. 3: `format` and `findings`; the fields
+/// only a tensorizer file has are `null` for other formats.
+pub const REPORT_VERSION: u32 = 3;
 
 /// The whole report: file header, totals, one row per tensor, and the
 /// verification summary when `--verify` was given.
@@ -20,29 +22,36 @@ pub struct Report {
     pub report_version: u32,
     /// The path as given on the command line.
     pub file: String,
+    /// The format told from the bytes: `tensorizer`, `safetensors`,
+    /// `torch-zip`, `torch-legacy`, `pickle`, `torch-tar` or `unknown`.
+    pub format: &'static str,
     /// File length in bytes.
     pub file_bytes: u64,
-    /// Data version, 1 to 5.
-    pub data_version: u32,
+    /// Data version, 1 to 5 (tensorizer files only).
+    pub data_version: Option<u32>,
     /// The feature-flag byte (bit 0 encrypted, bit 1 versioned headers).
-    pub feature_flags: u8,
+    pub feature_flags: Option<u8>,
     /// Whether tensor headers carry crypt info (data is encrypted).
-    pub encrypted: bool,
+    pub encrypted: Option<bool>,
     /// Whether metadata entries carry a version tag (u64 dimensions possible).
-    pub versioned_headers: bool,
-    /// The verdict: the file parsed and, with `--verify`, every tensor
-    /// passed (the embedding contract: `valid`, `tensors`, `errors`).
+    pub versioned_headers: Option<bool>,
+    /// The verdict: no findings (the embedding contract: `valid`,
+    /// `format`, `tensors`, `findings`).
     pub valid: bool,
-    /// Number of tensors.
-    pub tensors: usize,
-    /// Every failure, one line each: empty when `valid`.
+    /// Number of tensors: index entries (tensorizer), header entries
+    /// (safetensors), tensor rebuild calls (pickles).
+    pub tensors: u64,
+    /// Every finding, sorted by offset then rule.
+    pub findings: Vec<FindingItem>,
+    /// The findings in version 2's shape (tensor, offset, message).
     pub errors: Vec<ErrorItem>,
     /// Number of tensors (the same as `tensors`; kept from version 1).
-    pub tensor_count: usize,
-    /// Stored data bytes over all tensors (the header's total; meta tensors count 0).
+    pub tensor_count: u64,
+    /// Stored data bytes over all tensors (tensorizer: the header's total,
+    /// meta tensors count 0; safetensors: the data area).
     pub data_bytes: u64,
-    /// Length of the metadata index.
-    pub metadata_index_bytes: u64,
+    /// Length of the metadata index (tensorizer files only).
+    pub metadata_index_bytes: Option<u64>,
     /// Totals per dtype (torch's name), sorted by name.
     pub by_dtype: BTreeMap<String, DtypeTotal>,
     /// One row per tensor, in file order.
@@ -69,16 +78,120 @@ impl ErrorItem {
     }
 }
 
+/// One finding, as the report lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FindingItem {
+    /// The stable rule id (`TZR-004`, `PKL-001`, ...).
+    pub rule: &'static str,
+    /// `error`, `warning` or `note`.
+    pub severity: &'static str,
+    /// Absolute byte offset, when there is one.
+    pub offset: Option<u64>,
+    /// Bytes spanned from `offset`, when known.
+    pub length: Option<u64>,
+    /// The tensor or archive entry concerned.
+    pub tensor: Option<String>,
+    /// One line.
+    pub message: String,
+    /// What to do about it.
+    pub remediation: &'static str,
+}
+
+impl From<&Finding> for FindingItem {
+    fn from(f: &Finding) -> Self {
+        Self {
+            rule: f.rule.as_str(),
+            severity: f.severity.as_str(),
+            offset: f.offset,
+            length: f.length,
+            tensor: f.tensor.as_deref().map(crate::error::one_line),
+            message: crate::error::one_line(&f.message),
+            remediation: f.remediation,
+        }
+    }
+}
+
 impl Report {
-    /// Fills `valid` and `errors` from the per-tensor results (call after
-    /// verification).
+    /// The report for a scan whose file is not a tensorizer file (or whose
+    /// tensorizer index did not parse).
+    pub fn from_scan(scan: &Scan, file: &str) -> Self {
+        let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+        let mut data_bytes = 0;
+        if let Some(h) = &scan.safetensors {
+            for t in &h.tensors {
+                let d = by_dtype.entry(t.dtype.clone()).or_default();
+                let n = t.data_offsets.1.saturating_sub(t.data_offsets.0);
+                d.tensors = d.tensors.saturating_add(1);
+                d.bytes = d.bytes.saturating_add(n);
+                d.data_bytes = d.data_bytes.saturating_add(n);
+            }
+            data_bytes = scan.file_len.saturating_sub(h.data_start());
+        }
+        Self {
+            report_version: REPORT_VERSION,
+            file: file.to_string(),
+            format: scan.format.as_str(),
+            file_bytes: scan.file_len,
+            data_version: None,
+            feature_flags: None,
+            encrypted: None,
+            versioned_headers: None,
+            valid: true,
+            tensors: scan.tensors,
+            findings: Vec::new(),
+            errors: Vec::new(),
+            tensor_count: scan.tensors,
+            data_bytes,
+            metadata_index_bytes: None,
+            by_dtype,
+            tensor_rows: Vec::new(),
+            verification: None,
+        }
+        .with_findings(&scan.findings)
+    }
+
+    /// Sets the scan's findings (sorted and capped by the core).
+    pub fn with_findings(mut self, findings: &[Finding]) -> Self {
+        self.findings = findings.iter().map(FindingItem::from).collect();
+        self.conclude();
+        self
+    }
+
+    /// Adds the per-tensor verification failures as findings (capped per
+    /// rule as the core caps them, and not repeating a finding the scan
+    /// already made), then fills `valid` and `errors`. Call after
+    /// verification.
     pub fn conclude(&mut self) {
+        let mut more = Findings::default();
+        for t in &self.tensor_rows {
+            let Some(e) = t.verification.as_ref().and_then(|v| v.error.as_ref()) else { continue };
+            let rule = e.rule.unwrap_or(RuleId::TzrTensorHeader);
+            if self.findings.iter().any(|f| f.rule == rule.as_str() && f.offset == e.offset) {
+                continue;
+            }
+            more.push(Finding::new(rule, e.offset, e.message.clone()).in_tensor(t.name.clone()));
+        }
+        if !more.is_empty() {
+            let capped = |f: &FindingItem| f.rule == RuleId::FindingsCapped.as_str();
+            let (mut notes, mut all): (Vec<FindingItem>, Vec<FindingItem>) = self.findings.drain(..).partition(capped);
+            let new = more.finish();
+            all.extend(new.iter().filter(|f| f.rule != RuleId::FindingsCapped).map(FindingItem::from));
+            notes.extend(new.iter().filter(|f| f.rule == RuleId::FindingsCapped).map(FindingItem::from));
+            all.sort_by(|a, b| (a.offset, a.rule).cmp(&(b.offset, b.rule)));
+            all.extend(notes);
+            self.findings = all;
+        }
         self.errors = self
-            .tensor_rows
+            .findings
             .iter()
-            .filter_map(|t| Some(ErrorItem::new(Some(&t.name), t.verification.as_ref()?.error.as_ref()?)))
+            .map(|f| ErrorItem { tensor: f.tensor.clone(), offset: f.offset, message: f.message.clone() })
             .collect();
-        self.valid = self.errors.is_empty() && self.verification.as_ref().is_none_or(|v| v.ok);
+        self.valid = self.findings.is_empty() && self.verification.as_ref().is_none_or(|v| v.ok);
+    }
+
+    /// Whether the format was told from the bytes as `format`.
+    pub fn is(&self, format: Format) -> bool {
+        self.format == format.as_str()
     }
 }
 
@@ -192,18 +305,22 @@ pub fn row(index: usize, e: &MetadataEntry) -> TensorRow {
     }
 }
 
-/// The JSON document printed instead of a report when the file cannot be
-/// read at all (exit 2 or 3).
+/// The JSON document printed instead of a report when the file could not
+/// be scanned (exit 2).
 #[derive(Debug, Clone, Serialize)]
 pub struct ErrorReport<'a> {
     /// [`REPORT_VERSION`].
     pub report_version: u32,
     /// The path as given.
     pub file: &'a str,
+    /// Always `null`: the file was not read that far.
+    pub format: Option<&'static str>,
     /// Always false.
     pub valid: bool,
     /// 0: the file was not read that far.
     pub tensors: usize,
+    /// Always empty: nothing was scanned.
+    pub findings: Vec<FindingItem>,
     /// The one failure, as in a report.
     pub errors: Vec<ErrorItem>,
     /// What went wrong.
@@ -216,8 +333,10 @@ impl<'a> ErrorReport<'a> {
         Self {
             report_version: REPORT_VERSION,
             file,
+            format: None,
             valid: false,
             tensors: 0,
+            findings: Vec::new(),
             errors: vec![ErrorItem::new(None, error)],
             error,
         }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use tensorizer_core::Error::Decryption;
 use tensorizer_core::crypto::{Key, KeyRing};
 use tensorizer_core::hash::TensorHasher;
-use tensorizer_core::layout::{MIN_METADATA_ENTRY_LEN, ParseLimits, TENSOR_COUNT_OFFSET};
+use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::read::Cipher;
 use tensorizer_core::{FileHeader, HashValue, KdfParams, KeySource, Metadata, MetadataEntry, TensorRecord};
 
@@ -77,42 +77,9 @@ pub fn parse_index(
     Ok(Inspection { header, metadata, file_len })
 }
 
-/// Memory the validator may need per tensor of the index to parse it and
-/// report on it (entries, the path registry, report rows, JSON text), with
-/// room for allocator slack and vector growth: measured in wasm32 at about
-/// 500 to 1,200 bytes with short names.
-pub const MEMORY_PER_TENSOR: u64 = 1024;
-
-/// Memory `--verify` adds per tensor (a verification result and, for a
-/// tensor that fails, its error line): measured at about 1,800 bytes.
-pub const MEMORY_PER_VERIFIED_TENSOR: u64 = 2048;
-
-/// Memory per byte of the index beyond [`MEMORY_PER_TENSOR`]: names and
-/// dtypes are copied into the entries, the report rows and the JSON text.
-pub const MEMORY_PER_INDEX_BYTE: u64 = 8;
-
-/// Makes sure the memory parsing and reporting `header`'s index will take
-/// can be had, before any of it is parsed: reserves it fallibly and gives it
-/// back. In wasm, memory once grown stays with the module, so the many
-/// small allocations that follow (which abort when they fail) find it
-/// there; when it cannot be had the error says so (exit 3) instead of the
-/// module aborting. The estimate is [`MEMORY_PER_TENSOR`] (plus
-/// [`MEMORY_PER_VERIFIED_TENSOR`] with `verify`) per tensor and
-/// [`MEMORY_PER_INDEX_BYTE`] per index byte, counting only the tensors the
-/// index (present in the file: [`parse_header`]) can hold, so a claimed
-/// count alone reserves nothing.
-pub fn reserve_for_index(header: &FileHeader, verify: bool) -> Result<(), ValidateError> {
-    let per_tensor = MEMORY_PER_TENSOR + if verify { MEMORY_PER_VERIFIED_TENSOR } else { 0 };
-    let tensors = header.tensor_count.min(header.metadata_len / MIN_METADATA_ENTRY_LEN as u64);
-    let bytes =
-        tensors.saturating_mul(per_tensor).saturating_add(header.metadata_len.saturating_mul(MEMORY_PER_INDEX_BYTE));
-    let no_memory = || {
-        ValidateError::no_memory(TENSOR_COUNT_OFFSET, &format!("an index of {} tensors", header.tensor_count), bytes)
-    };
-    let n = usize::try_from(bytes).map_err(|_| no_memory())?;
-    let mut probe: Vec<u8> = Vec::new();
-    probe.try_reserve_exact(n).map_err(|_| no_memory())
-}
+pub use tensorizer_core::scan::tensorizer::{
+    MEMORY_PER_INDEX_BYTE, MEMORY_PER_TENSOR, MEMORY_PER_VERIFIED_TENSOR, reserve_for_index,
+};
 
 /// Reads and parses the file header and the metadata index: two reads.
 pub fn inspect<R: RandomAccess + ?Sized>(src: &mut R, limits: &ParseLimits) -> Result<Inspection, ValidateError> {
@@ -152,6 +119,11 @@ pub fn zeroed(len: u64, offset: u64, what: &str) -> Result<Vec<u8>, ValidateErro
 }
 
 impl Inspection {
+    /// The inspection a core scan's tensorizer index gives.
+    pub fn from_index(index: tensorizer_core::scan::tensorizer::Index, file_len: u64) -> Self {
+        Self { header: index.header, metadata: index.metadata, file_len }
+    }
+
     /// The report for this file, without verification.
     pub fn report(&self, file: &str) -> Report {
         let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
@@ -165,17 +137,19 @@ impl Inspection {
         Report {
             report_version: REPORT_VERSION,
             file: file.to_string(),
+            format: tensorizer_core::Format::Tensorizer.as_str(),
             file_bytes: self.file_len,
-            data_version: h.version,
-            feature_flags: h.flags,
-            encrypted: h.has_crypt_info(),
-            versioned_headers: h.versioned_headers(),
+            data_version: Some(h.version),
+            feature_flags: Some(h.flags),
+            encrypted: Some(h.has_crypt_info()),
+            versioned_headers: Some(h.versioned_headers()),
             valid: true,
-            tensors: self.metadata.entries.len(),
+            tensors: self.metadata.entries.len() as u64,
+            findings: Vec::new(),
             errors: Vec::new(),
-            tensor_count: self.metadata.entries.len(),
+            tensor_count: self.metadata.entries.len() as u64,
             data_bytes: h.tensor_size,
-            metadata_index_bytes: h.metadata_len,
+            metadata_index_bytes: Some(h.metadata_len),
             by_dtype,
             tensor_rows: self.metadata.entries.iter().enumerate().map(|(i, e)| row(i, e)).collect(),
             verification: None,
@@ -253,13 +227,15 @@ impl<'a> TensorVerifier<'a> {
         let piece = (piece_len.max(1)) as u64;
         let (key, piece_len) = match (&cipher, keys) {
             (Some(c), _) if entry.data_length > 0 && c.chunk_size > MAX_CHUNK_LEN => {
-                return Err(in_tensor(ValidateError::invalid(
+                let mut e = ValidateError::invalid(
                     Some(entry.header_offset),
                     format!(
                         "an encryption chunk of {} bytes is above the validator's limit of {MAX_CHUNK_LEN}",
                         c.chunk_size
                     ),
-                )));
+                );
+                e.rule = Some(tensorizer_core::RuleId::TzrEncryption);
+                return Err(in_tensor(e));
             }
             (Some(c), Some(keys)) if entry.data_length > 0 => {
                 let key = keys.key_for(&record, entry.header_offset).map_err(in_tensor)?;
@@ -389,6 +365,20 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
     let mut buf: Vec<u8> = Vec::new();
     let mut summary = VerifySummary::default();
     for (i, entry) in inspection.metadata.entries.iter().enumerate() {
+        let file_len = inspection.file_len;
+        if entry.data_end() > file_len {
+            // The scan reported it (TZR-004); nothing past the end is read.
+            let e = tensorizer_core::Error::Truncated {
+                offset: file_len.max(entry.header_offset),
+                needed: entry.data_end() - file_len,
+            };
+            let outcome = TensorVerification { status: Status::Failed, checks: Vec::new(), error: Some(e.into()) };
+            summary.failed += 1;
+            if let Some(r) = report.tensor_rows.get_mut(i) {
+                r.verification = Some(outcome);
+            }
+            continue;
+        }
         let mut raw = zeroed(entry.header_len(), entry.header_offset, "a tensor header")?;
         src.read_exact_at(entry.header_offset, &mut raw)?;
         let outcome = match TensorVerifier::new(inspection, i, &raw, keys.as_mut(), piece_len) {
@@ -432,12 +422,9 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
     Ok(summary)
 }
 
-/// The exit status a finished run deserves, as `tzr verify` decides it:
-/// 0 when nothing failed, else 1 when the first failure is a verification
-/// failure (hash or MAC) and 3 otherwise.
+/// The exit status a finished run deserves: 0 without findings, 1 with.
 pub fn exit_code(report: &Report) -> u8 {
-    let first = report.tensor_rows.iter().filter_map(|t| t.verification.as_ref()?.error.as_ref()).next();
-    first.map_or(crate::error::EXIT_OK, ValidateError::exit_code)
+    if report.findings.is_empty() && report.valid { crate::error::EXIT_OK } else { crate::error::EXIT_FINDINGS }
 }
 
 /// The first failure of a finished run, if any.
@@ -525,21 +512,30 @@ mod tests {
                     bytes.truncate((next() % len) as usize);
                 }
                 match run(&bytes, key.clone(), 1 + (next() % 64) as usize) {
-                    Ok(r) => assert!([0, 1, 3].contains(&exit_code(&r))),
-                    Err(e) => assert!([2, 3].contains(&e.exit_code()), "{e}"),
+                    Ok(r) => assert!([0, 1].contains(&exit_code(&r))),
+                    Err(e) => assert!([1, 2].contains(&e.exit_code()), "{e}"),
+                }
+                // Through the scanner, every problem of the file is a finding.
+                let mut src = SliceSource::new(&bytes);
+                match crate::cli::validate(&mut src, "x.tensors", true, key.clone()) {
+                    Ok(r) => assert!([0, 1].contains(&exit_code(&r))),
+                    Err(e) => assert_eq!(e.exit_code(), 2, "{e}"),
                 }
             }
         }
     }
 
     #[test]
-    fn truncation_is_invalid_input_with_offset() {
+    fn truncation_is_a_finding_with_offset() {
         let bytes = vector("v1_flat.tensors");
         // The last 8 bytes are the end marker, which readers do not need.
         for cut in [0, 3, 40, 73, 1000, bytes.len() - 9] {
             let e = run(&bytes[..cut], None, PIECE_LEN).unwrap_err();
-            assert_eq!(e.exit_code(), 3, "cut {cut}: {e}");
-            assert!(e.offset.is_some(), "cut {cut}");
+            assert_eq!(e.exit_code(), 1, "cut {cut}: {e}");
+            let mut src = SliceSource::new(&bytes[..cut]);
+            let r = crate::cli::validate(&mut src, "x", true, None).unwrap();
+            assert_eq!(exit_code(&r), 1, "cut {cut}");
+            assert!(r.findings[0].offset.is_some(), "cut {cut}: {:?}", r.findings);
         }
     }
 }

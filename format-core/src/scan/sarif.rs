@@ -88,6 +88,17 @@ pub fn to_sarif(tool: &Tool<'_>, artifact_uri: &str, findings: &[Finding]) -> Va
     })
 }
 
+/// The SARIF log of a scan that could not be done: no results, and the
+/// reason as a tool execution notification.
+pub fn to_sarif_failure(tool: &Tool<'_>, artifact_uri: &str, message: &str) -> Value {
+    let mut log = to_sarif(tool, artifact_uri, &[]);
+    log["runs"][0]["invocations"] = json!([ {
+        "executionSuccessful": false,
+        "toolExecutionNotifications": [ { "level": "error", "message": { "text": message } } ],
+    } ]);
+    log
+}
+
 /// A finding as the JSON reports write it: `rule`, `severity`, `offset`,
 /// `length`, `tensor`, `message`, `remediation`.
 pub fn finding_json(f: &Finding) -> Value {
