@@ -9,7 +9,7 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::{KeySource, layout::KEY_LEN};
 
-use tensorizer_core::scan::{Finding, Format, RuleId, ScanOptions, sarif};
+use tensorizer_core::scan::{Finding, RuleId, ScanOptions, sarif};
 
 use crate::error::{EXIT_CANNOT_SCAN, EXIT_OK, ErrorKind, ValidateError, one_line};
 use crate::report::{ErrorReport, REPORT_VERSION, Report, Status};
@@ -43,6 +43,7 @@ Options:
                         decryption and its stored CRC32/SHA-256 hashes
   --key-file PATH       file holding the 32-byte key, raw or as 64 hex digits
   --passphrase-env VAR  read the passphrase from environment variable VAR
+                        (a key is ignored for a file that is not encrypted)
   --json                print the report as one line of JSON
   --sarif               print the findings as one line of SARIF 2.1.0
 
@@ -328,10 +329,10 @@ pub fn validate<R: RandomAccess + ?Sized>(
 ) -> Result<Report, ValidateError> {
     let options = ScanOptions { name: Some(name), limits: ParseLimits::default(), verify };
     let mut scan = tensorizer_core::scan(src, &options)?;
+    // A key for a file that is not encrypted is not needed: it is ignored
+    // (a flipped flag bit must give findings, not a usage error).
     let encrypted = scan.tensorizer.as_ref().is_some_and(|i| i.header.has_crypt_info());
-    if key.is_some() && !encrypted && (scan.tensorizer.is_some() || scan.format != Format::Tensorizer) {
-        return Err(ValidateError::usage("a key was given but the file is not encrypted"));
-    }
+    let key = key.filter(|_| encrypted);
     let Some(index) = scan.tensorizer.take() else {
         return Ok(Report::from_scan(&scan, name));
     };

@@ -77,6 +77,7 @@ pub fn parse_index(
     Ok(Inspection { header, metadata, file_len })
 }
 
+use tensorizer_core::scan::tensorizer::tensor_rule;
 pub use tensorizer_core::scan::tensorizer::{
     MEMORY_PER_INDEX_BYTE, MEMORY_PER_TENSOR, MEMORY_PER_VERIFIED_TENSOR, reserve_for_index,
 };
@@ -222,8 +223,14 @@ impl<'a> TensorVerifier<'a> {
         let entry =
             inspection.metadata.entries.get(i).ok_or_else(|| ValidateError::usage(format!("no tensor number {i}")))?;
         let in_tensor = |e| tensor_error(entry, e);
-        let record = TensorRecord::parse(entry, raw_header, &inspection.header).map_err(|e| in_tensor(e.into()))?;
-        let cipher = record.cipher().map_err(|e| in_tensor(e.into()))?;
+        let ruled = |e: tensorizer_core::Error, rule: fn(&tensorizer_core::Error) -> tensorizer_core::RuleId| {
+            let r = rule(&e);
+            let mut v = ValidateError::from(e);
+            v.rule = Some(r);
+            in_tensor(v)
+        };
+        let record = TensorRecord::parse(entry, raw_header, &inspection.header).map_err(|e| ruled(e, tensor_rule))?;
+        let cipher = record.cipher().map_err(|e| ruled(e, tensor_rule))?;
         let piece = (piece_len.max(1)) as u64;
         let (key, piece_len) = match (&cipher, keys) {
             (Some(c), _) if entry.data_length > 0 && c.chunk_size > MAX_CHUNK_LEN => {

@@ -149,14 +149,16 @@ def key_args(vector: dict, tmp: Path) -> tuple[list[str], dict[str, str], Path]:
 
 
 def assert_matches_manifest(report: dict, vector: dict) -> None:
-    assert report["report_version"] == 2
+    assert report["report_version"] == 3
     assert report["file"] == f"/in/{vector['file']}"
+    assert report["format"] == "tensorizer"
+    assert report["findings"] == []
     assert report["file_bytes"] == vector["size"]
     assert report["data_version"] == vector["data_version"]
     assert report["feature_flags"] == vector["feature_flags"]
     assert report["encrypted"] == (vector["encryption"] is not None)
     assert report["tensor_count"] == vector["tensor_count"] == len(vector["tensors"])
-    # The embedding contract: `valid`, `tensors` (a count), `errors`.
+    # The embedding contract: `valid`, `format`, `tensors` (a count), `findings`.
     assert report["tensors"] == vector["tensor_count"]
     assert report["valid"] is (report["verification"] is None or report["verification"]["ok"])
     assert report["errors"] == []
@@ -193,7 +195,7 @@ def error_offset(line: str) -> int:
 @pytest.mark.parametrize("vector", MANIFEST["vectors"], ids=[v["file"] for v in MANIFEST["vectors"]])
 def test_vector_inspects(validate, vector):
     """Header + index only: the report matches the manifest (no key needed)."""
-    run = validate(["validate", "--json", f"/in/{vector['file']}"])
+    run = validate(["--json", f"/in/{vector['file']}"])
     assert run.code == 0, run.stderr
     report = run.json()
     assert_matches_manifest(report, vector)
@@ -205,7 +207,7 @@ def test_vector_inspects(validate, vector):
 def test_vector_verifies(validate, vector, tmp_path):
     """--verify decrypts (key file or passphrase) and checks every hash."""
     extra, env, directory = key_args(vector, tmp_path)
-    run = validate(["validate", "--verify", "--json", *extra, f"/in/{vector['file']}"], directory, env)
+    run = validate(["--verify", "--json", *extra, f"/in/{vector['file']}"], directory, env)
     assert run.code == 0, run.stderr
     assert run.stderr == ""
     report = run.json()
@@ -226,18 +228,20 @@ def test_vector_verifies(validate, vector, tmp_path):
 
 
 def test_text_report(validate):
+    # `validate` is kept as an alias of the bare command.
     run = validate(["validate", "--verify", "/in/v1_flat.tensors"])
     assert run.code == 0
-    assert run.stdout.startswith("/in/v1_flat.tensors\n  data version 1, 15 tensors")
+    assert run.stdout.startswith("/in/v1_flat.tensors\n  tensorizer data version 1, 15 tensors")
     assert "15 verified, 0 unverified, 0 failed" in run.stdout
+    assert run.stdout.rstrip().endswith("no findings")
 
 
 def test_wrong_key_fails_verification(validate, tmp_path):
     shutil.copy(VECTORS / "v3_enc_key.tensors", tmp_path)
     (tmp_path / "bad.key").write_text("11" * 32)
-    run = validate(["validate", "--verify", "--key-file", "/in/bad.key", "/in/v3_enc_key.tensors"], tmp_path)
+    run = validate(["--verify", "--key-file", "/in/bad.key", "/in/v3_enc_key.tensors"], tmp_path)
     assert run.code == 1
-    assert "decryption failed" in run.error_line()
+    assert "TZR-008" in run.error_line() and "decryption failed" in run.error_line()
 
 
 def test_wrong_passphrase_fails_verification(validate):
@@ -262,6 +266,8 @@ def test_wrong_passphrase_fails_verification(validate):
         ["validate", "--key-file"],
         ["validate", "--verify", "/in/v3_enc_key.tensors"],  # encrypted, no key
         ["validate", "--passphrase-env", "UNSET", "/in/v3_enc_pass.tensors"],
+        ["--json", "--sarif", "/in/v1_flat.tensors"],
+        ["--key-file", "/in/v1_flat.tensors", "/in/v1_flat.tensors"],  # not a key file
     ],
 )
 def test_usage_errors(validate, args):
@@ -272,10 +278,10 @@ def test_usage_errors(validate, args):
 
 @pytest.mark.parametrize("path", ["/in/no-such-file.tensors", "/etc/passwd", "/in"], ids=["missing", "outside", "dir"])
 def test_unopenable_path(validate, path):
-    """As in tzr, a file that cannot be opened is exit 3 (reading failed);
-    a path outside the preopened directory cannot be opened at all."""
-    run = validate(["validate", "--json", path])
-    assert run.code == 3
+    """A file that cannot be opened could not be scanned (exit 2); a path
+    outside the preopened directory cannot be opened at all."""
+    run = validate(["--json", path])
+    assert run.code == 2
     assert "cannot open" in run.error_line()
     assert run.json()["error"]["kind"] == "io"
 
@@ -287,7 +293,7 @@ def test_help_and_version(validate):
     assert run.code == 0 and run.stdout.startswith("tensorizer-validate ")
 
 
-# ---- hostile and broken files (exit 1 or 3, fast, one line) ---------------
+# ---- hostile and broken files (exit 1 with findings, fast, one line) -------
 
 
 @pytest.fixture
@@ -336,22 +342,26 @@ def flat_cut_points() -> list[int]:
 def test_truncated(hostile, cut, verify):
     data = vector_bytes(FLAT)[:cut]
     run = hostile(bytes(data), "--json", *(["--verify"] if verify else []))
-    assert run.code == 3
-    line = run.error_line()
-    at = error_offset(line)
-    assert at <= max(cut, 73)
+    assert run.code == 1
     doc = run.json()
-    assert doc["error"]["kind"] == "invalid_input"
-    assert doc["error"]["offset"] == (0 if cut < 5 else at)
-    assert doc["valid"] is False and doc["tensors"] == 0
-    assert doc["errors"] == [{"tensor": None, "offset": doc["error"]["offset"], "message": doc["error"]["message"]}]
+    assert doc["valid"] is False
+    first = doc["findings"][0]
+    if cut < 5:  # not even the magic: no known format
+        assert (doc["format"], first["rule"], first["offset"]) == ("unknown", "FMT-001", 0)
+        return
+    assert doc["format"] == "tensorizer"
+    assert {f["rule"] for f in doc["findings"]} == {"TZR-004"}, doc["findings"]
+    assert first["offset"] <= max(cut, 73)
+    assert error_offset(run.error_line()) == first["offset"]
+    assert first["remediation"] and first["severity"] == "error"
+    assert doc["errors"][0] == {"tensor": first["tensor"], "offset": first["offset"], "message": first["message"]}
 
 
 def test_truncated_encrypted(hostile):
     data = vector_bytes("v3_enc_key.tensors")
     run = hostile(bytes(data[: len(data) // 2]))
-    assert run.code == 3
-    assert "truncated" in run.error_line()
+    assert run.code == 1
+    assert "TZR-004" in run.error_line() and "truncated" in run.error_line()
 
 
 def test_flipped_data_byte(hostile):
@@ -362,7 +372,7 @@ def test_flipped_data_byte(hostile):
     assert hostile(bytes(data)).code == 0  # the index is intact: inspection passes
     run = hostile(bytes(data), "--verify", "--json")
     assert run.code == 1
-    assert "failed CRC32 verification" in run.error_line()
+    assert "TZR-007" in run.error_line() and "failed CRC32 verification" in run.error_line()
     report = run.json()
     assert report["verification"] == {
         "ok": False,
@@ -379,6 +389,7 @@ def test_flipped_data_byte(hostile):
     assert report["errors"] == [
         {"tensor": report["tensor_rows"][-1]["name"], "offset": t["header_offset"], "message": bad["error"]["message"]}
     ]
+    assert [(f["rule"], f["offset"]) for f in report["findings"]] == [("TZR-007", t["header_offset"])]
 
 
 def test_flipped_ciphertext_byte(validate, tmp_path):
@@ -389,8 +400,9 @@ def test_flipped_ciphertext_byte(validate, tmp_path):
     data[at] ^= 1
     (tmp_path / "h.tensors").write_bytes(bytes(data))
     (tmp_path / "k").write_text(SECRETS["key_hex"])
-    run = validate(["validate", "--verify", "--json", "--key-file", "/in/k", "/in/h.tensors"], tmp_path)
+    run = validate(["--verify", "--json", "--key-file", "/in/k", "/in/h.tensors"], tmp_path)
     assert run.code == 1
+    assert [f["rule"] for f in run.json()["findings"]] == ["TZR-008"]
     row = next(r for r in run.json()["tensor_rows"] if r["name"] == big["name"])
     # The error names the chunk that failed to open.
     assert row["verification"]["error"]["offset"] == big["data_offset"] + (2 << 20)
@@ -407,18 +419,23 @@ def test_flipped_ciphertext_byte(validate, tmp_path):
     ],
     ids=["empty", "zip", "json", "binary", "magic-prefix"],
 )
-def test_not_tensorizer(hostile, data):
+def test_not_a_model_file(hostile, data):
     run = hostile(data, "--json")
-    assert run.code == 3
-    assert "Not a tensorizer file" in run.error_line()
-    assert run.json()["error"]["offset"] == 0
+    assert run.code == 1
+    doc = run.json()
+    rules = {f["rule"] for f in doc["findings"]}
+    # The name says .tensors: a ZIP is also an extension mismatch.
+    assert rules == ({"ZIP-001", "FMT-002"} if data.startswith(b"PK") else {"FMT-001"})
+    assert all(f["offset"] == 0 for f in doc["findings"])
+    assert doc["findings"][0]["rule"] in run.error_line()
 
 
 def test_unsupported_version(hostile):
     data = vector_bytes(FLAT)
     data[5:9] = struct.pack("<I", 99)
     run = hostile(bytes(data))
-    assert run.code == 3
+    assert run.code == 1
+    assert "TZR-001" in run.error_line()
     assert error_offset(run.error_line()) == 5
 
 
@@ -433,19 +450,19 @@ def test_huge_metadata_length(hostile, claimed):
     data = vector_bytes(FLAT)
     data[0x41:0x49] = struct.pack("<Q", claimed)
     run = hostile(bytes(data), "--json")
-    assert run.code == 3
+    assert run.code == 1
     line = run.error_line()
     if claimed > 1 << 30:
-        assert "metadata index length" in line and error_offset(line) == 0x41
+        assert "TZR-003" in line and "metadata index length" in line and error_offset(line) == 0x41
     else:
-        assert "truncated" in line and error_offset(line) == len(data)
+        assert "TZR-004" in line and "truncated" in line and error_offset(line) == len(data)
 
 
 def test_huge_tensor_count(hostile):
     data = vector_bytes(FLAT)
     data[0x39:0x41] = struct.pack("<Q", 1 << 62)
     run = hostile(bytes(data))
-    assert run.code == 3
+    assert run.code == 1
     assert error_offset(run.error_line()) == 0x39
 
 
@@ -459,8 +476,8 @@ def test_tensor_beyond_end_of_file(hostile):
     far = 1 << 40
     data[pos : pos + 16] = struct.pack("<QQ", far, far + (t["data_offset"] - t["header_offset"]))
     run = hostile(bytes(data), "--verify")
-    assert run.code == 3
-    assert "truncated" in run.error_line()
+    assert run.code == 1
+    assert "TZR-004" in run.error_line() and "truncated" in run.error_line()
 
 
 def patch_meta_to_16_gib(data: bytearray, vector: dict) -> dict:
@@ -508,19 +525,20 @@ def test_16_gib_meta_tensor(hostile):
 
 def test_16_gib_meta_tensor_index_only(hostile):
     """The index claims 16 GiB but the tensor header still says 4 GiB:
-    inspection (index only) passes, --verify finds the disagreement."""
+    the scan reads every tensor header and finds the disagreement, with or
+    without --verify."""
     v = vector_entry("v5_long.tensors")
     data = vector_bytes(v["file"])
     original = bytes(data)
     t = patch_meta_to_16_gib(data, v)
     # Put back the original tensor header (dimension and hashes).
     data[t["header_offset"] : t["data_offset"]] = original[t["header_offset"] : t["data_offset"]]
-    assert hostile(bytes(data)).code == 0
-    run = hostile(bytes(data), "--verify")
-    assert run.code == 3  # invalid input, not a hash failure
-    line = run.error_line()
-    assert "disagrees with the metadata index" in line
-    assert error_offset(line) == t["header_offset"]
+    for flags in [(), ("--verify",)]:
+        run = hostile(bytes(data), *flags)
+        assert run.code == 1
+        line = run.error_line()
+        assert "1 finding;" in line and "TZR-005" in line and "disagrees with the metadata index" in line
+        assert error_offset(line) == t["header_offset"]
 
 
 def grow_last_tensor(data: bytearray, vector: dict, columns: int, payload: bytes) -> bytes:
@@ -561,7 +579,7 @@ def test_memory_is_bounded_by_one_piece(validate, tmp_path):
     payload = bytearray(os.urandom(16 * columns))
     big = grow_last_tensor(vector_bytes(FLAT), v, columns, bytes(payload))
     (tmp_path / "big.tensors").write_bytes(big)
-    run = validate(["validate", "--verify", "--json", "/in/big.tensors"], tmp_path, memory=16 * MIB)
+    run = validate(["--verify", "--json", "/in/big.tensors"], tmp_path, memory=16 * MIB)
     assert run.code == 0, (run.code, run.stderr)
     report = run.json()
     assert report["tensor_rows"][-1]["bytes"] == 64 * MIB
@@ -569,19 +587,19 @@ def test_memory_is_bounded_by_one_piece(validate, tmp_path):
     payload[-1] ^= 1
     t = v["tensors"][-1]
     (tmp_path / "big.tensors").write_bytes(big[: t["data_offset"]] + bytes(payload) + bytes(8))
-    run = validate(["validate", "--verify", "/in/big.tensors"], tmp_path, memory=16 * MIB)
+    run = validate(["--verify", "/in/big.tensors"], tmp_path, memory=16 * MIB)
     assert run.code == 1
 
 
 def test_memory_limit_below_one_piece_is_an_error_not_a_crash(validate, tmp_path):
     """With too little memory for a 2 MiB data piece, the module reports it
-    (exit 3) instead of aborting."""
+    (exit 2: it could not be scanned) instead of aborting."""
     shutil.copy(VECTORS / "v3_enc_key.tensors", tmp_path)
     (tmp_path / "k").write_text(SECRETS["key_hex"])
     run = validate(
-        ["validate", "--verify", "--key-file", "/in/k", "/in/v3_enc_key.tensors"], tmp_path, memory=2 * MIB + MIB // 2
+        ["--verify", "--key-file", "/in/k", "/in/v3_enc_key.tensors"], tmp_path, memory=2 * MIB + MIB // 2
     )
-    assert run.code == 3, run.code
+    assert run.code == 2, run.code
     assert "cannot allocate" in run.error_line()
 
 
@@ -600,31 +618,43 @@ def many_tensors_file(n: int) -> bytes:
 def test_an_index_of_2_20_tensors_is_an_error_not_an_abort(validate, tmp_path, json_report):
     """2^20 tensors (the most the format allows) take more than the default
     256 MiB to parse and report: the module finds the memory missing first
-    and exits 3 instead of aborting on an allocation failure."""
+    and exits 2 (could not scan) instead of aborting on an allocation
+    failure."""
     (tmp_path / "many.tensors").write_bytes(many_tensors_file(1 << 20))
-    run = validate(["validate", *(["--json"] if json_report else []), "/in/many.tensors"], tmp_path)
-    assert run.code == 3, (run.code, run.stderr[-500:])
+    run = validate([*(["--json"] if json_report else []), "/in/many.tensors"], tmp_path)
+    assert run.code == 2, (run.code, run.stderr[-500:])
     assert "cannot allocate" in run.error_line() and "memory limit" in run.error_line()
-    # With enough memory it is a valid file.
-    run = validate(["validate", "--json", "/in/many.tensors"], tmp_path, memory=4096 * MIB)
-    assert run.code == 0, (run.code, run.stderr[-500:])
-    assert run.json()["tensor_count"] == 1 << 20
+    # With enough memory it scans: the index is fine, and each of the 2^20
+    # 8-byte tensor headers is a finding (listed up to the cap, then counted).
+    run = validate(["--json", "/in/many.tensors"], tmp_path, memory=4096 * MIB)
+    assert run.code == 1, (run.code, run.stderr[-500:])
+    report = run.json()
+    assert report["tensor_count"] == 1 << 20
+    assert_capped(report["findings"], "TZR-005", 1 << 20)
+
+
+def assert_capped(findings: list[dict], rule: str, total: int) -> None:
+    """`findings` lists 100 of `total` findings of `rule`, then counts the rest."""
+    assert [f["rule"] for f in findings] == [rule] * 100 + ["FMT-003"]
+    assert findings[-1]["message"] == f"{total - 100} more {rule} findings were left out"
 
 
 def test_many_tensors_fit_the_default_memory(validate, tmp_path):
     """The memory check does not refuse what fits: 65,536 tensors."""
     (tmp_path / "m.tensors").write_bytes(many_tensors_file(1 << 16))
-    run = validate(["validate", "--json", "/in/m.tensors"], tmp_path)
-    assert run.code == 0, (run.code, run.stderr)
-    assert run.json()["tensor_count"] == 1 << 16
+    run = validate(["--json", "/in/m.tensors"], tmp_path)
+    assert run.code == 1, (run.code, run.stderr)
+    report = run.json()
+    assert report["tensor_count"] == 1 << 16
+    assert_capped(report["findings"], "TZR-005", 1 << 16)
 
 
 @pytest.mark.parametrize("json_report", [True, False], ids=["json", "text"])
 def test_a_report_that_cannot_be_written_is_a_failure(validate, json_report):
-    """stdout on a full device: the report is lost, so the exit is 3, not 0."""
+    """stdout on a full device: the report is lost, so the exit is 2, not 0."""
     flags = ["--json"] if json_report else []
-    run = validate(["validate", *flags, "/in/v4_meta.tensors"], stdout_path=Path("/dev/full"))
-    assert run.code == 3, (run.code, run.stderr)
+    run = validate([*flags, "/in/v4_meta.tensors"], stdout_path=Path("/dev/full"))
+    assert run.code == 2, (run.code, run.stderr)
     assert "cannot write the report" in run.error_line()
 
 
@@ -644,22 +674,22 @@ def test_kdf_memory_beyond_the_limit_is_an_error_not_a_crash(validate, tmp_path)
     patch_kdf_memlimit(data, 1 << 30)
     (tmp_path / "h.tensors").write_bytes(bytes(data))
     env = {"P": SECRETS["passphrase"]}
-    args = ["validate", "--verify", "--passphrase-env", "P", "/in/h.tensors"]
+    args = ["--verify", "--passphrase-env", "P", "/in/h.tensors"]
     run = validate(args, tmp_path, env, memory=HOSTILE_MEMORY_LIMIT)
-    assert run.code == 3, run.code
+    assert run.code == 2, run.code
     line = run.error_line()
     assert "cannot allocate" in line and "key derivation" in line
 
 
 def test_kdf_cost_above_the_cap_is_refused(validate, tmp_path):
-    """Above the core's KdfLimits (1 GiB) nothing is derived: each tensor fails as invalid."""
+    """Above the core's KdfLimits (1 GiB) nothing is derived: each tensor is a finding."""
     data = vector_bytes("v3_enc_pass.tensors")
     patch_kdf_memlimit(data, 4 << 30)
     (tmp_path / "h.tensors").write_bytes(bytes(data))
     env = {"P": SECRETS["passphrase"]}
-    args = ["validate", "--verify", "--json", "--passphrase-env", "P", "/in/h.tensors"]
+    args = ["--verify", "--json", "--passphrase-env", "P", "/in/h.tensors"]
     run = validate(args, tmp_path, env, memory=HOSTILE_MEMORY_LIMIT)
-    assert run.code == 3
+    assert run.code == 1
     assert "above the configured limit" in run.error_line()
     assert run.json()["verification"]["failed"] == 3
 
@@ -684,13 +714,13 @@ def mutations(seed: int, data: bytes, count: int):
 
 @pytest.mark.parametrize("name", ["v1_flat.tensors", "v5_long.tensors", "v3_enc_key.tensors"])
 def test_random_corruption_never_traps(validate, tmp_path, name):
-    """Randomly corrupted files end with 0, 1 or 3 and a bounded run, never a trap."""
+    """Randomly corrupted files end with 0 or 1 (findings) and a bounded run, never a trap."""
     (tmp_path / "k").write_text(SECRETS["key_hex"])
     keyed = ["--key-file", "/in/k"] if "enc" in name else []
     for i, data in enumerate(mutations(zlib.crc32(name.encode()), bytes(vector_bytes(name)), 25)):
         (tmp_path / "m.tensors").write_bytes(data)
-        run = validate(["validate", "--verify", "--json", *keyed, "/in/m.tensors"], tmp_path, memory=HOSTILE_MEMORY_LIMIT)
-        assert run.code in (0, 1, 3), (i, run.code, run.stderr)
+        run = validate(["--verify", "--json", *keyed, "/in/m.tensors"], tmp_path, memory=HOSTILE_MEMORY_LIMIT)
+        assert run.code in (0, 1), (i, run.code, run.stderr)
         assert run.seconds < HOSTILE_BOUND_S
         assert len(run.stderr.splitlines()) == (0 if run.code == 0 else 1), run.stderr
         json.loads(run.stdout)  # always a JSON document on stdout
@@ -698,9 +728,106 @@ def test_random_corruption_never_traps(validate, tmp_path, name):
 
 def test_fuel_bounds_a_run(validate):
     """Fuel is a hard stop: a budget too small for the work traps quickly."""
-    run = validate(["validate", "--verify", "/in/v1_flat.tensors"], fuel=100_000)
+    run = validate(["--verify", "/in/v1_flat.tensors"], fuel=100_000)
     assert isinstance(run.code, str) and "trap" in run.code
     assert run.seconds < HOSTILE_BOUND_S
+
+
+# ---- other formats: safetensors, torch.save zips, pickles -----------------
+
+TORCH = VECTORS / "torch"
+
+
+@pytest.mark.parametrize("name", ["dtypes.pt", "nested.pt", "views.pt", "module.pt", "params.pt", "big_endian.pt"])
+def test_torch_checkpoints_scan_clean(validate, name):
+    run = validate(["--json", f"/in/{name}"], TORCH)
+    assert run.code == 0, run.stderr
+    report = run.json()
+    assert (report["format"], report["valid"], report["findings"]) == ("torch-zip", True, [])
+    assert report["tensors"] > 0
+    assert report["data_version"] is None and report["tensor_rows"] == []
+
+
+@pytest.mark.parametrize(
+    "name, rule, says",
+    [
+        ("hostile_os_system.pt", "PKL-001", "posix.system"),
+        ("hostile_eval.pt", "PKL-001", "__builtin__.eval"),
+        ("hostile_module.pt", "PKL-001", "torch.nn.modules"),
+        ("hostile_deflated.pt", "ZIP-006", "compression method 8"),
+    ],
+)
+def test_hostile_checkpoints_are_findings(validate, name, rule, says):
+    run = validate(["--json", f"/in/{name}"], TORCH)
+    assert run.code == 1, run.stderr
+    found = [f for f in run.json()["findings"] if f["rule"] == rule]
+    assert found and says in found[0]["message"], run.json()["findings"]
+    assert all(isinstance(f["offset"], int) for f in found)
+
+
+def test_legacy_torch_pickle_is_scanned(validate):
+    run = validate(["--json", "/in/hostile_legacy.pt"], TORCH)
+    assert run.code == 0, run.stderr
+    assert run.json()["format"] == "torch-legacy"
+
+
+def test_a_pickle_named_safetensors_is_caught(validate, tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
+    run = validate(["--json", "/in/model.safetensors"], tmp_path)
+    assert run.code == 1
+    report = run.json()
+    assert report["format"] == "pickle"
+    assert [f["rule"] for f in report["findings"]] == ["FMT-002", "PKL-001", "PKL-002"]
+    assert "os.system" in report["findings"][1]["message"]
+
+
+def safetensors_file(header: dict, data: bytes) -> bytes:
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text.encode() + data
+
+
+def test_safetensors(validate, tmp_path):
+    clean = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "__metadata__": {"format": "pt"}}
+    (tmp_path / "ok.safetensors").write_bytes(safetensors_file(clean, bytes(8)))
+    run = validate(["--json", "/in/ok.safetensors"], tmp_path)
+    assert run.code == 0, run.stderr
+    assert (run.json()["format"], run.json()["tensors"]) == ("safetensors", 1)
+    bad = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F8_E8M0", "shape": [4], "data_offsets": [4, 8]},
+        "c": {"dtype": "E8M0", "shape": [1], "data_offsets": [8, 9]},
+    }
+    (tmp_path / "bad.safetensors").write_bytes(safetensors_file(bad, bytes(9) + b"payload"))
+    run = validate(["--json", "/in/bad.safetensors"], tmp_path)
+    assert run.code == 1
+    assert {f["rule"] for f in run.json()["findings"]} == {"ST-004", "ST-007", "ST-010"}
+
+
+def test_sarif(validate):
+    run = validate(["--sarif", "/in/hostile_os_system.pt"], TORCH)
+    assert run.code == 1
+    log = run.json()
+    assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
+    (sarif_run,) = log["runs"]
+    driver = sarif_run["tool"]["driver"]
+    assert driver["name"] == "tensorizer-validate" and driver["informationUri"]
+    ids = [r["id"] for r in driver["rules"]]
+    assert len(ids) == len(set(ids)) and "PKL-001" in ids
+    for rule in driver["rules"]:
+        assert rule["shortDescription"]["text"] and rule["help"]["text"]
+        assert rule["defaultConfiguration"]["level"] in ("error", "warning", "note")
+    results = sarif_run["results"]
+    assert results and all(r["ruleId"] == ids[r["ruleIndex"]] for r in results)
+    loc = results[0]["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "/in/hostile_os_system.pt"
+    assert isinstance(loc["region"]["byteOffset"], int)
+    # A clean file: no results; a missing one: a failed invocation (exit 2).
+    run = validate(["--sarif", "/in/v4_meta.tensors"])
+    assert run.code == 0 and run.json()["runs"][0]["results"] == []
+    run = validate(["--sarif", "/in/missing.pt"])
+    assert run.code == 2
+    assert run.json()["runs"][0]["invocations"][0]["executionSuccessful"] is False
 
 
 # ---- portability: the same module under Node's node:wasi -----------------
@@ -721,15 +848,19 @@ process.exitCode = wasi.start(instance);
 def test_node_wasi_smoke(tmp_path):
     runner = tmp_path / "run.js"
     runner.write_text(NODE_RUNNER)
-    for name, want in [("v4_meta.tensors", 0), ("manifest.json", 3)]:
+    for name, want in [("v4_meta.tensors", 0), ("manifest.json", 1), ("torch/hostile_os_system.pt", 1)]:
         proc = subprocess.run(
-            ["node", "--no-warnings", str(runner), str(WASM), str(VECTORS), "validate", "--verify", "--json", f"/in/{name}"],
+            ["node", "--no-warnings", str(runner), str(WASM), str(VECTORS), "--verify", "--json", f"/in/{name}"],
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert proc.returncode == want, proc.stderr
+        report = json.loads(proc.stdout)
         if want == 0:
-            assert json.loads(proc.stdout)["verification"]["verified"] == 5
+            assert report["verification"]["verified"] == 5
+        elif name.endswith(".pt"):
+            assert report["format"] == "torch-zip"
+            assert "PKL-001" in proc.stderr and "posix.system" in proc.stderr
         else:
-            assert "Not a tensorizer file" in proc.stderr
+            assert report["findings"][0]["rule"] == "FMT-001"

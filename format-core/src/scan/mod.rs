@@ -101,6 +101,17 @@ impl Findings {
         }
     }
 
+    /// Adds the finding `make` builds, building it only while `rule` is
+    /// under the cap (a file failing the same way a million times costs a
+    /// count, not a million messages).
+    pub fn push_with(&mut self, rule: RuleId, make: impl FnOnce() -> Finding) {
+        if self.count(rule) < MAX_FINDINGS_PER_RULE {
+            self.push(make());
+        } else {
+            *self.per_rule.entry(rule).or_default() += 1;
+        }
+    }
+
     /// Adds every finding of `more`.
     pub fn extend(&mut self, more: impl IntoIterator<Item = Finding>) {
         for f in more {

@@ -7,7 +7,7 @@
 use alloc::format;
 use alloc::string::ToString;
 
-use super::{Finding, Findings, ScanOptions, error_offset, read_vec, rule_for_error};
+use super::{Finding, Findings, RuleId, ScanOptions, error_offset, read_vec, rule_for_error};
 use crate::codec::file_header::FileHeader;
 use crate::codec::metadata::Metadata;
 use crate::error::{Error, Result};
@@ -55,9 +55,35 @@ pub fn reserve_for_index(header: &FileHeader, verify: bool) -> Result<()> {
     probe.try_reserve_exact(n).map_err(|_| no_memory())
 }
 
-/// The finding for a core error met while reading a tensorizer file.
-pub fn finding(e: &Error) -> Finding {
-    Finding::new(rule_for_error(e), error_offset(e), format!("{e}"))
+/// The finding for a core error met while reading a tensorizer file's
+/// header or index (`rule` is the rule it breaks).
+pub fn finding(rule: RuleId, e: &Error) -> Finding {
+    let offset = error_offset(e);
+    let mut message = format!("{e}");
+    if let Some(at) = offset
+        && !message.contains("byte ")
+    {
+        message.push_str(&format!(" (at byte {at})"));
+    }
+    Finding::new(rule, offset, message)
+}
+
+/// The rule a core error met in one tensor's header breaks: sizes and
+/// limits keep their rules, everything else is [`RuleId::TzrTensorHeader`].
+pub fn tensor_rule(e: &Error) -> RuleId {
+    match rule_for_error(e) {
+        r @ (RuleId::TzrTruncated | RuleId::TzrLimit | RuleId::TzrEncryption | RuleId::TzrHashMismatch) => r,
+        RuleId::TzrAuthFailed => RuleId::TzrAuthFailed,
+        _ => RuleId::TzrTensorHeader,
+    }
+}
+
+/// The rule an error in a tensor's encryption metadata breaks.
+fn cipher_rule(e: &Error) -> RuleId {
+    match rule_for_error(e) {
+        r @ (RuleId::TzrTruncated | RuleId::TzrLimit) => r,
+        _ => RuleId::TzrEncryption,
+    }
 }
 
 /// Scans a tensorizer file: `None` when the header or index could not be
@@ -72,13 +98,14 @@ pub fn scan<R: RandomAccess + ?Sized>(
     let header = match FileHeader::parse(&head) {
         Ok(h) => h,
         Err(e) => {
-            findings.push(finding(&e));
+            findings.push(finding(rule_for_error(&e), &e));
             return Ok(None);
         }
     };
     let available = len.saturating_sub(METADATA_OFFSET);
     if header.metadata_len > available {
-        findings.push(finding(&Error::Truncated { offset: len, needed: header.metadata_len - available }));
+        let e = Error::Truncated { offset: len, needed: header.metadata_len - available };
+        findings.push(finding(RuleId::TzrTruncated, &e));
         return Ok(None);
     }
     if header.tensor_count <= options.limits.max_tensors {
@@ -88,25 +115,29 @@ pub fn scan<R: RandomAccess + ?Sized>(
     let metadata = match Metadata::parse_with(&header, &index, &options.limits) {
         Ok(m) => m,
         Err(e) => {
-            findings.push(finding(&e));
+            findings.push(finding(rule_for_error(&e), &e));
             return Ok(None);
         }
     };
     drop(index);
     for entry in &metadata.entries {
-        let name = entry.path.to_string();
+        let name = || entry.path.to_string();
         if entry.data_end() > len {
             let e = Error::Truncated { offset: len.max(entry.header_offset), needed: entry.data_end() - len };
-            findings.push(finding(&e).in_tensor(name.clone()));
+            findings.push_with(RuleId::TzrTruncated, || finding(RuleId::TzrTruncated, &e).in_tensor(name()));
             if entry.data_offset > len {
                 continue;
             }
         }
         let raw = read_vec(src, entry.header_offset, entry.header_len(), "a tensor header")?;
-        let checked = TensorRecord::parse(entry, &raw, &header).and_then(|r| r.cipher().map(|_| ()));
-        if let Err(e) = checked {
-            findings.push(finding(&e).in_tensor(name));
-        }
+        let (rule, e) = match TensorRecord::parse(entry, &raw, &header) {
+            Err(e) => (tensor_rule(&e), e),
+            Ok(record) => match record.cipher() {
+                Err(e) => (cipher_rule(&e), e),
+                Ok(_) => continue,
+            },
+        };
+        findings.push_with(rule, || finding(rule, &e).in_tensor(name()));
     }
     Ok(Some(Index { header, metadata }))
 }
