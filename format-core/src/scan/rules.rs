@@ -270,4 +270,29 @@ mod tests {
         }
         assert_eq!(RuleId::PklCall.severity(), Severity::Error);
     }
+
+    /// spec/22-scanner.md §22.3 lists exactly the rules in code, with the
+    /// same severity, description and remediation, in the same order.
+    #[test]
+    fn the_spec_table_lists_exactly_these_rules() {
+        extern crate std;
+        use alloc::string::String;
+        use alloc::vec::Vec;
+        let path = std::format!("{}/../spec/22-scanner.md", env!("CARGO_MANIFEST_DIR"));
+        let spec = std::fs::read_to_string(&path).unwrap();
+        let rows: Vec<Vec<String>> = spec
+            .lines()
+            .filter(|l| l.starts_with("| `") && l.split('|').nth(1).is_some_and(|c| c.contains('-')))
+            .map(|l| l.trim_matches('|').split(" | ").map(|c| String::from(c.trim())).collect())
+            .filter(|cells: &Vec<String>| cells.len() == 4)
+            .collect();
+        let want: Vec<Vec<String>> = RULES
+            .iter()
+            .map(|r| {
+                [std::format!("`{}`", r.id), r.severity.as_str().into(), r.description.into(), r.remediation.into()]
+                    .into()
+            })
+            .collect();
+        assert_eq!(rows, want, "update the table in {path}");
+    }
 }

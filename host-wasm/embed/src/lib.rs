@@ -1,6 +1,6 @@
 //! Runs the `tensorizer-validate` WASI module (wasm32-wasip1) inside a Rust
-//! program with wasmtime, so that an untrusted `.tensors` file is checked in a
-//! sandbox whose fuel, wall-clock time, linear memory and captured output are
+//! program with wasmtime, so that an untrusted model file (tensorizer,
+//! safetensors, torch.save zip or pickle) is scanned in a sandbox whose fuel, wall-clock time, linear memory and captured output are
 //! all bounded by the host.
 //!
 //! ```no_run
@@ -10,8 +10,9 @@
 //! let validator = Validator::from_file("tensorizer-validate.wasm")?; // compile once
 //! let outcome = validator.validate(Path::new("/srv/models"), "model.tensors", &Limits::default())?;
 //! match outcome.kind {
-//!     Kind::Valid => println!("{} tensors", outcome.report_json.unwrap()["tensor_count"]),
-//!     Kind::Invalid | Kind::Usage => eprintln!("{}", outcome.stderr.trim_end()),
+//!     Kind::Clean => println!("{} tensors", outcome.report_json.unwrap()["tensors"]),
+//!     Kind::Findings => println!("{}", outcome.report_json.unwrap()["findings"]),
+//!     Kind::CannotScan => eprintln!("{}", outcome.stderr.trim_end()),
 //!     limit => eprintln!("stopped: {limit:?}"),
 //! }
 //! # anyhow::Ok(())
@@ -72,7 +73,7 @@ pub struct Limits {
     /// 90 and 155 units a byte with `--verify`).
     pub fuel_per_byte: u64,
     /// Linear memory the guest may have in all, in bytes. Growth beyond it
-    /// fails inside the guest, which reports exit 3 ([`Kind::MemoryLimit`]).
+    /// fails inside the guest, which reports exit 2 ([`Kind::MemoryLimit`]).
     pub memory_bytes: usize,
     /// Wall-clock bound for the run, enforced with epoch interruption
     /// (to within [`EPOCH_TICK`]).
@@ -106,18 +107,22 @@ impl Limits {
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// Exit 0: the file is valid (and, with `--verify`, every tensor passed).
-    Valid,
-    /// Exit 1 (verification failed) or 3 (invalid input).
-    Invalid,
-    /// Exit 2: bad arguments, unreadable key, missing passphrase.
-    Usage,
+    /// Exit 0: the file was scanned and nothing was found (with
+    /// `--verify`, every tensor passed too).
+    Clean,
+    /// Exit 1: the file was scanned and has findings (the report lists
+    /// them, each with a rule id, offset and remediation).
+    Findings,
+    /// Exit 2: the file could not be scanned (bad arguments, an unreadable
+    /// file or key, a missing passphrase, a report that could not be
+    /// written).
+    CannotScan,
     /// The fuel budget ran out (trap): the file needs more work than allowed.
     OutOfFuel,
     /// The wall-clock bound passed (epoch deadline trap).
     Timeout,
     /// The guest was refused linear memory beyond [`Limits::memory_bytes`]:
-    /// it reported exit 3, trapped, or could not even be instantiated.
+    /// it reported exit 2, trapped, or could not even be instantiated.
     MemoryLimit,
     /// Any other trap or exit status: a bug in the module, not a property of
     /// the file.
@@ -129,7 +134,7 @@ pub enum Kind {
 pub struct Outcome {
     /// What happened, for a host to act on.
     pub kind: Kind,
-    /// The guest's exit status (0 to 3), or `None` when it trapped or was
+    /// The guest's exit status (0 to 2), or `None` when it trapped or was
     /// never started.
     pub exit_code: Option<i32>,
     /// The guest's stdout, parsed, when it is one JSON document (`--json`).
@@ -161,7 +166,7 @@ pub struct Request {
 }
 
 impl Request {
-    /// `validate --json /in/NAME` over `dir`.
+    /// `--json /in/NAME` over `dir`.
     pub fn new(dir: impl Into<PathBuf>, file_name: impl Into<String>) -> Self {
         Self { dir: dir.into(), file_name: file_name.into(), args: vec!["--json".into()], env: Vec::new() }
     }
@@ -180,7 +185,7 @@ impl Request {
 
     /// The guest's argv.
     fn argv(&self) -> Vec<String> {
-        let mut argv = vec!["tensorizer-validate".to_owned(), "validate".to_owned()];
+        let mut argv = vec!["tensorizer-validate".to_owned()];
         argv.extend(self.args.iter().cloned());
         argv.push(format!("{GUEST_DIR}/{}", self.file_name));
         argv
@@ -224,7 +229,7 @@ impl Validator {
         Ok(Self { engine, module, linker, stop })
     }
 
-    /// `validate --json /in/FILE_NAME` with `dir` preopened read-only.
+    /// `--json /in/FILE_NAME` with `dir` preopened read-only.
     pub fn validate(&self, dir: &Path, file_name: &str, limits: &Limits) -> anyhow::Result<Outcome> {
         self.run(&Request::new(dir, file_name), limits)
     }
@@ -244,7 +249,7 @@ impl Validator {
             bail!("file name {name:?} must be a single path component inside the preopened directory");
         }
         check_regular_files(request)?;
-        // A missing file costs no fuel here; the guest reports it (exit 3).
+        // A missing file costs no fuel here; the guest reports it (exit 2).
         let file_bytes = std::fs::metadata(request.dir.join(name)).map(|m| m.len()).unwrap_or(0);
         let fuel = limits.fuel_for(file_bytes);
 
@@ -359,10 +364,10 @@ impl Ended {
 
     fn classify(self, memory_refused: bool) -> (Kind, Option<i32>, Option<String>) {
         match self {
-            Self::Exit(0) => (Kind::Valid, Some(0), None),
-            Self::Exit(3) if memory_refused => (Kind::MemoryLimit, Some(3), None),
-            Self::Exit(code @ (1 | 3)) => (Kind::Invalid, Some(code), None),
-            Self::Exit(2) => (Kind::Usage, Some(2), None),
+            Self::Exit(0) => (Kind::Clean, Some(0), None),
+            Self::Exit(1) => (Kind::Findings, Some(1), None),
+            Self::Exit(2) if memory_refused => (Kind::MemoryLimit, Some(2), None),
+            Self::Exit(2) => (Kind::CannotScan, Some(2), None),
             Self::Exit(code) => (Kind::Crashed, Some(code), None),
             Self::Trap(Trap::OutOfFuel, error) => (Kind::OutOfFuel, None, Some(format!("{error:#}"))),
             Self::Trap(Trap::Interrupt, error) => (Kind::Timeout, None, Some(format!("{error:#}"))),
@@ -404,7 +409,7 @@ fn spawn_epoch_thread(engine: &Engine, stop: Arc<AtomicBool>) -> anyhow::Result<
     Ok(())
 }
 
-/// Compiles `module_path` and runs it once: `validate --json` on
+/// Compiles `module_path` and runs it once: `--json` on
 /// `dir/file_name`. To check many files, build one [`Validator`] and reuse it.
 pub fn validate(module_path: &Path, dir: &Path, file_name: &str, limits: &Limits) -> anyhow::Result<Outcome> {
     Validator::from_file(module_path)?.validate(dir, file_name, limits)
@@ -432,6 +437,6 @@ mod tests {
     #[test]
     fn argv_ends_with_the_guest_path() {
         let request = Request::new("/tmp", "m.tensors").args(["--verify", "--json"]);
-        assert_eq!(request.argv(), ["tensorizer-validate", "validate", "--verify", "--json", "/in/m.tensors"]);
+        assert_eq!(request.argv(), ["tensorizer-validate", "--verify", "--json", "/in/m.tensors"]);
     }
 }

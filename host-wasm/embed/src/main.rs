@@ -15,7 +15,8 @@ const USAGE: &str = "\
 usage: tensorizer-validate-host [--fuel N] [--memory BYTES] [--timeout SECS] [--env VAR]...
                                 MODULE.wasm FILE [-- VALIDATOR-OPTIONS...]
 
-Runs `tensorizer-validate validate VALIDATOR-OPTIONS /in/NAME` (default options: --json)
+Runs `tensorizer-validate VALIDATOR-OPTIONS /in/NAME` (default options: --json;
+--sarif, --verify, --key-file /in/KEY and --passphrase-env VAR also pass through)
 with FILE's directory preopened read-only at /in.
 
   --fuel N         total fuel (default: 2e9 + 400 per byte of FILE)
@@ -23,7 +24,7 @@ with FILE's directory preopened read-only at /in.
   --timeout SECS   wall-clock limit (default: 60)
   --env VAR        pass the host's VAR to the module (for --passphrase-env VAR)
 
-exit: the module's status (0 valid, 1 verification failed, 2 usage, 3 invalid),
+exit: the module's status (0 no findings, 1 findings, 2 could not scan),
       or 4 host error, 10 out of fuel, 11 timeout, 12 memory limit, 13 module crashed";
 
 /// Exit statuses for outcomes the module did not choose itself.
@@ -130,8 +131,8 @@ fn run(cli: &Cli) -> anyhow::Result<u8> {
         code
     };
     Ok(match outcome.kind {
-        Kind::Valid | Kind::Invalid | Kind::Usage => {
-            u8::try_from(outcome.exit_code.unwrap_or(3)).unwrap_or(EXIT_CRASHED)
+        Kind::Clean | Kind::Findings | Kind::CannotScan => {
+            u8::try_from(outcome.exit_code.unwrap_or(2)).unwrap_or(EXIT_CRASHED)
         }
         Kind::OutOfFuel => {
             stopped(format!("stopped: out of fuel after {} units (raise --fuel)", outcome.fuel_used), EXIT_OUT_OF_FUEL)

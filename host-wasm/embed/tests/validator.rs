@@ -125,16 +125,18 @@ fn hostile_limits() -> Limits {
 // ---- every vector ----------------------------------------------------------
 
 fn check_report(report: &Value, vector: &Value) {
-    assert_eq!(report["report_version"], 2);
+    assert_eq!(report["report_version"], 3);
+    assert_eq!(report["format"], "tensorizer");
     assert_eq!(report["file"], format!("/in/{}", vector["file"].as_str().unwrap()));
     assert_eq!(report["file_bytes"], vector["size"]);
     assert_eq!(report["tensor_count"], vector["tensor_count"]);
     assert_eq!(report["tensor_rows"].as_array().unwrap().len() as u64, u64_of(&vector["tensor_count"]));
     assert_eq!(report["data_bytes"], vector["tensor_data_bytes"]);
     assert!(report.get("error").is_none(), "{report}");
-    // The embedding contract: `valid`, `tensors` (a count) and `errors`.
+    // The embedding contract: `valid`, `format`, `tensors` (a count) and `findings`.
     assert_eq!(report["valid"], true, "{report}");
     assert_eq!(report["tensors"], vector["tensor_count"]);
+    assert_eq!(report["findings"], serde_json::json!([]));
     assert_eq!(report["errors"], serde_json::json!([]));
 }
 
@@ -145,7 +147,7 @@ fn every_vector_inspects_valid() {
     for vector in all {
         let name = vector["file"].as_str().unwrap();
         let outcome = validator().validate(&vectors(), name, &Limits::default()).unwrap();
-        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Valid, Some(0)), "{name}: {outcome:?}");
+        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Clean, Some(0)), "{name}: {outcome:?}");
         assert_eq!(outcome.stderr, "");
         check_report(outcome.report_json.as_ref().expect("JSON on stdout"), vector);
         assert!(outcome.fuel_used > 0);
@@ -170,7 +172,7 @@ fn every_vector_verifies_valid() {
             request.args(["--verify", "--json", "--key-file", "/in/test.key"])
         };
         let outcome = run(&request, &Limits::default());
-        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Valid, Some(0)), "{name}: {outcome:?}");
+        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Clean, Some(0)), "{name}: {outcome:?}");
         let report = outcome.report_json.as_ref().expect("JSON on stdout");
         check_report(report, vector);
         assert_eq!(report["verification"]["ok"], true);
@@ -186,10 +188,11 @@ fn flipped_data_byte_fails_verification() {
     let t = &vector(FLAT)["tensors"].as_array().unwrap().last().unwrap().clone();
     let mut data = std::fs::read(vectors().join(FLAT)).unwrap();
     data[usize::try_from(u64_of(&t["data_offset"])).unwrap() + 3] ^= 0x40;
-    // The index is intact: inspection passes.
-    assert_eq!(hostile(&data, &["--json"], &hostile_limits()).kind, Kind::Valid);
+    // The index and tensor headers are intact: the scan alone finds nothing.
+    assert_eq!(hostile(&data, &["--json"], &hostile_limits()).kind, Kind::Clean);
     let outcome = hostile(&data, &["--verify", "--json"], &hostile_limits());
-    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(1)), "{outcome:?}");
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "{outcome:?}");
+    assert!(one_line(&outcome).contains("TZR-007"), "{}", outcome.stderr);
     assert!(one_line(&outcome).contains("failed CRC32 verification"), "{}", outcome.stderr);
     let report = outcome.report_json.expect("the full report");
     assert_eq!(report["verification"]["ok"], false);
@@ -197,7 +200,7 @@ fn flipped_data_byte_fails_verification() {
 }
 
 #[test]
-fn truncated_copies_are_invalid() {
+fn truncated_copies_are_findings() {
     let data = std::fs::read(vectors().join(FLAT)).unwrap();
     let tensors = vector(FLAT)["tensors"].as_array().unwrap();
     let first_header = usize::try_from(u64_of(&tensors[0]["header_offset"])).unwrap();
@@ -207,27 +210,48 @@ fn truncated_copies_are_invalid() {
         for verify in [false, true] {
             let args: &[&str] = if verify { &["--json", "--verify"] } else { &["--json"] };
             let outcome = hostile(&data[..cut], args, &hostile_limits());
-            assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(3)), "cut {cut}: {outcome:?}");
-            assert!(one_line(&outcome).contains("at byte"), "{}", outcome.stderr);
-            let doc = outcome.report_json.expect("an error document");
-            assert_eq!(doc["error"]["kind"], "invalid_input", "cut {cut}");
+            assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "cut {cut}: {outcome:?}");
+            let doc = outcome.report_json.expect("a report");
+            let first = &doc["findings"][0];
+            let want = if cut < 5 { "FMT-001" } else { "TZR-004" };
+            assert_eq!(first["rule"], want, "cut {cut}: {doc}");
+            assert!(first["offset"].is_u64() && first["remediation"].is_string(), "cut {cut}: {doc}");
+            assert!(one_line(&outcome).contains(want), "{}", outcome.stderr);
         }
     }
 }
 
 #[test]
-fn not_a_tensorizer_file_is_invalid() {
+fn not_a_model_file_is_a_finding() {
     let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let outcome = hostile(&junk, &["--json"], &hostile_limits());
-    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(3)), "{outcome:?}");
-    assert!(one_line(&outcome).contains("Not a tensorizer file"));
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "{outcome:?}");
+    assert!(one_line(&outcome).contains("FMT-001"));
+}
+
+#[test]
+fn hostile_checkpoints_are_findings_and_sarif_lists_them() {
+    let torch = vectors().join("torch");
+    let outcome = run(&Request::new(&torch, "hostile_os_system.pt"), &Limits::default());
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "{outcome:?}");
+    let report = outcome.report_json.expect("a report");
+    assert_eq!(report["format"], "torch-zip");
+    let findings = report["findings"].as_array().unwrap();
+    assert!(findings.iter().any(|f| f["rule"] == "PKL-001" && f["message"].as_str().unwrap().contains("posix.system")));
+    let outcome = run(&Request::new(&torch, "hostile_os_system.pt").args(["--sarif"]), &Limits::default());
+    assert_eq!(outcome.exit_code, Some(1));
+    let log = outcome.report_json.expect("a SARIF log");
+    assert_eq!(log["version"], "2.1.0");
+    assert_eq!(log["runs"][0]["results"].as_array().unwrap().len(), findings.len());
+    let outcome = run(&Request::new(&torch, "params.pt"), &Limits::default());
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Clean, Some(0)), "{outcome:?}");
 }
 
 #[test]
 fn bad_option_is_a_usage_error() {
     let request = Request::new(vectors(), FLAT).args(["--no-such-option"]);
     let outcome = run(&request, &Limits::default());
-    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Usage, Some(2)), "{outcome:?}");
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::CannotScan, Some(2)), "{outcome:?}");
 }
 
 #[test]
@@ -254,14 +278,14 @@ fn big_index_under_a_small_memory_limit_is_a_memory_limit_result() {
     let data = big_index_file(24 * MIB);
     let tight = Limits { memory_bytes: 8 * MIB, ..hostile_limits() };
     let outcome = hostile(&data, &["--json"], &tight);
-    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, Some(3)), "{outcome:?}");
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, Some(2)), "{outcome:?}");
     let line = one_line(&outcome);
     assert!(line.contains("cannot allocate") && line.contains("raise the memory limit"), "{line}");
     assert!(outcome.report_json.expect("an error document")["error"]["message"].is_string());
     // With room for the index, the same file is judged on its content instead.
     let roomy = Limits { memory_bytes: 256 * MIB, ..hostile_limits() };
     let outcome = hostile(&data, &["--json"], &roomy);
-    assert!(matches!(outcome.kind, Kind::Valid | Kind::Invalid), "{outcome:?}");
+    assert!(matches!(outcome.kind, Kind::Clean | Kind::Findings), "{outcome:?}");
 }
 
 #[test]
@@ -344,7 +368,7 @@ fn grown_file_without_a_deadline_fails_its_hash() {
     let name = grown_file(&scratch, 1 << 20); // 16 MiB
     let request = Request::new(&scratch.0, &name).args(["--verify", "--json"]);
     let outcome = run(&request, &Limits { memory_bytes: 64 * MIB, ..Limits::default() });
-    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Invalid, Some(1)), "{outcome:?}");
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "{outcome:?}");
     let report = outcome.report_json.expect("the full report");
     assert_eq!(report["verification"]["failed"], 1);
     assert!(u64_of(&report["verification"]["data_bytes_checked"]) >= 16 << 20);
@@ -426,7 +450,7 @@ fn many_tensors_file(n: usize) -> Vec<u8> {
 #[test]
 fn an_index_of_2_20_tensors_is_a_memory_limit_result_not_a_crash() {
     let outcome = hostile(&many_tensors_file(1 << 20), &["--json"], &Limits::default());
-    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, Some(3)), "{outcome:?}");
+    assert_eq!((outcome.kind, outcome.exit_code), (Kind::MemoryLimit, Some(2)), "{outcome:?}");
     assert!(one_line(&outcome).contains("cannot allocate"), "{outcome:?}");
 }
 
@@ -435,7 +459,7 @@ fn a_report_past_the_output_limit_is_not_a_success() {
     let limits = Limits { stdout_bytes: 100, ..Limits::default() };
     let outcome = run(&Request::new(vectors(), FLAT), &limits);
     assert_ne!(outcome.exit_code, Some(0), "{outcome:?}");
-    assert_ne!(outcome.kind, Kind::Valid, "{outcome:?}");
+    assert_eq!(outcome.kind, Kind::CannotScan, "{outcome:?}");
     assert!(outcome.stderr.contains("cannot write the report"), "{outcome:?}");
 }
 
