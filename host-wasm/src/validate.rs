@@ -376,7 +376,7 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
         if entry.data_end() > file_len {
             // The scan reported it (TZR-004); nothing past the end is read.
             let e = tensorizer_core::Error::Truncated {
-                offset: file_len.max(entry.header_offset),
+                offset: entry.header_offset.min(file_len),
                 needed: entry.data_end() - file_len,
             };
             let outcome = TensorVerification { status: Status::Failed, checks: Vec::new(), error: Some(e.into()) };

@@ -120,17 +120,19 @@ pub fn scan<R: RandomAccess + ?Sized>(
         }
     };
     drop(index);
-    for entry in &metadata.entries {
+    let entries = &metadata.entries;
+    let mut window = Window::default();
+    for (i, entry) in entries.iter().enumerate() {
         let name = || entry.path.to_string();
         if entry.data_end() > len {
-            let e = Error::Truncated { offset: len.max(entry.header_offset), needed: entry.data_end() - len };
+            let e = Error::Truncated { offset: entry.header_offset.min(len), needed: entry.data_end() - len };
             findings.push_with(RuleId::TzrTruncated, || finding(RuleId::TzrTruncated, &e).in_tensor(name()));
             if entry.data_offset > len {
                 continue;
             }
         }
-        let raw = read_vec(src, entry.header_offset, entry.header_len(), "a tensor header")?;
-        let (rule, e) = match TensorRecord::parse(entry, &raw, &header) {
+        let raw = window.get(src, entries, i)?;
+        let (rule, e) = match TensorRecord::parse(entry, raw, &header) {
             Err(e) => (tensor_rule(&e), e),
             Ok(record) => match record.cipher() {
                 Err(e) => (cipher_rule(&e), e),
@@ -140,4 +142,46 @@ pub fn scan<R: RandomAccess + ?Sized>(
         findings.push_with(rule, || finding(rule, &e).in_tensor(name()));
     }
     Ok(Some(Index { header, metadata }))
+}
+
+/// Bytes read at once to reach several tensor headers: the headers of
+/// small tensors (and the data between them) come in one read, a large
+/// tensor's header alone.
+pub const HEADER_READ_WINDOW: u64 = 1 << 20;
+
+/// The bytes of the last read, and where they start.
+#[derive(Debug, Default)]
+struct Window {
+    start: u64,
+    bytes: alloc::vec::Vec<u8>,
+}
+
+impl Window {
+    /// Tensor `i`'s header bytes (its entry lies within the file). A read
+    /// starting at the header covers every following header that ends
+    /// within [`HEADER_READ_WINDOW`] of it (and within the file).
+    fn get<R: RandomAccess + ?Sized>(
+        &mut self,
+        src: &mut R,
+        entries: &[crate::MetadataEntry],
+        i: usize,
+    ) -> Result<&[u8]> {
+        let e = &entries[i];
+        let end = self.start.saturating_add(self.bytes.len() as u64);
+        if e.header_offset < self.start || e.data_offset > end {
+            let limit = e.header_offset.saturating_add(HEADER_READ_WINDOW).min(src.len());
+            let reach = entries[i..]
+                .iter()
+                .map(|n| n.data_offset)
+                .take_while(|&d| d <= limit)
+                .last()
+                .unwrap_or(e.data_offset)
+                .max(e.data_offset);
+            self.bytes = read_vec(src, e.header_offset, reach - e.header_offset, "tensor headers")?;
+            self.start = e.header_offset;
+        }
+        let at = usize::try_from(e.header_offset - self.start).unwrap_or(usize::MAX);
+        let n = usize::try_from(e.header_len()).unwrap_or(usize::MAX);
+        Ok(self.bytes.get(at..at.saturating_add(n)).unwrap_or_default())
+    }
 }
