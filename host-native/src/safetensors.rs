@@ -16,53 +16,15 @@ use crate::writer::WriteOptions;
 
 pub use tensorizer_core::layout::MAX_SAFETENSORS_HEADER;
 
-/// safetensors' name for an element type, if it has one.
+/// safetensors' name for an element type, if it has one (the core's
+/// table, [`tensorizer_core::safetensors::DTYPES`]).
 pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {
-    Some(match e {
-        ElementType::Bool => "BOOL",
-        ElementType::U8 => "U8",
-        ElementType::I8 => "I8",
-        ElementType::U16 => "U16",
-        ElementType::I16 => "I16",
-        ElementType::U32 => "U32",
-        ElementType::I32 => "I32",
-        ElementType::U64 => "U64",
-        ElementType::I64 => "I64",
-        ElementType::F16 => "F16",
-        ElementType::BF16 => "BF16",
-        ElementType::F32 => "F32",
-        ElementType::F64 => "F64",
-        ElementType::Complex64 => "C64",
-        ElementType::F8E5M2 => "F8_E5M2",
-        ElementType::F8E4M3FN => "F8_E4M3",
-        ElementType::F8E8M0FNU => "F8_E8M0",
-        _ => return None,
-    })
+    tensorizer_core::safetensors::name_of(e)
 }
 
 fn element_from_safetensors(name: &str) -> Option<ElementType> {
-    crate::safetensors::ALL.iter().copied().find(|&e| safetensors_dtype(e) == Some(name))
+    tensorizer_core::safetensors::dtype(name).and_then(|d| d.element)
 }
-
-const ALL: &[ElementType] = &[
-    ElementType::Bool,
-    ElementType::U8,
-    ElementType::I8,
-    ElementType::U16,
-    ElementType::I16,
-    ElementType::U32,
-    ElementType::I32,
-    ElementType::U64,
-    ElementType::I64,
-    ElementType::F16,
-    ElementType::BF16,
-    ElementType::F32,
-    ElementType::F64,
-    ElementType::Complex64,
-    ElementType::F8E5M2,
-    ElementType::F8E4M3FN,
-    ElementType::F8E8M0FNU,
-];
 
 /// The flat name a structured path gets in safetensors: components joined
 /// with dots, as in a torch state dict (`model.layers.0.weight`).

@@ -11,17 +11,9 @@ use super::summary::{Row, Summary, field, totals};
 /// Bytes before the JSON: its length as a little-endian u64.
 pub use tensorizer_core::sniff::SAFETENSORS_PREFIX_LEN as PREFIX_LEN;
 
-/// Element size in bits for safetensors' dtype names.
+/// Element size in bits for safetensors' dtype names (the core's table).
 fn dtype_bits(name: &str) -> Option<u64> {
-    Some(match name {
-        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 8,
-        "U16" | "I16" | "F16" | "BF16" => 16,
-        "U32" | "I32" | "F32" => 32,
-        "U64" | "I64" | "F64" | "C64" => 64,
-        "F4" => 4,
-        "F6_E2M3" | "F6_E3M2" => 6,
-        _ => return None,
-    })
+    tensorizer_core::safetensors::dtype(name).map(|d| u64::from(d.bits))
 }
 
 /// Parses the JSON header (`json`, found at byte 8 of a file of
