@@ -19,6 +19,7 @@ mod fingerprint;
 mod inspect;
 mod keys;
 mod progress;
+mod scan;
 mod view;
 
 use std::path::PathBuf;
@@ -34,7 +35,8 @@ Exit codes:
   2  usage error (bad arguments)
   3  the input is not a valid tensorizer/safetensors file or torch.save checkpoint (legacy and
      compressed checkpoints included), or reading or writing failed
-`tzr diff` instead exits as diff(1) does: 0 same weights, 1 different, 2 any error";
+`tzr diff` instead exits as diff(1) does: 0 same weights, 1 different, 2 any error;
+`tzr scan` as the validator does: 0 no findings, 1 findings, 2 could not scan";
 
 #[derive(Parser)]
 #[command(name = "tzr", version, about = "Inspect, verify, encrypt, decrypt, convert, fingerprint and diff tensorizer (.tensors) files", after_help = EXIT_CODES)]
@@ -169,6 +171,20 @@ enum Command {
         #[arg(long)]
         num_readers: Option<usize>,
     },
+    /// Scan a model file (tensorizer, safetensors, torch.save zip, legacy or
+    /// bare pickle; told by its bytes) without executing anything, and list
+    /// every finding with its rule id, offset and remediation (spec §22).
+    /// Exits 0 with no findings, 1 with findings, 2 when it cannot scan.
+    Scan {
+        /// The file: a path or an http(s)://, s3:// or redis:// URI.
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long, conflicts_with = "sarif")]
+        json: bool,
+        /// Print SARIF 2.1.0 instead of text.
+        #[arg(long)]
+        sarif: bool,
+    },
     /// Serve the browser inspector and FILE (or open a URL) on 127.0.0.1 and print the address.
     View(view::ViewArgs),
 }
@@ -215,6 +231,14 @@ type Outcome = Result<(), Failure>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Scan { file, json, sarif } => {
+            let output = match (json, sarif) {
+                (true, _) => scan::Output::Json,
+                (_, true) => scan::Output::Sarif,
+                _ => scan::Output::Text,
+            };
+            return scan::run(&file, output);
+        }
         Command::Diff { a, b, key, json, num_readers } => {
             return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {
                 Ok(same) => ExitCode::from(if same { 0 } else { 1 }),
