@@ -114,10 +114,7 @@ pub fn walk(bytes: &[u8], base: u64, context: &str, complete: bool, findings: &m
     };
     match s.run() {
         Ok(end) => s.walk.end = Some(end),
-        Err(Stop::OutOfBytes(at)) if !complete => {
-            let _ = at;
-            s.walk.out_of_bytes = true;
-        }
+        Err(Stop::OutOfBytes(_)) if !complete => s.walk.out_of_bytes = true,
         Err(Stop::OutOfBytes(at)) => {
             let msg = s.msg("the pickle ends without a STOP opcode");
             s.findings.push(Finding::new(RuleId::PklMalformed, Some(at), msg));
