@@ -211,7 +211,7 @@ fn truncated_copies_are_findings() {
             let args: &[&str] = if verify { &["--json", "--verify"] } else { &["--json"] };
             let outcome = hostile(&data[..cut], args, &hostile_limits());
             assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "cut {cut}: {outcome:?}");
-            let doc = outcome.report_json.expect("a report");
+            let doc = outcome.report_json.as_ref().expect("a report");
             let first = &doc["findings"][0];
             let want = if cut < 5 { "FMT-001" } else { "TZR-004" };
             assert_eq!(first["rule"], want, "cut {cut}: {doc}");
