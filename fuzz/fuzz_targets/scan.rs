@@ -1,8 +1,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use tensorizer_core::SliceSource;
 use tensorizer_core::layout::MAX_FINDINGS_PER_RULE as CAP;
 use tensorizer_core::scan::{RuleId, ScanOptions, sarif, scan};
-use tensorizer_core::SliceSource;
 
 // The scanner's entry point on any bytes, under three file names: it must
 // return (a slice source never fails a read in range), its findings must be
