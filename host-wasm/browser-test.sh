@@ -137,7 +137,7 @@ install_playwright
 # The tzr under test: TZR_BIN when the caller built it (run-all.sh does, in
 # its one workspace build), else a debug build here.
 if [ -z "${TZR_BIN:-}" ]; then
-    cargo build --locked -p tensorizer-native --bin tzr
+    cargo build --locked -p tzr
     TZR_BIN="$TARGET_DIR/debug/tzr"
 fi
 

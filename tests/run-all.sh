@@ -190,7 +190,7 @@ LINT=(--locked --target-dir target/lint)
 
 step "clippy (core without std; host without its network features)"
 cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
-cargo clippy "${LINT[@]}" -p tensorizer-native --no-default-features --lib --bins -- -D warnings
+cargo clippy "${LINT[@]}" -p tensorizer-native -p tzr --no-default-features -- -D warnings
 
 step "core without std must not enable any dependency's std feature"
 if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then

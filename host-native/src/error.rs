@@ -126,11 +126,11 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     /// A CA bundle or directory named by the TLS options or the
-    /// environment could not be used (see [`crate::tls`]).
+    /// environment could not be used (see [`crate::store::tls`]).
     #[cfg(feature = "http")]
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    /// The CUDA driver is missing or failed (see [`crate::cuda`]).
+    Tls(#[from] crate::store::tls::TlsError),
+    /// The CUDA driver is missing or failed (see [`crate::device::cuda`]).
     #[cfg(feature = "cuda")]
     #[error("{0}")]
     Cuda(String),

@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 
 use super::Location;
 use crate::error::{Error, Result, StoreErrorKind};
-pub use crate::retry::RetryPolicy;
-use crate::retry::{Attempt, Pace, Target, deadline, retry};
 use crate::source::{RangeSource, TransferLimits, check_range};
+pub use crate::store::retry::RetryPolicy;
+use crate::store::retry::{Attempt, Pace, Target, deadline, retry};
 use resp::{Conn, Fault, Reply};
 pub use write::{write_redis, write_redis_with};
 

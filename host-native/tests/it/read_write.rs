@@ -3,7 +3,7 @@
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
-use tensorizer_native::writer::FileWriter;
+use tensorizer_native::write::FileWriter;
 use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;

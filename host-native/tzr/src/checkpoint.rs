@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_core::{PathComponent, TensorPath};
 use tensorizer_native::RangeSource;
-use tensorizer_native::checkpoint::{self, CheckpointReader, mismatch};
+use tensorizer_native::convert::checkpoint::{self, CheckpointReader, mismatch};
 
-use crate::inspect::{human, printable};
+use crate::text::{human, printable};
 use crate::{Failure, Outcome, progress};
 
 pub(crate) type Source = Box<dyn RangeSource>;

@@ -1,5 +1,5 @@
 //! Loading tensors straight into CUDA device memory through the staging
-//! ring of [`crate::staging`]: page-locked host buffers, asynchronous
+//! ring of [`crate::device::staging`]: page-locked host buffers, asynchronous
 //! host-to-device copies, events to recycle buffers.
 //!
 //! The driver is loaded at run time (cudarc's dynamic loading), so this
@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
+use crate::device::staging::{StagingOptions, load_staged};
 use crate::error::{Error, Result};
-use crate::reader::Reader;
+use crate::read::Reader;
 use crate::source::RangeSource;
-use crate::staging::{StagingOptions, load_staged};
 
 mod copy;
 mod device;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::json;
 use tensorizer_core::WriterOptions;
 use tensorizer_native::convert::{self, ConvertOptions, Format};
-use tensorizer_native::verify::verify_all;
+use tensorizer_native::read::verify::verify_all;
 use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers};
 
 use crate::checkpoint::Target;
@@ -92,8 +92,8 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
             };
             out!(
                 "{}: {what} ({} in {:.2} s)",
-                crate::inspect::printable(&file.display().to_string()),
-                crate::inspect::human(total_bytes(&reader)),
+                crate::text::printable(&file.display().to_string()),
+                crate::text::human(total_bytes(&reader)),
                 started.elapsed().as_secs_f64()
             );
         }
@@ -206,7 +206,7 @@ pub(crate) fn convert(
         eprintln!("tzr: note: nested keys mix strings and ints at one level; tensors are named with flat dotted paths");
     }
     for name in &done.skipped {
-        eprintln!("tzr: note: skipped {:?}: not a tensor", crate::inspect::printable(name));
+        eprintln!("tzr: note: skipped {:?}: not a tensor", crate::text::printable(name));
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ mod fingerprint;
 mod inspect;
 mod keys;
 mod progress;
+mod text;
 mod view;
 
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! `data.pkl` and the records at open; each storage's local header and the
 //! bytes a view spans when that tensor is read. Nothing is executed.
 
+mod slice;
+
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -85,7 +87,7 @@ impl CheckpointReader<LocalFile> {
 impl CheckpointReader<Box<dyn RangeSource>> {
     /// Opens a local path or a remote URI (see [`crate::store::open_uri`]).
     pub fn open_uri(uri: &str) -> Result<Self> {
-        Self::new(crate::store::open_uri(uri, crate::store::Intent::Peek)?)
+        Self::new(crate::store::open_uri(uri, crate::source::Intent::Peek)?)
     }
 }
 
@@ -346,7 +348,7 @@ impl<S: RangeSource> CheckpointReader<S> {
         if self.byte_order() == ByteOrder::Big {
             let unit = swap_unit(view.dtype);
             if unit > 1 {
-                crate::safetensors::swap_bytes(out, unit);
+                crate::convert::safetensors::swap_bytes(out, unit);
             }
         }
         Ok(())
@@ -459,42 +461,4 @@ fn gather(view: &TensorView, data: &[u8], out: &mut [u8]) {
             index[k] = 0;
         }
     }
-}
-
-pub use crate::convert::Converted;
-
-/// Writes every tensor of a checkpoint to a tensorizer file (atomically,
-/// through [`crate::writer::FileWriter`]), each as a state-dict tensor
-/// under its path, gathered contiguous and little-endian, hashing on
-/// `options.num_writers` threads (see [`crate::convert`]). Non-tensor
-/// entries are skipped (listed in the result); tied weights are written
-/// once per name. Memory stays bounded by the largest tensor.
-pub fn to_tensorizer<S: RangeSource>(
-    reader: &CheckpointReader<S>,
-    out: &std::path::Path,
-    options: &crate::writer::WriteOptions,
-    mut progress: impl FnMut(u64),
-) -> Result<Converted> {
-    let input = crate::convert::Input::Checkpoint(reader);
-    crate::convert::write(input, out, crate::convert::Format::Tensorizer, options, |done, _| {
-        progress(done);
-        Ok(())
-    })
-}
-
-/// Writes every tensor of a checkpoint to a safetensors file (atomically),
-/// under its flat name (path components joined with dots). A dtype
-/// safetensors cannot name, or two entries flattening to one name, is an
-/// error; non-tensor entries are skipped as in [`to_tensorizer`].
-pub fn to_safetensors<S: RangeSource>(
-    reader: &CheckpointReader<S>,
-    out: &std::path::Path,
-    mut progress: impl FnMut(u64),
-) -> Result<Converted> {
-    let input = crate::convert::Input::Checkpoint(reader);
-    let options = crate::writer::WriteOptions::default();
-    crate::convert::write(input, out, crate::convert::Format::Safetensors, &options, |done, _| {
-        progress(done);
-        Ok(())
-    })
 }

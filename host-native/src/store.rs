@@ -4,13 +4,13 @@
 //!
 //! | store | reading | writing | feature |
 //! |---|---|---|---|
-//! | local path | `pread` ([`LocalFile`]) | atomic rename ([`crate::atomic`]) | always |
+//! | local path | `pread` ([`LocalFile`]) | atomic rename ([`crate::write::atomic`]) | always |
 //! | `http(s)://` | range requests ([`http`]) | — | `http` |
 //! | `s3://` | presigned range requests ([`s3`]) | single or multipart upload | `s3` |
 //! | `gs://`, `az://`, `abfs(s)://` | ranged GETs, through [`http`] where the credentials allow (`cloud`) | single or multipart upload | `cloud` |
 //! | `redis://` | `GETRANGE` ([`redis`]) | keys swapped in with `MULTI`/`EXEC` | `redis` |
 //!
-//! Every remote store retries through one policy (`crate::retry`) and
+//! Every remote store retries through one policy (`crate::store::retry`) and
 //! reports failures as [`Error::Store`] (not found, permission denied,
 //! changed during the read, …) naming the location and the byte range.
 //! The store modules only depend on [`crate::source`] (the
@@ -26,6 +26,7 @@ pub mod http;
 mod location;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub(crate) mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;
 #[cfg(feature = "http")]
@@ -33,23 +34,15 @@ pub mod tls;
 
 use std::path::Path;
 
-pub use crate::retry::{DEFAULT_GIVE_UP_AFTER, DEFAULT_MAX_BACKOFF, RETRIES_VAR, RETRY_GIVE_UP_VAR, RetryPolicy};
+pub use crate::store::retry::{
+    DEFAULT_GIVE_UP_AFTER, DEFAULT_MAX_BACKOFF, RETRIES_VAR, RETRY_GIVE_UP_VAR, RetryPolicy,
+};
 pub use location::{Location, REDIS_DEFAULT_PORT};
 
 use crate::error::{Error, Result};
-use crate::reader::Reader;
-use crate::source::{LocalFile, RangeSource, TransferLimits};
-
-/// How much of a source its user means to read. Network sources plan their
-/// opening request by it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Intent {
-    /// Most of it: a load, a copy, a conversion.
-    #[default]
-    ReadAll,
-    /// Its header and index only: an inspection.
-    Peek,
-}
+use crate::read::ReadOptions;
+use crate::read::Reader;
+use crate::source::{Intent, LocalFile, RangeSource, TransferLimits};
 
 /// Settings for every store, in one place. [`intent`](Self::intent) and
 /// [`limits`](Self::limits) apply to every remote store and replace the
@@ -76,7 +69,7 @@ pub struct StoreOptions {
     pub redis: redis::RedisOptions,
     /// Google Cloud Storage and Azure Blob Storage.
     #[cfg(feature = "cloud")]
-    pub cloud: crate::cloud::CloudOptions,
+    pub cloud: crate::store::cloud::CloudOptions,
 }
 
 impl StoreOptions {
@@ -136,10 +129,10 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
         #[cfg(feature = "s3")]
         Location::S3 { .. } => Ok(Box::new(options.s3().resolve(&location.to_string(), false)?.open()?)),
         #[cfg(feature = "cloud")]
-        Location::Gcs { bucket, object } => crate::cloud::open_gcs(bucket, object, &cloud_options(options)),
+        Location::Gcs { bucket, object } => crate::store::cloud::open_gcs(bucket, object, &cloud_options(options)),
         #[cfg(feature = "cloud")]
         Location::Azure { account, container, blob } => {
-            crate::cloud::open_azure(account.as_deref(), container, blob, &cloud_options(options))
+            crate::store::cloud::open_azure(account.as_deref(), container, blob, &cloud_options(options))
         }
         #[cfg(feature = "redis")]
         Location::Redis { .. } => {
@@ -153,7 +146,7 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
 
 /// The cloud options with these limits.
 #[cfg(feature = "cloud")]
-fn cloud_options(options: &StoreOptions) -> crate::cloud::CloudOptions {
+fn cloud_options(options: &StoreOptions) -> crate::store::cloud::CloudOptions {
     let mut cloud = options.cloud.clone();
     cloud.limits = options.limits;
     cloud.read_all = options.intent == Intent::ReadAll;
@@ -173,11 +166,17 @@ fn feature_for(location: &Location) -> &'static str {
 }
 
 /// Parses `uri` and opens it with the options of the environment for
-/// `intent` (what `tzr` and [`Reader::open_uri`] do).
+/// `intent` (what `tzr` and [`open_reader`] do).
 pub fn open_uri(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>> {
     let location = Location::parse(uri)?;
     let options = if location.is_local() { StoreOptions::default() } else { StoreOptions::from_env(intent)? };
     open_source(&location, &StoreOptions { intent, ..options })
+}
+
+/// Opens a local path or a remote URI ([`open_uri`], to be read whole) as
+/// a tensorizer file.
+pub fn open_reader(uri: &str, options: ReadOptions) -> Result<Reader<Box<dyn RangeSource>>> {
+    Reader::new(open_uri(uri, Intent::ReadAll)?, options)
 }
 
 /// A place to write a finished tensorizer file to: see [`open_sink`].
@@ -232,7 +231,7 @@ impl Sink {
         match &self.location {
             #[cfg(feature = "redis")]
             Location::Redis { .. } => {
-                let reader = Reader::new(LocalFile::open(path)?, crate::reader::ReadOptions::default())?;
+                let reader = Reader::new(LocalFile::open(path)?, crate::read::ReadOptions::default())?;
                 self.put_reader(&reader, &mut |_| {})
             }
             Location::Local(_) => {
@@ -271,7 +270,7 @@ impl Sink {
     /// Copies `source` into the local file, renamed into place when complete.
     fn copy_local(&self, source: &dyn RangeSource, progress: &mut dyn FnMut(u64)) -> Result<()> {
         let Location::Local(path) = &self.location else { unreachable!("only called for local sinks") };
-        let mut temp = crate::atomic::AtomicFile::create(path)?;
+        let mut temp = crate::write::atomic::AtomicFile::create(path)?;
         let name = self.location.to_string();
         copy_bytes(source, temp.file_mut(), &name, progress)?;
         temp.commit()
@@ -285,12 +284,16 @@ impl Sink {
             Location::S3 { .. } => self.options.s3().resolve(&self.location.to_string(), true)?.upload(path),
             #[cfg(feature = "cloud")]
             Location::Gcs { bucket, object } => {
-                crate::cloud::upload_gcs(path, bucket, object, &cloud_options(&self.options))
+                crate::store::cloud::upload_gcs(path, bucket, object, &cloud_options(&self.options))
             }
             #[cfg(feature = "cloud")]
-            Location::Azure { account, container, blob } => {
-                crate::cloud::upload_azure(path, account.as_deref(), container, blob, &cloud_options(&self.options))
-            }
+            Location::Azure { account, container, blob } => crate::store::cloud::upload_azure(
+                path,
+                account.as_deref(),
+                container,
+                blob,
+                &cloud_options(&self.options),
+            ),
             other => Err(not_built(other, feature_for(other))),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::parallel::for_each;
-use crate::reader::{PIECE_LEN, Reader};
+use crate::read::{PIECE_LEN, Reader};
 use crate::source::RangeSource;
 
 /// The outcome for one tensor.

@@ -34,8 +34,8 @@ pub use source::{CloudReadOptions, CloudSource, PREFIX};
 pub use upload::{upload_azure_reader, upload_gcs_reader};
 
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::retry::RetryPolicy;
 use crate::source::{RangeSource, TransferLimits};
+use crate::store::retry::RetryPolicy;
 
 /// Default of [`CloudOptions::part_size`]: 8 MiB.
 pub const DEFAULT_PART_SIZE: usize = 8 << 20;

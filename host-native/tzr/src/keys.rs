@@ -90,10 +90,10 @@ impl KeyArgs {
             return Ok(None);
         };
         let (opslimit, memlimit) = preset.costs();
-        let salt = tensorizer_native::writer::random_bytes::<SALT_LEN>()?.to_vec();
+        let salt = tensorizer_native::write::random_bytes::<SALT_LEN>()?.to_vec();
         let params = KdfParams::argon2id(opslimit, memlimit, salt);
         let limits = KdfLimits { max_memlimit: memlimit, max_opslimit: opslimit, ..KdfLimits::default() };
-        let key = tensorizer_native::kdf::derive(pass.expose_secret(), &params, &limits)
+        let key = tensorizer_native::kernels::kdf::derive(pass.expose_secret(), &params, &limits)
             .map_err(|e| Failure::Usage(format!("key derivation failed: {e}")))?;
         Ok(Some((key, Some(params))))
     }
@@ -117,7 +117,7 @@ fn read_key_file(path: &Path) -> Result<Key, Failure> {
 pub(crate) fn generate_key_file(path: &Path) -> Result<Key, Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let key = Key::from_bytes(tensorizer_native::writer::random_bytes::<32>()?);
+    let key = Key::from_bytes(tensorizer_native::write::random_bytes::<32>()?);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::device::{self, Device, DeviceRange, PinnedBuffer, Stream};
+use crate::device::staging::{Copy, CopyEngine};
 use crate::error::{Error, Result};
-use crate::staging::{Copy, CopyEngine};
 
 /// Most bytes of page-locked staging buffers kept for reuse between loads
 /// (pinning memory costs far more than reusing it, and lazy loads come one
@@ -57,7 +57,7 @@ impl StagingBuffer {
 /// Copies run on the caller's stream (torch's current stream), or on
 /// streams of their own that first wait for everything already queued on
 /// it, so memory torch just handed out is not written before earlier work
-/// on it is done. [`crate::staging::load_staged`] returns only after
+/// on it is done. [`crate::device::staging::load_staged`] returns only after
 /// every copy has completed.
 pub struct CudaEngine {
     device: Device,

@@ -18,11 +18,10 @@ use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
-pub mod cipher;
-pub mod digest;
 mod records;
-mod slice;
+pub mod slice;
 mod spans;
+pub mod verify;
 
 /// Bytes per parallel read of a large tensor (a multiple of the 2 MiB
 /// encryption chunk, so each piece decrypts on its own).
@@ -74,13 +73,6 @@ impl Reader<LocalFile> {
     /// Opens a local file.
     pub fn open(path: impl AsRef<std::path::Path>, options: ReadOptions) -> Result<Self> {
         Self::new(LocalFile::open(path)?, options)
-    }
-}
-
-impl Reader<Box<dyn RangeSource>> {
-    /// Opens a local path or a remote URI (see [`crate::store::open_uri`]).
-    pub fn open_uri(uri: &str, options: ReadOptions) -> Result<Self> {
-        Self::new(crate::store::open_uri(uri, crate::store::Intent::ReadAll)?, options)
     }
 }
 
@@ -206,7 +198,7 @@ impl<S: RangeSource> Reader<S> {
                 // A poisoned lock only means another reader panicked while
                 // deriving; the ring itself is never left half-updated.
                 let mut ring = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                Ok(Some(source.key_in_with(info, &mut ring, crate::kdf::derive).map_err(err)?))
+                Ok(Some(source.key_in_with(info, &mut ring, crate::kernels::kdf::derive).map_err(err)?))
             }
         }
     }
@@ -319,7 +311,7 @@ impl<S: RangeSource> Reader<S> {
                     decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
                 }
                 if let Some(record) = check {
-                    record.verify_with(piece, digest::kernel()).map_err(self.tensor_err(entry))?;
+                    record.verify_with(piece, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))?;
                 }
                 Ok(())
             })?;
@@ -344,7 +336,7 @@ impl<S: RangeSource> Reader<S> {
                 let entry = &self.metadata.entries[*i];
                 match record {
                     Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => {
-                        r.verify_with(out, digest::kernel()).map_err(self.tensor_err(entry))
+                        r.verify_with(out, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))
                     }
                     _ => Ok(()),
                 }
@@ -405,7 +397,7 @@ impl<S: RangeSource> Reader<S> {
             decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
         }
         if verify {
-            record.verify_with(out, digest::kernel()).map_err(self.tensor_err(entry))?;
+            record.verify_with(out, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))?;
         }
         Ok(())
     }
@@ -428,7 +420,7 @@ impl<S: RangeSource> Reader<S> {
             Some(c) => (piece_len as u64).div_ceil(c.chunk_size).max(1) * c.chunk_size,
             None => piece_len.max(1) as u64,
         };
-        let mut hasher = verify.then(|| record.hasher_with(digest::kernel()));
+        let mut hasher = verify.then(|| record.hasher_with(crate::kernels::digest::kernel()));
         let mut buf = vec![0u8; piece_len.min(entry.data_length) as usize];
         let mut done = 0u64;
         while done < entry.data_length {
@@ -472,7 +464,7 @@ pub(crate) fn decrypt_piece(
 ) -> tensorizer_core::Result<()> {
     let first = (offset / cipher.chunk_size) as usize;
     let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX).max(1);
-    let kernel = self::cipher::kernel();
+    let kernel = crate::kernels::cipher::kernel();
     for (n, chunk) in piece.chunks_mut(size).enumerate() {
         let index = first + n;
         let mac = cipher.macs.get(index).ok_or(tensorizer_core::Error::Decryption)?;

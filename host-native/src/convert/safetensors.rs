@@ -3,16 +3,13 @@
 //! through [`crate::convert`]).
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use serde_json::Value;
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::{Dtype, ElementType, TensorPath};
 
 use crate::error::{Error, Result};
-use crate::reader::Reader;
 use crate::source::RangeSource;
-use crate::writer::WriteOptions;
 
 pub use tensorizer_core::layout::MAX_SAFETENSORS_HEADER;
 
@@ -41,7 +38,7 @@ pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {
 }
 
 fn element_from_safetensors(name: &str) -> Option<ElementType> {
-    crate::safetensors::ALL.iter().copied().find(|&e| safetensors_dtype(e) == Some(name))
+    crate::convert::safetensors::ALL.iter().copied().find(|&e| safetensors_dtype(e) == Some(name))
 }
 
 const ALL: &[ElementType] = &[
@@ -86,20 +83,6 @@ pub fn swap_bytes(data: &mut [u8], unit: usize) {
     for element in data.chunks_exact_mut(unit) {
         element.reverse();
     }
-}
-
-/// Converts a tensorizer file to safetensors, verifying every hash on the
-/// way, on several threads (see [`crate::convert`]). Big-endian tensors are
-/// byte-swapped (safetensors is little-endian). `progress` is called with
-/// the bytes done so far.
-pub fn to_safetensors<S: RangeSource>(reader: &Reader<S>, out: &Path, mut progress: impl FnMut(u64)) -> Result<()> {
-    let input = crate::convert::Input::Tensorizer(reader);
-    let options = WriteOptions::default();
-    crate::convert::write(input, out, crate::convert::Format::Safetensors, &options, |done, _| {
-        progress(done);
-        Ok(())
-    })
-    .map(|_| ())
 }
 
 /// The members of a safetensors JSON header in file order, refusing a
@@ -230,16 +213,4 @@ impl<S: RangeSource> SafetensorsFile<S> {
     pub fn source(&self) -> &S {
         &self.source
     }
-}
-
-/// Converts a safetensors file to a tensorizer file, streaming, hashing on
-/// several threads (see [`crate::convert`]).
-pub fn from_safetensors(input: &Path, out: &Path, options: &WriteOptions, mut progress: impl FnMut(u64)) -> Result<()> {
-    let file = SafetensorsFile::new(crate::source::LocalFile::open(input)?)?;
-    let input = crate::convert::Input::Safetensors(&file);
-    crate::convert::write(input, out, crate::convert::Format::Tensorizer, options, |done, _| {
-        progress(done);
-        Ok(())
-    })
-    .map(|_| ())
 }

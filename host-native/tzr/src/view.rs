@@ -129,7 +129,7 @@ fn find_assets(given: Option<&Path>) -> Result<PathBuf, Error> {
     let dir = match (given, std::env::var_os(ASSETS_ENV)) {
         (Some(d), _) => d.to_path_buf(),
         (None, Some(d)) => PathBuf::from(d),
-        (None, None) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../host-wasm/web"),
+        (None, None) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../host-wasm/web"),
     };
     if dir.join("index.html").is_file() && dir.join(BUILT_MARKER).is_file() {
         return Ok(dir);

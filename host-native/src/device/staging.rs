@@ -22,7 +22,7 @@ use tensorizer_core::hash::TensorHasher;
 
 use crate::error::{Error, Result};
 use crate::parallel::for_each;
-use crate::reader::{Reader, decrypt_piece};
+use crate::read::{Reader, decrypt_piece};
 use crate::source::RangeSource;
 
 mod host;
@@ -194,7 +194,7 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
                 .iter()
                 .map(|r| Hashing {
                     done: 0,
-                    hasher: options.verify_hash.then(|| r.hasher_with(crate::reader::digest::kernel())),
+                    hasher: options.verify_hash.then(|| r.hasher_with(crate::kernels::digest::kernel())),
                 })
                 .collect(),
         ),

@@ -18,13 +18,14 @@ use tensorizer_core::layout::{END_MARKER_LEN, NONCE_LEN};
 use tensorizer_core::write::{PlannedTensor, Writer, WriterOptions};
 use tensorizer_core::{FileHeader, TensorSpec};
 
+pub mod atomic;
 mod blocks;
 
 use std::sync::OnceLock;
 
-use crate::atomic::AtomicFile;
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each};
+use crate::write::atomic::AtomicFile;
 
 /// Tensors whose header and data together are at most this long are
 /// written in runs.
@@ -141,7 +142,7 @@ impl FileWriter {
     }
 
     fn sink(&self, planned: PlannedTensor, index: usize) -> TensorSink<'_> {
-        let hasher = planned.hasher_with(crate::reader::digest::kernel());
+        let hasher = planned.hasher_with(crate::kernels::digest::kernel());
         let staging = match (&self.key, planned.nonce) {
             (Some(_), Some(_)) => Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize),
             _ => Vec::new(),
@@ -280,7 +281,7 @@ impl FileWriter {
             let hashed = for_each(threads, work, |run| {
                 for i in run {
                     let mut one = planned[i].clone();
-                    let mut hasher = one.hasher_with(crate::reader::digest::kernel());
+                    let mut hasher = one.hasher_with(crate::kernels::digest::kernel());
                     hasher.update(data[i]);
                     one.set_hashes(&hasher.finish()).map_err(invalid)?;
                     let _ = headers[i].set(one.header);
@@ -311,7 +312,7 @@ impl FileWriter {
                     planned.data_length
                 )));
             }
-            let mut hasher = planned.hasher_with(crate::reader::digest::kernel());
+            let mut hasher = planned.hasher_with(crate::kernels::digest::kernel());
             hasher.update(bytes);
             planned.set_hashes(&hasher.finish()).map_err(invalid)?;
             let at = buf.len();
@@ -323,7 +324,7 @@ impl FileWriter {
                 let macs: Vec<_> = buf[data_at..]
                     .chunks_mut(chunk)
                     .enumerate()
-                    .map(|(n, c)| seal_chunk_with(key, &nonce, n as u64, c, crate::reader::cipher::kernel()))
+                    .map(|(n, c)| seal_chunk_with(key, &nonce, n as u64, c, crate::kernels::cipher::kernel()))
                     .collect();
                 planned.set_macs(&macs).map_err(invalid)?;
                 buf[at..data_at].copy_from_slice(&planned.header);
@@ -381,7 +382,7 @@ impl TensorSink<'_> {
             bytes = &bytes[take..];
             let last = self.written + self.staging.len() as u64 == self.planned.data_length;
             if self.staging.len() == chunk || last {
-                let kernel = crate::reader::cipher::kernel();
+                let kernel = crate::kernels::cipher::kernel();
                 self.macs.push(seal_chunk_with(key, &nonce, self.macs.len() as u64, &mut self.staging, kernel));
                 self.owner.pwrite(self.planned.data_offset + self.written, &self.staging)?;
                 self.written += self.staging.len() as u64;

@@ -21,14 +21,15 @@ use tensorizer_core::checkpoint::Leaf;
 use tensorizer_core::fingerprint::{DataHasher, Digest};
 use tensorizer_core::{Dtype, Fingerprint, KeySource, TensorFingerprint, TensorPath, TensorSpec, TensorType};
 
-use crate::checkpoint::CheckpointReader;
+use crate::convert::checkpoint::CheckpointReader;
+use crate::convert::safetensors::{SafetensorsFile, swap_unit};
 use crate::convert::{Format, Input, Item, PROGRESS_INTERVAL, check, sniff, stream};
 use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each_index};
-use crate::reader::{ReadOptions, Reader};
-use crate::safetensors::{SafetensorsFile, swap_unit};
+use crate::read::{ReadOptions, Reader};
+use crate::source::Intent;
 use crate::source::RangeSource;
-use crate::store::{Intent, open_uri};
+use crate::store::open_uri;
 
 /// How to fingerprint.
 #[derive(Debug, Clone, Default)]

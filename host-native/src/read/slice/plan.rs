@@ -2,7 +2,7 @@
 //! the few byte spans of its storage that the slice needs, and the gather
 //! of those bytes into a row-major buffer. Tensorizer files
 //! ([`crate::Reader::read_slice`]) and torch checkpoints
-//! ([`CheckpointReader::read_slice`], here) share it.
+//! ([`crate::CheckpointReader::read_slice`]) share it.
 //!
 //! Everything about the view comes from the file, so every product and sum
 //! is checked, and the work done is bounded by named limits rather than by
@@ -12,9 +12,8 @@ use std::ops::Range;
 
 use tensorizer_core::checkpoint::state_dict;
 
-use crate::checkpoint::{CheckpointReader, swap_unit};
 use crate::error::{Error, Result};
-use crate::parallel::{default_readers, for_each};
+use crate::parallel::for_each;
 use crate::source::RangeSource;
 
 /// Most items in one index (ints, slices, `...`, new axes).
@@ -63,9 +62,6 @@ impl SpanPolicy {
     }
 }
 
-/// Bytes per parallel read of a long span.
-const PIECE_LEN: u64 = 8 << 20;
-
 /// One item of a basic (numpy/torch) index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Index {
@@ -111,11 +107,11 @@ pub struct StridedView {
     pub offset: u64,
 }
 
-fn invalid(what: impl Into<String>) -> Error {
+pub(crate) fn invalid(what: impl Into<String>) -> Error {
     Error::Invalid(what.into())
 }
 
-fn overflow() -> Error {
+pub(crate) fn overflow() -> Error {
     invalid("tensor slice size overflows")
 }
 
@@ -458,61 +454,6 @@ pub(crate) fn read_spans<S: RangeSource + ?Sized>(
         source.read_exact_at(offset, piece)?;
         finish(at, piece)
     })
-}
-
-impl<S: RangeSource> CheckpointReader<S> {
-    /// The view `entry i[index]` selects in its storage (the shape of what
-    /// [`CheckpointReader::read_slice`] returns), after the same checks as
-    /// a whole read (cap on expanded views).
-    pub fn slice_view(&self, i: usize, index: &[Index]) -> Result<StridedView> {
-        let view = self.tensor(i)?;
-        self.nbytes(i)?;
-        let whole = StridedView { shape: view.shape.clone(), stride: view.stride.clone(), offset: view.storage_offset };
-        whole.index(index)
-    }
-
-    /// Reads `entry i[index]` as contiguous little-endian bytes into `out`
-    /// (exactly `numel × itemsize` of the slice), fetching only the spans
-    /// of the storage the slice covers ([`plan_spans`]). Like
-    /// [`CheckpointReader::read_contiguous`], no CRC is checked.
-    pub fn read_slice(&self, i: usize, index: &[Index], out: &mut [u8]) -> Result<()> {
-        let view = self.slice_view(i, index)?;
-        let dtype = self.tensor(i)?.dtype;
-        let storage = self.tensor(i)?.storage;
-        let itemsize = u64::from(dtype.size());
-        let need = view.numel().and_then(|n| n.checked_mul(itemsize)).ok_or_else(overflow)?;
-        if need != out.len() as u64 {
-            return Err(invalid(format!(
-                "{}: slice of entry {i} needs a {need}-byte buffer, got {}",
-                self.source().name(),
-                out.len()
-            )));
-        }
-        if need == 0 {
-            return Ok(());
-        }
-        let range = self.storage_range(storage)?;
-        let spans = plan_spans(&view, itemsize, SpanPolicy::for_source(self.source()))?;
-        if spans.last().is_some_and(|s| s.end > range.end - range.start) {
-            return Err(invalid(format!("{}: slice of entry {i} reaches past its storage", self.source().name())));
-        }
-        let threads = default_readers();
-        let none = |_: u64, _: &mut [u8]| Ok(());
-        if view.is_row_major() && spans.len() == 1 && spans_len(&spans)? == need {
-            read_spans(self.source(), range.start, &spans, PIECE_LEN, threads, out, none)?;
-        } else {
-            let mut data = vec![0u8; usize::try_from(spans_len(&spans)?).map_err(|_| overflow())?];
-            read_spans(self.source(), range.start, &spans, PIECE_LEN, threads, &mut data, none)?;
-            gather(&view, itemsize, &spans, &data, out)?;
-        }
-        if self.byte_order() == tensorizer_core::dtype::ByteOrder::Big {
-            let unit = swap_unit(dtype);
-            if unit > 1 {
-                crate::safetensors::swap_bytes(out, unit);
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

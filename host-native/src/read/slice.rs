@@ -6,11 +6,15 @@
 //! Hashes cover a whole tensor, so these reads check none;
 //! [`Reader::verify_tensor`] checks one tensor's hashes by streaming it.
 
+pub mod plan;
+
 use std::ops::Range;
 
 use super::{PIECE_LEN, Reader, decrypt_piece};
 use crate::error::{Error, Result};
-use crate::slice_plan::{Index, SpanPolicy, StridedView, align_spans, gather, plan_spans, read_spans, spans_len};
+use crate::read::slice::plan::{
+    Index, SpanPolicy, StridedView, align_spans, gather, plan_spans, read_spans, spans_len,
+};
 use crate::source::RangeSource;
 
 impl<S: RangeSource> Reader<S> {

@@ -8,11 +8,11 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tensorizer_core::TensorFingerprint;
 use tensorizer_core::fingerprint::{ALGORITHM, Change, Difference, diff, to_hex};
-use tensorizer_native::fingerprint::{self, FingerprintOptions, Fingerprinted};
+use tensorizer_native::convert::fingerprint::{self, FingerprintOptions, Fingerprinted};
 use tensorizer_native::{Intent, open_uri};
 
-use crate::inspect::{human, printable};
 use crate::keys::KeyArgs;
+use crate::text::{human, printable};
 use crate::{Failure, Outcome, progress};
 
 /// Fingerprints `file`, with a progress bar on a terminal.
