@@ -182,6 +182,37 @@ impl Error {
         }
     }
 
+    /// The absolute byte offset the error points at: the field a format
+    /// error names, where an I/O error happened, the start of a failed
+    /// range.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Self::Format { source, .. } | Self::Tensor { source, .. } => source.offset(),
+            Self::Io { offset, .. } => Some(*offset),
+            Self::Store { range, .. } => range.as_ref().map(|r| r.start),
+            _ => None,
+        }
+    }
+
+    /// The tensor the error is about, where it names one.
+    pub fn tensor_name(&self) -> Option<&str> {
+        match self {
+            Self::Tensor { tensor, .. } => Some(tensor),
+            Self::Format { source, .. } => source.tensor_name(),
+            _ => None,
+        }
+    }
+
+    /// The file or location (path or URI) the error is about, where it
+    /// names one.
+    pub fn location(&self) -> Option<&str> {
+        match self {
+            Self::Format { file, .. } | Self::Tensor { file, .. } | Self::Io { file, .. } => Some(file),
+            Self::Store { location, .. } | Self::Unsupported { location, .. } => Some(location),
+            _ => None,
+        }
+    }
+
     /// Whether this is a verification failure (hash mismatch or failed
     /// decryption) rather than unreadable input.
     pub fn is_verification_failure(&self) -> bool {

@@ -83,7 +83,7 @@ impl FileWriter {
     /// Lays out `specs` and creates the temporary file next to `path`.
     pub fn create(path: impl AsRef<Path>, specs: &[TensorSpec], options: &WriteOptions) -> Result<Self> {
         let name = path.as_ref().display().to_string();
-        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{name}: {e}"));
+        let invalid = |e: tensorizer_core::Error| Error::format(name.as_str(), e);
         if options.layout.encryption.is_some() != options.key.is_some() {
             return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
         }
@@ -108,7 +108,7 @@ impl FileWriter {
         if options.layout.encryption.is_some() != options.key.is_some() {
             return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
         }
-        let writer = Writer::new(&options.layout).map_err(|e| Error::Invalid(format!("{name}: {e}")))?;
+        let writer = Writer::new(&options.layout).map_err(|e| Error::format(name.as_str(), e))?;
         let tmp = AtomicFile::create(path.as_ref())?;
         Ok(Self {
             tmp,
@@ -185,7 +185,7 @@ impl FileWriter {
         if self.poisoned {
             return Err(Error::Invalid(format!("{}: an earlier write failed; start a new file", self.name)));
         }
-        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
+        let invalid = |e: tensorizer_core::Error| Error::format(self.name.as_str(), e);
         let mut planned = Vec::with_capacity(tensors.len());
         for (spec, data) in tensors {
             if spec.data_length().map_err(invalid)? != data.len() as u64 {
@@ -275,7 +275,7 @@ impl FileWriter {
         let headers: Vec<OnceLock<Vec<u8>>> = planned.iter().map(|_| OnceLock::new()).collect();
         let batch = blocks::Batch { planned, data, headers: &headers };
         let (early, late): (Vec<_>, Vec<_>) = batch.blocks().into_iter().partition(|b| batch.data_only(b));
-        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
+        let invalid = |e: tensorizer_core::Error| Error::format(self.name.as_str(), e);
         std::thread::scope(|scope| {
             let streamer = scope.spawn(|| early.into_iter().try_for_each(|range| batch.write(self, range)));
             let hashed = for_each(threads, work, |run| {
@@ -299,7 +299,7 @@ impl FileWriter {
         let (Some(&first), Some(&last)) = (run.first(), run.last()) else { return Ok(()) };
         let start = planned[first].header_offset;
         let end = planned[last].data_offset + planned[last].data_length;
-        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{}: {e}", self.name));
+        let invalid = |e: tensorizer_core::Error| Error::format(self.name.as_str(), e);
         let mut buf = Vec::with_capacity((end - start) as usize);
         for &i in run {
             let mut planned = planned[i].clone();
@@ -340,7 +340,7 @@ impl FileWriter {
         if !done {
             return Err(Error::Invalid(format!("{}: not every tensor was written", self.name)));
         }
-        let fin = self.writer.finish().map_err(|e| Error::Invalid(format!("{}: {e}", self.name)))?;
+        let fin = self.writer.finish().map_err(|e| Error::format(self.name.as_str(), e))?;
         self.pwrite(0, &fin.header_bytes)?;
         self.pwrite(FileHeader::LEN as u64, &fin.metadata)?;
         self.pwrite(fin.end_marker_offset, &[0u8; END_MARKER_LEN as usize])?;
@@ -400,7 +400,7 @@ impl TensorSink<'_> {
                 self.owner.name, self.index, self.written, self.planned.data_length
             )));
         }
-        let invalid = |e: tensorizer_core::Error| Error::Invalid(format!("{e}"));
+        let invalid = |e: tensorizer_core::Error| Error::format(self.owner.name.as_str(), e);
         self.planned.set_hashes(&self.hasher.finish()).map_err(invalid)?;
         if self.planned.nonce.is_some() {
             self.planned.set_macs(&self.macs).map_err(invalid)?;

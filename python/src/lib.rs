@@ -54,6 +54,7 @@ mod _native {
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
+        crate::errors::detail_defaults(m)?;
         crate::slices::register(m)?;
         crate::carve::register(m)?;
         crate::arenas::register(m)?;

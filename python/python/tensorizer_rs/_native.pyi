@@ -53,13 +53,28 @@ __all__ = [
 __version__: str
 DEFAULT_READERS: int
 
-class FormatError(ValueError): ...
-class HashMismatchError(Exception): ...
-class CryptographyError(Exception): ...
+class FormatError(ValueError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class HashMismatchError(Exception):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class CryptographyError(Exception):
+    offset: int | None
+    tensor: str | None
+    location: str | None
 class TruncatedError(FormatError, struct.error): ...
 class CheckpointUnpicklingError(FormatError, pickle.UnpicklingError): ...
-class ObjectChangedError(OSError): ...
-class RangeNotSupportedError(OSError): ...
+class ObjectChangedError(OSError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class RangeNotSupportedError(OSError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
