@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
+pub mod pack;
 mod records;
 pub mod slice;
 mod spans;

@@ -13,6 +13,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use crate::device::staging::{StagingOptions, load_staged};
 use crate::error::{Error, Result};
 use crate::read::Reader;
+use crate::read::pack::{DEVICE_VIEW_ALIGN, pack_aligned};
 use crate::source::RangeSource;
 
 mod copy;
@@ -20,10 +21,6 @@ mod device;
 
 pub use copy::{CudaEngine, POOL_MAX_BYTES, StagingBuffer, release_staging_pool};
 pub use device::{Device, DeviceRange, PinnedBuffer, Stream, driver_present};
-
-/// Device memory is carved into tensors at this alignment (what torch's
-/// allocator and cuBLAS expect).
-const VIEW_ALIGN: u64 = 256;
 
 /// Loads `tensors` of `reader` into `dsts` (one device range per tensor,
 /// exactly its [`tensorizer_core::MetadataEntry::nbytes`]), copying on
@@ -92,18 +89,18 @@ pub fn load_to_device<S: RangeSource>(
     tensors: &[usize],
     options: &StagingOptions,
 ) -> Result<DeviceTensors> {
-    let mut views = Vec::with_capacity(tensors.len());
-    let mut total = 0u64;
+    let mut lens = Vec::with_capacity(tensors.len());
     for &i in tensors {
         let e = reader
             .entries()
             .get(i)
             .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", reader.source().name())))?;
-        let start = total.div_ceil(VIEW_ALIGN) * VIEW_ALIGN;
-        total =
-            start.checked_add(e.nbytes()).ok_or_else(|| Error::Invalid("the tensors' total size overflows".into()))?;
-        views.push((start, e.nbytes()));
+        lens.push(e.nbytes());
     }
+    let overflow = || Error::Invalid("the tensors' total size overflows".into());
+    let pack = pack_aligned(lens.iter().copied(), DEVICE_VIEW_ALIGN, u64::MAX).ok_or_else(overflow)?;
+    let (offsets, total) = pack.first().map_or((&[][..], 0), |p| (&p.offsets[..], p.size));
+    let views: Vec<(u64, u64)> = offsets.iter().copied().zip(lens).collect();
     let len = usize::try_from(total).map_err(|_| Error::Invalid(format!("{total} bytes do not fit in memory")))?;
     let stream = device.default_stream();
     let memory = device.alloc_zeros(&stream, len)?;

@@ -37,7 +37,9 @@ __all__ = [
     "reader_read_slice",
     "reader_read_range",
     "reader_verify_tensor",
+    "DEVICE_VIEW_ALIGN",
     "carve",
+    "carve_offsets",
     "dtype_torch_name",
     "dtype_string_for",
     "load_arenas",
@@ -310,6 +312,10 @@ def reader_read_range(reader: NativeReader, i: int, start: int, stop: int) -> by
 def reader_verify_tensor(reader: NativeReader, i: int) -> None: ...
 
 # -- arenas (python/src/carve.rs) ----------------------------------------------
+
+DEVICE_VIEW_ALIGN: int
+
+def carve_offsets(sizes: list[int]) -> tuple[list[int], int]: ...
 
 def carve(
     members: list[Entry],
