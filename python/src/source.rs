@@ -148,6 +148,15 @@ impl NativeSource {
     }
 }
 
+/// The `[default]` values of an s3cmd config file's text, as the native
+/// S3 store reads them (the one reader of `.s3cfg`): whether the section
+/// exists, `host_base`, `access_key`, `secret_key` and `use_https`.
+#[pyfunction]
+pub(crate) fn s3cfg_values(text: &str) -> (bool, Option<String>, Option<String>, Option<String>, Option<bool>) {
+    let cfg = tensorizer_native::store::s3::parse_s3cfg(text);
+    (cfg.has_default, cfg.host_base, cfg.access_key, cfg.secret_key, cfg.use_https)
+}
+
 /// A presigned (SigV4 query-string) GET URL for `uri` (`s3://bucket/key`),
 /// valid for `expires` seconds; the `s3_*` arguments as for `NativeSource`.
 #[pyfunction]

@@ -28,7 +28,7 @@ use rusty_s3::{Bucket, Credentials, S3Action};
 
 mod config;
 
-pub use config::{DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Options, parse_s3_uri};
+pub use config::{DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Cfg, S3Options, parse_s3_uri, parse_s3cfg};
 
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::store::http::{HttpSource, agent};

@@ -24,6 +24,7 @@ __all__ = [
     "ObjectChangedError",
     "RangeNotSupportedError",
     "s3_presign",
+    "s3cfg_values",
     "NativeWriter",
     "WriteSpec",
     "derive_key",
@@ -96,6 +97,7 @@ def upload(
     overwrite: bool = True,
 ) -> None: ...
 def location_scheme(uri: str | PathLike[str]) -> str: ...
+def s3cfg_values(text: str) -> tuple[bool, str | None, str | None, str | None, bool | None]: ...
 def s3_presign(
     uri: str,
     expires: int,

@@ -93,22 +93,34 @@ pub fn parse_s3_uri(uri: &str) -> Result<(String, String)> {
     }
 }
 
-/// The `[default]` fields tensorizer reads from an s3cmd config file.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct S3Cfg {
-    access_key: Option<String>,
-    secret_key: Option<String>,
-    host_base: Option<String>,
-    use_https: Option<bool>,
+/// The `[default]` fields tensorizer reads from an s3cmd config file
+/// (`~/.s3cfg`). This is the one reader of that file: Python asks it too.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct S3Cfg {
+    /// Whether the file has a `[default]` section at all.
+    pub has_default: bool,
+    /// `access_key`.
+    pub access_key: Option<String>,
+    /// `secret_key`.
+    pub secret_key: Option<String>,
+    /// `host_base`: the endpoint.
+    pub host_base: Option<String>,
+    /// `use_https`, read as s3cmd reads booleans (`true`/`yes`/`on`/`1` in
+    /// any case is true, anything else false).
+    pub use_https: Option<bool>,
 }
 
-fn parse_s3cfg(text: &str) -> S3Cfg {
+/// Parses an s3cmd config file: `key = value` (or `key: value`) lines of
+/// its `[default]` section; comments and other sections are skipped, an
+/// empty value is absent.
+pub fn parse_s3cfg(text: &str) -> S3Cfg {
     let mut cfg = S3Cfg::default();
     let mut in_default = false;
     for line in text.lines() {
         let line = line.trim();
         if line.starts_with('[') {
             in_default = line == "[default]";
+            cfg.has_default |= in_default;
             continue;
         }
         if !in_default || line.starts_with('#') || line.starts_with(';') {
