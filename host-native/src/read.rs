@@ -19,6 +19,7 @@ use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
 pub mod pack;
+pub mod plan;
 mod records;
 pub mod slice;
 mod spans;

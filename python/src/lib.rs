@@ -40,7 +40,7 @@ mod _native {
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
     #[pymodule_export]
-    use crate::reader::{ArenaPlan, NativeReader};
+    use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
     #[pymodule_export]
     use crate::source::{NativeSource, location_scheme, s3_presign, s3cfg_values, upload};
     #[pymodule_export]
@@ -52,6 +52,9 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
+        m.add("ARENA_BYTES", tensorizer_native::read::plan::ARENA_BYTES)?;
+        m.add("ARENA_ALIGN", tensorizer_native::read::plan::ARENA_ALIGN)?;
+        m.add("HUGE_PAGE_MIN", tensorizer_native::read::plan::HUGE_PAGE_MIN)?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
         crate::errors::detail_defaults(m)?;

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
-use tensorizer_native::read::pack::pack_aligned;
+use tensorizer_native::read::plan::{Destination, plan_load};
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
@@ -14,9 +14,10 @@ use crate::errors::{CryptographyError, to_py};
 
 type Source = Box<dyn RangeSource>;
 
-/// One arena of `plan_arenas`: the tensors `indices[first..end]`, each at
-/// its offset, in `size` bytes.
+/// One arena of a load plan: the tensors `small[first..end]`, each at its
+/// offset, in `size` bytes.
 #[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+#[derive(Clone)]
 pub(crate) struct ArenaPlan {
     /// Position in `indices` of the arena's first tensor.
     first: usize,
@@ -26,6 +27,25 @@ pub(crate) struct ArenaPlan {
     offsets: Vec<usize>,
     /// The arena's length in bytes.
     size: usize,
+}
+
+/// How a load is carried out (`NativeReader.plan_load`, planned by
+/// `tensorizer_native::read::plan`): the tensor indices that go each way,
+/// and the arenas over `small`.
+#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+pub(crate) struct LoadPlan {
+    /// Meta tensors: no bytes, headers to check.
+    meta: Vec<usize>,
+    /// Views of the file's memory map.
+    mapped: Vec<usize>,
+    /// Through the native device staging ring.
+    staged: Vec<usize>,
+    /// Copied into memory of their own.
+    large: Vec<usize>,
+    /// Copied into shared arenas.
+    small: Vec<usize>,
+    /// The arenas over `small`.
+    arenas: Vec<ArenaPlan>,
 }
 
 /// A tensorizer file opened for reading.
@@ -186,23 +206,27 @@ impl NativeReader {
         py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
     }
 
-    /// Packs tensors `indices`, in order, into arenas of at most
-    /// `max_bytes` (a tensor larger than that gets an arena of its own),
-    /// each tensor starting `align`-aligned.
-    fn plan_arenas(&self, indices: Vec<usize>, max_bytes: usize, align: usize) -> PyResult<Vec<ArenaPlan>> {
-        let entries = self.inner.entries();
-        let lens = indices
-            .iter()
-            .map(|&i| {
-                entries
-                    .get(i)
-                    .map(|e| e.data_length)
-                    .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))
-            })
-            .collect::<PyResult<Vec<u64>>>()?;
+    /// Plans loading tensors `indices` to `destination` (`"cpu"`,
+    /// `"staged"`: a device through the native staging ring, or `"other"`);
+    /// `mapped`: a memory map of the file is open and no hashes are checked.
+    fn plan_load(&self, indices: Vec<usize>, destination: &str, mapped: bool) -> PyResult<LoadPlan> {
+        let destination = match destination {
+            "cpu" => Destination::Cpu,
+            "staged" => Destination::Staged,
+            "other" => Destination::Other,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown destination {other:?}: use \"cpu\", \"staged\" or \"other\""
+                )));
+            }
+        };
         let too_large = || pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows");
-        let packs = pack_aligned(lens, align as u64, max_bytes as u64).ok_or_else(too_large)?;
-        packs
+        if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
+            return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
+        }
+        let plan = plan_load(self.inner.entries(), &indices, destination, mapped).ok_or_else(too_large)?;
+        let arenas = plan
+            .arenas
             .into_iter()
             .map(|p| {
                 let offsets = p.offsets.into_iter().map(usize::try_from).collect::<Result<Vec<_>, _>>();
@@ -211,7 +235,15 @@ impl NativeReader {
                     _ => Err(too_large()),
                 }
             })
-            .collect()
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(LoadPlan {
+            meta: plan.meta,
+            mapped: plan.mapped,
+            staged: plan.staged,
+            large: plan.large,
+            small: plan.small,
+            arenas,
+        })
     }
 
     /// Loads tensors `indices[k]` into one writable buffer, each at

@@ -368,45 +368,47 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             return
         self._check_open()
         device = self._device
-        metas = [e for e in todo if e.is_meta]
-        todo = [e for e in todo if not e.is_meta]
+        # Which way each tensor goes is planned natively (read/plan.rs);
+        # this method carries the plan out.
+        if device.type == "cpu":
+            destination = "cpu"
+        elif device.type == "cuda" and _cuda.native_enabled():
+            destination = "staged"
+        else:
+            destination = "other"
+        mapped = self._map is not None and not verify_hash
+        plan = self._reader.plan_load([e.index for e in todo], destination, mapped)
+        by_index = {e.index: e for e in todo}
+        metas = [by_index[i] for i in plan.meta]
         if metas:
             self._claim_meta_bytes(metas, self._meta_nbytes_torch)
             self._check_meta_headers(metas, bool(verify_hash))
-        if self._map is not None and not verify_hash and device.type == "cpu":
-            todo = self._load_mapped(todo)
-        if device.type == "cuda" and todo and _cuda.native_enabled():
+        if plan.mapped:
+            self._load_mapped([by_index[i] for i in plan.mapped])
+        staged_on_device = [by_index[i] for i in plan.staged]
+        if staged_on_device:
             # Native staging ring: pinned buffers, async copies into tensors
             # allocated here (one each, or carved from one allocation), on
             # torch's current stream; decrypted and verified on the way
             # (spec §19, _cuda.py).
-            dev = _cuda.load(self._reader, todo, device, verify_hash)
-            for e, t in zip(todo, dev):
+            dev = _cuda.load(self._reader, staged_on_device, device, verify_hash)
+            for e, t in zip(staged_on_device, dev):
                 grad = _dtypes.is_float_like(t.dtype)
                 target = self._cast_to(t.dtype)
                 if target is not None:
                     t = t.to(target)
                 self._cache[e.index] = torch.nn.Parameter(t, requires_grad=grad)
-            todo = []
         pin = device.type == "cuda"
-        if device.type == "cpu":
-            # (data_length == nbytes holds for every tensor the reader accepts;
-            # an entry where it does not goes the per-tensor way and fails there.)
-            fits = [e.data_length <= _memory.ARENA_BYTES and e.data_length == e.nbytes for e in todo]
-            small = [e for e, ok in zip(todo, fits) if ok]
-            large = [e for e, ok in zip(todo, fits) if not ok]
-        else:
-            small, large = [], todo
+        small = [by_index[i] for i in plan.small]
+        large = [by_index[i] for i in plan.large]
         staged = [_memory.staging_tensor(e, pin) for e in large]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)
-        # Each arena: one buffer and one native call; its members' offsets
-        # (planned natively: one call for all of them).
+        # Each arena: one buffer and one native call.
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
-            plan = self._reader.plan_arenas([e.index for e in small], _memory.ARENA_BYTES, _memory.PIECE_ALIGN)
-            carved = _memory.fill_arenas(self._reader, small, plan, verify_hash)
+            carved = _memory.fill_arenas(self._reader, small, plan.arenas, verify_hash)
         Parameter = torch.nn.Parameter
         for e, t in zip(large, staged):
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
@@ -443,7 +445,7 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                     cache[e.index] = Parameter(t, requires_grad=grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
-        if pin and todo:
+        if pin and large:
             torch.cuda.synchronize(device)
 
     # -- meta tensors ---------------------------------------------------------
@@ -521,24 +523,11 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         self._check_meta_headers([e], bool(self._verify_hash))
         return self._meta_zeros(shape, dtype, self._device)
 
-    def _load_mapped(self, todo: list[_Entry]) -> list[_Entry]:
-        """Views straight into the memory map for entries whose data is
-        aligned to their element size; returns the entries left to copy."""
+    def _load_mapped(self, mapped: list[_Entry]) -> None:
+        """Views straight into the memory map for `mapped` (entries the
+        load plan found aligned to their element size)."""
         import torch
 
-        rest: list[_Entry] = []
-        mapped: list[_Entry] = []
-        kinds: dict[str, tuple[Any, int, bool]] = {}
-        for e in todo:
-            kind = kinds.get(e.dtype)
-            if kind is None:
-                kind = kinds[e.dtype] = _carve_kind(e.dtype)
-            if e.is_meta or e.data_length == 0 or e.data_offset % kind[1]:
-                rest.append(e)
-            else:
-                mapped.append(e)
-        if not mapped:
-            return rest
         # Parse each header once: the index and the headers must agree.
         self._reader.module_indices([e.index for e in mapped])
         made = _native.carve(
@@ -554,7 +543,6 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 if target is not None:
                     t = torch.nn.Parameter(t.detach().to(target), requires_grad=t.requires_grad)
                 cache[e.index] = t
-        return rest
 
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:

@@ -17,6 +17,8 @@ __all__ = [
     "CheckpointEntry",
     "ZipEntryCheck",
     "NativeReader",
+    "ARENA_ALIGN",
+    "ARENA_BYTES",
     "ArenaPlan",
     "NativeSource",
     "upload",
@@ -31,6 +33,8 @@ __all__ = [
     "random_bytes",
     "__version__",
     "DEFAULT_READERS",
+    "HUGE_PAGE_MIN",
+    "LoadPlan",
     "slice_shape",
     "checkpoint_slice_shape",
     "checkpoint_read_slice",
@@ -55,6 +59,9 @@ __all__ = [
 
 __version__: str
 DEFAULT_READERS: int
+ARENA_BYTES: int
+ARENA_ALIGN: int
+HUGE_PAGE_MIN: int
 
 class FormatError(ValueError):
     offset: int | None
@@ -221,8 +228,25 @@ class Entry:
     def data_offset(self) -> int: ...
 
 @final
+class LoadPlan:
+    """How a load is carried out (``NativeReader.plan_load``)."""
+
+    @property
+    def meta(self) -> list[int]: ...
+    @property
+    def mapped(self) -> list[int]: ...
+    @property
+    def staged(self) -> list[int]: ...
+    @property
+    def large(self) -> list[int]: ...
+    @property
+    def small(self) -> list[int]: ...
+    @property
+    def arenas(self) -> list[ArenaPlan]: ...
+
+@final
 class ArenaPlan:
-    """One arena of ``NativeReader.plan_arenas``."""
+    """One arena of a ``LoadPlan``: ``small[first:end]`` at ``offsets``."""
 
     @property
     def first(self) -> int: ...
@@ -261,9 +285,7 @@ class NativeReader:
     def module_indices(self, indices: Sequence[int]) -> list[int]: ...
     def verify_bytes(self, i: int, data: Any) -> None: ...
     def load_into(self, indices: Sequence[int], buffers: Sequence[Any], verify_hash: bool | None = None) -> None: ...
-    def plan_arenas(
-        self, indices: list[int], max_bytes: int, align: int
-    ) -> list[ArenaPlan]: ...
+    def plan_load(self, indices: list[int], destination: str, mapped: bool) -> LoadPlan: ...
     def load_into_arena(
         self, indices: list[int], buffer: Any, offsets: list[int], verify_hash: bool | None = None
     ) -> None: ...
