@@ -23,134 +23,20 @@
 //!   date) ends the read with an [`Error::Store`] of kind `Changed`.
 //! - **Errors** name the location and the byte range.
 
-use std::fmt;
+mod transport;
+
 use std::io;
-use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::error::{Error, Result, StoreErrorKind};
+use crate::error::{Result, StoreErrorKind};
 use crate::source::{TransferLimits, check_range};
-use crate::store::retry::{Attempt, Pace, RESUMABLE_PROGRESS, RetryPolicy, Target, deadline, retry, too_slow};
+use crate::store::retry::{Attempt, Pace, RESUMABLE_PROGRESS, RetryPolicy, Target, deadline, retry};
+pub(crate) use transport::{Ask, Head, Response, Span, Transport, Validators, broken};
 
 /// Bytes fetched (and kept) by the opening request: the file header and
 /// (usually) the whole index, so opening a file costs one request.
 pub const PREFIX: u64 = 1 << 20;
-
-/// What a request asks for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Ask<'a> {
-    /// The opening: bytes `0..PREFIX`, or, with `all`, the whole object.
-    Opening { all: bool },
-    /// Bytes `range` of the object opened, whose validators are `pinned`
-    /// (HTTP compares them after the fact; a cloud store is asked to).
-    Range {
-        range: &'a Range<u64>,
-        #[cfg_attr(not(feature = "cloud"), allow(dead_code))]
-        pinned: &'a Validators,
-    },
-}
-
-/// What tells one version of an object from another.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Validators {
-    /// The ETag, if the store gives one.
-    pub(crate) etag: Option<String>,
-    /// The last-modified date, compared when there is no ETag.
-    pub(crate) last_modified: Option<String>,
-}
-
-/// What a response says of itself, once its transport has accepted its
-/// status.
-#[derive(Debug)]
-pub(crate) struct Head {
-    /// The bytes its body holds and the object's total length (HTTP's
-    /// `Content-Range`); `None` if it does not say.
-    pub(crate) range: Option<(Range<u64>, u64)>,
-    pub(crate) validators: Validators,
-}
-
-/// A response: its head, and its body still to be read.
-pub(crate) struct Response<B> {
-    pub(crate) head: Head,
-    pub(crate) body: B,
-}
-
-/// How one store sends ranged `GET`s and reads their bodies.
-pub(crate) trait Transport: Send + Sync {
-    /// A response body, paced by the [`Pace`] its request was sent with.
-    type Body: Send;
-
-    /// Who answers, in messages ("server", "store").
-    const WHO: &'static str;
-
-    /// What a change without an ETag is called, before "was …, is now …".
-    const NO_ETAG: &'static str;
-
-    /// One request for `ask`, paced by `pace` (the body keeps it); a
-    /// failure names `span`.
-    fn get(&self, ask: Ask<'_>, span: &Span<'_>, pace: Pace) -> Attempt<Response<Self::Body>>;
-
-    /// Reads `body` into `bufs` (taken as one run of bytes) from position
-    /// `*done` up to `stop`, advancing `*done` as bytes arrive; a failure
-    /// (a transient one is `Retry`) names `span`.
-    fn fill(
-        &self,
-        body: &mut Self::Body,
-        bufs: &mut [&mut [u8]],
-        done: &mut u64,
-        stop: u64,
-        span: &Span<'_>,
-    ) -> Attempt<()>;
-
-    /// Paces `body` afresh with `pace` (it sat idle while parked).
-    fn repace(body: &mut Self::Body, pace: Pace);
-
-    /// Whether `body` holds bytes past what was asked of it.
-    fn overran(_body: &Self::Body) -> bool {
-        false
-    }
-}
-
-/// A byte range of a location, and the errors that name it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Span<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) start: u64,
-    pub(crate) len: u64,
-}
-
-impl Span<'_> {
-    /// The bytes, at least one.
-    pub(crate) fn range(&self) -> Range<u64> {
-        self.start..self.start.saturating_add(self.len.max(1))
-    }
-
-    /// An I/O failure of `kind` over these bytes.
-    pub(crate) fn io(&self, kind: io::ErrorKind, why: impl fmt::Display) -> Error {
-        let last = self.range().end - 1;
-        Error::Io {
-            file: self.name.to_string(),
-            offset: self.start,
-            source: io::Error::new(kind, format!("range {}-{last}: {why}", self.start)),
-        }
-    }
-
-    /// A failure the caller can act on, of `kind`, over these bytes.
-    pub(crate) fn store(&self, kind: StoreErrorKind, why: impl fmt::Display) -> Error {
-        Error::store(self.name, Some(self.range()), kind, why)
-    }
-}
-
-/// How an attempt whose request or body failed with `e` ends: final once
-/// the deadline has passed, else worth another attempt.
-pub(crate) fn broken<T>(span: &Span<'_>, e: io::Error, pace: &Pace) -> Attempt<T> {
-    if too_slow(&e).is_some_and(|t| t.deadline) || pace.expired() {
-        let e = if too_slow(&e).is_some() { e } else { pace.deadline_error() };
-        return Attempt::Final(span.io(e.kind(), e));
-    }
-    Attempt::Retry(span.io(e.kind(), e))
-}
 
 /// An opening response read as far as the end of the prefix (its next byte
 /// is at the prefix's length).
@@ -422,18 +308,4 @@ pub(crate) fn copy_into(bufs: &mut [&mut [u8]], mut at: u64, mut chunk: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spans_name_their_bytes() {
-        let span = Span { name: "http://h/f", start: 10, len: 5 };
-        assert!(span.io(io::ErrorKind::Other, "x").to_string().contains("range 10-14: x"));
-        let err = span.store(StoreErrorKind::Changed, "y");
-        assert_eq!(err.store_kind(), Some(StoreErrorKind::Changed));
-        assert!(err.to_string().contains("bytes 10-14"), "{err}");
-        // An empty span names one byte; one at the end of u64 does not overflow.
-        assert_eq!(Span { name: "n", start: 3, len: 0 }.range(), 3..4);
-        assert_eq!(Span { name: "n", start: u64::MAX, len: 9 }.range(), u64::MAX..u64::MAX);
-    }
-}
+mod tests;
