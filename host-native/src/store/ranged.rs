@@ -20,7 +20,8 @@
 //!   ([`TransferLimits`]: a minimum rate, and a deadline per read).
 //! - **Change detection**: a response from another version of the object
 //!   (another ETag; another size; without an ETag, another last-modified
-//!   date) ends the read with an [`Error::Store`] of kind `Changed`.
+//!   date) ends the read with an [`Error::Store`](crate::error::Error::Store)
+//!   of kind `Changed`.
 //! - **Errors** name the location and the byte range.
 
 mod transport;
