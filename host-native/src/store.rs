@@ -10,6 +10,10 @@
 //! | `gs://`, `az://`, `abfs(s)://` | ranged GETs, through [`http`] where the credentials allow (`cloud`) | single or multipart upload | `cloud` |
 //! | `redis://` | `GETRANGE` ([`redis`]) | keys swapped in with `MULTI`/`EXEC` | `redis` |
 //!
+//! `http(s)://`, `s3://`, `gs://` and `az://` objects are read by one
+//! ranged-read engine (`crate::store::ranged`: the opening, the prefix, the
+//! parked opening body, resumption, change detection), each store
+//! supplying only its transport.
 //! Every remote store retries through one policy (`crate::store::retry`) and
 //! reports failures as [`Error::Store`] (not found, permission denied,
 //! changed during the read, …) naming the location and the byte range.
@@ -24,6 +28,8 @@ pub mod cloud;
 #[cfg(feature = "http")]
 pub mod http;
 mod location;
+#[cfg(any(feature = "http", feature = "cloud"))]
+pub(crate) mod ranged;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub(crate) mod retry;

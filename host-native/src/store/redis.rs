@@ -90,7 +90,7 @@ const CHECK_EVERY: usize = 1 << 20;
 
 /// A failed attempt that kept at least this many new bytes is resumed at
 /// once, without using up an attempt (as HTTP's are).
-const RESUMABLE_PROGRESS: usize = 1 << 20;
+const RESUMABLE_PROGRESS: usize = crate::store::retry::RESUMABLE_PROGRESS as usize;
 
 /// Idle connections a source keeps for later reads.
 const MAX_IDLE: usize = 32;

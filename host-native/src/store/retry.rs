@@ -128,6 +128,11 @@ pub(crate) enum Attempt<T> {
     Final(Error),
 }
 
+/// A failed attempt that brought at least this many new bytes is resumed
+/// at once, without using up an attempt ([`Attempt::Resumable`]): the rule
+/// of every remote store.
+pub(crate) const RESUMABLE_PROGRESS: u64 = 1 << 20;
+
 /// What a request is about, for the error that ends its retries.
 pub(crate) struct Target<'a> {
     /// The path or URI (never a presigned URL).
@@ -288,6 +293,12 @@ impl Pace {
         Self::new(&TransferLimits { min_rate: 0, deadline: None, ..TransferLimits::default() }, None)
     }
 
+    /// The instant by which the read this request serves must end.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// Time left before the deadline (`None`: no deadline).
     pub(crate) fn time_left(&self) -> Option<Duration> {
         self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
@@ -297,6 +308,19 @@ impl Pace {
     /// 1 ms, since a zero socket timeout means none).
     pub(crate) fn io_timeout(&self, timeout: Duration) -> Duration {
         self.time_left().map_or(timeout, |left| left.min(timeout)).max(Duration::from_millis(1))
+    }
+
+    /// The longest wait for more bytes before this pace must be checked
+    /// again with [`progress`](Self::progress): a rate window while a
+    /// minimum rate is set, and no longer than what is left before the
+    /// deadline; `None` when neither applies.
+    #[cfg_attr(not(feature = "cloud"), allow(dead_code))]
+    pub(crate) fn wait(&self) -> Option<Duration> {
+        let window = (self.min_rate > 0).then_some(self.window);
+        match (window, self.time_left()) {
+            (Some(window), Some(left)) => Some(window.min(left)),
+            (window, left) => window.or(left),
+        }
     }
 
     /// Whether the deadline has passed.
