@@ -240,6 +240,7 @@ fn files_round_trip_and_spread_over_the_masters() {
 
     // Keys on every master, in many slots; the slot we compute is Redis's.
     let per_node: Vec<usize> = cluster.ports.iter().map(|&p| keys_on(p, "models/a:*").len()).collect();
+    eprintln!("keys per master: {per_node:?}");
     assert_eq!(per_node.iter().sum::<usize>(), 1 + 2 * sizes().len(), "{per_node:?}");
     assert!(per_node.iter().filter(|&&n| n > 0).count() >= 2, "{per_node:?}");
     let names: Vec<Vec<u8>> = cluster.ports.iter().flat_map(|&p| keys_on(p, "models/a:*")).collect();

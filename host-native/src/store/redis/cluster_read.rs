@@ -10,8 +10,8 @@ use super::cluster::{Cluster, Command, NodeFault};
 use super::resp::{Fault, Reply};
 use super::slots::key_slot;
 use super::{
-    LIST_TRIES, MAX_GETRANGE, PIPELINE, RESUMABLE_PROGRESS, RedisKey, RedisOptions, RedisUri, fault_error, key_offset,
-    scan, tile,
+    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RESUMABLE_PROGRESS, RedisKey, RedisOptions, RedisUri, fault_error,
+    key_offset, scan, tile,
 };
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::retry::{Attempt, Target, deadline, retry};
@@ -115,6 +115,8 @@ impl ClusterSource {
         let reply = self.cluster.run(&[command], until)?.pop();
         let value = match reply {
             Some(Ok(Reply::Bulk(value))) => value,
+            // CLUSTERDOWN and the like: the caller decides on retrying.
+            Some(Err(m)) => return Err(NodeFault::new(&node, Fault::Server(m))),
             other => {
                 let why = format!("GET of the generation marker answered {other:?}");
                 return Err(NodeFault::new(&node, Fault::Protocol(why)));
@@ -150,10 +152,14 @@ impl ClusterSource {
                     batch.iter().map(|k| Command::keyed(vec![b"STRLEN".to_vec(), k.name.clone()])).collect();
                 let replies = self.cluster.run(&commands, until)?;
                 for (k, reply) in batch.iter_mut().zip(replies) {
+                    let node = || self.cluster.owner(key_slot(&k.name));
                     k.len = match reply {
                         Ok(Reply::Int(n)) if n >= 0 => n as u64,
+                        Err(m) => {
+                            return Err(NodeFault::new(&node()?, Fault::Server(format!("{m} (key {})", k.display()))));
+                        }
                         other => {
-                            let node = self.cluster.owner(key_slot(&k.name))?;
+                            let node = node()?;
                             let why = format!("STRLEN {} answered {other:?}", k.display());
                             return Err(NodeFault::new(&node, Fault::Protocol(why)));
                         }
@@ -264,6 +270,10 @@ pub(crate) fn scan_cluster(
         let mut conn = cluster.conn(node, until)?;
         names.extend(scan(&mut conn, addr).map_err(|f| NodeFault::new(node, f))?);
         cluster.put(node, conn);
+        if names.len() > MAX_KEYS {
+            let why = format!("more than {MAX_KEYS} keys under the prefix");
+            return Err(NodeFault::new(node, Fault::Protocol(why)));
+        }
     }
     Ok(names.into_iter().collect())
 }
