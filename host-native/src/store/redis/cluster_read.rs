@@ -214,8 +214,10 @@ impl ClusterSource {
                 let (key, at, n) = pieces[i];
                 let got = conn.bulk_into(&mut buf[at..at + n])?;
                 if got != n {
-                    return Err(Fault::Protocol(format!(
-                        "key {} holds {got} bytes from byte {}, not {n}: it changed after the source was opened",
+                    // Only a write changes a listed key's length.
+                    return Err(Fault::Changed(format!(
+                        "the file changed during the read: key {} holds {got} bytes from byte {}, not {n}; open \
+                         it again",
                         self.keys[key].display(),
                         offset + at as u64 - self.keys[key].offset,
                     )));

@@ -201,10 +201,14 @@ fn upload<S: RangeSource>(
                 let conn = cluster.conn(&node, None).map_err(|f| node_error(uri, k.offset, k.len, f))?;
                 nodes.insert(node.clone(), Pending { conn, keys: Vec::new(), bytes: 0 });
             }
-            let Some(p) = nodes.get_mut(&node) else { continue };
             let streamed = k.len > UPLOAD_PIECE as u64;
             if streamed {
-                drain(cluster, uri, keys, &node, p, &mut redo)?;
+                // Every SET sent is confirmed before the source can fail
+                // with a command half-sent, so that the cleanup after a
+                // failure runs after all of them.
+                for (n, other) in nodes.iter_mut() {
+                    drain(cluster, uri, keys, n, other, &mut redo)?;
+                }
             } else {
                 piece.resize(k.len as usize, 0);
                 if let Err(e) = source.read_exact_at(k.offset, &mut piece) {
@@ -214,6 +218,7 @@ fn upload<S: RangeSource>(
                     return Err(e);
                 }
             }
+            let Some(p) = nodes.get_mut(&node) else { continue };
             let fail = |f| set_error(uri, keys, i, &node, f);
             if ask.is_some() {
                 p.conn.command(&[b"ASKING"]);
