@@ -1,7 +1,7 @@
 //! Redis Cluster as a source and a sink, against three real redis-server
 //! masters that `tests/redis-cluster.sh` starts on 127.0.0.1: files round
 //! trip (whole and in concurrent ranges), their keys spread over the
-//! masters, reads follow `ASK` and `MOVED` through a slot migration, a
+//! masters, reads and writes follow `ASK` and `MOVED` through a slot migration, a
 //! replaced file is detected, and a dead or stalled node is a typed error
 //! within the deadline.
 
@@ -324,7 +324,7 @@ impl Cluster {
 }
 
 #[test]
-fn reads_follow_ask_and_moved_through_a_slot_migration() {
+fn reads_and_writes_follow_ask_and_moved_through_a_slot_migration() {
     let Some(cluster) = Cluster::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (path, bytes) = write_local(dir.path(), "a.tensors", &sizes(), 3);
@@ -357,6 +357,13 @@ fn reads_follow_ask_and_moved_through_a_slot_migration() {
     // Opening mid-way lists the key on the target and measures it there.
     assert_eq!(read_all(&open(&uri)).unwrap(), expected);
     assert!(info(to, "commandstats").contains("cmdstat_asking:calls="), "no ASKING reached the target");
+    // Writing mid-way follows ASK too (the temporary key goes to the
+    // target, and is renamed there); the source opened before sees the change.
+    put(&path, &uri, true).unwrap();
+    let err = source.read_exact_at(key.offset, &mut buf).unwrap_err();
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::Changed), "{err}");
+    let source = open(&uri);
+    assert_eq!(read_all(&source).unwrap(), expected);
 
     // Done: every key of the slot moved, the slot assigned to the target (MOVED).
     let Resp::Array(rest) = cmd(from, &[b"CLUSTER", b"GETKEYSINSLOT", slot_arg, b"1000"]) else { panic!() };
