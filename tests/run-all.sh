@@ -113,13 +113,14 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo fmt --manifest-path host-wasm/embed/Cargo.toml -- --check
 
-# Clippy lints the workspace inside the build itself (clippy-driver as the
-# workspace wrapper, given the arguments `cargo clippy -- -D warnings`
-# passes it): a separate `cargo clippy --workspace --all-targets` would
-# type-check every dependency a second time. Every cargo command on
-# target/debug runs with it, or the workspace's crates would rebuild.
-CLIPPY_DRIVER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
-LINTED=(env RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+# Clippy lints the workspace's crates inside the builds themselves
+# (tests/linted.sh): a separate `cargo clippy` would type-check every
+# dependency a second time. Every cargo command on target/debug runs
+# through it, or the workspace's crates would rebuild.
+LINTED=(bash "$ROOT/tests/linted.sh")
+# A fresh machine builds everything once: incremental compilation only
+# costs time here.
+export CARGO_INCREMENTAL=0
 
 step "build, linted (clippy -D warnings): every workspace target once (Rust tests, tzr, the Python extension)"
 "${LINTED[@]}" cargo build --locked --workspace --all-targets
@@ -190,9 +191,8 @@ bg lane-python lane_python
 # a cargo holding target/debug's lock for a lint would stall the Rust lane.
 LINT=(--locked --target-dir target/lint)
 
-step "clippy (core without std; host without its network features)"
-cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
-cargo clippy "${LINT[@]}" -p tensorizer-native --no-default-features --lib --bins -- -D warnings
+step "clippy (host and tzr without their network features)"
+cargo clippy "${LINT[@]}" -p tensorizer-native -p tzr --no-default-features -- -D warnings
 
 step "core without std must not enable any dependency's std feature"
 if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then
@@ -200,21 +200,15 @@ if cargo tree --locked -p tensorizer-core --no-default-features -e normal,featur
     exit 1
 fi
 
-step "wasm32-unknown-unknown build of the core (no std)"
+# The core without std is linted as it builds for wasm32 (and its tests in
+# the Rust lane); host-wasm is linted in the release builds of the WASI and
+# browser lanes, for each of its two targets.
+step "wasm32-unknown-unknown build of the core (no std), linted"
 if [ "$have_wasm" = 1 ]; then
-    cargo build "${LINT[@]}" -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
+    "${LINTED[@]}" cargo build "${LINT[@]}" -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
 else
     echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target"
-fi
-
-step "clippy (host-wasm: browser inspector on wasm32-unknown-unknown, WASI validator on wasm32-wasip1)"
-if [ "$have_wasm" = 1 ]; then
-    cargo clippy "${LINT[@]}" -p tensorizer-wasm --target wasm32-unknown-unknown -- -D warnings
-fi
-if rustup target list --installed | grep -qx wasm32-wasip1; then
-    cargo clippy "${LINT[@]}" -p tensorizer-wasm --target wasm32-wasip1 -- -D warnings
-else
-    echo "SKIPPED: the wasm32-wasip1 target is not installed"
+    cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
 fi
 
 step "fuzz targets build (stable), linted as they build"

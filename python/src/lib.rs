@@ -54,6 +54,7 @@ mod _native {
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
+        crate::errors::detail_defaults(m)?;
         crate::slices::register(m)?;
         crate::carve::register(m)?;
         crate::arenas::register(m)?;
@@ -87,7 +88,7 @@ mod _native {
         let limits =
             tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };
         let key = py
-            .detach(|| tensorizer_native::kdf::derive(&passphrase, &params, &limits))
+            .detach(|| tensorizer_native::kernels::kdf::derive(&passphrase, &params, &limits))
             .map_err(|e| crate::errors::core_to_py(&e, None))?;
         Ok(key.expose_secret().to_vec())
     }
@@ -97,7 +98,7 @@ mod _native {
     fn random_bytes(n: usize) -> PyResult<Vec<u8>> {
         let mut out = vec![0u8; n];
         for chunk in out.chunks_mut(32) {
-            let b = tensorizer_native::writer::random_bytes::<32>().map_err(crate::errors::to_py)?;
+            let b = tensorizer_native::write::random_bytes::<32>().map_err(crate::errors::to_py)?;
             chunk.copy_from_slice(&b[..chunk.len()]);
         }
         Ok(out)

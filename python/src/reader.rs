@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
+use tensorizer_native::read::pack::pack_aligned;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
@@ -190,26 +191,27 @@ impl NativeReader {
     /// each tensor starting `align`-aligned.
     fn plan_arenas(&self, indices: Vec<usize>, max_bytes: usize, align: usize) -> PyResult<Vec<ArenaPlan>> {
         let entries = self.inner.entries();
-        let align = align.max(1);
-        let mut plans: Vec<ArenaPlan> = Vec::new();
-        let (mut first, mut size, mut offsets) = (0usize, 0usize, Vec::new());
-        for (pos, &i) in indices.iter().enumerate() {
-            let entry = entries.get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
-            let need = usize::try_from(entry.data_length)
-                .ok()
-                .and_then(|n| n.checked_next_multiple_of(align))
-                .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("tensor {i} is too large")))?;
-            if !offsets.is_empty() && size.saturating_add(need) > max_bytes {
-                plans.push(ArenaPlan { first, end: pos, offsets: std::mem::take(&mut offsets), size });
-                (first, size) = (pos, 0);
-            }
-            offsets.push(size);
-            size += need; // at most max_bytes + need: no overflow
-        }
-        if !offsets.is_empty() {
-            plans.push(ArenaPlan { first, end: indices.len(), offsets, size });
-        }
-        Ok(plans)
+        let lens = indices
+            .iter()
+            .map(|&i| {
+                entries
+                    .get(i)
+                    .map(|e| e.data_length)
+                    .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))
+            })
+            .collect::<PyResult<Vec<u64>>>()?;
+        let too_large = || pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows");
+        let packs = pack_aligned(lens, align as u64, max_bytes as u64).ok_or_else(too_large)?;
+        packs
+            .into_iter()
+            .map(|p| {
+                let offsets = p.offsets.into_iter().map(usize::try_from).collect::<Result<Vec<_>, _>>();
+                match (offsets, usize::try_from(p.size)) {
+                    (Ok(offsets), Ok(size)) => Ok(ArenaPlan { first: p.first, end: p.end, offsets, size }),
+                    _ => Err(too_large()),
+                }
+            })
+            .collect()
     }
 
     /// Loads tensors `indices[k]` into one writable buffer, each at

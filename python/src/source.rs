@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use tensorizer_native::s3::S3Options;
-use tensorizer_native::tls::TlsOptions;
+use tensorizer_native::store::s3::S3Options;
+use tensorizer_native::store::tls::TlsOptions;
 use tensorizer_native::{Intent, Location, RangeSource, StoreOptions, open_sink, open_source};
 
 use crate::buffers::Held;
@@ -24,7 +24,7 @@ pub struct NativeSource {
 
 /// TLS trust from `CAInfo`'s fields: a CA bundle (`cacert`), a CA
 /// directory (`capath`), or no verification (`allow_untrusted`); none of
-/// them: the environment, then the system's CAs (see `tensorizer_native::tls`).
+/// them: the environment, then the system's CAs (see `tensorizer_native::store::tls`).
 fn tls_options(cacert: Option<PathBuf>, capath: Option<PathBuf>, allow_untrusted: bool) -> TlsOptions {
     TlsOptions {
         ca_files: cacert.into_iter().collect(),

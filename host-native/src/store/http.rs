@@ -15,7 +15,7 @@
 //! sends none, its `Last-Modified` date; its size is pinned always.
 //!
 //! `https://` servers are verified against the CAs that [`TlsOptions`]
-//! and the environment name (see [`crate::tls`]); a refused certificate
+//! and the environment name (see [`crate::store::tls`]); a refused certificate
 //! ends the read at once, naming what was trusted.
 
 mod wire;
@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use ureq::ResponseExt;
 
 use crate::error::{Error, Result, StoreErrorKind};
-pub use crate::retry::RetryPolicy;
-use crate::retry::{Attempt, Pace, Paced, Target, deadline, retry, too_slow};
 use crate::source::{RangeSource, TransferLimits};
-pub use crate::tls::TlsOptions;
-use crate::tls::{Service, Trust, is_tls_failure};
+pub use crate::store::retry::RetryPolicy;
+use crate::store::retry::{Attempt, Pace, Paced, Target, deadline, retry, too_slow};
+pub use crate::store::tls::TlsOptions;
+use crate::store::tls::{Service, Trust, is_tls_failure};
 
 /// Retry, timeout, request and TLS settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,7 +227,7 @@ impl HttpSource {
     /// carries a signature that must not end up in logs).
     pub fn open_named(url: &str, name: &str, options: HttpOptions) -> Result<Self> {
         let secure = url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
-        let trust = options.tls.resolve_for(Service::Http, secure, &crate::tls::process_env)?;
+        let trust = options.tls.resolve_for(Service::Http, secure, &crate::store::tls::process_env)?;
         Self::open_trusted(url, name, options, trust)
     }
 
@@ -305,7 +305,7 @@ impl HttpSource {
     }
 
     /// A ureq transport error as an `io::Error` of the right kind (a
-    /// refused certificate carries a [`crate::tls::TlsError`]).
+    /// refused certificate carries a [`crate::store::tls::TlsError`]).
     fn transport(&self, e: ureq::Error) -> io::Error {
         if let Some(untrusted) = self.trust.untrusted(&e) {
             return untrusted;

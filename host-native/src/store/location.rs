@@ -39,7 +39,7 @@ pub enum Location {
         url: String,
     },
     /// An S3 or S3-compatible object (endpoint and credentials come from
-    /// [`crate::s3::S3Options`]).
+    /// [`crate::store::s3::S3Options`]).
     S3 {
         /// The bucket.
         bucket: String,

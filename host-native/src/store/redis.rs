@@ -56,9 +56,9 @@ use std::time::{Duration, Instant};
 
 use super::Location;
 use crate::error::{Error, Result, StoreErrorKind};
-pub use crate::retry::RetryPolicy;
-use crate::retry::{Attempt, Pace, Target, deadline, retry};
 use crate::source::{RangeSource, TransferLimits, check_range};
+pub use crate::store::retry::RetryPolicy;
+use crate::store::retry::{Attempt, Pace, Target, deadline, retry};
 pub use cluster_read::ClusterSource;
 pub use cluster_write::{write_cluster, write_cluster_with};
 use resp::{Conn, Fault, Reply};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
-use tensorizer_native::redis::{ClusterSource, RedisOptions, RetryPolicy, key_slot, write_cluster};
+use tensorizer_native::store::redis::{ClusterSource, RedisOptions, RetryPolicy, key_slot, write_cluster};
 use tensorizer_native::{RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::servers::{binary, within};
@@ -435,7 +435,7 @@ fn tzr_copies_inspects_and_verifies_cluster_files() {
     let dir = tempfile::tempdir().unwrap();
     let (path, bytes) = write_local(dir.path(), "a.tensors", &[10, 20000, 3], 5);
     let uri = cluster.uri("cli/a");
-    let tzr = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_tzr")).args(args).output().unwrap();
+    let tzr = |args: &[&str]| Command::new(crate::common::tzr_bin()).args(args).output().unwrap();
     let out = tzr(&["copy", path.to_str().unwrap(), &uri]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = tzr(&["verify", &uri]);

@@ -37,7 +37,9 @@ __all__ = [
     "reader_read_slice",
     "reader_read_range",
     "reader_verify_tensor",
+    "DEVICE_VIEW_ALIGN",
     "carve",
+    "carve_offsets",
     "dtype_torch_name",
     "dtype_string_for",
     "load_arenas",
@@ -53,13 +55,28 @@ __all__ = [
 __version__: str
 DEFAULT_READERS: int
 
-class FormatError(ValueError): ...
-class HashMismatchError(Exception): ...
-class CryptographyError(Exception): ...
+class FormatError(ValueError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class HashMismatchError(Exception):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class CryptographyError(Exception):
+    offset: int | None
+    tensor: str | None
+    location: str | None
 class TruncatedError(FormatError, struct.error): ...
 class CheckpointUnpicklingError(FormatError, pickle.UnpicklingError): ...
-class ObjectChangedError(OSError): ...
-class RangeNotSupportedError(OSError): ...
+class ObjectChangedError(OSError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class RangeNotSupportedError(OSError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
@@ -295,6 +312,10 @@ def reader_read_range(reader: NativeReader, i: int, start: int, stop: int) -> by
 def reader_verify_tensor(reader: NativeReader, i: int) -> None: ...
 
 # -- arenas (python/src/carve.rs) ----------------------------------------------
+
+DEVICE_VIEW_ALIGN: int
+
+def carve_offsets(sizes: list[int]) -> tuple[list[int], int]: ...
 
 def carve(
     members: list[Entry],

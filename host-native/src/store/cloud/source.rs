@@ -14,8 +14,8 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use super::describe::{transient, unsatisfiable};
 use super::{block_on, store_error};
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::retry::{Attempt, RetryPolicy, Target, retry};
 use crate::source::{RangeSource, TransferLimits, check_range};
+use crate::store::retry::{Attempt, RetryPolicy, Target, retry};
 
 /// Bytes an attempt must have brought in for its failure (a broken body,
 /// a stall) to be resumed at once with a fresh request instead of counting

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::RedisOptions;
 use super::resp::{Conn, Fault, Reply};
 use super::slots::{Node, Redirect, SlotMap, key_slot};
-use crate::retry::Pace;
+use crate::store::retry::Pace;
 
 /// Times one command may be redirected (`MOVED`, `ASK`, `TRYAGAIN`) before
 /// the attempt fails (and is retried under the retry policy).

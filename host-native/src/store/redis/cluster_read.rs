@@ -14,9 +14,9 @@ use super::{
     key_offset, scan, tile,
 };
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::retry::{Attempt, Target, deadline, retry};
 use crate::source::{RangeSource, check_range};
 use crate::store::Location;
+use crate::store::retry::{Attempt, Target, deadline, retry};
 
 /// Bytes of `GETRANGE` replies per round: every node's share is read, then
 /// the generation marker, and only then do the bytes count as read (what a
@@ -44,7 +44,7 @@ pub(crate) fn node_error(uri: &str, offset: u64, len: u64, f: NodeFault) -> Erro
 }
 
 /// A file stored in a Redis Cluster, read with `GETRANGE` from the master
-/// of each key's slot (see [`crate::redis`]).
+/// of each key's slot (see [`crate::store::redis`]).
 pub struct ClusterSource {
     uri: String,
     addr: RedisUri,

@@ -13,9 +13,9 @@ use super::slots::{Node, Redirect, has_hash_tag, key_slot, tag_for_slot};
 use super::write::{DEFAULT_MAX_VALUE, Planned, TEMP_TTL_SECS, UPLOAD_DRAIN, UPLOAD_PIECE, plan};
 use super::{PIPELINE, RedisOptions, RedisUri, fault_error};
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::reader::Reader;
-use crate::retry::{Target, retry};
+use crate::read::Reader;
 use crate::source::{RangeSource, TransferLimits};
+use crate::store::retry::{Target, retry};
 
 /// Writes the file behind `reader` to `uri`
 /// (`redis+cluster://host[:port]/prefix`) with the keys of

@@ -6,7 +6,7 @@ use tensorizer_core::FileHeader;
 use super::resp::{Conn, Fault, Reply};
 use super::{PIPELINE, RedisOptions, RedisUri, fault_error, scan};
 use crate::error::{Error, Result};
-use crate::reader::Reader;
+use crate::read::Reader;
 use crate::source::RangeSource;
 
 /// Bytes read from the source per write call while uploading a value.
@@ -66,7 +66,7 @@ pub(super) fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<
 
 /// Writes the file behind `reader` to `uri` (`redis://host[:port]/prefix`)
 /// with the keys tensorizer's `to_redis` writes, byte for byte (see the
-/// [module docs](crate::redis)).
+/// [module docs](crate::store::redis)).
 ///
 /// The write is atomic: every key goes first under the temporary prefix
 /// `{prefix}.tmp-<random hex>` (with a one-day expiry, in case this process

@@ -8,8 +8,8 @@ use rusty_s3::{Bucket, Credentials, UrlStyle};
 
 use super::S3Object;
 use crate::error::{Error, Result};
-use crate::http::HttpOptions;
-use crate::tls::Service;
+use crate::store::http::HttpOptions;
+use crate::store::tls::Service;
 
 /// tensorizer's default endpoint for reads when nothing else names one.
 pub const DEFAULT_READ_ENDPOINT: &str = "accel-object.ord1.coreweave.com";
@@ -36,7 +36,7 @@ pub const DEFAULT_WRITE_ENDPOINT: &str = "object.ord1.coreweave.com";
 /// * TLS trust: `http.tls` if it names CAs or disables verification →
 ///   `AWS_CA_BUNDLE` → `REQUESTS_CA_BUNDLE` → `CURL_CA_BUNDLE` →
 ///   `SSL_CERT_FILE` / `SSL_CERT_DIR` → the system's CA bundle (see
-///   [`crate::tls`]).
+///   [`crate::store::tls`]).
 ///
 /// Addressing is path-style (`endpoint/bucket/key`), which every
 /// S3-compatible server accepts, except on `*.amazonaws.com` where
@@ -139,7 +139,7 @@ impl S3Options {
     /// none were given explicitly, not even empty ones), the rest of the
     /// AWS credential chain is tried before going anonymous: web identity,
     /// the `~/.aws` profiles, the ECS container endpoint and the instance
-    /// metadata service (see `crate::cloud::aws_credential_chain`).
+    /// metadata service (see `crate::store::cloud::aws_credential_chain`).
     pub fn resolve(&self, uri: &str, for_write: bool) -> Result<S3Object> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
@@ -153,7 +153,7 @@ impl S3Options {
         if object.credentials.is_none()
             && self.access_key_id.is_none()
             && self.secret_access_key.is_none()
-            && let Some(found) = crate::cloud::aws_credential_chain(Some(object.bucket.region()))?
+            && let Some(found) = crate::store::cloud::aws_credential_chain(Some(object.bucket.region()))?
         {
             object.credentials = Some(credentials(found.key_id, found.secret_key, found.token));
         }
