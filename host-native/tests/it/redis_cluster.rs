@@ -2,7 +2,7 @@
 //! masters that `tests/redis-cluster.sh` starts on 127.0.0.1: files round
 //! trip (whole and in concurrent ranges), their keys spread over the
 //! masters, reads and writes follow `ASK` and `MOVED` through a slot migration, a
-//! replaced file is detected, and a dead or stalled node is a typed error
+//! replaced file is detected, concurrent writes never mix, and a dead or stalled node is a typed error
 //! within the deadline.
 
 use std::io::{BufRead, BufReader, Write};
@@ -299,6 +299,50 @@ fn a_replaced_file_is_detected() {
     put(&a, &uri, true).unwrap();
     assert_ne!(bulk(port, &[b"GET", marker]), b"writing-0123456789abcdef");
     open(&uri);
+}
+
+#[test]
+fn concurrent_writes_never_mix() {
+    let Some(cluster) = Cluster::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let many: Vec<usize> = (0..200).map(|i| 64 + i).collect();
+    let (a, bytes_a) = write_local(dir.path(), "a.tensors", &many, 1);
+    let (b, bytes_b) = write_local(dir.path(), "b.tensors", &many, 2);
+    let uri = cluster.uri("race");
+    put(&a, &uri, false).unwrap();
+    for round in 0..4 {
+        let writers: Vec<_> = [a.clone(), b.clone()]
+            .into_iter()
+            .map(|path| {
+                let uri = uri.clone();
+                std::thread::spawn(move || put(&path, &uri, true))
+            })
+            .collect();
+        let results: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        assert!(results.iter().any(Result::is_ok), "round {round}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(e.to_string().contains("another write to this prefix"), "round {round}: {e}");
+            }
+        }
+        let got = read_all(&open(&uri)).unwrap();
+        assert!(got == bytes_a[..bytes_a.len() - 8] || got == bytes_b[..bytes_b.len() - 8], "round {round}: a mix");
+    }
+    // Nothing but the file's keys and its marker is left (no lock, no temporary key).
+    let all: usize = cluster.ports.iter().map(|&p| keys_on(p, "*").len()).sum();
+    assert_eq!(all, 1 + 2 * many.len() + 1);
+
+    // A lock held (a writer committing, or one that died committing) stops a write.
+    let port = cluster.owner(b"race.tzr-generation");
+    let tag = (0..).map(|n: u32| n.to_string()).find(|n| key_slot(n.as_bytes()) == key_slot(b"race.tzr-generation"));
+    let lock_key = format!("{{{}}}race.tzr-lock", tag.unwrap());
+    ok(port, &[b"SET", lock_key.as_bytes(), b"someone"]);
+    let err = put(&b, &uri, true).unwrap_err();
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::Changed), "{err}");
+    assert!(err.to_string().contains("race.tzr-lock"), "{err}");
+    // The file is untouched.
+    let got = read_all(&open(&uri)).unwrap();
+    assert!(got == bytes_a[..bytes_a.len() - 8] || got == bytes_b[..bytes_b.len() - 8]);
 }
 
 impl Cluster {
