@@ -57,6 +57,8 @@ system_packages() {
     local missing=()
     command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    # tests/redis-cluster.sh joins the cluster nodes with redis-cli.
+    command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
     # tensorizer itself reads http(s):// and s3:// through the curl binary.
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     # The TLS tests make their CA and server certificate with the openssl command.

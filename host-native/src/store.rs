@@ -9,6 +9,7 @@
 //! | `s3://` | presigned range requests ([`s3`]) | single or multipart upload | `s3` |
 //! | `gs://`, `az://`, `abfs(s)://` | ranged GETs, through [`http`] where the credentials allow (`cloud`) | single or multipart upload | `cloud` |
 //! | `redis://` | `GETRANGE` ([`redis`]) | keys swapped in with `MULTI`/`EXEC` | `redis` |
+//! | `redis+cluster://` | `GETRANGE` per master ([`redis::ClusterSource`]) | keys renamed in per slot, behind a marker | `redis` |
 //!
 //! `http(s)://`, `s3://`, `gs://` and `az://` objects are read by one
 //! ranged-read engine (`crate::store::ranged`: the opening, the prefix, the
@@ -145,6 +146,11 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
             let redis = redis::RedisOptions { limits: options.limits, ..options.redis };
             Ok(Box::new(redis::RedisSource::open(&location.to_string(), redis)?))
         }
+        #[cfg(feature = "redis")]
+        Location::RedisCluster { .. } => {
+            let redis = redis::RedisOptions { limits: options.limits, ..options.redis };
+            Ok(Box::new(redis::ClusterSource::open(&location.to_string(), redis)?))
+        }
         #[allow(unreachable_patterns)]
         other => Err(not_built(other, feature_for(other))),
     }
@@ -166,7 +172,7 @@ fn feature_for(location: &Location) -> &'static str {
         Location::Http { .. } => "http",
         Location::S3 { .. } => "s3",
         Location::Gcs { .. } | Location::Azure { .. } => "cloud",
-        Location::Redis { .. } => "redis",
+        Location::Redis { .. } | Location::RedisCluster { .. } => "redis",
         Location::Local(_) => "",
     }
 }
@@ -217,7 +223,7 @@ pub fn open_sink(location: &Location, options: &StoreOptions) -> Result<Sink> {
         #[cfg(not(feature = "cloud"))]
         Location::Gcs { .. } | Location::Azure { .. } => return Err(not_built(location, "cloud")),
         #[cfg(not(feature = "redis"))]
-        Location::Redis { .. } => return Err(not_built(location, "redis")),
+        Location::Redis { .. } | Location::RedisCluster { .. } => return Err(not_built(location, "redis")),
         _ => {}
     }
     Ok(Sink { location: location.clone(), options: options.clone() })
@@ -236,7 +242,7 @@ impl Sink {
     pub fn put_file(&self, path: &Path) -> Result<()> {
         match &self.location {
             #[cfg(feature = "redis")]
-            Location::Redis { .. } => {
+            Location::Redis { .. } | Location::RedisCluster { .. } => {
                 let reader = Reader::new(LocalFile::open(path)?, crate::read::ReadOptions::default())?;
                 self.put_reader(&reader, &mut |_| {})
             }
@@ -259,6 +265,11 @@ impl Sink {
             Location::Redis { .. } => {
                 let options = redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
                 redis::write_redis_with(&self.location.to_string(), reader, self.options.overwrite, &options)
+            }
+            #[cfg(feature = "redis")]
+            Location::RedisCluster { .. } => {
+                let options = redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
+                redis::write_cluster_with(&self.location.to_string(), reader, self.options.overwrite, &options)
             }
             Location::Local(_) => self.copy_local(reader.source(), progress),
             _ => {

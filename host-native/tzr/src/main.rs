@@ -98,13 +98,13 @@ enum Command {
         #[command(flatten)]
         layout: LayoutArgs,
     },
-    /// Copy a file between a local path, http(s)://, s3:// and redis://
+    /// Copy a file between a local path, http(s)://, s3://, redis:// and redis+cluster://
     /// (byte for byte; the input's header and index are checked first).
     /// s3:// is configured from ~/.s3cfg and the S3_* / AWS_* variables.
     Copy {
         /// Where to read: a path or a URI.
         input: String,
-        /// Where to write: a path, s3://bucket/key or redis://host:port/prefix.
+        /// Where to write: a path, s3://bucket/key or redis://host:port/prefix (or redis+cluster://).
         output: String,
         /// Replace an existing local file or Redis prefix.
         #[arg(long)]
@@ -117,7 +117,7 @@ enum Command {
     /// (`--to` overrides the extension); non-tensor entries are skipped with
     /// a note.
     Convert {
-        /// The file to read: a path or an http(s)://, s3:// or redis:// URI.
+        /// The file to read: a path or an http(s)://, s3://, redis:// or redis+cluster:// URI.
         input: PathBuf,
         /// The file to write.
         output: PathBuf,
@@ -139,7 +139,7 @@ enum Command {
     /// tensor's name, dtype, shape and data, the same for the same weights
     /// in a tensorizer, safetensors or torch.save file. Prints `HEX  FILE`.
     Fingerprint {
-        /// The file: a path or an http(s)://, s3:// or redis:// URI.
+        /// The file: a path or an http(s)://, s3://, redis:// or redis+cluster:// URI.
         file: PathBuf,
         /// Key for an encrypted tensorizer file.
         #[command(flatten)]

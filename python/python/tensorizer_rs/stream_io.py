@@ -346,7 +346,8 @@ class CURLStreamFile(RemoteStream):
 
 class RedisStreamFile(RemoteStream):
     """tensorizer's ``RedisStreamFile``: a readable, seekable stream over the
-    ``prefix:…:offset`` keys under ``redis://host[:port]/prefix``, served by
+    ``prefix:…:offset`` keys under ``redis://host[:port]/prefix`` (or, on a
+    Redis Cluster, ``redis+cluster://host[:port]/prefix``), served by
     native reads. ``begin``/``end`` (exclusive) bound it."""
 
     def __init__(
@@ -362,7 +363,7 @@ class RedisStreamFile(RemoteStream):
         # false begin is 0 and an end that bounds nothing is ignored.
         from urllib.parse import urlparse
 
-        if urlparse(uri).scheme.lower() != "redis":
+        if urlparse(uri).scheme.lower() not in ("redis", "redis+cluster"):
             raise ValueError(f"Invalid Redis URI: {uri}")
         if buffer_size is not None:
             import socket
@@ -656,7 +657,8 @@ def open_stream(
 ) -> IO[bytes] | RemoteStream:
     """Opens a local path or a remote URI like tensorizer's ``open_stream``.
 
-    * ``http(s)://``, ``redis://host[:port]/prefix``: ``"rb"`` only.
+    * ``http(s)://``, ``redis://host[:port]/prefix``,
+      ``redis+cluster://host[:port]/prefix``: ``"rb"`` only.
     * ``s3://bucket/key`` (likewise ``gs://bucket/object``, ``az://container/blob``):
       ``"rb"``, or ``"wb[+]"`` / ``"ab[+]"`` to upload on close. Credentials, endpoint and region come from the arguments,
       then vLLM's ``S3_*`` variables, ``~/.s3cfg`` (or ``s3_config_path``),
@@ -710,7 +712,7 @@ def open_stream(
         if scheme in _UPLOADED:
             _check_range(begin, end)
             return CURLStreamFile._over(_open_remote(path, **s3), begin, end)
-        if scheme == "redis":
+        if scheme in ("redis", "redis+cluster"):
             return RedisStreamFile(path, begin=begin, end=end, buffer_size=buffer_size)
         return CURLStreamFile(
             path, begin=begin, end=end, buffer_size=buffer_size, certificate_handling=certificate_handling

@@ -10,28 +10,28 @@ use crate::read::Reader;
 use crate::source::RangeSource;
 
 /// Bytes read from the source per write call while uploading a value.
-const UPLOAD_PIECE: usize = 8 << 20;
+pub(super) const UPLOAD_PIECE: usize = 8 << 20;
 
 /// Uploaded bytes after which the replies queued so far are read.
-const UPLOAD_DRAIN: u64 = 64 << 20;
+pub(super) const UPLOAD_DRAIN: u64 = 64 << 20;
 
 /// Lifetime of the temporary keys of a write, so that a writer that dies
 /// before committing leaves nothing behind for good.
-const TEMP_TTL_SECS: &[u8] = b"86400";
+pub(super) const TEMP_TTL_SECS: &[u8] = b"86400";
 
 /// Redis refuses longer values unless `proto-max-bulk-len` is raised.
-const DEFAULT_MAX_VALUE: u64 = 512 << 20;
+pub(super) const DEFAULT_MAX_VALUE: u64 = 512 << 20;
 
 /// One key to write: its name after `{prefix}:`, and its bytes in the file.
-struct Planned {
-    suffix: Vec<u8>,
-    offset: u64,
-    len: u64,
+pub(super) struct Planned {
+    pub(super) suffix: Vec<u8>,
+    pub(super) offset: u64,
+    pub(super) len: u64,
 }
 
 /// The keys tensorizer's `to_redis` writes for the file behind `reader`,
 /// in file order, checked to tile it.
-fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
+pub(super) fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
     let mut entries: Vec<_> = reader.entries().iter().collect();
     entries.sort_by_key(|e| e.header_offset);
     let index_end = reader.header().metadata_range().end;
