@@ -211,8 +211,10 @@ else
     cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
 fi
 
-step "fuzz targets build (stable), linted as they build"
-"${LINTED[@]}" cargo build --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
+# Checked and linted, not linked: the campaigns (spec 15.10) build them
+# with cargo-fuzz's flags; here it is enough that every target compiles.
+step "fuzz targets compile (stable), linted"
+cargo clippy --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
 
 step "the WASI validator and the browser inspector lanes, as their builds finish"
 await wasmtime-host
