@@ -126,11 +126,6 @@ step "build, linted (clippy -D warnings): every workspace target once (Rust test
 "${LINTED[@]}" cargo build --locked --workspace --all-targets
 bash tests/python-env.sh --link >/dev/null
 
-step "docs (rustdoc -D warnings)"
-# Here, before the test lanes hold target/debug: rustdoc shares the build
-# scripts of the build above and type-checks only what it documents.
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
-
 step "waiting for the downloads"
 await apt
 await pip
@@ -193,6 +188,11 @@ LINT=(--locked --target-dir target/lint)
 
 step "clippy (host and tzr without their network features)"
 cargo clippy "${LINT[@]}" -p tensorizer-native -p tzr --no-default-features -- -D warnings
+
+# rustdoc needs its crates' dependencies type-checked: here, beside the
+# lint above, it shares what that checked (5 core-minutes alone).
+step "docs (rustdoc -D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc "${LINT[@]}" --no-deps -p tensorizer-core -p tensorizer-native -p tensorizer-wasm
 
 step "core without std must not enable any dependency's std feature"
 if cargo tree --locked -p tensorizer-core --no-default-features -e normal,features | grep -q 'feature "std"'; then

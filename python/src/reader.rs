@@ -143,6 +143,16 @@ impl NativeReader {
         Ok(PyBytes::new(py, &buf))
     }
 
+    /// The Redis layout's keys for this file (spec §12.1): `(name after
+    /// "{prefix}:", offset, length)` in file order, computed by the native
+    /// Redis store; and, first, the generation marker's key for `prefix`.
+    fn redis_layout(&self, prefix: &str) -> PyResult<(String, Vec<(Vec<u8>, u64, u64)>)> {
+        let keys =
+            tensorizer_native::store::redis::key_layout(self.inner.source().name(), &self.inner).map_err(to_py)?;
+        let keys = keys.into_iter().map(|k| (k.suffix, k.offset, k.len)).collect();
+        Ok((tensorizer_native::store::redis::generation_key(prefix), keys))
+    }
+
     /// The file's length in bytes.
     fn size(&self) -> u64 {
         self.inner.source().len()

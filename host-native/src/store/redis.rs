@@ -63,7 +63,7 @@ pub use cluster_read::ClusterSource;
 pub use cluster_write::{write_cluster, write_cluster_with};
 use resp::{Conn, Fault, Reply};
 pub use slots::key_slot;
-pub use write::{write_redis, write_redis_with};
+pub use write::{LayoutKey, generation_key, key_layout, write_redis, write_redis_with};
 
 /// Most keys one file may have (two per tensor, plus the header).
 const MAX_KEYS: usize = 1 << 22;

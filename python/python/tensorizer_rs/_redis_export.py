@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _native
-
-_Entry = _native.Entry
-
 
 class _RedisExport:
     """``TensorDeserializer.to_redis`` (a mixin)."""
 
     _reader: Any
-    _all: list[_Entry]
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -31,19 +26,23 @@ class _RedisExport:
         ``redis.Redis`` (anything with ``set`` and ``exists``).
         """
         self._check_open()
-        entries = self._all
-        first = entries[0].header_offset if entries else max(0, self._reader.size() - 8)
+        # The layout is the native Redis store's (the one place it is
+        # computed); the writes go through the caller's client.
+        # Any key_prefix is formatted into the keys, as tensorizer's f-strings do.
+        key_prefix = f"{key_prefix}"
+        generation, keys = self._reader.redis_layout(key_prefix)
         # Key-by-key writes are not atomic: drop the generation marker of an
         # atomic write (spec §12.3) first, so that readers of the file being
         # replaced notice the change instead of mixing tensors.
         delete = getattr(redis_client, "delete", None)
         if delete is not None:
-            delete(f"{key_prefix}.tzr-generation")
-        redis_client.set(f"{key_prefix}:header:0", self._reader.read_range(0, first))
-        for e in entries:
-            name = e.name_bytes.decode("utf-8")
-            header_key = f"{key_prefix}:{name}:{e.header_offset}"
-            if not force and redis_client.exists(header_key):
+            delete(generation)
+        prefix = key_prefix.encode("utf-8") + b":"
+        header, tensors = keys[0], keys[1:]
+        redis_client.set(prefix + header[0], self._reader.read_range(header[1], header[2]))
+        # Each tensor's header key, then its data key.
+        for (head, head_at, head_len), (data, data_at, data_len) in zip(tensors[::2], tensors[1::2]):
+            if not force and redis_client.exists(prefix + head):
                 continue
-            redis_client.set(header_key, self._reader.read_range(e.header_offset, e.data_offset - e.header_offset))
-            redis_client.set(f"{key_prefix}:{name}:{e.data_offset}", self._reader.read_range(e.data_offset, e.data_length))
+            redis_client.set(prefix + head, self._reader.read_range(head_at, head_len))
+            redis_client.set(prefix + data, self._reader.read_range(data_at, data_len))

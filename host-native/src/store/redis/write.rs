@@ -64,6 +64,33 @@ pub(super) fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<
     Ok(keys)
 }
 
+/// One key of the Redis layout (spec §12.1): its name after `{prefix}:`
+/// and the bytes of the file it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutKey {
+    /// The key's name after `{prefix}:` (`header:0`, `{name}:{offset}`).
+    pub suffix: Vec<u8>,
+    /// Offset in the file of the key's bytes.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+}
+
+/// The keys of the Redis layout for the file behind `reader`, in file
+/// order (the `header:0` key, then each tensor's header and data keys),
+/// checked to tile the file. `name` names the file in errors. The one
+/// place this layout is computed: the writers here and Python's
+/// `to_redis` (which writes through the caller's client) use it.
+pub fn key_layout<S: RangeSource>(name: &str, reader: &Reader<S>) -> Result<Vec<LayoutKey>> {
+    Ok(plan(name, reader)?.into_iter().map(|p| LayoutKey { suffix: p.suffix, offset: p.offset, len: p.len }).collect())
+}
+
+/// The generation marker's key for `prefix` (spec §12.3): a key-by-key
+/// writer deletes it first, so readers of the file being replaced notice.
+pub fn generation_key(prefix: &str) -> String {
+    format!("{prefix}{}", super::GENERATION_SUFFIX)
+}
+
 /// Writes the file behind `reader` to `uri` (`redis://host[:port]/prefix`)
 /// with the keys tensorizer's `to_redis` writes, byte for byte (see the
 /// [module docs](crate::store::redis)).
