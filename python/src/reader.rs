@@ -14,6 +14,9 @@ use crate::errors::{CryptographyError, to_py};
 
 type Source = Box<dyn RangeSource>;
 
+/// One Redis key of a file: (name after `{prefix}:`, offset, length).
+type RedisKey = (Vec<u8>, u64, u64);
+
 /// One arena of a load plan: the tensors `small[first..end]`, each at its
 /// offset, in `size` bytes.
 #[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
@@ -146,7 +149,7 @@ impl NativeReader {
     /// The Redis layout's keys for this file (spec §12.1): `(name after
     /// "{prefix}:", offset, length)` in file order, computed by the native
     /// Redis store; and, first, the generation marker's key for `prefix`.
-    fn redis_layout(&self, prefix: &str) -> PyResult<(String, Vec<(Vec<u8>, u64, u64)>)> {
+    fn redis_layout(&self, prefix: &str) -> PyResult<(String, Vec<RedisKey>)> {
         let keys =
             tensorizer_native::store::redis::key_layout(self.inner.source().name(), &self.inner).map_err(to_py)?;
         let keys = keys.into_iter().map(|k| (k.suffix, k.offset, k.len)).collect();
