@@ -95,7 +95,8 @@ fi
 # The validator's size profile (LTO, one codegen unit, opt-level 3) but not
 # stripped: wasm-bindgen reads the target_features section, and removes
 # the name and producers sections itself.
-cargo build --locked --target wasm32-unknown-unknown -p tensorizer-wasm --lib \
+# Linted as it builds (clippy -D warnings on host-wasm and the core for wasm32).
+bash tests/linted.sh cargo build --locked --target wasm32-unknown-unknown -p tensorizer-wasm --lib \
     --config host-wasm/wasm-release.toml --profile wasm-release --config 'profile.wasm-release.strip=false'
 WASM_IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/tensorizer_wasm.wasm"
 PKG=host-wasm/web/pkg
@@ -137,7 +138,7 @@ install_playwright
 # The tzr under test: TZR_BIN when the caller built it (run-all.sh does, in
 # its one workspace build), else a debug build here.
 if [ -z "${TZR_BIN:-}" ]; then
-    cargo build --locked -p tensorizer-native --bin tzr
+    cargo build --locked -p tzr
     TZR_BIN="$TARGET_DIR/debug/tzr"
 fi
 

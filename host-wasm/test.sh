@@ -20,10 +20,7 @@ EMBED=(--locked --manifest-path host-wasm/embed/Cargo.toml --target-dir "$TARGET
 # warnings` would lint it (clippy-driver reads its arguments from
 # CLIPPY_ARGS, separated as cargo-clippy separates them).
 embed_test() {
-    local driver
-    driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
-    RUSTC_WORKSPACE_WRAPPER="$driver" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" \
-        cargo test "${EMBED[@]}" "$@"
+    bash tests/linted.sh cargo test "${EMBED[@]}" "$@"
 }
 if [ "${1:-}" = "--build-host" ]; then
     embed_test --no-run
@@ -51,7 +48,8 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
     "$PY" -m pip install -q --disable-pip-version-check pytest
 fi
 
-cargo build --locked -p tensorizer-wasm --target wasm32-wasip1 --bin tensorizer-validate \
+# Linted as it builds (clippy -D warnings on host-wasm and the core for wasip1).
+bash tests/linted.sh cargo build --locked -p tensorizer-wasm --target wasm32-wasip1 --bin tensorizer-validate \
     --config host-wasm/wasm-release.toml --profile wasm-release
 WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
 echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"

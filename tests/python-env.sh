@@ -26,7 +26,10 @@ case "$mode" in
     target="${CARGO_TARGET_DIR:-target}"
     built="$target/debug/lib_native.so"
     [ -f "$built" ] || { echo "python-env.sh: $built is missing (cargo build --workspace --all-targets)" >&2; exit 1; }
-    cp "$built" python/python/tensorizer_rs/_native.abi3.so
+    # A new file renamed over the old one: a process that has the old one
+    # loaded keeps its pages (copying over it in place crashes such a process).
+    cp "$built" python/python/tensorizer_rs/_native.abi3.so.new
+    mv -f python/python/tensorizer_rs/_native.abi3.so.new python/python/tensorizer_rs/_native.abi3.so
     site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     # What `maturin develop` leaves for a mixed project: a path entry for
     # the package's sources, beside the compiled module.

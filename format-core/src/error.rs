@@ -275,6 +275,31 @@ impl From<crate::source::ReadError> for Error {
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 
 impl Error {
+    /// The absolute byte offset the error points at, where it has one.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Self::Truncated { offset, .. }
+            | Self::Malformed { offset, .. }
+            | Self::LimitExceeded { offset, .. }
+            | Self::InvalidName { offset, .. }
+            | Self::UnsupportedDtype { offset, .. }
+            | Self::HeaderMismatch { offset, .. }
+            | Self::CompressedEntry { offset, .. }
+            | Self::ForbiddenGlobal { offset, .. }
+            | Self::UnsupportedOpcode { offset, .. } => Some(*offset),
+            _ => None,
+        }
+    }
+
+    /// The tensor (or checkpoint key) the error names, where it names one.
+    pub fn tensor_name(&self) -> Option<&str> {
+        match self {
+            Self::HashMismatch { tensor, .. } => Some(tensor),
+            Self::CorruptCheckpoint { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
     #[cold]
     pub(crate) fn malformed(offset: u64, reason: &'static str) -> Self {
         Self::Malformed { offset, reason }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tensorizer_core::crypto::{KdfLimits, Key, open_chunk_with, presets, seal_chunk};
 use tensorizer_core::layout::PWHASH_ALG_ARGON2ID13;
 use tensorizer_core::{Dtype, ElementType, KdfParams, KeySource, TensorSpec, WriterOptions};
-use tensorizer_native::reader::{cipher, digest};
+use tensorizer_native::kernels::{cipher, digest};
 use tensorizer_native::{ReadOptions, Reader, WriteOptions, default_readers, write_file};
 
 const CHUNK: usize = 2 << 20;
@@ -138,11 +138,11 @@ fn argon2(reps: usize) {
     let core: Vec<Duration> =
         (0..reps).map(|_| timed(|| drop(Key::derive(b"correct horse", &params, &limits).unwrap()))).collect();
     let host: Vec<Duration> = (0..reps)
-        .map(|_| timed(|| drop(tensorizer_native::kdf::derive(b"correct horse", &params, &limits).unwrap())))
+        .map(|_| timed(|| drop(tensorizer_native::kernels::kdf::derive(b"correct horse", &params, &limits).unwrap())))
         .collect();
     for (name, times) in [
         ("core (argon2 crate)".to_string(), core),
-        (format!("host kernel: {}", tensorizer_native::kdf::kernel_name()), host),
+        (format!("host kernel: {}", tensorizer_native::kernels::kdf::kernel_name()), host),
     ] {
         let (best, median) = median_best(times);
         println!(

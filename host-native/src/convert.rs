@@ -20,6 +20,10 @@
 //! plus, for the largest gathered view, its storage span and its gathered
 //! copy.
 
+pub mod checkpoint;
+pub mod fingerprint;
+pub mod safetensors;
+
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -33,15 +37,17 @@ use tensorizer_core::layout::MAX_TENSORS;
 use tensorizer_core::write::check_tensor_count;
 use tensorizer_core::{Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format};
 
-use crate::atomic::AtomicFile;
-use crate::checkpoint::CheckpointReader;
+use crate::convert::checkpoint::CheckpointReader;
+use crate::convert::safetensors::{SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each_index};
-use crate::reader::{ReadOptions, Reader};
-use crate::safetensors::{SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
+use crate::read::{ReadOptions, Reader};
+use crate::source::Intent;
+use crate::source::LocalFile;
 use crate::source::RangeSource;
-use crate::store::{Intent, open_uri};
-use crate::writer::{FileWriter, WriteOptions};
+use crate::store::open_uri;
+use crate::write::atomic::AtomicFile;
+use crate::write::{FileWriter, WriteOptions};
 
 /// Bytes per piece streamed from a local source: small enough to stay in
 /// cache between the read, the hashes and the write.
@@ -333,7 +339,7 @@ pub fn write_bounded<S: RangeSource>(
                 stream(&input, &items[k], true, &gather, scratch, &mut |piece| {
                     check(stopped)?;
                     file.write_all_at(piece, at).map_err(io_err(&name, at))?;
-                    crate::writer::start_writeback(file, at, piece.len());
+                    crate::write::start_writeback(file, at, piece.len());
                     at += piece.len() as u64;
                     done.fetch_add(piece.len() as u64, Ordering::Relaxed);
                     Ok(())
@@ -351,6 +357,77 @@ pub fn write_bounded<S: RangeSource>(
 
 /// Refuses to write `total` data bytes from an input of `input_len` bytes
 /// past the bound (see [`ConvertOptions::max_output_bytes`]).
+/// Writes every tensor of a checkpoint to a tensorizer file (atomically,
+/// through [`crate::write::FileWriter`]), each as a state-dict tensor
+/// under its path, gathered contiguous and little-endian, hashing on
+/// `options.num_writers` threads (see [`crate::convert`]). Non-tensor
+/// entries are skipped (listed in the result); tied weights are written
+/// once per name. Memory stays bounded by the largest tensor.
+pub fn checkpoint_to_tensorizer<S: RangeSource>(
+    reader: &CheckpointReader<S>,
+    out: &Path,
+    options: &WriteOptions,
+    mut progress: impl FnMut(u64),
+) -> Result<Converted> {
+    let input = Input::Checkpoint(reader);
+    write(input, out, Format::Tensorizer, options, |done, _| {
+        progress(done);
+        Ok(())
+    })
+}
+
+/// Writes every tensor of a checkpoint to a safetensors file (atomically),
+/// under its flat name (path components joined with dots). A dtype
+/// safetensors cannot name, or two entries flattening to one name, is an
+/// error; non-tensor entries are skipped as in [`checkpoint_to_tensorizer`].
+pub fn checkpoint_to_safetensors<S: RangeSource>(
+    reader: &CheckpointReader<S>,
+    out: &Path,
+    mut progress: impl FnMut(u64),
+) -> Result<Converted> {
+    let input = Input::Checkpoint(reader);
+    let options = WriteOptions::default();
+    write(input, out, Format::Safetensors, &options, |done, _| {
+        progress(done);
+        Ok(())
+    })
+}
+
+/// Converts a tensorizer file to safetensors, verifying every hash on the
+/// way, on several threads (see [`crate::convert`]). Big-endian tensors are
+/// byte-swapped (safetensors is little-endian). `progress` is called with
+/// the bytes done so far.
+pub fn tensorizer_to_safetensors<S: RangeSource>(
+    reader: &Reader<S>,
+    out: &Path,
+    mut progress: impl FnMut(u64),
+) -> Result<()> {
+    let input = Input::Tensorizer(reader);
+    let options = WriteOptions::default();
+    write(input, out, Format::Safetensors, &options, |done, _| {
+        progress(done);
+        Ok(())
+    })
+    .map(|_| ())
+}
+
+/// Converts a safetensors file to a tensorizer file, streaming, hashing on
+/// several threads (see [`crate::convert`]).
+pub fn safetensors_to_tensorizer(
+    input: &Path,
+    out: &Path,
+    options: &WriteOptions,
+    mut progress: impl FnMut(u64),
+) -> Result<()> {
+    let file = SafetensorsFile::new(LocalFile::open(input)?)?;
+    let input = Input::Safetensors(&file);
+    write(input, out, Format::Tensorizer, options, |done, _| {
+        progress(done);
+        Ok(())
+    })
+    .map(|_| ())
+}
+
 fn check_output_bound(src: &str, input_len: u64, total: u64, max_output_bytes: Option<u64>) -> Result<()> {
     let bound = max_output_bytes.unwrap_or_else(|| default_max_output_bytes(input_len));
     if total <= bound {
@@ -428,7 +505,8 @@ fn plan<S: RangeSource>(
                         meta: e.is_meta(),
                     }
                 };
-                let swap = (to == Format::Safetensors).then(|| crate::safetensors::swap_unit(&e.dtype)).flatten();
+                let swap =
+                    (to == Format::Safetensors).then(|| crate::convert::safetensors::swap_unit(&e.dtype)).flatten();
                 items.push(Item { index: i, spec, len: e.data_length, swap });
             }
         }
@@ -547,7 +625,7 @@ pub(crate) fn stream<S: RangeSource>(
             }
             let start = reader.storage_range(view.storage)?.start + span.start;
             let swap = match reader.byte_order() {
-                ByteOrder::Big => Some(crate::checkpoint::swap_unit(view.dtype)).filter(|&u| u > 1),
+                ByteOrder::Big => Some(crate::convert::checkpoint::swap_unit(view.dtype)).filter(|&u| u > 1),
                 _ => None,
             };
             read_pieces(reader.source(), start, item.len, piece, scratch, &mut |p| {

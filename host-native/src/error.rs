@@ -126,11 +126,11 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     /// A CA bundle or directory named by the TLS options or the
-    /// environment could not be used (see [`crate::tls`]).
+    /// environment could not be used (see [`crate::store::tls`]).
     #[cfg(feature = "http")]
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    /// The CUDA driver is missing or failed (see [`crate::cuda`]).
+    Tls(#[from] crate::store::tls::TlsError),
+    /// The CUDA driver is missing or failed (see [`crate::device::cuda`]).
     #[cfg(feature = "cuda")]
     #[error("{0}")]
     Cuda(String),
@@ -178,6 +178,37 @@ impl Error {
     pub fn format_error(&self) -> Option<&tensorizer_core::Error> {
         match self {
             Self::Format { source, .. } | Self::Tensor { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+
+    /// The absolute byte offset the error points at: the field a format
+    /// error names, where an I/O error happened, the start of a failed
+    /// range.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Self::Format { source, .. } | Self::Tensor { source, .. } => source.offset(),
+            Self::Io { offset, .. } => Some(*offset),
+            Self::Store { range, .. } => range.as_ref().map(|r| r.start),
+            _ => None,
+        }
+    }
+
+    /// The tensor the error is about, where it names one.
+    pub fn tensor_name(&self) -> Option<&str> {
+        match self {
+            Self::Tensor { tensor, .. } => Some(tensor),
+            Self::Format { source, .. } => source.tensor_name(),
+            _ => None,
+        }
+    }
+
+    /// The file or location (path or URI) the error is about, where it
+    /// names one.
+    pub fn location(&self) -> Option<&str> {
+        match self {
+            Self::Format { file, .. } | Self::Tensor { file, .. } | Self::Io { file, .. } => Some(file),
+            Self::Store { location, .. } | Self::Unsupported { location, .. } => Some(location),
             _ => None,
         }
     }

@@ -305,7 +305,16 @@ impl TransferLimits {
     }
 }
 
-pub use crate::store::Intent;
+/// How much of a source its user means to read. Network sources plan their
+/// opening request by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Intent {
+    /// Most of it: a load, a copy, a conversion.
+    #[default]
+    ReadAll,
+    /// Its header and index only: an inspection.
+    Peek,
+}
 
 #[cfg(test)]
 mod tests {

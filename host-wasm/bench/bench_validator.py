@@ -10,7 +10,7 @@ Markdown table with the ratio.
 usage: host-wasm/bench/bench_validator.py [--reps N] [EXTRA_FILE ...]
 (needs target/wasm32-wasip1/wasm-release/tensorizer-validate.wasm from
 host-wasm/test.sh and target/release/tzr from `cargo build --release -p
-tensorizer-native --bin tzr`)
+tzr`)
 """
 
 from __future__ import annotations

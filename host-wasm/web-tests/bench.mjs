@@ -3,7 +3,7 @@
 // the browser beside native single-core `tzr verify` on the same 1 GiB file.
 //
 // Needs a built page and the cached inputs (host-wasm/browser-test.sh makes
-// both) and a release tzr (cargo build --release -p tensorizer-native --bin tzr).
+// both) and a release tzr (cargo build --release -p tzr).
 // usage: node host-wasm/web-tests/bench.mjs [RUNS]
 //   (pin to one core for a single-core comparison: taskset -c 0 node ...)
 

@@ -10,6 +10,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use tensorizer_native::read::pack::{DEVICE_VIEW_ALIGN, pack_aligned};
 
 use crate::entry::PyEntry;
 
@@ -78,6 +79,17 @@ fn carve<'py>(
 }
 
 /// Adds `carve` to the module.
+/// Where each of tensors of `sizes` bytes starts in one device allocation
+/// (each `DEVICE_VIEW_ALIGN`-aligned), and the allocation's length.
+#[pyfunction]
+fn carve_offsets(sizes: Vec<u64>) -> PyResult<(Vec<u64>, u64)> {
+    let packs = pack_aligned(sizes, DEVICE_VIEW_ALIGN, u64::MAX)
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows"))?;
+    Ok(packs.into_iter().next().map_or((Vec::new(), 0), |p| (p.offsets, p.size)))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("DEVICE_VIEW_ALIGN", DEVICE_VIEW_ALIGN)?;
+    m.add_function(wrap_pyfunction!(carve_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(carve, m)?)
 }

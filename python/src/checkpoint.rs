@@ -1,12 +1,12 @@
 //! `NativeCheckpoint`: a torch.save checkpoint opened with range reads
-//! (thin wrapper over `tensorizer_native::checkpoint::CheckpointReader`).
+//! (thin wrapper over `tensorizer_native::convert::checkpoint::CheckpointReader`).
 
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::checkpoint::{ContainerKind, Leaf};
-use tensorizer_native::checkpoint::CheckpointReader;
+use tensorizer_native::convert::checkpoint::CheckpointReader;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, open_uri};
 

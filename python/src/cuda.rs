@@ -1,5 +1,5 @@
 //! Loading straight into torch CUDA tensors through the staging ring of
-//! `tensorizer_native::staging`. Only with the crate feature `cuda` (on by
+//! `tensorizer_native::device::staging`. Only with the crate feature `cuda` (on by
 //! default); without it `cuda_available()` is `False` and
 //! `reader_load_cuda` raises. `reader_load_staged` runs the same ring with
 //! the host-memory stand-in engine, so machines without a GPU test the
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use tensorizer_native::staging::{HostEngine, StagingOptions, load_staged};
+use tensorizer_native::device::staging::{HostEngine, StagingOptions, load_staged};
 
 use crate::buffers::Held;
 use crate::errors::to_py;
@@ -86,7 +86,7 @@ fn reader_load_staged(
 fn cuda_available() -> bool {
     #[cfg(feature = "cuda")]
     {
-        tensorizer_native::cuda::Device::count().is_ok_and(|n| n > 0)
+        tensorizer_native::device::cuda::Device::count().is_ok_and(|n| n > 0)
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -134,8 +134,8 @@ mod native {
     use pyo3::exceptions::{PyRuntimeError, PyValueError};
     use pyo3::prelude::*;
     use tensorizer_native::Error;
-    use tensorizer_native::cuda::{Device, DeviceRange, Stream, load_into};
-    use tensorizer_native::staging::StagingOptions;
+    use tensorizer_native::device::cuda::{Device, DeviceRange, Stream, load_into};
+    use tensorizer_native::device::staging::StagingOptions;
 
     use crate::reader::NativeReader;
 

@@ -90,7 +90,7 @@ fn made_err(msg: String, made: for<'py> fn(Python<'py>) -> PyResult<&'py Bound<'
 }
 
 /// Maps a format-core error, prefixed with `context` (file and tensor).
-pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> PyErr {
+fn core_err(e: &tensorizer_core::Error, context: Option<&str>) -> PyErr {
     use tensorizer_core::Error as E;
     let msg = match context {
         Some(c) => format!("{c}: {e}"),
@@ -124,15 +124,51 @@ fn store_to_py(kind: StoreErrorKind, msg: String) -> PyErr {
     }
 }
 
+/// Sets `offset`, `tensor` and `location` on the exception (`None` where
+/// the error has none), so a caller reads them instead of parsing the
+/// message.
+fn with_details(err: PyErr, offset: Option<u64>, tensor: Option<&str>, location: Option<&str>) -> PyErr {
+    Python::attach(|py| {
+        let value = err.value(py);
+        // Setting an attribute on a fresh exception instance cannot fail in
+        // practice; if it does, the exception still says everything.
+        let _ = value.setattr("offset", offset);
+        let _ = value.setattr("tensor", tensor);
+        let _ = value.setattr("location", location);
+    });
+    err
+}
+
+/// The exception classes of this module, given `offset`, `tensor` and
+/// `location` class attributes (`None`), so every instance has them even
+/// when raised from Python code.
+pub(crate) fn detail_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for class in
+        ["FormatError", "HashMismatchError", "CryptographyError", "ObjectChangedError", "RangeNotSupportedError"]
+    {
+        let class = m.getattr(class)?;
+        for attr in ["offset", "tensor", "location"] {
+            class.setattr(attr, m.py().None())?;
+        }
+    }
+    Ok(())
+}
+
+/// Maps a core error (`context`, if any, prefixes the message).
+pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> PyErr {
+    with_details(core_err(e, context), e.offset(), e.tensor_name(), None)
+}
+
 /// Maps a host error.
 pub(crate) fn to_py(e: Error) -> PyErr {
-    match &e {
-        Error::Format { file, source } => core_to_py(source, Some(file)),
-        Error::Tensor { file, tensor, source } => core_to_py(source, Some(&format!("{file}: tensor {tensor:?}"))),
+    let err = match &e {
+        Error::Format { file, source } => core_err(source, Some(file)),
+        Error::Tensor { file, tensor, source } => core_err(source, Some(&format!("{file}: tensor {tensor:?}"))),
         Error::Io { .. } | Error::Store { .. } => match e.store_kind() {
             Some(kind) => store_to_py(kind, e.to_string()),
             None => PyOSError::new_err(e.to_string()),
         },
         _ => PyValueError::new_err(e.to_string()),
-    }
+    };
+    with_details(err, e.offset(), e.tensor_name(), e.location())
 }

@@ -1,12 +1,12 @@
 //! `tensorizer_rs.fingerprint` and `fingerprint_tensors`: weight
 //! fingerprints (spec §21), a thin wrapper over
-//! `tensorizer_native::fingerprint`.
+//! `tensorizer_native::convert::fingerprint`.
 
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use tensorizer_core::fingerprint::to_hex;
-use tensorizer_native::fingerprint::{self, FingerprintOptions, Fingerprinted};
+use tensorizer_native::convert::fingerprint::{self, FingerprintOptions, Fingerprinted};
 
 use crate::errors::to_py;
 use crate::reader::key_source;

@@ -40,9 +40,9 @@ mod _native {
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
     #[pymodule_export]
-    use crate::reader::{ArenaPlan, NativeReader};
+    use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
     #[pymodule_export]
-    use crate::source::{NativeSource, location_scheme, s3_presign, upload};
+    use crate::source::{NativeSource, location_scheme, s3_presign, s3cfg_values, upload};
     #[pymodule_export]
     use crate::writer::{NativeWriter, WriteSpec};
 
@@ -52,8 +52,12 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
+        m.add("ARENA_BYTES", tensorizer_native::read::plan::ARENA_BYTES)?;
+        m.add("ARENA_ALIGN", tensorizer_native::read::plan::ARENA_ALIGN)?;
+        m.add("HUGE_PAGE_MIN", tensorizer_native::read::plan::HUGE_PAGE_MIN)?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
+        crate::errors::detail_defaults(m)?;
         crate::slices::register(m)?;
         crate::carve::register(m)?;
         crate::arenas::register(m)?;
@@ -87,7 +91,7 @@ mod _native {
         let limits =
             tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };
         let key = py
-            .detach(|| tensorizer_native::kdf::derive(&passphrase, &params, &limits))
+            .detach(|| tensorizer_native::kernels::kdf::derive(&passphrase, &params, &limits))
             .map_err(|e| crate::errors::core_to_py(&e, None))?;
         Ok(key.expose_secret().to_vec())
     }
@@ -97,7 +101,7 @@ mod _native {
     fn random_bytes(n: usize) -> PyResult<Vec<u8>> {
         let mut out = vec![0u8; n];
         for chunk in out.chunks_mut(32) {
-            let b = tensorizer_native::writer::random_bytes::<32>().map_err(crate::errors::to_py)?;
+            let b = tensorizer_native::write::random_bytes::<32>().map_err(crate::errors::to_py)?;
             chunk.copy_from_slice(&b[..chunk.len()]);
         }
         Ok(out)

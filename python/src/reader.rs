@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
+use tensorizer_native::read::plan::{Destination, plan_load};
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
@@ -13,9 +14,13 @@ use crate::errors::{CryptographyError, to_py};
 
 type Source = Box<dyn RangeSource>;
 
-/// One arena of `plan_arenas`: the tensors `indices[first..end]`, each at
-/// its offset, in `size` bytes.
+/// One Redis key of a file: (name after `{prefix}:`, offset, length).
+type RedisKey = (Vec<u8>, u64, u64);
+
+/// One arena of a load plan: the tensors `small[first..end]`, each at its
+/// offset, in `size` bytes.
 #[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+#[derive(Clone)]
 pub(crate) struct ArenaPlan {
     /// Position in `indices` of the arena's first tensor.
     first: usize,
@@ -25,6 +30,25 @@ pub(crate) struct ArenaPlan {
     offsets: Vec<usize>,
     /// The arena's length in bytes.
     size: usize,
+}
+
+/// How a load is carried out (`NativeReader.plan_load`, planned by
+/// `tensorizer_native::read::plan`): the tensor indices that go each way,
+/// and the arenas over `small`.
+#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
+pub(crate) struct LoadPlan {
+    /// Meta tensors: no bytes, headers to check.
+    meta: Vec<usize>,
+    /// Views of the file's memory map.
+    mapped: Vec<usize>,
+    /// Through the native device staging ring.
+    staged: Vec<usize>,
+    /// Copied into memory of their own.
+    large: Vec<usize>,
+    /// Copied into shared arenas.
+    small: Vec<usize>,
+    /// The arenas over `small`.
+    arenas: Vec<ArenaPlan>,
 }
 
 /// A tensorizer file opened for reading.
@@ -122,6 +146,16 @@ impl NativeReader {
         Ok(PyBytes::new(py, &buf))
     }
 
+    /// The Redis layout's keys for this file (spec §12.1): `(name after
+    /// "{prefix}:", offset, length)` in file order, computed by the native
+    /// Redis store; and, first, the generation marker's key for `prefix`.
+    fn redis_layout(&self, prefix: &str) -> PyResult<(String, Vec<RedisKey>)> {
+        let keys =
+            tensorizer_native::store::redis::key_layout(self.inner.source().name(), &self.inner).map_err(to_py)?;
+        let keys = keys.into_iter().map(|k| (k.suffix, k.offset, k.len)).collect();
+        Ok((tensorizer_native::store::redis::generation_key(prefix), keys))
+    }
+
     /// The file's length in bytes.
     fn size(&self) -> u64 {
         self.inner.source().len()
@@ -185,31 +219,44 @@ impl NativeReader {
         py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
     }
 
-    /// Packs tensors `indices`, in order, into arenas of at most
-    /// `max_bytes` (a tensor larger than that gets an arena of its own),
-    /// each tensor starting `align`-aligned.
-    fn plan_arenas(&self, indices: Vec<usize>, max_bytes: usize, align: usize) -> PyResult<Vec<ArenaPlan>> {
-        let entries = self.inner.entries();
-        let align = align.max(1);
-        let mut plans: Vec<ArenaPlan> = Vec::new();
-        let (mut first, mut size, mut offsets) = (0usize, 0usize, Vec::new());
-        for (pos, &i) in indices.iter().enumerate() {
-            let entry = entries.get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
-            let need = usize::try_from(entry.data_length)
-                .ok()
-                .and_then(|n| n.checked_next_multiple_of(align))
-                .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("tensor {i} is too large")))?;
-            if !offsets.is_empty() && size.saturating_add(need) > max_bytes {
-                plans.push(ArenaPlan { first, end: pos, offsets: std::mem::take(&mut offsets), size });
-                (first, size) = (pos, 0);
+    /// Plans loading tensors `indices` to `destination` (`"cpu"`,
+    /// `"staged"`: a device through the native staging ring, or `"other"`);
+    /// `mapped`: a memory map of the file is open and no hashes are checked.
+    fn plan_load(&self, indices: Vec<usize>, destination: &str, mapped: bool) -> PyResult<LoadPlan> {
+        let destination = match destination {
+            "cpu" => Destination::Cpu,
+            "staged" => Destination::Staged,
+            "other" => Destination::Other,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown destination {other:?}: use \"cpu\", \"staged\" or \"other\""
+                )));
             }
-            offsets.push(size);
-            size += need; // at most max_bytes + need: no overflow
+        };
+        let too_large = || pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows");
+        if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
+            return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
         }
-        if !offsets.is_empty() {
-            plans.push(ArenaPlan { first, end: indices.len(), offsets, size });
-        }
-        Ok(plans)
+        let plan = plan_load(self.inner.entries(), &indices, destination, mapped).ok_or_else(too_large)?;
+        let arenas = plan
+            .arenas
+            .into_iter()
+            .map(|p| {
+                let offsets = p.offsets.into_iter().map(usize::try_from).collect::<Result<Vec<_>, _>>();
+                match (offsets, usize::try_from(p.size)) {
+                    (Ok(offsets), Ok(size)) => Ok(ArenaPlan { first: p.first, end: p.end, offsets, size }),
+                    _ => Err(too_large()),
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(LoadPlan {
+            meta: plan.meta,
+            mapped: plan.mapped,
+            staged: plan.staged,
+            large: plan.large,
+            small: plan.small,
+            arenas,
+        })
     }
 
     /// Loads tensors `indices[k]` into one writable buffer, each at

@@ -1,6 +1,6 @@
 //! Partial tensor reads for `get_slice`: only the bytes (and, for encrypted
 //! files, only the chunks) a slice covers. Thin wrappers over
-//! `tensorizer_native::slice_plan` and the readers' `read_slice`.
+//! `tensorizer_native::read::slice::plan` and the readers' `read_slice`.
 //!
 //! An index is a tuple of ints, `slice` objects (bounds within i64, step
 //! ≥ 1), `...` and `None`, as `tensorizer_rs._slices` normalizes it.
@@ -8,7 +8,7 @@
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyEllipsis, PySlice, PyTuple};
-use tensorizer_native::slice_plan::{Index, StridedView};
+use tensorizer_native::read::slice::plan::{Index, StridedView};
 
 use crate::buffers::fill_with;
 use crate::checkpoint::NativeCheckpoint;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use tensorizer_native::s3::S3Options;
-use tensorizer_native::tls::TlsOptions;
+use tensorizer_native::store::s3::S3Options;
+use tensorizer_native::store::tls::TlsOptions;
 use tensorizer_native::{Intent, Location, RangeSource, StoreOptions, open_sink, open_source};
 
 use crate::buffers::Held;
@@ -24,7 +24,7 @@ pub struct NativeSource {
 
 /// TLS trust from `CAInfo`'s fields: a CA bundle (`cacert`), a CA
 /// directory (`capath`), or no verification (`allow_untrusted`); none of
-/// them: the environment, then the system's CAs (see `tensorizer_native::tls`).
+/// them: the environment, then the system's CAs (see `tensorizer_native::store::tls`).
 fn tls_options(cacert: Option<PathBuf>, capath: Option<PathBuf>, allow_untrusted: bool) -> TlsOptions {
     TlsOptions {
         ca_files: cacert.into_iter().collect(),
@@ -146,6 +146,15 @@ impl NativeSource {
         py.detach(|| self.inner.read_exact_at(offset, &mut buf[..n])).map_err(to_py)?;
         Ok(n)
     }
+}
+
+/// The `[default]` values of an s3cmd config file's text, as the native
+/// S3 store reads them (the one reader of `.s3cfg`): whether the section
+/// exists, `host_base`, `access_key`, `secret_key` and `use_https`.
+#[pyfunction]
+pub(crate) fn s3cfg_values(text: &str) -> (bool, Option<String>, Option<String>, Option<String>, Option<bool>) {
+    let cfg = tensorizer_native::store::s3::parse_s3cfg(text);
+    (cfg.has_default, cfg.host_base, cfg.access_key, cfg.secret_key, cfg.use_https)
 }
 
 /// A presigned (SigV4 query-string) GET URL for `uri` (`s3://bucket/key`),

@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use tensorizer_core::crypto::Key;
 use tensorizer_core::{Dtype, KdfParams, PathComponent, TensorPath, TensorSpec, TensorType, Writer, WriterOptions};
-use tensorizer_native::writer::FileWriter;
+use tensorizer_native::write::FileWriter;
 use tensorizer_native::{WriteOptions, default_readers};
 
 use crate::buffers::Held;

@@ -120,7 +120,7 @@ def _tzr() -> str:
     for cand in [os.environ.get("TZR_BIN"), target / "release" / "tzr", target / "debug" / "tzr"]:
         if cand and pathlib.Path(cand).exists():
             return str(cand)
-    pytest.skip("tzr is not built (cargo build -p tensorizer-native)")
+    pytest.skip("tzr is not built (cargo build -p tzr)")
 
 
 def test_each_change_gives_another_fingerprint_and_its_diff_line(

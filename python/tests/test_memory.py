@@ -89,10 +89,10 @@ def test_loaded_tensors_own_storages_of_exactly_their_bytes(tmp_path: Path) -> N
 
 
 def test_one_native_call_fills_every_arena(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sd = _state_dict()
+    # 40 tensors of 4 MiB: three arenas of at most ARENA_BYTES (64 MiB).
+    sd = {f"s{i}": torch.full((MIB,), float(i)) for i in range(40)}
     path = tmp_path / "m.tensors"
     _write(path, sd)
-    monkeypatch.setattr(_memory, "ARENA_BYTES", 4 * MIB)  # several arenas
     calls: list[int] = []
     real = tensorizer_rs._native.load_arenas
 

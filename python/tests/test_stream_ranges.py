@@ -178,6 +178,25 @@ def test_module_constants_and_helpers(tz, oracle, tmp_path):
         s._infer_credentials(None, None, str(tmp_path / "nope"))
 
 
+def test_s3cfg_has_one_reader(tz, tmp_path):
+    """Python reads ``.s3cfg`` through the native S3 store's parser, so both
+    agree on every value; ``use_https`` as s3cmd reads booleans (tensorizer
+    itself takes only ``True``/``False``, and a lowercase ``false`` as unset)."""
+    from tensorizer_rs import _native
+
+    if tz.__name__ != "tensorizer_rs":
+        pytest.skip("tensorizer_rs only")
+    for flag, expected in (("False", False), ("false", False), ("yes", True), ("1", True), ("", None)):
+        cfg = tmp_path / "s3cfg"
+        cfg.write_text(f"[other]\naccess_key = X\n[default]\naccess_key = AK\nsecret_key: SK\nuse_https = {flag}\n")
+        parsed = tz.stream_io._infer_credentials(None, None, str(cfg))
+        assert (parsed.s3_access_key, parsed.s3_secret_key, parsed.use_https) == ("AK", "SK", expected), flag
+        assert _native.s3cfg_values(cfg.read_text())[4] == expected
+    cfg.write_text("[other]\naccess_key = X\n")
+    with pytest.raises(ValueError, match="could not be parsed"):
+        tz.stream_io._infer_credentials(None, None, str(cfg))
+
+
 def test_utils_memory_usage(tz, oracle):
     u = tz.utils
     cpu = u.CPUMemoryUsage.now()

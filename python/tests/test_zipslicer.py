@@ -364,7 +364,7 @@ def _tzr() -> str:
     for cand in [env, target / "release" / "tzr", target / "debug" / "tzr"]:
         if cand and pathlib.Path(cand).exists():
             return str(cand)
-    pytest.skip("tzr is not built (cargo build -p tensorizer-native)")
+    pytest.skip("tzr is not built (cargo build -p tzr)")
 
 
 def test_converted_checkpoint_loads_in_tensorizer(tmp_path, minilm_pt):

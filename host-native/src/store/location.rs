@@ -22,6 +22,7 @@ pub const REDIS_DEFAULT_PORT: u16 = 6379;
 /// | `gs://bucket/object` | [`Gcs`](Self::Gcs) |
 /// | `az://container/blob`, `azure://container/blob`, `abfs[s]://container@account.dfs.core.windows.net/blob` | [`Azure`](Self::Azure) |
 /// | `redis://host[:port]/prefix` | [`Redis`](Self::Redis) |
+/// | `redis+cluster://host[:port]/prefix` | [`RedisCluster`](Self::RedisCluster) |
 ///
 /// Schemes are matched in any case. Object keys are taken as written
 /// (no percent-decoding: `?`, `#` and spaces are part of an S3 key). A
@@ -38,7 +39,7 @@ pub enum Location {
         url: String,
     },
     /// An S3 or S3-compatible object (endpoint and credentials come from
-    /// [`crate::s3::S3Options`]).
+    /// [`crate::store::s3::S3Options`]).
     S3 {
         /// The bucket.
         bucket: String,
@@ -67,6 +68,16 @@ pub enum Location {
         /// Host name or IP address (lower case; IPv6 without brackets).
         host: String,
         /// TCP port ([`REDIS_DEFAULT_PORT`] unless given).
+        port: u16,
+        /// The key prefix: the URI's path without its leading slashes.
+        prefix: String,
+    },
+    /// A file stored as keys under a prefix in a Redis Cluster, reached
+    /// through any of its nodes (feature `redis`).
+    RedisCluster {
+        /// Host name or IP address of the node first asked for the slots.
+        host: String,
+        /// Its TCP port ([`REDIS_DEFAULT_PORT`] unless given).
         port: u16,
         /// The key prefix: the URI's path without its leading slashes.
         prefix: String,
@@ -135,11 +146,18 @@ impl Location {
             }
             "redis" => parse_redis(s, rest),
             "rediss" => Err(bad("redis://host[:port]/prefix", "TLS (rediss://) is not supported")),
+            "redis+cluster" => match parse_redis(s, rest)? {
+                Self::Redis { host, port, prefix } => Ok(Self::RedisCluster { host, port, prefix }),
+                other => Ok(other),
+            },
+            "rediss+cluster" => {
+                Err(bad("redis+cluster://host[:port]/prefix", "TLS (rediss+cluster://) is not supported"))
+            }
             other => Err(Error::Unsupported {
                 location: s.to_string(),
                 what: format!(
                     "unknown scheme {other}:// (expected a local path, file://, http(s)://, s3://, gs://, az://, \
-                     abfs(s):// or redis://)"
+                     abfs(s)://, redis:// or redis+cluster://)"
                 ),
             }),
         }
@@ -161,6 +179,7 @@ impl Location {
             Self::Gcs { .. } => "gs",
             Self::Azure { .. } => "az",
             Self::Redis { .. } => "redis",
+            Self::RedisCluster { .. } => "redis+cluster",
         }
     }
 }
@@ -226,6 +245,10 @@ impl fmt::Display for Location {
             }
             Self::Redis { host, port, prefix } if host.contains(':') => write!(f, "redis://[{host}]:{port}/{prefix}"),
             Self::Redis { host, port, prefix } => write!(f, "redis://{host}:{port}/{prefix}"),
+            Self::RedisCluster { host, port, prefix } if host.contains(':') => {
+                write!(f, "redis+cluster://[{host}]:{port}/{prefix}")
+            }
+            Self::RedisCluster { host, port, prefix } => write!(f, "redis+cluster://{host}:{port}/{prefix}"),
         }
     }
 }
@@ -274,6 +297,9 @@ mod tests {
         assert_eq!(redis("redis://[::1]:7001/p"), ("::1".into(), 7001, "p".into()));
         assert_eq!(Location::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
         assert_eq!(redis("redis://h:/p").1, 6379);
+        let cluster = Location::parse("Redis+Cluster://H:7000/m:1").unwrap();
+        assert_eq!(cluster, Location::RedisCluster { host: "h".into(), port: 7000, prefix: "m:1".into() });
+        assert_eq!((cluster.to_string().as_str(), cluster.scheme()), ("redis+cluster://h:7000/m:1", "redis+cluster"));
         for bad in [
             "redis://h",
             "redis://h/",
@@ -287,6 +313,9 @@ mod tests {
             "redis://::1/p",
             "redis://[::1/p",
             "rediss://h/p",
+            "rediss+cluster://h/p",
+            "redis+cluster://h",
+            "redis+cluster://u@h/p",
         ] {
             let err = Location::parse(bad).unwrap_err();
             assert!(matches!(&err, Error::Invalid(m) if m.starts_with(bad)), "{bad}: {err}");

@@ -30,14 +30,22 @@
 //! costs about the MiB in flight.
 //!
 //! The path of the URI is the key prefix, not a database number (database
-//! 0 is used, as tensorizer does). Credentials, TLS (`rediss://`) and Redis
-//! Cluster are not supported. Keys of another file whose prefix starts with
+//! 0 is used, as tensorizer does). Credentials and TLS (`rediss://`,
+//! `rediss+cluster://`) are not supported. Keys of another file whose prefix starts with
 //! `{prefix}:` match the same `SCAN` pattern, so such prefixes must not be
 //! nested.
 //!
+//! A Redis Cluster is read and written under `redis+cluster://host[:port]/prefix`
+//! ([`ClusterSource`], [`write_cluster`]): the same keys, spread over the
+//! masters by their slots (spec §12.5).
+//!
 //! [`TensorPath::to_bytes`]: tensorizer_core::TensorPath::to_bytes
 
+mod cluster;
+mod cluster_read;
+mod cluster_write;
 mod resp;
+mod slots;
 mod write;
 
 use std::collections::HashSet;
@@ -48,11 +56,14 @@ use std::time::{Duration, Instant};
 
 use super::Location;
 use crate::error::{Error, Result, StoreErrorKind};
-pub use crate::retry::RetryPolicy;
-use crate::retry::{Attempt, Pace, Target, deadline, retry};
 use crate::source::{RangeSource, TransferLimits, check_range};
+pub use crate::store::retry::RetryPolicy;
+use crate::store::retry::{Attempt, Pace, Target, deadline, retry};
+pub use cluster_read::ClusterSource;
+pub use cluster_write::{write_cluster, write_cluster_with};
 use resp::{Conn, Fault, Reply};
-pub use write::{write_redis, write_redis_with};
+pub use slots::key_slot;
+pub use write::{LayoutKey, generation_key, key_layout, write_redis, write_redis_with};
 
 /// Most keys one file may have (two per tensor, plus the header).
 const MAX_KEYS: usize = 1 << 22;
@@ -90,7 +101,7 @@ const CHECK_EVERY: usize = 1 << 20;
 
 /// A failed attempt that kept at least this many new bytes is resumed at
 /// once, without using up an attempt (as HTTP's are).
-const RESUMABLE_PROGRESS: usize = 1 << 20;
+const RESUMABLE_PROGRESS: usize = crate::store::retry::RESUMABLE_PROGRESS as usize;
 
 /// Idle connections a source keeps for later reads.
 const MAX_IDLE: usize = 32;

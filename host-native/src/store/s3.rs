@@ -14,8 +14,8 @@
 //! failure.
 //!
 //! Configuration is resolved the way tensorizer users have it set up; see
-//! [`S3Options`]. TLS trust is [`HttpOptions::tls`](crate::http::HttpOptions::tls) resolved for S3
-//! (`AWS_CA_BUNDLE` first; see [`crate::tls`]), for reads and uploads alike.
+//! [`S3Options`]. TLS trust is [`HttpOptions::tls`](crate::store::http::HttpOptions::tls) resolved for S3
+//! (`AWS_CA_BUNDLE` first; see [`crate::store::tls`]), for reads and uploads alike.
 
 use std::io::Read;
 use std::path::Path;
@@ -28,12 +28,12 @@ use rusty_s3::{Bucket, Credentials, S3Action};
 
 mod config;
 
-pub use config::{DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Options, parse_s3_uri};
+pub use config::{DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Cfg, S3Options, parse_s3_uri, parse_s3cfg};
 
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::http::{HttpSource, agent};
-use crate::retry::{Attempt, Pace, Paced, Target, retry};
-use crate::tls::Trust;
+use crate::store::http::{HttpSource, agent};
+use crate::store::retry::{Attempt, Pace, Paced, Target, retry};
+use crate::store::tls::Trust;
 
 /// Lifetime of a presigned URL.
 const PRESIGN_FOR: Duration = Duration::from_secs(24 * 3600);

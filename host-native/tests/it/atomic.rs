@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::WriteOptions;
-use tensorizer_native::writer::FileWriter;
+use tensorizer_native::write::FileWriter;
 
 const CHILD_ENV: &str = "TZR_ATOMIC_CHILD_TARGET";
 
@@ -70,7 +70,7 @@ fn outputs_honour_the_umask_keep_modes_and_write_through_symlinks() {
     let input = crate::common::vectors_dir().join("v1_flat.tensors");
     let tzr = |umask: &str, args: &[&std::path::Path]| {
         let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg(format!("umask {umask}; exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_tzr"));
+        cmd.arg("-c").arg(format!("umask {umask}; exec \"$0\" \"$@\"")).arg(crate::common::tzr_bin());
         cmd.args(args);
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

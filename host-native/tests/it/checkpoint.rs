@@ -10,8 +10,8 @@ use tensorizer_core::checkpoint::{Checkpoint, Leaf, TensorView};
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::hash::TensorHasher;
 use tensorizer_core::{ElementType, HashValue};
-use tensorizer_native::checkpoint::{self, CheckpointReader};
-use tensorizer_native::safetensors::flat_name;
+use tensorizer_native::convert::checkpoint::CheckpointReader;
+use tensorizer_native::convert::safetensors::flat_name;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{LocalFile, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions};
 
@@ -33,7 +33,7 @@ fn good() -> Vec<(String, Value)> {
 }
 
 fn tzr(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tzr")).args(args).output().unwrap()
+    Command::new(crate::common::tzr_bin()).args(args).output().unwrap()
 }
 
 fn s(p: &Path) -> &str {
@@ -301,7 +301,9 @@ fn every_vector_converts_to_tensorizer_and_safetensors() {
         let reader = CheckpointReader::open(dir().join(&name)).unwrap();
         // Tensorizer, through the library and the CLI.
         let out = dir_out.path().join(format!("{name}.tensors"));
-        let done = checkpoint::to_tensorizer(&reader, &out, &WriteOptions::default(), |_| {}).unwrap();
+        let done =
+            tensorizer_native::convert::checkpoint_to_tensorizer(&reader, &out, &WriteOptions::default(), |_| {})
+                .unwrap();
         assert_eq!(done.tensors, want.len(), "{name}");
         let skipped = ckpt.entries().len() - want.len();
         assert_eq!(done.skipped.len(), skipped, "{name}");
@@ -327,9 +329,9 @@ fn every_vector_converts_to_tensorizer_and_safetensors() {
         // safetensors: every dtype it can name.
         let st = dir_out.path().join(format!("{name}.safetensors"));
         let supported = want.iter().all(|(i, _, _)| {
-            tensorizer_native::safetensors::safetensors_dtype(reader.tensor(*i).unwrap().dtype).is_some()
+            tensorizer_native::convert::safetensors::safetensors_dtype(reader.tensor(*i).unwrap().dtype).is_some()
         });
-        let result = checkpoint::to_safetensors(&reader, &st, |_| {});
+        let result = tensorizer_native::convert::checkpoint_to_safetensors(&reader, &st, |_| {});
         let run = tzr(&["convert", s(&dir().join(&name)), s(&dir_out.path().join("cli.bin")), "--to", "safetensors"]);
         if !supported {
             let err = result.unwrap_err().to_string();

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use crate::common::{TEST_KEY_HEX, vectors_dir};
 
 fn tzr(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tzr"))
+    Command::new(crate::common::tzr_bin())
         .args(args)
         .env("TZR_TEST_PASS", "test-passphrase-not-secret")
         .output()
@@ -195,7 +195,7 @@ fn output_that_cannot_be_written_is_a_failure() {
         (vec!["diff", path(&flat), path(&list)], 2),
     ] {
         let out =
-            Command::new(env!("CARGO_BIN_EXE_tzr")).args(&args).stdout(full.try_clone().unwrap()).output().unwrap();
+            Command::new(crate::common::tzr_bin()).args(&args).stdout(full.try_clone().unwrap()).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
         assert!(stderr.starts_with("tzr: could not write the output:"), "{args:?}: {stderr}");
@@ -205,7 +205,7 @@ fn output_that_cannot_be_written_is_a_failure() {
     // quietly, with SIGPIPE's conventional status.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_tzr")).args(["inspect", path(&flat)]).stdout(writer).output().unwrap();
+    let out = Command::new(crate::common::tzr_bin()).args(["inspect", path(&flat)]).stdout(writer).output().unwrap();
     assert_eq!(out.status.code(), Some(141), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }

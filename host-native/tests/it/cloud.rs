@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tensorizer_native::cloud::{self, CloudOptions, MIN_PART_SIZE};
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::store::RetryPolicy;
+use tensorizer_native::store::cloud::{self, CloudOptions, MIN_PART_SIZE};
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;

@@ -92,3 +92,17 @@ fn rehash(mut bytes: Vec<u8>) -> Vec<u8> {
     }
     bytes
 }
+
+/// The `tzr` binary of this build. It is package `tzr`'s, so cargo builds
+/// it beside these tests in a workspace build (`cargo test --workspace`,
+/// or `cargo build -p tzr` first); `TZR_BIN` names another.
+pub(crate) fn tzr_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("TZR_BIN") {
+        return bin.into();
+    }
+    // The test binary is target/<profile>/deps/it-<hash>; tzr is in target/<profile>.
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("tzr");
+    assert!(bin.is_file(), "{} is missing: build it with `cargo build -p tzr`, or set TZR_BIN", bin.display());
+    bin
+}

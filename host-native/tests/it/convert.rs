@@ -1,6 +1,7 @@
 //! tensorizer ↔ safetensors round trips.
 
-use tensorizer_native::safetensors::{flat_name, from_safetensors, to_safetensors};
+use tensorizer_native::convert::safetensors::flat_name;
+use tensorizer_native::convert::{safetensors_to_tensorizer, tensorizer_to_safetensors};
 use tensorizer_native::{ReadOptions, Reader, WriteOptions};
 
 use crate::common::vectors;
@@ -12,14 +13,14 @@ fn vectors_survive_a_round_trip_through_safetensors() {
     for v in vectors() {
         let reader = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         let st = dir.path().join(format!("{}.safetensors", v.name()));
-        if to_safetensors(&reader, &st, |_| {}).is_err() {
+        if tensorizer_to_safetensors(&reader, &st, |_| {}).is_err() {
             // Meta tensors, or dtypes safetensors lacks: refused, and nothing is left behind.
             assert!(!st.exists());
             continue;
         }
         converted += 1;
         let back = dir.path().join(format!("{}.back.tensors", v.name()));
-        from_safetensors(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
+        safetensors_to_tensorizer(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
         let again = Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
         for (i, e) in reader.entries().iter().enumerate() {
             let j = again
@@ -52,7 +53,7 @@ fn hostile_safetensors_headers_are_refused() {
         let input = dir.path().join(format!("bad{n}.safetensors"));
         std::fs::write(&input, bytes).unwrap();
         let out = dir.path().join(format!("bad{n}.tensors"));
-        assert!(from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).is_err(), "case {n}");
+        assert!(safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).is_err(), "case {n}");
         assert!(!out.exists());
     }
 }
@@ -73,14 +74,14 @@ fn big_endian_tensors_are_swapped_into_safetensors() {
     std::fs::write(&input, bytes).unwrap();
     let reader = Reader::open(&input, ReadOptions::default()).unwrap();
     let st = dir.path().join("be.safetensors");
-    to_safetensors(&reader, &st, |_| {}).unwrap();
+    tensorizer_to_safetensors(&reader, &st, |_| {}).unwrap();
     let raw = std::fs::read(&st).unwrap();
     let data = &raw[8 + u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize..];
     let le: Vec<f32> = data.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(le, [1.5, -2.25, 1e-3, 0.5, -4.0]);
     // Back in tensorizer form the values are the same, stored little-endian.
     let back = dir.path().join("back.tensors");
-    from_safetensors(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
+    safetensors_to_tensorizer(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
     let again = Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
     assert_eq!(again.entries()[0].dtype.as_str(), "<f4");
     let mut out = vec![0; 12];
@@ -101,7 +102,7 @@ fn a_safetensors_header_with_a_repeated_name_is_refused() {
     let input = dir.path().join("dup.safetensors");
     std::fs::write(&input, safetensors_bytes(json, &[7, 9])).unwrap();
     let out = dir.path().join("dup.tensors");
-    let err = from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).unwrap_err();
+    let err = safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).unwrap_err();
     assert!(err.to_string().contains("duplicate tensor name \"w\""), "{err}");
     assert!(!out.exists());
 }
@@ -116,7 +117,7 @@ fn an_empty_tensor_listed_after_a_full_one_at_its_offset_is_read() {
     let input = dir.path().join("empty.safetensors");
     std::fs::write(&input, safetensors_bytes(json, &[7, 9])).unwrap();
     let out = dir.path().join("empty.tensors");
-    from_safetensors(&input, &out, &WriteOptions::default(), |_| {}).unwrap();
+    safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).unwrap();
     let reader = Reader::open(&out, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
     let names: Vec<String> = reader.entries().iter().map(|e| e.path.to_string()).collect();
     assert_eq!(names, ["b", "a"]);
@@ -127,7 +128,7 @@ fn an_empty_tensor_listed_after_a_full_one_at_its_offset_is_read() {
 mod library {
     use std::path::{Path, PathBuf};
 
-    use tensorizer_native::checkpoint::CheckpointReader;
+    use tensorizer_native::convert::checkpoint::CheckpointReader;
     use tensorizer_native::convert::{self, ConvertOptions, Format};
     use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions};
 
@@ -152,7 +153,7 @@ mod library {
             .map(|i| {
                 let mut out = vec![0; r.entries()[i].nbytes() as usize];
                 r.load_into(i, &mut out).unwrap();
-                (tensorizer_native::safetensors::flat_name(&r.entries()[i].path), out)
+                (tensorizer_native::convert::safetensors::flat_name(&r.entries()[i].path), out)
             })
             .collect()
     }
@@ -167,7 +168,7 @@ mod library {
                 if let Ok(n) = reader.nbytes(i) {
                     let mut out = vec![0; n as usize];
                     reader.read_contiguous(i, &mut out).unwrap();
-                    want.push((tensorizer_native::safetensors::flat_name(&e.path), out));
+                    want.push((tensorizer_native::convert::safetensors::flat_name(&e.path), out));
                 }
             }
             let one = dir.path().join(format!("{name}.1.tensors"));
@@ -333,7 +334,7 @@ mod library {
             .map(|i| {
                 let mut out = vec![0; r.entries()[i].nbytes() as usize];
                 r.load_into(i, &mut out).unwrap();
-                (tensorizer_native::safetensors::flat_name(&r.entries()[i].path), out)
+                (tensorizer_native::convert::safetensors::flat_name(&r.entries()[i].path), out)
             })
             .collect();
         let mut got = tensorizer_tensors(&dst);
@@ -375,11 +376,11 @@ mod library {
         let dir = tempfile::tempdir().unwrap();
         for (file, out) in [("torch/views.pt", "a.safetensors"), ("torch/params.pt", "b.tensors")] {
             let uri = format!("s3://models/{file}");
-            tensorizer_native::s3::upload(&vectors_dir().join(file), &uri, &options).unwrap();
+            tensorizer_native::store::s3::upload(&vectors_dir().join(file), &uri, &options).unwrap();
             let local = dir.path().join(format!("local-{out}"));
             let remote = dir.path().join(format!("remote-{out}"));
             convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(())).unwrap();
-            let source = tensorizer_native::s3::open(&uri, &options).unwrap();
+            let source = tensorizer_native::store::s3::open(&uri, &options).unwrap();
             convert::convert_source(source, &remote, &threads(2), |_, _| Ok(())).unwrap();
             assert!(std::fs::read(&local).unwrap() == std::fs::read(&remote).unwrap(), "{file}");
         }

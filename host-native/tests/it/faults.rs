@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
-use tensorizer_native::redis::{RedisOptions, RedisSource, write_redis};
-use tensorizer_native::s3;
 use tensorizer_native::source::TransferLimits;
 use tensorizer_native::store::RetryPolicy;
+use tensorizer_native::store::redis::{RedisOptions, RedisSource, write_redis};
+use tensorizer_native::store::s3;
 use tensorizer_native::{RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::s3::Moto;
@@ -351,8 +351,8 @@ mod cloud {
     use std::sync::Arc;
 
     use tensorizer_native::RangeSource;
-    use tensorizer_native::cloud::{self, CloudOptions};
     use tensorizer_native::source::TransferLimits;
+    use tensorizer_native::store::cloud::{self, CloudOptions};
 
     use super::{Knobs, Object, Opener, Remote, models};
     use crate::cloud::{Server, azurite, gcs};

@@ -9,16 +9,16 @@ use serde_json::Value;
 use tensorizer_core::checkpoint::Checkpoint;
 use tensorizer_core::fingerprint::{DataHasher, to_hex};
 use tensorizer_core::{Dtype, ElementType, Fingerprint, TensorFingerprint, TensorSpec, WriterOptions, write};
-use tensorizer_native::checkpoint::{self, CheckpointReader};
 use tensorizer_native::convert::Format;
-use tensorizer_native::fingerprint::{FingerprintOptions, fingerprint, fingerprint_source};
+use tensorizer_native::convert::checkpoint::CheckpointReader;
+use tensorizer_native::convert::fingerprint::{FingerprintOptions, fingerprint, fingerprint_source};
 use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions};
 
 use crate::checkpoint::expected;
 use crate::common::{TEST_KEY_HEX, file_with_dtypes_patched, vectors, vectors_dir};
 
 fn tzr(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tzr")).args(args).output().unwrap()
+    Command::new(crate::common::tzr_bin()).args(args).output().unwrap()
 }
 
 fn s(p: &Path) -> &str {
@@ -73,11 +73,11 @@ fn every_format_gives_the_same_fingerprint() {
         let want = fp(&src);
         let reader = CheckpointReader::open(&src).unwrap();
         let tz = dir.path().join(format!("{name}.tensors"));
-        checkpoint::to_tensorizer(&reader, &tz, &WriteOptions::default(), |_| {}).unwrap();
+        tensorizer_native::convert::checkpoint_to_tensorizer(&reader, &tz, &WriteOptions::default(), |_| {}).unwrap();
         assert_eq!(fp(&tz), want, "{name} as tensorizer");
         let st = dir.path().join(format!("{name}.safetensors"));
         // safetensors cannot name every dtype (dtypes.pt holds them all).
-        if checkpoint::to_safetensors(&reader, &st, |_| {}).is_ok() {
+        if tensorizer_native::convert::checkpoint_to_safetensors(&reader, &st, |_| {}).is_ok() {
             assert_eq!(fp(&st), want, "{name} as safetensors");
         }
     }
@@ -87,7 +87,7 @@ fn every_format_gives_the_same_fingerprint() {
         let want = fp(&v.path);
         let reader = Reader::open(&v.path, ReadOptions::default()).unwrap();
         let st = dir.path().join(format!("{}.safetensors", v.name()));
-        if tensorizer_native::safetensors::to_safetensors(&reader, &st, |_| {}).is_ok() {
+        if tensorizer_native::convert::tensorizer_to_safetensors(&reader, &st, |_| {}).is_ok() {
             assert_eq!(fp(&st), want, "{}", v.name());
         }
     }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
-use tensorizer_native::http::{HttpOptions, HttpSource, RetryPolicy};
 use tensorizer_native::source::TransferLimits;
+use tensorizer_native::store::http::{HttpOptions, HttpSource, RetryPolicy};
 use tensorizer_native::{Error, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
@@ -39,7 +39,7 @@ fn every_vector_loads_over_http() {
     for v in vectors().iter().filter(|v| !v.name().contains("long")) {
         let local = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         let options = ReadOptions { key: v.key(), verify_hash: true, num_readers: 4 };
-        let remote = Reader::open_uri(&nginx.url(&v.name()), options).unwrap();
+        let remote = tensorizer_native::store::open_reader(&nginx.url(&v.name()), options).unwrap();
         assert_eq!(load_all(&remote).unwrap(), load_all(&local).unwrap(), "{}", v.name());
     }
 }

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use tensorizer_native::checkpoint::{CheckpointReader, DEFAULT_MAX_EXPANDED_BYTES};
+use tensorizer_native::convert::checkpoint::{CheckpointReader, DEFAULT_MAX_EXPANDED_BYTES};
+use tensorizer_native::convert::safetensors::{MAX_SAFETENSORS_HEADER, SafetensorsFile};
 use tensorizer_native::convert::{ConvertOptions, DEFAULT_MIN_OUTPUT_BOUND, convert_source};
-use tensorizer_native::safetensors::{MAX_SAFETENSORS_HEADER, SafetensorsFile};
 use tensorizer_native::source::Counted;
 use tensorizer_native::{MemorySource, RangeSource, Result};
 

@@ -13,6 +13,7 @@ mod http;
 mod limits;
 mod read_write;
 mod redis;
+mod redis_cluster;
 mod s3;
 mod servers;
 mod slices;

@@ -3,7 +3,7 @@
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
-use tensorizer_native::writer::FileWriter;
+use tensorizer_native::write::FileWriter;
 use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
@@ -178,4 +178,19 @@ fn incremental_appends_build_one_file() {
     let loaded = load_everything(&reader);
     assert_eq!(loaded[0], a);
     assert_eq!(loaded[2], vec![9, 0, 0, 0]);
+}
+
+#[test]
+fn a_refused_write_keeps_the_core_error_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small-index.tensors");
+    let mut options = WriteOptions::default();
+    options.layout.metadata_len = Some(16);
+    let mut writer = FileWriter::open(&path, &options).unwrap();
+    let spec = TensorSpec::state_dict("a.long.name.that.does.not.fit", Dtype::from_element(ElementType::F32), vec![1]);
+    let err = writer.append(&[(spec, &[0u8; 4][..])], 1).unwrap_err();
+    assert!(matches!(err.format_error(), Some(tensorizer_core::Error::MetadataOverflow { .. })), "{err:?}");
+    assert_eq!(err.location(), Some(path.display().to_string().as_str()));
+    drop(writer);
+    assert!(!path.exists(), "nothing is left where the file would have been");
 }

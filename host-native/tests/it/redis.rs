@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
-use tensorizer_native::redis::{RedisOptions, RedisSource, RetryPolicy, write_redis};
 use tensorizer_native::source::TransferLimits;
+use tensorizer_native::store::redis::{RedisOptions, RedisSource, RetryPolicy, write_redis};
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
@@ -162,7 +162,10 @@ fn every_vector_round_trips_through_redis() {
             assert!(load(&remote).unwrap() == expected, "{name} with {readers} readers");
         }
         let options = ReadOptions { verify_hash: true, key: v.key(), ..ReadOptions::default() };
-        assert!(load(&Reader::open_uri(&uri, options).unwrap()).unwrap() == expected, "{name} via open_uri");
+        assert!(
+            load(&tensorizer_native::store::open_reader(&uri, options).unwrap()).unwrap() == expected,
+            "{name} via open_uri"
+        );
     }
     assert!(keys(&server, "*.tmp-*").is_empty(), "temporary keys left behind");
 }
@@ -249,7 +252,7 @@ fn missing_and_broken_layouts_are_clear_errors() {
     let uri = server.uri("nothing/here");
     let err = RedisSource::open(&uri, RedisOptions::default()).unwrap_err().to_string();
     assert!(err.contains("no keys under") && err.contains(&uri), "{err}");
-    let err = Reader::open_uri(&server.uri(""), ReadOptions::default()).err().unwrap().to_string();
+    let err = tensorizer_native::store::open_reader(&server.uri(""), ReadOptions::default()).err().unwrap().to_string();
     assert!(err.contains("no key prefix"), "{err}");
 
     // A missing data key: the gap is named by its byte range.

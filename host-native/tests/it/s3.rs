@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tensorizer_native::http::{HttpOptions, RetryPolicy};
-use tensorizer_native::s3::{self, S3Options};
+use tensorizer_native::store::http::{HttpOptions, RetryPolicy};
+use tensorizer_native::store::s3::{self, S3Options};
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
@@ -167,7 +167,7 @@ fn tzr_copies_between_local_s3_and_redis() {
     let dir = tempfile::tempdir().unwrap();
     let input = crate::common::vectors_dir().join("v4_meta.tensors");
     let tzr = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tzr"))
+        std::process::Command::new(crate::common::tzr_bin())
             .args(args)
             .env("HOME", dir.path())
             .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", moto.port))

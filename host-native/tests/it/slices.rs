@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_core::crypto::Key;
 use tensorizer_core::{Dtype, ElementType, KeySource, TensorSpec, WriterOptions};
-use tensorizer_native::slice_plan::{Index, MAX_SPANS, SpanPolicy, StridedView, gather, plan_spans};
+use tensorizer_native::read::slice::plan::{Index, MAX_SPANS, SpanPolicy, StridedView, gather, plan_spans};
 use tensorizer_native::source::Counted;
 use tensorizer_native::{CheckpointReader, LocalFile, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 

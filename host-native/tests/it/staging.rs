@@ -1,4 +1,4 @@
-//! The staging ring (`tensorizer_native::staging`) against the host-memory
+//! The staging ring (`tensorizer_native::device::staging`) against the host-memory
 //! stand-in for a GPU copy engine: the same bytes as `Reader::load_into`
 //! for every vector and for tensors split across buffers, hashes checked,
 //! memory bounded by the ring, and no buffer refilled while a copy out of
@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
-use tensorizer_native::redis::{RedisOptions, RedisSource, write_redis};
-use tensorizer_native::s3;
-use tensorizer_native::staging::{HostEngine, StagingOptions, load_staged};
+use tensorizer_native::device::staging::{HostEngine, StagingOptions, load_staged};
+use tensorizer_native::store::redis::{RedisOptions, RedisSource, write_redis};
+use tensorizer_native::store::s3;
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
@@ -245,7 +245,7 @@ fn a_passphrase_vector_and_a_key_vector_stage_over_http_verified() {
     let Some(nginx) = crate::servers::Nginx::serve(dir.path()) else { return };
     for v in &encrypted {
         let options = ReadOptions { num_readers: 2, verify_hash: true, key: v.key() };
-        let remote = Reader::open_uri(&nginx.url(&v.name()), options.clone()).unwrap();
+        let remote = tensorizer_native::store::open_reader(&nginx.url(&v.name()), options.clone()).unwrap();
         let (got, _) = staged(&remote, &ring(2, 2 << 20, 2), Duration::ZERO);
         assert!(got == expected(&Reader::open(&v.path, options).unwrap()), "{}", v.name());
     }
@@ -310,7 +310,7 @@ fn over_http_the_ring_gives_the_same_bytes() {
     let Some(nginx) = crate::servers::Nginx::serve(dir.path()) else { return };
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
     let options = ReadOptions { num_readers: 3, verify_hash: true, key: key.clone() };
-    let remote = Reader::open_uri(&nginx.url(&name), options).unwrap();
+    let remote = tensorizer_native::store::open_reader(&nginx.url(&name), options).unwrap();
     let local = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
     let (got, stats) = staged(&remote, &ring(3, 4 << 20, 3), Duration::ZERO);
     assert!(got == expected(&local), "bytes differ");
@@ -321,8 +321,8 @@ fn over_http_the_ring_gives_the_same_bytes() {
 /// driver or device; with `TZR_REQUIRE_GPU` set (tests/gpu-tests.sh) a
 /// missing device fails the test instead.
 #[cfg(feature = "cuda")]
-fn cuda_device_or_skip(what: &str) -> Option<tensorizer_native::cuda::Device> {
-    match tensorizer_native::cuda::Device::open(0) {
+fn cuda_device_or_skip(what: &str) -> Option<tensorizer_native::device::cuda::Device> {
+    match tensorizer_native::device::cuda::Device::open(0) {
         Ok(d) => Some(d),
         Err(e) if std::env::var_os("TZR_REQUIRE_GPU").is_some() => panic!("TZR_REQUIRE_GPU is set: {e}"),
         Err(e) => {
@@ -337,7 +337,7 @@ fn cuda_device_or_skip(what: &str) -> Option<tensorizer_native::cuda::Device> {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_round_trip_or_skip() {
-    use tensorizer_native::cuda;
+    use tensorizer_native::device::cuda;
     let Some(device) = cuda_device_or_skip("the CUDA round trip") else { return };
     for v in vectors() {
         if v.name().contains("long") {
@@ -359,7 +359,7 @@ fn cuda_round_trip_or_skip() {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_tampered_files_are_typed_errors_or_skip() {
-    use tensorizer_native::cuda;
+    use tensorizer_native::device::cuda;
     let Some(device) = cuda_device_or_skip("the CUDA tampering test") else { return };
     let dir = tempfile::tempdir().unwrap();
     for encrypted in [false, true] {
@@ -445,7 +445,7 @@ fn staging_throughput() {
 #[test]
 #[ignore = "a measurement, not a check"]
 fn cuda_throughput() {
-    use tensorizer_native::cuda;
+    use tensorizer_native::device::cuda;
     let Some(device) = cuda_device_or_skip("the CUDA throughput measurement") else { return };
     let (_dir, path, mib) = throughput_file();
     for verify in [false, true] {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tensorizer_native::error::StoreErrorKind;
-use tensorizer_native::http::{HttpOptions, RetryPolicy};
+use tensorizer_native::store::http::{HttpOptions, RetryPolicy};
 use tensorizer_native::{Error, Intent, Location, RangeSource, StoreOptions, open_sink, open_source};
 
 use crate::common::vectors;

@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tensorizer_native::http::{HttpOptions, HttpSource};
-use tensorizer_native::s3::{self, S3Options};
-use tensorizer_native::tls::{CaOrigin, DefaultRoots, TlsError, TlsOptions};
+use tensorizer_native::store::http::{HttpOptions, HttpSource};
+use tensorizer_native::store::s3::{self, S3Options};
+use tensorizer_native::store::tls::{CaOrigin, DefaultRoots, TlsError, TlsOptions};
 use tensorizer_native::{Error, RangeSource, ReadOptions, Reader};
 
 use crate::common::{vectors, vectors_dir};
@@ -211,7 +211,7 @@ fn env_child() {
     let (Ok(uri), Ok(expect)) = (std::env::var("TZR_TLS_CHILD_URI"), std::env::var("TZR_TLS_CHILD_EXPECT")) else {
         return;
     };
-    match (Reader::open_uri(&uri, ReadOptions::default()), expect.as_str()) {
+    match (tensorizer_native::store::open_reader(&uri, ReadOptions::default()), expect.as_str()) {
         (Ok(reader), "ok") => assert!(!load_all(&reader).is_empty()),
         (Err(e), "untrusted") => assert!(untrusted(&e).is_some(), "{e}"),
         (Err(Error::Tls(e @ TlsError::Unreadable { origin: CaOrigin::Env(var), .. })), want) => {

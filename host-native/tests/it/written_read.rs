@@ -19,8 +19,8 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::dtype::all_element_types;
 use tensorizer_core::{Dtype, ElementType, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType};
 use tensorizer_core::{MetadataEntry, WriterOptions};
+use tensorizer_native::convert::safetensors::{SafetensorsFile, flat_name, safetensors_dtype};
 use tensorizer_native::convert::{ConvertOptions, Format, convert_source};
-use tensorizer_native::safetensors::{SafetensorsFile, flat_name, safetensors_dtype};
 use tensorizer_native::{
     FileWriter, LocalFile, MemorySource, RangeSource as _, ReadOptions, Reader, WriteOptions, write_file,
 };

@@ -9,7 +9,7 @@ use crate::error::ValidateError;
 use crate::validate::{Inspection, header_read_len, parse_header, parse_index, zeroed};
 
 use super::safetensors;
-use super::source::{AsyncSource, check_len};
+use super::source::{AsyncSource, read_exact};
 use super::summary::{Row, Shared, Summary, field, name_and_path, totals};
 use super::torch;
 
@@ -30,19 +30,6 @@ pub enum Opened {
     Safetensors(Box<Summary>),
     /// A `torch.save` zip checkpoint.
     Torch(Box<torch::Index>),
-}
-
-/// Reads `len` bytes at `offset`, exactly.
-pub async fn read_exact<S: AsyncSource>(
-    src: &mut S,
-    offset: u64,
-    len: u64,
-    what: &str,
-) -> Result<Vec<u8>, ValidateError> {
-    let n = usize::try_from(len).map_err(|_| ValidateError::no_memory(offset, what, len))?;
-    // Reserve first so that a size we cannot hold is an error, not an abort.
-    drop(zeroed(len, offset, what)?);
-    Ok(check_len(offset, n, src.read(offset, n).await?)?)
 }
 
 /// Reads the first bytes, tells the format, and reads its header and index.

@@ -6,6 +6,7 @@ use std::future::Future;
 
 use crate::error::ValidateError;
 use crate::source::ReadError;
+use crate::validate::zeroed;
 
 /// A byte source of known length, read asynchronously at any offset.
 pub trait AsyncSource {
@@ -137,6 +138,19 @@ pub fn block_on_ready<F: Future>(f: F) -> Option<F::Output> {
         std::task::Poll::Ready(v) => Some(v),
         std::task::Poll::Pending => None,
     }
+}
+
+/// Reads `len` bytes at `offset`, exactly.
+pub async fn read_exact<S: AsyncSource>(
+    src: &mut S,
+    offset: u64,
+    len: u64,
+    what: &str,
+) -> Result<Vec<u8>, ValidateError> {
+    let n = usize::try_from(len).map_err(|_| ValidateError::no_memory(offset, what, len))?;
+    // Reserve first so that a size we cannot hold is an error, not an abort.
+    drop(zeroed(len, offset, what)?);
+    Ok(check_len(offset, n, src.read(offset, n).await?)?)
 }
 
 #[cfg(test)]

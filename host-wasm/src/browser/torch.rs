@@ -13,8 +13,7 @@ use tensorizer_core::dtype::ByteOrder;
 
 use crate::error::ValidateError;
 
-use super::open::read_exact;
-use super::source::AsyncSource;
+use super::source::{AsyncSource, read_exact};
 use super::summary::{Row, Summary, field, name_and_path, totals};
 
 /// Bytes read past a local header's fixed part in the same request, to

@@ -256,7 +256,7 @@ pub async fn stored_hashes<S: AsyncSource>(
             end = e_end;
             j += 1;
         }
-        let bytes = super::open::read_exact(src, start, end - start, "tensor headers").await?;
+        let bytes = super::source::read_exact(src, start, end - start, "tensor headers").await?;
         for (k, e) in entries[i..j].iter().enumerate() {
             let s = (e.header_offset - start) as usize;
             let raw = &bytes[s..s + e.header_len() as usize];

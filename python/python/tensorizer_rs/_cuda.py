@@ -45,7 +45,7 @@ ENV_STREAMS = "TENSORIZER_RS_CUDA_STREAMS"
 ALLOC_MODES = ("per_tensor", "carved")
 #: Alignment of each tensor inside a carved allocation (what CUDA kernels
 #: and cuBLAS expect of a tensor's start; torch's allocator gives 512).
-VIEW_ALIGN = 256
+VIEW_ALIGN = _native.DEVICE_VIEW_ALIGN
 #: Most copy streams of our own (the native call refuses more).
 MAX_STREAMS = 16
 
@@ -122,14 +122,9 @@ def per_tensor() -> Iterator[None]:
 
 def carve_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
     """Start of each piece of ``sizes`` bytes in one allocation, each
-    ``VIEW_ALIGN``-aligned, and the allocation's length."""
-    offsets = []
-    at = 0
-    for n in sizes:
-        at = -(-at // VIEW_ALIGN) * VIEW_ALIGN
-        offsets.append(at)
-        at += n
-    return offsets, at
+    ``VIEW_ALIGN``-aligned, and the allocation's length (laid out natively,
+    as every packed allocation is)."""
+    return _native.carve_offsets(list(sizes))
 
 
 def destinations(entries: Sequence[Entry], device: Any, mode: str) -> list[Any]:

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import os
 import types
-import math
 import operator
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-from . import _args, _cuda, _dtypes, _memory, _native, _paths
+from . import _args, _cuda, _dtypes, _memory, _native
 from ._crypt import CryptographyError, DecryptionParams
-from ._types import TensorType, _FileFeatureFlags, _FileHeader
+from ._meta import _MetaTensors
+from ._modules import _gc_paused, _ModuleLoading
+from ._redis_export import _RedisExport
+from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
 
-FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 _META_MODES = ("zeros", "expand", "meta")
 
@@ -42,73 +42,6 @@ def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
     return t, t.itemsize, _dtypes.is_float_like(t)
 
 
-class _Registrar:
-    """Registers loaded tensors on modules as ``register_parameter`` and
-    ``register_buffer`` would, storing them directly when that is all those
-    calls would do: torch's own methods (not a subclass's), no global
-    registration hooks, and a name that is already a parameter (buffer) or
-    is no attribute at all. Their checks cost about 5 µs a call (most of it
-    an ``AttributeError`` raised inside ``hasattr``); anything unusual takes
-    the real call."""
-
-    def __init__(self) -> None:
-        import torch
-        from torch.nn.modules import module as _module
-
-        self._module_type = torch.nn.Module
-        self._hooks = {
-            kind: bool(getattr(_module, f"_global_{kind}_registration_hooks", True)) for kind in ("parameter", "buffer")
-        }
-        self._plain: dict[tuple[type, str], bool] = {}
-
-    def _table(self, module: Any, kind: str, store: str) -> dict[str, Any] | None:
-        """`module`'s table `store` when registering a `kind` there would
-        only store it (torch's own method, no hooks), else None."""
-        key = (type(module), kind)
-        plain = self._plain.get(key)
-        if plain is None:
-            method = f"register_{kind}"
-            plain = not self._hooks[kind] and getattr(key[0], method) is getattr(self._module_type, method)
-            self._plain[key] = plain
-        table: dict[str, Any] | None = module.__dict__.get(store) if plain else None
-        return table
-
-    def _fast(self, module: Any, kind: str, store: str, attr: str) -> dict[str, Any] | None:
-        table = self._table(module, kind, store)
-        if table is None or not attr:
-            return None
-        if attr in table:
-            return table
-        d = module.__dict__
-        if attr in d or hasattr(type(module), attr):
-            return None
-        for other in ("_parameters", "_buffers", "_modules"):
-            if other != store and attr in d.get(other, ()):
-                return None
-        return table
-
-    def parameters_of(self, module: Any) -> dict[str, Any] | None:
-        """`module`'s parameter table when an existing parameter may be
-        replaced by storing into it, else None."""
-        return self._table(module, "parameter", "_parameters")
-
-    def parameter(self, module: Any, attr: str, tensor: Any) -> None:
-        table = self._fast(module, "parameter", "_parameters", attr)
-        if table is None:
-            module.register_parameter(attr, tensor)
-        else:
-            table[attr] = tensor
-
-    def buffer(self, module: Any, attr: str, tensor: Any) -> None:
-        """Registers `tensor` as a persistent buffer."""
-        table = self._fast(module, "buffer", "_buffers", attr)
-        if table is None:
-            module.register_buffer(attr, tensor)
-        else:
-            table[attr] = tensor
-            module._non_persistent_buffers_set.discard(attr)
-
-
 def _torch_dtype_type() -> Any:
     import torch
 
@@ -126,7 +59,13 @@ def _resolve_device(device: Any) -> Any:
     return device
 
 
-class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["TensorDeserializer"]):
+class TensorDeserializer(
+    _MetaTensors,
+    _ModuleLoading,
+    _RedisExport,
+    Mapping[Any, Any],
+    contextlib.AbstractContextManager["TensorDeserializer"],
+):
     """Reads a ``.tensors`` file: a read-only mapping from top-level keys to
     tensors (``torch.nn.Parameter``) or nested read-only mappings.
 
@@ -368,45 +307,47 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
             return
         self._check_open()
         device = self._device
-        metas = [e for e in todo if e.is_meta]
-        todo = [e for e in todo if not e.is_meta]
+        # Which way each tensor goes is planned natively (read/plan.rs);
+        # this method carries the plan out.
+        if device.type == "cpu":
+            destination = "cpu"
+        elif device.type == "cuda" and _cuda.native_enabled():
+            destination = "staged"
+        else:
+            destination = "other"
+        mapped = self._map is not None and not verify_hash
+        plan = self._reader.plan_load([e.index for e in todo], destination, mapped)
+        by_index = {e.index: e for e in todo}
+        metas = [by_index[i] for i in plan.meta]
         if metas:
             self._claim_meta_bytes(metas, self._meta_nbytes_torch)
             self._check_meta_headers(metas, bool(verify_hash))
-        if self._map is not None and not verify_hash and device.type == "cpu":
-            todo = self._load_mapped(todo)
-        if device.type == "cuda" and todo and _cuda.native_enabled():
+        if plan.mapped:
+            self._load_mapped([by_index[i] for i in plan.mapped])
+        staged_on_device = [by_index[i] for i in plan.staged]
+        if staged_on_device:
             # Native staging ring: pinned buffers, async copies into tensors
             # allocated here (one each, or carved from one allocation), on
             # torch's current stream; decrypted and verified on the way
             # (spec §19, _cuda.py).
-            dev = _cuda.load(self._reader, todo, device, verify_hash)
-            for e, t in zip(todo, dev):
+            dev = _cuda.load(self._reader, staged_on_device, device, verify_hash)
+            for e, t in zip(staged_on_device, dev):
                 grad = _dtypes.is_float_like(t.dtype)
                 target = self._cast_to(t.dtype)
                 if target is not None:
                     t = t.to(target)
                 self._cache[e.index] = torch.nn.Parameter(t, requires_grad=grad)
-            todo = []
         pin = device.type == "cuda"
-        if device.type == "cpu":
-            # (data_length == nbytes holds for every tensor the reader accepts;
-            # an entry where it does not goes the per-tensor way and fails there.)
-            fits = [e.data_length <= _memory.ARENA_BYTES and e.data_length == e.nbytes for e in todo]
-            small = [e for e, ok in zip(todo, fits) if ok]
-            large = [e for e, ok in zip(todo, fits) if not ok]
-        else:
-            small, large = [], todo
+        small = [by_index[i] for i in plan.small]
+        large = [by_index[i] for i in plan.large]
         staged = [_memory.staging_tensor(e, pin) for e in large]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)
-        # Each arena: one buffer and one native call; its members' offsets
-        # (planned natively: one call for all of them).
+        # Each arena: one buffer and one native call.
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
-            plan = self._reader.plan_arenas([e.index for e in small], _memory.ARENA_BYTES, _memory.PIECE_ALIGN)
-            carved = _memory.fill_arenas(self._reader, small, plan, verify_hash)
+            carved = _memory.fill_arenas(self._reader, small, plan.arenas, verify_hash)
         Parameter = torch.nn.Parameter
         for e, t in zip(large, staged):
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
@@ -443,102 +384,14 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                     cache[e.index] = Parameter(t, requires_grad=grad)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
-        if pin and todo:
+        if pin and large:
             torch.cuda.synchronize(device)
 
-    # -- meta tensors ---------------------------------------------------------
-
-    def _meta_dtype(self, e: _Entry) -> Any:
-        stored = _dtypes.torch_dtype(e.dtype)
-        return self._cast_to(stored) or stored
-
-    def _meta_nbytes_torch(self, e: _Entry) -> int:
-        return int(math.prod(e.shape) * self._meta_dtype(e).itemsize)
-
-    def _claim_meta_bytes(self, metas: list[_Entry], nbytes: Callable[[_Entry], int], what: str = "") -> None:
-        """Counts the zero-filled bytes ``metas`` will take against
-        ``max_meta_bytes``; raises, before anything is allocated, when the
-        file's claims go past it. ``what`` names a part (a slice)."""
-        if self._meta_mode != "zeros":
-            return
-        total = self._meta_bytes
-        for e in metas:
-            size = nbytes(e)
-            total += size
-            if self._max_meta_bytes is not None and total > self._max_meta_bytes:
-                raise ValueError(
-                    f"{what}meta tensor {e.name!r} (dtype {e.dtype!r}, shape {e.shape}) would be materialized as "
-                    f"{size:,} zero bytes, {total:,} bytes of meta tensors in all, more than "
-                    f"max_meta_bytes={self._max_meta_bytes:,}. The file stores no data for it; pass "
-                    "meta_tensors='expand' (a read-only zero expanded to the shape, no memory), "
-                    "meta_tensors='meta' (a tensor on the meta device), or a larger max_meta_bytes "
-                    "(None for no bound)"
-                )
-        self._meta_bytes = total
-
-    def _check_meta_headers(self, metas: list[_Entry], verify: bool) -> None:
-        """What the native load does for a meta tensor: parse its header
-        (checked against the index) and, with ``verify``, check its hashes,
-        which cover the header alone."""
-        if not verify:
-            self._reader.module_indices([e.index for e in metas])
-            return
-        for e in metas:
-            self._reader.verify_bytes(e.index, b"")
-
-    def _meta_tensor(self, e: _Entry, device: Any) -> Any:
-        """A meta entry as ``meta_tensors`` asks, wrapped like loaded ones."""
+    def _load_mapped(self, mapped: list[_Entry]) -> None:
+        """Views straight into the memory map for `mapped` (entries the
+        load plan found aligned to their element size)."""
         import torch
 
-        t = self._meta_zeros(e.shape, self._meta_dtype(e), device)
-        return torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(_dtypes.torch_dtype(e.dtype)))
-
-    def _meta_zeros(self, shape: Any, dtype: Any, device: Any) -> Any:
-        """Zeros of ``shape`` in the form ``meta_tensors`` names (the caller
-        has counted them against ``max_meta_bytes``)."""
-        import torch
-
-        if self._meta_mode == "meta":
-            return torch.empty(shape, dtype=dtype, device="meta")
-        if self._meta_mode == "expand":
-            return torch.zeros((), dtype=dtype, device=device).expand(shape)
-        if device.type == "cpu":
-            # calloc: untouched anonymous pages that read as zeros and are
-            # committed only when written. The uint8 view covers every dtype.
-            raw = np.zeros(math.prod(shape) * dtype.itemsize, dtype=np.uint8)
-            return torch.from_numpy(raw).view(dtype).reshape(shape)
-        return torch.zeros(shape, dtype=dtype, device=device)
-
-    def _meta_slice(self, e: _Entry, shape: list[int]) -> Any:
-        """A slice of meta entry ``e`` (``get_slice``), of ``shape``, in the
-        form ``meta_tensors`` names. A zero-filled slice is new memory each
-        time: its bytes join the running total that ``max_meta_bytes``
-        bounds, checked before allocating, as ``d[name]`` does for the
-        whole tensor."""
-        self._check_open()
-        dtype = self._meta_dtype(e)
-        self._claim_meta_bytes([e], lambda _: math.prod(shape) * dtype.itemsize, f"a slice {shape} of ")
-        self._check_meta_headers([e], bool(self._verify_hash))
-        return self._meta_zeros(shape, dtype, self._device)
-
-    def _load_mapped(self, todo: list[_Entry]) -> list[_Entry]:
-        """Views straight into the memory map for entries whose data is
-        aligned to their element size; returns the entries left to copy."""
-        import torch
-
-        rest: list[_Entry] = []
-        mapped: list[_Entry] = []
-        kinds: dict[str, tuple[Any, int, bool]] = {}
-        for e in todo:
-            kind = kinds.get(e.dtype)
-            if kind is None:
-                kind = kinds[e.dtype] = _carve_kind(e.dtype)
-            if e.is_meta or e.data_length == 0 or e.data_offset % kind[1]:
-                rest.append(e)
-            else:
-                mapped.append(e)
-        if not mapped:
-            return rest
         # Parse each header once: the index and the headers must agree.
         self._reader.module_indices([e.index for e in mapped])
         made = _native.carve(
@@ -554,7 +407,6 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
                 if target is not None:
                     t = torch.nn.Parameter(t.detach().to(target), requires_grad=t.requires_grad)
                 cache[e.index] = t
-        return rest
 
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:
@@ -804,119 +656,6 @@ class TensorDeserializer(Mapping[Any, Any], contextlib.AbstractContextManager["T
         if refusal is not None:
             raise refusal
 
-    def load_into_module(
-        self,
-        m: Any,
-        filter_func: FilterFuncType | None = None,
-        verify_hash: bool | None = None,
-    ) -> int:
-        """Registers every PARAM and BUFFER entry on the submodule its name
-        points to (``"0.weight"`` → module ``"0"``, attribute ``weight``);
-        returns how many. The tensors are inserted as loaded: no copies."""
-        import torch
-
-        entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
-        for e in entries:
-            if e.tensor_type == TensorType.STATE_DICT:
-                raise NotImplementedError(
-                    "This was serialized with write_state_dict(); "
-                    "use the TensorDeserializer directly as a state_dict mapping instead."
-                )
-            if not isinstance(e.name, str):
-                raise NotImplementedError("Cannot load structured tensor paths into a module")
-        self._load(entries, self._verify(verify_hash))
-        with _gc_paused():
-            self._register(m, entries)
-        return len(entries)
-
-    def _register(self, m: Any, entries: list[_Entry]) -> None:
-        import torch
-
-        modules = dict(m.named_modules())
-        cache = self._cache
-        param = TensorType.PARAM
-        register = _Registrar()
-        # Per module: its parameter table when a parameter already there may
-        # simply be replaced (see _Registrar), else None.
-        replaceable: dict[str, dict[str, Any] | None] = {}
-        for e in entries:
-            name = e.name
-            assert isinstance(name, str)
-            prefix, _, attr = name.rpartition(".")
-            module = modules.get(prefix)
-            if module is None:
-                raise KeyError(f"Module {prefix!r} for tensor {name!r} not found in {type(m).__name__}")
-            tensor = cache[e.index]
-            if e.tensor_type is param:
-                if prefix in replaceable:
-                    table = replaceable[prefix]
-                else:
-                    table = replaceable[prefix] = register.parameters_of(module)
-                if table is not None and attr in table:
-                    table[attr] = tensor
-                else:
-                    register.parameter(module, attr, tensor)
-            else:
-                buffer = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
-                # As tensorizer: every loaded buffer is registered persistent,
-                # so state_dict() has the same keys after either library's
-                # load (spec §11, "non-persistent buffers").
-                register.buffer(module, attr, buffer)
-
-    def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
-        """Checks a module's tensors against the stored hashes, without
-        reading tensor data from the file."""
-        import torch
-
-        self._check_open()
-        tensors = dict(m.state_dict())
-        tensors.update(dict(m.named_buffers()))
-        results = []
-        for e in self._selected:
-            name = e.name if isinstance(e.name, str) else ".".join(map(str, e.name))
-            t = tensors.get(name, tensors.get(name.lstrip(".")))
-            ok = False
-            if t is not None and _dtypes.dtype_string(t.dtype) == e.dtype and tuple(t.shape) == e.shape:
-                data = b"" if e.is_meta else t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-                try:
-                    self._reader.verify_bytes(e.index, data)
-                    ok = True
-                except _native.HashMismatchError:
-                    ok = False
-            results.append((e.name, ok))
-        return all(ok for _, ok in results), results
-
-    # -- Redis ------------------------------------------------------------------
-
-    def to_redis(self, redis_client: Any, key_prefix: str, force: bool = False) -> None:
-        """Stores the file under ``key_prefix`` in tensorizer's Redis layout,
-        readable with ``redis://host:port/<key_prefix>``: the header and
-        index in ``{prefix}:header:0``, then each tensor's header and data
-        under ``{prefix}:{name}:{byte offset}``.
-
-        As in tensorizer, a tensor whose header key already exists is
-        skipped unless ``force`` is true, and every tensor of the file is
-        stored, whatever ``filter_func`` selected. ``redis_client`` is a
-        ``redis.Redis`` (anything with ``set`` and ``exists``).
-        """
-        self._check_open()
-        entries = self._all
-        first = entries[0].header_offset if entries else max(0, self._reader.size() - 8)
-        # Key-by-key writes are not atomic: drop the generation marker of an
-        # atomic write (spec §12.3) first, so that readers of the file being
-        # replaced notice the change instead of mixing tensors.
-        delete = getattr(redis_client, "delete", None)
-        if delete is not None:
-            delete(f"{key_prefix}.tzr-generation")
-        redis_client.set(f"{key_prefix}:header:0", self._reader.read_range(0, first))
-        for e in entries:
-            name = e.name_bytes.decode("utf-8")
-            header_key = f"{key_prefix}:{name}:{e.header_offset}"
-            if not force and redis_client.exists(header_key):
-                continue
-            redis_client.set(header_key, self._reader.read_range(e.header_offset, e.data_offset - e.header_offset))
-            redis_client.set(f"{key_prefix}:{name}:{e.data_offset}", self._reader.read_range(e.data_offset, e.data_length))
-
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
@@ -966,22 +705,6 @@ def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[
                 return value
             if value is not _SKIP:
                 stack[-1][2][key] = value
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pauses Python's cyclic garbage collector while an index or a load
-    builds tens of thousands of objects at once (each collection it would
-    trigger walks every object the process has, torch's included: about a
-    third of a 20,000-tensor load). Nothing built here forms a cycle."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:

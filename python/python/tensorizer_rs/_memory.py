@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _native
 
 #: On the CPU, the tensors loaded together are packed into arenas of at
 #: most this many bytes, each tensor at a ``PIECE_ALIGN``-aligned place, and
@@ -18,15 +18,15 @@ from . import _dtypes
 #: (``torch.frombuffer``). One allocation, one buffer hand-off and, from
 #: ``HUGE_PAGE_MIN`` up, transparent huge pages per arena instead of per
 #: tensor. A surviving tensor keeps its arena (at most this much) mapped.
-ARENA_BYTES = 64 << 20
+ARENA_BYTES = _native.ARENA_BYTES
 #: Alignment of each tensor's data inside an arena (torch's CPU allocator's).
-PIECE_ALIGN = 64
+PIECE_ALIGN = _native.ARENA_ALIGN
 #: Arenas and tensors of at least this many bytes get memory of their own
 #: mapped with ``MADV_HUGEPAGE``, so first touches fault 2 MiB pages instead
 #: of 4 KiB ones. Measured here: 5-10 % off a CPU load (the reads fault
 #: pages from inside the kernel, where faults are cheap), and 4x faster for
 #: code that then writes such memory from user space (BENCHMARKS.md).
-HUGE_PAGE_MIN = 2 << 20
+HUGE_PAGE_MIN = _native.HUGE_PAGE_MIN
 
 
 #: Transparent huge page size: each huge-page region starts at a multiple

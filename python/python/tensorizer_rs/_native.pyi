@@ -17,6 +17,8 @@ __all__ = [
     "CheckpointEntry",
     "ZipEntryCheck",
     "NativeReader",
+    "ARENA_ALIGN",
+    "ARENA_BYTES",
     "ArenaPlan",
     "NativeSource",
     "upload",
@@ -24,12 +26,15 @@ __all__ = [
     "ObjectChangedError",
     "RangeNotSupportedError",
     "s3_presign",
+    "s3cfg_values",
     "NativeWriter",
     "WriteSpec",
     "derive_key",
     "random_bytes",
     "__version__",
     "DEFAULT_READERS",
+    "HUGE_PAGE_MIN",
+    "LoadPlan",
     "slice_shape",
     "checkpoint_slice_shape",
     "checkpoint_read_slice",
@@ -37,7 +42,9 @@ __all__ = [
     "reader_read_slice",
     "reader_read_range",
     "reader_verify_tensor",
+    "DEVICE_VIEW_ALIGN",
     "carve",
+    "carve_offsets",
     "dtype_torch_name",
     "dtype_string_for",
     "load_arenas",
@@ -52,14 +59,32 @@ __all__ = [
 
 __version__: str
 DEFAULT_READERS: int
+ARENA_BYTES: int
+ARENA_ALIGN: int
+HUGE_PAGE_MIN: int
 
-class FormatError(ValueError): ...
-class HashMismatchError(Exception): ...
-class CryptographyError(Exception): ...
+class FormatError(ValueError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class HashMismatchError(Exception):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class CryptographyError(Exception):
+    offset: int | None
+    tensor: str | None
+    location: str | None
 class TruncatedError(FormatError, struct.error): ...
 class CheckpointUnpicklingError(FormatError, pickle.UnpicklingError): ...
-class ObjectChangedError(OSError): ...
-class RangeNotSupportedError(OSError): ...
+class ObjectChangedError(OSError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
+class RangeNotSupportedError(OSError):
+    offset: int | None
+    tensor: str | None
+    location: str | None
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
@@ -79,6 +104,7 @@ def upload(
     overwrite: bool = True,
 ) -> None: ...
 def location_scheme(uri: str | PathLike[str]) -> str: ...
+def s3cfg_values(text: str) -> tuple[bool, str | None, str | None, str | None, bool | None]: ...
 def s3_presign(
     uri: str,
     expires: int,
@@ -202,8 +228,25 @@ class Entry:
     def data_offset(self) -> int: ...
 
 @final
+class LoadPlan:
+    """How a load is carried out (``NativeReader.plan_load``)."""
+
+    @property
+    def meta(self) -> list[int]: ...
+    @property
+    def mapped(self) -> list[int]: ...
+    @property
+    def staged(self) -> list[int]: ...
+    @property
+    def large(self) -> list[int]: ...
+    @property
+    def small(self) -> list[int]: ...
+    @property
+    def arenas(self) -> list[ArenaPlan]: ...
+
+@final
 class ArenaPlan:
-    """One arena of ``NativeReader.plan_arenas``."""
+    """One arena of a ``LoadPlan``: ``small[first:end]`` at ``offsets``."""
 
     @property
     def first(self) -> int: ...
@@ -236,15 +279,14 @@ class NativeReader:
     def encrypted(self) -> bool: ...
     def read_range(self, offset: int, n: int) -> bytes: ...
     def bytes_read(self) -> tuple[int, int]: ...
+    def redis_layout(self, prefix: str) -> tuple[str, list[tuple[bytes, int, int]]]: ...
     def size(self) -> int: ...
     def name(self) -> str: ...
     def entries(self, tensor_types: tuple[Any, ...]) -> list[Entry]: ...
     def module_indices(self, indices: Sequence[int]) -> list[int]: ...
     def verify_bytes(self, i: int, data: Any) -> None: ...
     def load_into(self, indices: Sequence[int], buffers: Sequence[Any], verify_hash: bool | None = None) -> None: ...
-    def plan_arenas(
-        self, indices: list[int], max_bytes: int, align: int
-    ) -> list[ArenaPlan]: ...
+    def plan_load(self, indices: list[int], destination: str, mapped: bool) -> LoadPlan: ...
     def load_into_arena(
         self, indices: list[int], buffer: Any, offsets: list[int], verify_hash: bool | None = None
     ) -> None: ...
@@ -295,6 +337,10 @@ def reader_read_range(reader: NativeReader, i: int, start: int, stop: int) -> by
 def reader_verify_tensor(reader: NativeReader, i: int) -> None: ...
 
 # -- arenas (python/src/carve.rs) ----------------------------------------------
+
+DEVICE_VIEW_ALIGN: int
+
+def carve_offsets(sizes: list[int]) -> tuple[list[int], int]: ...
 
 def carve(
     members: list[Entry],

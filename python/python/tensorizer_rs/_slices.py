@@ -282,7 +282,7 @@ def tp_shard(
 def deserializer_slice(d: Any, key: Any) -> TensorSlice:
     """``TensorDeserializer.get_slice``: ``key`` is a tensor's name (a top-
     level key) or its path as a tuple of components."""
-    from ._deserializer import _Entry
+
     import torch
 
     from ._dtypes import torch_dtype
@@ -292,7 +292,7 @@ def deserializer_slice(d: Any, key: Any) -> TensorSlice:
         if not isinstance(node, dict) or part not in node:
             raise KeyError(f"Tensor {key} not found")
         node = node[part]
-    if not isinstance(node, _Entry):
+    if not isinstance(node, _native.Entry):
         raise KeyError(f"{key!r} is a group of tensors, not one tensor; get_slice takes a tensor's full path")
     d._check_open()
     stored = torch_dtype(node.dtype)

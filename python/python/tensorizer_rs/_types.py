@@ -2,6 +2,12 @@
 
 import dataclasses
 import enum
+from collections.abc import Callable
+from typing import Union
+
+#: A tensor filter: called with each tensor's name (a str, or a path of
+#: components for structured names), true to keep it.
+FilterFuncType = Callable[[Union[str, tuple[Union[str, int], ...]]], bool]
 
 
 class TensorType(enum.IntEnum):

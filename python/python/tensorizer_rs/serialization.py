@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _native
 from ._crypt import CryptographyError, DecryptionParams, EncryptionParams
-from ._deserializer import FilterFuncType, TensorDeserializer
+from ._deserializer import TensorDeserializer
+from ._types import FilterFuncType
 from ._dtypes import OPAQUE_DTYPE_SEP
 from ._serializer import TensorSerializer
 from ._types import TensorType, _FileFeatureFlags, _FileHeader  # noqa: F401 (tensorizer's private names)

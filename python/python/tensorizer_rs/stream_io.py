@@ -14,7 +14,6 @@ a ``with`` block by an exception discards it instead of uploading.
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import io
 import os
@@ -347,7 +346,8 @@ class CURLStreamFile(RemoteStream):
 
 class RedisStreamFile(RemoteStream):
     """tensorizer's ``RedisStreamFile``: a readable, seekable stream over the
-    ``prefix:…:offset`` keys under ``redis://host[:port]/prefix``, served by
+    ``prefix:…:offset`` keys under ``redis://host[:port]/prefix`` (or, on a
+    Redis Cluster, ``redis+cluster://host[:port]/prefix``), served by
     native reads. ``begin``/``end`` (exclusive) bound it."""
 
     def __init__(
@@ -363,7 +363,7 @@ class RedisStreamFile(RemoteStream):
         # false begin is 0 and an end that bounds nothing is ignored.
         from urllib.parse import urlparse
 
-        if urlparse(uri).scheme.lower() != "redis":
+        if urlparse(uri).scheme.lower() not in ("redis", "redis+cluster"):
             raise ValueError(f"Invalid Redis URI: {uri}")
         if buffer_size is not None:
             import socket
@@ -392,22 +392,28 @@ class _ParsedCredentials(NamedTuple):
 
 
 def _get_s3cfg_values(config_path: Union[str, bytes, "os.PathLike[str]", None] = None) -> _ParsedCredentials:
+    """The first readable s3cmd config file of ``config_path`` or the
+    defaults, read by the native S3 store's parser (the one reader of
+    ``.s3cfg``; ``use_https`` as s3cmd reads booleans)."""
     paths = (config_path,) if config_path else _s3_default_config_paths
-    config = configparser.ConfigParser()
     for path in paths:
-        if config.read((os.fsdecode(path),)):
-            break
+        try:
+            with open(os.fsdecode(path), encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        break
     else:
         return _ParsedCredentials(None, None, None, None, None)
-    if "default" not in config:
+    has_default, host_base, access_key, secret_key, use_https = _native.s3cfg_values(text)
+    if not has_default:
         raise ValueError(f"No default section in {os.fsdecode(path)}")
-    flag = config["default"].get("use_https")
     return _ParsedCredentials(
         config_file=os.fsdecode(path),
-        s3_endpoint=config["default"].get("host_base"),
-        s3_access_key=config["default"].get("access_key"),
-        s3_secret_key=config["default"].get("secret_key"),
-        use_https=True if flag == "True" else False if flag == "False" else None,
+        s3_endpoint=host_base,
+        s3_access_key=access_key,
+        s3_secret_key=secret_key,
+        use_https=use_https,
     )
 
 
@@ -424,7 +430,7 @@ def _infer_credentials(
         raise FileNotFoundError(f"Explicitly specified s3_config_path does not exist: {s3_config_path!r}")
     try:
         parsed = _get_s3cfg_values(s3_config_path)
-    except (ValueError, configparser.Error) as parse_error:
+    except ValueError as parse_error:
         raise ValueError(
             "Attempted to access an S3 bucket, but credentials were not provided,"
             " and the fallback .s3cfg file could not be parsed."
@@ -651,7 +657,8 @@ def open_stream(
 ) -> IO[bytes] | RemoteStream:
     """Opens a local path or a remote URI like tensorizer's ``open_stream``.
 
-    * ``http(s)://``, ``redis://host[:port]/prefix``: ``"rb"`` only.
+    * ``http(s)://``, ``redis://host[:port]/prefix``,
+      ``redis+cluster://host[:port]/prefix``: ``"rb"`` only.
     * ``s3://bucket/key`` (likewise ``gs://bucket/object``, ``az://container/blob``):
       ``"rb"``, or ``"wb[+]"`` / ``"ab[+]"`` to upload on close. Credentials, endpoint and region come from the arguments,
       then vLLM's ``S3_*`` variables, ``~/.s3cfg`` (or ``s3_config_path``),
@@ -705,7 +712,7 @@ def open_stream(
         if scheme in _UPLOADED:
             _check_range(begin, end)
             return CURLStreamFile._over(_open_remote(path, **s3), begin, end)
-        if scheme == "redis":
+        if scheme in ("redis", "redis+cluster"):
             return RedisStreamFile(path, begin=begin, end=end, buffer_size=buffer_size)
         return CURLStreamFile(
             path, begin=begin, end=end, buffer_size=buffer_size, certificate_handling=certificate_handling

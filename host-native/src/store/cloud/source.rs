@@ -1,9 +1,10 @@
-//! A [`RangeSource`] over one object of an `object_store` store.
+//! A [`RangeSource`] over one object of an `object_store` store: the
+//! `object_store` transport of the ranged-read engine
+//! ([`crate::store::ranged`]).
 
 use std::future::Future;
 use std::io;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -13,21 +14,11 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::describe::{transient, unsatisfiable};
 use super::{block_on, store_error};
-use crate::error::{Error, Result, StoreErrorKind};
-use crate::retry::{Attempt, RetryPolicy, Target, retry};
-use crate::source::{RangeSource, TransferLimits, check_range};
-
-/// Bytes an attempt must have brought in for its failure (a broken body,
-/// a stall) to be resumed at once with a fresh request instead of counting
-/// as a failed attempt, as for HTTP.
-const RESUMABLE_PROGRESS: u64 = 1 << 20;
-
-/// Bytes the opening request keeps: the file header and (usually) the
-/// whole index, so opening a file costs one request (as for HTTP).
-pub const PREFIX: u64 = 1 << 20;
-
-/// A response body.
-type Body = BoxStream<'static, object_store::Result<Bytes>>;
+use crate::error::{Error, Result};
+use crate::source::{RangeSource, TransferLimits};
+pub use crate::store::ranged::PREFIX;
+use crate::store::ranged::{self, Ask, Head, Ranged, Response, Span, Transport, Validators};
+use crate::store::retry::{Attempt, Pace, RetryPolicy};
 
 /// How a [`CloudSource`] reads.
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,349 +62,182 @@ pub struct CloudReadOptions {
 /// attempts or of `give_up_after`). [`TransferLimits::deadline`], when set,
 /// bounds each read as a whole, and the opening.
 pub struct CloudSource {
+    ranged: Ranged<ObjectClient>,
+}
+
+/// Sends the ranged `GET`s of one object through `object_store`.
+struct ObjectClient {
     store: Arc<dyn ObjectStore>,
     path: Path,
-    name: String,
-    len: u64,
-    etag: Option<String>,
-    /// The last-modified date at opening (RFC 3339), compared when the
-    /// store gave no ETag.
-    last_modified: Option<String>,
-    limits: TransferLimits,
-    retry: RetryPolicy,
-    /// The object's first bytes, from the opening request.
-    prefix: Vec<u8>,
-    /// With [`CloudReadOptions::read_all`]: the rest of the opening response.
-    parked: Mutex<Option<Parked>>,
 }
 
-/// An opening response read as far as the end of the prefix.
-struct Parked {
-    /// The offset of its next byte.
-    at: u64,
-    /// Bytes of the last chunk beyond the prefix, not yet delivered.
+/// A response body, and the pace it is read at.
+struct Body {
+    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    /// Bytes of the last chunk past what was asked for, not yet delivered.
     leftover: Option<Bytes>,
-    body: Body,
+    pace: Pace,
 }
-
-/// What the opening request learnt.
-struct Opened {
-    len: u64,
-    etag: Option<String>,
-    last_modified: Option<String>,
-    prefix: Vec<u8>,
-    parked: Option<Parked>,
-}
-
-/// A deadline for one read or the opening: its length, and when it ends.
-type Deadline = Option<(Duration, Option<Instant>)>;
 
 impl CloudSource {
     /// Opens `path` in `store` with one ranged `GET` (see [`CloudReadOptions`]).
     /// `name` is used in messages.
     pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, options: &CloudReadOptions) -> Result<Self> {
-        let mut this = Self {
-            store,
-            path,
-            name,
-            len: 0,
-            etag: None,
-            last_modified: None,
-            limits: options.limits,
-            retry: options.retry,
-            prefix: Vec::new(),
-            parked: Mutex::new(None),
-        };
-        let deadline = this.deadline();
-        let target = Target { location: &this.name, range: None };
-        let opened = retry(&this.retry, target, || this.run(deadline, None, this.probe(options.read_all)))?;
-        this.len = opened.len;
-        this.etag = opened.etag;
-        this.last_modified = opened.last_modified;
-        this.prefix = opened.prefix;
-        this.parked = Mutex::new(opened.parked);
-        Ok(this)
+        let client = ObjectClient { store, path };
+        Ok(Self { ranged: Ranged::open(client, name, options.limits, options.retry, options.read_all)? })
     }
 
     /// The object's ETag when it was opened, if the store gave one.
     pub fn etag(&self) -> Option<&str> {
-        self.etag.as_deref()
+        self.ranged.etag()
     }
+}
 
-    /// The deadline of a read (or the opening) that starts now.
-    fn deadline(&self) -> Deadline {
-        self.limits.deadline.map(|d| (d, Instant::now().checked_add(d)))
-    }
-
-    /// Runs one attempt to completion within `deadline` (a failure naming
-    /// `range` when it passes).
-    fn run<T>(
-        &self,
-        deadline: Deadline,
-        range: Option<(u64, u64)>,
-        attempt: impl Future<Output = Attempt<T>>,
-    ) -> Attempt<T> {
-        let outcome = match deadline {
-            Some((limit, at)) => {
-                let left = at.map_or(limit, |at| at.saturating_duration_since(Instant::now()));
-                // The timer is made inside the runtime (tokio's needs one).
-                block_on(async move { tokio::time::timeout(left, attempt).await })
-                    .map(|r| r.unwrap_or_else(|_| Attempt::Final(deadline_error(&self.name, range, limit))))
-            }
-            None => block_on(attempt),
+impl ObjectClient {
+    /// Runs `future` to completion, within what is left of `pace`'s
+    /// deadline (a failure naming `span` when it passes).
+    fn within<T>(&self, pace: &Pace, span: &Span<'_>, future: impl Future<Output = Attempt<T>>) -> Attempt<T> {
+        let outcome = match pace.time_left() {
+            // The timer is made inside the runtime (tokio's needs one).
+            Some(left) => block_on(async move { tokio::time::timeout(left, future).await })
+                .map(|r| r.unwrap_or_else(|_| ranged::broken(span, pace.deadline_error(), pace))),
+            None => block_on(future),
         };
         outcome.unwrap_or_else(Attempt::Final)
     }
 
-    /// One attempt at the opening request: bytes `0..PREFIX`, or all of
-    /// the object with `read_all`. The prefix is read here (paced as any
-    /// read); the rest is parked.
-    async fn probe(&self, read_all: bool) -> Attempt<Opened> {
-        let range = if read_all { GetRange::Offset(0) } else { GetRange::Bounded(0..PREFIX) };
-        let options = GetOptions { range: Some(range), ..Default::default() };
-        let result = match self.store.get_opts(&self.path, options).await {
-            Ok(result) => result,
-            Err(e) if unsatisfiable(&e) => return self.probe_empty(e).await,
-            Err(e) => {
-                let again = transient(&e);
-                return failed(store_error(&self.name, None, e), again);
+    /// One ranged `GET` for `ask` (the opening of an object whose ranged
+    /// `GET` is refused as unsatisfiable is the opening of an empty object
+    /// if a `HEAD` says so).
+    async fn request(&self, ask: Ask<'_>, span: &Span<'_>, pace: Pace) -> Attempt<Response<Body>> {
+        let (options, range) = match ask {
+            Ask::Opening { all } => {
+                let range = if all { GetRange::Offset(0) } else { GetRange::Bounded(0..PREFIX) };
+                (GetOptions { range: Some(range), ..Default::default() }, None)
+            }
+            Ask::Range { range, pinned } => {
+                let options = GetOptions {
+                    range: Some(GetRange::Bounded(range.clone())),
+                    if_match: pinned.etag.clone(),
+                    ..Default::default()
+                };
+                (options, Some((span.start, span.len)))
             }
         };
-        let (len, etag, end) = (result.meta.size, result.meta.e_tag.clone(), result.range.end);
-        let last_modified = Some(result.meta.last_modified.to_rfc3339());
-        if result.range.start != 0 || end > len {
-            let why = "the store returned a different range";
-            return Attempt::Final(self.fail(0, PREFIX.min(len), io::ErrorKind::InvalidData, why));
-        }
-        let mut prefix = vec![0u8; end.min(PREFIX) as usize];
-        let want = prefix.len() as u64;
-        let (mut body, mut leftover, mut done) = (result.into_stream(), None, 0);
-        match self.receive(&mut body, &mut leftover, 0, want, &mut done, &mut [&mut prefix]).await {
-            Attempt::Ok(()) => {}
-            // At most a MiB: asked for again whole.
-            Attempt::Retry(e) | Attempt::Resumable(e) => return Attempt::Retry(e),
-            Attempt::Final(e) => return Attempt::Final(e),
-        }
-        let parked = (end > want).then_some(Parked { at: want, leftover, body });
-        Attempt::Ok(Opened { len, etag, last_modified, prefix, parked })
+        let opening = range.is_none();
+        let result = match self.store.get_opts(&self.path, options).await {
+            Ok(result) => result,
+            Err(e) if opening && unsatisfiable(&e) => return self.empty(e, span, pace).await,
+            Err(e) => {
+                let again = transient(&e);
+                return failed(store_error(span.name, range, e), again);
+            }
+        };
+        let head = Head {
+            range: Some((result.range.clone(), result.meta.size)),
+            validators: Validators {
+                etag: result.meta.e_tag.clone(),
+                last_modified: Some(result.meta.last_modified.to_rfc3339()),
+            },
+        };
+        Attempt::Ok(Response { head, body: Body { stream: result.into_stream(), leftover: None, pace } })
     }
 
     /// The opening of an object whose ranged `GET` was refused as
     /// unsatisfiable (`failed`): an empty object, if a `HEAD` says so.
-    async fn probe_empty(&self, failed: object_store::Error) -> Attempt<Opened> {
+    async fn empty(&self, failed: object_store::Error, span: &Span<'_>, pace: Pace) -> Attempt<Response<Body>> {
         let head = GetOptions { head: true, ..Default::default() };
         match self.store.get_opts(&self.path, head).await.map(|r| r.meta) {
             Ok(meta) if meta.size == 0 => {
-                let last_modified = Some(meta.last_modified.to_rfc3339());
-                Attempt::Ok(Opened { len: 0, etag: meta.e_tag, last_modified, prefix: Vec::new(), parked: None })
+                let validators = Validators { etag: meta.e_tag, last_modified: Some(meta.last_modified.to_rfc3339()) };
+                let head = Head { range: Some((0..0, 0)), validators };
+                let body = Body { stream: futures_util::stream::empty().boxed(), leftover: None, pace };
+                Attempt::Ok(Response { head, body })
             }
-            _ => Attempt::Final(store_error(&self.name, None, failed)),
+            _ => Attempt::Final(store_error(span.name, None, failed)),
         }
     }
 
-    /// One attempt: a ranged `GET` for bytes `offset + *done ..
-    /// offset + total` of `bufs` (consecutive), `*done` advanced by what
-    /// arrived.
-    async fn attempt(&self, offset: u64, total: u64, done: &mut u64, bufs: &mut [&mut [u8]]) -> Attempt<()> {
-        let (began, start) = (*done, offset + *done);
-        let options = GetOptions {
-            range: Some(GetRange::Bounded(start..offset + total)),
-            if_match: self.etag.clone(),
-            ..Default::default()
-        };
-        let result = match self.store.get_opts(&self.path, options).await {
-            Ok(result) => result,
-            Err(e) => {
-                let again = transient(&e);
-                return failed(store_error(&self.name, Some((start, total - began)), e), again);
-            }
-        };
-        if let Some(why) = self.changed(&result.meta) {
-            return Attempt::Final(Error::store(&self.name, Some(start..offset + total), StoreErrorKind::Changed, why));
-        }
-        let (mut body, mut leftover) = (result.into_stream(), None);
-        let outcome = self.receive(&mut body, &mut leftover, offset, total, done, bufs).await;
-        if matches!(outcome, Attempt::Ok(())) && leftover.is_some() {
-            let why = "the store sent more bytes than asked";
-            return Attempt::Final(self.fail(start, total - began, io::ErrorKind::InvalidData, why));
-        }
-        outcome
-    }
-
-    /// Reads `body` (whose next byte is at `offset + *done`, after the
-    /// bytes in `*leftover`) into `bufs` (consecutive, `total` bytes from
-    /// `offset`) until they are full, `*done` advanced by what arrived; the
-    /// part of a chunk past `total` is left in `*leftover`. The body is
-    /// paced: a window below the minimum rate ends the attempt.
+    /// Reads `body` into `bufs` from `*done` up to `stop` (see
+    /// [`Transport::fill`]); the part of a chunk past `stop` is kept in the
+    /// body. A stall (nothing for a rate window) or a trickle ends the
+    /// attempt, as the pace says.
     async fn receive(
         &self,
         body: &mut Body,
-        leftover: &mut Option<Bytes>,
-        offset: u64,
-        total: u64,
-        done: &mut u64,
         bufs: &mut [&mut [u8]],
+        done: &mut u64,
+        stop: u64,
+        span: &Span<'_>,
     ) -> Attempt<()> {
-        let began = *done;
-        let window = self.limits.rate_window.max(Duration::from_millis(1));
-        let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
-        // A failure after useful progress is resumed; one without is a failed attempt.
-        let broke = |done: u64, e: Error, or_else: fn(Error) -> Attempt<()>| match done - began {
-            n if n >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
-            _ => or_else(e),
-        };
-        while *done < total {
-            let chunk = match leftover.take() {
+        while *done < stop {
+            let chunk = match body.leftover.take() {
                 Some(chunk) => chunk,
-                None => match next_chunk(body, window, self.limits.min_rate).await {
-                    Some(Ok(Some(chunk))) => chunk,
-                    Some(Ok(None)) => {
-                        let e = self.too_slow(offset + *done, offset + total, window);
-                        return broke(*done, e, Attempt::Retry);
+                None => {
+                    let next = match body.pace.wait() {
+                        Some(wait) => match tokio::time::timeout(wait, body.stream.next()).await {
+                            Ok(next) => next,
+                            Err(_) => match body.pace.progress(0) {
+                                Ok(()) => continue,
+                                Err(e) => return ranged::broken(span, e, &body.pace),
+                            },
+                        },
+                        None => body.stream.next().await,
+                    };
+                    match next {
+                        Some(Ok(chunk)) => chunk,
+                        // A broken body: the bytes still missing are asked for again.
+                        Some(Err(e)) => return Attempt::Retry(store_error(span.name, Some((span.start, span.len)), e)),
+                        None => {
+                            let why = "the object ended early";
+                            return Attempt::Final(span.io(io::ErrorKind::UnexpectedEof, why));
+                        }
                     }
-                    // A broken body: the bytes still missing are asked for again.
-                    Some(Err(e)) => {
-                        let e = store_error(&self.name, Some((offset + *done, total - *done)), e);
-                        return broke(*done, e, Attempt::Retry);
-                    }
-                    None => {
-                        let why = "the object ended early";
-                        let kind = io::ErrorKind::UnexpectedEof;
-                        return Attempt::Final(self.fail(offset + *done, total - *done, kind, why));
-                    }
-                },
+                }
             };
-            // At most `total - *done`, which is a usize as `bufs` are.
-            let n = (chunk.len() as u64).min(total - *done) as usize;
-            copy_into(bufs, *done, &chunk[..n]);
+            // At most `stop - *done`, which is a usize as `bufs` are.
+            let n = (chunk.len() as u64).min(stop - *done) as usize;
+            ranged::copy_into(bufs, *done, &chunk[..n]);
             if n < chunk.len() {
-                *leftover = Some(chunk.slice(n..));
+                body.leftover = Some(chunk.slice(n..));
             }
             *done += n as u64;
-            window_bytes += n as u64;
-            if window_start.elapsed() >= window {
-                let floor = self.limits.min_rate as f64 * window_start.elapsed().as_secs_f64();
-                if (window_bytes as f64) < floor && *done < total {
-                    return broke(*done, self.too_slow(offset + *done, offset + total, window), Attempt::Retry);
-                }
-                (window_start, window_bytes) = (Instant::now(), 0);
+            // A slow last window does not undo a finished read.
+            if let Err(e) = body.pace.progress(n)
+                && *done < stop
+            {
+                return ranged::broken(span, e, &body.pace);
             }
         }
         Attempt::Ok(())
     }
-
-    /// Fills `bufs` (consecutive bytes from `offset`, `total` in all) as
-    /// far as the prefix and the parked opening response reach, if that
-    /// response continues exactly where this read needs it; advances
-    /// `*done`. A failure only stops early: the caller fetches whatever is
-    /// missing.
-    fn continue_opening(&self, offset: u64, bufs: &mut [&mut [u8]], total: u64, done: &mut u64, deadline: Deadline) {
-        let at = self.prefix.len() as u64;
-        if !(offset <= at && at < offset + total) {
-            return;
-        }
-        // `offset` ≤ the prefix's length, which is a usize.
-        let cached = &self.prefix[offset as usize..];
-        copy_into(bufs, 0, cached);
-        *done = cached.len() as u64;
-        let Some(mut parked) = self.parked.lock().ok().and_then(|mut p| p.take()) else { return };
-        if parked.at != at {
-            return;
-        }
-        let range = Some((offset, total));
-        let receive = self.receive(&mut parked.body, &mut parked.leftover, offset, total, done, bufs);
-        // Whatever arrived stays in `bufs`; the rest is asked for afresh.
-        let _ = self.run(deadline, range, receive);
-    }
-
-    /// What tells that a response comes from another object than the one
-    /// opened, beyond the `If-Match` the store checks: another size; without
-    /// an ETag, another last-modified date. `None` when nothing does.
-    fn changed(&self, meta: &object_store::ObjectMeta) -> Option<String> {
-        if meta.size != self.len {
-            let (was, now) = (self.len, meta.size);
-            return Some(format!(
-                "the object changed during the load (it was {was} bytes long, is now {now}); open it again"
-            ));
-        }
-        let now = meta.last_modified.to_rfc3339();
-        match (&self.etag, &self.last_modified) {
-            (None, Some(was)) if *was != now => Some(format!(
-                "the object changed during the load (the store gives no ETag; last modified {was}, now {now}); \
-                 open it again"
-            )),
-            _ => None,
-        }
-    }
-
-    /// The failure of a transfer below the minimum rate, at `start..end`.
-    fn too_slow(&self, start: u64, end: u64, window: Duration) -> Error {
-        let why = format!("slower than {} bytes/s over {window:?} (TZR_MIN_RATE)", self.limits.min_rate);
-        Error::store(&self.name, Some(start..end), StoreErrorKind::TimedOut, why)
-    }
-
-    fn fail(&self, offset: u64, len: u64, kind: io::ErrorKind, why: impl std::fmt::Display) -> Error {
-        Error::Io {
-            file: self.name.clone(),
-            offset,
-            source: io::Error::new(kind, format!("range {offset}-{}: {why}", offset + len.max(1) - 1)),
-        }
-    }
-
-    fn read(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        check_range(&self.name, self.len, offset, total)?;
-        if total == 0 {
-            return Ok(());
-        }
-        let total = total as u64;
-        if let Some(cached) = usize::try_from(offset).ok().and_then(|start| self.prefix.get(start..))
-            && cached.len() as u64 >= total
-        {
-            copy_into(bufs, 0, cached);
-            return Ok(());
-        }
-        let deadline = self.deadline();
-        let mut done = 0u64;
-        self.continue_opening(offset, bufs, total, &mut done, deadline);
-        if done == total {
-            return Ok(());
-        }
-        let target = Target { location: &self.name, range: Some(offset..offset + total) };
-        retry(&self.retry, target, || {
-            self.run(deadline, Some((offset, total)), self.attempt(offset, total, &mut done, bufs))
-        })
-    }
 }
 
-/// The next chunk of `stream`; `Ok(None)` when nothing came for a whole
-/// `window` while a minimum rate is set (a stall: ask again).
-async fn next_chunk(stream: &mut Body, window: Duration, min_rate: u64) -> Option<object_store::Result<Option<Bytes>>> {
-    if min_rate == 0 {
-        return stream.next().await.map(|r| r.map(Some));
-    }
-    match tokio::time::timeout(window, stream.next()).await {
-        Ok(next) => next.map(|r| r.map(Some)),
-        Err(_) => Some(Ok(None)),
-    }
-}
+impl Transport for ObjectClient {
+    type Body = Body;
 
-/// Copies `chunk` into the concatenation of `bufs` at position `at`.
-fn copy_into(bufs: &mut [&mut [u8]], mut at: u64, mut chunk: &[u8]) {
-    for buf in bufs.iter_mut() {
-        let len = buf.len() as u64;
-        if at >= len {
-            at -= len;
-            continue;
+    const WHO: &'static str = "store";
+
+    const NO_ETAG: &'static str = "the store gives no ETag; last modified";
+
+    fn get(&self, ask: Ask<'_>, span: &Span<'_>, pace: Pace) -> Attempt<Response<Body>> {
+        let deadline = pace.clone();
+        self.within(&deadline, span, self.request(ask, span, pace))
+    }
+
+    fn fill(&self, body: &mut Body, bufs: &mut [&mut [u8]], done: &mut u64, stop: u64, span: &Span<'_>) -> Attempt<()> {
+        match block_on(self.receive(body, bufs, done, stop, span)) {
+            Ok(outcome) => outcome,
+            Err(e) => Attempt::Final(e),
         }
-        let from = at as usize;
-        let n = (buf.len() - from).min(chunk.len());
-        buf[from..from + n].copy_from_slice(&chunk[..n]);
-        chunk = &chunk[n..];
-        at = 0;
-        if chunk.is_empty() {
-            break;
-        }
+    }
+
+    fn repace(body: &mut Body, pace: Pace) {
+        body.pace = pace;
+    }
+
+    fn overran(body: &Body) -> bool {
+        body.leftover.is_some()
     }
 }
 
@@ -422,27 +246,17 @@ fn failed<T>(e: Error, again: bool) -> Attempt<T> {
     if again { Attempt::Retry(e) } else { Attempt::Final(e) }
 }
 
-fn deadline_error(name: &str, range: Option<(u64, u64)>, deadline: Duration) -> Error {
-    let range = range.map(|(start, len)| start..start.saturating_add(len.max(1)));
-    Error::store(
-        name,
-        range,
-        StoreErrorKind::TimedOut,
-        format!("not done within the {deadline:?} deadline (TZR_DEADLINE)"),
-    )
-}
-
 impl RangeSource for CloudSource {
     fn len(&self) -> u64 {
-        self.len
+        self.ranged.len()
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.read(offset, &mut [buf])
+        self.ranged.read(offset, &mut [buf])
     }
 
     fn name(&self) -> &str {
-        &self.name
+        self.ranged.name()
     }
 
     fn prefers_long_reads(&self) -> bool {
@@ -450,7 +264,7 @@ impl RangeSource for CloudSource {
     }
 
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
-        self.read(offset, bufs)
+        self.ranged.read(offset, bufs)
     }
 }
 
@@ -468,6 +282,9 @@ mod tests {
     };
 
     use super::*;
+    use crate::error::StoreErrorKind;
+    use crate::store::ranged::copy_into;
+    use std::time::{Duration, Instant};
 
     /// How each ranged body of a [`Faulty`] store ends.
     #[derive(Debug, Clone, Copy)]
@@ -656,7 +473,7 @@ mod tests {
         assert_eq!(store.gets.load(Ordering::Relaxed), 2);
         // Without read_all the opening asks for the prefix only.
         let source = open(&store, CloudReadOptions::default()).unwrap();
-        assert!(source.parked.lock().unwrap().is_none());
+        assert!(source.ranged.parked.lock().unwrap().is_none());
         source.read_exact_at(1000, &mut rest).unwrap();
         assert_eq!(store.gets.load(Ordering::Relaxed), 4);
         assert_eq!(&rest[..], &pattern(len)[1000..]);

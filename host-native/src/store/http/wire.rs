@@ -19,7 +19,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::retry::Pace;
+use crate::store::retry::Pace;
 
 /// Longest response head accepted (status line and headers).
 const MAX_HEAD: usize = 64 << 10;

@@ -12,7 +12,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::retry::{Pace, Paced, too_slow};
+use crate::store::retry::{Pace, Paced, too_slow};
 
 /// Longest status, error or length line accepted.
 const MAX_LINE: usize = 64 << 10;

@@ -6,32 +6,32 @@ use tensorizer_core::FileHeader;
 use super::resp::{Conn, Fault, Reply};
 use super::{PIPELINE, RedisOptions, RedisUri, fault_error, scan};
 use crate::error::{Error, Result};
-use crate::reader::Reader;
+use crate::read::Reader;
 use crate::source::RangeSource;
 
 /// Bytes read from the source per write call while uploading a value.
-const UPLOAD_PIECE: usize = 8 << 20;
+pub(super) const UPLOAD_PIECE: usize = 8 << 20;
 
 /// Uploaded bytes after which the replies queued so far are read.
-const UPLOAD_DRAIN: u64 = 64 << 20;
+pub(super) const UPLOAD_DRAIN: u64 = 64 << 20;
 
 /// Lifetime of the temporary keys of a write, so that a writer that dies
 /// before committing leaves nothing behind for good.
-const TEMP_TTL_SECS: &[u8] = b"86400";
+pub(super) const TEMP_TTL_SECS: &[u8] = b"86400";
 
 /// Redis refuses longer values unless `proto-max-bulk-len` is raised.
-const DEFAULT_MAX_VALUE: u64 = 512 << 20;
+pub(super) const DEFAULT_MAX_VALUE: u64 = 512 << 20;
 
 /// One key to write: its name after `{prefix}:`, and its bytes in the file.
-struct Planned {
-    suffix: Vec<u8>,
-    offset: u64,
-    len: u64,
+pub(super) struct Planned {
+    pub(super) suffix: Vec<u8>,
+    pub(super) offset: u64,
+    pub(super) len: u64,
 }
 
 /// The keys tensorizer's `to_redis` writes for the file behind `reader`,
 /// in file order, checked to tile it.
-fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
+pub(super) fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
     let mut entries: Vec<_> = reader.entries().iter().collect();
     entries.sort_by_key(|e| e.header_offset);
     let index_end = reader.header().metadata_range().end;
@@ -64,9 +64,36 @@ fn plan<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<Planned>> {
     Ok(keys)
 }
 
+/// One key of the Redis layout (spec §12.1): its name after `{prefix}:`
+/// and the bytes of the file it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutKey {
+    /// The key's name after `{prefix}:` (`header:0`, `{name}:{offset}`).
+    pub suffix: Vec<u8>,
+    /// Offset in the file of the key's bytes.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+}
+
+/// The keys of the Redis layout for the file behind `reader`, in file
+/// order (the `header:0` key, then each tensor's header and data keys),
+/// checked to tile the file. `name` names the file in errors. The one
+/// place this layout is computed: the writers here and Python's
+/// `to_redis` (which writes through the caller's client) use it.
+pub fn key_layout<S: RangeSource>(name: &str, reader: &Reader<S>) -> Result<Vec<LayoutKey>> {
+    Ok(plan(name, reader)?.into_iter().map(|p| LayoutKey { suffix: p.suffix, offset: p.offset, len: p.len }).collect())
+}
+
+/// The generation marker's key for `prefix` (spec §12.3): a key-by-key
+/// writer deletes it first, so readers of the file being replaced notice.
+pub fn generation_key(prefix: &str) -> String {
+    format!("{prefix}{}", super::GENERATION_SUFFIX)
+}
+
 /// Writes the file behind `reader` to `uri` (`redis://host[:port]/prefix`)
 /// with the keys tensorizer's `to_redis` writes, byte for byte (see the
-/// [module docs](crate::redis)).
+/// [module docs](crate::store::redis)).
 ///
 /// The write is atomic: every key goes first under the temporary prefix
 /// `{prefix}.tmp-<random hex>` (with a one-day expiry, in case this process

@@ -8,8 +8,8 @@ use rusty_s3::{Bucket, Credentials, UrlStyle};
 
 use super::S3Object;
 use crate::error::{Error, Result};
-use crate::http::HttpOptions;
-use crate::tls::Service;
+use crate::store::http::HttpOptions;
+use crate::store::tls::Service;
 
 /// tensorizer's default endpoint for reads when nothing else names one.
 pub const DEFAULT_READ_ENDPOINT: &str = "accel-object.ord1.coreweave.com";
@@ -36,7 +36,7 @@ pub const DEFAULT_WRITE_ENDPOINT: &str = "object.ord1.coreweave.com";
 /// * TLS trust: `http.tls` if it names CAs or disables verification →
 ///   `AWS_CA_BUNDLE` → `REQUESTS_CA_BUNDLE` → `CURL_CA_BUNDLE` →
 ///   `SSL_CERT_FILE` / `SSL_CERT_DIR` → the system's CA bundle (see
-///   [`crate::tls`]).
+///   [`crate::store::tls`]).
 ///
 /// Addressing is path-style (`endpoint/bucket/key`), which every
 /// S3-compatible server accepts, except on `*.amazonaws.com` where
@@ -93,22 +93,34 @@ pub fn parse_s3_uri(uri: &str) -> Result<(String, String)> {
     }
 }
 
-/// The `[default]` fields tensorizer reads from an s3cmd config file.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct S3Cfg {
-    access_key: Option<String>,
-    secret_key: Option<String>,
-    host_base: Option<String>,
-    use_https: Option<bool>,
+/// The `[default]` fields tensorizer reads from an s3cmd config file
+/// (`~/.s3cfg`). This is the one reader of that file: Python asks it too.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct S3Cfg {
+    /// Whether the file has a `[default]` section at all.
+    pub has_default: bool,
+    /// `access_key`.
+    pub access_key: Option<String>,
+    /// `secret_key`.
+    pub secret_key: Option<String>,
+    /// `host_base`: the endpoint.
+    pub host_base: Option<String>,
+    /// `use_https`, read as s3cmd reads booleans (`true`/`yes`/`on`/`1` in
+    /// any case is true, anything else false).
+    pub use_https: Option<bool>,
 }
 
-fn parse_s3cfg(text: &str) -> S3Cfg {
+/// Parses an s3cmd config file: `key = value` (or `key: value`) lines of
+/// its `[default]` section; comments and other sections are skipped, an
+/// empty value is absent.
+pub fn parse_s3cfg(text: &str) -> S3Cfg {
     let mut cfg = S3Cfg::default();
     let mut in_default = false;
     for line in text.lines() {
         let line = line.trim();
         if line.starts_with('[') {
             in_default = line == "[default]";
+            cfg.has_default |= in_default;
             continue;
         }
         if !in_default || line.starts_with('#') || line.starts_with(';') {
@@ -139,7 +151,7 @@ impl S3Options {
     /// none were given explicitly, not even empty ones), the rest of the
     /// AWS credential chain is tried before going anonymous: web identity,
     /// the `~/.aws` profiles, the ECS container endpoint and the instance
-    /// metadata service (see `crate::cloud::aws_credential_chain`).
+    /// metadata service (see `crate::store::cloud::aws_credential_chain`).
     pub fn resolve(&self, uri: &str, for_write: bool) -> Result<S3Object> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
@@ -153,7 +165,7 @@ impl S3Options {
         if object.credentials.is_none()
             && self.access_key_id.is_none()
             && self.secret_access_key.is_none()
-            && let Some(found) = crate::cloud::aws_credential_chain(Some(object.bucket.region()))?
+            && let Some(found) = crate::store::cloud::aws_credential_chain(Some(object.bucket.region()))?
         {
             object.credentials = Some(credentials(found.key_id, found.secret_key, found.token));
         }

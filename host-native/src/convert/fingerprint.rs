@@ -1,0 +1,184 @@
+//! Weight fingerprints (spec §21) of a tensorizer file, a safetensors file
+//! or a `torch.save` checkpoint, local or remote: every tensor's
+//! C-contiguous little-endian bytes streamed through SHA-256, the records
+//! combined by [`tensorizer_core::fingerprint`].
+//!
+//! Tensors are hashed on a pool of threads (`num_threads`, by default one
+//! per core), each taking the next tensor, largest first, and streaming it
+//! piece by piece, as a conversion reads it ([`crate::convert`]): memory
+//! is at most two pieces per thread (a big-endian tensor is swapped in a
+//! copy), plus, for a checkpoint view that is not contiguous, the view
+//! gathered whole (one such view at a time). One
+//! tensor's SHA-256 runs on one thread, so a file of one huge tensor hashes
+//! at one core's speed. Stored tensorizer hashes are not checked (`tzr
+//! verify` does that); encrypted data is still authenticated as it is
+//! decrypted.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tensorizer_core::checkpoint::Leaf;
+use tensorizer_core::fingerprint::{DataHasher, Digest};
+use tensorizer_core::{Dtype, Fingerprint, KeySource, TensorFingerprint, TensorPath, TensorSpec, TensorType};
+
+use crate::convert::checkpoint::CheckpointReader;
+use crate::convert::safetensors::{SafetensorsFile, swap_unit};
+use crate::convert::{Format, Input, Item, PROGRESS_INTERVAL, check, sniff, stream};
+use crate::error::{Error, Result};
+use crate::parallel::{default_readers, for_each_index};
+use crate::read::{ReadOptions, Reader};
+use crate::source::Intent;
+use crate::source::RangeSource;
+use crate::store::open_uri;
+
+/// How to fingerprint.
+#[derive(Debug, Clone, Default)]
+pub struct FingerprintOptions {
+    /// The key or passphrase of an encrypted tensorizer input.
+    pub key: Option<KeySource>,
+    /// Threads hashing tensors; 0 = one per core, at most 16.
+    pub num_threads: usize,
+}
+
+/// A file's fingerprint and what went into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprinted {
+    /// The input's format.
+    pub format: Format,
+    /// The fingerprint, with one record per tensor.
+    pub fingerprint: Fingerprint,
+    /// Data bytes hashed.
+    pub bytes: u64,
+    /// Entries of a checkpoint that are not tensors (left out), by name.
+    pub skipped: Vec<String>,
+}
+
+/// Fingerprints `src`, a local path or a URI (`http(s)://`, `s3://`,
+/// `redis://`, ...); see [`fingerprint_source`].
+pub fn fingerprint(
+    src: &str,
+    options: &FingerprintOptions,
+    progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Fingerprinted> {
+    fingerprint_source(open_uri(src, Intent::ReadAll)?, options, progress)
+}
+
+/// Fingerprints whatever `source` holds, recognised by its first bytes as
+/// [`crate::convert::sniff`] tells them. `progress` gets (data bytes
+/// hashed, data bytes in all) now and then and once at the end; an error
+/// from it stops the work.
+pub fn fingerprint_source<S: RangeSource>(
+    source: S,
+    options: &FingerprintOptions,
+    progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Fingerprinted> {
+    let threads = options.num_threads;
+    match sniff(&source)? {
+        Format::TorchCheckpoint => {
+            fingerprint_input(Input::Checkpoint(&CheckpointReader::new(source)?), threads, progress)
+        }
+        Format::Tensorizer => {
+            let read = ReadOptions { num_readers: 1, verify_hash: false, key: options.key.clone() };
+            fingerprint_input(Input::Tensorizer(&Reader::new(source, read)?), threads, progress)
+        }
+        Format::Safetensors => fingerprint_input(Input::Safetensors(&SafetensorsFile::new(source)?), threads, progress),
+    }
+}
+
+/// Fingerprints an opened input on `threads` threads (0 = one per core);
+/// `progress` is as in [`fingerprint_source`].
+pub fn fingerprint_input<S: RangeSource>(
+    input: Input<'_, S>,
+    threads: usize,
+    mut progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Fingerprinted> {
+    let src = input.source().name().to_string();
+    let (items, skipped) = plan(&input)?;
+    let total = items.iter().fold(0u64, |sum, t| sum.saturating_add(t.len));
+    let threads = if threads == 0 { default_readers() } else { threads };
+    let digests: Mutex<Vec<Option<Digest>>> = Mutex::new(vec![None; items.len()]);
+    let done = AtomicU64::new(0);
+    let gather = Mutex::new(());
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(items[k].len));
+    let job = |k: usize, scratch: &mut Vec<u8>, stopped: &AtomicBool| {
+        let k = order[k];
+        if items[k].spec.meta {
+            return Ok(());
+        }
+        let mut hasher = DataHasher::new();
+        stream(&input, &items[k], false, &gather, scratch, &mut |piece| {
+            check(stopped)?;
+            hasher.update(piece);
+            done.fetch_add(piece.len() as u64, Ordering::Relaxed);
+            Ok(())
+        })?;
+        let digest = hasher.finish();
+        digests.lock().map_err(|_| Error::Invalid("a hashing thread panicked".into()))?[k] = Some(digest);
+        Ok(())
+    };
+    let mut report = |d: u64| progress(d, total);
+    for_each_index(threads, items.len(), job, &done, PROGRESS_INTERVAL, &mut report)?;
+    let digests = digests.into_inner().map_err(|_| Error::Invalid("a hashing thread panicked".into()))?;
+    let mut records = Vec::with_capacity(items.len());
+    for (item, data) in items.into_iter().zip(digests) {
+        let dtype = item.spec.dtype.element().ok_or_else(|| no_torch_name(&src, &item.spec))?;
+        records.push(TensorFingerprint { name: item.spec.path.dotted_name(), dtype, shape: item.spec.shape, data });
+    }
+    let fingerprint = Fingerprint::new(records).map_err(|e| Error::format(&src, e))?;
+    Ok(Fingerprinted { format: input.format(), fingerprint, bytes: total, skipped })
+}
+
+/// The tensors to hash, in the input's order, and the checkpoint entries
+/// that are not tensors. Every tensor is streamed little-endian.
+fn plan<S: RangeSource>(input: &Input<'_, S>) -> Result<(Vec<Item>, Vec<String>)> {
+    let mut items = Vec::new();
+    let mut skipped = Vec::new();
+    let spec = |path: TensorPath, dtype: Dtype, shape: Vec<u64>, meta: bool| TensorSpec {
+        path,
+        tensor_type: TensorType::StateDict,
+        module_index: 0,
+        dtype,
+        shape,
+        meta,
+    };
+    match input {
+        Input::Checkpoint(reader) => {
+            for (i, e) in reader.entries().iter().enumerate() {
+                let Leaf::Tensor(view) = &e.value else {
+                    skipped.push(e.path.dotted_name());
+                    continue;
+                };
+                let s = spec(e.path.clone(), Dtype::from_element(view.dtype), view.shape.clone(), false);
+                items.push(Item { index: i, spec: s, len: reader.nbytes(i)?, swap: None });
+            }
+        }
+        Input::Tensorizer(reader) => {
+            for (i, e) in reader.entries().iter().enumerate() {
+                let s = spec(e.path.clone(), e.dtype.clone(), e.shape.clone(), e.is_meta());
+                items.push(Item { index: i, spec: s, len: e.data_length, swap: swap_unit(&e.dtype) });
+            }
+        }
+        Input::Safetensors(file) => {
+            for (i, e) in file.entries().iter().enumerate() {
+                let s = spec(TensorPath::Plain(e.name.clone()), Dtype::from_element(e.dtype), e.shape.clone(), false);
+                items.push(Item { index: i, spec: s, len: e.end - e.start, swap: None });
+            }
+        }
+    }
+    let src = input.source().name();
+    if let Some(t) = items.iter().find(|t| t.spec.dtype.element().is_none()) {
+        return Err(no_torch_name(src, &t.spec));
+    }
+    Ok((items, skipped))
+}
+
+/// The error for a tensor whose (opaque) dtype names no torch type this
+/// build knows: its record would have no dtype name.
+fn no_torch_name(src: &str, spec: &TensorSpec) -> Error {
+    Error::Invalid(format!(
+        "{src}: tensor {:?}: dtype {} is not a torch dtype this build knows; it cannot be fingerprinted",
+        spec.path.dotted_name(),
+        spec.dtype
+    ))
+}

@@ -1,0 +1,375 @@
+//! Loading tensors through a ring of staging buffers into memory that the
+//! CPU does not write directly (GPU memory): reader threads fill `K`
+//! buffers of `B` bytes with positioned reads, decrypt and hash in place,
+//! and hand each buffer to a [`CopyEngine`], which copies it out
+//! asynchronously and returns a ticket; a buffer is refilled only after its
+//! ticket is waited for. Host memory stays at `K × B` bytes (plus one
+//! parsed header per tensor) whatever the model size.
+//!
+//! Tensors longer than a buffer are split across buffers (at encryption
+//! chunk boundaries); consecutive small tensors share one, read with one
+//! request. Hashes are fed in data order, so pieces of one tensor that
+//! different threads read are hashed one after another.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tensorizer_core::TensorRecord;
+use tensorizer_core::crypto::Key;
+use tensorizer_core::hash::TensorHasher;
+
+use crate::error::{Error, Result};
+use crate::parallel::for_each;
+use crate::read::{Reader, decrypt_piece};
+use crate::source::RangeSource;
+
+mod host;
+mod plan;
+
+pub use host::{HostBuffer, HostEngine, HostTicket};
+
+/// Default bytes per staging buffer (a multiple of the 2 MiB encryption
+/// chunk, so encrypted tensors split evenly).
+pub const DEFAULT_BUFFER_LEN: usize = 16 << 20;
+
+/// How long a waiting thread sleeps before looking again whether another
+/// thread failed (wake-ups normally come sooner, by notification).
+const POLL: Duration = Duration::from_millis(20);
+
+/// Sizes of the staging ring.
+#[derive(Debug, Clone)]
+pub struct StagingOptions {
+    /// Number of staging buffers (`K`).
+    pub buffers: usize,
+    /// Bytes per staging buffer (`B`).
+    pub buffer_len: usize,
+    /// Reader threads; more than `buffers` only wait.
+    pub threads: usize,
+    /// Check every stored hash.
+    pub verify_hash: bool,
+}
+
+impl StagingOptions {
+    /// The ring for `reader`: its thread count and hash setting, two
+    /// buffers more than threads, [`DEFAULT_BUFFER_LEN`] each.
+    pub fn for_reader<S: RangeSource>(reader: &Reader<S>) -> Self {
+        let threads = reader.options().num_readers.max(1);
+        Self {
+            buffers: threads + 2,
+            buffer_len: DEFAULT_BUFFER_LEN,
+            threads,
+            verify_hash: reader.options().verify_hash,
+        }
+    }
+}
+
+/// One copy out of a staging buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copy {
+    /// The bytes of the buffer to copy.
+    pub src: Range<usize>,
+    /// The destination: a position in the list of tensors being loaded.
+    pub dst: usize,
+    /// Where in the destination the bytes go.
+    pub dst_offset: u64,
+}
+
+/// Moves staged bytes to their destinations, asynchronously.
+pub trait CopyEngine: Sync {
+    /// A staging buffer (page-locked host memory for a GPU).
+    type Buffer: Send;
+    /// Marks the completion of the copies out of one buffer.
+    type Ticket: Send;
+
+    /// Allocates a staging buffer of `len` bytes.
+    fn alloc(&self, len: usize) -> Result<Self::Buffer>;
+
+    /// The buffer's bytes, for reading into. Called only when no copy out
+    /// of it is in flight.
+    fn bytes_mut<'a>(&self, buffer: &'a mut Self::Buffer) -> Result<&'a mut [u8]>;
+
+    /// Starts `copies` out of `buffer` (ring slot `slot`); the buffer is
+    /// not touched again until the returned ticket is waited for.
+    fn copy_async(&self, slot: usize, buffer: &Self::Buffer, copies: &[Copy]) -> Result<Self::Ticket>;
+
+    /// Fills the first `len` bytes of destination `dst` with zeros (meta
+    /// tensors).
+    fn zero(&self, dst: usize, len: u64) -> Result<()>;
+
+    /// Blocks until the copies behind `ticket` are complete.
+    fn wait(&self, ticket: Self::Ticket) -> Result<()>;
+}
+
+/// A ring slot: its buffer (absent while a thread fills it), the ticket of
+/// the copies last started from it, and the fill number allowed in next.
+struct Slot<B, T> {
+    buffer: Option<B>,
+    ticket: Option<T>,
+    turn: usize,
+}
+
+/// A slot behind its lock, with the condition signalled when its turn
+/// advances.
+type RingSlot<E> = (Mutex<Slot<<E as CopyEngine>::Buffer, <E as CopyEngine>::Ticket>>, Condvar);
+
+/// Hashing progress of one tensor: data bytes hashed so far, and the
+/// hasher (absent while a thread feeds it).
+struct Hashing {
+    done: u64,
+    hasher: Option<TensorHasher>,
+}
+
+/// Loads tensors `tensors` (indices into `reader.entries()`) through
+/// `engine`: destination `j` receives tensor `tensors[j]`, exactly
+/// [`tensorizer_core::MetadataEntry::nbytes`] bytes (meta tensors are
+/// zero-filled). All copies are complete when this returns, on success or
+/// error.
+pub fn load_staged<S: RangeSource, E: CopyEngine>(
+    reader: &Reader<S>,
+    tensors: &[usize],
+    engine: &E,
+    options: &StagingOptions,
+) -> Result<()> {
+    let name = reader.source().name();
+    let entries = reader.entries();
+    if options.buffers == 0 || options.buffer_len == 0 {
+        return Err(Error::Invalid(format!("{name}: the staging ring needs at least one buffer of at least one byte")));
+    }
+    if let Some(&bad) = tensors.iter().find(|&&i| i >= entries.len()) {
+        return Err(Error::Invalid(format!("{name}: no tensor number {bad}")));
+    }
+    let threads = options.threads.clamp(1, options.buffers);
+
+    // Headers first: the plan needs each tensor's encryption chunk size.
+    let mut records: Vec<Option<TensorRecord>> = vec![None; tensors.len()];
+    for_each(threads, records.iter_mut().zip(tensors).collect(), |(slot, &i)| {
+        *slot = Some(reader.record(i)?);
+        Ok(())
+    })?;
+    let records: Vec<TensorRecord> = records.into_iter().flatten().collect();
+    let mut keys: Vec<Option<Key>> = Vec::with_capacity(records.len());
+    let mut wanted = Vec::with_capacity(records.len());
+    for (dst, (record, &i)) in records.iter().zip(tensors).enumerate() {
+        let entry = &entries[i];
+        if !entry.is_meta() && entry.data_length != entry.nbytes() {
+            return Err(Error::Invalid(format!(
+                "{name}: tensor {:?} stores {} bytes for a {}-byte tensor",
+                entry.path.to_string(),
+                entry.data_length,
+                entry.nbytes()
+            )));
+        }
+        let cipher = record.cipher().map_err(|e| Error::tensor(name, entry.path.to_string(), e))?;
+        keys.push(reader.key_for(record)?);
+        wanted.push(plan::Wanted { dst, entry, unit: cipher.map_or(1, |c| c.chunk_size) });
+    }
+    let fills = plan::plan(wanted, options.buffer_len, name)?;
+
+    // Tensors without stored data: zero-filled, their hashes checked over nothing.
+    for (dst, (record, &i)) in records.iter().zip(tensors).enumerate() {
+        let entry = &entries[i];
+        if entry.data_length == 0 {
+            if entry.nbytes() > 0 {
+                engine.zero(dst, entry.nbytes())?;
+            }
+            if options.verify_hash {
+                record.verify(&[]).map_err(|e| Error::tensor(name, entry.path.to_string(), e))?;
+            }
+        }
+    }
+
+    let mut run = Run {
+        reader,
+        tensors,
+        records: &records,
+        keys: &keys,
+        fills: &fills,
+        engine,
+        verify: options.verify_hash,
+        slots: Vec::new(),
+        hashing: Mutex::new(
+            records
+                .iter()
+                .map(|r| Hashing {
+                    done: 0,
+                    hasher: options.verify_hash.then(|| r.hasher_with(crate::kernels::digest::kernel())),
+                })
+                .collect(),
+        ),
+        hashed: Condvar::new(),
+        next_fill: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        first_error: Mutex::new(None),
+    };
+    // No more buffers than fills, none longer than the longest fill (a
+    // small load pins little memory).
+    let ring = options.buffers.min(fills.len().max(1));
+    let buffer_len = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
+    for k in 0..ring {
+        let buffer = engine.alloc(buffer_len)?;
+        run.slots.push((Mutex::new(Slot { buffer: Some(buffer), ticket: None, turn: k }), Condvar::new()));
+    }
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(fills.len()) {
+            scope.spawn(|| run.work());
+        }
+    });
+    // Every copy finishes before the buffers go away, even after an error.
+    let mut result = match run.first_error.into_inner() {
+        Ok(Some(e)) => Err(e),
+        _ => Ok(()),
+    };
+    for (slot, _) in run.slots {
+        let slot = slot.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(ticket) = slot.ticket {
+            let waited = engine.wait(ticket);
+            if result.is_ok() {
+                result = waited;
+            }
+        }
+    }
+    result
+}
+
+/// The shared state of one load.
+struct Run<'a, S: RangeSource, E: CopyEngine> {
+    reader: &'a Reader<S>,
+    tensors: &'a [usize],
+    records: &'a [TensorRecord],
+    keys: &'a [Option<Key>],
+    fills: &'a [plan::Fill],
+    engine: &'a E,
+    verify: bool,
+    slots: Vec<RingSlot<E>>,
+    hashing: Mutex<Vec<Hashing>>,
+    hashed: Condvar,
+    next_fill: AtomicUsize,
+    failed: AtomicBool,
+    first_error: Mutex<Option<Error>>,
+}
+
+/// Locks `m`, ignoring poisoning: the state is only ever left consistent
+/// (a panicking thread ends the load through the scope anyway).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
+    /// One reader thread: takes fill numbers in order until none are left
+    /// or a thread failed.
+    fn work(&self) {
+        while !self.failed.load(Ordering::Relaxed) {
+            let n = self.next_fill.fetch_add(1, Ordering::Relaxed);
+            if n >= self.fills.len() {
+                break;
+            }
+            if let Err(e) = self.fill(n) {
+                lock(&self.first_error).get_or_insert(e);
+                self.failed.store(true, Ordering::Relaxed);
+                self.hashed.notify_all();
+                for (_, cv) in &self.slots {
+                    cv.notify_all();
+                }
+                break;
+            }
+        }
+    }
+
+    fn tensor_err(&self, dst: usize) -> impl FnOnce(tensorizer_core::Error) -> Error + '_ {
+        move |e| {
+            let entry = &self.reader.entries()[self.tensors[dst]];
+            Error::tensor(self.reader.source().name(), entry.path.to_string(), e)
+        }
+    }
+
+    /// Fill number `n`: waits for its slot, waits for the copies last made
+    /// from it, reads, decrypts and hashes, and starts the copies.
+    fn fill(&self, n: usize) -> Result<()> {
+        let k = n % self.slots.len();
+        let (mutex, turned) = &self.slots[k];
+        let (mut buffer, ticket) = {
+            let mut slot = lock(mutex);
+            while slot.turn != n {
+                if self.failed.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                slot = turned.wait_timeout(slot, POLL).map_or_else(|p| p.into_inner().0, |r| r.0);
+            }
+            match slot.buffer.take() {
+                Some(b) => (b, slot.ticket.take()),
+                None => return Err(Error::Invalid("staging ring: buffer missing from its slot".into())),
+            }
+        };
+        // Give the buffer back whatever happens, so the final wait sees
+        // every ticket.
+        let mut started = None;
+        let outcome = (|| {
+            if let Some(t) = ticket {
+                self.engine.wait(t)?;
+            }
+            let fill = &self.fills[n];
+            let bytes = self.engine.bytes_mut(&mut buffer)?;
+            let have = bytes.len();
+            let window = bytes.get_mut(..fill.len).ok_or_else(|| {
+                Error::Invalid(format!("staging buffer of {have} bytes is shorter than a {}-byte fill", fill.len))
+            })?;
+            self.reader.source().read_exact_at(fill.start, window)?;
+            for seg in &fill.segments {
+                self.finish_segment(seg, &mut window[seg.buf_at..seg.buf_at + seg.len])?;
+            }
+            let copies: Vec<Copy> = fill
+                .segments
+                .iter()
+                .map(|s| Copy { src: s.buf_at..s.buf_at + s.len, dst: s.dst, dst_offset: s.at })
+                .collect();
+            started = Some(self.engine.copy_async(k, &buffer, &copies)?);
+            Ok(())
+        })();
+        let mut slot = lock(mutex);
+        slot.buffer = Some(buffer);
+        slot.ticket = started;
+        slot.turn = n + self.slots.len();
+        drop(slot);
+        turned.notify_all();
+        outcome
+    }
+
+    /// Decrypts one piece in place and feeds it to its tensor's hasher in
+    /// data order, checking the hashes after the last piece.
+    fn finish_segment(&self, seg: &plan::Segment, piece: &mut [u8]) -> Result<()> {
+        let record = &self.records[seg.dst];
+        if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(seg.dst))?, &self.keys[seg.dst]) {
+            decrypt_piece(&cipher, key, seg.at, piece).map_err(self.tensor_err(seg.dst))?;
+        }
+        if !self.verify {
+            return Ok(());
+        }
+        let mut hasher = {
+            let mut all = lock(&self.hashing);
+            loop {
+                if self.failed.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let h = &mut all[seg.dst];
+                if h.done == seg.at
+                    && let Some(hasher) = h.hasher.take()
+                {
+                    break hasher;
+                }
+                all = self.hashed.wait_timeout(all, POLL).map_or_else(|p| p.into_inner().0, |r| r.0);
+            }
+        };
+        hasher.update(piece);
+        let end = seg.at + piece.len() as u64;
+        let last = end == record.header.data_length;
+        let (keep, finished) = if last { (None, Some(hasher)) } else { (Some(hasher), None) };
+        lock(&self.hashing)[seg.dst] = Hashing { done: end, hasher: keep };
+        self.hashed.notify_all();
+        match finished {
+            Some(h) => tensorizer_core::hash::verify(&record.header, &h.finish()).map_err(self.tensor_err(seg.dst)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! Reading tensorizer files from any [`RangeSource`] with concurrent
+//! positioned reads straight into caller-provided buffers.
+//!
+//! Small tensors are read in batches (one read covers many consecutive
+//! headers and their data); large tensors are read in pieces of
+//! [`PIECE_LEN`] bytes by all readers at once, decrypted piece by piece by
+//! the thread that read it, and verified afterwards when asked to.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tensorizer_core::crypto::{Key, KeyRing};
+use tensorizer_core::layout::ParseLimits;
+use tensorizer_core::read::Cipher;
+use tensorizer_core::{FileHeader, KeySource, Metadata, MetadataEntry, TensorPath, TensorRecord};
+
+use crate::error::{Error, Result};
+use crate::parallel::{default_readers, for_each};
+use crate::source::{LocalFile, RangeSource};
+
+pub mod pack;
+pub mod plan;
+mod records;
+pub mod slice;
+mod spans;
+pub mod verify;
+
+/// Bytes per parallel read of a large tensor (a multiple of the 2 MiB
+/// encryption chunk, so each piece decrypts on its own).
+pub const PIECE_LEN: usize = 8 << 20;
+
+/// Tensors whose header and data together are at most this long are read
+/// in batches.
+const SMALL_TENSOR: u64 = 1 << 20;
+
+/// Tensors with at least this much data are read straight into their
+/// buffers rather than through a batch's scratch space: the second copy
+/// (and the scratch's page faults) cost more than the extra header read.
+const DIRECT_MIN: u64 = 64 << 10;
+
+/// Longest span one batched read covers.
+const BATCH_SPAN: u64 = 8 << 20;
+
+/// How to read.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Concurrent readers (threads issuing positioned reads).
+    pub num_readers: usize,
+    /// Check every stored hash after reading (and decrypting).
+    pub verify_hash: bool,
+    /// The decryption key, required exactly for encrypted files.
+    pub key: Option<KeySource>,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        Self { num_readers: default_readers(), verify_hash: false, key: None }
+    }
+}
+
+/// An open tensorizer file: header and index parsed, tensors read on demand.
+pub struct Reader<S: RangeSource = LocalFile> {
+    source: S,
+    header: FileHeader,
+    metadata: Metadata,
+    by_name: HashMap<TensorPath, usize>,
+    options: ReadOptions,
+    /// Passphrase-derived keys, shared by every reader thread. The lock is
+    /// held while deriving, so a key is derived once however many threads
+    /// want it.
+    keys: Mutex<KeyRing>,
+}
+
+impl Reader<LocalFile> {
+    /// Opens a local file.
+    pub fn open(path: impl AsRef<std::path::Path>, options: ReadOptions) -> Result<Self> {
+        Self::new(LocalFile::open(path)?, options)
+    }
+}
+
+impl<S: RangeSource> Reader<S> {
+    /// Reads the file header and the metadata index (two reads), under the
+    /// default [`ParseLimits`].
+    pub fn new(source: S, options: ReadOptions) -> Result<Self> {
+        Self::new_limited(source, options, &ParseLimits::default())
+    }
+
+    /// [`Reader::new`] for files beyond the default limits on tensor count
+    /// and path sizes.
+    pub fn new_limited(source: S, options: ReadOptions, limits: &ParseLimits) -> Result<Self> {
+        let name = source.name().to_string();
+        let fmt = |source| Error::format(name.clone(), source);
+        let mut head = vec![0u8; FileHeader::LEN.min(source.len() as usize)];
+        source.read_exact_at(0, &mut head)?;
+        let header = FileHeader::parse(&head).map_err(fmt)?;
+        let available = source.len().saturating_sub(FileHeader::LEN as u64);
+        if header.metadata_len > available {
+            return Err(fmt(tensorizer_core::Error::Truncated {
+                offset: source.len(),
+                needed: header.metadata_len - available,
+            }));
+        }
+        let mut index = vec![0u8; header.metadata_len as usize];
+        source.read_exact_at(FileHeader::LEN as u64, &mut index)?;
+        let metadata = Metadata::parse_with(&header, &index, limits).map_err(fmt)?;
+        metadata.check_file_len(source.len()).map_err(fmt)?;
+        // A missing key is reported when an encrypted tensor is read, so
+        // that an encrypted file can still be inspected without one.
+        if !header.has_crypt_info() && options.key.is_some() {
+            return Err(fmt(tensorizer_core::Error::Encryption {
+                reason: "a key was given but the file is not encrypted",
+            }));
+        }
+        let by_name = metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
+        Ok(Self { source, header, metadata, by_name, options, keys: Mutex::new(KeyRing::default()) })
+    }
+
+    /// The file header.
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    /// Every tensor's index entry, in file order.
+    pub fn entries(&self) -> &[MetadataEntry] {
+        &self.metadata.entries
+    }
+
+    /// Position of the tensor named `path`.
+    pub fn index_of(&self, path: &TensorPath) -> Option<usize> {
+        self.by_name.get(path).copied()
+    }
+
+    /// The byte source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// Whether tensor data is encrypted (a key is needed to load it).
+    pub fn is_encrypted(&self) -> bool {
+        self.header.has_crypt_info()
+    }
+
+    /// The options this reader was opened with.
+    pub fn options(&self) -> &ReadOptions {
+        &self.options
+    }
+
+    fn entry(&self, i: usize) -> Result<&MetadataEntry> {
+        self.metadata
+            .entries
+            .get(i)
+            .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.source.name())))
+    }
+
+    fn tensor_err(&self, entry: &MetadataEntry) -> impl FnOnce(tensorizer_core::Error) -> Error + '_ {
+        let tensor = entry.path.to_string();
+        move |source| Error::tensor(self.source.name().to_string(), tensor, source)
+    }
+
+    /// Reads and parses tensor `i`'s header.
+    pub fn record(&self, i: usize) -> Result<TensorRecord> {
+        let entry = self.entry(i)?;
+        let mut raw = vec![0u8; entry.header_len() as usize];
+        self.source.read_exact_at(entry.header_offset, &mut raw)?;
+        TensorRecord::parse(entry, &raw, &self.header).map_err(self.tensor_err(entry))
+    }
+
+    /// The writer input that reproduces tensor `i` (reads its header for
+    /// the module index).
+    pub fn spec(&self, i: usize) -> Result<tensorizer_core::TensorSpec> {
+        let entry = self.entry(i)?;
+        let record = self.record(i)?;
+        Ok(tensorizer_core::TensorSpec {
+            path: entry.path.clone(),
+            tensor_type: entry.tensor_type,
+            module_index: record.header.module_index,
+            dtype: entry.dtype.clone(),
+            shape: entry.shape.clone(),
+            meta: entry.is_meta(),
+        })
+    }
+
+    /// The key for `record`, derived once per key-derivation setting.
+    pub(crate) fn key_for(&self, record: &TensorRecord) -> Result<Option<Key>> {
+        let Some(info) = &record.header.crypt_info else {
+            return Ok(None);
+        };
+        let err = |e| Error::tensor(self.source.name(), record.header.path.to_string(), e);
+        if record.cipher().map_err(err)?.is_none() {
+            return Ok(None);
+        }
+        let Some(source) = &self.options.key else {
+            return Err(err(tensorizer_core::Error::Encryption {
+                reason: "the file is encrypted but no key or passphrase was given",
+            }));
+        };
+        match source {
+            KeySource::Key(k) => Ok(Some(k.clone())),
+            KeySource::Passphrase(..) => {
+                // A poisoned lock only means another reader panicked while
+                // deriving; the ring itself is never left half-updated.
+                let mut ring = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                Ok(Some(source.key_in_with(info, &mut ring, crate::kernels::kdf::derive).map_err(err)?))
+            }
+        }
+    }
+
+    /// Reads tensor `i` into `out`, which must be exactly its size in
+    /// memory ([`MetadataEntry::nbytes`]; meta tensors are zero-filled).
+    pub fn load_into(&self, i: usize, out: &mut [u8]) -> Result<()> {
+        self.load_many(vec![(i, out)])
+    }
+
+    /// Reads many tensors concurrently, each into its own buffer; hashes are
+    /// checked when the reader was opened with `verify_hash`.
+    pub fn load_many(&self, jobs: Vec<(usize, &mut [u8])>) -> Result<()> {
+        self.load_many_with(jobs, self.options.verify_hash)
+    }
+
+    /// [`Reader::load_many`] with hash verification chosen per call.
+    pub fn load_many_with(&self, mut jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
+        for (i, out) in &jobs {
+            let entry = self.entry(*i)?;
+            if out.len() as u64 != entry.nbytes() {
+                return Err(Error::Invalid(format!(
+                    "{}: tensor {:?} needs a {}-byte buffer, got {}",
+                    self.source.name(),
+                    entry.path.to_string(),
+                    entry.nbytes(),
+                    out.len()
+                )));
+            }
+        }
+        jobs.sort_by_key(|(i, _)| *i);
+        if self.source.prefers_long_reads() {
+            return self.load_spans(jobs, verify);
+        }
+        let mut batches: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
+        let mut whole: Vec<(usize, &mut [u8])> = Vec::new();
+        let mut large: Vec<(usize, &mut [u8])> = Vec::new();
+        for (i, out) in jobs {
+            let e = &self.metadata.entries[i];
+            let span = e.header_len().saturating_add(e.data_length);
+            if span > PIECE_LEN as u64 {
+                large.push((i, out));
+                continue;
+            }
+            if span > SMALL_TENSOR || e.data_length >= DIRECT_MIN {
+                whole.push((i, out));
+                continue;
+            }
+            let fits = batches
+                .last()
+                .and_then(|b| b.first())
+                .is_some_and(|(first, _)| e.data_end() - self.metadata.entries[*first].header_offset <= BATCH_SPAN);
+            if fits {
+                if let Some(b) = batches.last_mut() {
+                    b.push((i, out));
+                }
+            } else {
+                batches.push(vec![(i, out)]);
+            }
+        }
+        let threads = self.options.num_readers;
+
+        // Phase 1: small tensors in batches, tensors of at most a piece (or
+        // with at least DIRECT_MIN of data) whole, straight into their
+        // buffers with no second pass, and the headers of large ones.
+        let mut records: Vec<Option<TensorRecord>> = vec![None; large.len()];
+        {
+            enum Work<'a, 'b> {
+                Batch(Vec<(usize, &'b mut [u8])>),
+                Whole(usize, &'b mut [u8]),
+                Header(usize, &'a mut Option<TensorRecord>),
+            }
+            let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
+            work.extend(whole.into_iter().map(|(i, out)| Work::Whole(i, out)));
+            work.extend(large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)));
+            for_each(threads, work, |w| match w {
+                Work::Batch(members) => self.read_batch(members, verify),
+                Work::Whole(i, out) => self.read_whole(i, out, verify),
+                Work::Header(i, slot) => {
+                    *slot = Some(self.record(i)?);
+                    Ok(())
+                }
+            })?;
+        }
+
+        // Phase 2: the data of large tensors, piece by piece, decrypting as
+        // it lands; a tensor that is one piece is also verified right away,
+        // by the same thread while its data is still in cache.
+        let mut keys = Vec::with_capacity(large.len());
+        for record in records.iter().flatten() {
+            keys.push(self.key_for(record)?);
+        }
+        {
+            let mut pieces = Vec::new();
+            for (((i, out), record), key) in large.iter_mut().zip(&records).zip(&keys) {
+                let Some(record) = record else { continue };
+                let entry = &self.metadata.entries[*i];
+                let cipher = record.cipher().map_err(self.tensor_err(entry))?;
+                let check = (verify && verify_inline(out.len(), cipher.as_ref())).then_some(record);
+                for (n, piece) in out.chunks_mut(PIECE_LEN).enumerate() {
+                    pieces.push((entry, cipher, key.as_ref(), check, n, piece));
+                }
+            }
+            for_each(threads, pieces, |(entry, cipher, key, check, n, piece)| {
+                let offset = (n * PIECE_LEN) as u64;
+                self.source.read_exact_at(entry.data_offset + offset, piece)?;
+                if let (Some(cipher), Some(key)) = (cipher, key)
+                    && piecewise(&cipher)
+                {
+                    decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
+                }
+                if let Some(record) = check {
+                    record.verify_with(piece, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))?;
+                }
+                Ok(())
+            })?;
+        }
+        // A single box larger than a piece (no known writer makes one) is
+        // opened whole once all its pieces are in.
+        for (((i, out), record), key) in large.iter_mut().zip(&records).zip(&keys) {
+            let entry = &self.metadata.entries[*i];
+            let Some(record) = record else { continue };
+            if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(entry))?, key)
+                && !piecewise(&cipher)
+            {
+                decrypt_piece(&cipher, key, 0, out).map_err(self.tensor_err(entry))?;
+            }
+        }
+
+        // Phase 3: hashes of large tensors not verified in phase 2, one
+        // tensor per thread.
+        if verify {
+            let work: Vec<_> = large.iter().zip(&records).collect();
+            for_each(threads, work, |((i, out), record)| {
+                let entry = &self.metadata.entries[*i];
+                match record {
+                    Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => {
+                        r.verify_with(out, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))
+                    }
+                    _ => Ok(()),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Tensor `i` (header and data at most [`PIECE_LEN`]) read with one
+    /// vectored read, its data straight into `out`, then completed.
+    fn read_whole(&self, i: usize, out: &mut [u8], verify: bool) -> Result<()> {
+        let entry = &self.metadata.entries[i];
+        // At most PIECE_LEN (the caller checked), so it fits a usize.
+        let mut header = vec![0u8; entry.header_len() as usize];
+        if entry.is_meta() {
+            self.source.read_exact_at(entry.header_offset, &mut header)?;
+        } else {
+            // `out` is exactly `nbytes`, which equals the stored data length.
+            self.source.read_vectored_at(entry.header_offset, &mut [&mut header[..], &mut out[..]])?;
+        }
+        self.finish(entry, &header, out, verify)
+    }
+
+    /// One read covering consecutive small tensors, then per tensor: parse,
+    /// copy data out, decrypt, verify.
+    fn read_batch(&self, members: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
+        let (Some((first, _)), Some((last, _))) = (members.first(), members.last()) else {
+            return Ok(());
+        };
+        let start = self.metadata.entries[*first].header_offset;
+        let end = self.metadata.entries[*last].data_end();
+        let mut scratch = vec![0u8; (end - start) as usize];
+        self.source.read_exact_at(start, &mut scratch)?;
+        for (i, out) in members {
+            let entry = &self.metadata.entries[i];
+            let at = |o: u64| (o - start) as usize;
+            if !entry.is_meta() {
+                out.copy_from_slice(&scratch[at(entry.data_offset)..at(entry.data_end())]);
+            }
+            self.finish(entry, &scratch[at(entry.header_offset)..at(entry.data_offset)], out, verify)?;
+        }
+        Ok(())
+    }
+
+    /// Completes a tensor whose header bytes are `raw` and whose stored data
+    /// is already in `out`: parses the header, zero-fills a meta tensor,
+    /// decrypts, and checks the hashes when `verify` is set.
+    fn finish(&self, entry: &MetadataEntry, raw: &[u8], out: &mut [u8], verify: bool) -> Result<()> {
+        let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
+        if entry.is_meta() {
+            out.fill(0);
+            if verify {
+                record.verify(&[]).map_err(self.tensor_err(entry))?;
+            }
+            return Ok(());
+        }
+        if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?) {
+            decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
+        }
+        if verify {
+            record.verify_with(out, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))?;
+        }
+        Ok(())
+    }
+
+    /// Streams tensor `i`'s plaintext through `f` in pieces of about
+    /// `piece_len` bytes (memory stays bounded by one piece), then checks
+    /// its hashes when `verify` is set. Meta tensors call `f` never.
+    pub fn stream(
+        &self,
+        i: usize,
+        piece_len: usize,
+        verify: bool,
+        mut f: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<TensorRecord> {
+        let entry = self.entry(i)?;
+        let record = self.record(i)?;
+        let cipher = record.cipher().map_err(self.tensor_err(entry))?;
+        let key = self.key_for(&record)?;
+        let piece_len = match &cipher {
+            Some(c) => (piece_len as u64).div_ceil(c.chunk_size).max(1) * c.chunk_size,
+            None => piece_len.max(1) as u64,
+        };
+        let mut hasher = verify.then(|| record.hasher_with(crate::kernels::digest::kernel()));
+        let mut buf = vec![0u8; piece_len.min(entry.data_length) as usize];
+        let mut done = 0u64;
+        while done < entry.data_length {
+            let n = (entry.data_length - done).min(piece_len) as usize;
+            let piece = &mut buf[..n];
+            self.source.read_exact_at(entry.data_offset + done, piece)?;
+            if let (Some(cipher), Some(key)) = (&cipher, &key) {
+                decrypt_piece(cipher, key, done, piece).map_err(self.tensor_err(entry))?;
+            }
+            if let Some(h) = &mut hasher {
+                h.update(piece);
+            }
+            f(piece)?;
+            done += n as u64;
+        }
+        if let Some(h) = hasher {
+            tensorizer_core::hash::verify(&record.header, &h.finish()).map_err(self.tensor_err(entry))?;
+        }
+        Ok(record)
+    }
+}
+
+/// Whether a large tensor of `len` bytes is verified as its one piece
+/// lands (it is read, and decrypted, whole by one thread).
+fn verify_inline(len: usize, cipher: Option<&Cipher<'_>>) -> bool {
+    len > 0 && len <= PIECE_LEN && cipher.is_none_or(piecewise)
+}
+
+/// Whether pieces of [`PIECE_LEN`] bytes hold whole encryption chunks.
+fn piecewise(cipher: &Cipher<'_>) -> bool {
+    (PIECE_LEN as u64).is_multiple_of(cipher.chunk_size)
+}
+
+/// Decrypts `piece`, which starts `offset` bytes into the data (a multiple
+/// of the chunk size).
+pub(crate) fn decrypt_piece(
+    cipher: &Cipher<'_>,
+    key: &Key,
+    offset: u64,
+    piece: &mut [u8],
+) -> tensorizer_core::Result<()> {
+    let first = (offset / cipher.chunk_size) as usize;
+    let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX).max(1);
+    let kernel = crate::kernels::cipher::kernel();
+    for (n, chunk) in piece.chunks_mut(size).enumerate() {
+        let index = first + n;
+        let mac = cipher.macs.get(index).ok_or(tensorizer_core::Error::Decryption)?;
+        tensorizer_core::crypto::open_chunk_with(key, cipher.nonce, index as u64, chunk, mac, kernel)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! `tzr fingerprint` and `tzr diff`: one digest for the weights in a
+//! tensorizer, safetensors or torch.save file (spec §21), and the tensors
+//! that differ between two files.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tensorizer_core::TensorFingerprint;
+use tensorizer_core::fingerprint::{ALGORITHM, Change, Difference, diff, to_hex};
+use tensorizer_native::convert::fingerprint::{self, FingerprintOptions, Fingerprinted};
+use tensorizer_native::{Intent, open_uri};
+
+use crate::keys::KeyArgs;
+use crate::text::{human, printable};
+use crate::{Failure, Outcome, progress};
+
+/// Fingerprints `file`, with a progress bar on a terminal.
+fn compute(file: &Path, key: &KeyArgs, num_threads: Option<usize>) -> Result<Fingerprinted, Failure> {
+    let name = file.to_string_lossy();
+    let source = open_uri(&name, Intent::ReadAll)?;
+    if !key.given() && is_encrypted_tensorizer(&source)? {
+        return Err(Failure::Usage(format!(
+            "{}: the file is encrypted; give --key-file, --passphrase-env VAR or --passphrase",
+            file.display()
+        )));
+    }
+    let options = FingerprintOptions { key: key.for_reading()?, num_threads: num_threads.unwrap_or(0) };
+    let bar = progress::bytes(0, "fingerprinting");
+    let done = fingerprint::fingerprint_source(source, &options, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+        Ok(())
+    });
+    bar.finish_and_clear();
+    Ok(done?)
+}
+
+/// Whether `source` is a tensorizer file with encrypted tensors (read from
+/// its header and index only).
+fn is_encrypted_tensorizer(source: &crate::checkpoint::Source) -> Result<bool, Failure> {
+    let format = tensorizer_native::convert::sniff(source)?;
+    if format != tensorizer_native::convert::Format::Tensorizer {
+        return Ok(false);
+    }
+    let mut head = vec![0u8; source.len().min(tensorizer_core::FileHeader::LEN as u64) as usize];
+    source.read_exact_at(0, &mut head)?;
+    Ok(tensorizer_core::FileHeader::parse(&head).is_ok_and(|h| h.has_crypt_info()))
+}
+
+fn record_json(t: &TensorFingerprint) -> Value {
+    json!({
+        "name": t.name,
+        "dtype": t.dtype_name(),
+        "shape": t.shape,
+        "sha256": t.data.as_ref().map(|d| to_hex(d)),
+    })
+}
+
+/// `tzr fingerprint FILE`: `HEX  FILE`, as `sha256sum` prints, or JSON
+/// with every record.
+pub(crate) fn run(file: &Path, key: &KeyArgs, json_out: bool, num_threads: Option<usize>) -> Outcome {
+    let started = Instant::now();
+    let done = compute(file, key, num_threads)?;
+    for name in &done.skipped {
+        eprintln!("tzr: note: left out {:?}: not a tensor", printable(name));
+    }
+    let fp = &done.fingerprint;
+    if json_out {
+        let report = json!({
+            "file": file.display().to_string(),
+            "format": done.format.name(),
+            "algorithm": ALGORITHM,
+            "fingerprint": fp.hex(),
+            "tensor_count": fp.tensors().len(),
+            "data_bytes": done.bytes,
+            "seconds": started.elapsed().as_secs_f64(),
+            "skipped": done.skipped,
+            "tensors": fp.tensors().iter().map(record_json).collect::<Vec<_>>(),
+        });
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        out!("{}  {}", fp.hex(), printable(&file.display().to_string()));
+    }
+    Ok(())
+}
+
+/// `dtype [shape]`, e.g. `float32 [384, 384]`.
+fn describe(t: &TensorFingerprint) -> String {
+    format!("{} {:?}", t.dtype_name(), t.shape)
+}
+
+/// What a [`Change::Changed`] line says after the name.
+fn what_changed(a: &TensorFingerprint, b: &TensorFingerprint, d: Difference) -> String {
+    let mut parts = Vec::new();
+    if d.dtype {
+        parts.push(format!("dtype {} -> {}", a.dtype_name(), b.dtype_name()));
+    }
+    if d.shape {
+        parts.push(format!("shape {:?} -> {:?}", a.shape, b.shape));
+    }
+    if d.data && !d.dtype && !d.shape {
+        parts.push(match (a.data, b.data) {
+            (Some(_), Some(_)) => "data".to_string(),
+            (None, _) => "data (was a meta tensor)".to_string(),
+            (_, None) => "data (now a meta tensor)".to_string(),
+        });
+    }
+    parts.join(", ")
+}
+
+fn change_json(c: &Change<'_>) -> Value {
+    match *c {
+        Change::Added(t) => json!({"change": "added", "name": t.name, "b": record_json(t)}),
+        Change::Removed(t) => json!({"change": "removed", "name": t.name, "a": record_json(t)}),
+        Change::Renamed { from, to } => {
+            json!({"change": "renamed", "name": from.name, "to": to.name, "a": record_json(from), "b": record_json(to)})
+        }
+        Change::Changed { a, b, difference } => json!({
+            "change": "changed",
+            "name": a.name,
+            "dtype": difference.dtype,
+            "shape": difference.shape,
+            "data": difference.data,
+            "a": record_json(a),
+            "b": record_json(b),
+        }),
+    }
+}
+
+fn change_line(c: &Change<'_>) -> String {
+    match *c {
+        Change::Added(t) => format!("added    {}  {}", printable(&t.name), describe(t)),
+        Change::Removed(t) => format!("removed  {}  {}", printable(&t.name), describe(t)),
+        Change::Renamed { from, to } => {
+            format!("renamed  {} -> {}  {}", printable(&from.name), printable(&to.name), describe(to))
+        }
+        Change::Changed { a, b, difference } => {
+            format!("changed  {}  {}", printable(&a.name), what_changed(a, b, difference))
+        }
+    }
+}
+
+/// `tzr diff A B`: one line per tensor added, removed, renamed or changed,
+/// or JSON. `Ok(true)` when the fingerprints are equal.
+pub(crate) fn diff_files(
+    a: &Path,
+    b: &Path,
+    key: &KeyArgs,
+    json_out: bool,
+    num_threads: Option<usize>,
+) -> Result<bool, Failure> {
+    let fa = compute(a, key, num_threads)?;
+    let fb = compute(b, key, num_threads)?;
+    let changes = diff(&fa.fingerprint, &fb.fingerprint);
+    let count = |kind: &str| changes.iter().filter(|c| change_json(c)["change"] == kind).count();
+    if json_out {
+        let report = json!({
+            "a": a.display().to_string(),
+            "b": b.display().to_string(),
+            "same": changes.is_empty(),
+            "algorithm": ALGORITHM,
+            "fingerprint_a": fa.fingerprint.hex(),
+            "fingerprint_b": fb.fingerprint.hex(),
+            "added": count("added"),
+            "removed": count("removed"),
+            "renamed": count("renamed"),
+            "changed": count("changed"),
+            "changes": changes.iter().map(change_json).collect::<Vec<_>>(),
+        });
+        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        return Ok(changes.is_empty());
+    }
+    for c in &changes {
+        out!("{}", change_line(c));
+    }
+    let (pa, pb) = (printable(&a.display().to_string()), printable(&b.display().to_string()));
+    if changes.is_empty() {
+        out!(
+            "{pa} and {pb} hold the same {} tensors ({}): fingerprint {}",
+            fa.fingerprint.tensors().len(),
+            human(fa.bytes),
+            fa.fingerprint.hex()
+        );
+    } else {
+        out!(
+            "{pa} and {pb} differ: {} added, {} removed, {} renamed, {} changed",
+            count("added"),
+            count("removed"),
+            count("renamed"),
+            count("changed")
+        );
+    }
+    Ok(changes.is_empty())
+}

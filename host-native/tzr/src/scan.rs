@@ -1,0 +1,132 @@
+//! `tzr scan FILE|URI`: the core's model-file scanner (spec §22) over any
+//! source `tzr` reads, with the WASI validator's exit statuses: 0 no
+//! findings, 1 findings, 2 could not scan.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use tensorizer_core::scan::{Finding, ScanOptions, sarif, scan};
+use tensorizer_core::{RandomAccess, ReadError};
+use tensorizer_native::source::RangeSource;
+use tensorizer_native::{Intent, open_uri};
+
+/// Where the rules are described (SARIF's `informationUri`).
+const INFORMATION_URI: &str = "https://example.invalid/tensorizer-rs/spec/22-scanner.md";
+
+/// A `tzr` source read through the core's positioned-read trait.
+struct Positioned<'a>(&'a dyn RangeSource);
+
+impl RandomAccess for Positioned<'_> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.0.read_exact_at(offset, buf).map_err(|e| ReadError { offset, message: e.to_string() })
+    }
+}
+
+/// How the findings are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    Text,
+    Json,
+    Sarif,
+}
+
+fn finding_line(f: &Finding) -> String {
+    let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
+    format!("{} {}{at}: {}\n    fix: {}", f.rule, f.severity, crate::text::printable(&f.message), f.remediation)
+}
+
+/// Scans `file`; returns the exit status.
+pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
+    let name = file.to_string_lossy();
+    let cannot_scan = |message: String| {
+        eprintln!("tzr: {name}: {message}");
+        let tool = sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: INFORMATION_URI };
+        let doc = match output {
+            Output::Text => None,
+            Output::Json => Some(serde_json::json!({"file": name, "format": null, "valid": false, "tensors": 0,
+                                                    "findings": [], "error": message})),
+            Output::Sarif => Some(sarif::to_sarif_failure(&tool, &sarif::artifact_uri(&name), &message)),
+        };
+        if let Some(doc) = doc {
+            println!("{doc}");
+        }
+        ExitCode::from(2)
+    };
+    let source = match open_uri(&name, Intent::ReadAll) {
+        Ok(s) => s,
+        Err(e) => return cannot_scan(e.to_string()),
+    };
+    let options = ScanOptions { name: Some(&name), ..ScanOptions::default() };
+    let scanned = match scan(&mut Positioned(source.as_ref()), &options) {
+        Ok(s) => s,
+        Err(e) => return cannot_scan(e.to_string()),
+    };
+    let tool = sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: INFORMATION_URI };
+    let text = match output {
+        Output::Sarif => sarif::to_sarif(&tool, &sarif::artifact_uri(&name), &scanned.findings).to_string(),
+        Output::Json => serde_json::json!({
+            "file": name,
+            "format": scanned.format.as_str(),
+            "valid": scanned.findings.is_empty(),
+            "tensors": scanned.tensors,
+            "file_bytes": scanned.file_len,
+            "findings": scanned.findings.iter().map(sarif::finding_json).collect::<Vec<_>>(),
+        })
+        .to_string(),
+        Output::Text => {
+            let mut s = format!(
+                "{name}\n  {}, {} tensors, {} bytes",
+                scanned.format.as_str(),
+                scanned.tensors,
+                scanned.file_len
+            );
+            if scanned.findings.is_empty() {
+                s.push_str("\n  no findings");
+            }
+            for f in &scanned.findings {
+                s.push_str("\n  ");
+                s.push_str(&finding_line(f));
+            }
+            s
+        }
+    };
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return ExitCode::from(141);
+        }
+        eprintln!("tzr: could not write the output: {e}");
+        return ExitCode::from(2);
+    }
+    if let Some(first) = scanned.findings.first() {
+        let n = scanned.findings.len();
+        let first_message = crate::text::printable(&first.message);
+        eprintln!("tzr: {name}: {n} finding{}; first: {} {first_message}", if n == 1 { "" } else { "s" }, first.rule);
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_vector(path: &str) -> tensorizer_core::Scan {
+        let path = format!("{}/../../tests/vectors/{path}", env!("CARGO_MANIFEST_DIR"));
+        let source = open_uri(&path, Intent::ReadAll).unwrap();
+        scan(&mut Positioned(source.as_ref()), &ScanOptions { name: Some(&path), ..ScanOptions::default() }).unwrap()
+    }
+
+    #[test]
+    fn tzr_sources_scan_through_the_core() {
+        let s = scan_vector("v4_meta.tensors");
+        assert!(s.findings.is_empty() && s.tensors == 5, "{:?}", s.findings);
+        let s = scan_vector("torch/hostile_os_system.pt");
+        assert!(s.findings.iter().any(|f| f.message.contains("posix.system")), "{:?}", s.findings);
+    }
+}
