@@ -305,6 +305,20 @@ impl TransferLimits {
     }
 }
 
+/// A [`RangeSource`] read through the core's positioned-read trait
+/// ([`tensorizer_core::RandomAccess`]), for the core's scanner.
+pub struct Positioned<'a>(pub &'a dyn RangeSource);
+
+impl tensorizer_core::RandomAccess for Positioned<'_> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> std::result::Result<(), tensorizer_core::ReadError> {
+        self.0.read_exact_at(offset, buf).map_err(|e| tensorizer_core::ReadError { offset, message: e.to_string() })
+    }
+}
+
 /// How much of a source its user means to read. Network sources plan their
 /// opening request by it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -15,7 +15,24 @@ use crate::source::NativeSource;
 /// Adds this file's functions and classes to `_native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint_file, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_file, m)?)?;
     Ok(())
+}
+
+/// Scans `path` (a local path or URI) with the core's model-file scanner
+/// (spec §22), with the GIL released; returns the JSON report `tzr scan
+/// --json` prints. Nothing in the file is executed.
+#[pyfunction]
+fn scan_file(py: Python<'_>, path: String) -> PyResult<String> {
+    let scanned = py.detach(|| -> Result<_, tensorizer_native::Error> {
+        let source = tensorizer_native::open_uri(&path, tensorizer_native::Intent::ReadAll)?;
+        let options = tensorizer_core::scan::ScanOptions { name: Some(&path), ..Default::default() };
+        let mut positioned = tensorizer_native::source::Positioned(source.as_ref());
+        tensorizer_core::scan::scan(&mut positioned, &options)
+            .map_err(|e| tensorizer_native::Error::Invalid(format!("{path}: {e}")))
+    });
+    let scanned = scanned.map_err(crate::errors::to_py)?;
+    Ok(tensorizer_core::scan::sarif::scan_json(&path, &scanned).to_string())
 }
 
 /// A file's fingerprint and its records.

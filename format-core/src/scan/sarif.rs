@@ -113,6 +113,20 @@ pub fn finding_json(f: &Finding) -> Value {
     })
 }
 
+/// The JSON report of a scan that `tzr scan --json` prints and Python's
+/// `tensorizer_rs.scan` returns: `file`, `format`, `valid` (no findings),
+/// `tensors`, `file_bytes` and `findings` (each as [`finding_json`]).
+pub fn scan_json(file: &str, scanned: &super::Scan) -> Value {
+    json!({
+        "file": file,
+        "format": scanned.format.as_str(),
+        "valid": scanned.findings.is_empty(),
+        "tensors": scanned.tensors,
+        "file_bytes": scanned.file_len,
+        "findings": scanned.findings.iter().map(finding_json).collect::<Vec<_>>(),
+    })
+}
+
 /// The SARIF URI for a path as the user gave it: kept when it already
 /// is a URI, else its characters outside RFC 3986's unreserved and `/`
 /// set percent-encoded (a relative reference).

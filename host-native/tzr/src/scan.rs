@@ -6,25 +6,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use tensorizer_core::scan::{Finding, ScanOptions, sarif, scan};
-use tensorizer_core::{RandomAccess, ReadError};
-use tensorizer_native::source::RangeSource;
+use tensorizer_native::source::Positioned;
 use tensorizer_native::{Intent, open_uri};
 
 /// Where the rules are described (SARIF's `informationUri`).
 const INFORMATION_URI: &str = "https://example.invalid/tensorizer-rs/spec/22-scanner.md";
-
-/// A `tzr` source read through the core's positioned-read trait.
-struct Positioned<'a>(&'a dyn RangeSource);
-
-impl RandomAccess for Positioned<'_> {
-    fn len(&self) -> u64 {
-        self.0.len()
-    }
-
-    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), ReadError> {
-        self.0.read_exact_at(offset, buf).map_err(|e| ReadError { offset, message: e.to_string() })
-    }
-}
 
 /// How the findings are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +38,10 @@ pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
             Output::Sarif => Some(sarif::to_sarif_failure(&tool, &sarif::artifact_uri(&name), &message)),
         };
         if let Some(doc) = doc {
-            println!("{doc}");
+            // The failure is already on stderr; a report that cannot be
+            // written changes nothing about the exit status.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout().lock(), "{doc}");
         }
         ExitCode::from(2)
     };
@@ -68,15 +57,7 @@ pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
     let tool = sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: INFORMATION_URI };
     let text = match output {
         Output::Sarif => sarif::to_sarif(&tool, &sarif::artifact_uri(&name), &scanned.findings).to_string(),
-        Output::Json => serde_json::json!({
-            "file": name,
-            "format": scanned.format.as_str(),
-            "valid": scanned.findings.is_empty(),
-            "tensors": scanned.tensors,
-            "file_bytes": scanned.file_len,
-            "findings": scanned.findings.iter().map(sarif::finding_json).collect::<Vec<_>>(),
-        })
-        .to_string(),
+        Output::Json => sarif::scan_json(&name, &scanned).to_string(),
         Output::Text => {
             let mut s = format!(
                 "{name}\n  {}, {} tensors, {} bytes",

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
-from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors
+from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
 from ._slices import TensorSlice, tp_shard
@@ -47,6 +47,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_tensors",
     "TensorFingerprint",
+    "scan",
     "serialization",
     "stream_io",
     "utils",

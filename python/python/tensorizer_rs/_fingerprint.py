@@ -14,9 +14,10 @@ several threads with the GIL released.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from . import _native
 from ._crypt import DecryptionParams
@@ -82,3 +83,24 @@ def fingerprint_tensors(
     order they are combined in). Arguments and errors as there."""
     report = _report(path_or_uri, encryption, num_threads)
     return [TensorFingerprint(n, d, tuple(s), h) for n, d, s, h in report.tensors]
+
+
+def scan(path_or_uri: PathLike) -> dict[str, Any]:
+    """Scans a model file with the core's scanner (spec §22), the same
+    scanner as ``tzr scan`` and the WASI validator: the format told from
+    the bytes (tensorizer, safetensors, ``torch.save`` zip, legacy or bare
+    pickle), and every finding with its rule id, severity, byte offset and
+    remediation. Nothing in the file is executed.
+
+    Returns:
+        ``{"file", "format", "valid", "tensors", "file_bytes", "findings"}``,
+        ``valid`` true when there are no findings; each finding a dict with
+        ``rule``, ``severity``, ``offset``, ``length``, ``tensor``,
+        ``message`` and ``remediation``.
+
+    Raises:
+        OSError: The file could not be read.
+    """
+    report: dict[str, Any] = json.loads(_native.scan_file(os.fspath(path_or_uri)))
+    return report
+

@@ -26,6 +26,7 @@ __all__ = [
     "ObjectChangedError",
     "RangeNotSupportedError",
     "s3_presign",
+    "scan_file",
     "s3cfg_values",
     "NativeWriter",
     "WriteSpec",
@@ -394,6 +395,7 @@ class ConversionReport:
 
 # -- fingerprints (python/src/fingerprint.rs) ----------------------------------
 
+def scan_file(path: str) -> str: ...
 def fingerprint_file(
     src: str | PathLike[str] | NativeSource,
     *,
