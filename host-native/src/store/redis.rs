@@ -450,27 +450,46 @@ impl RangeSource for RedisSource {
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        check_range(&self.uri, self.len, offset, buf.len())?;
-        let len = buf.len() as u64;
-        let mut done = 0usize;
-        let until = deadline(&self.options.limits);
-        retry(&self.options.retry, Target { location: &self.uri, range: Some(offset..offset + len) }, || {
-            let began = done;
-            let start = offset + done as u64;
-            let result = self.fetch(offset, buf, &mut done, until);
-            match self.attempt(start, offset + len - start, result) {
-                Attempt::Retry(e) if done - began >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
-                other => other,
-            }
+        read_resuming(&self.uri, self.len, &self.options, offset, buf, |buf, done, until, start, len| {
+            let result = self.fetch(offset, buf, done, until);
+            self.attempt(start, len, result)
         })
     }
 
     fn name(&self) -> &str {
         &self.uri
     }
+}
+
+/// Reads `buf` at `offset` of the file behind `uri` (of `file_len` bytes),
+/// single node or cluster alike: range checked, retried under `options`,
+/// and resumed from the bytes already received. `fetch(buf, done, until,
+/// start, len)` fills `buf` from `done` on and says whether to retry the
+/// missing `start..start + len`; an attempt that received at least
+/// [`RESUMABLE_PROGRESS`] bytes before failing does not use up the retries.
+pub(super) fn read_resuming(
+    uri: &str,
+    file_len: u64,
+    options: &RedisOptions,
+    offset: u64,
+    buf: &mut [u8],
+    mut fetch: impl FnMut(&mut [u8], &mut usize, Option<Instant>, u64, u64) -> Attempt<()>,
+) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    check_range(uri, file_len, offset, buf.len())?;
+    let len = buf.len() as u64;
+    let mut done = 0usize;
+    let until = deadline(&options.limits);
+    retry(&options.retry, Target { location: uri, range: Some(offset..offset + len) }, || {
+        let began = done;
+        let start = offset + done as u64;
+        match fetch(buf, &mut done, until, start, offset + len - start) {
+            Attempt::Retry(e) if done - began >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
+            other => other,
+        }
+    })
 }
 
 /// An error naming the URI and the byte range `offset..offset + len`.

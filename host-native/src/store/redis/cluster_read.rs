@@ -10,11 +10,11 @@ use super::cluster::{Cluster, Command, NodeFault};
 use super::resp::{Fault, Reply};
 use super::slots::key_slot;
 use super::{
-    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RESUMABLE_PROGRESS, RedisKey, RedisOptions, RedisUri, fault_error,
-    key_offset, scan, tile,
+    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisUri, fault_error, key_offset,
+    read_resuming, scan, tile,
 };
 use crate::error::{Error, Result, StoreErrorKind};
-use crate::source::{RangeSource, check_range};
+use crate::source::RangeSource;
 use crate::store::Location;
 use crate::store::retry::{Attempt, Target, deadline, retry};
 
@@ -298,24 +298,12 @@ impl RangeSource for ClusterSource {
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        check_range(&self.uri, self.len, offset, buf.len())?;
-        let len = buf.len() as u64;
-        let mut done = 0usize;
-        let until = deadline(&self.options.limits);
-        retry(&self.options.retry, Target { location: &self.uri, range: Some(offset..offset + len) }, || {
-            let began = done;
-            let start = offset + done as u64;
-            let result = self.fetch(offset, buf, &mut done, until);
+        read_resuming(&self.uri, self.len, &self.options, offset, buf, |buf, done, until, start, len| {
+            let result = self.fetch(offset, buf, done, until);
             if let Err(f) = &result {
                 self.cluster.forget(f, until);
             }
-            match to_attempt(&self.uri, start, offset + len - start, result) {
-                Attempt::Retry(e) if done - began >= RESUMABLE_PROGRESS => Attempt::Resumable(e),
-                other => other,
-            }
+            to_attempt(&self.uri, start, len, result)
         })
     }
 
