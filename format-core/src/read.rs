@@ -126,6 +126,13 @@ impl TensorRecord {
         }
     }
 
+    /// Whether anything vouches for the tensor's contents when it is read
+    /// with verification: a stored hash, or the MACs of encrypted data. A
+    /// tensor with neither is read but not verified.
+    pub fn vouched(&self) -> bool {
+        !self.header.hashes.is_empty() || (self.header.data_length > 0 && matches!(self.cipher(), Ok(Some(_))))
+    }
+
     /// Starts hash verification; feed it the plaintext.
     pub fn hasher(&self) -> TensorHasher {
         TensorHasher::for_header(&self.header, &self.hashable_header)

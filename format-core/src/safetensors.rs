@@ -41,8 +41,18 @@ pub struct DtypeInfo {
     /// Bits per element.
     pub bits: u32,
     /// The element type it stores, when this crate has one with the same
-    /// element layout.
+    /// bytes. For a sub-byte dtype (`F4`) that is the packed type holding
+    /// several of its elements in one byte (`float4_e2m1fn_x2`, two), and
+    /// shapes differ in their last dimension: see [`to_safetensors`].
     pub element: Option<ElementType>,
+}
+
+impl DtypeInfo {
+    /// How many of this dtype's elements one stored element of
+    /// [`element`](Self::element) holds (2 for `F4`, else 1).
+    pub fn per_element(&self) -> u64 {
+        self.element.map_or(1, |e| (u64::from(e.size()) * 8 / u64::from(self.bits.max(1))).max(1))
+    }
 }
 
 const fn d(name: &'static str, bits: u32, element: Option<ElementType>) -> DtypeInfo {
@@ -52,7 +62,7 @@ const fn d(name: &'static str, bits: u32, element: Option<ElementType>) -> Dtype
 /// Every dtype safetensors (0.8) defines.
 pub const DTYPES: &[DtypeInfo] = &[
     d("BOOL", 8, Some(ElementType::Bool)),
-    d("F4", 4, None),
+    d("F4", 4, Some(ElementType::F4E2M1FNx2)),
     d("F6_E2M3", 6, None),
     d("F6_E3M2", 6, None),
     d("U8", 8, Some(ElementType::U8)),
@@ -60,6 +70,8 @@ pub const DTYPES: &[DtypeInfo] = &[
     d("F8_E5M2", 8, Some(ElementType::F8E5M2)),
     d("F8_E4M3", 8, Some(ElementType::F8E4M3FN)),
     d("F8_E8M0", 8, Some(ElementType::F8E8M0FNU)),
+    d("F8_E4M3FNUZ", 8, Some(ElementType::F8E4M3FNUZ)),
+    d("F8_E5M2FNUZ", 8, Some(ElementType::F8E5M2FNUZ)),
     d("I16", 16, Some(ElementType::I16)),
     d("U16", 16, Some(ElementType::U16)),
     d("F16", 16, Some(ElementType::F16)),
@@ -81,6 +93,42 @@ pub fn dtype(name: &str) -> Option<&'static DtypeInfo> {
 /// safetensors' name for an element type, if it has one.
 pub fn name_of(element: ElementType) -> Option<&'static str> {
     DTYPES.iter().find(|d| d.element == Some(element)).map(|d| d.name)
+}
+
+/// How safetensors stores a tensor of `element` and `shape`: its dtype
+/// name and the shape its header records. A packed sub-byte type counts
+/// the values in its last dimension, as safetensors' own writer does
+/// (`float4_e2m1fn_x2` `[2, 3]` is `F4` `[2, 6]`). `None` when safetensors
+/// has no dtype for `element`, or the shape cannot be unpacked (a packed
+/// scalar).
+pub fn to_safetensors(element: ElementType, shape: &[u64]) -> Option<(&'static str, Vec<u64>)> {
+    let info = DTYPES.iter().find(|d| d.element == Some(element))?;
+    let mut shape = shape.to_vec();
+    let per = info.per_element();
+    if per > 1 {
+        let last = shape.last_mut()?;
+        *last = last.checked_mul(per)?;
+    }
+    Some((info.name, shape))
+}
+
+/// The element type and shape a safetensors tensor of dtype `name` and
+/// header shape `shape` is stored as (the inverse of [`to_safetensors`]).
+/// `None` when this crate has no element type for `name`, or a packed
+/// dtype's last dimension does not divide into whole stored elements.
+pub fn from_safetensors(name: &str, shape: &[u64]) -> Option<(ElementType, Vec<u64>)> {
+    let info = dtype(name)?;
+    let element = info.element?;
+    let mut shape = shape.to_vec();
+    let per = info.per_element();
+    if per > 1 {
+        let last = shape.last_mut()?;
+        if !last.is_multiple_of(per) {
+            return None;
+        }
+        *last /= per;
+    }
+    Some((element, shape))
 }
 
 /// One tensor entry of the header.
@@ -502,5 +550,21 @@ mod tests {
         assert_eq!(name_of(ElementType::F8E8M0FNU), Some("F8_E8M0"));
         assert_eq!(dtype("F4").map(|d| d.bits), Some(4));
         assert!(dtype("E8M0").is_none());
+    }
+
+    #[test]
+    fn packed_float4_counts_values_in_the_last_dimension() {
+        let x2 = ElementType::F4E2M1FNx2;
+        assert_eq!(to_safetensors(x2, &[2, 3]), Some(("F4", alloc::vec![2, 6])));
+        assert_eq!(to_safetensors(x2, &[]), None);
+        assert_eq!(from_safetensors("F4", &[2, 6]), Some((x2, alloc::vec![2, 3])));
+        assert_eq!(from_safetensors("F4", &[2, 5]), None);
+        assert_eq!(from_safetensors("F4", &[]), None);
+        assert_eq!(to_safetensors(ElementType::F32, &[]), Some(("F32", alloc::vec![])));
+        assert_eq!(to_safetensors(ElementType::Complex128, &[1]), None);
+        assert_eq!(from_safetensors("F6_E2M3", &[4]), None);
+        for d in DTYPES.iter().filter(|d| d.element.is_some()) {
+            assert_eq!(name_of(d.element.unwrap()), Some(d.name));
+        }
     }
 }

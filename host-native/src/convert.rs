@@ -34,6 +34,7 @@ use std::time::Duration;
 use tensorizer_core::checkpoint::{Leaf, SNIFF_LEN};
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::layout::MAX_TENSORS;
+use tensorizer_core::safetensors::to_safetensors;
 use tensorizer_core::write::check_tensor_count;
 use tensorizer_core::{Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format};
 
@@ -550,11 +551,15 @@ fn plan<S: RangeSource>(
             if t.spec.meta {
                 return Err(fail("meta tensors (no data) cannot be stored in safetensors".into()));
             }
-            if t.spec.dtype.element().and_then(safetensors_dtype).is_none() {
-                let dtype = t.spec.dtype.element().map_or_else(|| t.spec.dtype.to_string(), |e| e.torch_name().into());
-                return Err(fail(format!(
-                    "safetensors has no dtype for {dtype}; convert to tensorizer (.tensors) instead"
-                )));
+            let element = t.spec.dtype.element();
+            if element.and_then(|e| to_safetensors(e, &t.spec.shape)).is_none() {
+                let dtype = element.map_or_else(|| format!("{:?}", t.spec.dtype.as_str()), |e| e.torch_name().into());
+                let why = if element.and_then(safetensors_dtype).is_some() {
+                    format!("safetensors cannot store a 0-dimensional {dtype} (it counts packed values)")
+                } else {
+                    format!("safetensors has no dtype for {dtype}")
+                };
+                return Err(fail(format!("{why}; convert to tensorizer (.tensors) instead")));
             }
         }
     }
@@ -583,10 +588,12 @@ fn safetensors_header(src: &str, items: &[Item]) -> Result<Vec<u8>> {
         if !names.insert(name.clone()) {
             return Err(Error::Invalid(format!("{src}: tensor {name:?}: two tensors flatten to this name")));
         }
-        let dtype = t.spec.dtype.element().and_then(safetensors_dtype).unwrap_or("?");
+        // Checked when the items were planned (`plan`).
+        let (dtype, shape) =
+            t.spec.dtype.element().and_then(|e| to_safetensors(e, &t.spec.shape)).unwrap_or(("?", Vec::new()));
         header.insert(
             name,
-            serde_json::json!({"dtype": dtype, "shape": t.spec.shape, "data_offsets": [offset, offset + t.len]}),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + t.len]}),
         );
         offset += t.len;
     }

@@ -7,7 +7,7 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
 use tensorizer_native::read::plan::{Destination, plan_load};
 use tensorizer_native::source::Counted;
-use tensorizer_native::{Intent, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
+use tensorizer_native::{Intent, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
 use crate::buffers::Held;
 use crate::errors::{CryptographyError, to_py};
@@ -55,6 +55,14 @@ pub(crate) struct LoadPlan {
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeReader {
     pub(crate) inner: Reader<Counted<Source>>,
+    origin: &'static str,
+}
+
+/// Where a source's bytes come from, for load receipts: the URI scheme
+/// (`"file"` for a local path, as `Location::scheme` names them), or
+/// `"stream"` for anything that is not a path or URI.
+fn origin_of(name: &str) -> &'static str {
+    Location::parse(name).map_or("stream", |l| l.scheme())
 }
 
 pub(crate) fn key_source(key: Option<Vec<u8>>, passphrase: Option<Vec<u8>>) -> PyResult<Option<KeySource>> {
@@ -95,14 +103,17 @@ impl NativeReader {
         passphrase: Option<Vec<u8>>,
         name: Option<String>,
     ) -> PyResult<Self> {
-        let source: Source = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
-            Box::new(opened.get().inner.clone())
+        let (source, origin): (Source, _) = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
+            let inner = opened.get().inner.clone();
+            let origin = origin_of(inner.name());
+            (Box::new(inner), origin)
         } else if let Ok(bytes) = source.cast::<PyBytes>() {
-            Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name.unwrap_or_else(|| "<bytes>".into())))
+            let name = name.unwrap_or_else(|| "<bytes>".into());
+            (Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name)), "stream")
         } else {
             let path: std::path::PathBuf = source.extract()?;
             let uri = path.to_string_lossy().into_owned();
-            py.detach(|| open_uri(&uri, Intent::ReadAll)).map_err(to_py)?
+            (py.detach(|| open_uri(&uri, Intent::ReadAll)).map_err(to_py)?, origin_of(&uri))
         };
         let options = ReadOptions {
             num_readers: num_readers.unwrap_or_else(default_readers).max(1),
@@ -110,7 +121,15 @@ impl NativeReader {
             key: key_source(key, passphrase)?,
         };
         let inner = py.detach(|| Reader::new(Counted::new(source), options)).map_err(to_py)?;
-        Ok(Self { inner })
+        Ok(Self { inner, origin })
+    }
+
+    /// Where the bytes come from: `"file"`, a URI scheme (`"http"`,
+    /// `"https"`, `"s3"`, `"gs"`, `"az"`, `"redis"`, `"redis+cluster"`), or
+    /// `"stream"` (bytes handed over from a Python file object).
+    #[getter]
+    fn origin(&self) -> &'static str {
+        self.origin
     }
 
     /// The file's data version.
@@ -188,6 +207,13 @@ impl NativeReader {
             self.inner.records(&indices).map(|records| records.iter().map(|r| r.header.module_index).collect())
         })
         .map_err(to_py)
+    }
+
+    /// Whether each listed tensor has anything to verify it by: stored
+    /// hashes, or the MACs of encrypted data (reads their headers).
+    fn vouched(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<bool>> {
+        py.detach(|| self.inner.records(&indices).map(|records| records.iter().map(|r| r.vouched()).collect()))
+            .map_err(to_py)
     }
 
     /// Checks `data` (tensor `i`'s bytes from memory, any buffer) against

@@ -19,9 +19,6 @@ pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {
     tensorizer_core::safetensors::name_of(e)
 }
 
-fn element_from_safetensors(name: &str) -> Option<ElementType> {
-    tensorizer_core::safetensors::dtype(name).and_then(|d| d.element)
-}
 
 /// The flat name a structured path gets in safetensors: components joined
 /// with dots, as in a torch state dict (`model.layers.0.weight`).
@@ -129,14 +126,22 @@ impl<S: RangeSource> SafetensorsFile<S> {
             if key == "__metadata__" {
                 continue;
             }
-            let dtype = v["dtype"].as_str().and_then(element_from_safetensors);
+            let name = v["dtype"].as_str();
             let shape: Option<Vec<u64>> = v["shape"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
             let offsets: Option<Vec<u64>> =
                 v["data_offsets"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
-            let (Some(dtype), Some(shape), Some([start, end])) =
-                (dtype, shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
+            let (Some(name), Some(shape), Some([start, end])) =
+                (name, shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
             else {
-                return Err(bad(format!("tensor {key:?} has a missing or unsupported dtype, shape or data_offsets")));
+                return Err(bad(format!("tensor {key:?} has a missing dtype, shape or data_offsets")));
+            };
+            let Some((dtype, shape)) = tensorizer_core::safetensors::from_safetensors(name, &shape) else {
+                let why = if tensorizer_core::safetensors::dtype(name).and_then(|d| d.element).is_some() {
+                    format!("tensor {key:?}: dtype {name} with shape {shape:?} does not pack into whole elements")
+                } else {
+                    format!("tensor {key:?}: dtype {name:?} has no tensorizer equivalent")
+                };
+                return Err(bad(why));
             };
             let nbytes = Dtype::from_element(dtype).nbytes(&shape);
             if end < start || nbytes != Some(end - start) {

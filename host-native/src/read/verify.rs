@@ -36,10 +36,7 @@ pub fn verify_all<S: RangeSource>(reader: &Reader<S>, progress: impl Fn(u64) + S
             Ok(())
         });
         let (error, checked) = match outcome {
-            Ok(record) => {
-                let encrypted = reader.entries()[i].data_length > 0 && matches!(record.cipher(), Ok(Some(_)));
-                (None, !record.header.hashes.is_empty() || encrypted)
-            }
+            Ok(record) => (None, record.vouched()),
             // I/O failures end the run; content failures are reported per tensor.
             Err(e @ Error::Io { .. }) => return Err(e),
             Err(e) => (Some(e), true),

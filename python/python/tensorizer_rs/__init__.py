@@ -10,7 +10,9 @@ from typing import Any
 from . import serialization, stream_io, utils
 from ._convert import convert
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
+from ._modules import StrictLoadError
 from ._native import ObjectChangedError, RangeNotSupportedError
+from ._receipt import LoadReceipt
 from ._native import __version__ as _native_version
 from ._slices import TensorSlice, tp_shard
 from .serialization import (
@@ -59,6 +61,8 @@ __all__ = [
     "DecryptionParams",
     "FilterFuncType",
     "HashMismatchError",
+    "LoadReceipt",
+    "StrictLoadError",
     "ObjectChangedError",
     "RangeNotSupportedError",
     "TensorSlice",

@@ -16,6 +16,7 @@ from . import _args, _cuda, _dtypes, _memory, _native
 from ._crypt import CryptographyError, DecryptionParams
 from ._meta import _MetaTensors
 from ._modules import _gc_paused, _ModuleLoading
+from ._receipt import _Receipts
 from ._redis_export import _RedisExport
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
@@ -62,6 +63,7 @@ def _resolve_device(device: Any) -> Any:
 class TensorDeserializer(
     _MetaTensors,
     _ModuleLoading,
+    _Receipts,
     _RedisExport,
     Mapping[Any, Any],
     contextlib.AbstractContextManager["TensorDeserializer"],
@@ -164,6 +166,7 @@ class TensorDeserializer(
         self._reader: Any = _native.NativeReader(
             source, num_readers=num_readers, verify_hash=verify_hash, name=name, **enc_args
         )
+        self._init_receipts()
         reader = self._reader
         version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
         if encrypted and encryption is None:
@@ -277,10 +280,15 @@ class TensorDeserializer(
         with _gc_paused():
             if verify_hash and self._unverified:
                 self._verify_loaded(entries)
-            loaded = [e.index for e in entries if e.index not in self._cache]
-            self._load_now(entries, verify_hash)
+            todo = [e for e in entries if e.index not in self._cache]
+            try:
+                self._load_now(entries, verify_hash)
+            except Exception:
+                self._note_failed(todo)
+                raise
+            self._note_loaded(todo, bool(verify_hash))
             if not verify_hash:
-                self._unverified.update(loaded)
+                self._unverified.update(e.index for e in todo)
 
     def _verify_loaded(self, entries: list[_Entry]) -> None:
         """Checks the stored hashes of `entries` loaded earlier without
@@ -298,6 +306,7 @@ class TensorDeserializer(
                 scratch = np.empty(e.nbytes, dtype=np.uint8)
                 self._reader.load_into([e.index], [scratch], True)
             self._unverified.discard(e.index)
+        self._note_loaded(stale, True)
 
     def _load_now(self, entries: list[_Entry], verify_hash: bool | None) -> None:
         import torch
@@ -394,6 +403,7 @@ class TensorDeserializer(
 
         # Parse each header once: the index and the headers must agree.
         self._reader.module_indices([e.index for e in mapped])
+        self._note_mapped(mapped)
         made = _native.carve(
             mapped, self._map, [e.data_offset for e in mapped], _carve_kind, torch.frombuffer, torch.empty,
             torch.Tensor._make_subclass, torch.nn.Parameter,
@@ -418,6 +428,7 @@ class TensorDeserializer(
                 # fails when it is itself asked for.
                 if len(batch) == 1:
                     raise
+                self._forget_failed(batch)
                 self._load([e], self._verify_hash)
         return self._cache[e.index]
 
@@ -648,7 +659,12 @@ class TensorDeserializer(
                 arrays.append(np.broadcast_to(np.zeros((), dtype=np_dtype), e.shape))
         stored = [(e.index, a.reshape(-1).view(np.uint8)) for e, a in zip(entries, arrays) if not e.is_meta]
         if stored:
-            self._reader.load_into([i for i, _ in stored], [b for _, b in stored], verify)
+            try:
+                self._reader.load_into([i for i, _ in stored], [b for _, b in stored], verify)
+            except Exception:
+                self._note_failed(entries)
+                raise
+        self._note_loaded(entries, verify)
         indices = self._reader.module_indices([e.index for e in entries])
         for pos, e, idx, arr, (_, torch_name) in zip(positions, entries, indices, arrays, kinds):
             self._last_yielded = pos
@@ -659,6 +675,7 @@ class TensorDeserializer(
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
+        self._note_closing()
         self._closed = True
         self._reader = None
         # Tensors already handed out keep the mapping alive through their

@@ -31,6 +31,57 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+class StrictLoadError(RuntimeError):
+    """``load_into_module(strict=True)`` found the file and the module
+    disagree; nothing was loaded or changed. The message is formatted as
+    ``torch.nn.Module.load_state_dict``'s."""
+
+    def __init__(
+        self,
+        module_name: str,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        size_mismatches: list[tuple[str, tuple[int, ...], tuple[int, ...]]],
+    ) -> None:
+        #: Parameters and persistent buffers of the module no loaded entry sets.
+        self.missing_keys = missing_keys
+        #: Loaded entries that name no parameter or buffer of the module.
+        self.unexpected_keys = unexpected_keys
+        #: ``(name, shape in the file, shape in the module)``.
+        self.size_mismatches = size_mismatches
+        errors = []
+        if missing_keys:
+            errors.append("Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing_keys)))
+        if unexpected_keys:
+            errors.append("Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected_keys)))
+        for name, stored, expected in size_mismatches:
+            errors.append(
+                f"size mismatch for {name}: copying a param with shape {list(stored)} from checkpoint, "
+                f"the shape in current model is {list(expected)}."
+            )
+        super().__init__("Error(s) in loading state_dict for {}:\n\t{}".format(module_name, "\n\t".join(errors)))
+
+
+def _check_strict(m: Any, entries: list[_Entry]) -> None:
+    """Raises StrictLoadError unless `entries` set exactly the module's
+    state-dict keys, with the module's shapes. Every parameter and buffer
+    name counts as known (tied ones under each name, non-persistent
+    buffers too: tensorizer writes them); only those in ``state_dict()``
+    are required."""
+    known = {n: t for n, t in m.named_parameters(remove_duplicate=False)}
+    known.update(m.named_buffers(remove_duplicate=False))
+    stored = {str(e.name): e for e in entries}  # plain names: checked by the caller
+    missing = [k for k in m.state_dict(keep_vars=True) if k not in stored]
+    unexpected = [n for n in stored if n not in known]
+    mismatched = [
+        (n, tuple(e.shape), tuple(known[n].shape))
+        for n, e in stored.items()
+        if n in known and tuple(e.shape) != tuple(known[n].shape)
+    ]
+    if missing or unexpected or mismatched:
+        raise StrictLoadError(type(m).__name__, missing, unexpected, mismatched)
+
+
 class _ModuleLoading:
     """``TensorDeserializer``'s module methods (a mixin)."""
 
@@ -52,10 +103,20 @@ class _ModuleLoading:
         m: Any,
         filter_func: FilterFuncType | None = None,
         verify_hash: bool | None = None,
+        *,
+        strict: bool = False,
     ) -> int:
         """Registers every PARAM and BUFFER entry on the submodule its name
         points to (``"0.weight"`` → module ``"0"``, attribute ``weight``);
-        returns how many. The tensors are inserted as loaded: no copies."""
+        returns how many. The tensors are inserted as loaded: no copies.
+
+        ``strict=True`` (ours; tensorizer's behaviour is the default) first
+        checks the names and shapes against the module, as
+        ``torch.nn.Module.load_state_dict(strict=True)`` does, and raises
+        :class:`StrictLoadError` before loading or changing anything when
+        the module has parameters or persistent buffers the loaded entries
+        lack (``missing_keys``), entries name no parameter or buffer of the
+        module (``unexpected_keys``), or shapes differ."""
         entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
         for e in entries:
             if e.tensor_type == TensorType.STATE_DICT:
@@ -65,6 +126,8 @@ class _ModuleLoading:
                 )
             if not isinstance(e.name, str):
                 raise NotImplementedError("Cannot load structured tensor paths into a module")
+        if strict:
+            _check_strict(m, entries)
         self._load(entries, self._verify(verify_hash))
         with _gc_paused():
             self._register(m, entries)

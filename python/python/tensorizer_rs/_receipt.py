@@ -1,0 +1,187 @@
+"""Load receipts: what a ``TensorDeserializer`` has loaded, checked and
+read, as an immutable :class:`LoadReceipt` (``TensorDeserializer.receipt``).
+
+tensorizer has no such record; it is ours (spec §18.8).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Union
+
+from . import _native
+
+_Entry = _native.Entry
+
+#: A tensor's name as the deserializer's index holds it: a string, or a
+#: path of keys for files written with nested names.
+TensorName = Union[str, tuple[Union[str, int], ...]]
+
+
+@dataclass(frozen=True)
+class LoadReceipt:
+    """What a deserializer has done so far, taken when asked for.
+
+    Every name appears in ``expected``; each is in exactly one of
+    ``loaded``, ``skipped_by_filter``, ``failed`` and :attr:`pending`, and
+    each loaded one in exactly one of ``verified`` and ``unverified``.
+    Names keep file order.
+    """
+
+    #: Every tensor the file holds, in file order.
+    expected: tuple[TensorName, ...]
+    #: Tensors loaded (handed out, or held to hand out) so far.
+    loaded: tuple[TensorName, ...]
+    #: Tensors the constructor's ``filter_func`` left out.
+    skipped_by_filter: tuple[TensorName, ...]
+    #: Loaded tensors checked against their stored hashes (or, encrypted,
+    #: their MACs).
+    verified: tuple[TensorName, ...]
+    #: Loaded tensors nothing checked: verification was off, or the file
+    #: stores no hash for them.
+    unverified: tuple[TensorName, ...]
+    #: Tensors a load attempted that raised and are still not loaded (a
+    #: failing batch lists all its tensors; a lazy read retries its own
+    #: tensor alone, so there the name is exact).
+    failed: tuple[TensorName, ...]
+    #: Bytes read, by where they came from: ``"file"``, a URI scheme
+    #: (``"http"``, ``"https"``, ``"s3"``, ``"redis"``...), ``"stream"``
+    #: (a Python file object) -- everything the native reader read: index,
+    #: headers, data and re-reads for verification -- and ``"mmap"``, the
+    #: data of tensors handed out as views of a memory map.
+    bytes_by_source: Mapping[str, int]
+
+    @property
+    def pending(self) -> tuple[TensorName, ...]:
+        """Tensors selected but not loaded yet (a lazy deserializer's
+        unread ones)."""
+        done = {*self.loaded, *self.skipped_by_filter, *self.failed}
+        return tuple(n for n in self.expected if n not in done)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every selected tensor is loaded."""
+        return len(self.loaded) + len(self.skipped_by_filter) == len(self.expected)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes read from every source together."""
+        return sum(self.bytes_by_source.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt as plain JSON types: names as strings or lists of
+        keys, counts as ints."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                out[f.name] = [n if isinstance(n, str) else list(n) for n in value]
+            else:
+                out[f.name] = dict(value)
+        return out
+
+    def __hash__(self) -> int:
+        return hash((*(getattr(self, f.name) for f in fields(self) if f.name != "bytes_by_source"),
+                     tuple(sorted(self.bytes_by_source.items()))))
+
+    def __repr__(self) -> str:
+        counts = ", ".join(
+            f"{f.name}={len(getattr(self, f.name))}" for f in fields(self) if f.name != "bytes_by_source"
+        )
+        return f"LoadReceipt({counts}, bytes_by_source={dict(self.bytes_by_source)!r})"
+
+
+class _Receipts:
+    """``TensorDeserializer``'s bookkeeping behind ``receipt`` (a mixin).
+
+    The loading code reports what it did through ``_note_*``; nothing here
+    reads tensor data.
+    """
+
+    _reader: Any
+    _all: list[_Entry]
+    _selected: list[_Entry]
+
+    def _init_receipts(self) -> None:
+        self._r_loaded: set[int] = set()
+        self._r_verified: set[int] = set()
+        # Loaded with verification; whether anything was there to check
+        # is looked up (header reads) only when a receipt is made or the
+        # reader closes, never on the load path.
+        self._r_checked: set[int] = set()
+        self._r_failed: set[int] = set()
+        self._r_mmap_bytes = 0
+        self._r_origin: str = self._reader.origin
+        self._r_read = 0  # the native count when the reader was closed
+        self._r_own = 0  # bytes read by _resolve_checked, not by loads
+
+    def _note_loaded(self, entries: Iterable[_Entry], verified: bool) -> None:
+        """`entries` are loaded; with `verified`, they were checked against
+        whatever the file stores for them (the reader says if anything)."""
+        indices = [e.index for e in entries]
+        if not indices:
+            return
+        self._r_loaded.update(indices)
+        self._r_failed.difference_update(indices)
+        if verified:
+            self._r_checked.update(i for i in indices if i not in self._r_verified)
+
+    def _resolve_checked(self) -> None:
+        """Sorts the tensors loaded with verification into verified (their
+        file stores hashes or MACs) and not."""
+        if not self._r_checked:
+            return
+        indices = sorted(self._r_checked)
+        before = self._reader.bytes_read()[0]
+        vouched = self._reader.vouched(indices)
+        self._r_own += self._reader.bytes_read()[0] - before
+        self._r_verified.update(i for i, v in zip(indices, vouched) if v)
+        self._r_checked.clear()
+
+    def _note_failed(self, entries: Iterable[_Entry]) -> None:
+        self._r_failed.update(e.index for e in entries if e.index not in self._r_loaded)
+
+    def _forget_failed(self, entries: Iterable[_Entry]) -> None:
+        """A failed batch is retried one tensor at a time: only those that
+        fail on their own stay failed."""
+        self._r_failed.difference_update(e.index for e in entries)
+
+    def _note_mapped(self, entries: Iterable[_Entry]) -> None:
+        self._r_mmap_bytes += sum(e.data_length for e in entries)
+
+    def _note_closing(self) -> None:
+        if getattr(self, "_reader", None) is None or not hasattr(self, "_r_checked"):
+            return
+        self._resolve_checked()
+        self._r_read = self._reader.bytes_read()[0]
+
+    @property
+    def receipt(self) -> LoadReceipt:
+        """What this deserializer has loaded, checked and read so far (a
+        snapshot: an eager deserializer's is complete once constructed; a
+        lazy one's grows as tensors are read). Ours; tensorizer has none."""
+        selected = {e.index for e in self._selected}
+        entries = self._all
+
+        def names(keep: Any) -> tuple[TensorName, ...]:
+            return tuple(e.name for e in entries if keep(e.index))
+
+        if self._reader is not None:
+            self._resolve_checked()
+            self._r_read = self._reader.bytes_read()[0]
+        read = self._r_read - self._r_own
+        loaded, verified, failed = self._r_loaded, self._r_verified, self._r_failed
+        sources = {self._r_origin: read}
+        if self._r_mmap_bytes:
+            sources["mmap"] = self._r_mmap_bytes
+        return LoadReceipt(
+            expected=names(lambda i: True),
+            loaded=names(loaded.__contains__),
+            skipped_by_filter=names(lambda i: i not in selected),
+            verified=names(lambda i: i in loaded and i in verified),
+            unverified=names(lambda i: i in loaded and i not in verified),
+            failed=names(failed.__contains__),
+            bytes_by_source=types.MappingProxyType(sources),
+        )
