@@ -19,7 +19,7 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::dtype::all_element_types;
 use tensorizer_core::{Dtype, ElementType, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType};
 use tensorizer_core::{MetadataEntry, WriterOptions};
-use tensorizer_native::convert::safetensors::{SafetensorsFile, flat_name, safetensors_dtype};
+use tensorizer_native::convert::safetensors::{SafetensorsFile, flat_name};
 use tensorizer_native::convert::{ConvertOptions, Format, convert_source};
 use tensorizer_native::{
     FileWriter, LocalFile, MemorySource, RangeSource as _, ReadOptions, Reader, WriteOptions, write_file,
@@ -226,6 +226,7 @@ const REASONS: &[&str] = &[
     "conflict",
     "metadata",
     "safetensors has no dtype for",
+    "safetensors cannot store a 0-dimensional",
     "meta tensors (no data) cannot be stored in safetensors",
     "two tensors flatten to this name",
 ];
@@ -315,20 +316,20 @@ fn native(tensors: &[Gen], crypt: Crypt, tensorizer_layout: bool, incremental: b
     Ok(())
 }
 
-/// A safetensors file of `tensors` (meta flags ignored; element types
-/// safetensors cannot name are left out), padded as the library pads.
+/// A safetensors file of `tensors` (meta flags ignored; tensors
+/// safetensors cannot store are left out), padded as the library pads.
 fn safetensors_bytes(tensors: &[Gen]) -> (Vec<u8>, Vec<Gen>) {
     let mut header = serde_json::Map::new();
     let mut kept = Vec::new();
     let mut data = Vec::new();
     for t in tensors {
-        let Some(dtype) = safetensors_dtype(t.element) else { continue };
+        let Some((dtype, shape)) = tensorizer_core::safetensors::to_safetensors(t.element, &t.shape) else { continue };
         let t = Gen { meta: false, ..t.clone() };
         let d = t.data();
         let at = data.len() as u64;
         header.insert(
             t.flat(),
-            serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [at, at + d.len() as u64]}),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + d.len() as u64]}),
         );
         data.extend_from_slice(&d);
         kept.push(t);
