@@ -1,7 +1,7 @@
 """Load receipts: what a ``TensorDeserializer`` has loaded, checked and
 read, as an immutable :class:`LoadReceipt` (``TensorDeserializer.receipt``).
 
-tensorizer has no such record; it is ours (spec §18.8).
+tensorizer has no such record; it is ours (spec §18.7).
 """
 
 from __future__ import annotations
