@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import struct
 
 import pytest
 import torch
@@ -115,6 +116,37 @@ def test_failed_tensor_is_named(tmp_path: pathlib.Path) -> None:
     d.close()
 
 
+def _strip_hashes(path: pathlib.Path, name: str) -> None:
+    """Rewrites tensor `name`'s hash block as empty (spec §7: hash_block_len
+    1, hash_count 0); the freed bytes become the header's gap, so every
+    offset stays the same. tensorizer's format allows it; no writer does it."""
+    with TensorDeserializer(str(path), device="cpu", lazy_load=True) as d:
+        e = next(e for e in d._all if e.name == name)
+    raw = bytearray(path.read_bytes())
+    h = e.header_offset
+    n = struct.unpack_from("<H", raw, h + 11)[0]
+    dlen = raw[h + 13 + n]
+    ndim = raw[h + 14 + n + dlen]
+    at = h + 15 + n + dlen + 4 * ndim
+    struct.pack_into("<HB", raw, at, 1, 0)
+    path.write_bytes(bytes(raw))
+
+
+def test_a_tensor_without_hashes_is_unverified(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "bare.tensors"
+    with TensorSerializer(str(path)) as s:
+        s.write_state_dict({"bare": torch.arange(3, dtype=torch.uint8), "hashed": torch.ones(2)})
+    _strip_hashes(path, "bare")
+    with TensorDeserializer(str(path), device="cpu", verify_hash=True) as d:
+        assert d["bare"].tolist() == [0, 1, 2]
+        r = d.receipt
+    assert r.loaded == ("bare", "hashed") and r.verified == ("hashed",) and r.unverified == ("bare",)
+    # Resolved at close when no receipt was asked for while open.
+    d = TensorDeserializer(str(path), device="cpu", verify_hash=True)
+    d.close()
+    assert d.receipt == r
+
+
 def test_http_bytes(tmp_path: pathlib.Path, model_file: pathlib.Path) -> None:
     with remote_servers.nginx(str(model_file.parent)) as base:
         with TensorDeserializer(f"{base}/m.tensors", device="cpu") as d:
@@ -178,3 +210,11 @@ def test_strict_counts_a_filter_and_shapes(model_file: pathlib.Path) -> None:
         with pytest.raises(StrictLoadError, match=r"size mismatch for 0.weight: .* \[4, 8\] .* \[5, 8\]") as err:
             d.load_into_module(wide, strict=True)
         assert err.value.size_mismatches == [("0.weight", (4, 8), (5, 8)), ("0.bias", (4,), (5,))]
+
+
+def test_numpy_arrays_count_as_loaded(model_file: pathlib.Path) -> None:
+    with TensorDeserializer(str(model_file), device="cpu", lazy_load=True, verify_hash=True) as d:
+        got = [name for _, _, name, *_ in d.read_numpy_arrays(num_tensors=2)]
+        r = d.receipt
+    assert r.loaded == r.verified == tuple(got) == tuple(NAMES[:2])
+    assert r.pending == tuple(NAMES[2:])

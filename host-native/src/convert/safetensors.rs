@@ -19,7 +19,6 @@ pub fn safetensors_dtype(e: ElementType) -> Option<&'static str> {
     tensorizer_core::safetensors::name_of(e)
 }
 
-
 /// The flat name a structured path gets in safetensors: components joined
 /// with dots, as in a torch state dict (`model.layers.0.weight`).
 pub fn flat_name(path: &TensorPath) -> String {
