@@ -55,6 +55,7 @@ mod _native {
         m.add("ARENA_BYTES", tensorizer_native::read::plan::ARENA_BYTES)?;
         m.add("ARENA_ALIGN", tensorizer_native::read::plan::ARENA_ALIGN)?;
         m.add("HUGE_PAGE_MIN", tensorizer_native::read::plan::HUGE_PAGE_MIN)?;
+        m.add("ALLOCATION_ALIGN", tensorizer_native::read::plan::ALLOCATION_ALIGN)?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
         crate::errors::detail_defaults(m)?;

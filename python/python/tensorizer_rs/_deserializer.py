@@ -349,7 +349,7 @@ class TensorDeserializer(
         pin = device.type == "cuda"
         small = [by_index[i] for i in plan.small]
         large = [by_index[i] for i in plan.large]
-        staged = [_memory.staging_tensor(e, pin) for e in large]
+        staged = [_memory.staging_tensor(e, pin, lead) for e, lead in zip(large, plan.large_leads)]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)

@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointEntry",
     "ZipEntryCheck",
     "NativeReader",
+    "ALLOCATION_ALIGN",
     "ARENA_ALIGN",
     "ARENA_BYTES",
     "ArenaPlan",
@@ -63,6 +64,7 @@ DEFAULT_READERS: int
 ARENA_BYTES: int
 ARENA_ALIGN: int
 HUGE_PAGE_MIN: int
+ALLOCATION_ALIGN: int
 
 class FormatError(ValueError):
     offset: int | None
@@ -240,6 +242,8 @@ class LoadPlan:
     def staged(self) -> list[int]: ...
     @property
     def large(self) -> list[int]: ...
+    @property
+    def large_leads(self) -> list[int]: ...
     @property
     def small(self) -> list[int]: ...
     @property
