@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -156,6 +157,20 @@ def test_http_bytes(tmp_path: pathlib.Path, model_file: pathlib.Path) -> None:
         assert set(d.receipt.bytes_by_source) == {"file"}  # a named local file is read by path
     with TensorDeserializer(tensorizer_rs.stream_io.open_stream(str(model_file)), device="cpu") as d:
         assert set(d.receipt.bytes_by_source) == {"file"}
+    with TensorDeserializer(io.BytesIO(model_file.read_bytes()), device="cpu") as d:
+        assert set(d.receipt.bytes_by_source) == {"stream"}
+
+
+def test_s3_bytes(model_file: pathlib.Path) -> None:
+    with remote_servers.s3_bucket() as (endpoint, _):
+        creds = remote_servers.s3_credentials(endpoint)
+        with tensorizer_rs.stream_io.open_stream("s3://models/m.tensors", "wb", **creds) as f:
+            f.write(model_file.read_bytes())
+        stream = tensorizer_rs.stream_io.open_stream("s3://models/m.tensors", "rb", **creds)
+        with TensorDeserializer(stream, device="cpu", verify_hash=True) as d:
+            r = d.receipt
+    assert set(r.bytes_by_source) == {"s3"} and r.bytes_by_source["s3"] >= _data_bytes(model_file)
+    assert r.verified == r.expected
 
 
 # -- strict ----------------------------------------------------------------------------
