@@ -11,8 +11,10 @@ use std::time::Duration;
 use crate::error::{Error, Result, io_err};
 
 mod direct;
+mod frozen;
 mod window;
 pub use direct::DIRECT_BLOCK;
+pub use frozen::{Frozen, frozen};
 pub use window::Window;
 
 /// A byte source that serves concurrent positioned reads.

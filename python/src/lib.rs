@@ -42,7 +42,7 @@ mod _native {
     #[pymodule_export]
     use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
     #[pymodule_export]
-    use crate::source::{NativeSource, location_scheme, s3_presign, s3cfg_values, upload};
+    use crate::source::{NativeSource, file_frozen, location_scheme, s3_presign, s3cfg_values, upload};
     #[pymodule_export]
     use crate::writer::{NativeWriter, WriteSpec};
 

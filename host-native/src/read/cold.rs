@@ -17,7 +17,7 @@ use crate::source::{DIRECT_BLOCK, RangeSource, check_range};
 
 /// Requests in flight at once, each a blocking read on a thread of its
 /// own: the queue depth at which reads around the cache reached the
-/// device's rate here (spec §19.6).
+/// device's rate here (spec §23.4).
 const QUEUE_DEPTH: usize = 16;
 
 /// Bytes per request read straight into a tensor.

@@ -4,7 +4,7 @@
 //! load) reads fastest with many block-aligned `O_DIRECT` requests in
 //! flight at once, straight into the destination memory: no page-cache
 //! pages to allocate and fill, no copy out of them, and the device's queue
-//! kept full (spec §19.6 has the measurements). A file whose pages are
+//! kept full (spec §23 has the measurements). A file whose pages are
 //! mostly cached reads faster through the cache, so the choice is made per
 //! load from the file's cache state ([`mostly_uncached`]).
 

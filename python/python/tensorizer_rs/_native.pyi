@@ -29,6 +29,7 @@ __all__ = [
     "s3_presign",
     "scan_file",
     "s3cfg_values",
+    "file_frozen",
     "NativeWriter",
     "WriteSpec",
     "derive_key",
@@ -107,6 +108,7 @@ def upload(
     overwrite: bool = True,
 ) -> None: ...
 def location_scheme(uri: str | PathLike[str]) -> str: ...
+def file_frozen(path: str | PathLike[str]) -> str | None: ...
 def s3cfg_values(text: str) -> tuple[bool, str | None, str | None, str | None, bool | None]: ...
 def s3_presign(
     uri: str,
