@@ -6,7 +6,6 @@ tensorizer has no such record; it is ours (spec §18.7).
 
 from __future__ import annotations
 
-import contextlib
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -38,7 +37,9 @@ class LoadReceipt:
     #: Tensors the constructor's ``filter_func`` left out.
     skipped_by_filter: tuple[TensorName, ...]
     #: Loaded tensors checked against their stored hashes (or, encrypted,
-    #: their MACs).
+    #: their MACs). A receipt taken after ``close()`` counts every tensor
+    #: loaded with verification here unless an earlier receipt found its
+    #: header stores no hashes (spec §18.7).
     verified: tuple[TensorName, ...]
     #: Loaded tensors nothing checked: verification was off, or the file
     #: stores no hash for them.
@@ -109,8 +110,8 @@ class _Receipts:
         self._r_loaded: set[int] = set()
         self._r_verified: set[int] = set()
         # Loaded with verification; whether anything was there to check
-        # is looked up (header reads) only when a receipt is made or the
-        # reader closes, never on the load path.
+        # is looked up (header reads) only when a receipt is made while the
+        # reader is open: never on the load path, never at close.
         self._r_checked: set[int] = set()
         self._r_failed: set[int] = set()
         self._r_mmap_bytes = 0
@@ -153,14 +154,8 @@ class _Receipts:
         self._r_mmap_bytes += sum(e.data_length for e in entries)
 
     def _note_closing(self) -> None:
-        if getattr(self, "_reader", None) is None or not hasattr(self, "_r_checked"):
-            return
-        # Closing must not fail for a receipt nobody may ask for: if the
-        # headers cannot be read now (a network source gone), those
-        # tensors stay listed as unverified.
-        with contextlib.suppress(Exception):
-            self._resolve_checked()
-        self._r_read = self._reader.bytes_read()[0]
+        if getattr(self, "_reader", None) is not None and hasattr(self, "_r_read"):
+            self._r_read = self._reader.bytes_read()[0]
 
     @property
     def receipt(self) -> LoadReceipt:
@@ -177,7 +172,12 @@ class _Receipts:
             self._resolve_checked()
             self._r_read = self._reader.bytes_read()[0]
         read = self._r_read - self._r_own
-        loaded, verified, failed = self._r_loaded, self._r_verified, self._r_failed
+        # After close, tensors loaded with verification that were never
+        # looked up count as verified: their check ran and passed; only a
+        # header storing no hashes (no known writer writes one) would make
+        # that check empty, and telling needs the header read again.
+        loaded, failed = self._r_loaded, self._r_failed
+        verified = self._r_verified | self._r_checked
         sources = {self._r_origin: read}
         if self._r_mmap_bytes:
             sources["mmap"] = self._r_mmap_bytes
