@@ -9,6 +9,7 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
+from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
@@ -54,6 +55,7 @@ __all__ = [
     "TensorSerializer",
     "TensorDeserializer",
     "TensorType",
+    "CooperativeLoadError",
     "CryptographyError",
     "EncryptionParams",
     "DecryptionParams",
