@@ -12,7 +12,8 @@ rank read from the store, the wall time and any error, into
 * ``s3``: open_stream's S3 arguments, given to the URI through the
   environment, or with ``open_stream`` true to ``open_stream``;
 * ``key`` / ``key_by_rank``: hex encryption key(s); ``verify_hash``;
-* ``prefix``: load only tensors whose name starts with it;
+* ``prefix`` / ``prefix_by_rank``: load only tensors whose name starts
+  with it;
 * ``module``: load lazily, then ``load_into_module(process_group=...)``;
 * ``group``: false for an independent load (no process group);
 * ``die``: the rank that exits abruptly instead of loading;
@@ -68,7 +69,7 @@ def run(job: dict[str, Any], rank: int) -> dict[str, Any]:
                               AWS_SECRET_ACCESS_KEY=s3["s3_secret_access_key"])
     key = job["key_by_rank"][rank] if "key_by_rank" in job else job.get("key")
     enc = tensorizer_rs.DecryptionParams.from_key(bytes.fromhex(key)) if key else None
-    prefix = job.get("prefix")
+    prefix = job["prefix_by_rank"][rank] if "prefix_by_rank" in job else job.get("prefix")
     keep = (lambda name: name.startswith(prefix)) if prefix else None
     group = dist.group.WORLD if job.get("group", True) else None
     out: dict[str, Any] = {"ok": True}

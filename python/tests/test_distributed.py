@@ -140,8 +140,10 @@ def test_failure_on_one_rank_raises_on_every_rank(files: dict[str, str]) -> None
         {"src": secret, "key_by_rank": [KEY.hex(), WRONG_KEY.hex(), KEY.hex()]},
         # The last rank reads a corrupted copy; its hash check fails.
         {"src_by_rank": [plain, plain, corrupt], "verify_hash": True},
-        # A rank that opens another file is told so, and so are the others.
-        {"src_by_rank": [plain, plain, secret], "key": KEY.hex()},
+        # Rank 0 cannot open the file (a key for a file not encrypted).
+        {"src": plain, "key_by_rank": [KEY.hex(), "", ""]},
+        # Ranks that select different tensors are told so, not left hanging.
+        {"src": plain, "prefix_by_rank": ["", "", "layers."]},
         # The group still works after those.
         {"src": plain},
         # Rank 2 dies: the others raise within the group's timeout.
@@ -158,12 +160,15 @@ def test_failure_on_one_rank_raises_on_every_rank(files: dict[str, str]) -> None
     for got in corrupted:
         assert not got["ok"] and got["rank"] == 2 and "HashMismatchError" in got["message"], got
         assert got["tensor"] is not None
-    mixed = [r[2] for r in results]
-    for got in mixed:
-        assert not got["ok"] and got["type"] == "CooperativeLoadError", got
+    for got in [r[2] for r in results]:
+        assert not got["ok"] and got["type"] == "CooperativeLoadError" and got["rank"] == 0, got
+        assert "CryptographyError" in got["message"] and "not encrypted" in got["message"]
+    for got in [r[3] for r in results]:
+        assert not got["ok"] and got["type"] == "CooperativeLoadError" and got["rank"] is None, got
+        assert "same tensors" in got["message"]
     whole = _plain(plain)
-    _assert_all_equal([r[3] for r in results], whole)
-    survivors = [r[4] for r in results[:2]]
+    _assert_all_equal([r[4] for r in results], whole)
+    survivors = [r[5] for r in results[:2]]
     for got in survivors:
         assert not got["ok"] and got["seconds"] < 15, got
 
@@ -182,11 +187,13 @@ def test_http_and_s3_serve_the_file_once(files: dict[str, str]) -> None:
     http, s3_job = [r[0] for r in results], [r[1] for r in results]
     _assert_all_equal(http, whole)
     _assert_all_equal(s3_job, whole)
-    # nginx served what the readers say they read: about the file once.
-    assert served == sum(r["bytes"] for r in http)
+    # The readers read about the file once; nginx served that, plus at most
+    # each rank's opening request (the first MiB, kept for the header and
+    # index: the readers count what they take from it, not what it cost).
     for job in (http, s3_job):
         read = sum(r["bytes"] for r in job)
-        assert size <= read < size * 1.25, (read, size)
+        assert size <= read < size * 1.1, (read, size)
+    assert sum(r["bytes"] for r in http) - (1 << 20) <= served <= size + 2 * (1 << 20), served
 
 
 def test_process_group_needs_an_eager_load_and_torch_distributed(files: dict[str, str]) -> None:

@@ -156,58 +156,61 @@ class TensorDeserializer(
                 "use lazy_load=False, or pass process_group to load_into_module"
             )
         group = _distributed.check_group(process_group)
-        if encryption is not None and not isinstance(encryption, DecryptionParams):
-            raise TypeError("encryption must be a DecryptionParams object or None")
-        if num_readers is not None:
-            if not isinstance(num_readers, int):
-                raise TypeError("num_readers must be an int or None")
-            num_readers = int(num_readers)  # True is 1 reader, as in tensorizer
-            if num_readers < 1:
-                raise ValueError("num_readers must be at least 1")
-        if dtype is not None and not isinstance(dtype, _torch_dtype_type()):
-            raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
-        if meta_tensors not in _META_MODES:
-            raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
-        if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
-            raise ValueError("max_meta_bytes must be a non-negative int or None")
-        self._meta_mode = meta_tensors
-        self._max_meta_bytes = max_meta_bytes
-        self._meta_bytes = 0  # zero-filled meta bytes handed out so far
-        self._device_arg = device
-        self._dtype = dtype
-        # tensorizer tests these flags for truth: None, 0, numpy.bool_...
-        verify_hash = _args.flag(verify_hash)
-        self._verify_hash = verify_hash
-        self._closed = False
-        enc_args = encryption.native_args() if encryption is not None else {}
-        source, name = _source_of(file_obj)
-        # A rank of a cooperative load reads its share only: a URI is opened
-        # without asking for the whole object.
-        self._reader: Any = _native.NativeReader(
-            source, num_readers=num_readers, verify_hash=verify_hash, name=name, partial=group is not None, **enc_args
-        )
-        reader = self._reader
-        version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
-        if encrypted and encryption is None:
-            raise CryptographyError("Tensor is encrypted, but decryption was not requested")
-        self._version = version
-        self.total_file_bytes = tensor_size
-        with _gc_paused():
-            entries = self._index(filter_func)
-        self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
-        self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
-        self.read_bytes = 0
-        self.total_compressed_tensor_bytes = 0
-        self._lazy = lazy_load
-        # Opt-in zero-copy loads from a private, copy-on-write memory map of
-        # a local, unencrypted file (unsafe against in-place rewrites).
-        self._map: Any = None
-        if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
-            import mmap as _mmap
+        # With a group, a failure here reaches the other ranks, which wait
+        # for this one in the load's agreement (spec §23.3).
+        with _distributed.reported(group):
+            if encryption is not None and not isinstance(encryption, DecryptionParams):
+                raise TypeError("encryption must be a DecryptionParams object or None")
+            if num_readers is not None:
+                if not isinstance(num_readers, int):
+                    raise TypeError("num_readers must be an int or None")
+                num_readers = int(num_readers)  # True is 1 reader, as in tensorizer
+                if num_readers < 1:
+                    raise ValueError("num_readers must be at least 1")
+            if dtype is not None and not isinstance(dtype, _torch_dtype_type()):
+                raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
+            if meta_tensors not in _META_MODES:
+                raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
+            if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
+                raise ValueError("max_meta_bytes must be a non-negative int or None")
+            self._meta_mode = meta_tensors
+            self._max_meta_bytes = max_meta_bytes
+            self._meta_bytes = 0  # zero-filled meta bytes handed out so far
+            self._device_arg = device
+            self._dtype = dtype
+            # tensorizer tests these flags for truth: None, 0, numpy.bool_...
+            verify_hash = _args.flag(verify_hash)
+            self._verify_hash = verify_hash
+            self._closed = False
+            enc_args = encryption.native_args() if encryption is not None else {}
+            source, name = _source_of(file_obj)
+            # A rank of a cooperative load reads its share only: a URI is opened
+            # without asking for the whole object.
+            self._reader: Any = _native.NativeReader(
+                source, num_readers=num_readers, verify_hash=verify_hash, name=name, partial=group is not None, **enc_args
+            )
+            reader = self._reader
+            version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
+            if encrypted and encryption is None:
+                raise CryptographyError("Tensor is encrypted, but decryption was not requested")
+            self._version = version
+            self.total_file_bytes = tensor_size
+            with _gc_paused():
+                entries = self._index(filter_func)
+            self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
+            self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
+            self.read_bytes = 0
+            self.total_compressed_tensor_bytes = 0
+            self._lazy = lazy_load
+            # Opt-in zero-copy loads from a private, copy-on-write memory map of
+            # a local, unencrypted file (unsafe against in-place rewrites).
+            self._map: Any = None
+            if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
+                import mmap as _mmap
 
-            with open(source, "rb") as f:
-                if os.fstat(f.fileno()).st_size > 0:
-                    self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
+                with open(source, "rb") as f:
+                    if os.fstat(f.fileno()).st_size > 0:
+                        self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         # Every tensor of an eagerly loaded file with flat names, by name: the
         # mapping's reads go straight to it (BENCHMARKS.md, case b).
         self._flat: dict[Any, Any] | None = None

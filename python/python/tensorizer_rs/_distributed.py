@@ -13,7 +13,9 @@ must make it, for the same file and the same tensors, in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import _dtypes, _memory
@@ -63,7 +65,7 @@ def _describe(exc: BaseException) -> tuple[str, Any]:
     return f"{type(exc).__name__}: {exc}", getattr(exc, "tensor", None)
 
 
-def _agree(group: Any, world: int, digest: str, failure: BaseException | None) -> None:
+def _agree(group: Any, world: int, digest: str | None, failure: BaseException | None) -> None:
     """Every rank learns every rank's digest and failure (one
     ``all_gather_object``, bounded by the group's timeout); raises
     ``CooperativeLoadError`` on every rank when they differ or any failed."""
@@ -74,19 +76,36 @@ def _agree(group: Any, world: int, digest: str, failure: BaseException | None) -
     # On NCCL this runs on torch.cuda.current_device(): each rank sets its
     # own device first, as torch.distributed asks of every NCCL program.
     dist.all_gather_object(everyone, mine, group=group)
+    for r, (_, failed) in enumerate(everyone):
+        if failed is not None:
+            what, tensor = failed
+            at = f" at tensor {tensor!r}" if tensor is not None else ""
+            raise CooperativeLoadError(f"rank {r} of the process group failed{at}: {what}", r, tensor) from failure
     if any(other[0] != digest for other in everyone):
         raise CooperativeLoadError(
             "the ranks of the process group are not loading the same tensors of the same file: every rank "
             "must open the same file and select the same tensors (same filter_func) in the same calls"
         )
-    for r, (_, failed) in enumerate(everyone):
-        if failed is not None:
-            what, tensor = failed
-            raise CooperativeLoadError(
-                f"rank {r} of the process group failed to load its share" + (f" at tensor {tensor!r}" if tensor is not None else "") + f": {what}",
-                r,
-                tensor,
-            ) from failure
+
+
+@contextlib.contextmanager
+def reported(group: Any) -> Iterator[None]:
+    """With a `group`: a failure inside (opening the file, reading its
+    index, checking arguments) is taken to the agreement the other ranks
+    are waiting in, so that every rank raises ``CooperativeLoadError``
+    instead of the others waiting for this one."""
+    if group is None:
+        yield
+        return
+    try:
+        yield
+    except CooperativeLoadError:
+        raise
+    except Exception as exc:
+        import torch.distributed as dist
+
+        _agree(group, dist.get_world_size(group), None, exc)
+        raise  # _agree raised already: a failure was reported
 
 
 def load_shared(d: TensorDeserializer, todo: list[_Entry], verify_hash: bool | None, group: Any) -> None:

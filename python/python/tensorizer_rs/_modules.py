@@ -63,16 +63,18 @@ class _ModuleLoading:
         with the other ranks of this ``torch.distributed`` group, each
         reading a share of the bytes (spec §23); a collective call, which
         every rank of the group makes with the same arguments."""
-        entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
-        for e in entries:
-            if e.tensor_type == TensorType.STATE_DICT:
-                raise NotImplementedError(
-                    "This was serialized with write_state_dict(); "
-                    "use the TensorDeserializer directly as a state_dict mapping instead."
-                )
-            if not isinstance(e.name, str):
-                raise NotImplementedError("Cannot load structured tensor paths into a module")
-        self._load(entries, self._verify(verify_hash), _distributed.check_group(process_group))
+        group = _distributed.check_group(process_group)
+        with _distributed.reported(group):
+            entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
+            for e in entries:
+                if e.tensor_type == TensorType.STATE_DICT:
+                    raise NotImplementedError(
+                        "This was serialized with write_state_dict(); "
+                        "use the TensorDeserializer directly as a state_dict mapping instead."
+                    )
+                if not isinstance(e.name, str):
+                    raise NotImplementedError("Cannot load structured tensor paths into a module")
+        self._load(entries, self._verify(verify_hash), group)
         with _gc_paused():
             self._register(m, entries)
         return len(entries)
