@@ -13,6 +13,7 @@ from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
+from ._shards import load_shards
 from ._slices import TensorSlice, tp_shard
 from .serialization import (
     CryptographyError,
@@ -65,4 +66,5 @@ __all__ = [
     "RangeNotSupportedError",
     "TensorSlice",
     "tp_shard",
+    "load_shards",
 ]

@@ -132,6 +132,9 @@ class TensorDeserializer(
     ``max_meta_bytes`` like a whole meta tensor's.
     """
 
+    #: Open a URI for a part of the object only (``load_shards``).
+    _partial_open = False
+
     def __init__(
         self,
         file_obj: Any,
@@ -184,10 +187,11 @@ class TensorDeserializer(
             self._closed = False
             enc_args = encryption.native_args() if encryption is not None else {}
             source, name = _source_of(file_obj)
-            # A rank of a cooperative load reads its share only: a URI is opened
-            # without asking for the whole object.
+            # A rank of a cooperative load reads its share only, and a sharded
+            # load its shards: a URI is opened without asking for all of it.
             self._reader: Any = _native.NativeReader(
-                source, num_readers=num_readers, verify_hash=verify_hash, name=name, partial=group is not None, **enc_args
+                source, num_readers=num_readers, verify_hash=verify_hash, name=name,
+                partial=group is not None or self._partial_open, **enc_args,
             )
             reader = self._reader
             version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
