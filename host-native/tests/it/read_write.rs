@@ -3,8 +3,8 @@
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
-use tensorizer_native::write::FileWriter;
 use tensorizer_native::source::Counted;
+use tensorizer_native::write::FileWriter;
 use tensorizer_native::{LocalFile, MemorySource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
@@ -92,7 +92,8 @@ fn small_tensors_between_large_ones_are_read_once() {
     let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
     for i in 0..8u8 {
         let f32s = Dtype::from_element(ElementType::F32);
-        tensors.push((TensorSpec::state_dict(format!("w{i}").as_str(), f32s.clone(), vec![64 << 10]), vec![i; 256 << 10]));
+        tensors
+            .push((TensorSpec::state_dict(format!("w{i}").as_str(), f32s.clone(), vec![64 << 10]), vec![i; 256 << 10]));
         tensors.push((TensorSpec::state_dict(format!("b{i}").as_str(), f32s, vec![256]), vec![i; 1024]));
     }
     let dir = tempfile::tempdir().unwrap();
