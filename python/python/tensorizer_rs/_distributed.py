@@ -139,7 +139,7 @@ def load_shared(d: TensorDeserializer, todo: list[_Entry], verify_hash: bool | N
         failure = exc
     _agree(group, world, _selection_digest(d, todo, device), failure)
     for r in range(world):
-        src = dist.get_global_rank(group, r) if world > 1 else rank
+        src = dist.get_global_rank(group, r) if world > 1 else -1  # no broadcasts in a group of one
         if on_cpu:
             p = plans[r]
             small, large = [by_index[i] for i in p.small], [by_index[i] for i in p.large]
@@ -159,6 +159,8 @@ def load_shared(d: TensorDeserializer, todo: list[_Entry], verify_hash: bool | N
                     if t.numel():
                         dist.broadcast(t.reshape(-1).view(torch.uint8), src=src, group=group)
             d._adopt_copies(large, copies, device, False)
+        elif world == 1:
+            pass  # this rank's own tensors, loaded above
         elif r != rank:
             for i in shares[r]:
                 e = by_index[i]
