@@ -1,6 +1,6 @@
 """Cooperative loading over torch.distributed (spec §23), on gloo: groups of
 1, 2 and 3 ranks, each a process on this machine (distributed_worker.py),
-loading from a local file, nginx and moto. Every rank must end with every
+loading from a local file, nginx, moto and redis-server. Every rank must end with every
 selected tensor bit-identical to a plain load, the store must serve the
 file's tensors once in all, and a failure on one rank must raise on all."""
 
@@ -200,24 +200,36 @@ def test_failure_on_one_rank_raises_on_every_rank(files: dict[str, str], groups:
         assert not got["ok"] and got["seconds"] < 15, got
 
 
-def test_http_and_s3_serve_the_file_once(files: dict[str, str]) -> None:
+def test_http_s3_and_redis_serve_the_file_once(files: dict[str, str]) -> None:
+    import redis as redis_py
+
     plain = files["plain"]
     size = os.path.getsize(plain)
     whole = _plain(plain)
     log = os.path.join(files["dir"], "access.log")
-    with remote_servers.nginx(files["dir"], f"access_log {log};") as base, remote_servers.s3_bucket() as (endpoint, client):
+    with (
+        remote_servers.nginx(files["dir"], f"access_log {log};") as base,
+        remote_servers.s3_bucket() as (endpoint, client),
+        remote_servers.redis() as port,
+    ):
         client.upload_file(plain, "models", "model.tensors")  # type: ignore[attr-defined]
+        with tz.TensorDeserializer(plain, lazy_load=True) as d, redis_py.Redis(host="127.0.0.1", port=port) as r:
+            d.to_redis(r, "model")
         s3 = remote_servers.s3_credentials(endpoint)
-        jobs = [{"src": f"{base}/model.tensors"}, {"src": "s3://models/model.tensors", "s3": s3}]
+        jobs = [
+            {"src": f"{base}/model.tensors"},
+            {"src": "s3://models/model.tensors", "s3": s3},
+            {"src": f"redis://127.0.0.1:{port}/model", "verify_hash": True},
+        ]
         results = _group(files["dir"], 2, jobs)
         served = _nginx_bytes(log)
-    http, s3_job = [r[0] for r in results], [r[1] for r in results]
-    _assert_all_equal(http, whole)
-    _assert_all_equal(s3_job, whole)
+    http, s3_job, redis_job = [r[0] for r in results], [r[1] for r in results], [r[2] for r in results]
+    for job in (http, s3_job, redis_job):
+        _assert_all_equal(job, whole)
     # The readers read about the file once; nginx served that, plus at most
     # each rank's opening request (the first MiB, kept for the header and
     # index: the readers count what they take from it, not what it cost).
-    for job in (http, s3_job):
+    for job in (http, s3_job, redis_job):
         read = sum(r["bytes"] for r in job)
         assert size <= read < size * 1.1, (read, size)
     assert sum(r["bytes"] for r in http) - (1 << 20) <= served <= size + 2 * (1 << 20), served
