@@ -1,8 +1,9 @@
 """Cooperative loading over torch.distributed (spec §23), on gloo: groups of
 1, 2 and 3 ranks, each a process on this machine (distributed_worker.py),
-loading from a local file, nginx, moto and redis-server. Every rank must end with every
-selected tensor bit-identical to a plain load, the store must serve the
-file's tensors once in all, and a failure on one rank must raise on all."""
+loading from a local file, nginx, moto and redis-server. Every rank must
+end with every selected tensor bit-identical to a plain load, the store
+must serve the file's tensors once in all, and a failure on one rank must
+raise on all. The NCCL path (CUDA tensors) is not tested: no GPU here."""
 
 from __future__ import annotations
 
