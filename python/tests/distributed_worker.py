@@ -14,6 +14,7 @@ rank read from the store, the wall time and any error, into
 * ``key`` / ``key_by_rank``: hex encryption key(s); ``verify_hash``;
 * ``prefix`` / ``prefix_by_rank``: load only tensors whose name starts
   with it;
+* ``dtype``: a torch dtype's name, for ``dtype=``;
 * ``module``: load lazily, then ``load_into_module(process_group=...)``;
 * ``group``: false for an independent load (no process group);
 * ``die``: the rank that exits abruptly instead of loading;
@@ -84,7 +85,7 @@ def run(job: dict[str, Any], rank: int) -> dict[str, Any]:
             tensors = {name: digest(t) for name, t in m.state_dict().items() if keep is None or keep(name)}
         else:
             d = tensorizer_rs.TensorDeserializer(
-                src, device="cpu", filter_func=keep, encryption=enc,
+                src, device="cpu", filter_func=keep, encryption=enc, dtype=getattr(torch, job.get("dtype", ""), None),
                 verify_hash=job.get("verify_hash", False), process_group=group,
             )
             tensors = {name: digest(t) for name, t in d.items()}

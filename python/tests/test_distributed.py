@@ -40,10 +40,10 @@ def _write(path: str, encrypted: bool = False) -> None:
         s.write_module(model)
 
 
-def _plain(path: str, key: bytes | None = None, prefix: str | None = None) -> dict[str, Any]:
+def _plain(path: str, key: bytes | None = None, prefix: str | None = None, dtype: Any = None) -> dict[str, Any]:
     enc = tz.DecryptionParams.from_key(key) if key else None
     keep = (lambda n: n.startswith(prefix)) if prefix else None
-    with tz.TensorDeserializer(path, device="cpu", encryption=enc, filter_func=keep) as d:
+    with tz.TensorDeserializer(path, device="cpu", encryption=enc, filter_func=keep, dtype=dtype) as d:
         return {name: distributed_worker.digest(t) for name, t in d.items()}
 
 
@@ -112,6 +112,7 @@ def _local_jobs(files: dict[str, str]) -> list[dict[str, Any]]:
         {"src": secret, "key": KEY.hex(), "verify_hash": True},
         {"src": plain, "prefix": "layers.", "verify_hash": True},
         {"src": plain, "module": True},
+        {"src": plain, "dtype": "float16"},
     ]
 
 
@@ -156,13 +157,14 @@ def test_local_file_every_rank_gets_every_tensor(files: dict[str, str], groups: 
     plain, secret = files["plain"], files["secret"]
     results, _ = groups(world)
     by_job = list(zip(*results))
-    assert len(by_job) >= 4, results
+    assert len(by_job) >= len(_local_jobs(files)), results
     whole = _plain(plain)
     _assert_all_equal(list(by_job[0]), whole)
     _assert_all_equal(list(by_job[1]), _plain(secret, KEY))
     _assert_all_equal(list(by_job[2]), _plain(plain, prefix="layers."))
     # A module's state_dict names top-level tensors without the file's "."
     _assert_all_equal(list(by_job[3]), {name.lstrip("."): v for name, v in whole.items()})
+    _assert_all_equal(list(by_job[4]), _plain(plain, dtype=torch.float16))
     # Together the ranks read each tensor once, plus each its own header and
     # index: at most the file plus (world - 1) indexes.
     size = os.path.getsize(plain)
@@ -179,7 +181,7 @@ def test_failure_on_one_rank_raises_on_every_rank(files: dict[str, str], groups:
     results, seconds = groups(3)
     # No rank waited out more than the group's timeout (10 s) once.
     assert seconds < 60
-    results = [r[4:] for r in results]
+    results = [r[len(_local_jobs(files)) :] for r in results]
     wrong_key = [r[0] for r in results]
     for got in wrong_key:
         assert not got["ok"] and got["type"] == "CooperativeLoadError" and got["rank"] == 1, got
