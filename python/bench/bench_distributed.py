@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cooperative loading over torch.distributed (spec §23) against independent
+"""Cooperative loading over torch.distributed (spec §24) against independent
 loads: groups of 1, 2 and 4 gloo ranks (processes on this machine) load one
 file from nginx (HTTP) and moto_server (S3) on 127.0.0.1, either each rank on
 its own (``TensorDeserializer(uri)``) or together

@@ -46,6 +46,9 @@ pub(crate) struct LoadPlan {
     staged: Vec<usize>,
     /// Copied into memory of their own.
     large: Vec<usize>,
+    /// Where each of `large` starts in memory of its own (its file phase,
+    /// so a cold load reads straight into it).
+    large_leads: Vec<usize>,
     /// Copied into shared arenas.
     small: Vec<usize>,
     /// The arenas over `small`.
@@ -256,18 +259,21 @@ impl NativeReader {
                 }
             })
             .collect::<PyResult<Vec<_>>>()?;
+        // Each lead is below one block.
+        let large_leads = plan.large_leads.iter().map(|&l| l as usize).collect();
         Ok(LoadPlan {
             meta: plan.meta,
             mapped: plan.mapped,
             staged: plan.staged,
             large: plan.large,
+            large_leads,
             small: plan.small,
             arenas,
         })
     }
 
     /// Plans a cooperative load of tensors `indices` among `ranks` readers
-    /// (`tensorizer_native::read::share`, spec §23): per rank, the stored
+    /// (`tensorizer_native::read::share`, spec §24): per rank, the stored
     /// tensors it reads, in file order; then the meta tensors every rank
     /// builds itself.
     fn plan_shares(&self, indices: Vec<usize>, ranks: usize) -> PyResult<(Vec<Vec<usize>>, Vec<usize>)> {

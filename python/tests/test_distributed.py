@@ -1,4 +1,4 @@
-"""Cooperative loading over torch.distributed (spec §23), on gloo: groups of
+"""Cooperative loading over torch.distributed (spec §24), on gloo: groups of
 1, 2 and 3 ranks, each a process on this machine (distributed_worker.py),
 loading from a local file, nginx, moto and redis-server. Every rank must
 end with every selected tensor bit-identical to a plain load, the store

@@ -1,4 +1,4 @@
-//! The share plan of a cooperative load (spec §23): which rank of a group
+//! The share plan of a cooperative load (spec §24): which rank of a group
 //! of `ranks` readers reads which tensors of a load, so that together they
 //! read each selected tensor's bytes once and then exchange them. Every
 //! rank computes it from the index alone, so the ranks agree without

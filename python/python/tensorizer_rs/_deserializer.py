@@ -8,7 +8,7 @@ import os
 import types
 import operator
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -63,6 +63,16 @@ def _resolve_device(device: Any) -> Any:
     return device
 
 
+
+def _frozen(fd: int) -> str | None:
+    """Why the open file `fd` cannot change while mapped, or None (asked of
+    the same open file through /proc, so a path replaced since cannot
+    mislead it)."""
+    try:
+        return _native.file_frozen(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
 class TensorDeserializer(
     _MetaTensors,
     _ModuleLoading,
@@ -102,6 +112,13 @@ class TensorDeserializer(
       next access. Use it only for files nothing rewrites in place (an
       atomic rename, as TensorSerializer does, is safe). It saves the copy,
       which is most of the load time for a file already in the page cache.
+    * ``mmap="auto"``: the same views, but only where the file provably
+      cannot change while mapped — it has the immutable attribute
+      (``chattr +i``) or fs-verity, or it lives on a local file system whose
+      superblock is read-only (a read-only image such as squashfs or erofs,
+      or a disk mounted ``ro``; a read-only *bind* mount of a writable file
+      system is not enough, as the file can still change through another
+      mount). Anything else is copied as by default. Spec §23.6.
 
     ``process_group`` (a ``torch.distributed`` process group; eager loads
     only): the ranks of the group load together, each reading a share of
@@ -110,7 +127,7 @@ class TensorDeserializer(
     CUDA ones), so the store serves the file about once in all. Every rank
     of the group constructs its deserializer with the same file and
     ``filter_func``; a failure on any rank raises ``CooperativeLoadError``
-    on every rank (spec §23).
+    on every rank (spec §24).
 
     Meta tensors (a shape and dtype, no stored data) are built in Python,
     never read. ``meta_tensors`` chooses how:
@@ -148,7 +165,7 @@ class TensorDeserializer(
         num_readers: int | None = None,
         verify_hash: bool = False,
         encryption: DecryptionParams | None = None,
-        mmap: bool | None = False,
+        mmap: bool | Literal["auto"] | None = False,
         meta_tensors: str = "zeros",
         max_meta_bytes: int | None = 4 << 30,
         process_group: Any = None,
@@ -160,7 +177,7 @@ class TensorDeserializer(
             )
         group = _distributed.check_group(process_group)
         # With a group, a failure here reaches the other ranks, which wait
-        # for this one in the load's agreement (spec §23.3).
+        # for this one in the load's agreement (spec §24.3).
         with _distributed.reported(group):
             if encryption is not None and not isinstance(encryption, DecryptionParams):
                 raise TypeError("encryption must be a DecryptionParams object or None")
@@ -208,12 +225,16 @@ class TensorDeserializer(
             self._lazy = lazy_load
             # Opt-in zero-copy loads from a private, copy-on-write memory map of
             # a local, unencrypted file (unsafe against in-place rewrites).
+            # mmap="auto" maps only a file that provably cannot change (§23.6).
             self._map: Any = None
+            if isinstance(mmap, str) and mmap != "auto":
+                raise ValueError(f'mmap must be True, False, None or "auto", not {mmap!r}')
             if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
                 import mmap as _mmap
 
                 with open(source, "rb") as f:
-                    if os.fstat(f.fileno()).st_size > 0:
+                    frozen = mmap != "auto" or _frozen(f.fileno()) is not None
+                    if frozen and os.fstat(f.fileno()).st_size > 0:
                         self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         # Every tensor of an eagerly loaded file with flat names, by name: the
         # mapping's reads go straight to it (BENCHMARKS.md, case b).
@@ -376,7 +397,7 @@ class TensorDeserializer(
         pin = device.type == "cuda"
         small = [by_index[i] for i in plan.small]
         large = [by_index[i] for i in plan.large]
-        copies = self._read_copies(small, large, plan.arenas, pin, verify_hash)
+        copies = self._read_copies(small, large, plan.large_leads, plan.arenas, pin, verify_hash)
         self._adopt_copies(large, copies, device, pin)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
@@ -384,13 +405,20 @@ class TensorDeserializer(
             torch.cuda.synchronize(device)
 
     def _read_copies(
-        self, small: list[_Entry], large: list[_Entry], arenas: list[Any], pin: bool, verify_hash: bool | None
+        self,
+        small: list[_Entry],
+        large: list[_Entry],
+        leads: list[int],
+        arenas: list[Any],
+        pin: bool,
+        verify_hash: bool | None,
     ) -> _Copies:
-        """Reads `large` (each into memory of its own) and `small` (into
-        the arenas the load plan laid out over them) into host memory."""
+        """Reads `large` (each into memory of its own, starting `leads[k]`
+        bytes into it) and `small` (into the arenas the load plan laid out
+        over them) into host memory."""
         import torch
 
-        staged = [_memory.staging_tensor(e, pin) for e in large]
+        staged = [_memory.staging_tensor(e, pin, lead) for e, lead in zip(large, leads)]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)

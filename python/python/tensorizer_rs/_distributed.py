@@ -1,4 +1,4 @@
-"""Cooperative loading over ``torch.distributed`` (spec §23).
+"""Cooperative loading over ``torch.distributed`` (spec §24).
 
 With ``process_group=pg``, the ranks of ``pg`` each read one share of the
 tensors' bytes (the share plan, ``NativeReader.plan_shares``: computed
@@ -130,7 +130,7 @@ def load_shared(d: TensorDeserializer, todo: list[_Entry], verify_hash: bool | N
         if on_cpu:
             p = plans[rank]
             small, large = [by_index[i] for i in p.small], [by_index[i] for i in p.large]
-            mine = d._read_copies(small, large, p.arenas, False, verify_hash)
+            mine = d._read_copies(small, large, p.large_leads, p.arenas, False, verify_hash)
         else:
             d._load_now([by_index[i] for i in shares[rank]], verify_hash)
         if local:
@@ -147,7 +147,7 @@ def load_shared(d: TensorDeserializer, todo: list[_Entry], verify_hash: bool | N
                 copies = mine
             else:
                 copies = (
-                    [_memory.staging_tensor(e, False) for e in large],
+                    [_memory.staging_tensor(e, False, lead) for e, lead in zip(large, p.large_leads)],
                     [(_memory.arena(a.size), small[a.first : a.end], list(a.offsets)) for a in p.arenas],
                 )
             if world > 1:

@@ -61,7 +61,7 @@ class _ModuleLoading:
 
         ``process_group``: tensors not loaded yet are loaded cooperatively
         with the other ranks of this ``torch.distributed`` group, each
-        reading a share of the bytes (spec §23); a collective call, which
+        reading a share of the bytes (spec §24); a collective call, which
         every rank of the group makes with the same arguments."""
         group = _distributed.check_group(process_group)
         with _distributed.reported(group):
