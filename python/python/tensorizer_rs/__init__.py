@@ -9,9 +9,11 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
+from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
+from ._shards import load_shards
 from ._slices import TensorSlice, tp_shard
 from .serialization import (
     CryptographyError,
@@ -54,6 +56,7 @@ __all__ = [
     "TensorSerializer",
     "TensorDeserializer",
     "TensorType",
+    "CooperativeLoadError",
     "CryptographyError",
     "EncryptionParams",
     "DecryptionParams",
@@ -63,4 +66,5 @@ __all__ = [
     "RangeNotSupportedError",
     "TensorSlice",
     "tp_shard",
+    "load_shards",
 ]

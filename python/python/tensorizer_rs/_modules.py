@@ -8,7 +8,7 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-from . import _dtypes, _native
+from . import _distributed, _dtypes, _native
 from ._registrar import _Registrar
 from ._types import FilterFuncType, TensorType
 
@@ -44,7 +44,7 @@ class _ModuleLoading:
     def _verify(self, verify_hash: object) -> bool:
         raise NotImplementedError
 
-    def _load(self, entries: list[_Entry], verify_hash: bool | None) -> None:
+    def _load(self, entries: list[_Entry], verify_hash: bool | None, group: Any = None) -> None:
         raise NotImplementedError
 
     def load_into_module(
@@ -52,20 +52,29 @@ class _ModuleLoading:
         m: Any,
         filter_func: FilterFuncType | None = None,
         verify_hash: bool | None = None,
+        *,
+        process_group: Any = None,
     ) -> int:
         """Registers every PARAM and BUFFER entry on the submodule its name
         points to (``"0.weight"`` → module ``"0"``, attribute ``weight``);
-        returns how many. The tensors are inserted as loaded: no copies."""
-        entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
-        for e in entries:
-            if e.tensor_type == TensorType.STATE_DICT:
-                raise NotImplementedError(
-                    "This was serialized with write_state_dict(); "
-                    "use the TensorDeserializer directly as a state_dict mapping instead."
-                )
-            if not isinstance(e.name, str):
-                raise NotImplementedError("Cannot load structured tensor paths into a module")
-        self._load(entries, self._verify(verify_hash))
+        returns how many. The tensors are inserted as loaded: no copies.
+
+        ``process_group``: tensors not loaded yet are loaded cooperatively
+        with the other ranks of this ``torch.distributed`` group, each
+        reading a share of the bytes (spec §24); a collective call, which
+        every rank of the group makes with the same arguments."""
+        group = _distributed.check_group(process_group)
+        with _distributed.reported(group):
+            entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
+            for e in entries:
+                if e.tensor_type == TensorType.STATE_DICT:
+                    raise NotImplementedError(
+                        "This was serialized with write_state_dict(); "
+                        "use the TensorDeserializer directly as a state_dict mapping instead."
+                    )
+                if not isinstance(e.name, str):
+                    raise NotImplementedError("Cannot load structured tensor paths into a module")
+        self._load(entries, self._verify(verify_hash), group)
         with _gc_paused():
             self._register(m, entries)
         return len(entries)
