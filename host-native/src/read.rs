@@ -22,6 +22,7 @@ mod cold;
 pub mod pack;
 pub mod plan;
 mod records;
+pub mod share;
 pub mod slice;
 mod spans;
 pub mod verify;
@@ -253,10 +254,18 @@ impl<S: RangeSource> Reader<S> {
                 whole.push((i, out));
                 continue;
             }
-            let fits = batches
-                .last()
-                .and_then(|b| b.first())
-                .is_some_and(|(first, _)| e.data_end() - self.metadata.entries[*first].header_offset <= BATCH_SPAN);
+            // A batch reads everything between its members: it takes the
+            // next tensor only across a gap read through as cheaply as
+            // skipped (tensors read on their own, or not asked for, lie
+            // in such gaps), and within BATCH_SPAN of its start.
+            let fits = batches.last().is_some_and(|b| match (b.first(), b.last()) {
+                (Some((first, _)), Some((last, _))) => {
+                    let gap = e.header_offset.checked_sub(self.metadata.entries[*last].data_end());
+                    gap.is_some_and(|g| g <= records::HEADER_GAP)
+                        && e.data_end() - self.metadata.entries[*first].header_offset <= BATCH_SPAN
+                }
+                _ => false,
+            });
             if fits {
                 if let Some(b) = batches.last_mut() {
                     b.push((i, out));

@@ -406,7 +406,8 @@ pub enum Intent {
     /// Most of it: a load, a copy, a conversion.
     #[default]
     ReadAll,
-    /// Its header and index only: an inspection.
+    /// Its header and index, and at most parts of the rest: an inspection,
+    /// or one rank's share of a cooperative load.
     Peek,
 }
 

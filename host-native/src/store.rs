@@ -44,7 +44,7 @@ use std::path::Path;
 pub use crate::store::retry::{
     DEFAULT_GIVE_UP_AFTER, DEFAULT_MAX_BACKOFF, RETRIES_VAR, RETRY_GIVE_UP_VAR, RetryPolicy,
 };
-pub use location::{Location, REDIS_DEFAULT_PORT};
+pub use location::{Location, REDIS_DEFAULT_PORT, RedisTarget};
 
 use crate::error::{Error, Result};
 use crate::read::ReadOptions;
@@ -142,14 +142,14 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
             crate::store::cloud::open_azure(account.as_deref(), container, blob, &cloud_options(options))
         }
         #[cfg(feature = "redis")]
-        Location::Redis { .. } => {
+        Location::Redis(target) => {
             let redis = redis::RedisOptions { limits: options.limits, ..options.redis };
-            Ok(Box::new(redis::RedisSource::open(&location.to_string(), redis)?))
+            Ok(Box::new(redis::RedisSource::open_target(target.clone(), redis, &options.http.tls)?))
         }
         #[cfg(feature = "redis")]
-        Location::RedisCluster { .. } => {
+        Location::RedisCluster(target) => {
             let redis = redis::RedisOptions { limits: options.limits, ..options.redis };
-            Ok(Box::new(redis::ClusterSource::open(&location.to_string(), redis)?))
+            Ok(Box::new(redis::ClusterSource::open_target(target.clone(), redis, &options.http.tls)?))
         }
         #[allow(unreachable_patterns)]
         other => Err(not_built(other, feature_for(other))),
@@ -172,7 +172,7 @@ fn feature_for(location: &Location) -> &'static str {
         Location::Http { .. } => "http",
         Location::S3 { .. } => "s3",
         Location::Gcs { .. } | Location::Azure { .. } => "cloud",
-        Location::Redis { .. } | Location::RedisCluster { .. } => "redis",
+        Location::Redis(_) | Location::RedisCluster(_) => "redis",
         Location::Local(_) => "",
     }
 }
@@ -223,7 +223,7 @@ pub fn open_sink(location: &Location, options: &StoreOptions) -> Result<Sink> {
         #[cfg(not(feature = "cloud"))]
         Location::Gcs { .. } | Location::Azure { .. } => return Err(not_built(location, "cloud")),
         #[cfg(not(feature = "redis"))]
-        Location::Redis { .. } | Location::RedisCluster { .. } => return Err(not_built(location, "redis")),
+        Location::Redis(_) | Location::RedisCluster(_) => return Err(not_built(location, "redis")),
         _ => {}
     }
     Ok(Sink { location: location.clone(), options: options.clone() })
@@ -242,7 +242,7 @@ impl Sink {
     pub fn put_file(&self, path: &Path) -> Result<()> {
         match &self.location {
             #[cfg(feature = "redis")]
-            Location::Redis { .. } | Location::RedisCluster { .. } => {
+            Location::Redis(_) | Location::RedisCluster(_) => {
                 let reader = Reader::new(LocalFile::open(path)?, crate::read::ReadOptions::default())?;
                 self.put_reader(&reader, &mut |_| {})
             }
@@ -262,14 +262,26 @@ impl Sink {
     pub fn put_reader<S: RangeSource>(&self, reader: &Reader<S>, progress: &mut dyn FnMut(u64)) -> Result<()> {
         match &self.location {
             #[cfg(feature = "redis")]
-            Location::Redis { .. } => {
+            Location::Redis(target) => {
                 let options = redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
-                redis::write_redis_with(&self.location.to_string(), reader, self.options.overwrite, &options)
+                redis::write_redis_target(
+                    target.clone(),
+                    reader,
+                    self.options.overwrite,
+                    &options,
+                    &self.options.http.tls,
+                )
             }
             #[cfg(feature = "redis")]
-            Location::RedisCluster { .. } => {
+            Location::RedisCluster(target) => {
                 let options = redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
-                redis::write_cluster_with(&self.location.to_string(), reader, self.options.overwrite, &options)
+                redis::write_cluster_target(
+                    target.clone(),
+                    reader,
+                    self.options.overwrite,
+                    &options,
+                    &self.options.http.tls,
+                )
             }
             Location::Local(_) => self.copy_local(reader.source(), progress),
             _ => {

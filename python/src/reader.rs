@@ -6,6 +6,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
 use tensorizer_native::read::plan::{Destination, plan_load};
+use tensorizer_native::read::share::plan_shares;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
 
@@ -95,8 +96,12 @@ impl NativeReader {
     /// Opens a local path or URI (str), an opened `NativeSource`, or
     /// in-memory bytes, and parses the header and
     /// index. `key` (32 bytes) or `passphrase` decrypt encrypted files.
+    /// `partial`: only part of a URI's object will be read (a share of a
+    /// cooperative load), so its opening request asks for the header's
+    /// prefix only, not for the whole object.
     #[new]
-    #[pyo3(signature = (source, *, num_readers=None, verify_hash=false, key=None, passphrase=None, name=None))]
+    #[pyo3(signature = (source, *, num_readers=None, verify_hash=false, key=None, passphrase=None, name=None, partial=false))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
         py: Python<'_>,
         source: &Bound<'_, PyAny>,
@@ -105,6 +110,7 @@ impl NativeReader {
         key: Option<Vec<u8>>,
         passphrase: Option<Vec<u8>>,
         name: Option<String>,
+        partial: bool,
     ) -> PyResult<Self> {
         let (source, origin): (Source, _) = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
             let inner = opened.get().inner.clone();
@@ -116,7 +122,8 @@ impl NativeReader {
         } else {
             let path: std::path::PathBuf = source.extract()?;
             let uri = path.to_string_lossy().into_owned();
-            (py.detach(|| open_uri(&uri, Intent::ReadAll)).map_err(to_py)?, origin_of(&uri))
+            let intent = if partial { Intent::Peek } else { Intent::ReadAll };
+            (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
         };
         let options = ReadOptions {
             num_readers: num_readers.unwrap_or_else(default_readers).max(1),
@@ -128,7 +135,7 @@ impl NativeReader {
     }
 
     /// Where the bytes come from: `"file"`, a URI scheme (`"http"`,
-    /// `"https"`, `"s3"`, `"gs"`, `"az"`, `"redis"`, `"redis+cluster"`), or
+    /// `"https"`, `"s3"`, `"gs"`, `"az"`, `"redis"`, `"rediss"`, ...), or
     /// `"stream"` (bytes handed over from a Python file object).
     #[getter]
     fn origin(&self) -> &'static str {
@@ -289,6 +296,22 @@ impl NativeReader {
             small: plan.small,
             arenas,
         })
+    }
+
+    /// Plans a cooperative load of tensors `indices` among `ranks` readers
+    /// (`tensorizer_native::read::share`, spec §24): per rank, the stored
+    /// tensors it reads, in file order; then the meta tensors every rank
+    /// builds itself.
+    fn plan_shares(&self, indices: Vec<usize>, ranks: usize) -> PyResult<(Vec<Vec<usize>>, Vec<usize>)> {
+        if ranks == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err("a load is shared among at least 1 rank"));
+        }
+        if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
+            return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
+        }
+        let plan = plan_shares(self.inner.entries(), &indices, ranks)
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows"))?;
+        Ok((plan.shares, plan.local))
     }
 
     /// Loads tensors `indices[k]` into one writable buffer, each at

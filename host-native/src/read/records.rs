@@ -11,7 +11,7 @@ use crate::source::RangeSource;
 
 /// Most data between two headers read through rather than skipped with a
 /// second read: about what one positioned read costs in copying time.
-const HEADER_GAP: u64 = 16 << 10;
+pub(super) const HEADER_GAP: u64 = 16 << 10;
 
 impl<S: RangeSource> Reader<S> {
     /// The parsed headers of tensors `indices`, in that order. Runs of

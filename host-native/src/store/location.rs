@@ -21,8 +21,8 @@ pub const REDIS_DEFAULT_PORT: u16 = 6379;
 /// | `s3://bucket/key` | [`S3`](Self::S3) |
 /// | `gs://bucket/object` | [`Gcs`](Self::Gcs) |
 /// | `az://container/blob`, `azure://container/blob`, `abfs[s]://container@account.dfs.core.windows.net/blob` | [`Azure`](Self::Azure) |
-/// | `redis://host[:port]/prefix` | [`Redis`](Self::Redis) |
-/// | `redis+cluster://host[:port]/prefix` | [`RedisCluster`](Self::RedisCluster) |
+/// | `redis://[user[:password]@]host[:port]/prefix`, `rediss://…` (TLS) | [`Redis`](Self::Redis) |
+/// | `redis+cluster://…`, `rediss+cluster://…` (TLS), as `redis://` | [`RedisCluster`](Self::RedisCluster) |
 ///
 /// Schemes are matched in any case. Object keys are taken as written
 /// (no percent-decoding: `?`, `#` and spaces are part of an S3 key). A
@@ -64,24 +64,78 @@ pub enum Location {
         blob: String,
     },
     /// A file stored as keys under a prefix in Redis (feature `redis`).
-    Redis {
-        /// Host name or IP address (lower case; IPv6 without brackets).
-        host: String,
-        /// TCP port ([`REDIS_DEFAULT_PORT`] unless given).
-        port: u16,
-        /// The key prefix: the URI's path without its leading slashes.
-        prefix: String,
-    },
+    Redis(RedisTarget),
     /// A file stored as keys under a prefix in a Redis Cluster, reached
-    /// through any of its nodes (feature `redis`).
-    RedisCluster {
-        /// Host name or IP address of the node first asked for the slots.
-        host: String,
-        /// Its TCP port ([`REDIS_DEFAULT_PORT`] unless given).
-        port: u16,
-        /// The key prefix: the URI's path without its leading slashes.
-        prefix: String,
-    },
+    /// through any of its nodes (feature `redis`); the target's host and
+    /// port are the node first asked for the slots.
+    RedisCluster(RedisTarget),
+}
+
+/// Where a file stored in Redis lives: the server (or a cluster node), how
+/// to reach it, and the key prefix. Its `Debug` and `Display` never show
+/// the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// Host name or IP address (lower case; IPv6 without brackets).
+    pub host: String,
+    /// TCP port ([`REDIS_DEFAULT_PORT`] unless given).
+    pub port: u16,
+    /// The key prefix: the URI's path without its leading slashes.
+    pub prefix: String,
+    /// `rediss://`: the connections speak TLS.
+    pub tls: bool,
+    /// The ACL user of `user:password@` (`None`: Redis's `default` user).
+    pub username: Option<String>,
+    /// The password of `[user]:password@` (percent-decoded).
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTarget")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("prefix", &self.prefix)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl RedisTarget {
+    /// A plain-text target without credentials.
+    pub fn new(host: impl Into<String>, port: u16, prefix: impl Into<String>) -> Self {
+        Self { host: host.into(), port, prefix: prefix.into(), tls: false, username: None, password: None }
+    }
+
+    /// Writes the URI with `scheme` (`redis` or `redis+cluster`; an `s` is
+    /// added for TLS) and the password masked.
+    fn write_uri(&self, f: &mut fmt::Formatter<'_>, scheme: &str) -> fmt::Result {
+        let (base, cluster) = match scheme.strip_suffix("+cluster") {
+            Some(base) => (base, "+cluster"),
+            None => (scheme, ""),
+        };
+        write!(f, "{base}{}{cluster}://", if self.tls { "s" } else { "" })?;
+        match (&self.username, &self.password) {
+            (Some(user), Some(_)) => write!(f, "{user}:***@")?,
+            (Some(user), None) => write!(f, "{user}@")?,
+            (None, Some(_)) => f.write_str(":***@")?,
+            (None, None) => {}
+        }
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}/{}", self.host, self.port, self.prefix)
+        } else {
+            write!(f, "{}:{}/{}", self.host, self.port, self.prefix)
+        }
+    }
+}
+
+impl fmt::Display for RedisTarget {
+    /// The `redis://` URI (`rediss://` for TLS), the password masked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_uri(f, "redis")
+    }
 }
 
 /// The scheme of `s` (lower case) and what follows `://`, if `s` starts
@@ -144,20 +198,15 @@ impl Location {
                 let account = account.ok_or_else(|| bad(expected, "no container or account"))?;
                 Ok(Self::Azure { account: Some(account.to_string()), container: container.to_string(), blob })
             }
-            "redis" => parse_redis(s, rest),
-            "rediss" => Err(bad("redis://host[:port]/prefix", "TLS (rediss://) is not supported")),
-            "redis+cluster" => match parse_redis(s, rest)? {
-                Self::Redis { host, port, prefix } => Ok(Self::RedisCluster { host, port, prefix }),
-                other => Ok(other),
-            },
-            "rediss+cluster" => {
-                Err(bad("redis+cluster://host[:port]/prefix", "TLS (rediss+cluster://) is not supported"))
-            }
+            "redis" => Ok(Self::Redis(parse_redis(s, rest, false)?)),
+            "rediss" => Ok(Self::Redis(parse_redis(s, rest, true)?)),
+            "redis+cluster" => Ok(Self::RedisCluster(parse_redis(s, rest, false)?)),
+            "rediss+cluster" => Ok(Self::RedisCluster(parse_redis(s, rest, true)?)),
             other => Err(Error::Unsupported {
                 location: s.to_string(),
                 what: format!(
                     "unknown scheme {other}:// (expected a local path, file://, http(s)://, s3://, gs://, az://, \
-                     abfs(s)://, redis:// or redis+cluster://)"
+                     abfs(s)://, redis(s):// or redis(s)+cluster://)"
                 ),
             }),
         }
@@ -178,8 +227,10 @@ impl Location {
             Self::S3 { .. } => "s3",
             Self::Gcs { .. } => "gs",
             Self::Azure { .. } => "az",
-            Self::Redis { .. } => "redis",
-            Self::RedisCluster { .. } => "redis+cluster",
+            Self::Redis(t) if t.tls => "rediss",
+            Self::Redis(_) => "redis",
+            Self::RedisCluster(t) if t.tls => "rediss+cluster",
+            Self::RedisCluster(_) => "redis+cluster",
         }
     }
 }
@@ -192,20 +243,28 @@ fn bucket_and_key(rest: &str) -> Option<(String, String)> {
     }
 }
 
-/// `redis://host[:port]/prefix` as tensorizer reads it (default port 6379,
-/// leading slashes of the path dropped); an empty prefix, credentials, a
-/// query or a fragment are refused rather than silently dropped.
-fn parse_redis(s: &str, rest: &str) -> Result<Location> {
-    let bad = |why: &str| Error::Invalid(format!("{s}: not a redis://host[:port]/prefix URI: {why}"));
+/// `redis://[user[:password]@]host[:port]/prefix` as tensorizer reads it
+/// (default port 6379, leading slashes of the path dropped), with the
+/// credentials redis-py accepts (percent-decoded); an empty prefix, a query
+/// or a fragment are refused rather than silently dropped.
+fn parse_redis(s: &str, rest: &str, tls: bool) -> Result<RedisTarget> {
+    // Messages show the URI with any password masked.
+    let shown = match rest.split('/').next().and_then(|a| a.rsplit_once('@')) {
+        Some((creds, _)) if creds.contains(':') => {
+            s.replacen(creds, &format!("{}:***", creds.split(':').next().unwrap_or("")), 1)
+        }
+        _ => s.to_string(),
+    };
+    let bad =
+        |why: &str| Error::Invalid(format!("{shown}: not a redis://[user[:password]@]host[:port]/prefix URI: {why}"));
     if rest.contains(['?', '#']) {
         return Err(bad("a query or fragment is not allowed"));
     }
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if authority.contains('@') {
-        return Err(bad("credentials are not supported"));
-    }
-    // The authority through `url`'s parser, for hosts, IPv6 brackets and ports.
-    let url = url::Url::parse(&format!("redis://{authority}/")).map_err(|e| bad(&e.to_string()))?;
+    // The authority through `url`'s parser, for credentials, hosts, IPv6
+    // brackets and ports.
+    let url =
+        url::Url::parse(&format!("redis://{authority}/")).map_err(|_| bad("a malformed host, port or credentials"))?;
     let host = match url.host() {
         Some(url::Host::Ipv6(addr)) => addr.to_string(),
         Some(url::Host::Ipv4(addr)) => addr.to_string(),
@@ -221,7 +280,15 @@ fn parse_redis(s: &str, rest: &str) -> Result<Location> {
     if prefix.is_empty() {
         return Err(bad("no key prefix after the host"));
     }
-    Ok(Location::Redis { host, port, prefix: prefix.to_string() })
+    let decode = |v: &str| -> Result<String> {
+        percent_encoding::percent_decode_str(v)
+            .decode_utf8()
+            .map(|d| d.into_owned())
+            .map_err(|_| bad("credentials that are not UTF-8"))
+    };
+    let username = Some(url.username()).filter(|u| !u.is_empty()).map(decode).transpose()?;
+    let password = url.password().map(decode).transpose()?;
+    Ok(RedisTarget { host, port, prefix: prefix.to_string(), tls, username, password })
 }
 
 impl FromStr for Location {
@@ -243,12 +310,8 @@ impl fmt::Display for Location {
             Self::Azure { account: Some(account), container, blob } => {
                 write!(f, "abfs://{container}@{account}.dfs.core.windows.net/{blob}")
             }
-            Self::Redis { host, port, prefix } if host.contains(':') => write!(f, "redis://[{host}]:{port}/{prefix}"),
-            Self::Redis { host, port, prefix } => write!(f, "redis://{host}:{port}/{prefix}"),
-            Self::RedisCluster { host, port, prefix } if host.contains(':') => {
-                write!(f, "redis+cluster://[{host}]:{port}/{prefix}")
-            }
-            Self::RedisCluster { host, port, prefix } => write!(f, "redis+cluster://{host}:{port}/{prefix}"),
+            Self::Redis(t) => t.write_uri(f, "redis"),
+            Self::RedisCluster(t) => t.write_uri(f, "redis+cluster"),
         }
     }
 }
@@ -259,7 +322,7 @@ mod tests {
 
     fn redis(s: &str) -> (String, u16, String) {
         match Location::parse(s).unwrap() {
-            Location::Redis { host, port, prefix } => (host, port, prefix),
+            Location::Redis(t) => (t.host, t.port, t.prefix),
             other => panic!("{s}: {other:?}"),
         }
     }
@@ -298,8 +361,21 @@ mod tests {
         assert_eq!(Location::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
         assert_eq!(redis("redis://h:/p").1, 6379);
         let cluster = Location::parse("Redis+Cluster://H:7000/m:1").unwrap();
-        assert_eq!(cluster, Location::RedisCluster { host: "h".into(), port: 7000, prefix: "m:1".into() });
+        assert_eq!(cluster, Location::RedisCluster(RedisTarget::new("h", 7000, "m:1")));
         assert_eq!((cluster.to_string().as_str(), cluster.scheme()), ("redis+cluster://h:7000/m:1", "redis+cluster"));
+        // TLS and credentials (percent-decoded), never shown.
+        let Location::RedisCluster(t) = Location::parse("rediss+cluster://app:p%40ss:w@h:7000/m").unwrap() else {
+            panic!("not a cluster")
+        };
+        assert!(t.tls);
+        assert_eq!((t.username.as_deref(), t.password.as_deref()), (Some("app"), Some("p@ss:w")));
+        let shown = Location::RedisCluster(t.clone()).to_string();
+        assert_eq!(shown, "rediss+cluster://app:***@h:7000/m");
+        assert!(!format!("{t:?}").contains("p@ss"));
+        let Location::Redis(t) = Location::parse("rediss://:secret@h/p").unwrap() else { panic!("not redis") };
+        assert_eq!((t.tls, t.username, t.password.as_deref()), (true, None, Some("secret")));
+        let err = Location::parse("redis://u:secret@h").unwrap_err().to_string();
+        assert!(!err.contains("secret") && err.contains("u:***@h"), "{err}");
         for bad in [
             "redis://h",
             "redis://h/",
@@ -308,14 +384,12 @@ mod tests {
             "redis://h:65536/p",
             "redis://h:+1/p",
             "redis://h:x/p",
-            "redis://u:pw@h/p",
             "redis://h/p?db=1",
             "redis://::1/p",
             "redis://[::1/p",
-            "rediss://h/p",
-            "rediss+cluster://h/p",
+            "rediss://h",
             "redis+cluster://h",
-            "redis+cluster://u@h/p",
+            "redis+cluster://u@/p",
         ] {
             let err = Location::parse(bad).unwrap_err();
             assert!(matches!(&err, Error::Invalid(m) if m.starts_with(bad)), "{bad}: {err}");

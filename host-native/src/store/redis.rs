@@ -41,6 +41,7 @@
 //!
 //! [`TensorPath::to_bytes`]: tensorizer_core::TensorPath::to_bytes
 
+mod access;
 mod cluster;
 mod cluster_read;
 mod cluster_write;
@@ -59,11 +60,14 @@ use crate::error::{Error, Result, StoreErrorKind};
 use crate::source::{RangeSource, TransferLimits, check_range};
 pub use crate::store::retry::RetryPolicy;
 use crate::store::retry::{Attempt, Pace, Target, deadline, retry};
+pub use crate::store::tls::TlsOptions;
+use access::Access;
+pub use access::PASSWORD_VAR;
 pub use cluster_read::ClusterSource;
-pub use cluster_write::{write_cluster, write_cluster_with};
+pub use cluster_write::{write_cluster, write_cluster_target, write_cluster_with};
 use resp::{Conn, Fault, Reply};
 pub use slots::key_slot;
-pub use write::{LayoutKey, generation_key, key_layout, write_redis, write_redis_with};
+pub use write::{LayoutKey, generation_key, key_layout, write_redis, write_redis_target, write_redis_with};
 
 /// Most keys one file may have (two per tensor, plus the header).
 const MAX_KEYS: usize = 1 << 22;
@@ -106,28 +110,19 @@ const RESUMABLE_PROGRESS: usize = crate::store::retry::RESUMABLE_PROGRESS as usi
 /// Idle connections a source keeps for later reads.
 const MAX_IDLE: usize = 32;
 
-/// A parsed `redis://host[:port]/prefix`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisUri {
-    /// Host name or IP address (IPv6 without brackets).
-    pub host: String,
-    /// TCP port, 6379 unless given.
-    pub port: u16,
-    /// The key prefix: the URI's path without its leading slashes.
-    pub prefix: String,
-}
+pub use crate::store::location::RedisTarget;
 
-impl RedisUri {
+impl RedisTarget {
     /// The port used when the URI names none.
     pub const DEFAULT_PORT: u16 = super::REDIS_DEFAULT_PORT;
 
-    /// Parses `redis://host[:port]/prefix` as tensorizer does (scheme in
-    /// any case, default port 6379, leading slashes of the path dropped).
-    /// Unlike tensorizer, an empty prefix, credentials, a query or a
-    /// fragment are rejected rather than silently dropped.
+    /// Parses `redis[s]://[user[:password]@]host[:port]/prefix` as
+    /// tensorizer does (scheme in any case, default port 6379, leading
+    /// slashes of the path dropped). Unlike tensorizer, an empty prefix, a
+    /// query or a fragment are rejected rather than silently dropped.
     pub fn parse(uri: &str) -> Result<Self> {
         match Location::parse(uri)? {
-            Location::Redis { host, port, prefix } => Ok(Self { host, port, prefix }),
+            Location::Redis(target) => Ok(target),
             _ => Err(Error::Invalid(format!("{uri}: not a redis://host[:port]/prefix URI"))),
         }
     }
@@ -146,16 +141,6 @@ impl RedisUri {
     /// The key of the generation marker.
     fn generation_key(&self) -> Vec<u8> {
         format!("{}{GENERATION_SUFFIX}", self.prefix).into_bytes()
-    }
-}
-
-impl fmt::Display for RedisUri {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "redis://[{}]:{}/{}", self.host, self.port, self.prefix)
-        } else {
-            write!(f, "redis://{}:{}/{}", self.host, self.port, self.prefix)
-        }
     }
 }
 
@@ -217,8 +202,9 @@ impl RedisKey {
 /// A file stored in Redis, read with `GETRANGE`.
 pub struct RedisSource {
     uri: String,
-    addr: RedisUri,
+    addr: RedisTarget,
     options: RedisOptions,
+    access: Access,
     /// Non-empty keys sorted by offset, tiling `0..len`.
     keys: Vec<RedisKey>,
     len: u64,
@@ -241,10 +227,20 @@ impl RedisSource {
     /// Lists the keys under the URI's prefix (`SCAN`, then `STRLEN` of
     /// each) and checks that they tile the file: no keys, a gap or an
     /// overlap is an error naming the URI and the byte offset.
+    /// `rediss://` connections trust what the environment and the system
+    /// say (see [`crate::store::tls`]).
     pub fn open(uri: &str, options: RedisOptions) -> Result<Self> {
-        let addr = RedisUri::parse(uri)?;
+        Self::open_target(RedisTarget::parse(uri)?, options, &TlsOptions::default())
+    }
+
+    /// [`RedisSource::open`] of a parsed target, trusting `tls` for
+    /// `rediss://`.
+    pub fn open_target(addr: RedisTarget, options: RedisOptions, tls: &TlsOptions) -> Result<Self> {
+        let uri = &addr.to_string();
+        let access = Access::for_target(&addr, tls)?;
         let mut this = Self {
-            uri: uri.to_string(),
+            access,
+            uri: uri.clone(),
             addr,
             options,
             keys: Vec::new(),
@@ -294,7 +290,8 @@ impl RedisSource {
         let mut conn = match self.pool.lock().ok().and_then(|mut p| p.pop()) {
             Some(c) => c,
             None => {
-                Conn::connect(&self.addr.host, self.addr.port, self.options.connect_timeout, self.options.io_timeout)?
+                let o = &self.options;
+                Conn::connect(&self.addr.host, self.addr.port, o.connect_timeout, o.io_timeout, &self.access)?
             }
         };
         conn.pace(Pace::new(&self.options.limits, until))?;
@@ -540,7 +537,7 @@ fn scan_budget(keys: Option<u64>) -> u64 {
 /// keys). A server whose cursor never comes back to 0 within
 /// [`scan_budget`] calls, or that lists more than [`MAX_SCANNED`] names, is
 /// an error.
-fn scan(conn: &mut Conn, addr: &RedisUri) -> Result<Vec<Vec<u8>>, Fault> {
+fn scan(conn: &mut Conn, addr: &RedisTarget) -> Result<Vec<Vec<u8>>, Fault> {
     let pattern = addr.pattern();
     let start = addr.key_start();
     let dbsize = match conn.call(&[b"DBSIZE"]) {
@@ -636,11 +633,11 @@ mod tests {
 
     #[test]
     fn parses_uris_through_location() {
-        let u = RedisUri::parse("REDIS://LocalHost/models/llama:7b").unwrap();
+        let u = RedisTarget::parse("REDIS://LocalHost/models/llama:7b").unwrap();
         assert_eq!((u.host.as_str(), u.port, u.prefix.as_str()), ("localhost", 6379, "models/llama:7b"));
-        assert_eq!(RedisUri::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
+        assert_eq!(RedisTarget::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
         for bad in ["redis://h", "http://h/p", "h/p"] {
-            assert!(RedisUri::parse(bad).is_err(), "{bad}");
+            assert!(RedisTarget::parse(bad).is_err(), "{bad}");
         }
     }
 

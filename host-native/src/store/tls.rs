@@ -173,6 +173,12 @@ pub enum TlsError {
         /// The variables that would have been consulted.
         vars: String,
     },
+    /// The TLS library refused the settings themselves.
+    #[error("TLS cannot be set up: {detail}")]
+    Setup {
+        /// What the TLS library said.
+        detail: String,
+    },
 }
 
 /// Resolved trust: what a connection verifies servers against.
@@ -393,6 +399,36 @@ impl Trust {
         matches!(self.roots, Roots::Insecure)
     }
 
+    /// rustls's settings for this trust (the Redis client speaks TLS
+    /// through rustls directly).
+    #[cfg(feature = "redis")]
+    pub(crate) fn rustls_config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup { detail: e.to_string() })?;
+        let mut roots = rustls::RootCertStore::empty();
+        let config = match &self.roots {
+            Roots::Insecure => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+            Roots::WebPki => {
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            Roots::Specific(certs) => {
+                for cert in certs.iter() {
+                    // A certificate rustls cannot use is skipped, as
+                    // ureq skips it.
+                    let _ = roots.add(rustls::pki_types::CertificateDer::from(cert.der().to_vec()));
+                }
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+        };
+        Ok(Arc::new(config))
+    }
+
     /// ureq's TLS settings for this trust.
     pub(crate) fn tls_config(&self) -> TlsConfig {
         let builder = TlsConfig::builder();
@@ -423,6 +459,48 @@ impl Trust {
             cause = c.source();
         }
         None
+    }
+}
+
+/// The verifier of [`TlsOptions::insecure`] for rustls: any certificate
+/// (signatures are still checked, with the provider's algorithms).
+#[cfg(feature = "redis")]
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+#[cfg(feature = "redis")]
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -3,8 +3,9 @@
 
 use tensorizer_core::write::WriterOptions;
 use tensorizer_core::{Dtype, ElementType, File, TensorSpec};
+use tensorizer_native::source::Counted;
 use tensorizer_native::write::FileWriter;
-use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions, write_file};
+use tensorizer_native::{LocalFile, MemorySource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
 
@@ -82,6 +83,33 @@ fn large_tensors_are_read_in_parallel_pieces() {
             assert_eq!(e.data_offset % 64, 0, "aligned by default");
         }
     }
+}
+
+#[test]
+fn small_tensors_between_large_ones_are_read_once() {
+    // Biases between weights: the weights are read on their own, and a
+    // batch of biases must not read through them again.
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
+    for i in 0..8u8 {
+        let f32s = Dtype::from_element(ElementType::F32);
+        tensors
+            .push((TensorSpec::state_dict(format!("w{i}").as_str(), f32s.clone(), vec![64 << 10]), vec![i; 256 << 10]));
+        tensors.push((TensorSpec::state_dict(format!("b{i}").as_str(), f32s, vec![256]), vec![i; 1024]));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.tensors");
+    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    write_file(&path, &input, &WriteOptions::default()).unwrap();
+    let source = Counted::new(LocalFile::open(&path).unwrap());
+    let reader = Reader::new(source, ReadOptions { num_readers: 2, ..ReadOptions::default() }).unwrap();
+    let opened = reader.source().bytes();
+    let loaded = load_everything(&reader);
+    for ((_, data), got) in tensors.iter().zip(&loaded) {
+        assert_eq!(data, got);
+    }
+    let first = reader.entries()[0].header_offset;
+    let rest = std::fs::metadata(&path).unwrap().len() - first;
+    assert!(reader.source().bytes() - opened <= rest, "{} bytes read for {rest}", reader.source().bytes() - opened);
 }
 
 #[test]

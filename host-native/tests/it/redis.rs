@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::source::TransferLimits;
-use tensorizer_native::store::redis::{RedisOptions, RedisSource, RetryPolicy, write_redis};
+use tensorizer_native::store::redis::{RedisOptions, RedisSource, RetryPolicy, write_redis, write_redis_target};
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::common::vectors;
@@ -534,4 +534,68 @@ fn a_file_replaced_after_opening_is_an_error_not_a_mix() {
     assert_eq!(cmd(&server, &[b"SET", marker, b"0123"]), Resp::Status("OK".into()));
     let err = load(&unmarked).unwrap_err().to_string();
     assert!(err.contains("changed during the read"), "{err}");
+}
+
+#[test]
+fn rediss_with_credentials_round_trips_and_refusals_are_clear() {
+    let Some(pki) = crate::tls::Pki::make() else { return };
+    let tls_port = RedisServer::free_port();
+    let (cert, key, ca) = (pki.path("server.pem"), pki.path("server.key"), pki.path("ca.pem"));
+    let Some(server) = RedisServer::start_with(&[
+        "--requirepass",
+        "s3cret:@/",
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        cert.to_str().unwrap(),
+        "--tls-key-file",
+        key.to_str().unwrap(),
+        "--tls-ca-cert-file",
+        ca.to_str().unwrap(),
+        "--tls-auth-clients",
+        "no",
+    ]) else {
+        return;
+    };
+    use tensorizer_native::store::tls::TlsOptions;
+    use tensorizer_native::store::{Location, RedisTarget};
+    let target = |uri: &str| match Location::parse(uri).unwrap() {
+        Location::Redis(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let trusted = TlsOptions::ca_file(&ca);
+    let uri = format!("rediss://default:s3cret%3A%40%2F@127.0.0.1:{tls_port}/secure");
+    let t: RedisTarget = target(&uri);
+    assert!(t.tls && t.password.as_deref() == Some("s3cret:@/"));
+    let local = local("v1_flat.tensors");
+    write_redis_target(t.clone(), &local, false, &RedisOptions::default(), &trusted).unwrap();
+    let source = RedisSource::open_target(t.clone(), RedisOptions::default(), &trusted).unwrap();
+    let file = std::fs::read(crate::common::vectors_dir().join("v1_flat.tensors")).unwrap();
+    // (The stored file ends before the local file's last 8 bytes, as
+    // tensorizer's to_redis stores it.)
+    let mut back = vec![0u8; source.len() as usize];
+    source.read_exact_at(0, &mut back).unwrap();
+    assert_eq!(back, file[..back.len()]);
+    // The same keys over plain TCP with the password alone (no user).
+    let plain = target(&format!("redis://:s3cret%3A%40%2F@127.0.0.1:{}/secure", server.port));
+    let again = RedisSource::open_target(plain, RedisOptions::default(), &TlsOptions::default()).unwrap();
+    assert_eq!(again.len(), source.len());
+
+    let quick = RedisOptions { retry: RetryPolicy::new(2, Duration::from_millis(10)), ..RedisOptions::default() };
+    // A wrong password: refused at once, the password never shown.
+    let wrong = target(&format!("rediss://:nope@127.0.0.1:{tls_port}/secure"));
+    let err = RedisSource::open_target(wrong, quick, &trusted).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("WRONGPASS") && text.contains("REDISCLI_AUTH") && !text.contains("nope"), "{text}");
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::PermissionDenied), "{text}");
+    // No password: the server asks for one.
+    let none = target(&format!("redis://127.0.0.1:{}/secure", server.port));
+    let text = RedisSource::open_target(none, quick, &TlsOptions::default()).unwrap_err().to_string();
+    assert!(text.contains("NOAUTH"), "{text}");
+    // A certificate signed by a CA nobody named: refused, said as such.
+    let untrusted = RedisSource::open_target(t.clone(), quick, &TlsOptions::ca_file(pki.path("server.pem")));
+    let text = untrusted.unwrap_err().to_string();
+    assert!(text.contains("certificate"), "{text}");
+    // Verification off (CAInfo(allow_untrusted=True)) still speaks TLS.
+    assert!(RedisSource::open_target(t, quick, &TlsOptions::insecure()).is_ok());
 }

@@ -425,6 +425,13 @@ pub(crate) struct RedisServer {
 
 impl RedisServer {
     pub(crate) fn start() -> Option<Self> {
+        Self::start_with(&[])
+    }
+
+    /// A server with more arguments (`--requirepass`, `--tls-port`, …); it
+    /// is ready once its plain port answers `PING` (with `PONG`, or with
+    /// `NOAUTH` when it wants a password).
+    pub(crate) fn start_with(extra: &[&str]) -> Option<Self> {
         let bin = binary("redis-server", &["/usr/bin/redis-server", "/usr/local/bin/redis-server"])?;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -434,6 +441,7 @@ impl RedisServer {
             .arg(dir.path())
             .arg("--logfile")
             .arg(dir.path().join("redis.log"))
+            .args(extra)
             .spawn()
             .unwrap();
         // Owned from here on: dropping `server` kills and reaps redis-server.
@@ -441,13 +449,21 @@ impl RedisServer {
         for _ in 0..250 {
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
                 let mut reply = [0u8; 7];
-                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read_exact(&mut reply).is_ok()
+                    && (&reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH"))
+                {
                     return Some(server);
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("redis-server did not start on port {port}");
+    }
+
+    /// A port nothing listens on yet (for `--tls-port`).
+    pub(crate) fn free_port() -> u16 {
+        free_port()
     }
 
     pub(crate) fn uri(&self, prefix: &str) -> String {

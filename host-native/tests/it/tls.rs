@@ -24,12 +24,12 @@ const CA_VARS: [&str; 5] = ["AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUND
 /// A private CA and a certificate it signed for 127.0.0.1, in a temporary
 /// directory: `ca.pem`, `server.pem`, `server.key`, and `cadir/` holding
 /// only the CA.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
 }
 
 impl Pki {
-    fn make() -> Option<Self> {
+    pub(crate) fn make() -> Option<Self> {
         let openssl = binary("openssl", &["/usr/bin/openssl", "/usr/local/bin/openssl"])?;
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| {
@@ -79,7 +79,7 @@ impl Pki {
         Some(Self { dir })
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 

@@ -24,7 +24,7 @@ pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
     let reader = Reader::new(tensorizer_native::open_source(&from, &options)?, ReadOptions::default())?;
     if let Location::Local(path) = &from
         && !to.is_local()
-        && !matches!(to, Location::Redis { .. } | Location::RedisCluster { .. })
+        && !matches!(to, Location::Redis(_) | Location::RedisCluster(_))
     {
         // Object stores upload the local file as it is.
         return Ok(sink.put_file(Path::new(path))?);

@@ -9,11 +9,13 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
+from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._modules import StrictLoadError
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._receipt import LoadReceipt
 from ._native import __version__ as _native_version
+from ._shards import load_shards
 from ._slices import TensorSlice, tp_shard
 from .serialization import (
     CryptographyError,
@@ -56,6 +58,7 @@ __all__ = [
     "TensorSerializer",
     "TensorDeserializer",
     "TensorType",
+    "CooperativeLoadError",
     "CryptographyError",
     "EncryptionParams",
     "DecryptionParams",
@@ -67,4 +70,5 @@ __all__ = [
     "RangeNotSupportedError",
     "TensorSlice",
     "tp_shard",
+    "load_shards",
 ]

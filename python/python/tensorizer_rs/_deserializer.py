@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _cuda, _dtypes, _memory, _native
+from . import _args, _cuda, _distributed, _dtypes, _memory, _native
 from ._crypt import CryptographyError, DecryptionParams
 from ._meta import _MetaTensors
 from ._modules import _gc_paused, _ModuleLoading
@@ -35,6 +35,10 @@ _TENSOR_TYPES = tuple(TensorType)
 
 #: One tensor of the file's index (typed, read-only, built natively).
 _Entry = _native.Entry
+
+#: Tensors read into host memory: those loaded alone (one tensor each),
+#: then (arena, its entries, their offsets) per arena of small ones.
+_Copies = tuple[list[Any], list[tuple[Any, list[_Entry], list[int]]]]
 
 
 def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
@@ -82,7 +86,7 @@ class TensorDeserializer(
     tensors (``torch.nn.Parameter``) or nested read-only mappings.
 
     Same arguments as ``tensorizer.TensorDeserializer``, plus ``mmap``,
-    ``meta_tensors`` and ``max_meta_bytes``. Eager (the default) loads
+    ``meta_tensors``, ``max_meta_bytes`` and ``process_group``. Eager (the default) loads
     everything in the constructor. ``lazy_load=True`` loads a tensor when it
     is first asked for; reads in file order (iterating the mapping) load
     ahead a window of at most ``LAZY_READ_AHEAD_BYTES`` (16 MiB) and
@@ -118,6 +122,15 @@ class TensorDeserializer(
       system is not enough, as the file can still change through another
       mount). Anything else is copied as by default. Spec §23.6.
 
+    ``process_group`` (a ``torch.distributed`` process group; eager loads
+    only): the ranks of the group load together, each reading a share of
+    the tensors' bytes (decrypting and verifying it) and receiving the
+    others' through the group's broadcasts (gloo for CPU tensors, NCCL for
+    CUDA ones), so the store serves the file about once in all. Every rank
+    of the group constructs its deserializer with the same file and
+    ``filter_func``; a failure on any rank raises ``CooperativeLoadError``
+    on every rank (spec §24).
+
     Meta tensors (a shape and dtype, no stored data) are built in Python,
     never read. ``meta_tensors`` chooses how:
 
@@ -138,6 +151,9 @@ class TensorDeserializer(
     ``max_meta_bytes`` like a whole meta tensor's.
     """
 
+    #: Open a URI for a part of the object only (``load_shards``).
+    _partial_open = False
+
     def __init__(
         self,
         file_obj: Any,
@@ -154,67 +170,80 @@ class TensorDeserializer(
         mmap: bool | Literal["auto"] | None = False,
         meta_tensors: str = "zeros",
         max_meta_bytes: int | None = 4 << 30,
+        process_group: Any = None,
     ) -> None:
-        if encryption is not None and not isinstance(encryption, DecryptionParams):
-            raise TypeError("encryption must be a DecryptionParams object or None")
-        if num_readers is not None:
-            if not isinstance(num_readers, int):
-                raise TypeError("num_readers must be an int or None")
-            num_readers = int(num_readers)  # True is 1 reader, as in tensorizer
-            if num_readers < 1:
-                raise ValueError("num_readers must be at least 1")
-        if dtype is not None and not isinstance(dtype, _torch_dtype_type()):
-            raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
-        if meta_tensors not in _META_MODES:
-            raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
-        if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
-            raise ValueError("max_meta_bytes must be a non-negative int or None")
-        self._meta_mode = meta_tensors
-        self._max_meta_bytes = max_meta_bytes
-        self._meta_bytes = 0  # zero-filled meta bytes handed out so far
-        self._device_arg = device
-        self._dtype = dtype
-        # tensorizer tests these flags for truth: None, 0, numpy.bool_...
-        verify_hash = _args.flag(verify_hash)
-        self._verify_hash = verify_hash
-        self._closed = False
-        enc_args = encryption.native_args() if encryption is not None else {}
-        source, name = _source_of(file_obj)
-        self._reader: Any = _native.NativeReader(
-            source, num_readers=num_readers, verify_hash=verify_hash, name=name, **enc_args
-        )
-        self._init_receipts()
-        reader = self._reader
-        version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
-        if encrypted and encryption is None:
-            raise CryptographyError("Tensor is encrypted, but decryption was not requested")
-        self._version = version
-        self.total_file_bytes = tensor_size
-        with _gc_paused():
-            entries = self._index(filter_func)
-        self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
-        self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
-        self.read_bytes = 0
-        self.total_compressed_tensor_bytes = 0
-        self._lazy = lazy_load
-        # Opt-in zero-copy loads from a private, copy-on-write memory map of
-        # a local, unencrypted file (unsafe against in-place rewrites).
-        # mmap="auto" maps only a file that provably cannot change (§23.6).
-        self._map: Any = None
-        if isinstance(mmap, str) and mmap != "auto":
-            raise ValueError(f'mmap must be True, False, None or "auto", not {mmap!r}')
-        if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
-            import mmap as _mmap
+        if lazy_load and process_group is not None:
+            raise ValueError(
+                "process_group loads cooperatively in the constructor, which lazy_load=True skips: "
+                "use lazy_load=False, or pass process_group to load_into_module"
+            )
+        group = _distributed.check_group(process_group)
+        # With a group, a failure here reaches the other ranks, which wait
+        # for this one in the load's agreement (spec §24.3).
+        with _distributed.reported(group):
+            if encryption is not None and not isinstance(encryption, DecryptionParams):
+                raise TypeError("encryption must be a DecryptionParams object or None")
+            if num_readers is not None:
+                if not isinstance(num_readers, int):
+                    raise TypeError("num_readers must be an int or None")
+                num_readers = int(num_readers)  # True is 1 reader, as in tensorizer
+                if num_readers < 1:
+                    raise ValueError("num_readers must be at least 1")
+            if dtype is not None and not isinstance(dtype, _torch_dtype_type()):
+                raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
+            if meta_tensors not in _META_MODES:
+                raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
+            if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
+                raise ValueError("max_meta_bytes must be a non-negative int or None")
+            self._meta_mode = meta_tensors
+            self._max_meta_bytes = max_meta_bytes
+            self._meta_bytes = 0  # zero-filled meta bytes handed out so far
+            self._device_arg = device
+            self._dtype = dtype
+            # tensorizer tests these flags for truth: None, 0, numpy.bool_...
+            verify_hash = _args.flag(verify_hash)
+            self._verify_hash = verify_hash
+            self._closed = False
+            enc_args = encryption.native_args() if encryption is not None else {}
+            source, name = _source_of(file_obj)
+            # A rank of a cooperative load reads its share only, and a sharded
+            # load its shards: a URI is opened without asking for all of it.
+            self._reader: Any = _native.NativeReader(
+                source, num_readers=num_readers, verify_hash=verify_hash, name=name,
+                partial=group is not None or self._partial_open, **enc_args,
+            )
+            self._init_receipts()
+            reader = self._reader
+            version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
+            if encrypted and encryption is None:
+                raise CryptographyError("Tensor is encrypted, but decryption was not requested")
+            self._version = version
+            self.total_file_bytes = tensor_size
+            with _gc_paused():
+                entries = self._index(filter_func)
+            self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
+            self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
+            self.read_bytes = 0
+            self.total_compressed_tensor_bytes = 0
+            self._lazy = lazy_load
+            # Opt-in zero-copy loads from a private, copy-on-write memory map of
+            # a local, unencrypted file (unsafe against in-place rewrites).
+            # mmap="auto" maps only a file that provably cannot change (§23.6).
+            self._map: Any = None
+            if isinstance(mmap, str) and mmap != "auto":
+                raise ValueError(f'mmap must be True, False, None or "auto", not {mmap!r}')
+            if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
+                import mmap as _mmap
 
-            with open(source, "rb") as f:
-                frozen = mmap != "auto" or _frozen(f.fileno()) is not None
-                if frozen and os.fstat(f.fileno()).st_size > 0:
-                    self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
+                with open(source, "rb") as f:
+                    frozen = mmap != "auto" or _frozen(f.fileno()) is not None
+                    if frozen and os.fstat(f.fileno()).st_size > 0:
+                        self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         # Every tensor of an eagerly loaded file with flat names, by name: the
         # mapping's reads go straight to it (BENCHMARKS.md, case b).
         self._flat: dict[Any, Any] | None = None
         if not lazy_load:
-            self._load(self._selected, verify_hash)
+            self._load(self._selected, verify_hash, group)
             self._last_yielded = len(self._selected) - 1
             if self._plain_names:
                 cache = self._cache
@@ -294,16 +323,18 @@ class TensorDeserializer(
         if self._reader is None:
             raise RuntimeError("the deserializer is closed")
 
-    def _load(self, entries: list[_Entry], verify_hash: bool | None) -> None:
-        """Loads every entry not yet cached, in one parallel native call.
-        With `verify_hash`, entries loaded earlier without it are checked
-        too (tensorizer checks nothing for tensors it already holds)."""
+    def _load(self, entries: list[_Entry], verify_hash: bool | None, group: Any = None) -> None:
+        """Loads every entry not yet cached, in one parallel native call;
+        with a process `group`, cooperatively with its other ranks (a
+        collective call: ``_distributed``). With `verify_hash`, entries
+        loaded earlier without it are checked too (tensorizer checks
+        nothing for tensors it already holds)."""
         with _gc_paused():
             if verify_hash and self._unverified:
                 self._verify_loaded(entries)
             todo = [e for e in entries if e.index not in self._cache]
             try:
-                self._load_now(entries, verify_hash)
+                self._load_now(entries, verify_hash, group)
             except Exception:
                 self._note_failed(todo)
                 raise
@@ -329,10 +360,15 @@ class TensorDeserializer(
             self._unverified.discard(e.index)
         self._note_loaded(stale, True)
 
-    def _load_now(self, entries: list[_Entry], verify_hash: bool | None) -> None:
+    def _load_now(self, entries: list[_Entry], verify_hash: bool | None, group: Any = None) -> None:
         import torch
 
         todo = [e for e in entries if e.index not in self._cache]
+        if group is not None:
+            # Collective: every rank takes part, even one with nothing new.
+            self._check_open()
+            _distributed.load_shared(self, todo, verify_hash, group)
+            return
         if not todo:
             return
         self._check_open()
@@ -370,14 +406,44 @@ class TensorDeserializer(
         pin = device.type == "cuda"
         small = [by_index[i] for i in plan.small]
         large = [by_index[i] for i in plan.large]
-        staged = [_memory.staging_tensor(e, pin, lead) for e, lead in zip(large, plan.large_leads)]
+        copies = self._read_copies(small, large, plan.large_leads, plan.arenas, pin, verify_hash)
+        self._adopt_copies(large, copies, device, pin)
+        for e in metas:
+            self._cache[e.index] = self._meta_tensor(e, device)
+        if pin and large:
+            torch.cuda.synchronize(device)
+
+    def _read_copies(
+        self,
+        small: list[_Entry],
+        large: list[_Entry],
+        leads: list[int],
+        arenas: list[Any],
+        pin: bool,
+        verify_hash: bool | None,
+    ) -> _Copies:
+        """Reads `large` (each into memory of its own, starting `leads[k]`
+        bytes into it) and `small` (into the arenas the load plan laid out
+        over them) into host memory."""
+        import torch
+
+        staged = [_memory.staging_tensor(e, pin, lead) for e, lead in zip(large, leads)]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)
         # Each arena: one buffer and one native call.
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
-            carved = _memory.fill_arenas(self._reader, small, plan.arenas, verify_hash)
+            carved = _memory.fill_arenas(self._reader, small, arenas, verify_hash)
+        return staged, carved
+
+    def _adopt_copies(self, large: list[_Entry], copies: _Copies, device: Any, pin: bool) -> None:
+        """Makes the tensors of `copies` (``_read_copies`` of `large` and
+        some small entries, or the same memory filled by another rank) and
+        caches them: moved to `device` and cast to ``dtype=`` as asked."""
+        import torch
+
+        staged, carved = copies
         Parameter = torch.nn.Parameter
         for e, t in zip(large, staged):
             grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
@@ -412,10 +478,6 @@ class TensorDeserializer(
                     if target is not None:
                         t = t.to(target)
                     cache[e.index] = Parameter(t, requires_grad=grad)
-        for e in metas:
-            self._cache[e.index] = self._meta_tensor(e, device)
-        if pin and large:
-            torch.cuda.synchronize(device)
 
     def _load_mapped(self, mapped: list[_Entry]) -> None:
         """Views straight into the memory map for `mapped` (entries the

@@ -8,7 +8,7 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-from . import _dtypes, _native
+from . import _distributed, _dtypes, _native
 from ._registrar import _Registrar
 from ._types import FilterFuncType, TensorType
 
@@ -95,7 +95,7 @@ class _ModuleLoading:
     def _verify(self, verify_hash: object) -> bool:
         raise NotImplementedError
 
-    def _load(self, entries: list[_Entry], verify_hash: bool | None) -> None:
+    def _load(self, entries: list[_Entry], verify_hash: bool | None, group: Any = None) -> None:
         raise NotImplementedError
 
     def load_into_module(
@@ -105,6 +105,7 @@ class _ModuleLoading:
         verify_hash: bool | None = None,
         *,
         strict: bool = False,
+        process_group: Any = None,
     ) -> int:
         """Registers every PARAM and BUFFER entry on the submodule its name
         points to (``"0.weight"`` → module ``"0"``, attribute ``weight``);
@@ -116,19 +117,26 @@ class _ModuleLoading:
         :class:`StrictLoadError` before loading or changing anything when
         the module has parameters or persistent buffers the loaded entries
         lack (``missing_keys``), entries name no parameter or buffer of the
-        module (``unexpected_keys``), or shapes differ."""
-        entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
-        for e in entries:
-            if e.tensor_type == TensorType.STATE_DICT:
-                raise NotImplementedError(
-                    "This was serialized with write_state_dict(); "
-                    "use the TensorDeserializer directly as a state_dict mapping instead."
-                )
-            if not isinstance(e.name, str):
-                raise NotImplementedError("Cannot load structured tensor paths into a module")
-        if strict:
-            _check_strict(m, entries)
-        self._load(entries, self._verify(verify_hash))
+        module (``unexpected_keys``), or shapes differ.
+
+        ``process_group``: tensors not loaded yet are loaded cooperatively
+        with the other ranks of this ``torch.distributed`` group, each
+        reading a share of the bytes (spec §24); a collective call, which
+        every rank of the group makes with the same arguments."""
+        group = _distributed.check_group(process_group)
+        with _distributed.reported(group):
+            entries = [e for e in self._selected if filter_func is None or filter_func(e.name)]
+            for e in entries:
+                if e.tensor_type == TensorType.STATE_DICT:
+                    raise NotImplementedError(
+                        "This was serialized with write_state_dict(); "
+                        "use the TensorDeserializer directly as a state_dict mapping instead."
+                    )
+                if not isinstance(e.name, str):
+                    raise NotImplementedError("Cannot load structured tensor paths into a module")
+            if strict:
+                _check_strict(m, entries)
+        self._load(entries, self._verify(verify_hash), group)
         with _gc_paused():
             self._register(m, entries)
         return len(entries)

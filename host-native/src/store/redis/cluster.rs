@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::RedisOptions;
+use super::access::Access;
 use super::resp::{Conn, Fault, Reply};
 use super::slots::{Node, Redirect, SlotMap, key_slot};
 use crate::store::retry::Pace;
@@ -84,6 +85,8 @@ pub(crate) struct Cluster {
     options: RedisOptions,
     map: RwLock<Arc<SlotMap>>,
     pools: Mutex<HashMap<Node, Vec<Conn>>>,
+    /// TLS and credentials, the same for every node.
+    access: Access,
 }
 
 impl fmt::Debug for Cluster {
@@ -98,11 +101,12 @@ impl Cluster {
         host: &str,
         port: u16,
         options: RedisOptions,
+        access: Access,
         until: Option<Instant>,
     ) -> Result<Self, NodeFault> {
         let seed = Node { host: host.to_string(), port };
-        let map = Self::ask_slots(&seed, &options, until)?;
-        Ok(Self { seed, options, map: RwLock::new(Arc::new(map)), pools: Mutex::new(HashMap::new()) })
+        let map = Self::ask_slots(&seed, &options, &access, until)?;
+        Ok(Self { seed, options, access, map: RwLock::new(Arc::new(map)), pools: Mutex::new(HashMap::new()) })
     }
 
     /// The current slot map.
@@ -121,10 +125,15 @@ impl Cluster {
     }
 
     /// `CLUSTER SLOTS` of one node, on a fresh connection.
-    fn ask_slots(node: &Node, options: &RedisOptions, until: Option<Instant>) -> Result<SlotMap, NodeFault> {
+    fn ask_slots(
+        node: &Node,
+        options: &RedisOptions,
+        access: &Access,
+        until: Option<Instant>,
+    ) -> Result<SlotMap, NodeFault> {
         let fail = |f| NodeFault::new(node, f);
         let mut conn =
-            Conn::connect(&node.host, node.port, options.connect_timeout, options.io_timeout).map_err(fail)?;
+            Conn::connect(&node.host, node.port, options.connect_timeout, options.io_timeout, access).map_err(fail)?;
         conn.pace(Pace::new(&options.limits, until)).map_err(fail)?;
         let reply = match conn.call(&[b"CLUSTER", b"SLOTS"]) {
             Err(Fault::Server(m)) if m.contains("cluster support disabled") => Err(Fault::Protocol(format!(
@@ -142,7 +151,7 @@ impl Cluster {
         candidates.extend(self.map().nodes().iter().filter(|n| **n != self.seed).cloned());
         let mut last = None;
         for node in &candidates {
-            match Self::ask_slots(node, &self.options, until) {
+            match Self::ask_slots(node, &self.options, &self.access, until) {
                 Ok(map) => {
                     self.set_map(map);
                     return Ok(());
@@ -175,7 +184,7 @@ impl Cluster {
             Some(c) => c,
             None => {
                 let o = &self.options;
-                Conn::connect(&node.host, node.port, o.connect_timeout, o.io_timeout).map_err(fail)?
+                Conn::connect(&node.host, node.port, o.connect_timeout, o.io_timeout, &self.access).map_err(fail)?
             }
         };
         conn.pace(Pace::new(&self.options.limits, until)).map_err(fail)?;

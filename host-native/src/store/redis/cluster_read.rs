@@ -6,11 +6,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Instant;
 
+use super::TlsOptions;
+use super::access::Access;
 use super::cluster::{Cluster, Command, NodeFault};
 use super::resp::{Fault, Reply};
 use super::slots::key_slot;
 use super::{
-    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisUri, fault_error, key_offset,
+    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisTarget, fault_error, key_offset,
     read_resuming, scan, tile,
 };
 use crate::error::{Error, Result, StoreErrorKind};
@@ -28,9 +30,9 @@ const ROUND_BYTES: usize = 16 << 20;
 pub(crate) const WRITING: &[u8] = b"writing-";
 
 /// A `redis+cluster://` URI's parts.
-pub(crate) fn parse_uri(uri: &str) -> Result<RedisUri> {
+pub(crate) fn parse_uri(uri: &str) -> Result<RedisTarget> {
     match Location::parse(uri)? {
-        Location::RedisCluster { host, port, prefix } => Ok(RedisUri { host, port, prefix }),
+        Location::RedisCluster(target) => Ok(target),
         _ => Err(Error::Invalid(format!("{uri}: not a redis+cluster://host[:port]/prefix URI"))),
     }
 }
@@ -47,7 +49,7 @@ pub(crate) fn node_error(uri: &str, offset: u64, len: u64, f: NodeFault) -> Erro
 /// of each key's slot (see [`crate::store::redis`]).
 pub struct ClusterSource {
     uri: String,
-    addr: RedisUri,
+    addr: RedisTarget,
     cluster: Cluster,
     options: RedisOptions,
     /// Non-empty keys sorted by offset, tiling `0..len`.
@@ -74,11 +76,18 @@ impl ClusterSource {
     /// its master) and checks that they tile the file, as
     /// [`RedisSource::open`](super::RedisSource::open) does.
     pub fn open(uri: &str, options: RedisOptions) -> Result<Self> {
-        let addr = parse_uri(uri)?;
+        Self::open_target(parse_uri(uri)?, options, &TlsOptions::default())
+    }
+
+    /// [`ClusterSource::open`] of a parsed target (the seed node's),
+    /// trusting `tls` for `rediss+cluster://`.
+    pub fn open_target(addr: RedisTarget, options: RedisOptions, tls: &TlsOptions) -> Result<Self> {
+        let uri = &Location::RedisCluster(addr.clone()).to_string();
+        let access = Access::for_target(&addr, tls)?;
         let until = deadline(&options.limits);
         let target = || Target { location: uri, range: None };
         let cluster = retry(&options.retry, target(), || {
-            to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, until))
+            to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, access.clone(), until))
         })?;
         let mut this =
             Self { uri: uri.to_string(), addr, cluster, options, keys: Vec::new(), len: 0, generation: None };
@@ -263,7 +272,7 @@ impl ClusterSource {
 /// being migrated may be listed by two; it is listed once).
 pub(crate) fn scan_cluster(
     cluster: &Cluster,
-    addr: &RedisUri,
+    addr: &RedisTarget,
     until: Option<Instant>,
 ) -> Result<Vec<Vec<u8>>, NodeFault> {
     let map = cluster.map();

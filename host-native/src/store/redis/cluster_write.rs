@@ -7,12 +7,13 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::access::Access;
 use super::cluster::{Cluster, Command, MAX_REDIRECTS, NodeFault, expect_ok};
 use super::cluster_read::{WRITING, node_error, parse_uri, scan_cluster, to_attempt};
 use super::resp::{Conn, Fault, Reply};
 use super::slots::{Node, Redirect, has_hash_tag, key_slot, tag_for_slot};
 use super::write::{DEFAULT_MAX_VALUE, Planned, TEMP_TTL_SECS, UPLOAD_DRAIN, UPLOAD_PIECE, plan};
-use super::{PIPELINE, RedisOptions, RedisUri, fault_error};
+use super::{PIPELINE, RedisOptions, RedisTarget, TlsOptions, fault_error};
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::read::Reader;
 use crate::source::{RangeSource, TransferLimits};
@@ -59,7 +60,19 @@ pub fn write_cluster_with<S: RangeSource>(
     force: bool,
     options: &RedisOptions,
 ) -> Result<()> {
-    let addr = parse_uri(uri)?;
+    write_cluster_target(parse_uri(uri)?, reader, force, options, &TlsOptions::default())
+}
+
+/// [`write_cluster_with`] to a parsed target (the seed node's).
+pub fn write_cluster_target<S: RangeSource>(
+    addr: RedisTarget,
+    reader: &Reader<S>,
+    force: bool,
+    options: &RedisOptions,
+    tls: &TlsOptions,
+) -> Result<()> {
+    let uri = &crate::store::Location::RedisCluster(addr.clone()).to_string();
+    let access = Access::for_target(&addr, tls)?;
     if has_hash_tag(&addr.prefix) {
         return Err(Error::Invalid(format!(
             "{uri}: the prefix holds '{{': on a cluster a hash tag would put every key of the file in one slot"
@@ -68,7 +81,7 @@ pub fn write_cluster_with<S: RangeSource>(
     let keys = plan(uri, reader)?;
     let options = RedisOptions { limits: TransferLimits { min_rate: 0, deadline: None, ..options.limits }, ..*options };
     let cluster = retry(&options.retry, Target { location: uri, range: None }, || {
-        to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, None))
+        to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, access.clone(), None))
     })?;
     let existing = scan_cluster(&cluster, &addr, None).map_err(|f| node_error(uri, 0, 0, f))?;
     if !force && !existing.is_empty() {
@@ -106,7 +119,7 @@ pub fn write_cluster_with<S: RangeSource>(
 }
 
 /// The error for a prefix that already holds `existing` keys.
-fn refuse(uri: &str, addr: &RedisUri, existing: usize) -> Error {
+fn refuse(uri: &str, addr: &RedisTarget, existing: usize) -> Error {
     let why = format!("it already holds a file ({existing} keys under {}:); pass force to replace it", addr.prefix);
     Error::store(uri, None, StoreErrorKind::AlreadyExists, why)
 }
@@ -330,7 +343,7 @@ redis.call('DEL', KEYS[2]) return 1 end return 0";
 fn commit(
     cluster: &Cluster,
     uri: &str,
-    addr: &RedisUri,
+    addr: &RedisTarget,
     temp: &[Vec<u8>],
     finals: &[Vec<u8>],
     generation: &[u8],

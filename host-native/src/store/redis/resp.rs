@@ -1,4 +1,5 @@
-//! A minimal, binary-safe RESP2 client over one `TcpStream`.
+//! A minimal, binary-safe RESP2 client over one connection (TCP, or TLS
+//! over it: [`super::access`]).
 //!
 //! Commands go out as arrays of bulk strings, queued in a buffer and written
 //! with one call (so pipelining is just queueing several). Replies are parsed
@@ -10,6 +11,8 @@
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+
+use super::access::{Access, Stream};
 use std::time::Duration;
 
 use crate::store::retry::{Pace, Paced, too_slow};
@@ -56,6 +59,9 @@ pub(crate) enum Fault {
     Protocol(String),
     /// The server answered with an error reply.
     Server(String),
+    /// The server refused the credentials, or asked for some
+    /// (`WRONGPASS`, `NOAUTH`, `NOPERM`).
+    Denied(String),
     /// The file was replaced since the source was opened.
     Changed(String),
 }
@@ -64,9 +70,11 @@ impl Fault {
     /// Whether another attempt on a fresh connection may succeed.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
+            // A refused certificate is final too.
+            Self::Io(e) if crate::store::tls::is_tls_failure(e) => false,
             // A passed deadline is final; a trickle is retried like a stall.
             Self::Io(e) => !too_slow(e).is_some_and(|t| t.deadline),
-            Self::Protocol(_) | Self::Changed(_) => false,
+            Self::Protocol(_) | Self::Changed(_) | Self::Denied(_) => false,
             // The server is starting, busy with a script, or failing over.
             Self::Server(m) => ["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN"].iter().any(|p| m.starts_with(p)),
         }
@@ -77,6 +85,7 @@ impl Fault {
         match self {
             Self::Io(e) => e.kind(),
             Self::Protocol(_) => io::ErrorKind::InvalidData,
+            Self::Denied(_) => io::ErrorKind::PermissionDenied,
             Self::Server(_) | Self::Changed(_) => io::ErrorKind::Other,
         }
     }
@@ -92,6 +101,12 @@ impl fmt::Display for Fault {
             Self::Io(e) => write!(f, "{e}"),
             Self::Protocol(m) => write!(f, "protocol error: {m}"),
             Self::Server(m) => write!(f, "the server answered: {m}"),
+            Self::Denied(m) => write!(
+                f,
+                "the server refused access ({m}); give the credentials in the URI \
+                 (redis://user:password@host/prefix, or redis://:password@host/prefix) or the password in {}",
+                super::access::PASSWORD_VAR
+            ),
             Self::Changed(m) => f.write_str(m),
         }
     }
@@ -110,19 +125,21 @@ fn protocol(what: impl Into<String>) -> Fault {
 /// One connection with a queue of commands not yet written. Replies are
 /// read through a [`Pace`] (none until [`Conn::pace`] sets one).
 pub(crate) struct Conn {
-    stream: BufReader<Paced<TcpStream>>,
+    stream: BufReader<Paced<Stream>>,
     queued: Vec<u8>,
     io_timeout: Duration,
 }
 
 impl Conn {
     /// Connects to `host:port`, trying each address, with `connect_timeout`
-    /// per address and `io_timeout` on every later socket read and write.
+    /// per address and `io_timeout` on every later socket read and write;
+    /// then speaks TLS and authenticates as `access` says.
     pub(crate) fn connect(
         host: &str,
         port: u16,
         connect_timeout: Duration,
         io_timeout: Duration,
+        access: &Access,
     ) -> Result<Self, Fault> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address"));
         for addr in (host, port).to_socket_addrs()? {
@@ -131,8 +148,11 @@ impl Conn {
                     s.set_read_timeout(Some(io_timeout))?;
                     s.set_write_timeout(Some(io_timeout))?;
                     s.set_nodelay(true)?;
-                    let stream = BufReader::with_capacity(64 << 10, Paced { inner: s, pace: Pace::off() });
-                    return Ok(Self { stream, queued: Vec::new(), io_timeout });
+                    let inner = access.wrap(host, s)?;
+                    let stream = BufReader::with_capacity(64 << 10, Paced { inner, pace: Pace::off() });
+                    let mut conn = Self { stream, queued: Vec::new(), io_timeout };
+                    access.authenticate(&mut conn)?;
+                    return Ok(conn);
                 }
                 Err(e) => last = e,
             }
@@ -145,8 +165,8 @@ impl Conn {
     pub(crate) fn pace(&mut self, pace: Pace) -> Result<(), Fault> {
         let timeout = Some(pace.io_timeout(self.io_timeout));
         let paced = self.stream.get_mut();
-        paced.inner.set_read_timeout(timeout)?;
-        paced.inner.set_write_timeout(timeout)?;
+        paced.inner.tcp().set_read_timeout(timeout)?;
+        paced.inner.tcp().set_write_timeout(timeout)?;
         paced.pace = pace;
         Ok(())
     }
@@ -303,6 +323,7 @@ fn expect_crlf(r: &mut impl Read) -> Result<(), Fault> {
 /// Reads one reply; a top-level error reply is `Err(Fault::Server)`.
 pub(crate) fn read_reply(r: &mut impl BufRead) -> Result<Reply, Fault> {
     match read_value(r, 0)? {
+        Reply::Error(m) if ["WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|p| m.starts_with(p)) => Err(Fault::Denied(m)),
         Reply::Error(m) => Err(Fault::Server(m)),
         reply => Ok(reply),
     }

@@ -3,8 +3,9 @@
 
 use tensorizer_core::FileHeader;
 
+use super::access::Access;
 use super::resp::{Conn, Fault, Reply};
-use super::{PIPELINE, RedisOptions, RedisUri, fault_error, scan};
+use super::{PIPELINE, RedisOptions, RedisTarget, TlsOptions, fault_error, scan};
 use crate::error::{Error, Result};
 use crate::read::Reader;
 use crate::source::RangeSource;
@@ -118,10 +119,22 @@ pub fn write_redis_with<S: RangeSource>(
     force: bool,
     options: &RedisOptions,
 ) -> Result<()> {
-    let addr = RedisUri::parse(uri)?;
+    write_redis_target(RedisTarget::parse(uri)?, reader, force, options, &TlsOptions::default())
+}
+
+/// [`write_redis_with`] to a parsed target.
+pub fn write_redis_target<S: RangeSource>(
+    addr: RedisTarget,
+    reader: &Reader<S>,
+    force: bool,
+    options: &RedisOptions,
+    tls: &TlsOptions,
+) -> Result<()> {
+    let uri = &addr.to_string();
+    let access = Access::for_target(&addr, tls)?;
     let keys = plan(uri, reader)?;
     let fail = |offset, len, f: Fault| fault_error(uri, offset, len, f.kind(), f);
-    let connect = || Conn::connect(&addr.host, addr.port, options.connect_timeout, options.io_timeout);
+    let connect = || Conn::connect(&addr.host, addr.port, options.connect_timeout, options.io_timeout, &access);
     let mut conn = connect().map_err(|f| fail(0, 0, f))?;
     let refuse = |existing: usize| {
         let why = format!("it already holds a file ({existing} keys under {}:); pass force to replace it", addr.prefix);
@@ -263,7 +276,7 @@ impl From<Fault> for Commit {
 /// removes its expiry, and sets the generation marker to `generation`.
 fn commit(
     conn: &mut Conn,
-    addr: &RedisUri,
+    addr: &RedisTarget,
     temp: &[Vec<u8>],
     finals: &[Vec<u8>],
     generation: &[u8],
