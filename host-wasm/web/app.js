@@ -112,6 +112,7 @@ async function openSource(source) {
     state.scan = null;
     state.fingerprint = null;
     state.compare = null;
+    $('compare-input').value = '';
     renderAll();
     const ms = performance.now() - t0;
     state.lastOpen = {
@@ -141,7 +142,7 @@ async function openSource(source) {
     state.opens += 1;
     // The scanner reports on files the inspector refuses (that is what
     // it is for).
-    if (source.kind === 'file') {
+    if (source.kind === 'file' || source.remote) {
       state.source = source;
       startScan();
     }
@@ -200,7 +201,7 @@ async function loadHashes() {
 // ---------- rendering ----------
 
 /** Most top-level modules the table lists (largest first). */
-const MAX_MODULES = 100;
+const MAX_MODULES = 25;
 
 /** Fills a table: the first row as headers, the others as cells. */
 function fillGrid(table, rows) {
@@ -643,6 +644,10 @@ function renderFindings() {
     ? `${r.format}: ${fmtInt(r.findings.length)} finding${r.findings.length > 1 ? 's' : ''} (scanned in ${r.ms.toFixed(1)} ms)`
     : `${r.format}: no findings (scanned in ${r.ms.toFixed(1)} ms)`;
   $('findings-status').className = `status ${r.findings.length ? 'bad' : 'ok'}`;
+  if (!r.findings.length) {
+    table.replaceChildren();
+    return;
+  }
   fillGrid(table, [['rule', 'severity', 'offset', 'tensor', 'message', 'fix'],
     ...r.findings.map((f) => [f.rule, f.severity, fmtInt(f.offset), oneLine(f.tensor ?? ''), oneLine(f.message), f.remediation])]);
 }
