@@ -539,15 +539,17 @@ describe('findings', () => {
     assert.ok(tzrJson('scan', cases[0]).findings.some((f) => f.message.includes('system')));
   });
 
-  test('a file opened from a URL is scanned with synchronous Range requests', { skip: noTzr }, async () => {
+  test('a file opened from a URL is scanned on request, with synchronous Range requests', { skip: noTzr }, async () => {
     for (const name of ['dtypes.pt', 'truncated.tensors']) {
-      const since = logLines();
       await openUrl(fileUrl(name));
+      // Opening reads only the header and index: the scan waits for the button.
+      assert.equal(await page.evaluate(() => window.__inspector.state.scan), null);
+      const since = logLines();
+      await page.click('#scan-start');
       const got = await scanned();
       assert.equal(got.error, undefined, `${name}: ${got.error}`);
       assert.deepEqual(got.findings, tzrJson('scan', path.join(files, name)).findings, name);
-      // Every read of the scan was a Range request nginx answered.
-      assert.ok(servedBytes(name, since).requests >= 1 + got.reads, name);
+      assert.ok(got.reads >= 1 && servedBytes(name, since).requests >= 1, name);
     }
   });
 });

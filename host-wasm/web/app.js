@@ -29,6 +29,7 @@ const state = {
   lastOpen: null,
   verifyRun: null,
   scan: null, // the scanner's report (tzr scan --json), or { error } / { running }
+  scanOffer: false, // a URL is open and may be scanned on request
   fingerprint: null, // { report, ms } (tzr fingerprint --json), or { error } / { running }
   compare: null, // { report, other } (tzr diff --json), or { error } / { running }
   jobs: new Set(), // running scan/fingerprint workers
@@ -75,6 +76,9 @@ async function openSource(source) {
   const seq = ++state.openSeq;
   cancelVerify('');
   cancelJobs();
+  state.scan = null;
+  state.scanOffer = false;
+  renderFindings();
   showError('');
   setStatus('opening…');
   const t0 = performance.now();
@@ -131,7 +135,11 @@ async function openSource(source) {
     setStatus(text);
     state.opens += 1;
     if (summary.format === 'tensorizer' && source.kind === 'file') loadHashes();
-    startScan();
+    if (source.kind === 'file') startScan();
+    else {
+      state.scanOffer = true;
+      renderFindings();
+    }
   } catch (e) {
     if (seq !== state.openSeq) return;
     state.summary = null;
@@ -144,7 +152,11 @@ async function openSource(source) {
     // it is for).
     if (source.kind === 'file' || source.remote) {
       state.source = source;
-      startScan();
+      if (source.kind === 'file') startScan();
+      else {
+        state.scanOffer = true;
+        renderFindings();
+      }
     }
   }
 }
@@ -626,7 +638,9 @@ async function startScan() {
 function renderFindings() {
   const r = state.scan;
   const table = $('findings-table');
-  $('findings-panel').hidden = !r;
+  const offer = !r && state.scanOffer;
+  $('findings-panel').hidden = !r && !offer;
+  $('scan-offer').hidden = !offer;
   if (!r || r.running) {
     $('findings-count').textContent = '';
     $('findings-status').textContent = r ? 'scanning…' : '';
@@ -810,6 +824,7 @@ $('read-hashes').addEventListener('click', () => loadHashes());
 $('verify-start').addEventListener('click', () => startVerify());
 $('verify-cancel').addEventListener('click', () => cancelVerify());
 $('fingerprint-start').addEventListener('click', () => startFingerprint());
+$('scan-start').addEventListener('click', () => startScan());
 $('compare-input').addEventListener('change', (e) => {
   const f = e.target.files[0];
   if (f) startCompare(f);

@@ -191,7 +191,7 @@ pub async fn fingerprint(
     let key = key_source(key, passphrase)?;
     let mut src = JsSource::new(source, len)?;
     let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
-    let format = opened.summary("").format;
+    let format = opened.format();
     let mut progress = |done: u64, total: u64| {
         let _ = on_progress.call2(&JsValue::NULL, &JsValue::from_f64(done as f64), &JsValue::from_f64(total as f64));
     };

@@ -253,7 +253,9 @@ mod tests {
         let mut f = (json.len() as u64).to_le_bytes().to_vec();
         f.extend_from_slice(json);
         f.extend_from_slice(&[0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 7, 0, 0, 0, 0, 0, 0, 0]);
-        let got = fingerprint_of(f, None).unwrap();
+        let got = fingerprint_of(f.clone(), None).unwrap();
+        let opened = block_on_ready(open::open(&mut MemSource(f), &ParseLimits::default())).unwrap().unwrap();
+        assert_eq!(opened.format(), opened.summary("").format);
         assert_eq!(got.fingerprint.hex(), "eaee47bb4a4bb4a0ec23fd6fa9796776e0b8caeded42c31c0a5d364cb927ed30");
         assert_eq!(got.to_json("safetensors")["data_bytes"], 16);
     }

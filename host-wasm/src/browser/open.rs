@@ -97,6 +97,15 @@ async fn open_tensorizer<S: AsyncSource>(
 }
 
 impl Opened {
+    /// The format's name: `tensorizer`, `safetensors` or `torch`.
+    pub fn format(&self) -> &'static str {
+        match self {
+            Self::Tensorizer(_) => "tensorizer",
+            Self::Safetensors(s) => s.format,
+            Self::Torch(_) => "torch",
+        }
+    }
+
     /// The summary the page shows, for a file named `file`.
     pub fn summary(&self, file: &str) -> Summary {
         match self {
