@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
 use crate::source::{LocalFile, RangeSource};
 
+mod cold;
 pub mod pack;
 pub mod plan;
 mod records;
@@ -232,6 +233,9 @@ impl<S: RangeSource> Reader<S> {
             }
         }
         jobs.sort_by_key(|(i, _)| *i);
+        if !self.source.prefers_long_reads() && cold::worth_it(&jobs) && self.source.is_cold() {
+            return self.load_cold(jobs, verify);
+        }
         if self.source.prefers_long_reads() {
             return self.load_spans(jobs, verify);
         }

@@ -10,7 +10,11 @@ use std::time::Duration;
 
 use crate::error::{Error, Result, io_err};
 
+mod direct;
+mod frozen;
 mod window;
+pub use direct::DIRECT_BLOCK;
+pub use frozen::{Frozen, frozen};
 pub use window::Window;
 
 /// A byte source that serves concurrent positioned reads.
@@ -47,6 +51,23 @@ pub trait RangeSource: Send + Sync {
         }
         Ok(())
     }
+
+    /// Whether a load would read faster around the page cache
+    /// ([`RangeSource::read_uncached_at`]): a local file most of whose
+    /// pages are not cached, on a file system that allows it.
+    fn is_cold(&self) -> bool {
+        false
+    }
+
+    /// Fills `buf` with the bytes at `offset`, bypassing the page cache
+    /// where the source can. `offset`, `buf`'s length and its address are
+    /// multiples of [`DIRECT_BLOCK`]; `buf` may reach past the end of the
+    /// source (to the end of the last block), and those bytes are left as
+    /// they are. The default reads as [`RangeSource::read_exact_at`] does.
+    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let n = usize::try_from(self.len().saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+        self.read_exact_at(offset, &mut buf[..n])
+    }
 }
 
 /// Fails with a `Truncated` format error when `len` bytes at `offset` do
@@ -71,6 +92,9 @@ pub struct LocalFile {
     file: File,
     len: u64,
     name: String,
+    /// The same file opened with `O_DIRECT`, once a load asks for it
+    /// (`None` inside where that is not possible).
+    direct: std::sync::OnceLock<Option<direct::DirectFile>>,
 }
 
 impl LocalFile {
@@ -79,7 +103,11 @@ impl LocalFile {
         let name = path.as_ref().display().to_string();
         let file = File::open(path.as_ref()).map_err(io_err(&name, 0))?;
         let len = file.metadata().map_err(io_err(&name, 0))?.len();
-        Ok(Self { file, len, name })
+        Ok(Self { file, len, name, direct: std::sync::OnceLock::new() })
+    }
+
+    fn direct(&self) -> Option<&direct::DirectFile> {
+        self.direct.get_or_init(|| direct::DirectFile::reopen(&self.file)).as_ref()
     }
 
     /// The underlying file.
@@ -100,6 +128,32 @@ impl RangeSource for LocalFile {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn is_cold(&self) -> bool {
+        direct::mostly_uncached(&self.file, self.len) && self.direct().is_some()
+    }
+
+    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let want = usize::try_from(self.len.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+        check_range(&self.name, self.len, offset, want)?;
+        let aligned = offset.is_multiple_of(DIRECT_BLOCK)
+            && (buf.len() as u64).is_multiple_of(DIRECT_BLOCK)
+            && (buf.as_ptr() as u64).is_multiple_of(DIRECT_BLOCK);
+        match self.direct() {
+            Some(d) if aligned => match d.read_at(offset, buf) {
+                Ok(n) if n >= want => Ok(()),
+                // The file shrank under the load.
+                Ok(n) => Err(io_err(&self.name, offset + n as u64)(std::io::ErrorKind::UnexpectedEof.into())),
+                // A file system that opens with O_DIRECT but refuses such
+                // reads: the cache then.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.file.read_exact_at(&mut buf[..want], offset).map_err(io_err(&self.name, offset))
+                }
+                Err(e) => Err(io_err(&self.name, offset)(e)),
+            },
+            _ => self.file.read_exact_at(&mut buf[..want], offset).map_err(io_err(&self.name, offset)),
+        }
     }
 }
 
@@ -158,6 +212,14 @@ impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         (**self).read_vectored_at(offset, bufs)
     }
+
+    fn is_cold(&self) -> bool {
+        (**self).is_cold()
+    }
+
+    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_uncached_at(offset, buf)
+    }
 }
 
 impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
@@ -179,6 +241,14 @@ impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
 
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         (**self).read_vectored_at(offset, bufs)
+    }
+
+    fn is_cold(&self) -> bool {
+        (**self).is_cold()
+    }
+
+    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_uncached_at(offset, buf)
     }
 }
 
@@ -234,6 +304,16 @@ impl<S: RangeSource> RangeSource for Counted<S> {
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         self.count(bufs.iter().map(|b| b.len()).sum());
         self.inner.read_vectored_at(offset, bufs)
+    }
+
+    fn is_cold(&self) -> bool {
+        self.inner.is_cold()
+    }
+
+    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let n = usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+        self.count(n);
+        self.inner.read_uncached_at(offset, buf)
     }
 }
 

@@ -42,7 +42,7 @@ mod _native {
     #[pymodule_export]
     use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
     #[pymodule_export]
-    use crate::source::{NativeSource, location_scheme, s3_presign, s3cfg_values, upload};
+    use crate::source::{NativeSource, file_frozen, location_scheme, s3_presign, s3cfg_values, upload};
     #[pymodule_export]
     use crate::writer::{NativeWriter, WriteSpec};
 
@@ -55,6 +55,7 @@ mod _native {
         m.add("ARENA_BYTES", tensorizer_native::read::plan::ARENA_BYTES)?;
         m.add("ARENA_ALIGN", tensorizer_native::read::plan::ARENA_ALIGN)?;
         m.add("HUGE_PAGE_MIN", tensorizer_native::read::plan::HUGE_PAGE_MIN)?;
+        m.add("ALLOCATION_ALIGN", tensorizer_native::read::plan::ALLOCATION_ALIGN)?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
         crate::errors::detail_defaults(m)?;

@@ -45,6 +45,9 @@ pub(crate) struct LoadPlan {
     staged: Vec<usize>,
     /// Copied into memory of their own.
     large: Vec<usize>,
+    /// Where each of `large` starts in memory of its own (its file phase,
+    /// so a cold load reads straight into it).
+    large_leads: Vec<usize>,
     /// Copied into shared arenas.
     small: Vec<usize>,
     /// The arenas over `small`.
@@ -249,11 +252,14 @@ impl NativeReader {
                 }
             })
             .collect::<PyResult<Vec<_>>>()?;
+        // Each lead is below one block.
+        let large_leads = plan.large_leads.iter().map(|&l| l as usize).collect();
         Ok(LoadPlan {
             meta: plan.meta,
             mapped: plan.mapped,
             staged: plan.staged,
             large: plan.large,
+            large_leads,
             small: plan.small,
             arenas,
         })

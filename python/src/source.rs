@@ -148,6 +148,15 @@ impl NativeSource {
     }
 }
 
+/// Why the local file at `path` cannot change while mapped (`"immutable"`,
+/// `"fs-verity"`, `"read-only file system"`), or `None` when nothing
+/// guarantees it: what `mmap="auto"` asks (spec §23.6).
+#[pyfunction]
+pub(crate) fn file_frozen(path: std::path::PathBuf) -> PyResult<Option<&'static str>> {
+    let file = std::fs::File::open(&path)?;
+    Ok(tensorizer_native::source::frozen(&file).map(tensorizer_native::source::Frozen::as_str))
+}
+
 /// The `[default]` values of an s3cmd config file's text, as the native
 /// S3 store reads them (the one reader of `.s3cfg`): whether the section
 /// exists, `host_base`, `access_key`, `secret_key` and `use_https`.

@@ -8,7 +8,9 @@
 
 use tensorizer_core::MetadataEntry;
 
-use crate::read::pack::{Pack, pack_aligned};
+use crate::read::cold::STRAIGHT_MIN;
+use crate::read::pack::{Pack, pack_placed};
+use crate::source::DIRECT_BLOCK;
 
 /// CPU tensors loaded together are packed into arenas of at most this many
 /// bytes: one allocation and one buffer hand-off for many small tensors. A
@@ -18,6 +20,11 @@ pub const ARENA_BYTES: u64 = 64 << 20;
 /// Alignment of each tensor's data inside an arena (what torch's CPU
 /// allocator gives).
 pub const ARENA_ALIGN: u64 = 64;
+
+/// Every CPU allocation of a load (arena or large tensor) starts at a
+/// multiple of this, so that [`file_phase`] placements line up with the
+/// file's blocks.
+pub const ALLOCATION_ALIGN: u64 = DIRECT_BLOCK;
 
 /// CPU allocations (arenas, large tensors) of at least this many bytes get
 /// memory of their own advised for transparent huge pages: first touches
@@ -49,10 +56,23 @@ pub struct LoadPlan {
     pub staged: Vec<usize>,
     /// Copied into memory of their own.
     pub large: Vec<usize>,
+    /// For each of [`LoadPlan::large`], where its bytes start in CPU memory
+    /// of its own (an allocation starting at a multiple of
+    /// [`ALLOCATION_ALIGN`]): its file phase ([`file_phase`]), or 0.
+    pub large_leads: Vec<u64>,
     /// Copied into shared arenas, laid out by [`LoadPlan::arenas`].
     pub small: Vec<usize>,
     /// The arenas over [`LoadPlan::small`] (positions in that list).
     pub arenas: Vec<Pack>,
+}
+
+/// Where in a block a CPU copy of `e` should start so that a cold load can
+/// read its data straight in around the page cache: its data offset's
+/// place in a [`DIRECT_BLOCK`], for data long enough to be read so whose
+/// offset is [`ARENA_ALIGN`]-aligned (so the copy stays as aligned as any
+/// other). Arenas start on block boundaries.
+pub fn file_phase(e: &MetadataEntry) -> Option<u64> {
+    (e.data_length >= STRAIGHT_MIN && e.data_offset.is_multiple_of(ARENA_ALIGN)).then_some(e.data_offset % DIRECT_BLOCK)
 }
 
 /// Plans loading tensors `indices` of `entries` to `destination`. `mapped`:
@@ -92,10 +112,11 @@ pub fn plan_load(
                 e.data_length <= ARENA_BYTES && e.data_length == e.nbytes()
             };
             (plan.small, plan.large) = rest.into_iter().partition(fits);
-            let lens = plan.small.iter().map(|&i| entries[i].data_length);
-            plan.arenas = pack_aligned(lens, ARENA_ALIGN, ARENA_BYTES)?;
+            let items = plan.small.iter().map(|&i| (entries[i].data_length, file_phase(&entries[i])));
+            plan.arenas = pack_placed(items, ARENA_ALIGN, DIRECT_BLOCK, ARENA_BYTES)?;
         }
     }
+    plan.large_leads = plan.large.iter().map(|&i| file_phase(&entries[i]).unwrap_or(0)).collect();
     Some(plan)
 }
 
@@ -138,5 +159,19 @@ mod tests {
         let other = plan_load(&entries, &all, Destination::Other, false).unwrap();
         assert_eq!(other.large, vec![0, 2, 3]);
         assert_eq!(plan_load(&entries, &[4], Destination::Cpu, false), None);
+    }
+
+    #[test]
+    fn long_data_keeps_its_place_in_a_block() {
+        let entries = vec![
+            entry(128, vec![4], 16),                          // short: packed tight
+            entry(3 * 4096 + 192, vec![1 << 18], 1 << 20),    // phase 192
+            entry(5 * 4096 + 100, vec![1 << 18], 1 << 20),    // unaligned: no phase
+            entry((1 << 30) + 640, vec![1 << 25], 128 << 20), // large, phase 640
+        ];
+        let cpu = plan_load(&entries, &[0, 1, 2, 3], Destination::Cpu, false).unwrap();
+        assert_eq!(cpu.arenas[0].offsets, vec![0, 192, 192 + (1 << 20)]);
+        assert_eq!((cpu.large, cpu.large_leads), (vec![3], vec![640]));
+        assert_eq!(file_phase(&entries[0]), None);
     }
 }

@@ -5,6 +5,7 @@ mod atomic;
 mod checkpoint;
 mod cli;
 mod cloud;
+mod cold;
 mod common;
 mod convert;
 mod faults;

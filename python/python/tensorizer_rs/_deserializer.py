@@ -8,7 +8,7 @@ import os
 import types
 import operator
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -59,6 +59,16 @@ def _resolve_device(device: Any) -> Any:
     return device
 
 
+
+def _frozen(fd: int) -> str | None:
+    """Why the open file `fd` cannot change while mapped, or None (asked of
+    the same open file through /proc, so a path replaced since cannot
+    mislead it)."""
+    try:
+        return _native.file_frozen(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
 class TensorDeserializer(
     _MetaTensors,
     _ModuleLoading,
@@ -98,6 +108,13 @@ class TensorDeserializer(
       next access. Use it only for files nothing rewrites in place (an
       atomic rename, as TensorSerializer does, is safe). It saves the copy,
       which is most of the load time for a file already in the page cache.
+    * ``mmap="auto"``: the same views, but only where the file provably
+      cannot change while mapped — it has the immutable attribute
+      (``chattr +i``) or fs-verity, or it lives on a local file system whose
+      superblock is read-only (a read-only image such as squashfs or erofs,
+      or a disk mounted ``ro``; a read-only *bind* mount of a writable file
+      system is not enough, as the file can still change through another
+      mount). Anything else is copied as by default. Spec §23.6.
 
     Meta tensors (a shape and dtype, no stored data) are built in Python,
     never read. ``meta_tensors`` chooses how:
@@ -132,7 +149,7 @@ class TensorDeserializer(
         num_readers: int | None = None,
         verify_hash: bool = False,
         encryption: DecryptionParams | None = None,
-        mmap: bool | None = False,
+        mmap: bool | Literal["auto"] | None = False,
         meta_tensors: str = "zeros",
         max_meta_bytes: int | None = 4 << 30,
     ) -> None:
@@ -179,12 +196,16 @@ class TensorDeserializer(
         self._lazy = lazy_load
         # Opt-in zero-copy loads from a private, copy-on-write memory map of
         # a local, unencrypted file (unsafe against in-place rewrites).
+        # mmap="auto" maps only a file that provably cannot change (§23.6).
         self._map: Any = None
+        if isinstance(mmap, str) and mmap != "auto":
+            raise ValueError(f'mmap must be True, False, None or "auto", not {mmap!r}')
         if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
             import mmap as _mmap
 
             with open(source, "rb") as f:
-                if os.fstat(f.fileno()).st_size > 0:
+                frozen = mmap != "auto" or _frozen(f.fileno()) is not None
+                if frozen and os.fstat(f.fileno()).st_size > 0:
                     self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         # Every tensor of an eagerly loaded file with flat names, by name: the
         # mapping's reads go straight to it (BENCHMARKS.md, case b).
@@ -340,7 +361,7 @@ class TensorDeserializer(
         pin = device.type == "cuda"
         small = [by_index[i] for i in plan.small]
         large = [by_index[i] for i in plan.large]
-        staged = [_memory.staging_tensor(e, pin) for e in large]
+        staged = [_memory.staging_tensor(e, pin, lead) for e, lead in zip(large, plan.large_leads)]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)

@@ -27,6 +27,10 @@ PIECE_ALIGN = _native.ARENA_ALIGN
 #: pages from inside the kernel, where faults are cheap), and 4x faster for
 #: code that then writes such memory from user space (BENCHMARKS.md).
 HUGE_PAGE_MIN = _native.HUGE_PAGE_MIN
+#: Every arena and every large tensor's memory starts at a multiple of
+#: this; the load plan places long tensors at their place in a file block,
+#: so a cold load reads them straight in around the page cache.
+ALLOCATION_ALIGN = _native.ALLOCATION_ALIGN
 
 
 #: Transparent huge page size: each huge-page region starts at a multiple
@@ -71,14 +75,14 @@ def huge_bytes(size: int) -> np.ndarray[Any, Any]:
 
 
 def arena(size: int) -> np.ndarray[Any, Any]:
-    """`size` writable bytes starting ``PIECE_ALIGN``-aligned: huge-page
-    memory from ``HUGE_PAGE_MIN`` up (`huge_bytes`), else from the allocator
-    (small loads must not cost a mapping each: the kernel caps their
-    number)."""
+    """`size` writable bytes starting ``ALLOCATION_ALIGN``-aligned:
+    huge-page memory from ``HUGE_PAGE_MIN`` up (`huge_bytes`), else from
+    the allocator (small loads must not cost a mapping each: the kernel caps
+    their number)."""
     if size >= HUGE_PAGE_MIN:
         return huge_bytes(size)
-    raw = np.empty(size + PIECE_ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % PIECE_ALIGN
+    raw = np.empty(size + ALLOCATION_ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALLOCATION_ALIGN
     return raw[start : start + size]
 
 
@@ -100,13 +104,14 @@ def fill_arenas(reader: Any, members: Sequence[Any], plan: Sequence[Any], verify
     return carved
 
 
-def staging_tensor(e: Any, pin: bool) -> Any:
+def staging_tensor(e: Any, pin: bool, lead: int = 0) -> Any:
     """An uninitialised tensor for an entry loaded alone: on the CPU and
     from ``HUGE_PAGE_MIN`` bytes, over memory of its own advised for
-    huge pages (the storage owns the mapping and frees it)."""
+    huge pages (the storage owns the mapping and frees it), starting `lead`
+    bytes into it (``LoadPlan.large_leads``)."""
     import torch
 
     dtype = _dtypes.torch_dtype(e.dtype)
     if pin or e.data_length < HUGE_PAGE_MIN or e.data_length != e.nbytes:
         return torch.empty(e.shape, dtype=dtype, pin_memory=pin)
-    return torch.frombuffer(huge_bytes(e.data_length), dtype=dtype).view(e.shape)
+    return torch.frombuffer(huge_bytes(lead + e.data_length)[lead:], dtype=dtype).view(e.shape)

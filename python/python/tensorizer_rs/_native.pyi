@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointEntry",
     "ZipEntryCheck",
     "NativeReader",
+    "ALLOCATION_ALIGN",
     "ARENA_ALIGN",
     "ARENA_BYTES",
     "ArenaPlan",
@@ -28,6 +29,7 @@ __all__ = [
     "s3_presign",
     "scan_file",
     "s3cfg_values",
+    "file_frozen",
     "NativeWriter",
     "WriteSpec",
     "derive_key",
@@ -63,6 +65,7 @@ DEFAULT_READERS: int
 ARENA_BYTES: int
 ARENA_ALIGN: int
 HUGE_PAGE_MIN: int
+ALLOCATION_ALIGN: int
 
 class FormatError(ValueError):
     offset: int | None
@@ -105,6 +108,7 @@ def upload(
     overwrite: bool = True,
 ) -> None: ...
 def location_scheme(uri: str | PathLike[str]) -> str: ...
+def file_frozen(path: str | PathLike[str]) -> str | None: ...
 def s3cfg_values(text: str) -> tuple[bool, str | None, str | None, str | None, bool | None]: ...
 def s3_presign(
     uri: str,
@@ -240,6 +244,8 @@ class LoadPlan:
     def staged(self) -> list[int]: ...
     @property
     def large(self) -> list[int]: ...
+    @property
+    def large_leads(self) -> list[int]: ...
     @property
     def small(self) -> list[int]: ...
     @property
