@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the WASI validator (wasm32-wasip1) and runs its tests through
-# wasmtime-py (and once under Node's node:wasi when node is installed), then
+# wasmtime-py (and under Node's node:wasi when node is installed: once
+# directly, then through the npm package in host-wasm/npm), then
 # the Rust host in host-wasm/embed (wasmtime 48, its own workspace and lock,
 # built into target/wasm-embed) on the same module. The host is linted by
 # clippy in the same compile that builds its tests (clippy-driver as the
@@ -55,6 +56,15 @@ WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
 echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
 
 TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovider
+
+# The npm package (host-wasm/npm): the module copied in where the package
+# expects it, and its JS API tested under node --test.
+if command -v node >/dev/null 2>&1; then
+    cp "$WASM" host-wasm/npm/tensorizer-validate.wasm
+    node --test host-wasm/npm/test/
+else
+    echo "SKIPPED: node is not installed; the npm package (host-wasm/npm) was not tested" >&2
+fi
 
 # The Rust embedding (host-wasm/embed). Not a workspace member; a failure to
 # build it (offline, say) fails this script: there is no silent skip.

@@ -149,6 +149,17 @@ impl ElementType {
         }
     }
 
+    /// Bytes that reverse as one unit to turn a big-endian element into a
+    /// little-endian one: the item size, half of it for complex types (two
+    /// floats); 1 means nothing to swap.
+    pub fn swap_unit(self) -> usize {
+        let size = self.size() as usize;
+        match self {
+            Self::Complex32 | Self::Complex64 | Self::Complex128 => size / 2,
+            _ => size,
+        }
+    }
+
     /// Whether tensorizer stores this type with an opaque (`V`) dtype string.
     pub fn is_opaque(self) -> bool {
         OPAQUE_TYPES.iter().any(|e| e.0 == self)
@@ -308,6 +319,17 @@ impl Dtype {
     /// The decoded element type, when it is one torch knows.
     pub fn element(&self) -> Option<ElementType> {
         self.element
+    }
+
+    /// Bytes that reverse as one unit to turn a stored element into a
+    /// little-endian one: `None` for little-endian and single-byte types,
+    /// else the item size (half of it for complex types: two floats).
+    pub fn swap_unit(&self) -> Option<usize> {
+        if self.order != ByteOrder::Big || self.itemsize < 2 {
+            return None;
+        }
+        let unit = if self.kind == b'c' { self.itemsize / 2 } else { self.itemsize };
+        Some(unit as usize)
     }
 
     /// Bytes of a tensor of `shape`, or `None` on overflow.

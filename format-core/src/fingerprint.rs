@@ -18,8 +18,10 @@ use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 
 mod diff;
+mod json;
 
 pub use diff::{Change, Difference, diff};
+pub use json::{change_json, diff_json, fingerprint_from_json, fingerprint_json, record_from_json, record_json};
 
 /// The algorithm's name. Its bytes, then a NUL, open the combined hash.
 pub const ALGORITHM: &str = "tzr-fingerprint-v1";
@@ -36,25 +38,77 @@ pub const TAG_DATA: u8 = 0;
 /// Record tag: a meta tensor (a shape and dtype, no data); nothing follows.
 pub const TAG_META: u8 = 1;
 
-/// SHA-256 of one tensor's bytes, fed in any chunking.
+/// Longest element byte swap: a float64 (a complex128 swaps its halves).
+const MAX_SWAP_UNIT: usize = 16;
+
+/// SHA-256 of one tensor's little-endian element bytes (spec §21.1), fed
+/// the stored bytes in any chunking; big-endian data is swapped element
+/// by element as it is fed ([`DataHasher::swapping`]).
 #[derive(Clone, Default)]
 pub struct DataHasher {
     inner: Sha256,
+    /// Bytes per swapped unit; 0 or 1: none.
+    unit: usize,
+    /// A unit split across two `update` calls, and its bytes so far.
+    carry: [u8; MAX_SWAP_UNIT],
+    carried: usize,
 }
 
 impl DataHasher {
-    /// A hasher over no bytes yet.
+    /// A hasher over no bytes yet, for little-endian (or single-byte) data.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Feeds the next bytes.
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.inner.update(bytes);
+    /// A hasher for big-endian data: every `unit` bytes (an element, or
+    /// one float of a complex element: [`crate::Dtype::swap_unit`],
+    /// [`ElementType::swap_unit`]) are reversed before hashing. A unit
+    /// above 16 bytes, which no type has, is hashed as stored.
+    pub fn swapping(unit: usize) -> Self {
+        Self { unit: if unit <= MAX_SWAP_UNIT { unit } else { 0 }, ..Self::default() }
     }
 
-    /// The digest of everything fed.
-    pub fn finish(self) -> Digest {
+    /// Feeds the next stored bytes.
+    pub fn update(&mut self, mut bytes: &[u8]) {
+        let unit = self.unit;
+        if unit < 2 {
+            self.inner.update(bytes);
+            return;
+        }
+        if self.carried > 0 {
+            let take = (unit - self.carried).min(bytes.len());
+            self.carry[self.carried..self.carried + take].copy_from_slice(&bytes[..take]);
+            self.carried += take;
+            bytes = &bytes[take..];
+            if self.carried < unit {
+                return;
+            }
+            self.carry[..unit].reverse();
+            self.inner.update(&self.carry[..unit]);
+            self.carried = 0;
+        }
+        let mut buf = [0u8; 4096];
+        let per = buf.len() / unit * unit;
+        let whole = bytes.len() / unit * unit;
+        for chunk in bytes[..whole].chunks(per) {
+            let out = &mut buf[..chunk.len()];
+            out.copy_from_slice(chunk);
+            for element in out.chunks_exact_mut(unit) {
+                element.reverse();
+            }
+            self.inner.update(out);
+        }
+        let rest = &bytes[whole..];
+        self.carry[..rest.len()].copy_from_slice(rest);
+        self.carried = rest.len();
+    }
+
+    /// The digest of everything fed (a trailing partial element, which a
+    /// whole tensor never leaves, is hashed as stored).
+    pub fn finish(mut self) -> Digest {
+        if self.carried > 0 {
+            self.inner.update(&self.carry[..self.carried]);
+        }
         self.inner.finalize().into()
     }
 }
@@ -242,6 +296,25 @@ mod tests {
         for v in &variants {
             assert_ne!(fp(v), fp(&base), "{v:?}");
         }
+    }
+
+    #[test]
+    fn big_endian_data_hashes_as_little_endian_in_any_chunking() {
+        let le: Vec<u8> = (0u8..48).collect();
+        let want = Sha256::digest(&le);
+        for unit in [2usize, 4, 8, 16] {
+            let be: Vec<u8> = le.chunks(unit).flat_map(|c| c.iter().rev().copied()).collect();
+            for split in [1usize, 3, 5, 7, 48] {
+                let mut h = DataHasher::swapping(unit);
+                for piece in be.chunks(split) {
+                    h.update(piece);
+                }
+                assert_eq!(h.finish()[..], want[..], "unit {unit}, pieces of {split}");
+            }
+        }
+        let mut h = DataHasher::swapping(1);
+        h.update(&le);
+        assert_eq!(h.finish()[..], want[..]);
     }
 
     #[test]

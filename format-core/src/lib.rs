@@ -23,6 +23,7 @@ pub mod scan;
 pub mod sniff;
 pub mod source;
 mod tensor_type;
+pub mod totals;
 pub mod write;
 
 pub use checkpoint::{

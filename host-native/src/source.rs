@@ -13,7 +13,7 @@ use crate::error::{Error, Result, io_err};
 mod direct;
 mod frozen;
 mod window;
-pub use direct::DIRECT_BLOCK;
+pub use direct::{COLD_READS_VAR, DIRECT_BLOCK};
 pub use frozen::{Frozen, frozen};
 pub use window::Window;
 
@@ -131,7 +131,7 @@ impl RangeSource for LocalFile {
     }
 
     fn is_cold(&self) -> bool {
-        direct::mostly_uncached(&self.file, self.len) && self.direct().is_some()
+        direct::allowed() && direct::mostly_uncached(&self.file, self.len) && self.direct().is_some()
     }
 
     fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use tensorizer_core::scan::{Finding, Findings, Format, RuleId, Scan};
+use tensorizer_core::totals::{Totals, top_module_of_name};
 use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
 
 use crate::error::ValidateError;
@@ -115,18 +116,16 @@ impl Report {
     /// The report for a scan whose file is not a tensorizer file (or whose
     /// tensorizer index did not parse).
     pub fn from_scan(scan: &Scan, file: &str) -> Self {
-        let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+        let mut totals = Totals::new();
         let mut data_bytes = 0;
         if let Some(h) = &scan.safetensors {
             for t in &h.tensors {
-                let d = by_dtype.entry(t.dtype.clone()).or_default();
                 let n = t.data_offsets.1.saturating_sub(t.data_offsets.0);
-                d.tensors = d.tensors.saturating_add(1);
-                d.bytes = d.bytes.saturating_add(n);
-                d.data_bytes = d.data_bytes.saturating_add(n);
+                totals.add(top_module_of_name(&t.name), &t.dtype, &t.shape, n, n);
             }
             data_bytes = scan.file_len.saturating_sub(h.data_start());
         }
+        let by_dtype = dtype_totals(&totals);
         Self {
             report_version: REPORT_VERSION,
             file: file.to_string(),
@@ -193,6 +192,16 @@ impl Report {
     pub fn is(&self, format: Format) -> bool {
         self.format == format.as_str()
     }
+}
+
+/// The report's `by_dtype` from the core's totals (the sums every host's
+/// summary shares; this report lists three of them).
+pub fn dtype_totals(totals: &Totals) -> BTreeMap<String, DtypeTotal> {
+    totals
+        .by_dtype
+        .iter()
+        .map(|(k, t)| (k.clone(), DtypeTotal { tensors: t.tensors, bytes: t.bytes, data_bytes: t.data_bytes }))
+        .collect()
 }
 
 /// Totals for one dtype.

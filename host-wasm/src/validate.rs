@@ -12,8 +12,6 @@
 //! file merely claims: every buffer is either bounded by a constant or by
 //! bytes the source really has, and is reserved fallibly.
 
-use std::collections::BTreeMap;
-
 use tensorizer_core::Error::Decryption;
 use tensorizer_core::crypto::{Key, KeyRing};
 use tensorizer_core::hash::TensorHasher;
@@ -22,7 +20,7 @@ use tensorizer_core::read::Cipher;
 use tensorizer_core::{FileHeader, HashValue, KdfParams, KeySource, Metadata, MetadataEntry, TensorRecord};
 
 use crate::error::{ErrorKind, ValidateError};
-use crate::report::{DtypeTotal, REPORT_VERSION, Report, Status, TensorVerification, VerifySummary, row};
+use crate::report::{REPORT_VERSION, Report, Status, TensorVerification, VerifySummary, dtype_totals, row};
 use crate::source::RandomAccess;
 
 /// Bytes read, decrypted and hashed at a time (a multiple of tensorizer's
@@ -127,13 +125,12 @@ impl Inspection {
 
     /// The report for this file, without verification.
     pub fn report(&self, file: &str) -> Report {
-        let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+        let mut totals = tensorizer_core::totals::Totals::new();
         for e in &self.metadata.entries {
-            let t = by_dtype.entry(e.dtype.to_string()).or_default();
-            t.tensors = t.tensors.saturating_add(1);
-            t.bytes = t.bytes.saturating_add(e.nbytes());
-            t.data_bytes = t.data_bytes.saturating_add(e.data_length);
+            let module = tensorizer_core::totals::top_module(&e.path);
+            totals.add(&module, &e.dtype.to_string(), &e.shape, e.nbytes(), e.data_length);
         }
+        let by_dtype = dtype_totals(&totals);
         let h = &self.header;
         Report {
             report_version: REPORT_VERSION,

@@ -11,7 +11,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -224,6 +224,14 @@ before(async () => {
   fs.writeFileSync(path.join(files, 'truncated.tensors'), flat.subarray(0, 1000));
   fs.writeFileSync(path.join(files, 'key.hex'), `${MANIFEST.secrets.key_hex}\n`);
   fs.writeFileSync(path.join(files, 'notamodel.bin'), Buffer.from('just some text, not a model file\n'));
+  // A safetensors file whose two tensors share bytes.
+  const overlapJson = Buffer.from(JSON.stringify({
+    a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] },
+    b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] },
+  }));
+  const overlapLen = Buffer.alloc(8);
+  overlapLen.writeBigUInt64LE(BigInt(overlapJson.length));
+  fs.writeFileSync(path.join(files, 'overlap.safetensors'), Buffer.concat([overlapLen, overlapJson, Buffer.alloc(12)]));
 
   await startNginx();
   browser = await chromium.launch({
@@ -474,6 +482,153 @@ describe('other formats', () => {
   });
 });
 
+// ---------- findings, parameters, fingerprint, compare ----------
+
+const haveTzr = fs.existsSync(TZR);
+const noTzr = !haveTzr && `no ${TZR}`;
+
+/** `tzr ARGS... --json`'s report (exit codes 0 and 1 both report). */
+function tzrJson(...args) {
+  const r = spawnSync(TZR, [...args, '--json'], { encoding: 'utf8', maxBuffer: 64 * MIB });
+  assert.ok(r.status === 0 || r.status === 1, `tzr ${args.join(' ')}: ${r.status} ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
+async function scanned() {
+  await page.waitForFunction(() => {
+    const s = window.__inspector.state.scan;
+    return s && !s.running;
+  }, null, { timeout: 60000 });
+  return page.evaluate(() => window.__inspector.state.scan);
+}
+
+async function pageFingerprint({ keyFile = null } = {}) {
+  if (keyFile) await page.setInputFiles('#key-file', keyFile);
+  else await page.evaluate(() => { document.getElementById('key-file').value = ''; });
+  await page.click('#fingerprint-start');
+  await page.waitForFunction(() => {
+    const f = window.__inspector.state.fingerprint;
+    return f && !f.running;
+  }, null, { timeout: 120000 });
+  return page.evaluate(() => window.__inspector.state.fingerprint);
+}
+
+describe('findings', () => {
+  test('the page shows the findings tzr scan --json reports, hostile files included', { skip: noTzr }, async () => {
+    const cases = [
+      path.join(VECTORS, 'torch/hostile_os_system.pt'), // a pickle that calls os.system
+      path.join(files, 'overlap.safetensors'), // tensors that overlap
+      path.join(files, 'truncated.tensors'), // cut inside the index
+      path.join(VECTORS, 'v1_flat.tensors'), // clean
+    ];
+    for (const p of cases) {
+      await openFile(p);
+      const got = await scanned();
+      assert.equal(got.error, undefined, `${p}: ${got.error}`);
+      const want = tzrJson('scan', p);
+      assert.equal(got.format, want.format, p);
+      assert.deepEqual(got.findings, want.findings, p);
+      const rows = await page.$$eval('#findings-table tr', (r) => r.length);
+      assert.equal(rows, want.findings.length ? want.findings.length + 1 : 0, p);
+      if (want.findings.length) {
+        const first = await page.$$eval('#findings-table tr:nth-child(2) td', (c) => c.map((x) => x.textContent));
+        assert.equal(first[0], want.findings[0].rule);
+        assert.equal(first[5], want.findings[0].remediation);
+      }
+    }
+    assert.ok(tzrJson('scan', cases[0]).findings.some((f) => f.message.includes('system')));
+  });
+
+  test('a file opened from a URL is scanned on request, with synchronous Range requests', { skip: noTzr }, async () => {
+    for (const name of ['dtypes.pt', 'truncated.tensors']) {
+      await openUrl(fileUrl(name));
+      // Opening reads only the header and index: the scan waits for the button.
+      assert.equal(await page.evaluate(() => window.__inspector.state.scan), null);
+      const since = logLines();
+      await page.click('#scan-start');
+      const got = await scanned();
+      assert.equal(got.error, undefined, `${name}: ${got.error}`);
+      assert.deepEqual(got.findings, tzrJson('scan', path.join(files, name)).findings, name);
+      assert.ok(got.reads >= 1 && servedBytes(name, since).requests >= 1, name);
+    }
+  });
+});
+
+describe('parameters and modules', () => {
+  test('parameter counts by dtype, in total and per top-level module', async () => {
+    const p = path.join(CACHE, 'model.safetensors');
+    await openFile(p);
+    const bytes = fs.readFileSync(p);
+    const n = Number(bytes.readBigUInt64LE(0));
+    const header = JSON.parse(bytes.subarray(8, 8 + n).toString('utf8'));
+    delete header.__metadata__;
+    const numel = (shape) => shape.reduce((a, b) => a * b, 1);
+    const want = { params: 0, by_dtype: {}, by_module: {} };
+    for (const [name, t] of Object.entries(header)) {
+      want.params += numel(t.shape);
+      want.by_dtype[t.dtype] = (want.by_dtype[t.dtype] || 0) + numel(t.shape);
+      const m = name.split('.')[0];
+      want.by_module[m] = (want.by_module[m] || 0) + numel(t.shape);
+    }
+    const totals = await page.evaluate(() => window.__inspector.state.summary.totals);
+    assert.equal(totals.params, want.params);
+    assert.deepEqual(Object.fromEntries(Object.entries(totals.by_dtype).map(([k, v]) => [k, v.params])), want.by_dtype);
+    assert.deepEqual(Object.fromEntries(Object.entries(totals.by_module).map(([k, v]) => [k, v.params])), want.by_module);
+    const modules = await page.$$eval('#module-table tr td:first-child', (c) => c.map((x) => x.textContent));
+    assert.deepEqual(modules.sort(), Object.keys(want.by_module).sort());
+    assert.match(await page.textContent('#params-total'), new RegExp(want.params.toLocaleString('en-US')));
+  });
+});
+
+describe('fingerprint and compare', () => {
+  test('the page computes the fingerprint tzr fingerprint prints', { skip: noTzr }, async () => {
+    const cases = [
+      [path.join(VECTORS, 'v1_nested.tensors')],
+      [path.join(VECTORS, 'v4_meta.tensors')],
+      [path.join(VECTORS, 'v3_enc_key.tensors'), path.join(files, 'key.hex')],
+      [path.join(CACHE, 'model.safetensors')],
+      [path.join(VECTORS, 'torch/dtypes.pt')],
+      [path.join(VECTORS, 'torch/big_endian.pt')],
+      [path.join(VECTORS, 'torch/views.pt')],
+    ];
+    for (const [p, keyFile] of cases) {
+      const open = await openFile(p);
+      assert.equal(open.error, undefined, `${p}: ${open.error}`);
+      const fp = await pageFingerprint({ keyFile });
+      assert.equal(fp.error, undefined, `${p}: ${fp.error}`);
+      const want = keyFile ? tzrJson('fingerprint', '--key-file', keyFile, p) : tzrJson('fingerprint', p);
+      assert.equal(fp.report.fingerprint, want.fingerprint, p);
+      assert.deepEqual(fp.report.tensors, want.tensors, p);
+      assert.equal(fp.report.data_bytes, want.data_bytes, p);
+      assert.equal(await page.textContent('#fingerprint-value'), want.fingerprint);
+    }
+  });
+
+  test('comparing two files lists what tzr diff lists', { skip: noTzr }, async () => {
+    // The same weights in another format, then a flipped byte.
+    const st = path.join(tmp, 'flat.safetensors');
+    const conv = spawnSync(TZR, ['convert', path.join(VECTORS, 'v1_flat.tensors'), st], { encoding: 'utf8' });
+    assert.equal(conv.status, 0, conv.stderr);
+    for (const [a, b] of [[path.join(VECTORS, 'v1_flat.tensors'), st], [path.join(VECTORS, 'v1_flat.tensors'), path.join(files, 'flipped.tensors')],
+      [path.join(VECTORS, 'v1_flat.tensors'), path.join(VECTORS, 'v1_nested.tensors')]]) {
+      await openFile(a);
+      await page.setInputFiles('#compare-input', b);
+      await page.waitForFunction(() => {
+        const c = window.__inspector.state.compare;
+        return c && !c.running;
+      }, null, { timeout: 120000 });
+      const got = await page.evaluate(() => window.__inspector.state.compare);
+      assert.equal(got.error, undefined, got.error);
+      const want = tzrJson('diff', a, b);
+      for (const k of ['same', 'fingerprint_a', 'fingerprint_b', 'added', 'removed', 'renamed', 'changed', 'changes']) {
+        assert.deepEqual(got.report[k], want[k], `${a} vs ${b}: ${k}`);
+      }
+      const rows = await page.$$eval('#compare-table tr', (r) => r.length);
+      assert.equal(rows, want.changes.length + 1);
+    }
+  });
+});
+
 describe('tzr view', () => {
   test('serves the page and a local file on 127.0.0.1', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
     const v = vector('v5_long.tensors');
@@ -545,6 +700,12 @@ describe('sizes and speed', () => {
       await page.waitForFunction(() => window.__inspector.state.hashes.size === 20000, null, { timeout: 60000 });
     }
     const best = Math.min(...times);
+    // The scanner ran too, in a worker (FileReaderSync reads).
+    const scan = await scanned();
+    assert.equal(scan.tensors, 20000);
+    assert.deepEqual(scan.findings, []);
+    console.log(`# 20,000-tensor file scanned in the page's worker in ${scan.ms.toFixed(1)} ms (${scan.reads} reads)`);
+    assert.ok(scan.ms <= OPEN_20K_SANITY_MS, `scan: ${scan.ms} ms`);
     const phases = await page.evaluate(() => window.__inspector.state.lastOpen.phases);
     console.log(`# 20,000-tensor index opened in ${times.map((t) => t.toFixed(1)).join(', ')} ms (best ${best.toFixed(1)} ms; ` +
       `last: ${Object.entries(phases).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ')})`);

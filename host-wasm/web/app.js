@@ -3,7 +3,7 @@
 // module worker. The wasm module (pkg/, built by host-wasm/browser-test.sh)
 // does all parsing and hashing.
 
-import init, { inspect, storedHashes, version } from './pkg/tensorizer_wasm.js';
+import init, { diff, inspect, storedHashes, version } from './pkg/tensorizer_wasm.js';
 import { openRemote } from './remote.js';
 
 const $ = (id) => document.getElementById(id);
@@ -28,6 +28,11 @@ const state = {
   stats: { requests: 0, bytes: 0 }, // URL mode: requests made, body bytes fetched
   lastOpen: null,
   verifyRun: null,
+  scan: null, // the scanner's report (tzr scan --json), or { error } / { running }
+  scanOffer: false, // a URL is open and may be scanned on request
+  fingerprint: null, // { report, ms } (tzr fingerprint --json), or { error } / { running }
+  compare: null, // { report, other } (tzr diff --json), or { error } / { running }
+  jobs: new Set(), // running scan/fingerprint workers
   openSeq: 0,
   opens: 0, // opens finished, successful or not (tests wait on it)
 };
@@ -45,6 +50,7 @@ function fmtBytes(n) {
   }
   return u === 0 ? `${n} B` : `${v.toFixed(v < 10 ? 2 : 1)} ${UNITS[u]}`;
 }
+const fmtCount = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} B` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} K` : `${n}`);
 const fmtInt = (n) => (n === null || n === undefined ? '' : n.toLocaleString('en-US'));
 const fmtShape = (s) => `[${s.join(', ')}]`;
 const oneLine = (s) => String(s).replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u{${c.charCodeAt(0).toString(16)}}`);
@@ -69,6 +75,10 @@ const setStatus = (text) => {
 async function openSource(source) {
   const seq = ++state.openSeq;
   cancelVerify('');
+  cancelJobs();
+  state.scan = null;
+  state.scanOffer = false;
+  renderFindings();
   showError('');
   setStatus('opening…');
   const t0 = performance.now();
@@ -103,6 +113,10 @@ async function openSource(source) {
     state.hashes = new Map();
     state.results = new Map();
     state.verifyRun = null;
+    state.scan = null;
+    state.fingerprint = null;
+    state.compare = null;
+    $('compare-input').value = '';
     renderAll();
     const ms = performance.now() - t0;
     state.lastOpen = {
@@ -121,6 +135,11 @@ async function openSource(source) {
     setStatus(text);
     state.opens += 1;
     if (summary.format === 'tensorizer' && source.kind === 'file') loadHashes();
+    if (source.kind === 'file') startScan();
+    else {
+      state.scanOffer = true;
+      renderFindings();
+    }
   } catch (e) {
     if (seq !== state.openSeq) return;
     state.summary = null;
@@ -129,6 +148,16 @@ async function openSource(source) {
     setStatus('');
     showError(errorLine(e));
     state.opens += 1;
+    // The scanner reports on files the inspector refuses (that is what
+    // it is for).
+    if (source.kind === 'file' || source.remote) {
+      state.source = source;
+      if (source.kind === 'file') startScan();
+      else {
+        state.scanOffer = true;
+        renderFindings();
+      }
+    }
   }
 }
 
@@ -183,6 +212,24 @@ async function loadHashes() {
 
 // ---------- rendering ----------
 
+/** Most top-level modules the table lists (largest first). */
+const MAX_MODULES = 25;
+
+/** Fills a table: the first row as headers, the others as cells. */
+function fillGrid(table, rows) {
+  table.replaceChildren(
+    ...rows.map((cells, i) => {
+      const tr = document.createElement('tr');
+      for (const c of cells) {
+        const cell = document.createElement(i === 0 ? 'th' : 'td');
+        cell.textContent = c;
+        tr.append(cell);
+      }
+      return tr;
+    }),
+  );
+}
+
 const COLUMNS = [
   { key: 'index', label: '#', cls: 'num', get: (r) => r.index, text: (r) => r.index },
   { key: 'name', label: 'name', get: (r) => r.name, text: (r) => oneLine(r.name) },
@@ -233,21 +280,22 @@ function renderAll() {
       return tr;
     }),
   );
-  // Totals.
-  const dt = $('dtype-table');
-  const rows = [['dtype', 'tensors', 'bytes', 'stored']];
-  for (const [name, t] of Object.entries(s.by_dtype)) rows.push([name, fmtInt(t.tensors), fmtBytes(t.bytes), fmtBytes(t.data_bytes)]);
-  dt.replaceChildren(
-    ...rows.map((cells, i) => {
-      const tr = document.createElement('tr');
-      for (const c of cells) {
-        const cell = document.createElement(i === 0 ? 'th' : 'td');
-        cell.textContent = c;
-        tr.append(cell);
-      }
-      return tr;
-    }),
-  );
+  // Parameters (elements) and bytes, by dtype and by top-level module.
+  const t = s.totals;
+  $('params-total').textContent = `${fmtInt(t.params)} in all (${fmtCount(t.params)})`;
+  const totalRows = (entries) => entries.map(([name, x]) =>
+    [oneLine(name), fmtInt(x.tensors), fmtInt(x.params), fmtBytes(x.bytes), fmtBytes(x.data_bytes)]);
+  fillGrid($('dtype-table'), [['dtype', 'tensors', 'params', 'bytes', 'stored'],
+    ...totalRows(Object.entries(t.by_dtype)), ['all', fmtInt(t.tensors), fmtInt(t.params), fmtBytes(t.bytes), fmtBytes(t.data_bytes)]]);
+  const modules = Object.entries(t.by_module).sort((a, b) => b[1].bytes - a[1].bytes || (a[0] < b[0] ? -1 : 1));
+  const shown = modules.slice(0, MAX_MODULES);
+  const moduleRows = [['module', 'tensors', 'params', 'bytes', 'stored'], ...totalRows(shown)];
+  if (modules.length > shown.length) moduleRows.push([`${fmtInt(modules.length - shown.length)} more`, '', '', '', '']);
+  fillGrid($('module-table'), moduleRows);
+  // Findings, fingerprint, compare.
+  renderFindings();
+  renderFingerprint();
+  renderCompare();
   // Verify panel.
   $('verify-what').textContent = `Verify ${s.verify}.`;
   $('key-inputs').hidden = !s.encrypted;
@@ -540,6 +588,180 @@ function cancelVerify(text = 'cancelled') {
   $('verify-status').className = 'status';
 }
 
+// ---------- findings, fingerprint, compare ----------
+
+/**
+ * Runs one scan or fingerprint job in a worker; resolves to its 'done'
+ * message and rejects with its one-line error. `onProgress(done, total)`.
+ */
+function runJob(job, source, { key = null, passphrase = '', onProgress = null } = {}) {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+    state.jobs.add(worker);
+    const end = () => {
+      worker.terminate();
+      state.jobs.delete(worker);
+    };
+    worker.onmessage = (e) => {
+      const m = e.data;
+      if (m.type === 'progress' && onProgress) onProgress(m.done, m.total);
+      else if (m.type === 'done') { end(); resolve(m); }
+      else if (m.type === 'error') { end(); reject(new Error(m.line)); }
+    };
+    worker.onerror = (e) => { end(); reject(new Error(`the worker failed: ${e.message || 'unknown error'}`)); };
+    const src = source.kind === 'file' ? source.file : { url: source.url, len: source.remote.len };
+    const name = source.kind === 'file' ? source.file.name : source.url;
+    worker.postMessage({ job, source: src, key, passphrase, name });
+  });
+}
+
+function cancelJobs() {
+  for (const w of state.jobs) w.terminate();
+  state.jobs.clear();
+}
+
+async function startScan() {
+  const seq = state.openSeq;
+  state.scan = { running: true };
+  renderFindings();
+  try {
+    const m = await runJob('scan', state.source);
+    if (seq !== state.openSeq) return;
+    state.scan = { ...m.report, ms: m.ms };
+  } catch (e) {
+    if (seq !== state.openSeq) return;
+    state.scan = { error: errorLine(e) };
+  }
+  renderFindings();
+}
+
+function renderFindings() {
+  const r = state.scan;
+  const table = $('findings-table');
+  const offer = !r && state.scanOffer;
+  $('findings-panel').hidden = !r && !offer;
+  $('scan-offer').hidden = !offer;
+  if (!r || r.running) {
+    $('findings-count').textContent = '';
+    $('findings-status').textContent = r ? 'scanning…' : '';
+    table.replaceChildren();
+    return;
+  }
+  if (r.error) {
+    $('findings-status').textContent = `could not scan: ${r.error}`;
+    $('findings-status').className = 'status bad';
+    table.replaceChildren();
+    return;
+  }
+  $('findings-count').textContent = fmtInt(r.findings.length);
+  $('findings-status').textContent = r.findings.length
+    ? `${r.format}: ${fmtInt(r.findings.length)} finding${r.findings.length > 1 ? 's' : ''} (scanned in ${r.ms.toFixed(1)} ms)`
+    : `${r.format}: no findings (scanned in ${r.ms.toFixed(1)} ms)`;
+  $('findings-status').className = `status ${r.findings.length ? 'bad' : 'ok'}`;
+  if (!r.findings.length) {
+    table.replaceChildren();
+    return;
+  }
+  fillGrid(table, [['rule', 'severity', 'offset', 'tensor', 'message', 'fix'],
+    ...r.findings.map((f) => [f.rule, f.severity, fmtInt(f.offset), oneLine(f.tensor ?? ''), oneLine(f.message), f.remediation])]);
+}
+
+function keyInputs() {
+  return Promise.resolve($('key-file').files[0]?.arrayBuffer()).then((buf) => ({
+    key: state.summary.encrypted && buf ? new Uint8Array(buf) : null,
+    passphrase: state.summary.encrypted && !buf ? $('passphrase').value : '',
+  }));
+}
+
+async function fingerprintOf(source, progress) {
+  const keys = await keyInputs();
+  const m = await runJob('fingerprint', source, { ...keys, onProgress: progress });
+  return { report: m.report, ms: m.ms };
+}
+
+async function startFingerprint() {
+  if (!state.summary || state.fingerprint?.running) return;
+  const seq = state.openSeq;
+  state.fingerprint = { running: true };
+  renderFingerprint();
+  try {
+    const fp = await fingerprintOf(state.source, (done, total) => {
+      $('fingerprint-progress').value = total ? done / total : 0;
+      $('fingerprint-status').textContent = `${fmtBytes(done)} of ${fmtBytes(total)} hashed`;
+    });
+    if (seq !== state.openSeq) return;
+    state.fingerprint = fp;
+  } catch (e) {
+    if (seq !== state.openSeq) return;
+    state.fingerprint = { error: errorLine(e) };
+  }
+  renderFingerprint();
+}
+
+function renderFingerprint() {
+  const f = state.fingerprint;
+  $('fingerprint-start').disabled = Boolean(f?.running);
+  $('fingerprint-progress').value = f && !f.running ? 1 : 0;
+  $('fingerprint-value').textContent = f?.report ? f.report.fingerprint : '';
+  const status = $('fingerprint-status');
+  status.className = `status ${f?.error ? 'bad' : ''}`;
+  if (!f) status.textContent = '';
+  else if (f.running) status.textContent = 'hashing…';
+  else if (f.error) status.textContent = f.error;
+  else {
+    status.textContent = `${f.report.algorithm}: ${fmtInt(f.report.tensor_count)} tensors, ` +
+      `${fmtBytes(f.report.data_bytes)} in ${(f.ms / 1000).toFixed(2)} s`;
+  }
+}
+
+async function startCompare(file) {
+  if (!state.summary) return;
+  const seq = state.openSeq;
+  state.compare = { running: true, other: file.name };
+  renderCompare();
+  try {
+    // Both files are hashed at once, each in its own worker.
+    const mine = state.fingerprint?.report ? Promise.resolve(state.fingerprint) : fingerprintOf(state.source, null);
+    const [a, b] = await Promise.all([mine, fingerprintOf({ kind: 'file', file }, null)]);
+    if (seq !== state.openSeq) return;
+    if (!state.fingerprint?.report) state.fingerprint = a;
+    state.compare = { report: JSON.parse(diff(JSON.stringify(a.report), JSON.stringify(b.report))), other: file.name };
+  } catch (e) {
+    if (seq !== state.openSeq) return;
+    state.compare = { error: errorLine(e), other: file.name };
+  }
+  renderFingerprint();
+  renderCompare();
+}
+
+const describe = (r) => (r ? `${r.dtype} ${fmtShape(r.shape)}` : '');
+
+function renderCompare() {
+  const c = state.compare;
+  const status = $('compare-status');
+  const table = $('compare-table');
+  status.className = `status ${c?.error ? 'bad' : c?.report ? (c.report.same ? 'ok' : 'bad') : ''}`;
+  if (!c || c.running || c.error) {
+    status.textContent = !c ? '' : c.running ? `hashing both files…` : c.error;
+    table.replaceChildren();
+    return;
+  }
+  const r = c.report;
+  status.textContent = r.same
+    ? `the same weights as ${oneLine(c.other)}`
+    : `${oneLine(c.other)} differs: ${r.added} added, ${r.removed} removed, ${r.renamed} renamed, ${r.changed} changed`;
+  const what = (x) => {
+    if (x.change === 'renamed') return `-> ${oneLine(x.to)}  ${describe(x.b)}`;
+    if (x.change !== 'changed') return describe(x.a || x.b);
+    const parts = [];
+    if (x.dtype) parts.push(`dtype ${x.a.dtype} -> ${x.b.dtype}`);
+    if (x.shape) parts.push(`shape ${fmtShape(x.a.shape)} -> ${fmtShape(x.b.shape)}`);
+    if (x.data && !x.dtype && !x.shape) parts.push('data');
+    return parts.join(', ');
+  };
+  fillGrid(table, [['change', 'name', ''], ...r.changes.map((x) => [x.change, oneLine(x.name), what(x)])]);
+}
+
 // ---------- events ----------
 
 $('file-input').addEventListener('change', (e) => {
@@ -601,6 +823,12 @@ $('mode-tree').addEventListener('click', () => setMode('tree'));
 $('read-hashes').addEventListener('click', () => loadHashes());
 $('verify-start').addEventListener('click', () => startVerify());
 $('verify-cancel').addEventListener('click', () => cancelVerify());
+$('fingerprint-start').addEventListener('click', () => startFingerprint());
+$('scan-start').addEventListener('click', () => startScan());
+$('compare-input').addEventListener('change', (e) => {
+  const f = e.target.files[0];
+  if (f) startCompare(f);
+});
 
 // `?url=...` opens a URL at once (tzr view links to the page this way).
 const initial = new URLSearchParams(location.search).get('url');

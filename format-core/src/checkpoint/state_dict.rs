@@ -72,6 +72,53 @@ impl TensorView {
         let end = self.storage_offset.checked_add(self.extent()?)?.checked_mul(size)?;
         Some(start..end)
     }
+
+    /// Gathers the view's elements in row-major order from `data` (the
+    /// bytes of [`TensorView::byte_span`]) into `out` (`numel × itemsize`
+    /// bytes): what `tensor.contiguous()` holds. Runs along the last
+    /// dimension are copied at once when its stride is 1. `None` when
+    /// `data` or `out` has the wrong length (nothing is read out of
+    /// bounds).
+    pub fn gather(&self, data: &[u8], out: &mut [u8]) -> Option<()> {
+        let size = self.dtype.size() as usize;
+        let span = self.byte_span()?;
+        let numel = usize::try_from(self.numel()?).ok()?;
+        if (data.len() as u64) != span.end - span.start || out.len() != numel.checked_mul(size)? {
+            return None;
+        }
+        let Some((&last, outer)) = self.shape.split_last() else {
+            out.copy_from_slice(data.get(..size)?);
+            return Some(());
+        };
+        if numel == 0 {
+            return Some(());
+        }
+        let last = usize::try_from(last).ok()?;
+        let last_stride = usize::try_from(*self.stride.last()?).ok()?;
+        let row_bytes = last * size;
+        let mut index = alloc::vec![0u64; outer.len()];
+        for row in out.chunks_exact_mut(row_bytes) {
+            // Within the span: every index is below its dimension, so the
+            // offset is at most the extent (checked by byte_span).
+            let base = index.iter().zip(&self.stride).map(|(i, s)| i * s).sum::<u64>() as usize * size;
+            if last_stride == 1 {
+                row.copy_from_slice(data.get(base..base + row_bytes)?);
+            } else {
+                for (k, element) in row.chunks_exact_mut(size).enumerate() {
+                    let at = base + k * last_stride * size;
+                    element.copy_from_slice(data.get(at..at + size)?);
+                }
+            }
+            for k in (0..index.len()).rev() {
+                index[k] += 1;
+                if index[k] < outer[k] {
+                    break;
+                }
+                index[k] = 0;
+            }
+        }
+        Some(())
+    }
 }
 
 /// A state-dict leaf. Non-tensor leaves (ints, floats, strings...) are
@@ -400,4 +447,47 @@ pub fn is_row_major(shape: &[u64], stride: &[u64]) -> bool {
         expected = expected.saturating_mul(d);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec;
+
+    use super::*;
+
+    fn view(shape: &[u64], stride: &[u64], offset: u64) -> TensorView {
+        TensorView {
+            storage: 0,
+            dtype: ElementType::I16,
+            storage_offset: offset,
+            shape: shape.to_vec(),
+            stride: stride.to_vec(),
+            requires_grad: false,
+        }
+    }
+
+    fn elements(bytes: &[u8]) -> Vec<i16> {
+        bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect()
+    }
+
+    #[test]
+    fn gather_reads_views_row_major() {
+        let storage: Vec<u8> = (0i16..12).flat_map(i16::to_le_bytes).collect();
+        let gathered = |v: &TensorView| {
+            let span = v.byte_span().unwrap();
+            let mut out = vec![0u8; v.numel().unwrap() as usize * 2];
+            v.gather(&storage[span.start as usize..span.end as usize], &mut out).unwrap();
+            elements(&out)
+        };
+        // A transposed 3x4 matrix, a column, a broadcast row, a scalar.
+        assert_eq!(gathered(&view(&[4, 3], &[1, 4], 0)), [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
+        assert_eq!(gathered(&view(&[3], &[4], 1)), [1, 5, 9]);
+        assert_eq!(gathered(&view(&[2, 3], &[0, 1], 2)), [2, 3, 4, 2, 3, 4]);
+        assert_eq!(gathered(&view(&[], &[], 7)), [7]);
+        assert_eq!(gathered(&view(&[0, 3], &[3, 1], 0)), [] as [i16; 0]);
+        // Wrong lengths are refused, never read past.
+        let v = view(&[2, 2], &[2, 1], 0);
+        assert!(v.gather(&storage[..6], &mut [0u8; 8]).is_none());
+        assert!(v.gather(&storage[..8], &mut [0u8; 6]).is_none());
+    }
 }

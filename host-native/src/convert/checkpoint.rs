@@ -343,7 +343,7 @@ impl<S: RangeSource> CheckpointReader<S> {
         } else {
             let mut scratch = vec![0u8; usize::try_from(span.end - span.start).unwrap_or(usize::MAX)];
             self.read_parallel(start, &mut scratch)?;
-            gather(view, &scratch, out);
+            view.gather(&scratch, out).ok_or_else(|| Error::Invalid("tensor view does not fit its data".into()))?;
         }
         if self.byte_order() == ByteOrder::Big {
             let unit = swap_unit(view.dtype);
@@ -422,43 +422,5 @@ pub fn mismatch(file: &str, check: &EntryCheck) -> Error {
 
 /// Bytes that swap as one unit for `dtype` (half the size for complex types).
 pub fn swap_unit(dtype: ElementType) -> usize {
-    let size = dtype.size() as usize;
-    match dtype {
-        ElementType::Complex32 | ElementType::Complex64 | ElementType::Complex128 => size / 2,
-        _ => size,
-    }
-}
-
-/// Gathers `view`'s elements row-major from `data` (the bytes from the
-/// view's storage offset) into `out`. Runs along the last dimension are
-/// copied at once when its stride is 1.
-fn gather(view: &TensorView, data: &[u8], out: &mut [u8]) {
-    let size = view.dtype.size() as usize;
-    let ndim = view.shape.len();
-    if ndim == 0 {
-        out.copy_from_slice(&data[..size]);
-        return;
-    }
-    let last = view.shape[ndim - 1] as usize;
-    let last_stride = view.stride[ndim - 1] as usize;
-    let row_bytes = last * size;
-    let mut index = vec![0u64; ndim - 1];
-    for row in out.chunks_exact_mut(row_bytes) {
-        let base = index.iter().zip(&view.stride).map(|(i, s)| i * s).sum::<u64>() as usize * size;
-        if last_stride == 1 {
-            row.copy_from_slice(&data[base..base + row_bytes]);
-        } else {
-            for (k, element) in row.chunks_exact_mut(size).enumerate() {
-                let at = base + k * last_stride * size;
-                element.copy_from_slice(&data[at..at + size]);
-            }
-        }
-        for k in (0..index.len()).rev() {
-            index[k] += 1;
-            if index[k] < view.shape[k] {
-                break;
-            }
-            index[k] = 0;
-        }
-    }
+    dtype.swap_unit()
 }

@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
-use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::{Dtype, ElementType, TensorPath};
 
 use crate::error::{Error, Result};
@@ -29,11 +28,7 @@ pub fn flat_name(path: &TensorPath) -> String {
 /// little-endian ones: none for little-endian and single-byte types, the
 /// item size otherwise, and half of it for complex types (two floats).
 pub fn swap_unit(dtype: &Dtype) -> Option<usize> {
-    if dtype.byte_order() != ByteOrder::Big || dtype.itemsize() < 2 {
-        return None;
-    }
-    let unit = if dtype.kind() == 'c' { dtype.itemsize() / 2 } else { dtype.itemsize() };
-    Some(unit as usize)
+    dtype.swap_unit()
 }
 
 /// Reverses the bytes of every `unit`-byte element of `data` in place.

@@ -27,6 +27,16 @@ const COLD_SHARE: u64 = 4;
 #[cfg(target_os = "linux")]
 const SYS_CACHESTAT: libc::c_long = 451;
 
+/// Set to `0`, loads always read through the page cache (a file system
+/// whose `O_DIRECT` misbehaves; A/B measurements).
+pub const COLD_READS_VAR: &str = "TENSORIZER_RS_COLD_READS";
+
+/// Whether [`COLD_READS_VAR`] allows reads around the cache (read once).
+pub(crate) fn allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var(COLD_READS_VAR).map_or(true, |v| v.trim() != "0"))
+}
+
 /// A second descriptor of an open file, opened with `O_DIRECT`.
 #[derive(Debug)]
 pub(crate) struct DirectFile {

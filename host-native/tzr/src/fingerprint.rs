@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use tensorizer_core::TensorFingerprint;
-use tensorizer_core::fingerprint::{ALGORITHM, Change, Difference, diff, to_hex};
+use tensorizer_core::fingerprint::{Change, Difference, diff, diff_json, fingerprint_json};
 use tensorizer_native::convert::fingerprint::{self, FingerprintOptions, Fingerprinted};
 use tensorizer_native::{Intent, open_uri};
 
@@ -48,15 +48,6 @@ fn is_encrypted_tensorizer(source: &crate::checkpoint::Source) -> Result<bool, F
     Ok(tensorizer_core::FileHeader::parse(&head).is_ok_and(|h| h.has_crypt_info()))
 }
 
-fn record_json(t: &TensorFingerprint) -> Value {
-    json!({
-        "name": t.name,
-        "dtype": t.dtype_name(),
-        "shape": t.shape,
-        "sha256": t.data.as_ref().map(|d| to_hex(d)),
-    })
-}
-
 /// `tzr fingerprint FILE`: `HEX  FILE`, as `sha256sum` prints, or JSON
 /// with every record.
 pub(crate) fn run(file: &Path, key: &KeyArgs, json_out: bool, num_threads: Option<usize>) -> Outcome {
@@ -67,17 +58,14 @@ pub(crate) fn run(file: &Path, key: &KeyArgs, json_out: bool, num_threads: Optio
     }
     let fp = &done.fingerprint;
     if json_out {
-        let report = json!({
-            "file": file.display().to_string(),
-            "format": done.format.name(),
-            "algorithm": ALGORITHM,
-            "fingerprint": fp.hex(),
-            "tensor_count": fp.tensors().len(),
-            "data_bytes": done.bytes,
-            "seconds": started.elapsed().as_secs_f64(),
-            "skipped": done.skipped,
-            "tensors": fp.tensors().iter().map(record_json).collect::<Vec<_>>(),
-        });
+        let mut report = fingerprint_json(fp);
+        if let Value::Object(o) = &mut report {
+            o.insert("file".into(), file.display().to_string().into());
+            o.insert("format".into(), done.format.name().into());
+            o.insert("data_bytes".into(), done.bytes.into());
+            o.insert("seconds".into(), started.elapsed().as_secs_f64().into());
+            o.insert("skipped".into(), json!(done.skipped));
+        }
         out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         out!("{}  {}", fp.hex(), printable(&file.display().to_string()));
@@ -109,25 +97,6 @@ fn what_changed(a: &TensorFingerprint, b: &TensorFingerprint, d: Difference) -> 
     parts.join(", ")
 }
 
-fn change_json(c: &Change<'_>) -> Value {
-    match *c {
-        Change::Added(t) => json!({"change": "added", "name": t.name, "b": record_json(t)}),
-        Change::Removed(t) => json!({"change": "removed", "name": t.name, "a": record_json(t)}),
-        Change::Renamed { from, to } => {
-            json!({"change": "renamed", "name": from.name, "to": to.name, "a": record_json(from), "b": record_json(to)})
-        }
-        Change::Changed { a, b, difference } => json!({
-            "change": "changed",
-            "name": a.name,
-            "dtype": difference.dtype,
-            "shape": difference.shape,
-            "data": difference.data,
-            "a": record_json(a),
-            "b": record_json(b),
-        }),
-    }
-}
-
 fn change_line(c: &Change<'_>) -> String {
     match *c {
         Change::Added(t) => format!("added    {}  {}", printable(&t.name), describe(t)),
@@ -153,21 +122,13 @@ pub(crate) fn diff_files(
     let fa = compute(a, key, num_threads)?;
     let fb = compute(b, key, num_threads)?;
     let changes = diff(&fa.fingerprint, &fb.fingerprint);
-    let count = |kind: &str| changes.iter().filter(|c| change_json(c)["change"] == kind).count();
+    let mut report = diff_json(&fa.fingerprint, &fb.fingerprint);
+    let count = |kind: &str| report[kind].as_u64().unwrap_or(0);
     if json_out {
-        let report = json!({
-            "a": a.display().to_string(),
-            "b": b.display().to_string(),
-            "same": changes.is_empty(),
-            "algorithm": ALGORITHM,
-            "fingerprint_a": fa.fingerprint.hex(),
-            "fingerprint_b": fb.fingerprint.hex(),
-            "added": count("added"),
-            "removed": count("removed"),
-            "renamed": count("renamed"),
-            "changed": count("changed"),
-            "changes": changes.iter().map(change_json).collect::<Vec<_>>(),
-        });
+        if let Value::Object(o) = &mut report {
+            o.insert("a".into(), a.display().to_string().into());
+            o.insert("b".into(), b.display().to_string().into());
+        }
         out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
         return Ok(changes.is_empty());
     }

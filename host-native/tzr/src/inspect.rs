@@ -4,11 +4,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
+use tensorizer_core::totals::{Totals, top_module};
 use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
 use tensorizer_native::{Intent, ReadOptions, Reader, open_uri};
 
 use crate::Outcome;
 use crate::text::{human, printable};
+
+/// Most top-level modules the text output lists (largest first).
+const MAX_MODULES: usize = 50;
 
 #[derive(Serialize)]
 struct Report {
@@ -21,6 +25,9 @@ struct Report {
     data_bytes: u64,
     metadata_index_bytes: u64,
     by_dtype: BTreeMap<String, DtypeTotal>,
+    /// Tensors, parameters and bytes in all, by dtype and by top-level
+    /// module ([`Totals::to_json`], as the browser inspector shows them).
+    totals: serde_json::Value,
     tensors: Vec<Row>,
 }
 
@@ -79,12 +86,12 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     }
     let reader = Reader::new(source, ReadOptions::default())?;
     let h = reader.header();
-    let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+    let mut totals = Totals::new();
     for e in reader.entries() {
-        let t = by_dtype.entry(e.dtype.to_string()).or_default();
-        t.tensors += 1;
-        t.bytes += e.nbytes();
+        totals.add(&top_module(&e.path), &e.dtype.to_string(), &e.shape, e.nbytes(), e.data_length);
     }
+    let by_dtype =
+        totals.by_dtype.iter().map(|(k, t)| (k.clone(), DtypeTotal { tensors: t.tensors, bytes: t.bytes })).collect();
     let report = Report {
         file: file.display().to_string(),
         file_bytes: tensorizer_native::RangeSource::len(reader.source()),
@@ -95,6 +102,7 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         data_bytes: h.tensor_size,
         metadata_index_bytes: h.metadata_len,
         by_dtype,
+        totals: totals.to_json(),
         tensors: reader.entries().iter().map(row).collect(),
     };
     if json {
@@ -112,9 +120,18 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         report.metadata_index_bytes,
         human(report.file_bytes),
     );
-    out!("\n  {:<18} {:>8} {:>12}", "dtype", "tensors", "bytes");
-    for (dtype, t) in &report.by_dtype {
-        out!("  {dtype:<18} {:>8} {:>12}", t.tensors, human(t.bytes));
+    out!("\n  {:<18} {:>8} {:>16} {:>12}", "dtype", "tensors", "params", "bytes");
+    for (dtype, t) in totals.by_dtype.iter().chain([(&"all".to_string(), &totals.all)]) {
+        out!("  {dtype:<18} {:>8} {:>16} {:>12}", t.tensors, t.params, human(t.bytes));
+    }
+    out!("\n  {:<18} {:>8} {:>16} {:>12}", "module", "tensors", "params", "bytes");
+    let mut modules: Vec<_> = totals.by_module.iter().collect();
+    modules.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then_with(|| a.0.cmp(b.0)));
+    for (module, t) in modules.iter().take(MAX_MODULES) {
+        out!("  {:<18} {:>8} {:>16} {:>12}", printable(module), t.tensors, t.params, human(t.bytes));
+    }
+    if modules.len() > MAX_MODULES {
+        out!("  ({} more modules; --json lists all)", modules.len() - MAX_MODULES);
     }
     let names: Vec<String> = report.tensors.iter().map(|r| printable(&r.name)).collect();
     let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).clamp(4, 60);

@@ -5,9 +5,10 @@
 //! one line of text that names the byte offset.
 
 use js_sys::{Function, Promise, Uint8Array};
-use tensorizer_core::KeySource;
 use tensorizer_core::crypto::{KdfLimits, Passphrase};
+use tensorizer_core::fingerprint::{diff_json, fingerprint_from_json};
 use tensorizer_core::layout::ParseLimits;
+use tensorizer_core::{KeySource, RandomAccess};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -119,6 +120,102 @@ pub async fn stored_hashes(source: JsValue, len: f64, from: u32, count: u32) -> 
     serde_json::to_string(&rows).map_err(|e| JsValue::from_str(&e.to_string()))
 }
 
+/// A key file's bytes or a passphrase as a key source.
+fn key_source(key: Option<Vec<u8>>, passphrase: Option<String>) -> Result<Option<KeySource>, JsValue> {
+    Ok(match (key, passphrase) {
+        (Some(raw), _) => Some(KeySource::Key(crate::cli::parse_key(&raw).ok_or_else(|| {
+            JsValue::from_str("the key file must hold the 32-byte key: 32 raw bytes or 64 hex digits")
+        })?)),
+        (None, Some(p)) if !p.is_empty() => {
+            Some(KeySource::Passphrase(Passphrase::new(p.into_bytes()), KdfLimits::default()))
+        }
+        _ => None,
+    })
+}
+
+/// A synchronous read function `(offset, length) => Uint8Array` (a Web
+/// Worker's `FileReaderSync` or synchronous Range request) as the core's
+/// [`RandomAccess`].
+struct SyncSource {
+    read: Function,
+    len: u64,
+}
+
+impl RandomAccess for SyncSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), tensorizer_core::ReadError> {
+        let fail = |message: String| tensorizer_core::ReadError { offset, message };
+        let v = self
+            .read
+            .call2(&JsValue::NULL, &JsValue::from_f64(offset as f64), &JsValue::from_f64(buf.len() as f64))
+            .map_err(|e| fail(message(&e)))?;
+        let bytes = v.dyn_into::<Uint8Array>().map_err(|_| fail("the read function returned no Uint8Array".into()))?;
+        if bytes.length() as usize != buf.len() {
+            return Err(fail(format!("asked for {} bytes, got {}", buf.len(), bytes.length())));
+        }
+        bytes.copy_to(buf);
+        Ok(())
+    }
+}
+
+/// Scans the file (`len` bytes, named `name`) with the core's scanner,
+/// reading through `read(offset, length) => Uint8Array`, synchronous (run
+/// it in a Web Worker). Returns the report `tzr scan --json` prints
+/// ([`super::findings::scan_report`]) as JSON text.
+#[wasm_bindgen]
+pub fn scan(read: Function, len: f64, name: String) -> Result<String, JsValue> {
+    if !((0.0..=MAX_SAFE_INTEGER).contains(&len) && len.fract() == 0.0) {
+        return Err(JsValue::from_str("the file length must be a whole number of bytes"));
+    }
+    let src = SyncSource { read, len: len as u64 };
+    let report = super::findings::scan_report(src, &name).map_err(|e| reject(&e))?;
+    Ok(report.to_string())
+}
+
+/// Fingerprints the file (spec §21; the digest `tzr fingerprint` prints):
+/// every tensor's data is read and hashed. `key` or `passphrase` decrypt
+/// an encrypted tensorizer file; `on_progress(done, total)` gets the data
+/// bytes hashed. Resolves to `tzr fingerprint --json`'s report (less the
+/// file name and time) as JSON text.
+#[wasm_bindgen]
+pub async fn fingerprint(
+    source: JsValue,
+    len: f64,
+    key: Option<Vec<u8>>,
+    passphrase: Option<String>,
+    on_progress: Function,
+) -> Result<String, JsValue> {
+    let key = key_source(key, passphrase)?;
+    let mut src = JsSource::new(source, len)?;
+    let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
+    let format = opened.format();
+    let mut progress = |done: u64, total: u64| {
+        let _ = on_progress.call2(&JsValue::NULL, &JsValue::from_f64(done as f64), &JsValue::from_f64(total as f64));
+    };
+    let done = super::fingerprint::fingerprint(src, &opened, key, &mut progress).await.map_err(|e| reject(&e))?;
+    Ok(done.to_json(format).to_string())
+}
+
+/// Compares two fingerprints (the JSON [`fingerprint`] resolved to, each
+/// recombined from its records): what `tzr diff --json` reports, less
+/// the file names.
+#[wasm_bindgen]
+pub fn diff(a: &str, b: &str) -> Result<String, JsValue> {
+    let parse = |text: &str, which: &str| {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        match fingerprint_from_json(&v) {
+            Some(Ok(fp)) => Ok(fp),
+            Some(Err(e)) => Err(JsValue::from_str(&format!("fingerprint {which}: {e}"))),
+            None => Err(JsValue::from_str(&format!("fingerprint {which} is not a fingerprint's JSON"))),
+        }
+    };
+    let (a, b) = (parse(a, "a")?, parse(b, "b")?);
+    Ok(diff_json(&a, &b).to_string())
+}
+
 struct JsEvents {
     on_tensor: Function,
     on_progress: Function,
@@ -161,15 +258,7 @@ pub async fn verify(
     shard: u32,
     shards: u32,
 ) -> Result<String, JsValue> {
-    let key = match (key, passphrase) {
-        (Some(raw), _) => Some(KeySource::Key(crate::cli::parse_key(&raw).ok_or_else(|| {
-            JsValue::from_str("the key file must hold the 32-byte key: 32 raw bytes or 64 hex digits")
-        })?)),
-        (None, Some(p)) if !p.is_empty() => {
-            Some(KeySource::Passphrase(Passphrase::new(p.into_bytes()), KdfLimits::default()))
-        }
-        _ => None,
-    };
+    let key = key_source(key, passphrase)?;
     let mut src = JsSource::new(source, len)?;
     let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
     let mut events = JsEvents { on_tensor, on_progress };

@@ -7,6 +7,8 @@
 //! `wasm32-unknown-unknown`) wrap a JavaScript `Blob` or read function
 //! as an [`AsyncSource`] and return JSON text.
 
+pub mod findings;
+pub mod fingerprint;
 pub mod open;
 pub mod safetensors;
 pub mod source;
@@ -218,6 +220,46 @@ mod tests {
         }
     }
 
+    fn fingerprint_of(bytes: Vec<u8>, key: Option<KeySource>) -> Result<fingerprint::Fingerprinted, ValidateError> {
+        let opened = block_on_ready(open::open(&mut MemSource(bytes.clone()), &ParseLimits::default())).unwrap()?;
+        let mut last = (0, 0);
+        let done = block_on_ready(fingerprint::fingerprint(MemSource(bytes), &opened, key, &mut |d, t| last = (d, t)));
+        let done = done.unwrap()?;
+        assert_eq!(last.0, last.1, "progress ends at the total");
+        Ok(done)
+    }
+
+    #[test]
+    fn fingerprints_equal_tzr_fingerprint() {
+        // The digests `tzr fingerprint FILE` prints (spec §21): tensorizer
+        // (structured names, meta tensors, encrypted), checkpoints (every
+        // dtype, big-endian, strided views).
+        for (name, want) in [
+            ("v1_nested.tensors", "ebaf9023de26ee1d5cb791ca2143b039cd6732dc83f5499ad3cc328ac00436d4"),
+            ("v4_meta.tensors", "00d8feb8b8c8e34cce75dbf721999af7f9a285f5f8132d36e161b267ccafef2e"),
+            ("torch/dtypes.pt", "bf9e9b63d0c2029e0d80578157250d404e1c718903ee6d54836d904e39ec0789"),
+            ("torch/big_endian.pt", "4973bd95d9aec59c299445b07d512efdb3d6ccb528ba9d6c71c43dad0b8d431e"),
+            ("torch/views.pt", "649097fb9ed9a76428ae346d2acaddbbd92e923ba9d70857613c2eacf02252ad"),
+        ] {
+            let got = fingerprint_of(vector(name), None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(got.fingerprint.hex(), want, "{name}");
+        }
+        let key = Key::from_bytes(core::array::from_fn(|i| i as u8));
+        let got = fingerprint_of(vector("v3_enc_key.tensors"), Some(KeySource::Key(key))).unwrap();
+        assert_eq!(got.fingerprint.hex(), "047a04e4fafea16c5d9379c38b4e4c33663d308cb0a4a2806e72bbae0d36659c");
+        assert_eq!(fingerprint_of(vector("v3_enc_key.tensors"), None).unwrap_err().exit_code(), 2);
+        // The worked example of spec §21.4, as a safetensors file.
+        let json = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}}"#;
+        let mut f = (json.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(json);
+        f.extend_from_slice(&[0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 7, 0, 0, 0, 0, 0, 0, 0]);
+        let got = fingerprint_of(f.clone(), None).unwrap();
+        let opened = block_on_ready(open::open(&mut MemSource(f), &ParseLimits::default())).unwrap().unwrap();
+        assert_eq!(opened.format(), opened.summary("").format);
+        assert_eq!(got.fingerprint.hex(), "eaee47bb4a4bb4a0ec23fd6fa9796776e0b8caeded42c31c0a5d364cb927ed30");
+        assert_eq!(got.to_json("safetensors")["data_bytes"], 16);
+    }
+
     #[test]
     fn random_corruption_never_panics() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -239,8 +281,10 @@ mod tests {
                     bytes.truncate((next() % original.len() as u64) as usize);
                 }
                 if summary(bytes.clone()).is_ok() {
-                    let _ = run_verify(bytes, None);
+                    let _ = run_verify(bytes.clone(), None);
+                    let _ = fingerprint_of(bytes.clone(), None);
                 }
+                let _ = findings::scan_report(tensorizer_core::SliceSource::new(&bytes), name);
             }
         }
     }

@@ -3,6 +3,7 @@
 //! the metadata index if the first read did not hold it all).
 
 use tensorizer_core::layout::{MAGIC, METADATA_OFFSET, ParseLimits};
+use tensorizer_core::totals::top_module;
 use tensorizer_core::{Sniffed, sniff_format};
 
 use crate::error::ValidateError;
@@ -96,6 +97,15 @@ async fn open_tensorizer<S: AsyncSource>(
 }
 
 impl Opened {
+    /// The format's name: `tensorizer`, `safetensors` or `torch`.
+    pub fn format(&self) -> &'static str {
+        match self {
+            Self::Tensorizer(_) => "tensorizer",
+            Self::Safetensors(s) => s.format,
+            Self::Torch(_) => "torch",
+        }
+    }
+
     /// The summary the page shows, for a file named `file`.
     pub fn summary(&self, file: &str) -> Summary {
         match self {
@@ -158,7 +168,7 @@ fn tensorizer_summary(ins: &Inspection, file: &str) -> Summary {
         encrypted: h.has_crypt_info(),
         tensor_count: rows.len(),
         data_bytes: h.tensor_size,
-        by_dtype: totals(&rows),
+        totals: totals(&rows, |r| top_module(&ins.metadata.entries[r.index].path)),
         tensors: rows,
         verify: if h.has_crypt_info() {
             "decrypts every tensor (a key file or passphrase is needed) and checks its MACs and stored CRC-32/SHA-256"

@@ -2,7 +2,10 @@
 //! bytes of JSON naming each tensor's dtype, shape and data range. Only the
 //! header is read; every range is checked against the file.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
+use tensorizer_core::totals::top_module_of_name;
 
 use crate::error::ValidateError;
 
@@ -116,7 +119,7 @@ pub fn summarize(json: &[u8], file: &str, file_len: u64) -> Result<Summary, Vali
         encrypted: false,
         tensor_count: rows.len(),
         data_bytes: rows.iter().map(|r| r.data_length).sum(),
-        by_dtype: totals(&rows),
+        totals: totals(&rows, |r| Cow::Borrowed(top_module_of_name(&r.name))),
         tensors: rows,
         verify: "safetensors stores no checksums: nothing to verify beyond the header checks",
         reads: 0,
@@ -155,7 +158,9 @@ mod tests {
         let s = summarize(&f[8..8 + j.len()], "x", f.len() as u64).unwrap();
         assert_eq!(s.tensors.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(s.tensors[1].data_offset, Some(8 + j.len() as u64 + 8));
-        assert_eq!(s.by_dtype["F32"].bytes, 16);
+        assert_eq!(s.totals.by_dtype["F32"].bytes, 16);
+        assert_eq!(s.totals.by_dtype["BF16"].params, 4);
+        assert_eq!(s.totals.all.params, 8);
         assert!(s.header.iter().any(|(k, v)| k == "__metadata__.format" && v == "pt"));
     }
 

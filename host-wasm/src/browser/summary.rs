@@ -1,13 +1,13 @@
 //! What the inspector page shows, as one serde structure for all three
 //! formats: header fields, totals by dtype and one row per tensor.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use serde::Serialize;
+use tensorizer_core::totals::Totals;
 use tensorizer_core::{PathComponent, TensorPath};
 
 use crate::error::ValidateError;
-use crate::report::DtypeTotal;
 
 /// Version of the summary layout the page reads.
 pub const SUMMARY_VERSION: u32 = 1;
@@ -31,8 +31,10 @@ pub struct Summary {
     pub tensor_count: usize,
     /// Stored data bytes over all tensors.
     pub data_bytes: u64,
-    /// Totals per dtype, sorted by name.
-    pub by_dtype: BTreeMap<String, DtypeTotal>,
+    /// Tensors, parameters and bytes in all, per dtype and per top-level
+    /// module ([`to_json`] writes them as `totals`).
+    #[serde(skip)]
+    pub totals: Totals,
     /// One row per tensor, in file order. [`to_json`] writes them as
     /// columns.
     #[serde(skip)]
@@ -106,19 +108,14 @@ pub fn name_and_path(p: &TensorPath) -> (String, Option<Vec<serde_json::Value>>)
     }
 }
 
-/// Totals by dtype over `rows`.
-pub fn totals(rows: &[Row]) -> BTreeMap<String, DtypeTotal> {
-    let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+/// Totals over `rows`, by dtype (the name the row shows) and by top-level
+/// module (`module` gives a row's: [`tensorizer_core::totals::top_module`]).
+pub fn totals<'a>(rows: &'a [Row], module: impl Fn(&'a Row) -> Cow<'a, str>) -> Totals {
+    let mut t = Totals::new();
     for r in rows {
-        let t = match by_dtype.get_mut(&*r.dtype) {
-            Some(t) => t,
-            None => by_dtype.entry(r.dtype.to_string()).or_default(),
-        };
-        t.tensors = t.tensors.saturating_add(1);
-        t.bytes = t.bytes.saturating_add(r.bytes);
-        t.data_bytes = t.data_bytes.saturating_add(r.data_length);
+        t.add(&module(r), &r.dtype, &r.shape, r.bytes, r.data_length);
     }
-    by_dtype
+    t
 }
 
 /// A header field.
@@ -202,7 +199,11 @@ fn interned<'a>(rows: &'a [Row], get: impl Fn(&'a Row) -> &'a str) -> (Vec<&'a s
 /// [...], "kind": [i], "kinds": [...], "meta": [0 | 1]}`. A `null` path
 /// means the plain name.
 pub fn to_json(s: &Summary) -> String {
-    let head = serde_json::to_string(s).unwrap_or_else(|_| "{}".to_string());
+    let mut head = serde_json::to_value(s).unwrap_or_default();
+    if let serde_json::Value::Object(o) = &mut head {
+        o.insert("totals".into(), s.totals.to_json());
+    }
+    let head = head.to_string();
     let rows = &s.tensors;
     let mut out: Vec<u8> = Vec::with_capacity(head.len() + rows.len() * 80 + 256);
     out.extend_from_slice(head.strip_suffix('}').unwrap_or("{").as_bytes());
@@ -277,7 +278,7 @@ mod tests {
             encrypted: false,
             tensor_count: 2,
             data_bytes: 48,
-            by_dtype: totals(&rows),
+            totals: totals(&rows, |r| Cow::Borrowed(tensorizer_core::totals::top_module_of_name(&r.name))),
             tensors: rows,
             verify: "",
             reads: 1,
@@ -300,6 +301,9 @@ mod tests {
         }
         assert_eq!(c["meta"], serde_json::json!([0, 1]));
         assert_eq!(v["format"], "tensorizer");
+        assert_eq!(v["totals"]["params"], 12);
+        assert_eq!(v["totals"]["by_dtype"]["float32"]["tensors"], 2);
+        assert_eq!(v["totals"]["by_module"]["a"]["params"], 6);
         assert!(v.get("tensors").is_none());
     }
 }

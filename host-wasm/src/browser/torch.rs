@@ -10,6 +10,7 @@ use tensorizer_core::checkpoint::{
     Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, StateDict, ZipEntry, check_storage_len, sniff, zip,
 };
 use tensorizer_core::dtype::ByteOrder;
+use tensorizer_core::totals::top_module;
 
 use crate::error::ValidateError;
 
@@ -145,6 +146,7 @@ impl Index {
     /// The summary the page shows.
     pub fn summary(&self, file: &str) -> Summary {
         let mut rows = Vec::new();
+        let mut paths = Vec::new();
         let mut values = 0usize;
         for e in &self.state_dict.entries {
             let Leaf::Tensor(v) = &e.value else {
@@ -157,6 +159,7 @@ impl Index {
             let offset = v.storage_offset.saturating_mul(item);
             let strides = if v.is_contiguous() { String::new() } else { format!(", stride {:?}", v.stride) };
             let (name, path) = name_and_path(&e.path);
+            paths.push(&e.path);
             rows.push(Row {
                 index: rows.len(),
                 name,
@@ -201,7 +204,7 @@ impl Index {
             encrypted: false,
             tensor_count: rows.len(),
             data_bytes,
-            by_dtype: totals(&rows),
+            totals: totals(&rows, |r| top_module(paths[r.index])),
             tensors: rows,
             verify: "checks every zip entry's CRC-32 against the central directory",
             reads: 0,
