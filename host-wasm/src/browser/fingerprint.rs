@@ -139,8 +139,9 @@ pub async fn fingerprint<S: AsyncSource>(
         Opened::Safetensors(s) => {
             h.total = s.data_bytes;
             for r in &s.tensors {
-                let element = tensorizer_core::safetensors::dtype(&r.dtype)
-                    .and_then(|d| d.element)
+                // The torch shape: a packed dtype's header counts its values
+                // (F4 [.., 2k] is float4_e2m1fn_x2 [.., k]), as tzr reads it.
+                let (element, shape) = tensorizer_core::safetensors::from_safetensors(&r.dtype, &r.shape)
                     .ok_or_else(|| no_torch_name(&r.name, &r.dtype))?;
                 bytes = bytes.saturating_add(r.data_length);
                 let mut hasher = DataHasher::new();
@@ -149,7 +150,7 @@ pub async fn fingerprint<S: AsyncSource>(
                 records.push(TensorFingerprint {
                     name: r.name.clone(),
                     dtype: element,
-                    shape: r.shape.clone(),
+                    shape,
                     data: Some(hasher.finish()),
                 });
             }
