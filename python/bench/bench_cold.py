@@ -21,7 +21,9 @@ Rows:
   what one reader that copies every byte can do. Ratios are against it.
 * ``dd bs=16M`` reads to /dev/null (no copy, no fresh memory).
 * ``tensorizer_rs`` on its own file and on tensorizer's, with default
-  options (private copies), and ``mmap=True`` on its own file.
+  options (private copies), and ``mmap=True`` on its own file; on its own
+  file with ``TENSORIZER_RS_COLD_READS=0`` too (every read through the
+  page cache, as before spec §23's cold path).
 * ``device`` reads the file with sixteen 1 MiB ``O_DIRECT`` requests in
   flight into fresh huge-page memory: what the device gives a reader that
   keeps its queue full (the cold path's way, spec §23).
@@ -59,6 +61,7 @@ CONTENDERS = {
     "rs-theirs": "tensorizer_rs, tensorizer's file",
     "rs-mmap": "tensorizer_rs mmap=True, own file",
     "rs-own-4k": "tensorizer_rs, own file, no MADV_HUGEPAGE",
+    "rs-own-cached": "tensorizer_rs, own file, TENSORIZER_RS_COLD_READS=0",
     "rs-auto-ro": 'tensorizer_rs mmap="auto", own file on a read-only file system',
     "rs-auto": 'tensorizer_rs mmap="auto", own file (writable: copies)',
     "tensorizer": "tensorizer 2.12.1, its file",
@@ -66,7 +69,7 @@ CONTENDERS = {
 }
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
-    "rs-own-4k": "own", "rs-auto-ro": "ro", "rs-auto": "own",
+    "rs-own-4k": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
     "tensorizer": "theirs", "safetensors": "st",
 }  # fmt: skip
 
@@ -152,7 +155,7 @@ def worker(kind: str, path: str) -> dict:
         return {"s": time.perf_counter() - start, "bytes": os.path.getsize(path)}
     import torch  # noqa: F401  (imported before the clock starts)
 
-    if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k", "rs-auto-ro", "rs-auto"):
+    if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k", "rs-own-cached", "rs-auto-ro", "rs-auto"):
         import tensorizer_rs
 
         if kind == "rs-own-4k":
@@ -256,6 +259,8 @@ def read_only_copy(src: str, d: Path) -> tuple[str, list[list[str]]]:
 
 
 def run_one(kind: str, path: str, env: dict[str, str]) -> dict:
+    if kind == "rs-own-cached":
+        env = {**env, "TENSORIZER_RS_COLD_READS": "0"}
     out = subprocess.run(
         [sys.executable, str(HERE), "--worker", kind, path], capture_output=True, text=True, env=env, check=False
     )
