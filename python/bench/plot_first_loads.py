@@ -23,11 +23,13 @@ def table() -> list[tuple[str, float, float]]:
     section = text.split("## First loads", 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in section.splitlines():
+        if rows and not line.startswith("|"):
+            break  # the first table only (1 GiB)
         cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
         if len(cells) != 5 or not cells[1].endswith(")") or "ms" not in cells[1]:
             continue
         cold, warm = (float(re.match(r"([\d.]+) ms", c).group(1)) for c in (cells[1], cells[3]))  # type: ignore[union-attr]
-        rows.append((cells[0], cold, warm))
+        rows.append((cells[0].replace("`", ""), cold, warm))
     if not rows:
         raise SystemExit("no first-loads table found in BENCHMARKS.md")
     return rows
