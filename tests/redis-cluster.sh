@@ -10,6 +10,10 @@
 #                                      the ports, one line, space-separated
 #   tests/redis-cluster.sh stop DIR    kills the servers started in DIR
 #
+# With TZR_CLUSTER_TLS=CERTDIR (holding ca.pem, server.pem and server.key)
+# the nodes speak only TLS, to clients and to each other; with
+# TZR_CLUSTER_PASSWORD=PW they require it (requirepass, masterauth).
+#
 # Persistence is off; each node's pid, log and nodes.conf stay in DIR/PORT/.
 # Needs redis-server and redis-cli (Debian: apt-get install redis-server).
 set -euo pipefail
@@ -24,6 +28,20 @@ usage() {
 [ $# -eq 2 ] || usage
 action=$1
 dir=$2
+
+# Extra arguments of every redis-server and redis-cli call.
+server_extra=()
+cli=(redis-cli)
+if [ -n "${TZR_CLUSTER_TLS:-}" ]; then
+    certs=$TZR_CLUSTER_TLS
+    server_extra+=(--tls-cluster yes --tls-cert-file "$certs/server.pem" --tls-key-file "$certs/server.key"
+        --tls-ca-cert-file "$certs/ca.pem" --tls-auth-clients no)
+    cli+=(--tls --cacert "$certs/ca.pem")
+fi
+if [ -n "${TZR_CLUSTER_PASSWORD:-}" ]; then
+    server_extra+=(--requirepass "$TZR_CLUSTER_PASSWORD" --masterauth "$TZR_CLUSTER_PASSWORD")
+    cli+=(-a "$TZR_CLUSTER_PASSWORD" --no-auth-warning)
+fi
 
 # Two free ports: the client port and the cluster bus port (which would
 # otherwise be the client port + 10000, possibly above 65535 or taken).
@@ -66,21 +84,27 @@ start() {
         read -r port bus < <(free_ports)
         node="$dir/$port"
         mkdir -p "$node"
-        redis-server --port "$port" --cluster-port "$bus" --bind 127.0.0.1 --cluster-enabled yes \
+        if [ -n "${TZR_CLUSTER_TLS:-}" ]; then
+            listen=(--port 0 --tls-port "$port")
+        else
+            listen=(--port "$port")
+        fi
+        redis-server "${listen[@]}" --cluster-port "$bus" --bind 127.0.0.1 --cluster-enabled yes \
             --cluster-config-file "$node/nodes.conf" --cluster-node-timeout 2000 \
             --save "" --appendonly no --dir "$node" --logfile "$node/redis.log" \
-            --pidfile "$node/redis.pid" --daemonize yes
+            --pidfile "$node/redis.pid" --daemonize yes "${server_extra[@]}"
         ports+=("$port")
     done
     for port in "${ports[@]}"; do
         for _ in $(seq 200); do
-            [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+            [ "$("${cli[@]}" -p "$port" ping 2>/dev/null)" = PONG ] && break
             sleep 0.025
         done
     done
     local nodes=()
     for port in "${ports[@]}"; do nodes+=("127.0.0.1:$port"); done
-    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 || {
+    # redis-cli waits for the nodes to meet without a deadline of its own.
+    timeout 60 "${cli[@]}" --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 || {
         cat "$dir/create.log" >&2
         stop
         exit 1
@@ -88,7 +112,7 @@ start() {
     for port in "${ports[@]}"; do
         local ok=0
         for _ in $(seq 400); do
-            if redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
+            if "${cli[@]}" -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
                 ok=1
                 break
             fi

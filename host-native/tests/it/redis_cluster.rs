@@ -32,10 +32,21 @@ fn script() -> PathBuf {
 impl Cluster {
     /// `None` (the test is skipped) without redis-server and redis-cli.
     fn start() -> Option<Self> {
+        Self::start_with(&[])
+    }
+
+    /// A cluster started with `redis-cluster.sh`'s variables
+    /// (`TZR_CLUSTER_TLS`, `TZR_CLUSTER_PASSWORD`).
+    fn start_with(env: &[(&str, &Path)]) -> Option<Self> {
         binary("redis-server", &["/usr/bin/redis-server", "/usr/local/bin/redis-server"])?;
         binary("redis-cli", &["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"])?;
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(script()).arg("start").arg(dir.path()).output().unwrap();
+        let mut command = Command::new(script());
+        command.arg("start").arg(dir.path());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
         let mut this = Self { ports: Vec::new(), dir };
         assert!(out.status.success(), "redis-cluster.sh start: {}", String::from_utf8_lossy(&out.stderr));
         this.ports = String::from_utf8(out.stdout).unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect();
@@ -497,4 +508,35 @@ fn tzr_copies_inspects_and_verifies_cluster_files() {
     // TLS is understood; nothing listens there.
     let out = tzr(&["inspect", "rediss+cluster://127.0.0.1:1/x"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("rediss+cluster://127.0.0.1:1/x"));
+}
+
+#[test]
+fn a_tls_cluster_with_a_password_round_trips() {
+    use tensorizer_native::store::Location;
+    use tensorizer_native::store::redis::{TlsOptions, write_cluster_target};
+    let Some(pki) = crate::tls::Pki::make() else { return };
+    let certs = pki.path("");
+    let Some(cluster) =
+        Cluster::start_with(&[("TZR_CLUSTER_TLS", certs.as_path()), ("TZR_CLUSTER_PASSWORD", Path::new("c1uster"))])
+    else {
+        return;
+    };
+    let target = |uri: &str| match Location::parse(uri).unwrap() {
+        Location::RedisCluster(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let uri = format!("rediss+cluster://:c1uster@127.0.0.1:{}/secure/model", cluster.ports[0]);
+    let trusted = TlsOptions::ca_file(pki.path("ca.pem"));
+    let local = Reader::open(crate::common::vectors_dir().join("v1_flat.tensors"), ReadOptions::default()).unwrap();
+    write_cluster_target(target(&uri), &local, false, &RedisOptions::default(), &trusted).unwrap();
+    let source = ClusterSource::open_target(target(&uri), RedisOptions::default(), &trusted).unwrap();
+    let file = std::fs::read(crate::common::vectors_dir().join("v1_flat.tensors")).unwrap();
+    let mut back = vec![0u8; source.len() as usize];
+    source.read_exact_at(0, &mut back).unwrap();
+    assert_eq!(back, file[..back.len()]);
+    let quick = RedisOptions { retry: RetryPolicy::new(1, Duration::from_millis(10)), ..RedisOptions::default() };
+    let wrong = format!("rediss+cluster://:nope@127.0.0.1:{}/secure/model", cluster.ports[0]);
+    let err = ClusterSource::open_target(target(&wrong), quick, &trusted).unwrap_err();
+    assert_eq!(err.store_kind(), Some(StoreErrorKind::PermissionDenied), "{err}");
+    assert!(!err.to_string().contains("nope"), "{err}");
 }

@@ -47,7 +47,7 @@ impl Pki {
         run(&[&["req"], &ec[..], &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat());
         std::fs::write(
             dir.path().join("ext.cnf"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n",
         )
         .unwrap();
         run(&[
