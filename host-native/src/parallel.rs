@@ -8,20 +8,31 @@ use crate::error::{Error, Result};
 
 /// Runs `f` over `items` on up to `threads` threads.
 pub(crate) fn for_each<T: Send>(threads: usize, items: Vec<T>, f: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
-    let threads = threads.clamp(1, items.len().max(1));
-    if threads == 1 {
+    if threads.clamp(1, items.len().max(1)) == 1 {
         return items.into_iter().try_for_each(f);
     }
+    for_each_with(threads, items, |item, _: &mut ()| f(item))
+}
+
+/// [`for_each`] where each thread keeps a `scratch` of its own between
+/// items (a bounce buffer).
+pub(crate) fn for_each_with<T: Send, W: Default>(
+    threads: usize,
+    items: Vec<T>,
+    f: impl Fn(T, &mut W) -> Result<()> + Sync,
+) -> Result<()> {
+    let threads = threads.clamp(1, items.len().max(1));
     let queue = Mutex::new(items.into_iter());
     let failed = AtomicBool::new(false);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
+                let mut scratch = W::default();
                 while !failed.load(Ordering::Relaxed) {
                     let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
                     let Some(item) = next else { break };
-                    if let Err(e) = f(item) {
+                    if let Err(e) = f(item, &mut scratch) {
                         failed.store(true, Ordering::Relaxed);
                         if let Ok(mut slot) = first_error.lock() {
                             slot.get_or_insert(e);

@@ -7,12 +7,9 @@
 //! data the plan could not place) goes through per-thread bounce buffers
 //! of whole blocks. Decryption and hash checks follow, tensor by tensor.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use super::Reader;
-use crate::error::{Error, Result};
-use crate::parallel::for_each;
+use crate::error::Result;
+use crate::parallel::{for_each, for_each_with};
 use crate::source::{DIRECT_BLOCK, RangeSource, check_range};
 
 /// Requests in flight at once, each a blocking read on a thread of its
@@ -149,32 +146,7 @@ fn read_segments<S: RangeSource + ?Sized>(source: &S, segments: Vec<Segment<'_>>
 /// Carries out `requests` on up to [`QUEUE_DEPTH`] threads, each with a
 /// bounce buffer of its own; the first error stops the rest.
 fn run<S: RangeSource + ?Sized>(source: &S, requests: Vec<Request<'_>>) -> Result<()> {
-    let threads = QUEUE_DEPTH.min(requests.len()).max(1);
-    let queue = Mutex::new(requests.into_iter());
-    let failed = AtomicBool::new(false);
-    let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                let mut bounce: Vec<u8> = Vec::new();
-                while !failed.load(Ordering::Relaxed) {
-                    let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
-                    let Some(request) = next else { break };
-                    if let Err(e) = serve(source, request, &mut bounce) {
-                        failed.store(true, Ordering::Relaxed);
-                        if let Ok(mut slot) = first_error.lock() {
-                            slot.get_or_insert(e);
-                        }
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    match first_error.into_inner() {
-        Ok(Some(e)) => Err(e),
-        _ => Ok(()),
-    }
+    for_each_with(QUEUE_DEPTH, requests, |request, bounce: &mut Vec<u8>| serve(source, request, bounce))
 }
 
 fn serve<S: RangeSource + ?Sized>(source: &S, request: Request<'_>, bounce: &mut Vec<u8>) -> Result<()> {
