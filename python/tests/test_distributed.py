@@ -247,7 +247,9 @@ def test_process_group_needs_an_eager_load_and_torch_distributed(files: dict[str
 
 
 @pytest.mark.parametrize("scheme", ["gs", "az"])
-def test_gcs_and_azure_serve_the_file_once(files: dict[str, str], scheme: str) -> None:
+def test_gcs_and_azure_serve_the_file_once(
+    files: dict[str, str], scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The cloud stores (object_store) go through the same share plan: each
     rank reads its share, about the file once in all."""
     plain = files["plain"]
@@ -255,19 +257,12 @@ def test_gcs_and_azure_serve_the_file_once(files: dict[str, str], scheme: str) -
     whole = _plain(plain)
     server = remote_servers.gcs if scheme == "gs" else remote_servers.azurite
     with server() as env:
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # the workers inherit it
-        try:
-            uri = f"{scheme}://tzr/model.tensors"
-            with open(plain, "rb") as src, tz.stream_io.open_stream(uri, "wb") as dst:
-                dst.write(src.read())
-            results = _group(files["dir"], 2, [{"src": uri, "verify_hash": True}])
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)  # the workers inherit it
+        uri = f"{scheme}://tzr/model.tensors"
+        with open(plain, "rb") as src, tz.stream_io.open_stream(uri, "wb") as dst:
+            dst.write(src.read())
+        results = _group(files["dir"], 2, [{"src": uri, "verify_hash": True}])
     job = [r[0] for r in results]
     _assert_all_equal(job, whole)
     read = sum(r["bytes"] for r in job)

@@ -8,8 +8,9 @@
 //! of whole blocks. Decryption and hash checks follow, tensor by tensor.
 
 use super::Reader;
+use super::spans::Segment;
 use crate::error::Result;
-use crate::parallel::{for_each, for_each_with};
+use crate::parallel::for_each_with;
 use crate::source::{DIRECT_BLOCK, RangeSource, check_range};
 
 /// Requests in flight at once, each a blocking read on a thread of its
@@ -46,12 +47,6 @@ const COLD_MIN: u64 = 16 << 20;
 /// Whether a load of `jobs` is large enough to read around the cache.
 pub(super) fn worth_it(jobs: &[(usize, &mut [u8])]) -> bool {
     jobs.iter().map(|(_, out)| out.len() as u64).sum::<u64>() >= COLD_MIN
-}
-
-/// Bytes at a file offset, to be filled.
-struct Segment<'a> {
-    offset: u64,
-    buf: &'a mut [u8],
 }
 
 /// One request.
@@ -173,24 +168,7 @@ impl<S: RangeSource> Reader<S> {
     /// [`Reader::load_many_with`] for a cold local file; `jobs` are sorted
     /// and their buffer sizes checked.
     pub(super) fn load_cold(&self, jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
-        let entries = &self.metadata.entries;
-        let mut headers: Vec<Vec<u8>> =
-            jobs.iter().map(|(i, _)| vec![0u8; entries[*i].header_len() as usize]).collect();
-        let mut jobs = jobs;
-        {
-            let mut segments = Vec::with_capacity(jobs.len() * 2);
-            for ((i, out), header) in jobs.iter_mut().zip(headers.iter_mut()) {
-                let e = &entries[*i];
-                segments.push(Segment { offset: e.header_offset, buf: header.as_mut_slice() });
-                if !e.is_meta() {
-                    // `out` is exactly `nbytes`, the data length of a stored tensor.
-                    segments.push(Segment { offset: e.data_offset, buf: &mut out[..] });
-                }
-            }
-            read_segments(&self.source, segments)?;
-        }
-        let work: Vec<_> = jobs.into_iter().zip(&headers).collect();
-        for_each(self.options.num_readers, work, |((i, out), raw)| self.finish(&entries[i], raw, out, verify))
+        self.load_segments(jobs, verify, |segments| read_segments(&self.source, segments))
     }
 }
 

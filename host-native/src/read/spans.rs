@@ -13,9 +13,9 @@ use crate::source::RangeSource;
 const MIN_SPAN: u64 = 4 << 20;
 
 /// Bytes at a file offset, to be filled.
-struct Segment<'a> {
-    offset: u64,
-    buf: &'a mut [u8],
+pub(super) struct Segment<'a> {
+    pub(super) offset: u64,
+    pub(super) buf: &'a mut [u8],
 }
 
 /// Consecutive segments, fetched with one vectored read.
@@ -67,9 +67,15 @@ fn plan(segments: Vec<Segment<'_>>, parts: usize) -> Vec<Vec<Run<'_>>> {
 }
 
 impl<S: RangeSource> Reader<S> {
-    /// [`Reader::load_many_with`] for sources that prefer long reads; `jobs`
-    /// are sorted and their buffer sizes checked.
-    pub(super) fn load_spans(&self, mut jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
+    /// Loads `jobs` (sorted, buffer sizes checked) by handing every
+    /// requested header and data range to `read` as segments, in job order,
+    /// then checking, decrypting and verifying each tensor.
+    pub(super) fn load_segments(
+        &self,
+        mut jobs: Vec<(usize, &mut [u8])>,
+        verify: bool,
+        read: impl FnOnce(Vec<Segment<'_>>) -> Result<()>,
+    ) -> Result<()> {
         let entries = &self.metadata.entries;
         let mut headers: Vec<Vec<u8>> =
             jobs.iter().map(|(i, _)| vec![0u8; entries[*i].header_len() as usize]).collect();
@@ -83,14 +89,22 @@ impl<S: RangeSource> Reader<S> {
                     segments.push(Segment { offset: e.data_offset, buf: &mut out[..] });
                 }
             }
+            read(segments)?;
+        }
+        let work: Vec<_> = jobs.into_iter().zip(&headers).collect();
+        for_each(self.options.num_readers, work, |((i, out), raw)| self.finish(&entries[i], raw, out, verify))
+    }
+
+    /// [`Reader::load_many_with`] for sources that prefer long reads; `jobs`
+    /// are sorted and their buffer sizes checked.
+    pub(super) fn load_spans(&self, jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
+        self.load_segments(jobs, verify, |mut segments| {
             segments.sort_by_key(|s| s.offset);
             let threads = self.options.num_readers;
             for_each(threads, plan(segments, threads), |runs| {
                 runs.into_iter().try_for_each(|mut run| self.source.read_vectored_at(run.offset, &mut run.bufs))
-            })?;
-        }
-        let work: Vec<_> = jobs.into_iter().zip(&headers).collect();
-        for_each(self.options.num_readers, work, |((i, out), raw)| self.finish(&entries[i], raw, out, verify))
+            })
+        })
     }
 }
 
