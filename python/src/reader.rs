@@ -175,13 +175,13 @@ impl NativeReader {
         Ok(PyBytes::new(py, &buf))
     }
 
-    /// The Redis layout's keys for this file (spec §12.1): `(name after
-    /// "{prefix}:", offset, length)` in file order, computed by the native
-    /// Redis store; and, first, the generation marker's key for `prefix`.
+    /// The Redis layout's keys for this file under `prefix` (spec §12.1):
+    /// `(full key name, offset, length)` in file order, computed by the
+    /// native Redis store; and, first, the generation marker's key.
     fn redis_layout(&self, prefix: &str) -> PyResult<(String, Vec<RedisKey>)> {
         let keys =
             tensorizer_native::store::redis::key_layout(self.inner.source().name(), &self.inner).map_err(to_py)?;
-        let keys = keys.into_iter().map(|k| (k.suffix, k.offset, k.len)).collect();
+        let keys = keys.into_iter().map(|k| (k.name(prefix), k.offset, k.len)).collect();
         Ok((tensorizer_native::store::redis::generation_key(prefix), keys))
     }
 

@@ -46,6 +46,7 @@ mod cluster;
 mod cluster_read;
 mod cluster_write;
 mod resp;
+mod server_write;
 mod slots;
 mod write;
 
@@ -67,7 +68,8 @@ pub use cluster_read::ClusterSource;
 pub use cluster_write::{write_cluster, write_cluster_target, write_cluster_with};
 use resp::{Conn, Fault, Reply};
 pub use slots::key_slot;
-pub use write::{LayoutKey, generation_key, key_layout, write_redis, write_redis_target, write_redis_with};
+pub use server_write::{write_redis, write_redis_target, write_redis_with};
+pub use write::{LayoutKey, generation_key, key_layout};
 
 /// Most keys one file may have (two per tensor, plus the header).
 const MAX_KEYS: usize = 1 << 22;
@@ -135,13 +137,18 @@ impl RedisTarget {
 
     /// The first bytes of every key under the prefix.
     fn key_start(&self) -> Vec<u8> {
-        format!("{}:", self.prefix).into_bytes()
+        key_start(&self.prefix)
     }
 
     /// The key of the generation marker.
     fn generation_key(&self) -> Vec<u8> {
-        format!("{}{GENERATION_SUFFIX}", self.prefix).into_bytes()
+        generation_key(&self.prefix).into_bytes()
     }
+}
+
+/// The first bytes of every key of the file under `prefix`: `{prefix}:`.
+fn key_start(prefix: &str) -> Vec<u8> {
+    format!("{prefix}:").into_bytes()
 }
 
 /// `prefix` with Redis glob characters escaped, then `:*`.

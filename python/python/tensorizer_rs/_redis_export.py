@@ -37,12 +37,11 @@ class _RedisExport:
         delete = getattr(redis_client, "delete", None)
         if delete is not None:
             delete(generation)
-        prefix = key_prefix.encode("utf-8") + b":"
         header, tensors = keys[0], keys[1:]
-        redis_client.set(prefix + header[0], self._reader.read_range(header[1], header[2]))
+        redis_client.set(header[0], self._reader.read_range(header[1], header[2]))
         # Each tensor's header key, then its data key.
         for (head, head_at, head_len), (data, data_at, data_len) in zip(tensors[::2], tensors[1::2]):
-            if not force and redis_client.exists(prefix + head):
+            if not force and redis_client.exists(head):
                 continue
-            redis_client.set(prefix + head, self._reader.read_range(head_at, head_len))
-            redis_client.set(prefix + data, self._reader.read_range(data_at, data_len))
+            redis_client.set(head, self._reader.read_range(head_at, head_len))
+            redis_client.set(data, self._reader.read_range(data_at, data_len))

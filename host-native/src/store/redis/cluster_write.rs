@@ -1,19 +1,19 @@
-//! Writing a file to a Redis Cluster: every key under a temporary name in
-//! the slot of its final name, then, under a commit lock, the generation
-//! marker set to `writing-<new>`, the keys renamed into place (one `RENAME`
-//! per key, each within its slot), and the marker set to the new
-//! generation.
+//! Writing a file to a Redis Cluster: the [`Link`] of the shared writer
+//! that puts every key under a temporary name in the slot of its final
+//! name, then commits under a lock: the generation marker set to
+//! `writing-<new>`, the keys renamed into place (one `RENAME` per key,
+//! each within its slot), and the marker set to the new generation.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use super::access::Access;
-use super::cluster::{Cluster, Command, MAX_REDIRECTS, NodeFault, expect_ok};
+use super::cluster::{Cluster, Command, NodeFault};
 use super::cluster_read::{WRITING, node_error, parse_uri, scan_cluster, to_attempt};
-use super::resp::{Conn, Fault, Reply};
-use super::slots::{Node, Redirect, has_hash_tag, key_slot, tag_for_slot};
-use super::write::{DEFAULT_MAX_VALUE, Planned, TEMP_TTL_SECS, UPLOAD_DRAIN, UPLOAD_PIECE, plan};
-use super::{PIPELINE, RedisOptions, RedisTarget, TlsOptions, fault_error};
+use super::resp::{Conn, Reply};
+use super::slots::{Node, has_hash_tag, key_slot, tag_for_slot};
+use super::write::{Link, refuse, write_keys};
+use super::{PIPELINE, RedisOptions, RedisTarget, TlsOptions};
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::read::Reader;
 use crate::source::{RangeSource, TransferLimits};
@@ -78,203 +78,75 @@ pub fn write_cluster_target<S: RangeSource>(
             "{uri}: the prefix holds '{{': on a cluster a hash tag would put every key of the file in one slot"
         )));
     }
-    let keys = plan(uri, reader)?;
     let options = RedisOptions { limits: TransferLimits { min_rate: 0, deadline: None, ..options.limits }, ..*options };
     let cluster = retry(&options.retry, Target { location: uri, range: None }, || {
         to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, access.clone(), None))
     })?;
-    let existing = scan_cluster(&cluster, &addr, None).map_err(|f| node_error(uri, 0, 0, f))?;
-    if !force && !existing.is_empty() {
-        return Err(refuse(uri, &addr, existing.len()));
-    }
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| Error::Invalid(format!("no randomness for a temporary key name: {e}")))?;
-    let generation = hex::encode(random);
-    let finals: Vec<Vec<u8>> = keys.iter().map(|k| [addr.key_start().as_slice(), &k.suffix].concat()).collect();
-    let temp = finals
-        .iter()
-        .zip(&keys)
-        .map(|(f, k)| {
-            let tag =
-                tag_for_slot(key_slot(f)).ok_or_else(|| Error::Invalid(format!("{uri}: no hash tag for a slot")))?;
-            Ok(format!("{tag}{}.tmp-{generation}:", addr.prefix)
-                .into_bytes()
-                .into_iter()
-                .chain(k.suffix.iter().copied())
-                .collect())
-        })
-        .collect::<Result<Vec<Vec<u8>>>>()?;
+    write_keys(&Masters(cluster), uri, &addr, reader, force)
+}
 
-    let end = keys.last().map_or(0, |k| k.offset + k.len);
-    let result = upload(&cluster, uri, reader, &keys, &temp)
-        .and_then(|()| commit(&cluster, uri, &addr, &temp, &finals, generation.as_bytes(), force, end));
-    if result.is_err() {
-        // Best effort; keys this misses expire with their temporary expiry.
+/// A cluster's masters: each key goes to the master of its slot.
+struct Masters(Cluster);
+
+impl Link for Masters {
+    fn owner(&self, key: &[u8]) -> Result<Node, NodeFault> {
+        self.0.owner(key_slot(key))
+    }
+
+    fn conn(&self, node: &Node) -> Result<Conn, NodeFault> {
+        self.0.conn(node, None)
+    }
+
+    fn put(&self, node: &Node, conn: Conn) {
+        self.0.put(node, conn);
+    }
+
+    fn moved(&self, slot: u16, node: &Node) {
+        self.0.moved(slot, node);
+    }
+
+    fn refresh(&self) {
+        let _ = self.0.refresh(None);
+    }
+
+    fn existing(&self, uri: &str, addr: &RedisTarget) -> Result<Vec<Vec<u8>>> {
+        scan_cluster(&self.0, addr, None).map_err(|f| node_error(uri, 0, 0, f))
+    }
+
+    /// `{tag}{prefix}.tmp-<generation>:<suffix>`, with `{tag}` putting it
+    /// in the slot of its final name, so that its rename stays in a slot.
+    fn temp_name(
+        &self,
+        uri: &str,
+        addr: &RedisTarget,
+        generation: &str,
+        final_name: &[u8],
+        suffix: &[u8],
+    ) -> Result<Vec<u8>> {
+        let tag =
+            tag_for_slot(key_slot(final_name)).ok_or_else(|| Error::Invalid(format!("{uri}: no hash tag for a slot")))?;
+        Ok([format!("{tag}{}.tmp-{generation}:", addr.prefix).as_bytes(), suffix].concat())
+    }
+
+    fn commit(
+        &self,
+        uri: &str,
+        addr: &RedisTarget,
+        temp: &[Vec<u8>],
+        finals: &[Vec<u8>],
+        generation: &[u8],
+        force: bool,
+        end: u64,
+    ) -> Result<()> {
+        commit(&self.0, uri, addr, temp, finals, generation, force, end)
+    }
+
+    fn discard(&self, temp: &[Vec<u8>]) {
         let commands: Vec<Command> = temp.iter().map(|t| Command::keyed(vec![b"DEL".to_vec(), t.clone()])).collect();
         for chunk in commands.chunks(PIPELINE) {
-            let _ = cluster.run(chunk, None);
+            let _ = self.0.run(chunk, None);
         }
     }
-    result
-}
-
-/// The error for a prefix that already holds `existing` keys.
-fn refuse(uri: &str, addr: &RedisTarget, existing: usize) -> Error {
-    let why = format!("it already holds a file ({existing} keys under {}:); pass force to replace it", addr.prefix);
-    Error::store(uri, None, StoreErrorKind::AlreadyExists, why)
-}
-
-/// The error for the `SET` of `keys[i]` on `node`.
-fn set_error(uri: &str, keys: &[Planned], i: usize, node: &Node, f: Fault) -> Error {
-    let Some(k) = keys.get(i) else {
-        return node_error(uri, 0, 0, NodeFault::new(node, f));
-    };
-    let hint = if k.len > DEFAULT_MAX_VALUE {
-        " (Redis refuses values over proto-max-bulk-len, 512 MiB by default)"
-    } else {
-        ""
-    };
-    let name = String::from_utf8_lossy(&k.suffix);
-    fault_error(uri, k.offset, k.len, f.kind(), format!("writing key {name:?} on node {node}: {f}{hint}"))
-}
-
-/// `SET`s on one node whose replies are still to be read.
-struct Pending {
-    conn: Conn,
-    /// Key indices, and whether each was sent after `ASKING`.
-    keys: Vec<(usize, bool)>,
-    bytes: u64,
-}
-
-/// What reading a node's replies asks for next.
-#[derive(Default)]
-struct Redo {
-    /// Keys to send again, to the owner of their slot or to an `ASK` node.
-    keys: Vec<(usize, Option<Node>)>,
-    /// A `MOVED` was seen: refresh the map before the next round.
-    moved: bool,
-}
-
-/// Reads every reply pending on `node`.
-fn drain(cluster: &Cluster, uri: &str, keys: &[Planned], node: &Node, p: &mut Pending, redo: &mut Redo) -> Result<()> {
-    let first = p.keys.first().map_or(0, |&(i, _)| i);
-    p.conn.flush().map_err(|f| set_error(uri, keys, first, node, f))?;
-    for (i, asked) in p.keys.drain(..) {
-        let fail = |f| set_error(uri, keys, i, node, f);
-        if asked {
-            expect_ok(p.conn.reply().map_err(fail)?, "ASKING").map_err(fail)?;
-        }
-        match p.conn.reply() {
-            Ok(Reply::Status(s)) if s == b"OK" => {}
-            Ok(other) => return Err(fail(Fault::Protocol(format!("SET answered {other:?}")))),
-            Err(Fault::Server(m)) => match Redirect::parse(&m, node) {
-                Some(Redirect::Moved(slot, to)) => {
-                    cluster.moved(slot, &to);
-                    redo.moved = true;
-                    redo.keys.push((i, None));
-                }
-                Some(Redirect::Ask(_, to)) => redo.keys.push((i, Some(to))),
-                None if m.starts_with("TRYAGAIN") => redo.keys.push((i, None)),
-                None => return Err(fail(Fault::Server(m))),
-            },
-            Err(f) => return Err(fail(f)),
-        }
-    }
-    p.bytes = 0;
-    Ok(())
-}
-
-/// Sends `SET temp value EX ttl` for every key to the master of its slot,
-/// pipelined per node, and sends again those redirected. Values up to
-/// [`UPLOAD_PIECE`] bytes are read whole before their command starts;
-/// longer ones are streamed from the source in pieces of that size, after
-/// the node's earlier replies are read.
-fn upload<S: RangeSource>(
-    cluster: &Cluster,
-    uri: &str,
-    reader: &Reader<S>,
-    keys: &[Planned],
-    temp: &[Vec<u8>],
-) -> Result<()> {
-    let source = reader.source();
-    let mut piece = Vec::new();
-    let mut queue: Vec<(usize, Option<Node>)> = (0..keys.len()).map(|i| (i, None)).collect();
-    for round in 0..=MAX_REDIRECTS {
-        let Some(&(first, _)) = queue.first() else { return Ok(()) };
-        if round == MAX_REDIRECTS {
-            let node = cluster.owner(key_slot(&temp[first])).map_err(|f| node_error(uri, 0, 0, f))?;
-            let why = Fault::Server(format!("TRYAGAIN still redirected after {MAX_REDIRECTS} tries"));
-            return Err(set_error(uri, keys, first, &node, why));
-        }
-        let mut nodes: HashMap<Node, Pending> = HashMap::new();
-        let mut redo = Redo::default();
-        for (i, ask) in std::mem::take(&mut queue) {
-            let k = &keys[i];
-            let node = match ask.clone() {
-                Some(n) => n,
-                None => cluster.owner(key_slot(&temp[i])).map_err(|f| node_error(uri, k.offset, k.len, f))?,
-            };
-            if !nodes.contains_key(&node) {
-                let conn = cluster.conn(&node, None).map_err(|f| node_error(uri, k.offset, k.len, f))?;
-                nodes.insert(node.clone(), Pending { conn, keys: Vec::new(), bytes: 0 });
-            }
-            let streamed = k.len > UPLOAD_PIECE as u64;
-            if streamed {
-                // Every SET sent is confirmed before the source can fail
-                // with a command half-sent, so that the cleanup after a
-                // failure runs after all of them.
-                for (n, other) in nodes.iter_mut() {
-                    drain(cluster, uri, keys, n, other, &mut redo)?;
-                }
-            } else {
-                piece.resize(k.len as usize, 0);
-                if let Err(e) = source.read_exact_at(k.offset, &mut piece) {
-                    for (n, p) in nodes.iter_mut() {
-                        let _ = drain(cluster, uri, keys, n, p, &mut redo);
-                    }
-                    return Err(e);
-                }
-            }
-            let Some(p) = nodes.get_mut(&node) else { continue };
-            let fail = |f| set_error(uri, keys, i, &node, f);
-            if ask.is_some() {
-                p.conn.command(&[b"ASKING"]);
-            }
-            p.conn.start(5);
-            p.conn.arg(b"SET");
-            p.conn.arg(&temp[i]);
-            p.conn.arg_header(k.len);
-            if streamed {
-                let mut done = 0u64;
-                while done < k.len {
-                    let n = (k.len - done).min(UPLOAD_PIECE as u64) as usize;
-                    piece.resize(n, 0);
-                    source.read_exact_at(k.offset + done, &mut piece)?;
-                    p.conn.raw(&piece).map_err(fail)?;
-                    done += n as u64;
-                }
-            } else {
-                p.conn.raw(&piece).map_err(fail)?;
-            }
-            p.conn.end_arg();
-            p.conn.arg(b"EX");
-            p.conn.arg(TEMP_TTL_SECS);
-            p.keys.push((i, ask.is_some()));
-            p.bytes = p.bytes.saturating_add(k.len);
-            if p.keys.len() >= PIPELINE || p.bytes >= UPLOAD_DRAIN {
-                drain(cluster, uri, keys, &node, p, &mut redo)?;
-            }
-        }
-        for (node, mut p) in nodes {
-            drain(cluster, uri, keys, &node, &mut p, &mut redo)?;
-            cluster.put(&node, p.conn);
-        }
-        if redo.moved {
-            let _ = cluster.refresh(None);
-        }
-        queue = redo.keys;
-    }
-    Ok(())
 }
 
 /// Runs `commands` in pipelined chunks; each reply must satisfy `ok`. No
