@@ -172,3 +172,21 @@ pub(crate) fn to_py(e: Error) -> PyErr {
     };
     with_details(err, e.offset(), e.tensor_name(), e.location())
 }
+
+/// A refused argument of the Python API: a value of the wrong type, or of
+/// the right type but out of range (`TypeError` and `ValueError`, the
+/// classes tensorizer raises for them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ArgError {
+    Type(String),
+    Value(String),
+}
+
+impl From<ArgError> for PyErr {
+    fn from(e: ArgError) -> Self {
+        match e {
+            ArgError::Type(m) => pyo3::exceptions::PyTypeError::new_err(m),
+            ArgError::Value(m) => PyValueError::new_err(m),
+        }
+    }
+}

@@ -14,6 +14,8 @@ mod dtypes;
 mod entry;
 mod errors;
 mod fingerprint;
+mod load_options;
+mod options;
 mod reader;
 mod slices;
 mod source;
@@ -39,6 +41,8 @@ mod _native {
     };
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
+    #[pymodule_export]
+    use crate::options::DeserializerOptions;
     #[pymodule_export]
     use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
     #[pymodule_export]

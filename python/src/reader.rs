@@ -12,6 +12,7 @@ use tensorizer_native::{Intent, Location, MemorySource, RangeSource, ReadOptions
 
 use crate::buffers::Held;
 use crate::errors::{CryptographyError, to_py};
+use crate::options::DeserializerOptions;
 
 type Source = Box<dyn RangeSource>;
 
@@ -94,21 +95,18 @@ pub(crate) fn path_to_py<'py>(py: Python<'py>, path: &TensorPath) -> PyResult<Bo
 #[pymethods]
 impl NativeReader {
     /// Opens a local path or URI (str), an opened `NativeSource`, or
-    /// in-memory bytes, and parses the header and
-    /// index. `key` (32 bytes) or `passphrase` decrypt encrypted files.
+    /// in-memory bytes, and parses the header and index, with `options`
+    /// (readers, hash checks, the key or passphrase that decrypts; None:
+    /// the defaults).
     /// `partial`: only part of a URI's object will be read (a share of a
     /// cooperative load), so its opening request asks for the header's
     /// prefix only, not for the whole object.
     #[new]
-    #[pyo3(signature = (source, *, num_readers=None, verify_hash=false, key=None, passphrase=None, name=None, partial=false))]
-    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    #[pyo3(signature = (source, options=None, *, name=None, partial=false))]
     fn new(
         py: Python<'_>,
         source: &Bound<'_, PyAny>,
-        num_readers: Option<usize>,
-        verify_hash: bool,
-        key: Option<Vec<u8>>,
-        passphrase: Option<Vec<u8>>,
+        options: Option<PyRef<'_, DeserializerOptions>>,
         name: Option<String>,
         partial: bool,
     ) -> PyResult<Self> {
@@ -125,10 +123,13 @@ impl NativeReader {
             let intent = if partial { Intent::Peek } else { Intent::ReadAll };
             (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
         };
-        let options = ReadOptions {
-            num_readers: num_readers.unwrap_or_else(default_readers).max(1),
-            verify_hash,
-            key: key_source(key, passphrase)?,
+        let options = match options {
+            Some(o) => ReadOptions {
+                num_readers: o.load.num_readers.unwrap_or_else(default_readers).max(1),
+                verify_hash: o.load.verify_hash,
+                key: key_source(o.key.clone(), o.passphrase.clone())?,
+            },
+            None => ReadOptions::default(),
         };
         let inner = py.detach(|| Reader::new(Counted::new(source), options)).map_err(to_py)?;
         Ok(Self { inner, origin })

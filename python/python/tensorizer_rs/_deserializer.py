@@ -22,8 +22,6 @@ from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
 
 
-_META_MODES = ("zeros", "expand", "meta")
-
 #: A lazy deserializer read in file order loads ahead in windows of at most
 #: this many bytes and tensors (one native call each, not one per tensor).
 LAZY_READ_AHEAD_BYTES = 16 << 20
@@ -45,12 +43,6 @@ def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
     """(torch dtype, item size, requires grad) of a stored dtype string."""
     t = _dtypes.torch_dtype(dtype)
     return t, t.itemsize, _dtypes.is_float_like(t)
-
-
-def _torch_dtype_type() -> Any:
-    import torch
-
-    return torch.dtype
 
 
 def _resolve_device(device: Any) -> Any:
@@ -172,87 +164,66 @@ class TensorDeserializer(
         max_meta_bytes: int | None = 4 << 30,
         process_group: Any = None,
     ) -> None:
-        if lazy_load and process_group is not None:
-            raise ValueError(
-                "process_group loads cooperatively in the constructor, which lazy_load=True skips: "
-                "use lazy_load=False, or pass process_group to load_into_module"
-            )
+        # Refused before the group's agreement: every rank raises it alone.
+        _native.DeserializerOptions.check_cooperative(lazy_load, process_group is not None)
         group = _distributed.check_group(process_group)
         # With a group, a failure here reaches the other ranks, which wait
         # for this one in the load's agreement (spec §24.3).
         with _distributed.reported(group):
-            if encryption is not None and not isinstance(encryption, DecryptionParams):
-                raise TypeError("encryption must be a DecryptionParams object or None")
-            if num_readers is not None:
-                if not isinstance(num_readers, int):
-                    raise TypeError("num_readers must be an int or None")
-                num_readers = int(num_readers)  # True is 1 reader, as in tensorizer
-                if num_readers < 1:
-                    raise ValueError("num_readers must be at least 1")
-            if dtype is not None and not isinstance(dtype, _torch_dtype_type()):
-                raise TypeError(f"dtype must be a torch.dtype or None, not {type(dtype).__name__}")
-            if meta_tensors not in _META_MODES:
-                raise ValueError(f"meta_tensors must be one of {', '.join(map(repr, _META_MODES))}, not {meta_tensors!r}")
-            if max_meta_bytes is not None and (not isinstance(max_meta_bytes, int) or max_meta_bytes < 0):
-                raise ValueError("max_meta_bytes must be a non-negative int or None")
-            self._meta_mode = meta_tensors
-            self._max_meta_bytes = max_meta_bytes
+            # Every reader option, decided once (spec §18.8).
+            self._options = options = _native.DeserializerOptions(
+                device=device, filter_func=filter_func, dtype=dtype, lazy_load=lazy_load, plaid_mode=plaid_mode,
+                plaid_mode_buffers=plaid_mode_buffers, num_readers=num_readers, verify_hash=verify_hash,
+                encryption=encryption, mmap=mmap, meta_tensors=meta_tensors, max_meta_bytes=max_meta_bytes,
+                cooperative=group is not None,
+            )
             self._meta_bytes = 0  # zero-filled meta bytes handed out so far
-            self._device_arg = device
-            self._dtype = dtype
-            # tensorizer tests these flags for truth: None, 0, numpy.bool_...
-            verify_hash = _args.flag(verify_hash)
-            self._verify_hash = verify_hash
             self._closed = False
-            enc_args = encryption.native_args() if encryption is not None else {}
             source, name = _source_of(file_obj)
             # A rank of a cooperative load reads its share only, and a sharded
             # load its shards: a URI is opened without asking for all of it.
             self._reader: Any = _native.NativeReader(
-                source, num_readers=num_readers, verify_hash=verify_hash, name=name,
-                partial=group is not None or self._partial_open, **enc_args,
+                source, options, name=name, partial=group is not None or self._partial_open
             )
             self._init_receipts()
             reader = self._reader
             version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
-            if encrypted and encryption is None:
+            if encrypted and not options.decrypts:
                 raise CryptographyError("Tensor is encrypted, but decryption was not requested")
             self._version = version
             self.total_file_bytes = tensor_size
             with _gc_paused():
-                entries = self._index(filter_func)
+                entries = self._index()
             self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
             self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
             self.read_bytes = 0
             self.total_compressed_tensor_bytes = 0
-            self._lazy = lazy_load
             # Opt-in zero-copy loads from a private, copy-on-write memory map of
             # a local, unencrypted file (unsafe against in-place rewrites).
             # mmap="auto" maps only a file that provably cannot change (§23.6).
             self._map: Any = None
-            if isinstance(mmap, str) and mmap != "auto":
-                raise ValueError(f'mmap must be True, False, None or "auto", not {mmap!r}')
-            if mmap and not encrypted and isinstance(source, str) and os.path.isfile(source):
+            if options.mmap != "off" and not encrypted and isinstance(source, str) and os.path.isfile(source):
                 import mmap as _mmap
 
                 with open(source, "rb") as f:
-                    frozen = mmap != "auto" or _frozen(f.fileno()) is not None
+                    frozen = options.mmap == "on" or _frozen(f.fileno()) is not None
                     if frozen and os.fstat(f.fileno()).st_size > 0:
                         self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         # Every tensor of an eagerly loaded file with flat names, by name: the
         # mapping's reads go straight to it (BENCHMARKS.md, case b).
         self._flat: dict[Any, Any] | None = None
-        if not lazy_load:
-            self._load(self._selected, verify_hash, group)
+        if not options.lazy_load:
+            self._load(self._selected, options.verify_hash, group)
             self._last_yielded = len(self._selected) - 1
             if self._plain_names:
                 cache = self._cache
                 self._flat = dict(zip(self._structure, [cache[e.index] for e in self._selected]))
             self.total_tensor_bytes = sum(e.data_length for e in self._selected)
 
-    def _index(self, filter_func: FilterFuncType | None) -> list[_Entry]:
-        """Reads the index into typed entries, selects those ``filter_func``
-        keeps and builds the nested structure of their names."""
+    def _index(self) -> list[_Entry]:
+        """Reads the index into typed entries, selects those the options'
+        ``filter_func`` keeps and builds the nested structure of their names."""
+        filter_func = self._options.filter_func
         entries: list[_Entry] = self._reader.entries(_TENSOR_TYPES)
         self._all = entries
         self._selected = entries if filter_func is None else [e for e in entries if filter_func(e.name)]
@@ -298,7 +269,7 @@ class TensorDeserializer(
 
     @property
     def _device(self) -> Any:
-        return _resolve_device(self._device_arg)
+        return _resolve_device(self._options.device)
 
     def _cast_to(self, stored: Any) -> Any:
         """The dtype a tensor stored as `stored` becomes, or None to keep
@@ -307,7 +278,7 @@ class TensorDeserializer(
         for a complex dtype; integer and bool tensors keep theirs
         (tensorizer casts every non-bool tensor, so complex values lose
         their imaginary part and int64 positions are rounded: spec §11.1)."""
-        target = self._dtype
+        target = self._options.dtype
         if target is None or stored == target:
             return None
         if (stored.is_floating_point and target.is_floating_point) or (stored.is_complex and target.is_complex):
@@ -317,7 +288,7 @@ class TensorDeserializer(
     def _verify(self, verify_hash: object) -> bool:
         """A call's ``verify_hash``: the constructor's when None, else its
         truth value (as tensorizer tests it)."""
-        return self._verify_hash if verify_hash is None else _args.flag(verify_hash)
+        return bool(self._options.verify(verify_hash))
 
     def _check_open(self) -> None:
         if self._reader is None:
@@ -457,7 +428,7 @@ class TensorDeserializer(
         # arena (torch.frombuffer), as if allocated alone; one native loop
         # per arena makes them (carve.rs), unless a dtype cast follows.
         cache = self._cache
-        cast = self._dtype
+        cast = self._options.dtype
         if cast is None:
             for raw, members, offsets in carved:
                 made = _native.carve(
@@ -492,7 +463,7 @@ class TensorDeserializer(
             torch.Tensor._make_subclass, torch.nn.Parameter,
         )
         cache = self._cache
-        if self._dtype is None:
+        if self._options.dtype is None:
             cache.update(zip([e.index for e in mapped], made))
         else:
             for e, t in zip(mapped, made):
@@ -505,14 +476,14 @@ class TensorDeserializer(
         if e.index not in self._cache:
             batch = self._read_ahead(e)
             try:
-                self._load(batch, self._verify_hash)
+                self._load(batch, self._options.verify_hash)
             except Exception:
                 # A bad tensor further on is not this read's business: it
                 # fails when it is itself asked for.
                 if len(batch) == 1:
                     raise
                 self._forget_failed(batch)
-                self._load([e], self._verify_hash)
+                self._load([e], self._options.verify_hash)
         return self._cache[e.index]
 
     def _read_ahead(self, e: _Entry) -> list[_Entry]:
@@ -522,7 +493,7 @@ class TensorDeserializer(
         ``LAZY_READ_AHEAD_TENSORS``, in one native call. Iterating a lazy
         deserializer costs about what an eager load does, while it still
         holds at most a window of tensors nobody asked for."""
-        if not self._lazy:
+        if not self._options.lazy_load:
             return [e]
         pos = self._position(e.index)
         if pos != self._last_yielded + 1:
@@ -559,7 +530,7 @@ class TensorDeserializer(
     def _view(self, node: Any) -> Any:
         if isinstance(node, _Entry):
             return self._tensor(node)
-        self._load(list(self._leaves(node)), self._verify_hash)
+        self._load(list(self._leaves(node)), self._options.verify_hash)
         return _fold(node, lambda e: self._cache[e.index], types.MappingProxyType)
 
     # -- Mapping ----------------------------------------------------------------
@@ -639,7 +610,7 @@ class TensorDeserializer(
             return out
 
         wanted = [e for e in self._leaves(node) if filter_func is None or filter_func(e.name)]
-        self._load(wanted, self._verify_hash)
+        self._load(wanted, self._options.verify_hash)
         result = _fold(node, leaf, branch)
         if result is _SKIP:
             result = {}
@@ -704,7 +675,7 @@ class TensorDeserializer(
         """Yields ``(module_index, tensor_type, name, array, is_opaque,
         torch_dtype)``; opaque dtypes (e.g. bfloat16) come as same-sized
         integers only with ``allow_raw_data=True``. Needs no torch."""
-        if self._device_arg is not None and str(self._device_arg) != "cpu":
+        if self._options.device is not None and str(self._options.device) != "cpu":
             raise RuntimeError("read_numpy_arrays requires device='cpu'")
         positions, entries = self._pending(filter_func, num_tensors)
         if not entries:
@@ -736,7 +707,7 @@ class TensorDeserializer(
         for e, (np_dtype, _) in zip(entries, kinds):
             if not e.is_meta:
                 arrays.append(np.empty(e.shape, dtype=np_dtype))
-            elif self._meta_mode == "zeros":
+            elif self._options.meta_tensors == "zeros":
                 arrays.append(np.zeros(e.shape, dtype=np_dtype))  # calloc: lazily zeroed pages
             else:
                 arrays.append(np.broadcast_to(np.zeros((), dtype=np_dtype), e.shape))

@@ -18,11 +18,9 @@ _Entry = _native.Entry
 class _MetaTensors:
     """``TensorDeserializer``'s handling of meta tensors (a mixin)."""
 
-    _meta_mode: str
-    _max_meta_bytes: int | None
+    _options: _native.DeserializerOptions
     _meta_bytes: int
     _reader: Any
-    _verify_hash: bool
 
     @property
     def _device(self) -> Any:
@@ -45,17 +43,17 @@ class _MetaTensors:
         """Counts the zero-filled bytes ``metas`` will take against
         ``max_meta_bytes``; raises, before anything is allocated, when the
         file's claims go past it. ``what`` names a part (a slice)."""
-        if self._meta_mode != "zeros":
+        if self._options.meta_tensors != "zeros":
             return
         total = self._meta_bytes
         for e in metas:
             size = nbytes(e)
             total += size
-            if self._max_meta_bytes is not None and total > self._max_meta_bytes:
+            if self._options.max_meta_bytes is not None and total > self._options.max_meta_bytes:
                 raise ValueError(
                     f"{what}meta tensor {e.name!r} (dtype {e.dtype!r}, shape {e.shape}) would be materialized as "
                     f"{size:,} zero bytes, {total:,} bytes of meta tensors in all, more than "
-                    f"max_meta_bytes={self._max_meta_bytes:,}. The file stores no data for it; pass "
+                    f"max_meta_bytes={self._options.max_meta_bytes:,}. The file stores no data for it; pass "
                     "meta_tensors='expand' (a read-only zero expanded to the shape, no memory), "
                     "meta_tensors='meta' (a tensor on the meta device), or a larger max_meta_bytes "
                     "(None for no bound)"
@@ -84,9 +82,9 @@ class _MetaTensors:
         has counted them against ``max_meta_bytes``)."""
         import torch
 
-        if self._meta_mode == "meta":
+        if self._options.meta_tensors == "meta":
             return torch.empty(shape, dtype=dtype, device="meta")
-        if self._meta_mode == "expand":
+        if self._options.meta_tensors == "expand":
             return torch.zeros((), dtype=dtype, device=device).expand(shape)
         if device.type == "cpu":
             # calloc: untouched anonymous pages that read as zeros and are
@@ -104,5 +102,5 @@ class _MetaTensors:
         self._check_open()
         dtype = self._meta_dtype(e)
         self._claim_meta_bytes([e], lambda _: math.prod(shape) * dtype.itemsize, f"a slice {shape} of ")
-        self._check_meta_headers([e], bool(self._verify_hash))
+        self._check_meta_headers([e], self._options.verify_hash)
         return self._meta_zeros(shape, dtype, self._device)

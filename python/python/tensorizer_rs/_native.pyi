@@ -4,7 +4,7 @@ import pickle
 import struct
 from collections.abc import Callable, Sequence
 from os import PathLike
-from typing import Any, final
+from typing import Any, Literal, final
 
 __all__ = [
     "CryptographyError",
@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointEntry",
     "ZipEntryCheck",
     "NativeReader",
+    "DeserializerOptions",
     "ALLOCATION_ALIGN",
     "ARENA_ALIGN",
     "ARENA_BYTES",
@@ -265,15 +266,55 @@ class ArenaPlan:
     def size(self) -> int: ...
 
 @final
+class DeserializerOptions:
+    def __new__(
+        cls,
+        *,
+        device: Any,
+        filter_func: Any,
+        dtype: Any,
+        lazy_load: object,
+        plaid_mode: object,
+        plaid_mode_buffers: object,
+        num_readers: object,
+        verify_hash: object,
+        encryption: Any,
+        mmap: object,
+        meta_tensors: object,
+        max_meta_bytes: object,
+        cooperative: bool = False,
+    ) -> DeserializerOptions: ...
+    @staticmethod
+    def check_cooperative(lazy_load: object, cooperative: bool) -> None: ...
+    @property
+    def verify_hash(self) -> bool: ...
+    def verify(self, verify_hash: object = None) -> bool: ...
+    @property
+    def num_readers(self) -> int | None: ...
+    @property
+    def lazy_load(self) -> bool: ...
+    @property
+    def mmap(self) -> Literal["off", "on", "auto"]: ...
+    @property
+    def meta_tensors(self) -> Literal["zeros", "expand", "meta"]: ...
+    @property
+    def max_meta_bytes(self) -> int | None: ...
+    @property
+    def device(self) -> Any: ...
+    @property
+    def dtype(self) -> Any: ...
+    @property
+    def filter_func(self) -> Any: ...
+    @property
+    def decrypts(self) -> bool: ...
+
+@final
 class NativeReader:
     def __new__(
         cls,
         source: str | PathLike[str] | bytes | NativeSource,
+        options: DeserializerOptions | None = None,
         *,
-        num_readers: int | None = None,
-        verify_hash: bool = False,
-        key: bytes | None = None,
-        passphrase: bytes | None = None,
         name: str | None = None,
         partial: bool = False,
     ) -> NativeReader: ...

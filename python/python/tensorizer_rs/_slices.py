@@ -301,7 +301,7 @@ def deserializer_slice(d: Any, key: Any) -> TensorSlice:
         entry = node
         backend = ZerosBackend(node.shape, lambda shape: d._meta_slice(entry, shape))
     else:
-        backend = ReaderBackend(d._reader, node.index, bool(d._verify_hash))
+        backend = ReaderBackend(d._reader, node.index, d._options.verify_hash)
     device = d._device
     target = d._cast_to(stored)
 
