@@ -186,12 +186,22 @@ mod tests {
     #[test]
     fn refusals_name_the_argument_and_the_rule() {
         let bad = |r: Raw<'static>| LoadOptions::decide(r).unwrap_err();
-        assert!(matches!(bad(Raw { num_readers: Some(Ok(Int::Fits(0))), ..raw() }), ArgError::Value(m) if m.contains("at least 1")));
-        assert!(matches!(bad(Raw { num_readers: Some(Err("str")), ..raw() }), ArgError::Type(m) if m.contains("not str")));
-        assert!(matches!(bad(Raw { mmap: MmapArg::Text("yes"), ..raw() }), ArgError::Value(m) if m.contains("\"auto\"")));
-        assert!(matches!(bad(Raw { meta_tensors: (None, "1"), ..raw() }), ArgError::Value(m) if m.contains("'expand'")));
+        assert!(
+            matches!(bad(Raw { num_readers: Some(Ok(Int::Fits(0))), ..raw() }), ArgError::Value(m) if m.contains("at least 1"))
+        );
+        assert!(
+            matches!(bad(Raw { num_readers: Some(Err("str")), ..raw() }), ArgError::Type(m) if m.contains("not str"))
+        );
+        assert!(
+            matches!(bad(Raw { mmap: MmapArg::Text("yes"), ..raw() }), ArgError::Value(m) if m.contains("\"auto\""))
+        );
+        assert!(
+            matches!(bad(Raw { meta_tensors: (None, "1"), ..raw() }), ArgError::Value(m) if m.contains("'expand'"))
+        );
         assert!(matches!(bad(Raw { max_meta_bytes: Some(Ok(Int::TooSmall)), ..raw() }), ArgError::Value(_)));
-        assert!(matches!(bad(Raw { lazy_load: true, cooperative: true, ..raw() }), ArgError::Value(m) if m.contains("lazy_load")));
+        assert!(
+            matches!(bad(Raw { lazy_load: true, cooperative: true, ..raw() }), ArgError::Value(m) if m.contains("lazy_load"))
+        );
     }
 
     #[test]

@@ -38,11 +38,7 @@ fn int_of(value: &Bound<'_, PyAny>) -> PyResult<Int> {
 /// `value` if it is an int (bools included, as tensorizer's `isinstance`
 /// checks take them), else the name of its type.
 fn int_arg(value: &Bound<'_, PyAny>) -> PyResult<Result<Int, String>> {
-    if value.is_instance_of::<PyInt>() {
-        Ok(Ok(int_of(value)?))
-    } else {
-        Ok(Err(value.get_type().name()?.to_string()))
-    }
+    if value.is_instance_of::<PyInt>() { Ok(Ok(int_of(value)?)) } else { Ok(Err(value.get_type().name()?.to_string())) }
 }
 
 /// Whether `dtype` is a `torch.dtype` (asked of its type, so that torch

@@ -67,8 +67,8 @@ pub use access::PASSWORD_VAR;
 pub use cluster_read::ClusterSource;
 pub use cluster_write::{write_cluster, write_cluster_target, write_cluster_with};
 use resp::{Conn, Fault, Reply};
-pub use slots::key_slot;
 pub use server_write::{write_redis, write_redis_target, write_redis_with};
+pub use slots::key_slot;
 pub use write::{LayoutKey, generation_key, key_layout};
 
 /// Most keys one file may have (two per tensor, plus the header).

@@ -123,8 +123,8 @@ impl Link for Masters {
         final_name: &[u8],
         suffix: &[u8],
     ) -> Result<Vec<u8>> {
-        let tag =
-            tag_for_slot(key_slot(final_name)).ok_or_else(|| Error::Invalid(format!("{uri}: no hash tag for a slot")))?;
+        let tag = tag_for_slot(key_slot(final_name))
+            .ok_or_else(|| Error::Invalid(format!("{uri}: no hash tag for a slot")))?;
         Ok([format!("{tag}{}.tmp-{generation}:", addr.prefix).as_bytes(), suffix].concat())
     }
 

@@ -111,8 +111,14 @@ pub(super) trait Link {
     fn existing(&self, uri: &str, addr: &RedisTarget) -> Result<Vec<Vec<u8>>>;
     /// The temporary name of the key `final_name` (`suffix` after the
     /// prefix) for the write `generation`.
-    fn temp_name(&self, uri: &str, addr: &RedisTarget, generation: &str, final_name: &[u8], suffix: &[u8])
-    -> Result<Vec<u8>>;
+    fn temp_name(
+        &self,
+        uri: &str,
+        addr: &RedisTarget,
+        generation: &str,
+        final_name: &[u8],
+        suffix: &[u8],
+    ) -> Result<Vec<u8>>;
     /// Moves the uploaded `temp` keys to their `finals` names, replacing
     /// what is under the prefix, and sets the generation marker. `end` is
     /// the file's length, for errors.
@@ -326,4 +332,3 @@ fn upload<S: RangeSource>(
     }
     Ok(())
 }
-
