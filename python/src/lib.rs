@@ -17,6 +17,7 @@ mod fingerprint;
 mod load_options;
 mod options;
 mod reader;
+mod remote;
 mod slices;
 mod source;
 mod writer;
@@ -45,6 +46,8 @@ mod _native {
     use crate::options::DeserializerOptions;
     #[pymodule_export]
     use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
+    #[pymodule_export]
+    use crate::remote::RemoteOptions;
     #[pymodule_export]
     use crate::source::{NativeSource, file_frozen, location_scheme, s3_presign, s3cfg_values, upload};
     #[pymodule_export]

@@ -1,64 +1,24 @@
 //! `NativeSource`: any byte source the native host can open (local path,
 //! `http(s)://`, `s3://`, `redis://`), for `stream_io.open_stream` and for
-//! handing to `NativeReader` without re-opening; and `s3_upload`. Both
-//! take tensorizer's `CAInfo` fields (`cacert`, `capath`,
-//! `allow_untrusted`) for `https://` and S3 endpoints.
+//! handing to `NativeReader` without re-opening; `upload` and
+//! `s3_presign`. Each takes its S3 and TLS settings as one
+//! [`RemoteOptions`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use tensorizer_native::store::s3::S3Options;
-use tensorizer_native::store::tls::TlsOptions;
-use tensorizer_native::{Intent, Location, RangeSource, StoreOptions, open_sink, open_source};
+use tensorizer_native::{Intent, Location, RangeSource, open_sink, open_source};
 
 use crate::buffers::Held;
 use crate::errors::to_py;
+use crate::remote::RemoteOptions;
 
 /// An opened byte source serving positioned reads from any thread.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeSource {
     pub(crate) inner: Arc<dyn RangeSource>,
-}
-
-/// TLS trust from `CAInfo`'s fields: a CA bundle (`cacert`), a CA
-/// directory (`capath`), or no verification (`allow_untrusted`); none of
-/// them: the environment, then the system's CAs (see `tensorizer_native::store::tls`).
-fn tls_options(cacert: Option<PathBuf>, capath: Option<PathBuf>, allow_untrusted: bool) -> TlsOptions {
-    TlsOptions {
-        ca_files: cacert.into_iter().collect(),
-        ca_dirs: capath.into_iter().collect(),
-        insecure_skip_verify: allow_untrusted,
-        ..TlsOptions::default()
-    }
-}
-
-/// tensorizer's six S3 arguments.
-struct S3Args {
-    access_key_id: Option<String>,
-    secret_access_key: Option<String>,
-    endpoint: Option<String>,
-    config_path: Option<PathBuf>,
-    region: Option<String>,
-    force_http: Option<bool>,
-}
-
-/// The store options for these arguments, with the environment's
-/// `TZR_MIN_RATE` / `TZR_DEADLINE` overrides, as every remote read has.
-fn store_options(intent: Intent, s3: S3Args, tls: TlsOptions) -> PyResult<StoreOptions> {
-    let mut options = StoreOptions::from_env(intent).map_err(to_py)?;
-    options.s3 = S3Options {
-        access_key_id: s3.access_key_id,
-        secret_access_key: s3.secret_access_key,
-        endpoint: s3.endpoint,
-        config_path: s3.config_path,
-        region: s3.region,
-        force_http: s3.force_http,
-        ..S3Options::default()
-    };
-    options.http.tls = tls;
-    Ok(options)
 }
 
 /// Parses a path or URI (a `PathBuf` from Python's `os.fspath`).
@@ -68,39 +28,14 @@ fn location(uri: &std::path::Path) -> PyResult<Location> {
 
 #[pymethods]
 impl NativeSource {
-    /// Opens `uri`. The `s3_*` arguments and `force_http` configure `s3://`
-    /// (unset ones come from the environment and `~/.s3cfg`); `cacert`,
-    /// `capath` and `allow_untrusted` (tensorizer's `CAInfo`) say which
-    /// CAs `https://` and S3 servers must be signed by.
+    /// Opens `uri`, reaching `s3://` and `https://` objects as `options`
+    /// says (None: the environment, `~/.s3cfg`, the system's CAs).
     #[new]
-    #[pyo3(signature = (uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
-                        s3_config_path=None, s3_region_name=None, force_http=None,
-                        cacert=None, capath=None, allow_untrusted=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        uri: PathBuf,
-        s3_access_key_id: Option<String>,
-        s3_secret_access_key: Option<String>,
-        s3_endpoint: Option<String>,
-        s3_config_path: Option<PathBuf>,
-        s3_region_name: Option<String>,
-        force_http: Option<bool>,
-        cacert: Option<PathBuf>,
-        capath: Option<PathBuf>,
-        allow_untrusted: bool,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (uri, options=None))]
+    fn new(py: Python<'_>, uri: PathBuf, options: Option<PyRef<'_, RemoteOptions>>) -> PyResult<Self> {
         let location = location(&uri)?;
-        let s3 = S3Args {
-            access_key_id: s3_access_key_id,
-            secret_access_key: s3_secret_access_key,
-            endpoint: s3_endpoint,
-            config_path: s3_config_path,
-            region: s3_region_name,
-            force_http,
-        };
         // Python opens sources to load them: the opening request goes on into the first read.
-        let options = store_options(Intent::ReadAll, s3, tls_options(cacert, capath, allow_untrusted))?;
+        let options = RemoteOptions::or_default(options).store_options(Intent::ReadAll)?;
         let inner: Arc<dyn RangeSource> = Arc::from(py.detach(|| open_source(&location, &options)).map_err(to_py)?);
         Ok(Self { inner })
     }
@@ -167,68 +102,30 @@ pub(crate) fn s3cfg_values(text: &str) -> (bool, Option<String>, Option<String>,
 }
 
 /// A presigned (SigV4 query-string) GET URL for `uri` (`s3://bucket/key`),
-/// valid for `expires` seconds; the `s3_*` arguments as for `NativeSource`.
+/// valid for `expires` seconds, signed as `options` says.
 #[pyfunction]
-#[pyo3(signature = (uri, expires, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
-                    s3_config_path=None, s3_region_name=None, force_http=None))]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn s3_presign(
-    uri: String,
-    expires: u64,
-    s3_access_key_id: Option<String>,
-    s3_secret_access_key: Option<String>,
-    s3_endpoint: Option<String>,
-    s3_config_path: Option<PathBuf>,
-    s3_region_name: Option<String>,
-    force_http: Option<bool>,
-) -> PyResult<String> {
-    let s3 = S3Args {
-        access_key_id: s3_access_key_id,
-        secret_access_key: s3_secret_access_key,
-        endpoint: s3_endpoint,
-        config_path: s3_config_path,
-        region: s3_region_name,
-        force_http,
-    };
-    let options = store_options(Intent::ReadAll, s3, TlsOptions::default())?;
+#[pyo3(signature = (uri, expires, options=None))]
+pub(crate) fn s3_presign(uri: String, expires: u64, options: Option<PyRef<'_, RemoteOptions>>) -> PyResult<String> {
+    let options = RemoteOptions::or_default(options).store_options(Intent::ReadAll)?;
     let object = options.s3.resolve(&uri, false).map_err(to_py)?;
     Ok(object.presigned_get_url(expires))
 }
 
 /// Uploads the finished local file `path` to `uri` (`s3://`, `gs://`,
 /// `az://`, `abfs(s)://`; with `overwrite`, a local path or `redis://`
-/// too): nothing partial is ever visible there. The `s3_*` arguments,
-/// `cacert`, `capath` and `allow_untrusted` as for `NativeSource`.
+/// too), reaching it as `options` says: nothing partial is ever visible
+/// there.
 #[pyfunction]
-#[pyo3(signature = (path, uri, *, s3_access_key_id=None, s3_secret_access_key=None, s3_endpoint=None,
-                    s3_config_path=None, s3_region_name=None, force_http=None,
-                    cacert=None, capath=None, allow_untrusted=false, overwrite=true))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (path, uri, options=None, *, overwrite=true))]
 pub(crate) fn upload(
     py: Python<'_>,
     path: PathBuf,
     uri: PathBuf,
-    s3_access_key_id: Option<String>,
-    s3_secret_access_key: Option<String>,
-    s3_endpoint: Option<String>,
-    s3_config_path: Option<PathBuf>,
-    s3_region_name: Option<String>,
-    force_http: Option<bool>,
-    cacert: Option<PathBuf>,
-    capath: Option<PathBuf>,
-    allow_untrusted: bool,
+    options: Option<PyRef<'_, RemoteOptions>>,
     overwrite: bool,
 ) -> PyResult<()> {
     let location = location(&uri)?;
-    let s3 = S3Args {
-        access_key_id: s3_access_key_id,
-        secret_access_key: s3_secret_access_key,
-        endpoint: s3_endpoint,
-        config_path: s3_config_path,
-        region: s3_region_name,
-        force_http,
-    };
-    let mut options = store_options(Intent::ReadAll, s3, tls_options(cacert, capath, allow_untrusted))?;
+    let mut options = RemoteOptions::or_default(options).store_options(Intent::ReadAll)?;
     options.overwrite = overwrite;
     let sink = open_sink(&location, &options).map_err(to_py)?;
     py.detach(|| sink.put_file(&path)).map_err(to_py)

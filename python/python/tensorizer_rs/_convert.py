@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Optional, Union
 
 from . import _native
+from .stream_io import RemoteOptions, _remote_options
 
 __all__ = ["Conversion", "convert"]
 
@@ -64,6 +65,7 @@ def convert(
     s3_region_name: Optional[str] = None,
     force_http: Optional[bool] = None,
     max_output_bytes: Optional[int] = None,
+    remote_options: Optional[RemoteOptions] = None,
 ) -> Conversion:
     """Converts ``src`` into a new file at ``dst``.
 
@@ -84,6 +86,8 @@ def convert(
         s3_region_name, force_http: How to reach an ``s3://`` source, as in
             ``stream_io.open_stream``; unset ones come from the environment
             (``S3_*`` / ``AWS_*``) and ``~/.s3cfg``.
+        remote_options: The same settings (and TLS trust) as one
+            ``stream_io.RemoteOptions``, instead of the ``s3_*`` arguments.
         max_output_bytes: Most bytes of tensor data to write; a conversion
             that would write more is refused before anything is written.
             Default (``None``): 4 times ``src``'s size, at least 1 GiB -- a
@@ -101,16 +105,13 @@ def convert(
     uri = os.fspath(src)
     source: Union[str, _native.NativeSource] = uri
     s3 = (s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http)
-    if any(v is not None for v in s3):
-        source = _native.NativeSource(
-            uri,
-            s3_access_key_id=s3_access_key_id,
-            s3_secret_access_key=s3_secret_access_key,
-            s3_endpoint=s3_endpoint,
-            s3_config_path=s3_config_path,
-            s3_region_name=s3_region_name,
+    if remote_options is not None or any(v is not None for v in s3):
+        remote = _remote_options(
+            remote_options, s3_access_key_id=s3_access_key_id, s3_secret_access_key=s3_secret_access_key,
+            s3_endpoint=s3_endpoint, s3_config_path=s3_config_path, s3_region_name=s3_region_name,
             force_http=force_http,
         )
+        source = _native.NativeSource(uri, remote)
     report = _native.convert_file(
         source,
         os.fspath(dst),

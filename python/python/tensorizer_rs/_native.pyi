@@ -4,6 +4,7 @@ import pickle
 import struct
 from collections.abc import Callable, Sequence
 from os import PathLike
+from pathlib import Path
 from typing import Any, Literal, final
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "ARENA_BYTES",
     "ArenaPlan",
     "NativeSource",
+    "RemoteOptions",
     "upload",
     "location_scheme",
     "ObjectChangedError",
@@ -96,37 +98,18 @@ def random_bytes(n: int) -> bytes: ...
 def upload(
     path: str | PathLike[str],
     uri: str | PathLike[str],
+    options: RemoteOptions | None = None,
     *,
-    s3_access_key_id: str | None = None,
-    s3_secret_access_key: str | None = None,
-    s3_endpoint: str | None = None,
-    s3_config_path: str | PathLike[str] | None = None,
-    s3_region_name: str | None = None,
-    force_http: bool | None = None,
-    cacert: str | PathLike[str] | None = None,
-    capath: str | PathLike[str] | None = None,
-    allow_untrusted: bool = False,
     overwrite: bool = True,
 ) -> None: ...
 def location_scheme(uri: str | PathLike[str]) -> str: ...
 def file_frozen(path: str | PathLike[str]) -> str | None: ...
 def s3cfg_values(text: str) -> tuple[bool, str | None, str | None, str | None, bool | None]: ...
-def s3_presign(
-    uri: str,
-    expires: int,
-    *,
-    s3_access_key_id: str | None = None,
-    s3_secret_access_key: str | None = None,
-    s3_endpoint: str | None = None,
-    s3_config_path: str | PathLike[str] | None = None,
-    s3_region_name: str | None = None,
-    force_http: bool | None = None,
-) -> str: ...
+def s3_presign(uri: str, expires: int, options: RemoteOptions | None = None) -> str: ...
 @final
-class NativeSource:
+class RemoteOptions:
     def __new__(
         cls,
-        uri: str | PathLike[str],
         *,
         s3_access_key_id: str | None = None,
         s3_secret_access_key: str | None = None,
@@ -137,7 +120,31 @@ class NativeSource:
         cacert: str | PathLike[str] | None = None,
         capath: str | PathLike[str] | None = None,
         allow_untrusted: bool = False,
-    ) -> NativeSource: ...
+    ) -> RemoteOptions: ...
+    @property
+    def s3_access_key_id(self) -> str | None: ...
+    @property
+    def s3_secret_access_key(self) -> str | None: ...
+    @property
+    def s3_endpoint(self) -> str | None: ...
+    @property
+    def s3_config_path(self) -> Path | None: ...
+    @property
+    def s3_region_name(self) -> str | None: ...
+    @property
+    def force_http(self) -> bool | None: ...
+    @property
+    def cacert(self) -> Path | None: ...
+    @property
+    def capath(self) -> Path | None: ...
+    @property
+    def allow_untrusted(self) -> bool: ...
+    def with_endpoint(self, s3_endpoint: str | None, force_http: bool | None) -> RemoteOptions: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+@final
+class NativeSource:
+    def __new__(cls, uri: str | PathLike[str], options: RemoteOptions | None = None) -> NativeSource: ...
     def __len__(self) -> int: ...
     def size(self) -> int: ...
     def name(self) -> str: ...

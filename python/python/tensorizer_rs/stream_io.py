@@ -26,7 +26,16 @@ import numpy as np
 
 from . import _args, _native
 
-__all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo", "RemoteStream", "RemoteUpload", "S3Upload"]
+__all__ = [
+    "open_stream",
+    "CURLStreamFile",
+    "RedisStreamFile",
+    "CAInfo",
+    "RemoteOptions",
+    "RemoteStream",
+    "RemoteUpload",
+    "S3Upload",
+]
 
 # Object stores that streams opened for writing upload to on close.
 _UPLOADED = ("s3", "gs", "az")
@@ -82,24 +91,6 @@ def _bounds_stream(begin: object, end: object) -> bool:
         return False
     start = begin or 0
     return isinstance(start, int) and 0 <= start < end
-
-
-def _s3_kwargs(
-    s3_access_key_id: str | None,
-    s3_secret_access_key: str | None,
-    s3_endpoint: str | None,
-    s3_config_path: str | os.PathLike[str] | None,
-    s3_region_name: str | None,
-    force_http: bool | None,
-) -> dict[str, Any]:
-    return {
-        "s3_access_key_id": s3_access_key_id,
-        "s3_secret_access_key": s3_secret_access_key,
-        "s3_endpoint": s3_endpoint,
-        "s3_config_path": os.fspath(s3_config_path) if s3_config_path is not None else None,
-        "s3_region_name": s3_region_name,
-        "force_http": force_http,
-    }
 
 
 class RemoteStream(io.RawIOBase):
@@ -277,24 +268,56 @@ class CAInfo:
         return isinstance(other, CAInfo) and self._curl_flags == other._curl_flags
 
 
-def _tls_kwargs(certificate_handling: Optional[CAInfo]) -> dict[str, Any]:
-    """The native sources' TLS arguments for ``certificate_handling`` (none
-    for ``None``: the environment and the system's CAs decide)."""
-    if certificate_handling is None:
-        return {}
-    if not isinstance(certificate_handling, CAInfo):
+#: S3 and TLS settings for remote objects, one typed, frozen class (native).
+RemoteOptions = _native.RemoteOptions
+
+
+def _remote_options(
+    options: Optional[RemoteOptions] = None,
+    *,
+    s3_access_key_id: Optional[str] = None,
+    s3_secret_access_key: Optional[str] = None,
+    s3_endpoint: Optional[str] = None,
+    s3_config_path: Union[str, "os.PathLike[str]", None] = None,
+    s3_region_name: Optional[str] = None,
+    force_http: Optional[bool] = None,
+    certificate_handling: Optional[CAInfo] = None,
+) -> RemoteOptions:
+    """The one conversion of tensorizer's keyword arguments (the ``s3_*``
+    ones, ``force_http``, ``certificate_handling``) into a
+    :class:`RemoteOptions`; ``options``, if given, is used as it is, and
+    may not be combined with them."""
+    loose = (s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http)
+    if certificate_handling is not None and not isinstance(certificate_handling, CAInfo):
         raise TypeError(
             "certificate_handling must either be None"
             " (for cURL's default SSL certificate verification),"
             " or a CAInfo object,"
             f" not {certificate_handling.__class__.__name__}"
         )
-    flags = certificate_handling.curl_flags
-    if flags[0] == "--cacert":
-        return {"cacert": flags[1]}
-    if flags[0] == "--capath":
-        return {"capath": flags[1]}
-    return {"allow_untrusted": True}
+    if options is not None:
+        if not isinstance(options, RemoteOptions):
+            raise TypeError(f"remote_options must be a RemoteOptions or None, not {type(options).__name__}")
+        if certificate_handling is not None or any(v is not None for v in loose):
+            raise ValueError(
+                "pass either remote_options or the s3_* / force_http / certificate_handling arguments, not both"
+            )
+        return options
+    trust: dict[str, Any] = {}
+    if certificate_handling is not None:
+        flag, *value = certificate_handling.curl_flags
+        trust = {"cacert": value[0]} if flag == "--cacert" else {"capath": value[0]} if flag == "--capath" else {
+            "allow_untrusted": True
+        }
+    return RemoteOptions(
+        s3_access_key_id=s3_access_key_id,
+        s3_secret_access_key=s3_secret_access_key,
+        s3_endpoint=s3_endpoint,
+        s3_config_path=os.fspath(s3_config_path) if s3_config_path is not None else None,
+        s3_region_name=s3_region_name,
+        force_http=force_http,
+        **trust,
+    )
 
 
 class CURLStreamFile(RemoteStream):
@@ -312,11 +335,33 @@ class CURLStreamFile(RemoteStream):
         buffer_size: Optional[int] = None,
         certificate_handling: Optional[CAInfo] = None,
     ) -> None:
+        self._open(uri, begin, end, headers, buffer_size, certificate_handling, None)
+
+    @classmethod
+    def _with(
+        cls, uri: str, begin: int | None, end: int | None, buffer_size: int | None, remote: RemoteOptions
+    ) -> CURLStreamFile:
+        """A stream reaching `uri` as `remote` says (``open_stream``'s
+        ``remote_options``; tensorizer's signature has no place for it)."""
+        self = cls.__new__(cls)
+        self._open(uri, begin, end, None, buffer_size, None, remote)
+        return self
+
+    def _open(
+        self,
+        uri: str,
+        begin: int | None,
+        end: int | None,
+        headers: Optional[dict[str, Any]],
+        buffer_size: int | None,
+        certificate_handling: Optional[CAInfo],
+        remote_options: RemoteOptions | None,
+    ) -> None:
         begin, end = _curl_range(begin, end)
         if buffer_size is not None and not isinstance(buffer_size, int):
             # tensorizer hands it to the pipe's buffer (TypeError there).
             raise TypeError(f"buffer_size must be an int or None, not {type(buffer_size).__name__}")
-        tls = _tls_kwargs(certificate_handling)
+        remote = _remote_options(remote_options, certificate_handling=certificate_handling)
         if headers is not None and list(headers.items()):  # AttributeError for a non-mapping, as tensorizer
             raise NotImplementedError("custom request headers are not supported by tensorizer_rs")
         if not isinstance(uri, (str, bytes, os.PathLike)):
@@ -327,7 +372,7 @@ class CURLStreamFile(RemoteStream):
             raise _failed_to_open(OSError(f"{uri!r} is not an http(s):// URL"))
         self._uri = uri
         started = time.monotonic()
-        source = _open_remote(uri, **tls)
+        source = _open_remote(uri, remote)
         super().__init__(source, begin, end)
         self.setup_latency = time.monotonic() - started
         self.popen_latencies: list[float] = [self.setup_latency]
@@ -490,11 +535,11 @@ def _s3_download_url(
     _check_signature(s3_signature_version)
     now = int(time.time())
     expiry = now - now % _SIG_GRANULARITY + 2 * _SIG_GRANULARITY
-    return _native.s3_presign(
-        path_uri,
-        expiry - now,
-        **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
+    remote = _remote_options(
+        s3_access_key_id=s3_access_key_id, s3_secret_access_key=s3_secret_access_key, s3_endpoint=s3_endpoint,
+        s3_region_name=s3_region_name, force_http=_verbatim(s3_endpoint),
     )
+    return _native.s3_presign(path_uri, expiry - now, remote)
 
 
 def _failed_to_open(err: OSError) -> OSError:
@@ -508,10 +553,10 @@ def _failed_to_open(err: OSError) -> OSError:
     return again
 
 
-def _open_remote(path: str, **kwargs: Any) -> _native.NativeSource:
+def _open_remote(path: str, remote: RemoteOptions | None = None) -> _native.NativeSource:
     """Opens a remote source; failures read as tensorizer's do."""
     try:
-        return _native.NativeSource(path, **kwargs)
+        return _native.NativeSource(path, remote)
     except OSError as err:
         raise _failed_to_open(err) from err
 
@@ -538,16 +583,22 @@ def s3_download(
     begin: Optional[int] = None,
     end: Optional[int] = None,
     certificate_handling: Optional[CAInfo] = None,
+    *,
+    remote_options: Optional[RemoteOptions] = None,
 ) -> CURLStreamFile:
     """A readable stream over ``s3://bucket/key`` (SigV4-signed native
-    range requests), bounded by ``begin``/``end`` (exclusive)."""
+    range requests), bounded by ``begin``/``end`` (exclusive). The S3 and
+    TLS settings: the arguments, or ``remote_options`` instead."""
     _check_range(begin, end)
     _check_signature(s3_signature_version)
-    source = _native.NativeSource(
-        path_uri,
-        **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
-        **_tls_kwargs(certificate_handling),
+    if remote_options is not None and s3_endpoint == default_s3_read_endpoint:
+        s3_endpoint = None  # left at its default: remote_options says
+    remote = _remote_options(
+        remote_options, s3_access_key_id=s3_access_key_id, s3_secret_access_key=s3_secret_access_key,
+        s3_endpoint=s3_endpoint, s3_region_name=s3_region_name, force_http=_verbatim(s3_endpoint),
+        certificate_handling=certificate_handling,
     )
+    source = _native.NativeSource(path_uri, remote)
     return CURLStreamFile._over(source, begin, end)
 
 
@@ -559,9 +610,12 @@ def s3_upload(
     s3_endpoint: Optional[str] = default_s3_write_endpoint,
     s3_region_name: Optional[str] = None,
     s3_signature_version: Optional[str] = None,
+    *,
+    remote_options: Optional[RemoteOptions] = None,
 ) -> None:
     """Uploads the local file ``path`` to ``s3://bucket/key``: one PUT or a
-    multipart upload aborted on any error."""
+    multipart upload aborted on any error. The S3 and TLS settings: the
+    arguments, or ``remote_options`` instead."""
     _check_signature(s3_signature_version)
     try:
         is_s3 = _native.location_scheme(target_uri) == "s3"
@@ -569,11 +623,13 @@ def s3_upload(
         is_s3 = False
     if not is_s3:
         raise ValueError(f"{target_uri}: not an s3:// URI")
-    _native.upload(
-        path,
-        target_uri,
-        **_s3_kwargs(s3_access_key_id, s3_secret_access_key, s3_endpoint, None, s3_region_name, _verbatim(s3_endpoint)),
+    if remote_options is not None and s3_endpoint == default_s3_write_endpoint:
+        s3_endpoint = None  # left at its default: remote_options says
+    remote = _remote_options(
+        remote_options, s3_access_key_id=s3_access_key_id, s3_secret_access_key=s3_secret_access_key,
+        s3_endpoint=s3_endpoint, s3_region_name=s3_region_name, force_http=_verbatim(s3_endpoint),
     )
+    _native.upload(path, target_uri, remote)
 
 
 class RemoteUpload(io.FileIO):
@@ -588,13 +644,13 @@ class RemoteUpload(io.FileIO):
     existing object under the key as it was. If the upload fails, nothing
     is visible under the key and ``close`` raises."""
 
-    def __init__(self, uri: str, mode: str, s3: dict[str, Any]) -> None:
+    def __init__(self, uri: str, mode: str, remote: RemoteOptions) -> None:
         self._discarded = True  # until fully opened: a half-built stream uploads nothing
         fd, path = tempfile.mkstemp(prefix="tensorizer-rs-", suffix=".upload")
         os.close(fd)
         super().__init__(path, "r+b")
         self._uri = uri
-        self._s3 = s3
+        self._remote = remote
         self._temp_path = path
         self._discarded = False
 
@@ -618,7 +674,7 @@ class RemoteUpload(io.FileIO):
         try:
             super().close()
             if not self._discarded:
-                _native.upload(self._temp_path, self._uri, **self._s3)
+                _native.upload(self._temp_path, self._uri, self._remote)
         finally:
             with contextlib.suppress(OSError, AttributeError):
                 os.unlink(self._temp_path)
@@ -654,6 +710,7 @@ def open_stream(
     s3_region_name: str | None = None,
     s3_signature_version: str | None = None,
     certificate_handling: Optional[CAInfo] = None,
+    remote_options: Optional[RemoteOptions] = None,
 ) -> IO[bytes] | RemoteStream:
     """Opens a local path or a remote URI like tensorizer's ``open_stream``.
 
@@ -675,6 +732,9 @@ def open_stream(
     :class:`CAInfo`) says which CAs ``https://`` and S3 servers must be
     signed by, for S3 uploads too (tensorizer's uploads ignore it); ``None``
     leaves it to the CA variables of the environment and the system's CAs.
+    ``remote_options`` (a :class:`RemoteOptions`) gives the S3 and TLS
+    settings in one object instead of the ``s3_*``, ``force_http`` and
+    ``certificate_handling`` arguments.
     """
     if isinstance(path_uri, os.PathLike):
         path, scheme = os.fspath(path_uri), "file"
@@ -688,20 +748,21 @@ def open_stream(
     if scheme != "file":
         if s3_signature_version not in (None, "s3v4", "v4"):
             raise ValueError(f"unsupported S3 signature version {s3_signature_version!r}: only SigV4 is implemented")
-        if scheme == "s3" and s3_endpoint:
+        # The TLS trust applies to reads and, unlike tensorizer's boto3
+        # uploads, to writes too.
+        remote = _remote_options(
+            remote_options, s3_access_key_id=s3_access_key_id, s3_secret_access_key=s3_secret_access_key,
+            s3_endpoint=s3_endpoint, s3_config_path=s3_config_path, s3_region_name=s3_region_name,
+            force_http=force_http, certificate_handling=certificate_handling,
+        )
+        if scheme == "s3" and remote.s3_endpoint:
             # tensorizer's scheme rule, through the patchable module name; an
             # endpoint it lets through as http:// is then used as given.
-            s3_endpoint = _enforce_scheme(s3_endpoint, False, bool(force_http))
-            if s3_endpoint.lower().startswith("http://"):
-                force_http = True
-        s3 = _s3_kwargs(
-            s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_region_name, force_http
-        )
-        if scheme in _UPLOADED:
-            # Reads and, unlike tensorizer's boto3 uploads, writes too.
-            s3.update(_tls_kwargs(certificate_handling))
+            endpoint = _enforce_scheme(remote.s3_endpoint, False, bool(remote.force_http))
+            forced = True if endpoint.lower().startswith("http://") else remote.force_http
+            remote = remote.with_endpoint(endpoint, forced)
         if scheme in _UPLOADED and normalized in ("bw", "ab", "+bw", "+ab"):
-            return S3Upload(path, mode, s3) if scheme == "s3" else RemoteUpload(path, mode, s3)
+            return S3Upload(path, mode, remote) if scheme == "s3" else RemoteUpload(path, mode, remote)
         if normalized != "br":
             if scheme in _UPLOADED:
                 raise ValueError(
@@ -711,12 +772,10 @@ def open_stream(
             raise ValueError(f'Only the mode "rb" is valid when opening {label}:// streams.')
         if scheme in _UPLOADED:
             _check_range(begin, end)
-            return CURLStreamFile._over(_open_remote(path, **s3), begin, end)
+            return CURLStreamFile._over(_open_remote(path, remote), begin, end)
         if scheme in ("redis", "redis+cluster"):
             return RedisStreamFile(path, begin=begin, end=end, buffer_size=buffer_size)
-        return CURLStreamFile(
-            path, begin=begin, end=end, buffer_size=buffer_size, certificate_handling=certificate_handling
-        )
+        return CURLStreamFile._with(path, begin, end, buffer_size, remote)
     if "b" not in mode:
         raise ValueError("Only binary modes are supported")
     if any(c in mode for c in "wax"):
