@@ -11,7 +11,8 @@ use tensorizer_core::FileHeader;
 
 use super::cluster::{MAX_REDIRECTS, NodeFault, expect_ok};
 use super::cluster_read::node_error;
-use super::resp::{Conn, Fault, Reply};
+use super::fault::Fault;
+use super::resp::{Conn, Reply};
 use super::slots::{Node, Redirect};
 use super::{PIPELINE, RedisTarget, fault_error};
 use crate::error::{Error, Result, StoreErrorKind};
