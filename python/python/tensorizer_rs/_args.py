@@ -1,8 +1,9 @@
 """Arguments as tensorizer 2.12.1 takes them: one place for how a value of
 a public parameter is read and for the classes its refusals raise.
 
-tensorizer tests flags for truth, counts with ``itertools.islice``, paths
-with ``open``, and often fails on a wrong type by duck typing (an
+tensorizer tests flags for truth (``TensorDeserializer``'s are decided
+natively, in ``_native.DeserializerOptions``), counts with
+``itertools.islice``, paths with ``open``, and often fails on a wrong type by duck typing (an
 ``AttributeError`` from ``None.write``, a ``struct.error`` from packing).
 Our refusals say what is wrong, and their classes derive from the class
 tensorizer raises for the same value, so code written against tensorizer
@@ -39,12 +40,6 @@ class SidecarMismatchError(pickle.UnpicklingError, KeyError, IndexError):
     ``KeyError`` or ``IndexError``)."""
 
     __str__ = BaseException.__str__  # a message, not KeyError's quoted key
-
-
-def flag(value: object) -> bool:
-    """A yes/no option as tensorizer tests it: for truth (``None``, ``0``
-    and ``numpy.False_`` are no)."""
-    return bool(value)
 
 
 def count(value: Any) -> int:
