@@ -50,6 +50,7 @@ __all__ = [
     "carve_offsets",
     "dtype_torch_name",
     "dtype_string_for",
+    "safetensors_dtype_name",
     "load_arenas",
     "convert_file",
     "ConversionReport",
