@@ -18,6 +18,7 @@ pub mod layout;
 pub mod path;
 pub mod read;
 mod registry;
+pub mod report;
 pub mod safetensors;
 pub mod scan;
 pub mod sniff;

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::dtype::ElementType;
 use crate::error::Result;
 pub use crate::layout::MAX_SAFETENSORS_HEADER;
-use crate::scan::{Finding, Findings, RuleId, read_vec};
+use crate::scan::{Finding, Findings, RuleId, Severity, read_vec};
 pub use crate::sniff::SAFETENSORS_PREFIX_LEN as PREFIX_LEN;
 use crate::source::RandomAccess;
 
@@ -165,6 +165,59 @@ impl Header {
     pub fn data_start(&self) -> u64 {
         PREFIX_LEN + self.header_len
     }
+
+    /// The first finding (by offset, then rule) whose rule `refuses`
+    /// holds: what a host that reads the header with that policy reports
+    /// instead of the entries. `None` when it may use them.
+    pub fn refusal(&self, refuses: fn(RuleId) -> bool) -> Option<&Finding> {
+        self.findings.iter().filter(|f| refuses(f.rule)).min_by_key(|f| (f.offset, f.rule))
+    }
+}
+
+/// What a loader refuses (safetensors' own `deserialize`, and our
+/// converter): every error-severity rule, plus bytes no tensor covers
+/// (gaps and trailing bytes). A misaligned header or tensor and a
+/// `__metadata__` of non-strings are tolerated.
+pub fn loader_refuses(rule: RuleId) -> bool {
+    rule.severity() == Severity::Error || matches!(rule, RuleId::StGap | RuleId::StTrailing)
+}
+
+/// What stops a header from being summarized tensor by tensor (an
+/// inspector's policy): a header that is not JSON, an entry without a
+/// dtype, shape or offsets, a dtype without a size, a range that is
+/// reversed, past the end of the file or not the size its shape gives.
+/// Overlaps, gaps, repeated names and the rest are shown, not refused.
+pub fn summary_refuses(rule: RuleId) -> bool {
+    matches!(
+        rule,
+        RuleId::StHeaderLimit
+            | RuleId::StHeaderJson
+            | RuleId::StEntry
+            | RuleId::StUnknownDtype
+            | RuleId::StReversed
+            | RuleId::StPastEnd
+            | RuleId::StSizeMismatch
+    )
+}
+
+/// The header length a file of `file_len` bytes starting with `prefix`
+/// declares (its first [`PREFIX_LEN`] bytes), or the [`RuleId::StHeaderLimit`]
+/// finding that refuses it: a file too short to hold the length, a length
+/// over [`MAX_SAFETENSORS_HEADER`] or past the end of the file.
+pub fn header_len(prefix: &[u8], file_len: u64) -> core::result::Result<u64, Finding> {
+    let Some(n) = prefix.get(..PREFIX_LEN as usize).and_then(|b| <[u8; 8]>::try_from(b).ok()) else {
+        let m = format!("the file is {file_len} bytes long, shorter than the {PREFIX_LEN}-byte header length");
+        return Err(Finding::new(RuleId::StHeaderLimit, Some(0), m).spanning(file_len));
+    };
+    let n = u64::from_le_bytes(n);
+    let why = if n > MAX_SAFETENSORS_HEADER {
+        format!("above the limit of {MAX_SAFETENSORS_HEADER}")
+    } else if PREFIX_LEN.checked_add(n).is_none_or(|end| end > file_len) {
+        format!("beyond the end of the {file_len}-byte file")
+    } else {
+        return Ok(n);
+    };
+    Err(Finding::new(RuleId::StHeaderLimit, Some(0), format!("the header length {n} is {why}")).spanning(PREFIX_LEN))
 }
 
 /// One top-level member of the JSON object: the key's and the value's
@@ -451,16 +504,8 @@ fn ranges(h: &mut Header, file_len: u64) {
 /// `None` when the header is over the limit or past the end of the file.
 pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, header_len: u64, findings: &mut Findings) -> Result<Option<Header>> {
     let len = src.len();
-    if header_len > MAX_SAFETENSORS_HEADER || PREFIX_LEN.saturating_add(header_len) > len {
-        let m = format!(
-            "the header length {header_len} is {}",
-            if header_len > MAX_SAFETENSORS_HEADER {
-                format!("above the limit of {MAX_SAFETENSORS_HEADER}")
-            } else {
-                format!("beyond the end of the {len}-byte file")
-            }
-        );
-        findings.push(Finding::new(RuleId::StHeaderLimit, Some(0), m).spanning(PREFIX_LEN));
+    if let Err(f) = self::header_len(&header_len.to_le_bytes(), len) {
+        findings.push(f);
         return Ok(None);
     }
     let json = read_vec(src, PREFIX_LEN, header_len, "the safetensors header")?;
@@ -543,6 +588,39 @@ mod tests {
         assert_eq!(rules("{}", 0), [RuleId::StMisaligned]);
         let huge = t(r#""a":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}"#);
         assert_eq!(rules(&huge, 0), [RuleId::StPastEnd]);
+    }
+
+    #[test]
+    fn the_header_length_is_checked_once() {
+        assert_eq!(header_len(&8u64.to_le_bytes(), 16), Ok(8));
+        for (prefix, len, why) in [
+            (&[1u8, 0][..], 2, "shorter than"),
+            (&9u64.to_le_bytes()[..], 16, "beyond the end of the 16-byte file"),
+            (&u64::MAX.to_le_bytes()[..], u64::MAX, "above the limit"),
+        ] {
+            let f = header_len(prefix, len).unwrap_err();
+            assert_eq!((f.rule, f.offset), (RuleId::StHeaderLimit, Some(0)));
+            assert!(f.message.contains(why), "{}", f.message);
+        }
+    }
+
+    #[test]
+    fn each_policy_refuses_its_rules_first_by_offset() {
+        let header = |json: &str, data: usize| {
+            let f = file(json, data);
+            parse(&f[8..8 + json.len()], f.len() as u64)
+        };
+        // A gap (and a misaligned header): a loader refuses, a summary shows.
+        let h = header(r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#, 2);
+        assert_eq!(h.refusal(loader_refuses).map(|f| f.rule), Some(RuleId::StGap));
+        assert!(h.refusal(summary_refuses).is_none());
+        // The unknown dtype comes first in the file, before the gap's data.
+        let h = header(r#"{"b":{"dtype":"X9","shape":[1],"data_offsets":[1,2]}}"#, 2);
+        assert_eq!(h.refusal(loader_refuses).map(|f| f.rule), Some(RuleId::StUnknownDtype));
+        assert_eq!(h.refusal(summary_refuses).map(|f| f.rule), Some(RuleId::StUnknownDtype));
+        let h = header(r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#, 2);
+        assert_eq!(h.findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [RuleId::StMisaligned]);
+        assert!(h.refusal(loader_refuses).is_none() && h.refusal(summary_refuses).is_none());
     }
 
     #[test]

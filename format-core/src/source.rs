@@ -1,7 +1,12 @@
 //! The one thing a scan needs from its host: positioned reads of a byte
-//! source of known length. The WASI validator reads a preopened file, tests
-//! read a byte slice ([`SliceSource`]), `tzr` reads local files and object
-//! stores; each implements [`RandomAccess`].
+//! source of known length ([`RandomAccess`], the one synchronous
+//! positioned-read trait). The WASI validator reads a preopened file, tests
+//! read a byte slice ([`SliceSource`]), `tzr` and the Python package read
+//! local files and object stores (host-native's concurrent `RangeSource`,
+//! through its `Positioned` adapter). A browser page cannot block on a
+//! read, so its inspector has an asynchronous twin (`AsyncSource` in
+//! host-wasm) with the same [`ReadError`] and the checks below
+//! ([`span`], [`check_read`]).
 
 use alloc::string::String;
 use core::fmt;
@@ -22,6 +27,27 @@ impl fmt::Display for ReadError {
 }
 
 impl core::error::Error for ReadError {}
+
+/// The end of the `len` bytes at `offset` of a source of `total` bytes,
+/// or the error a read of them is: every source's bounds check.
+pub fn span(offset: u64, len: usize, total: u64) -> Result<u64, ReadError> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= total => Ok(end),
+        Some(_) => Err(ReadError { offset, message: "unexpected end of input".into() }),
+        None => Err(ReadError { offset, message: "offset overflows".into() }),
+    }
+}
+
+/// Checks that a read of `want` bytes at `offset` returned `got` bytes
+/// (sources that hand back a buffer of their own: a network response, a
+/// browser `ArrayBuffer`).
+pub fn check_read(offset: u64, want: usize, got: usize) -> Result<(), ReadError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(ReadError { offset, message: alloc::format!("asked for {want} bytes, got {got}") })
+    }
+}
 
 /// A byte source read at arbitrary offsets.
 pub trait RandomAccess {
@@ -57,10 +83,9 @@ impl RandomAccess for SliceSource<'_> {
     }
 
     fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), ReadError> {
-        let short = || ReadError { offset, message: "unexpected end of input".into() };
-        let start = usize::try_from(offset).map_err(|_| short())?;
-        let end = start.checked_add(buf.len()).ok_or_else(short)?;
-        buf.copy_from_slice(self.bytes.get(start..end).ok_or_else(short)?);
+        let end = span(offset, buf.len(), self.len())?;
+        // Both fit: `end` is at most the slice's length.
+        buf.copy_from_slice(&self.bytes[offset as usize..end as usize]);
         Ok(())
     }
 }
@@ -76,7 +101,9 @@ mod tests {
         s.read_exact_at(2, &mut buf).unwrap();
         assert_eq!(&buf, b"cde");
         assert!(s.read_exact_at(4, &mut buf).is_err());
-        assert!(s.read_exact_at(u64::MAX, &mut buf).is_err());
+        assert_eq!(s.read_exact_at(u64::MAX, &mut buf).unwrap_err().message, "offset overflows");
         assert_eq!(s.len(), 6);
+        assert_eq!(span(3, 3, 6), Ok(6));
+        assert!(check_read(0, 3, 2).unwrap_err().message.contains("asked for 3 bytes, got 2"));
     }
 }

@@ -386,10 +386,14 @@ impl TransferLimits {
 }
 
 /// A [`RangeSource`] read through the core's positioned-read trait
-/// ([`tensorizer_core::RandomAccess`]), for the core's scanner.
-pub struct Positioned<'a>(pub &'a dyn RangeSource);
+/// ([`tensorizer_core::RandomAccess`]), for the core's scanner and
+/// fingerprints. [`RangeSource`] is the concurrent form of that trait
+/// (`&self`, `Send + Sync`, this crate's errors): the parallel reader calls
+/// it from many threads at once, which the core's `&mut self` reads cannot
+/// express; this adapter is the one bridge from it to the core.
+pub struct Positioned<'a, S: RangeSource + ?Sized = dyn RangeSource>(pub &'a S);
 
-impl tensorizer_core::RandomAccess for Positioned<'_> {
+impl<S: RangeSource + ?Sized> tensorizer_core::RandomAccess for Positioned<'_, S> {
     fn len(&self) -> u64 {
         self.0.len()
     }

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use tensorizer_core::MetadataEntry;
 use tensorizer_core::scan::{Finding, Findings, Format, RuleId, Scan};
 use tensorizer_core::totals::{Totals, top_module_of_name};
-use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
 
 use crate::error::ValidateError;
 
@@ -215,35 +215,36 @@ pub struct DtypeTotal {
     pub data_bytes: u64,
 }
 
-/// One tensor, as the metadata index describes it.
-#[derive(Debug, Clone, Serialize)]
+/// One tensor: the core's row ([`tensorizer_core::report::TensorRow`],
+/// the fields every inspector shows, read through `Deref`) and, after
+/// `--verify`, how it fared. Serialized as one object: the row's members
+/// in the core's order, then `verification`.
+#[derive(Debug, Clone)]
 pub struct TensorRow {
-    /// Position in the file.
-    pub index: usize,
-    /// The name as text (structured paths as `a.b[0]`).
-    pub name: String,
-    /// The path components: strings (keys) and integers (indices).
-    pub path: Vec<serde_json::Value>,
-    /// `PARAM`, `BUFFER` or `STATE_DICT`.
-    pub tensor_type: String,
-    /// torch's name for the dtype (`float32`, `bfloat16`, ...).
-    pub dtype: String,
-    /// The dtype string exactly as stored.
-    pub dtype_string: String,
-    /// The shape.
-    pub shape: Vec<u64>,
-    /// In-memory size: item size × elements.
-    pub bytes: u64,
-    /// Stored data bytes (0 for meta tensors).
-    pub data_length: u64,
-    /// Whether it is a meta tensor (elements but no stored data).
-    pub meta: bool,
-    /// Absolute offset of the tensor header.
-    pub header_offset: u64,
-    /// Absolute offset of the data.
-    pub data_offset: u64,
+    /// What the metadata index says of the tensor.
+    pub row: tensorizer_core::report::TensorRow,
     /// This tensor's verification; `null` without `--verify`.
     pub verification: Option<TensorVerification>,
+}
+
+impl std::ops::Deref for TensorRow {
+    type Target = tensorizer_core::report::TensorRow;
+    fn deref(&self) -> &Self::Target {
+        &self.row
+    }
+}
+
+impl Serialize for TensorRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let members = self.row.members();
+        let mut m = s.serialize_map(Some(members.len() + 1))?;
+        for (k, v) in &members {
+            m.serialize_entry(k, v)?;
+        }
+        m.serialize_entry("verification", &self.verification)?;
+        m.end()
+    }
 }
 
 /// How one tensor fared under `--verify`.
@@ -287,31 +288,7 @@ pub struct VerifySummary {
 
 /// The row for a metadata entry (no verification yet).
 pub fn row(index: usize, e: &MetadataEntry) -> TensorRow {
-    let path = match &e.path {
-        TensorPath::Plain(s) => vec![serde_json::Value::from(s.clone())],
-        TensorPath::Structured(c) => c
-            .iter()
-            .map(|p| match p {
-                PathComponent::Key(k) => serde_json::Value::from(k.clone()),
-                PathComponent::Index(i) => serde_json::Value::from(*i),
-            })
-            .collect(),
-    };
-    TensorRow {
-        index,
-        name: e.path.to_string(),
-        path,
-        tensor_type: e.tensor_type.to_string(),
-        dtype: e.dtype.to_string(),
-        dtype_string: e.dtype.as_str().to_string(),
-        shape: e.shape.clone(),
-        bytes: e.nbytes(),
-        data_length: e.data_length,
-        meta: e.is_meta(),
-        header_offset: e.header_offset,
-        data_offset: e.data_offset,
-        verification: None,
-    }
+    TensorRow { row: tensorizer_core::report::TensorRow::of(index, e), verification: None }
 }
 
 /// The JSON document printed instead of a report when the file could not

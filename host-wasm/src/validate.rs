@@ -125,31 +125,27 @@ impl Inspection {
 
     /// The report for this file, without verification.
     pub fn report(&self, file: &str) -> Report {
-        let mut totals = tensorizer_core::totals::Totals::new();
-        for e in &self.metadata.entries {
-            let module = tensorizer_core::totals::top_module(&e.path);
-            totals.add(&module, &e.dtype.to_string(), &e.shape, e.nbytes(), e.data_length);
-        }
-        let by_dtype = dtype_totals(&totals);
-        let h = &self.header;
+        let entries = &self.metadata.entries;
+        let by_dtype = dtype_totals(&tensorizer_core::report::totals(entries));
+        let h = tensorizer_core::report::HeaderSummary::of(&self.header, entries.len(), self.file_len);
         Report {
             report_version: REPORT_VERSION,
             file: file.to_string(),
             format: tensorizer_core::Format::Tensorizer.as_str(),
-            file_bytes: self.file_len,
-            data_version: Some(h.version),
-            feature_flags: Some(h.flags),
-            encrypted: Some(h.has_crypt_info()),
-            versioned_headers: Some(h.versioned_headers()),
+            file_bytes: h.file_bytes,
+            data_version: Some(h.data_version),
+            feature_flags: Some(h.feature_flags),
+            encrypted: Some(h.encrypted),
+            versioned_headers: Some(h.versioned_headers),
             valid: true,
-            tensors: self.metadata.entries.len() as u64,
+            tensors: h.tensor_count,
             findings: Vec::new(),
             errors: Vec::new(),
-            tensor_count: self.metadata.entries.len() as u64,
-            data_bytes: h.tensor_size,
-            metadata_index_bytes: Some(h.metadata_len),
+            tensor_count: h.tensor_count,
+            data_bytes: h.data_bytes,
+            metadata_index_bytes: Some(h.metadata_index_bytes),
             by_dtype,
-            tensor_rows: self.metadata.entries.iter().enumerate().map(|(i, e)| row(i, e)).collect(),
+            tensor_rows: entries.iter().enumerate().map(|(i, e)| row(i, e)).collect(),
             verification: None,
         }
     }

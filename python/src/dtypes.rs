@@ -34,8 +34,16 @@ fn dtype_string_for(name: &str) -> Option<String> {
     ElementType::from_torch_name(name).map(|e| Dtype::from_element(e).as_str().to_owned())
 }
 
+/// safetensors' name for the torch dtype named `name` (with or without
+/// `torch.`), from the core's table; `None` when safetensors has none.
+#[pyfunction]
+fn safetensors_dtype_name(name: &str) -> Option<&'static str> {
+    ElementType::from_torch_name(name).and_then(tensorizer_core::safetensors::name_of)
+}
+
 /// Adds the dtype functions to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtype_torch_name, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors_dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_string_for, m)?)
 }

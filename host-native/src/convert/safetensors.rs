@@ -1,10 +1,10 @@
 //! safetensors files: dtype names, flat names, reading the header over any
-//! [`RangeSource`], and conversion to and from tensorizer files (streaming,
-//! through [`crate::convert`]).
+//! [`RangeSource`] (parsed by the core, [`tensorizer_core::safetensors`]),
+//! and conversion to and from tensorizer files (streaming, through
+//! [`crate::convert`]).
 
-use std::collections::HashSet;
-
-use serde_json::Value;
+use tensorizer_core::safetensors::{self as st, PREFIX_LEN, loader_refuses};
+use tensorizer_core::scan::Finding;
 use tensorizer_core::{Dtype, ElementType, TensorPath};
 
 use crate::error::{Error, Result};
@@ -38,36 +38,6 @@ pub fn swap_bytes(data: &mut [u8], unit: usize) {
     }
 }
 
-/// The members of a safetensors JSON header in file order, refusing a
-/// repeated key (a plain map would keep one silently).
-fn header_entries(raw: &[u8]) -> serde_json::Result<Vec<(String, Value)>> {
-    struct Members(Vec<(String, Value)>);
-    impl<'de> serde::Deserialize<'de> for Members {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-            struct Visit;
-            impl<'de> serde::de::Visitor<'de> for Visit {
-                type Value = Members;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Members, A::Error> {
-                    let mut seen = HashSet::new();
-                    let mut out = Vec::new();
-                    while let Some((key, value)) = map.next_entry::<String, Value>()? {
-                        if !seen.insert(key.clone()) {
-                            return Err(serde::de::Error::custom(format!("duplicate tensor name {key:?}")));
-                        }
-                        out.push((key, value));
-                    }
-                    Ok(Members(out))
-                }
-            }
-            d.deserialize_map(Visit)
-        }
-    }
-    serde_json::from_slice::<Members>(raw).map(|m| m.0)
-}
-
 /// One tensor of a safetensors file: data at `start..end` of the data
 /// section (after the header).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,70 +64,49 @@ pub struct SafetensorsFile<S: RangeSource> {
 }
 
 impl<S: RangeSource> SafetensorsFile<S> {
-    /// Reads and checks the header.
+    /// Reads the header and parses it with the core's parser
+    /// ([`tensorizer_core::safetensors::parse`]), refusing what a loader
+    /// refuses ([`loader_refuses`]: the error names the rule's finding and
+    /// its byte offset) and dtypes tensorizer cannot store.
     pub fn new(source: S) -> Result<Self> {
         let name = source.name().to_string();
         let len = source.len();
         let bad = |why: String| Error::Invalid(format!("{name}: not a valid safetensors file: {why}"));
-        if len < 8 {
-            return Err(bad("shorter than 8 bytes".into()));
-        }
-        let mut n = [0u8; 8];
-        source.read_exact_at(0, &mut n)?;
-        let n = u64::from_le_bytes(n);
-        if n > MAX_SAFETENSORS_HEADER {
-            return Err(bad(format!("header length {n} is over MAX_SAFETENSORS_HEADER ({MAX_SAFETENSORS_HEADER})")));
-        }
-        if n.checked_add(8).is_none_or(|end| end > len) {
-            return Err(bad(format!("header length {n} is impossible for a {len}-byte file")));
-        }
+        let refused = |f: &Finding| {
+            let at = f.offset.map(|o| format!(" (byte {o}, {})", f.rule)).unwrap_or_default();
+            bad(format!("{}{at}", f.message))
+        };
+        let mut prefix = [0u8; PREFIX_LEN as usize];
+        let prefix = &mut prefix[..len.min(PREFIX_LEN) as usize];
+        source.read_exact_at(0, prefix)?;
+        let n = st::header_len(prefix, len).map_err(|f| refused(&f))?;
         let mut raw = vec![0u8; n as usize];
-        source.read_exact_at(8, &mut raw)?;
-        let header = header_entries(&raw).map_err(|e| bad(format!("header JSON: {e}")))?;
-        let data_start = 8 + n;
-        let mut entries = Vec::new();
-        for (key, v) in header {
-            if key == "__metadata__" {
-                continue;
-            }
-            let name = v["dtype"].as_str();
-            let shape: Option<Vec<u64>> = v["shape"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
-            let offsets: Option<Vec<u64>> =
-                v["data_offsets"].as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
-            let (Some(name), Some(shape), Some([start, end])) =
-                (name, shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
-            else {
-                return Err(bad(format!("tensor {key:?} has a missing dtype, shape or data_offsets")));
-            };
-            let Some((dtype, shape)) = tensorizer_core::safetensors::from_safetensors(name, &shape) else {
-                let why = if tensorizer_core::safetensors::dtype(name).and_then(|d| d.element).is_some() {
-                    format!("tensor {key:?}: dtype {name} with shape {shape:?} does not pack into whole elements")
+        source.read_exact_at(PREFIX_LEN, &mut raw)?;
+        let header = st::parse(&raw, len);
+        if let Some(f) = header.refusal(loader_refuses) {
+            return Err(refused(f));
+        }
+        let mut entries = Vec::with_capacity(header.tensors.len());
+        for t in header.tensors {
+            let Some((dtype, shape)) = st::from_safetensors(&t.dtype, &t.shape) else {
+                let why = if st::dtype(&t.dtype).and_then(|d| d.element).is_some() {
+                    format!(
+                        "tensor {:?}: dtype {} with shape {:?} does not pack into whole elements",
+                        t.name, t.dtype, t.shape
+                    )
                 } else {
-                    format!("tensor {key:?}: dtype {name:?} has no tensorizer equivalent")
+                    format!("tensor {:?}: dtype {:?} has no tensorizer equivalent", t.name, t.dtype)
                 };
                 return Err(bad(why));
             };
-            let nbytes = Dtype::from_element(dtype).nbytes(&shape);
-            if end < start || nbytes != Some(end - start) {
-                return Err(bad(format!("tensor {key:?}: data_offsets do not match dtype and shape")));
-            }
-            entries.push(SafetensorsEntry { name: key, dtype, shape, start, end });
+            let (start, end) = t.data_offsets;
+            entries.push(SafetensorsEntry { name: t.name, dtype, shape, start, end });
         }
         // By (start, end), as safetensors orders them: an empty tensor at
         // the offset where a full one starts comes first, whatever the
-        // header's order.
+        // header's order. The parser has checked that they tile the data.
         entries.sort_by_key(|e| (e.start, e.end));
-        let mut expect = 0;
-        for e in &entries {
-            if e.start != expect {
-                return Err(bad(format!("tensor {:?} does not start where the previous one ends", e.name)));
-            }
-            expect = e.end;
-        }
-        if data_start + expect != len {
-            return Err(bad(format!("data covers {expect} bytes but the file holds {}", len - data_start)));
-        }
-        Ok(Self { source, data_start, entries })
+        Ok(Self { source, data_start: PREFIX_LEN + n, entries })
     }
 
     /// The tensors, in data order.

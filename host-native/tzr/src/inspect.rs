@@ -1,11 +1,12 @@
 //! `tzr inspect`: the header, totals by dtype, and one row per tensor.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use tensorizer_core::totals::{Totals, top_module};
-use tensorizer_core::{MetadataEntry, PathComponent, TensorPath};
+use serde::ser::SerializeMap;
+use serde_json::Value;
+use tensorizer_core::report::{self, HeaderSummary, Members, TensorRow};
+use tensorizer_core::totals::Totals;
 use tensorizer_native::{Intent, ReadOptions, Reader, open_uri};
 
 use crate::Outcome;
@@ -14,67 +15,39 @@ use crate::text::{human, printable};
 /// Most top-level modules the text output lists (largest first).
 const MAX_MODULES: usize = 50;
 
-#[derive(Serialize)]
+/// The `--json` document: the core's header summary and rows
+/// ([`tensorizer_core::report`], the same the validator's report shows),
+/// with the file's name and totals.
 struct Report {
     file: String,
-    file_bytes: u64,
-    data_version: u32,
-    encrypted: bool,
-    versioned_headers: bool,
-    tensor_count: usize,
-    data_bytes: u64,
-    metadata_index_bytes: u64,
-    by_dtype: BTreeMap<String, DtypeTotal>,
-    /// Tensors, parameters and bytes in all, by dtype and by top-level
-    /// module ([`Totals::to_json`], as the browser inspector shows them).
-    totals: serde_json::Value,
-    tensors: Vec<Row>,
+    header: HeaderSummary,
+    totals: Totals,
+    tensors: Vec<TensorRow>,
 }
 
-#[derive(Serialize, Default)]
-struct DtypeTotal {
-    tensors: u64,
-    bytes: u64,
+/// A JSON object whose members keep the order given.
+struct Ordered(Members);
+
+impl Serialize for Ordered {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
 }
 
-#[derive(Serialize)]
-struct Row {
-    name: String,
-    path: Vec<serde_json::Value>,
-    tensor_type: String,
-    dtype: String,
-    dtype_string: String,
-    shape: Vec<u64>,
-    bytes: u64,
-    data_length: u64,
-    meta: bool,
-    header_offset: u64,
-    data_offset: u64,
-}
-
-fn row(e: &MetadataEntry) -> Row {
-    let path = match &e.path {
-        TensorPath::Plain(s) => vec![serde_json::Value::from(s.clone())],
-        TensorPath::Structured(c) => c
-            .iter()
-            .map(|p| match p {
-                PathComponent::Key(k) => serde_json::Value::from(k.clone()),
-                PathComponent::Index(i) => serde_json::Value::from(*i),
-            })
-            .collect(),
-    };
-    Row {
-        name: e.path.to_string(),
-        path,
-        tensor_type: e.tensor_type.to_string(),
-        dtype: e.dtype.to_string(),
-        dtype_string: e.dtype.as_str().to_string(),
-        shape: e.shape.clone(),
-        bytes: e.nbytes(),
-        data_length: e.data_length,
-        meta: e.is_meta(),
-        header_offset: e.header_offset,
-        data_offset: e.data_offset,
+impl Report {
+    fn json(&self) -> Ordered {
+        let by_dtype = self.totals.by_dtype.iter().map(|(k, t)| (k.clone(), t.to_json())).collect();
+        let mut members = vec![("file", Value::from(self.file.as_str()))];
+        members.extend(self.header.members());
+        members.push(("by_dtype", Value::Object(by_dtype)));
+        members.push(("totals", self.totals.to_json()));
+        let rows = self.tensors.iter().map(|r| serde_json::to_value(Ordered(r.members())).unwrap_or_default());
+        members.push(("tensors", Value::Array(rows.collect())));
+        Ordered(members)
     }
 }
 
@@ -85,40 +58,29 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         return crate::checkpoint::inspect(file, source, json);
     }
     let reader = Reader::new(source, ReadOptions::default())?;
-    let h = reader.header();
-    let mut totals = Totals::new();
-    for e in reader.entries() {
-        totals.add(&top_module(&e.path), &e.dtype.to_string(), &e.shape, e.nbytes(), e.data_length);
-    }
-    let by_dtype =
-        totals.by_dtype.iter().map(|(k, t)| (k.clone(), DtypeTotal { tensors: t.tensors, bytes: t.bytes })).collect();
+    let entries = reader.entries();
+    let file_bytes = tensorizer_native::RangeSource::len(reader.source());
     let report = Report {
         file: file.display().to_string(),
-        file_bytes: tensorizer_native::RangeSource::len(reader.source()),
-        data_version: h.version,
-        encrypted: h.has_crypt_info(),
-        versioned_headers: h.versioned_headers(),
-        tensor_count: reader.entries().len(),
-        data_bytes: h.tensor_size,
-        metadata_index_bytes: h.metadata_len,
-        by_dtype,
-        totals: totals.to_json(),
-        tensors: reader.entries().iter().map(row).collect(),
+        header: HeaderSummary::of(reader.header(), entries.len(), file_bytes),
+        totals: report::totals(entries),
+        tensors: entries.iter().enumerate().map(|(i, e)| TensorRow::of(i, e)).collect(),
     };
     if json {
-        out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&report.json()).unwrap_or_default());
         return Ok(());
     }
+    let (h, totals) = (&report.header, &report.totals);
     out!("{}", printable(&report.file));
     out!(
         "  data version {}{}{}, {} tensors, {} of data, {}-byte index, {} file",
-        report.data_version,
-        if report.encrypted { ", encrypted" } else { "" },
-        if report.versioned_headers { ", long dimensions" } else { "" },
-        report.tensor_count,
-        human(report.data_bytes),
-        report.metadata_index_bytes,
-        human(report.file_bytes),
+        h.data_version,
+        if h.encrypted { ", encrypted" } else { "" },
+        if h.versioned_headers { ", long dimensions" } else { "" },
+        h.tensor_count,
+        human(h.data_bytes),
+        h.metadata_index_bytes,
+        human(h.file_bytes),
     );
     out!("\n  {:<18} {:>8} {:>16} {:>12}", "dtype", "tensors", "params", "bytes");
     for (dtype, t) in totals.by_dtype.iter().chain([(&"all".to_string(), &totals.all)]) {
@@ -146,7 +108,8 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
         "header@",
         "data@"
     );
-    for (i, (r, name)) in report.tensors.iter().zip(&names).enumerate() {
+    for (r, name) in report.tensors.iter().zip(&names) {
+        let i = r.index;
         let shape = format!("{:?}", r.shape);
         let bytes = if r.meta { format!("meta {}", human(r.bytes)) } else { human(r.bytes) };
         out!(

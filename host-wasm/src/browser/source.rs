@@ -1,8 +1,18 @@
 //! Asynchronous positioned reads: what the inspector needs from a browser
 //! (`Blob.slice().arrayBuffer()` for a local file, `fetch` with `Range`
 //! for a URL), with byte counting and a read-ahead window for verification.
+//!
+//! [`AsyncSource`] is the asynchronous twin of the core's
+//! [`RandomAccess`](tensorizer_core::source::RandomAccess): a page's main
+//! thread may not block, and a `Blob` or a `fetch` answers with a
+//! `Promise`, so a read must be awaited. Everything else is the core's: the
+//! error ([`ReadError`]), the bounds check ([`span`]) and the length check
+//! ([`check_read`]); an in-memory source reads through the core's
+//! [`SliceSource`].
 
 use std::future::Future;
+
+use tensorizer_core::source::{RandomAccess, SliceSource, check_read, span};
 
 use crate::error::ValidateError;
 use crate::source::ReadError;
@@ -52,13 +62,10 @@ impl<S: AsyncSource> AsyncSource for Counted<S> {
     }
 }
 
-/// Checks that a source returned exactly the bytes asked for.
+/// Checks that a source returned exactly the bytes asked for (the core's
+/// [`check_read`]).
 pub fn check_len(offset: u64, want: usize, got: Vec<u8>) -> Result<Vec<u8>, ReadError> {
-    if got.len() == want {
-        Ok(got)
-    } else {
-        Err(ReadError { offset, message: format!("asked for {want} bytes, got {}", got.len()) })
-    }
+    check_read(offset, want, got.len()).map(|()| got)
 }
 
 /// Bytes in memory (tests, and pages that already hold a small file).
@@ -71,10 +78,10 @@ impl AsyncSource for MemSource {
     }
 
     async fn read(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
-        let short = || ReadError { offset, message: "unexpected end of input".into() };
-        let start = usize::try_from(offset).map_err(|_| short())?;
-        let end = start.checked_add(len).ok_or_else(short)?;
-        Ok(self.0.get(start..end).ok_or_else(short)?.to_vec())
+        span(offset, len, self.len())?;
+        let mut out = vec![0; len];
+        SliceSource::new(&self.0).read_exact_at(offset, &mut out)?;
+        Ok(out)
     }
 }
 
@@ -100,7 +107,7 @@ impl<S: AsyncSource> Window<S> {
     /// Fills `out` with the bytes at `offset`.
     pub async fn read_into(&mut self, offset: u64, out: &mut [u8]) -> Result<(), ValidateError> {
         let n = out.len();
-        let end = offset.checked_add(n as u64).ok_or(ReadError { offset, message: "offset overflows".into() })?;
+        let end = span(offset, n, u64::MAX)?;
         let buffered = self.at..self.at.saturating_add(self.buf.len() as u64);
         if offset >= buffered.start && end <= buffered.end {
             let s = (offset - self.at) as usize;

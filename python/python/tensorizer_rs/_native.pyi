@@ -53,6 +53,7 @@ __all__ = [
     "carve_offsets",
     "dtype_torch_name",
     "dtype_string_for",
+    "safetensors_dtype_name",
     "load_arenas",
     "convert_file",
     "ConversionReport",
@@ -506,3 +507,7 @@ def dtype_torch_name(stored: str) -> str:
 def dtype_string_for(name: str) -> str | None:
     """The string tensorizer stores for the torch dtype named `name`, or
     None when the format has no entry for it."""
+
+def safetensors_dtype_name(name: str) -> str | None:
+    """safetensors' name (``F32``, ``F8_E8M0``, ...) for the torch dtype
+    named `name`, or None when safetensors has none."""

@@ -46,28 +46,6 @@ IndexItem = Union[int, slice, EllipsisType, None]
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 
-# safetensors' dtype names, for get_dtype().
-_SAFETENSORS_NAMES = {
-    "bool": "BOOL",
-    "uint8": "U8",
-    "int8": "I8",
-    "int16": "I16",
-    "uint16": "U16",
-    "int32": "I32",
-    "uint32": "U32",
-    "int64": "I64",
-    "uint64": "U64",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "float32": "F32",
-    "float64": "F64",
-    "complex64": "C64",
-    "float8_e4m3fn": "F8_E4M3",
-    "float8_e5m2": "F8_E5M2",
-    "float8_e8m0fnu": "F8_E8M0",
-}
-
-
 def _bound(value: Any, what: str) -> int | None:
     if value is None:
         return None
@@ -202,7 +180,7 @@ class TensorSlice:
         """The dtype as safetensors names it ("F32", "BF16", ...; the torch
         name for dtypes safetensors has no name for)."""
         name = str(self.dtype).split(".", 1)[1]
-        return _SAFETENSORS_NAMES.get(name, name)
+        return _native.safetensors_dtype_name(name) or name
 
     def __len__(self) -> int:
         if not self.shape:
