@@ -20,7 +20,9 @@ use serde_json::Value;
 use crate::dtype::ElementType;
 use crate::error::Result;
 pub use crate::layout::MAX_SAFETENSORS_HEADER;
-use crate::scan::{Finding, Findings, RuleId, Severity, read_vec};
+use crate::scan::buffer::read_vec;
+use crate::scan::finding::{Finding, Findings};
+use crate::scan::rules::{RuleId, Severity};
 pub use crate::sniff::SAFETENSORS_PREFIX_LEN as PREFIX_LEN;
 use crate::source::RandomAccess;
 

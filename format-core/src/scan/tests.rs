@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::layout::MAX_FINDINGS_PER_RULE;
 use crate::source::SliceSource;
 use crate::{Dtype, ElementType, TensorSpec, WriterOptions, write};
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _args, _cuda, _distributed, _dtypes, _memory, _native
+from ._cooperative import _Copies, _CooperativeLoading
 from ._crypt import CryptographyError, DecryptionParams
 from ._meta import _MetaTensors
 from ._modules import _gc_paused, _ModuleLoading
@@ -36,7 +37,6 @@ _Entry = _native.Entry
 
 #: Tensors read into host memory: those loaded alone (one tensor each),
 #: then (arena, its entries, their offsets) per arena of small ones.
-_Copies = tuple[list[Any], list[tuple[Any, list[_Entry], list[int]]]]
 
 
 def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
@@ -71,6 +71,7 @@ class TensorDeserializer(
     _ModuleLoading,
     _Receipts,
     _RedisExport,
+    _CooperativeLoading,
     Mapping[Any, Any],
     contextlib.AbstractContextManager["TensorDeserializer"],
 ):
@@ -338,7 +339,7 @@ class TensorDeserializer(
         if group is not None:
             # Collective: every rank takes part, even one with nothing new.
             self._check_open()
-            _distributed.load_shared(self, todo, verify_hash, group)
+            self._load_shared(todo, verify_hash, group)
             return
         if not todo:
             return
