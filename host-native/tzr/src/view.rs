@@ -199,11 +199,12 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
             Err(_) => return status(&mut out, "404 Not Found", "not found"),
         },
         _ => match site.page.get(path) {
-            Some(body) => (body, page::content_type(path)),
+            Some(found) => found,
             None => return status(&mut out, "404 Not Found", "not found"),
         },
     };
     let len = match &body {
+        #[cfg(feature = "view-page")]
         PageFile::Bytes(b) => b.len() as u64,
         PageFile::File(f) => f.metadata()?.len(),
     };
@@ -225,6 +226,7 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     write!(out, "Connection: close\r\n\r\n")?;
     if !head_only {
         match body {
+            #[cfg(feature = "view-page")]
             PageFile::Bytes(b) => {
                 let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
                 out.write_all(range.and_then(|(a, e)| b.get(a..e)).unwrap_or_default())?;

@@ -29,6 +29,7 @@ pub(super) enum Page {
 
 /// One file of the page, ready to send.
 pub(super) enum PageFile {
+    #[cfg(feature = "view-page")]
     Bytes(&'static [u8]),
     File(File),
 }
@@ -62,10 +63,10 @@ impl Page {
         )))
     }
 
-    /// The page's file at `path` (`/` is `index.html`): every component
-    /// plain (letters, digits, `.`, `_`, `-`; none starting with `.`), and
-    /// the file must exist.
-    pub(super) fn get(&self, path: &str) -> Option<PageFile> {
+    /// The page's file at `path` (`/` is `index.html`) and its
+    /// `Content-Type`: every component plain (letters, digits, `.`, `_`,
+    /// `-`; none starting with `.`), and the file must exist.
+    pub(super) fn get(&self, path: &str) -> Option<(PageFile, &'static str)> {
         let rel = path.trim_start_matches('/');
         let rel = if rel.is_empty() { "index.html" } else { rel };
         let plain = |part: &str| {
@@ -76,7 +77,7 @@ impl Page {
         if !rel.split('/').all(plain) {
             return None;
         }
-        match self {
+        let file = match self {
             #[cfg(feature = "view-page")]
             Self::Embedded => embedded::PAGE.iter().find(|(p, _)| *p == rel).map(|(_, bytes)| PageFile::Bytes(bytes)),
             Self::Dir(root) => {
@@ -86,7 +87,8 @@ impl Page {
                 }
                 File::open(file).ok().map(PageFile::File)
             }
-        }
+        };
+        file.map(|f| (f, content_type(rel)))
     }
 }
 
@@ -115,7 +117,7 @@ pub(super) fn write(dir: &Path) -> Result<(), Error> {
 }
 
 /// The `Content-Type` of a page file, by its extension.
-pub(super) fn content_type(path: &str) -> &'static str {
+fn content_type(path: &str) -> &'static str {
     match path.rsplit_once('.').map(|(_, ext)| ext) {
         Some("html") => "text/html; charset=utf-8",
         Some("js" | "mjs") => "text/javascript; charset=utf-8",
@@ -137,7 +139,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("index.html"), "x").unwrap();
         let page = Page::Dir(dir.path().to_path_buf());
-        assert!(page.get("/").is_some());
+        assert!(matches!(page.get("/"), Some((_, "text/html; charset=utf-8"))));
         assert!(page.get("/index.html").is_some());
         for bad in ["/../index.html", "/.git/config", "/pkg//x", "/a\\b", "/missing.js"] {
             assert!(page.get(bad).is_none(), "{bad}");
@@ -164,7 +166,9 @@ mod tests {
         for f in ["index.html", "app.js", "remote.js", "worker.js", "style.css", "pkg/tensorizer_wasm.js"] {
             assert!(page.get(&format!("/{f}")).is_some(), "{f}");
         }
-        let Some(PageFile::Bytes(wasm)) = page.get(BUILT_MARKER) else { panic!("no {BUILT_MARKER}") };
+        let Some((PageFile::Bytes(wasm), "application/wasm")) = page.get(BUILT_MARKER) else {
+            panic!("no {BUILT_MARKER}")
+        };
         assert!(wasm.starts_with(b"\0asm"));
         let dir = tempfile::tempdir().unwrap();
         write(dir.path()).unwrap();
