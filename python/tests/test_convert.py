@@ -169,13 +169,20 @@ def _local(src: pathlib.Path, dst: pathlib.Path) -> bytes:
     return dst.read_bytes()
 
 
-def test_sources_in_s3(tmp_path: pathlib.Path, minilm_pt: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ref = torch.load(minilm_pt, weights_only=True)
+def test_sources_in_s3(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A small checkpoint: moto copies the whole object on every range
+    # request, so MiniLM's 90 MB took half a minute here; the local tests
+    # above convert MiniLM itself.
+    base = torch.arange(96, dtype=torch.float32).reshape(8, 12)
+    state = {"w": base, "row": base[2], "t": base.t(), "half": torch.rand(5, 7).to(torch.bfloat16),
+             "ids": torch.arange(10, dtype=torch.int64), "empty": torch.zeros(0, 3)}
+    torch.save(state, tmp_path / "small.pt")
+    ref = torch.load(tmp_path / "small.pt", weights_only=True)
     with remote_servers.s3_bucket("models") as (endpoint, client):
-        client.upload_file(str(minilm_pt), "models", "ckpt/minilm.pt")  # type: ignore[attr-defined]
+        client.upload_file(str(tmp_path / "small.pt"), "models", "ckpt/small.pt")  # type: ignore[attr-defined]
         creds = remote_servers.s3_credentials(endpoint)
         done = tensorizer_rs.convert(
-            "s3://models/ckpt/minilm.pt",
+            "s3://models/ckpt/small.pt",
             tmp_path / "s.tensors",
             s3_access_key_id=str(creds["s3_access_key_id"]),
             s3_secret_access_key=str(creds["s3_secret_access_key"]),
@@ -188,5 +195,5 @@ def test_sources_in_s3(tmp_path: pathlib.Path, minilm_pt: pathlib.Path, monkeypa
         monkeypatch.setenv("S3_ENDPOINT_URL", endpoint)
         monkeypatch.setenv("S3_ACCESS_KEY_ID", "testing")
         monkeypatch.setenv("S3_SECRET_ACCESS_KEY", "testing")
-        tensorizer_rs.convert("s3://models/ckpt/minilm.pt", tmp_path / "s.safetensors")
+        tensorizer_rs.convert("s3://models/ckpt/small.pt", tmp_path / "s.safetensors")
         _assert_equal(_load_safetensors(tmp_path / "s.safetensors"), ref, ordered=False)

@@ -212,7 +212,7 @@ impl Metadata {
         }
         registry::check_all(entries.iter().map(|e| &e.path))?;
         // Writers zero-fill the reservation: anything else is corruption.
-        if let Some(pos) = bytes[c.position()..].iter().position(|&b| b != 0) {
+        if let Some(pos) = first_non_zero(&bytes[c.position()..]) {
             return Err(Error::malformed(c.offset() + pos as u64, "non-zero bytes after the last index entry"));
         }
         let total = entries.iter().try_fold(0u64, |acc, e| acc.checked_add(e.data_length));
@@ -258,5 +258,31 @@ impl Metadata {
     pub fn needed_len(entries: &[MetadataEntry]) -> Result<u64> {
         let versioned = entries.iter().any(|e| e.long_dims);
         entries.iter().try_fold(0u64, |acc, e| Ok(acc + e.encoded_len(versioned)?))
+    }
+}
+/// Position of the first non-zero byte of `bytes`. Block by block against a
+/// zero block (`memcmp`): the reservation after the index is usually most
+/// of its bytes, and every open of a file checks it.
+fn first_non_zero(bytes: &[u8]) -> Option<usize> {
+    const BLOCK: usize = 4096;
+    static ZEROS: [u8; BLOCK] = [0; BLOCK];
+    let (k, block) = bytes.chunks(BLOCK).enumerate().find(|(_, b)| *b != &ZEROS[..b.len()])?;
+    block.iter().position(|&b| b != 0).map(|p| k * BLOCK + p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_non_zero;
+
+    #[test]
+    fn first_non_zero_finds_the_first_set_byte_in_any_block() {
+        let mut bytes = alloc::vec![0u8; 3 * 4096 + 17];
+        assert_eq!(first_non_zero(&bytes), None);
+        assert_eq!(first_non_zero(&[]), None);
+        for at in [0, 1, 4095, 4096, 8191, 3 * 4096 + 16] {
+            bytes[at] = 0x80;
+            assert_eq!(first_non_zero(&bytes), Some(at));
+            bytes[at] = 0;
+        }
     }
 }

@@ -373,6 +373,12 @@ pub fn is_scan_failure(e: &Error) -> bool {
     matches!(e, Error::Read { .. } | Error::OutOfMemory { .. })
 }
 
+/// A name (a zip entry's, a pickle's context) as messages show it: quoted,
+/// control characters escaped.
+pub(crate) fn shown(name: &str) -> String {
+    format!("{name:?}")
+}
+
 /// Reads `len` bytes at `offset`, reserving the memory fallibly (`what`
 /// names it in the error). Callers bound `len` by a limit or by bytes the
 /// source has.

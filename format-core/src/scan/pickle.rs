@@ -16,7 +16,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{Finding, Findings, RuleId, read_vec};
+use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::Global;
 use crate::error::{Error, Result};
 use crate::layout::{
@@ -134,7 +134,7 @@ pub fn walk(bytes: &[u8], base: u64, context: &str, complete: bool, findings: &m
 
 impl<'a> Scanner<'a, '_> {
     fn msg(&self, m: &str) -> String {
-        if self.context.is_empty() { m.into() } else { format!("{}: {m}", crate::scan::zip::shown(self.context)) }
+        if self.context.is_empty() { m.into() } else { format!("{}: {m}", shown(self.context)) }
     }
 
     fn at(&self) -> u64 {
@@ -692,7 +692,7 @@ pub(crate) fn walk_growing<R: RandomAccess + ?Sized>(
             findings.merge(trial);
             let m =
                 format!("the pickle is longer than the scan limit of {MAX_PICKLE_LEN} bytes; the rest was not scanned");
-            let m = if context.is_empty() { m } else { format!("{}: {m}", super::zip::shown(context)) };
+            let m = if context.is_empty() { m } else { format!("{}: {m}", shown(context)) };
             findings.push(Finding::new(RuleId::PklNotScanned, Some(start), m));
             return Ok((w, start));
         }

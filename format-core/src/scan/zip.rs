@@ -7,7 +7,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::pickle::walk_growing;
-use super::{Finding, Findings, RuleId, read_vec};
+use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::zip::{LOCAL_HEADER_LEN, ZIP64_EOCD_LEN, tail_start};
 use crate::error::Result;
 use crate::layout::{MAX_SCANNED_PICKLE_BYTES, MAX_SCANNED_PICKLES, MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES};
@@ -21,11 +21,6 @@ const LOCAL_SIG: [u8; 4] = *b"PK\x03\x04";
 const EOCD_LEN: u64 = 22;
 const ZIP64_LOCATOR_LEN: u64 = 20;
 const CENTRAL_LEN: usize = 46;
-
-/// A name as messages show it: quoted, control characters escaped.
-pub fn shown(name: &str) -> String {
-    format!("{name:?}")
-}
 
 fn le(b: &[u8], at: usize, n: usize) -> u64 {
     let mut buf = [0u8; 8];

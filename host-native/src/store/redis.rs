@@ -45,6 +45,7 @@ mod access;
 mod cluster;
 mod cluster_read;
 mod cluster_write;
+mod fault;
 mod resp;
 mod slots;
 mod write;
@@ -62,10 +63,13 @@ pub use crate::store::retry::RetryPolicy;
 use crate::store::retry::{Attempt, Pace, Target, deadline, retry};
 pub use crate::store::tls::TlsOptions;
 use access::Access;
-pub use access::PASSWORD_VAR;
+/// The environment variable read for a password when the URI has none
+/// (what `redis-cli` reads).
+pub const PASSWORD_VAR: &str = "REDISCLI_AUTH";
 pub use cluster_read::ClusterSource;
 pub use cluster_write::{write_cluster, write_cluster_target, write_cluster_with};
-use resp::{Conn, Fault, Reply};
+use fault::Fault;
+use resp::{Conn, Reply};
 pub use slots::key_slot;
 pub use write::{LayoutKey, generation_key, key_layout, write_redis, write_redis_target, write_redis_with};
 

@@ -9,14 +9,10 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
-use super::RedisTarget;
-use super::resp::{Conn, Fault};
+use super::fault::Fault;
+use super::{PASSWORD_VAR, RedisTarget};
 use crate::error::Result;
 use crate::store::tls::{Service, TlsOptions, Trust};
-
-/// The environment variable read for a password when the URI has none
-/// (what `redis-cli` reads).
-pub const PASSWORD_VAR: &str = "REDISCLI_AUTH";
 
 /// TLS and credentials for every connection of one target.
 #[derive(Clone, Default)]
@@ -78,19 +74,9 @@ impl Access {
         }
     }
 
-    /// Authenticates a new connection, when there are credentials.
-    pub(crate) fn authenticate(&self, conn: &mut Conn) -> Result<(), Fault> {
-        let Some(password) = &self.password else { return Ok(()) };
-        let reply = match &self.username {
-            Some(user) => conn.call(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
-            None => conn.call(&[b"AUTH", password.as_bytes()]),
-        };
-        match reply {
-            Ok(_) => Ok(()),
-            // The server's words, which never repeat the password.
-            Err(Fault::Server(m)) => Err(Fault::Denied(m)),
-            Err(other) => Err(other),
-        }
+    /// The user name (if any) and password to authenticate with.
+    pub(crate) fn credentials(&self) -> Option<(Option<&str>, &str)> {
+        Some((self.username.as_deref(), self.password.as_deref()?))
     }
 }
 

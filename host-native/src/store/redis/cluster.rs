@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::RedisOptions;
 use super::access::Access;
-use super::resp::{Conn, Fault, Reply};
+use super::fault::Fault;
+use super::resp::{Conn, Reply};
 use super::slots::{Node, Redirect, SlotMap, key_slot};
 use crate::store::retry::Pace;
 

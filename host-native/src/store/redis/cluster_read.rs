@@ -9,7 +9,8 @@ use std::time::Instant;
 use super::TlsOptions;
 use super::access::Access;
 use super::cluster::{Cluster, Command, NodeFault};
-use super::resp::{Fault, Reply};
+use super::fault::Fault;
+use super::resp::Reply;
 use super::slots::key_slot;
 use super::{
     LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisTarget, fault_error, key_offset,

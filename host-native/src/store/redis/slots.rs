@@ -5,7 +5,8 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use super::resp::{Fault, Reply};
+use super::fault::Fault;
+use super::resp::Reply;
 
 /// Slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;

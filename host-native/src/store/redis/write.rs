@@ -4,7 +4,8 @@
 use tensorizer_core::FileHeader;
 
 use super::access::Access;
-use super::resp::{Conn, Fault, Reply};
+use super::fault::Fault;
+use super::resp::{Conn, Reply};
 use super::{PIPELINE, RedisOptions, RedisTarget, TlsOptions, fault_error, scan};
 use crate::error::{Error, Result};
 use crate::read::Reader;
