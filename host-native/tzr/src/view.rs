@@ -31,7 +31,7 @@ use clap::Args;
 use tensorizer_native::Error;
 
 use crate::Outcome;
-use page::{Page, PageFile};
+use page::{Body, Page};
 
 /// Longest request head read (request line and headers).
 const MAX_HEAD: usize = 16 << 10;
@@ -195,7 +195,7 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     let Some(path) = site.strip_secret(&path) else { return status(&mut out, "404 Not Found", "not found") };
     let (body, content_type) = match (path.strip_prefix("/file/"), &site.file) {
         (Some(_), Some(file)) => match File::open(file) {
-            Ok(f) => (PageFile::File(f), "application/octet-stream"),
+            Ok(f) => (Body::File(f), "application/octet-stream"),
             Err(_) => return status(&mut out, "404 Not Found", "not found"),
         },
         _ => match site.page.get(path) {
@@ -205,8 +205,8 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     };
     let len = match &body {
         #[cfg(feature = "view-page")]
-        PageFile::Bytes(b) => b.len() as u64,
-        PageFile::File(f) => f.metadata()?.len(),
+        Body::Bytes(b) => b.len() as u64,
+        Body::File(f) => f.metadata()?.len(),
     };
     let (code, start, end) = match req.range.as_deref().map(|r| parse_range(r, len)) {
         None | Some(Range::Ignore) => ("200 OK", 0, len),
@@ -227,11 +227,11 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     if !head_only {
         match body {
             #[cfg(feature = "view-page")]
-            PageFile::Bytes(b) => {
+            Body::Bytes(b) => {
                 let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
                 out.write_all(range.and_then(|(a, e)| b.get(a..e)).unwrap_or_default())?;
             }
-            PageFile::File(mut f) => {
+            Body::File(mut f) => {
                 f.seek(SeekFrom::Start(start))?;
                 let mut left = end - start;
                 let mut buf = vec![0u8; CHUNK.min(usize::try_from(left).unwrap_or(CHUNK))];

@@ -27,8 +27,8 @@ pub(super) enum Page {
     Dir(PathBuf),
 }
 
-/// One file of the page, ready to send.
-pub(super) enum PageFile {
+/// A response body: a file of the page, or the file being inspected.
+pub(super) enum Body {
     #[cfg(feature = "view-page")]
     Bytes(&'static [u8]),
     File(File),
@@ -66,7 +66,7 @@ impl Page {
     /// The page's file at `path` (`/` is `index.html`) and its
     /// `Content-Type`: every component plain (letters, digits, `.`, `_`,
     /// `-`; none starting with `.`), and the file must exist.
-    pub(super) fn get(&self, path: &str) -> Option<(PageFile, &'static str)> {
+    pub(super) fn get(&self, path: &str) -> Option<(Body, &'static str)> {
         let rel = path.trim_start_matches('/');
         let rel = if rel.is_empty() { "index.html" } else { rel };
         let plain = |part: &str| {
@@ -79,13 +79,13 @@ impl Page {
         }
         let file = match self {
             #[cfg(feature = "view-page")]
-            Self::Embedded => embedded::PAGE.iter().find(|(p, _)| *p == rel).map(|(_, bytes)| PageFile::Bytes(bytes)),
+            Self::Embedded => embedded::PAGE.iter().find(|(p, _)| *p == rel).map(|(_, bytes)| Body::Bytes(bytes)),
             Self::Dir(root) => {
                 let file = rel.split('/').fold(root.clone(), |p, part| p.join(part));
                 if !file.is_file() {
                     return None;
                 }
-                File::open(file).ok().map(PageFile::File)
+                File::open(file).ok().map(Body::File)
             }
         };
         file.map(|f| (f, content_type(rel)))
@@ -166,9 +166,7 @@ mod tests {
         for f in ["index.html", "app.js", "remote.js", "worker.js", "style.css", "pkg/tensorizer_wasm.js"] {
             assert!(page.get(&format!("/{f}")).is_some(), "{f}");
         }
-        let Some((PageFile::Bytes(wasm), "application/wasm")) = page.get(BUILT_MARKER) else {
-            panic!("no {BUILT_MARKER}")
-        };
+        let Some((Body::Bytes(wasm), "application/wasm")) = page.get(BUILT_MARKER) else { panic!("no {BUILT_MARKER}") };
         assert!(wasm.starts_with(b"\0asm"));
         let dir = tempfile::tempdir().unwrap();
         write(dir.path()).unwrap();
