@@ -158,6 +158,10 @@ fn compile(out: &Path, page: &Path) -> Result<(), String> {
         .web(true)
         .map_err(|e| format!("wasm-bindgen: {e:#}"))?
         .typescript(false)
+        // The command's default: `init()` with no argument fetches
+        // tensorizer_wasm_bg.wasm next to the glue (the library's default
+        // leaves the module path out).
+        .omit_default_module_path(false)
         .remove_name_section(true)
         .remove_producers_section(true)
         .generate(page.join("pkg"))
