@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Builds the browser inspector (wasm32-unknown-unknown + wasm-bindgen) into
-# host-wasm/web/pkg and tests the page in headless Debian chromium, driven
-# by playwright-core, against a local nginx (Range + CORS).
+# Tests the browser inspector page built into tzr (its build script compiles
+# host-wasm for wasm32-unknown-unknown and makes the wasm-bindgen glue; see
+# host-native/tzr/build/page.rs) in headless Debian chromium, driven by
+# playwright-core, against a local nginx (Range + CORS). The page under test
+# is the one in the binary: `tzr view --write-page` writes it out for nginx,
+# and `tzr view` serves it itself from outside the repository.
 #
 # Idempotent installs, each only when missing or at another version:
-#   rustup target wasm32-unknown-unknown; wasm-bindgen-cli exactly
-#   $WASM_BINDGEN_VERSION (cargo install --locked); Debian chromium (as
-#   root); npm playwright-core (host-wasm/web-tests/package-lock.json).
+#   rustup target wasm32-unknown-unknown; Debian chromium (as root); npm
+#   playwright-core (host-wasm/web-tests/package-lock.json).
 # No browser is ever downloaded: playwright-core drives /usr/bin/chromium.
 #
 # usage: host-wasm/browser-test.sh [PYTHON]    (default: .venv-test/bin/python)
-#        host-wasm/browser-test.sh --build-only
+#        host-wasm/browser-test.sh --build-only (build tzr, write the page, check its size)
 #        host-wasm/browser-test.sh --install     (playwright-core from npm only)
-#        host-wasm/browser-test.sh --install-cli (wasm-bindgen-cli only)
+# TZR_BIN: a tzr built already (run-all.sh's, from its one workspace build);
+# by default this builds target/debug/tzr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-WASM_BINDGEN_VERSION=0.2.130
 PLAYWRIGHT_VERSION=1.64.1
 CHROMIUM="${TZR_CHROMIUM:-/usr/bin/chromium}"
 MAX_GZIPPED_WASM=$((400 * 1024))
@@ -24,18 +26,13 @@ BUILD_ONLY=0
 INSTALL=""
 case "${1:-}" in
 --build-only) BUILD_ONLY=1; shift ;;
---install | --install-cli) INSTALL="$1"; shift ;;
+--install) INSTALL="$1"; shift ;;
 esac
 PY="${1:-.venv-test/bin/python}"
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 ARTIFACTS="$TARGET_DIR/browser-artifacts"
 as_root() { [ "$(id -u)" = 0 ]; }
-
-# --- toolchain ---------------------------------------------------------------
-if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
-    rustup target add wasm32-unknown-unknown
-fi
 
 WEB_TESTS=host-wasm/web-tests
 install_playwright() {
@@ -50,59 +47,20 @@ if [ "$INSTALL" = --install ]; then
     exit 0
 fi
 
-install_wasm_bindgen() {
-    # --debug: compiles in a third of the time, and runs in a second or two
-    # on the inspector's module.
-    if cargo install --debug --locked wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"; then
-        return 0
+# --- tzr and its page ------------------------------------------------------------
+if [ -z "${TZR_BIN:-}" ]; then
+    if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+        rustup target add wasm32-unknown-unknown
     fi
-    # The published lockfile can name a dependency version the registry no
-    # longer serves (wasm-bindgen-cli 0.2.130 locks webpki-roots 1.0.11,
-    # which crates.io does not list). Keep every other locked version:
-    # let cargo re-resolve only the missing entries, then install --locked
-    # from that lockfile.
-    echo "browser-test: cargo install --locked failed; retrying with the missing lock entries re-resolved" >&2
-    local crate work
-    crate="$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/wasm-bindgen-cli-"$WASM_BINDGEN_VERSION".crate | head -1)"
-    work="$(mktemp -d)"
-    tar -xzf "$crate" -C "$work"
-    (
-        cd "$work/wasm-bindgen-cli-$WASM_BINDGEN_VERSION"
-        cp Cargo.lock Cargo.lock.published
-        for _ in 1 2 3 4 5 6 7 8; do
-            if out="$(cargo fetch 2>&1)"; then
-                break
-            fi
-            # "failed to select a version for the requirement `NAME = "^x"` (locked to y)"
-            name="$(printf '%s\n' "$out" | sed -n 's/.*requirement `\([A-Za-z0-9_-]*\) = .*(locked to .*/\1/p' | head -1)"
-            if [ -z "$name" ]; then
-                printf '%s\n' "$out" >&2
-                exit 1
-            fi
-            cargo update --quiet -p "$name"
-        done
-        diff Cargo.lock.published Cargo.lock >&2 || true
-        cargo install --debug --locked --path . --root "${CARGO_HOME:-$HOME/.cargo}"
-    )
-    rm -rf "$work"
-}
-if [ "$INSTALL" != --install ] && [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
-    install_wasm_bindgen
+    # Linted as it builds, the page's crate included (clippy -D warnings).
+    bash tests/linted.sh cargo build --locked -p tzr
+    TZR_BIN="$TARGET_DIR/debug/tzr"
 fi
-[ "$INSTALL" != --install-cli ] || exit 0
-
-# --- build -------------------------------------------------------------------
-# The validator's size profile (LTO, one codegen unit, opt-level 3) but not
-# stripped: wasm-bindgen reads the target_features section, and removes
-# the name and producers sections itself.
-# Linted as it builds (clippy -D warnings on host-wasm and the core for wasm32).
-bash tests/linted.sh cargo build --locked --target wasm32-unknown-unknown -p tensorizer-wasm --lib \
-    --config host-wasm/wasm-release.toml --profile wasm-release --config 'profile.wasm-release.strip=false'
-WASM_IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/tensorizer_wasm.wasm"
-PKG=host-wasm/web/pkg
-rm -rf "$PKG"
-wasm-bindgen --target web --remove-name-section --remove-producers-section --out-dir "$PKG" "$WASM_IN"
-WASM_OUT="$PKG/tensorizer_wasm_bg.wasm"
+TZR_BIN="$(realpath "$TZR_BIN")"
+PAGE="$ARTIFACTS/page"
+rm -rf "$PAGE"
+(cd / && "$TZR_BIN" view --write-page "$PAGE")
+WASM_OUT="$PAGE/pkg/tensorizer_wasm_bg.wasm"
 raw=$(wc -c <"$WASM_OUT")
 gz=$(gzip -9 -c "$WASM_OUT" | wc -c)
 echo "inspector wasm: $raw bytes, $gz bytes gzipped (-9); limit $MAX_GZIPPED_WASM"
@@ -133,14 +91,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     fi
 fi
 
-# `tzr view` serves the page in one test.
 install_playwright
-# The tzr under test: TZR_BIN when the caller built it (run-all.sh does, in
-# its one workspace build), else a debug build here.
-if [ -z "${TZR_BIN:-}" ]; then
-    cargo build --locked -p tzr
-    TZR_BIN="$TARGET_DIR/debug/tzr"
-fi
 
 # --- inputs --------------------------------------------------------------------
 mkdir -p "$ARTIFACTS/cache"

@@ -5,7 +5,8 @@
 # The machine this must fit has 2 cores, so the run is laid out around the
 # compiler. What only downloads (Debian packages, pip, npm) starts at once in
 # the background. Each thing is compiled once: one workspace build gives the
-# Rust tests, the `tzr` the browser tests drive and the Python extension, and
+# Rust tests, the `tzr` the browser tests drive (with the inspector page its
+# build script compiles and embeds) and the Python extension, and
 # the Rust and Python test lanes start as soon as it is done, while the lint,
 # doc and wasm builds run beside them (the Python lane mostly waits on one
 # core, a server or a subprocess). Each background job and lane writes
@@ -97,15 +98,17 @@ bg npm node_packages "${JOBS[apt]}"
 
 step "toolchain components"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
-have_wasm=1
-rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || have_wasm=0
+# tzr's build embeds the inspector page, compiled for wasm32-unknown-unknown.
+if ! rustup target add wasm32-unknown-unknown >/dev/null 2>&1; then
+    echo "run-all.sh: rustup could not add the wasm32-unknown-unknown target, which tzr's build needs" \
+        "for its inspector page (rustup target add wasm32-unknown-unknown)" >&2
+    exit 1
+fi
 rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
 
-# Two builds that share nothing with the workspace's run at the lowest
+# A build that shares nothing with the workspace's runs at the lowest
 # priority from here on, soaking up the cycles the main build leaves idle:
-# wasm-bindgen's CLI (the browser tests) and the wasmtime host of the WASI
-# validator (host-wasm/embed).
-bg wasm-bindgen nice -n 19 bash host-wasm/browser-test.sh --install-cli
+# the wasmtime host of the WASI validator (host-wasm/embed).
 bg wasmtime-host nice -n 19 bash host-wasm/test.sh --build-host
 
 step "format (the workspace, the fuzz targets, the wasmtime host)"
@@ -122,7 +125,9 @@ LINTED=(bash "$ROOT/tests/linted.sh")
 # costs time here.
 export CARGO_INCREMENTAL=0
 
-step "build, linted (clippy -D warnings): every workspace target once (Rust tests, tzr, the Python extension)"
+# tzr's build script compiles the inspector page (host-wasm for
+# wasm32-unknown-unknown, in target/view-page, linted too) beside the rest.
+step "build, linted (clippy -D warnings): every workspace target once (Rust tests, tzr and its page, the Python extension)"
 "${LINTED[@]}" cargo build --locked --workspace --all-targets
 bash tests/python-env.sh --link >/dev/null
 
@@ -170,12 +175,8 @@ lane_wasi() {
 }
 
 lane_browser() {
-    step "host-wasm: browser inspector (wasm32-unknown-unknown + wasm-bindgen) in headless chromium (playwright-core)"
-    if [ "$have_wasm" = 1 ]; then
-        TZR_BIN="$ROOT/target/debug/tzr" bash host-wasm/browser-test.sh "$VENV/bin/python"
-    else
-        echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target; the browser inspector was not built or tested"
-    fi
+    step "host-wasm: the inspector page built into tzr, in headless chromium (playwright-core)"
+    TZR_BIN="$ROOT/target/debug/tzr" bash host-wasm/browser-test.sh "$VENV/bin/python"
 }
 
 step "Rust and Python test lanes start; lints, docs and wasm builds go on beside them"
@@ -201,25 +202,19 @@ if cargo tree --locked -p tensorizer-core --no-default-features -e normal,featur
 fi
 
 # The core without std is linted as it builds for wasm32 (and its tests in
-# the Rust lane); host-wasm is linted in the release builds of the WASI and
-# browser lanes, for each of its two targets.
+# the Rust lane); host-wasm is linted in its two release builds, one per
+# target: the WASI lane's and the page's inside tzr's build.
 step "wasm32-unknown-unknown build of the core (no std), linted"
-if [ "$have_wasm" = 1 ]; then
-    "${LINTED[@]}" cargo build "${LINT[@]}" -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
-else
-    echo "SKIPPED: rustup could not add the wasm32-unknown-unknown target"
-    cargo clippy "${LINT[@]}" -p tensorizer-core --no-default-features -- -D warnings
-fi
+"${LINTED[@]}" cargo build "${LINT[@]}" -p tensorizer-core --no-default-features --target wasm32-unknown-unknown
 
 # Checked and linted, not linked: the campaigns (spec 15.10) build them
 # with cargo-fuzz's flags; here it is enough that every target compiles.
 step "fuzz targets compile (stable), linted"
 cargo clippy --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
 
-step "the WASI validator and the browser inspector lanes, as their builds finish"
+step "the WASI validator and the browser inspector lanes"
 await wasmtime-host
 bg lane-wasi lane_wasi
-await wasm-bindgen
 bg lane-browser lane_browser
 await lane-wasi
 await lane-browser

@@ -17,7 +17,7 @@ import zlib from 'node:zlib';
 import { chromium } from 'playwright-core';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const WEB = path.join(ROOT, 'host-wasm/web');
+const WEB = path.join(process.env.TZR_ARTIFACTS || path.join(ROOT, 'target/browser-artifacts'), 'page');
 const CACHE = path.join(process.env.TZR_ARTIFACTS || path.join(ROOT, 'target/browser-artifacts'), 'cache');
 const TZR = process.env.TZR_BIN || path.join(ROOT, 'target/release/tzr');
 const RUNS = Number(process.argv[2] || 3);

@@ -1,5 +1,5 @@
 // Times the inspector's scan in wasm under node: the page's module
-// (host-wasm/web/pkg, built by host-wasm/browser-test.sh --build-only) and
+// (target/browser-artifacts/page/pkg, written by host-wasm/browser-test.sh --build-only) and
 // its `scan` export, reading the file with fs.readSync as the page's worker
 // reads with FileReaderSync. The native side of the comparison is
 // `cargo run --release -p tensorizer-wasm --example scan_bench -- FILE`.
@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const PKG = path.join(ROOT, 'host-wasm/web/pkg');
+const PKG = path.join(process.env.TZR_ARTIFACTS || path.join(ROOT, 'target/browser-artifacts'), 'page/pkg');
 const [file, runsArg] = process.argv.slice(2);
 if (!file) {
   console.error('usage: node bench_scan.mjs FILE [RUNS]');

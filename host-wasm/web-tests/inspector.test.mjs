@@ -1,4 +1,5 @@
-// Browser tests of the inspector page (host-wasm/web), run by
+// Browser tests of the inspector page (host-wasm/web, as built into tzr
+// and written out by `tzr view --write-page`), run by
 // host-wasm/browser-test.sh: playwright-core drives Debian's chromium
 // (never a downloaded browser); a private nginx on 127.0.0.1 serves the
 // page on one port and the files on another, cross-origin, with Range and
@@ -7,7 +8,8 @@
 //
 // Environment: TZR_CHROMIUM (default /usr/bin/chromium), TZR_ARTIFACTS
 // (default target/browser-artifacts; its cache/ holds make_files.py's
-// outputs), TZR_NGINX (default: nginx on PATH or /usr/sbin/nginx).
+// outputs, its page/ the page), TZR_NGINX (default: nginx on PATH or
+// /usr/sbin/nginx), TZR_BIN (default target/debug/tzr).
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,9 +23,9 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const WEB = path.join(ROOT, 'host-wasm/web');
 const VECTORS = path.join(ROOT, 'tests/vectors');
 const ARTIFACTS = process.env.TZR_ARTIFACTS || path.join(ROOT, 'target/browser-artifacts');
+const WEB = path.join(ARTIFACTS, 'page');
 const CACHE = path.join(ARTIFACTS, 'cache');
 const CHROMIUM = process.env.TZR_CHROMIUM || '/usr/bin/chromium';
 const MANIFEST = JSON.parse(fs.readFileSync(path.join(VECTORS, 'manifest.json'), 'utf8'));
@@ -204,7 +206,7 @@ const vector = (file) => MANIFEST.vectors.find((v) => v.file === file);
 // ---------- setup ----------
 
 before(async () => {
-  assert.ok(fs.existsSync(path.join(WEB, 'pkg/tensorizer_wasm_bg.wasm')), 'build the page first: host-wasm/browser-test.sh');
+  assert.ok(fs.existsSync(path.join(WEB, 'pkg/tensorizer_wasm_bg.wasm')), `no page in ${WEB}: host-wasm/browser-test.sh --build-only writes it`);
   for (const f of ['big_1gib.tensors', 'many_20k.tensors', 'model.safetensors']) {
     assert.ok(fs.existsSync(path.join(CACHE, f)), `${f} missing: run host-wasm/web-tests/make_files.py ${CACHE}`);
   }
@@ -630,9 +632,12 @@ describe('fingerprint and compare', () => {
 });
 
 describe('tzr view', () => {
-  test('serves the page and a local file on 127.0.0.1', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
+  test('serves the page built into it and a local file on 127.0.0.1, from any directory', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
     const v = vector('v5_long.tensors');
-    const child = spawn(TZR, ['view', path.join(VECTORS, v.file)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    // Outside the repository, with no page directory named: the page is the one in the binary.
+    const env = { ...process.env };
+    delete env.TZR_VIEW_ASSETS;
+    const child = spawn(TZR, ['view', path.join(VECTORS, v.file)], { cwd: os.tmpdir(), env, stdio: ['ignore', 'pipe', 'inherit'] });
     try {
       const url = await new Promise((resolve, reject) => {
         let out = '';
@@ -663,13 +668,13 @@ describe('tzr view', () => {
     }
   });
 
-  test('says how to build the page when it is missing', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
+  test('says what a page directory must hold when --assets names another', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
     const child = spawn(TZR, ['view', '--assets', tmp, path.join(VECTORS, 'v1_flat.tensors')], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     child.stderr.on('data', (d) => { err += d; });
     const code = await new Promise((resolve) => child.once('close', resolve));
     assert.equal(code, 3);
-    assert.match(err, /not built.*browser-test\.sh --build-only/);
+    assert.match(err, /is not a built inspector page.*tzr view --write-page DIR/);
   });
 });
 

@@ -1,6 +1,6 @@
-//! `tzr view FILE|URL`: serves the browser inspector (the page in
-//! `host-wasm/web`, built by `host-wasm/browser-test.sh --build-only`) and
-//! the file on 127.0.0.1, and prints the address to open. The file never
+//! `tzr view FILE|URL`: serves the browser inspector (the page built into
+//! the binary, or a page directory: [`page`]) and the file on 127.0.0.1,
+//! and prints the address to open. The file never
 //! leaves the machine: the page reads it from this server with Range
 //! requests. A URL is not proxied: the page reads it itself, so its server
 //! must allow CORS.
@@ -18,10 +18,12 @@
 //! serves everything under a random path segment chosen per run
 //! ([`SECRET_BYTES`]), which only the printed URL carries (404 without it).
 
+mod page;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,13 +31,7 @@ use clap::Args;
 use tensorizer_native::Error;
 
 use crate::Outcome;
-
-/// Environment variable naming the built page's directory.
-const ASSETS_ENV: &str = "TZR_VIEW_ASSETS";
-
-/// A file the build writes into the page's directory: its absence means
-/// the page was not built.
-const BUILT_MARKER: &str = "pkg/tensorizer_wasm_bg.wasm";
+use page::{Body, Page};
 
 /// Longest request head read (request line and headers).
 const MAX_HEAD: usize = 16 << 10;
@@ -51,19 +47,24 @@ const SECRET_BYTES: usize = 16;
 pub(crate) struct ViewArgs {
     /// The file to inspect (a local path), or an http(s):// URL that the
     /// page reads itself (its server must send CORS headers).
-    target: String,
+    #[arg(required_unless_present = "write_page")]
+    target: Option<String>,
     /// Port on 127.0.0.1 (default: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// The built page's directory (default: $TZR_VIEW_ASSETS, else this
-    /// repository's host-wasm/web).
+    /// A page directory to serve instead of the page built into tzr
+    /// (default: $TZR_VIEW_ASSETS, else the built-in page).
     #[arg(long)]
     assets: Option<PathBuf>,
+    /// Write the built-in page to DIR and exit (for the browser tests and
+    /// other web servers).
+    #[arg(long, value_name = "DIR", hide = true, conflicts_with_all = ["target", "assets"])]
+    write_page: Option<PathBuf>,
 }
 
 /// What the server hands out.
 struct Site {
-    assets: PathBuf,
+    page: Page,
     /// The local file, served under `/SECRET/file/`.
     file: Option<PathBuf>,
     /// The per-run path segment everything is served under.
@@ -96,16 +97,21 @@ fn new_secret() -> Result<String, Error> {
 
 /// Runs the server until the process is stopped.
 pub(crate) fn run(args: &ViewArgs) -> Outcome {
-    let assets = find_assets(args.assets.as_deref())?;
+    if let Some(dir) = &args.write_page {
+        return Ok(page::write(dir)?);
+    }
+    // clap requires the target unless --write-page is given.
+    let target = args.target.as_deref().unwrap_or_default();
+    let page = Page::find(args.assets.as_deref())?;
     let secret = new_secret()?;
-    let is_url = args.target.starts_with("http://") || args.target.starts_with("https://");
+    let is_url = target.starts_with("http://") || target.starts_with("https://");
     let (file, link) = if is_url {
-        (None, format!("/{secret}/?url={}", encode(&args.target)))
+        (None, format!("/{secret}/?url={}", encode(target)))
     } else {
-        let path = PathBuf::from(&args.target);
-        let meta = std::fs::metadata(&path).map_err(|e| io_error(&args.target, e))?;
+        let path = PathBuf::from(target);
+        let meta = std::fs::metadata(&path).map_err(|e| io_error(target, e))?;
         if !meta.is_file() {
-            return Err(Error::Invalid(format!("{}: not a regular file", args.target)).into());
+            return Err(Error::Invalid(format!("{target}: not a regular file")).into());
         }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
         (Some(path), format!("/{secret}/?url={}", encode(&format!("/{secret}/file/{}", encode(&name)))))
@@ -113,32 +119,14 @@ pub(crate) fn run(args: &ViewArgs) -> Outcome {
     let listener = TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| io_error("127.0.0.1", e))?;
     let addr = listener.local_addr().map_err(|e| io_error("127.0.0.1", e))?;
     out!("http://{addr}{link}");
-    eprintln!("tzr view: serving {} on {addr} only (Ctrl-C to stop)", args.target);
+    eprintln!("tzr view: serving {target} on {addr} only (Ctrl-C to stop)");
     let _ = std::io::stdout().flush();
-    serve(listener, Arc::new(Site { assets, file, secret, port: addr.port() }));
+    serve(listener, Arc::new(Site { page, file, secret, port: addr.port() }));
     Ok(())
 }
 
 fn io_error(file: &str, source: std::io::Error) -> Error {
     Error::Io { file: file.to_string(), offset: 0, source }
-}
-
-/// The page's directory: `--assets`, `$TZR_VIEW_ASSETS`, or this
-/// repository's `host-wasm/web`, which must have been built.
-fn find_assets(given: Option<&Path>) -> Result<PathBuf, Error> {
-    let dir = match (given, std::env::var_os(ASSETS_ENV)) {
-        (Some(d), _) => d.to_path_buf(),
-        (None, Some(d)) => PathBuf::from(d),
-        (None, None) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../host-wasm/web"),
-    };
-    if dir.join("index.html").is_file() && dir.join(BUILT_MARKER).is_file() {
-        return Ok(dir);
-    }
-    Err(Error::Invalid(format!(
-        "the inspector page is not built in {} (no {BUILT_MARKER}): run host-wasm/browser-test.sh --build-only \
-         in the tensorizer-rs repository, or point --assets or {ASSETS_ENV} at a built copy of host-wasm/web",
-        dir.display()
-    )))
 }
 
 /// Accepts connections until the listener fails, one thread each.
@@ -205,18 +193,21 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     let head_only = req.method == "HEAD";
     let path = decode(&req.path);
     let Some(path) = site.strip_secret(&path) else { return status(&mut out, "404 Not Found", "not found") };
-    let (file, content_type) = match path.strip_prefix("/file/") {
-        Some(_) if site.file.is_some() => (site.file.clone().unwrap_or_default(), "application/octet-stream"),
-        _ => match asset_path(&site.assets, path) {
-            Some(p) => {
-                let t = content_type(&p);
-                (p, t)
-            }
+    let (body, content_type) = match (path.strip_prefix("/file/"), &site.file) {
+        (Some(_), Some(file)) => match File::open(file) {
+            Ok(f) => (Body::File(f), "application/octet-stream"),
+            Err(_) => return status(&mut out, "404 Not Found", "not found"),
+        },
+        _ => match site.page.get(path) {
+            Some(found) => found,
             None => return status(&mut out, "404 Not Found", "not found"),
         },
     };
-    let Ok(mut f) = File::open(&file) else { return status(&mut out, "404 Not Found", "not found") };
-    let len = f.metadata()?.len();
+    let len = match &body {
+        #[cfg(feature = "view-page")]
+        Body::Bytes(b) => b.len() as u64,
+        Body::File(f) => f.metadata()?.len(),
+    };
     let (code, start, end) = match req.range.as_deref().map(|r| parse_range(r, len)) {
         None | Some(Range::Ignore) => ("200 OK", 0, len),
         Some(Range::Bytes(a, b)) => ("206 Partial Content", a, b),
@@ -234,14 +225,23 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     write!(out, "Cross-Origin-Resource-Policy: same-origin\r\n")?;
     write!(out, "Connection: close\r\n\r\n")?;
     if !head_only {
-        f.seek(SeekFrom::Start(start))?;
-        let mut left = end - start;
-        let mut buf = vec![0u8; CHUNK.min(usize::try_from(left).unwrap_or(CHUNK))];
-        while left > 0 {
-            let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            f.read_exact(&mut buf[..n])?;
-            out.write_all(&buf[..n])?;
-            left -= n as u64;
+        match body {
+            #[cfg(feature = "view-page")]
+            Body::Bytes(b) => {
+                let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
+                out.write_all(range.and_then(|(a, e)| b.get(a..e)).unwrap_or_default())?;
+            }
+            Body::File(mut f) => {
+                f.seek(SeekFrom::Start(start))?;
+                let mut left = end - start;
+                let mut buf = vec![0u8; CHUNK.min(usize::try_from(left).unwrap_or(CHUNK))];
+                while left > 0 {
+                    let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    f.read_exact(&mut buf[..n])?;
+                    out.write_all(&buf[..n])?;
+                    left -= n as u64;
+                }
+            }
         }
     }
     out.flush()
@@ -254,37 +254,6 @@ fn status(out: &mut impl Write, code: &str, text: &str) -> std::io::Result<()> {
         text.len()
     )?;
     out.flush()
-}
-
-/// A file of the page: every path component plain (letters, digits, `.`,
-/// `_`, `-`; no `..`), and the file must exist.
-fn asset_path(root: &Path, path: &str) -> Option<PathBuf> {
-    let rel = path.trim_start_matches('/');
-    let rel = if rel.is_empty() { "index.html" } else { rel };
-    let mut out = root.to_path_buf();
-    for part in rel.split('/') {
-        let plain = !part.is_empty()
-            && !part.starts_with('.')
-            && part.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if !plain {
-            return None;
-        }
-        out.push(part);
-    }
-    out.is_file().then_some(out)
-}
-
-fn content_type(p: &Path) -> &'static str {
-    match p.extension().and_then(|e| e.to_str()) {
-        Some("html") => "text/html; charset=utf-8",
-        Some("js" | "mjs") => "text/javascript; charset=utf-8",
-        Some("css") => "text/css; charset=utf-8",
-        Some("wasm") => "application/wasm",
-        Some("json") => "application/json",
-        Some("png") => "image/png",
-        Some("ts") => "text/plain; charset=utf-8",
-        _ => "application/octet-stream",
-    }
 }
 
 /// A Range header's meaning for a body of `len` bytes.
@@ -386,25 +355,14 @@ mod tests {
         assert_eq!(encode("a b"), "a%20b");
     }
 
-    #[test]
-    fn assets_stay_inside_their_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("index.html"), "x").unwrap();
-        assert!(asset_path(dir.path(), "/").is_some());
-        assert!(asset_path(dir.path(), "/index.html").is_some());
-        for bad in ["/../index.html", "/.git/config", "/pkg//x", "/a\\b", "/missing.js"] {
-            assert!(asset_path(dir.path(), bad).is_none(), "{bad}");
-        }
-    }
-
-    /// Starts a server of `assets` and `file` on a free port: its address
+    /// Starts a server of `page` and `file` on a free port: its address
     /// and the path prefix everything is served under.
-    fn test_server(assets: &Path, file: PathBuf) -> (std::net::SocketAddr, String) {
+    fn test_server(page: Page, file: PathBuf) -> (std::net::SocketAddr, String) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let secret = new_secret().unwrap();
         let base = format!("/{secret}/");
-        let site = Arc::new(Site { assets: assets.to_path_buf(), file: Some(file), secret, port: addr.port() });
+        let site = Arc::new(Site { page, file: Some(file), secret, port: addr.port() });
         std::thread::spawn(move || serve(listener, site));
         (addr, base)
     }
@@ -435,7 +393,7 @@ mod tests {
         std::fs::write(dir.path().join("index.html"), "<html>").unwrap();
         let file = dir.path().join("model.tensors");
         std::fs::write(&file, b"secret weights").unwrap();
-        let (addr, base) = test_server(dir.path(), file);
+        let (addr, base) = test_server(Page::Dir(dir.path().to_path_buf()), file);
         let port = addr.port();
         let get = |host: Option<&str>, path: &str| {
             let host = host.map(|h| format!("Host: {h}\r\n")).unwrap_or_default();
@@ -485,14 +443,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("pkg")).unwrap();
         std::fs::write(dir.path().join("index.html"), "<html>").unwrap();
-        std::fs::write(dir.path().join(BUILT_MARKER), b"\0asm").unwrap();
-        assert!(find_assets(Some(dir.path())).is_ok());
-        assert!(find_assets(Some(&dir.path().join("pkg"))).is_err());
+        std::fs::write(dir.path().join(page::BUILT_MARKER), b"\0asm").unwrap();
         let data: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
         let elsewhere = tempfile::tempdir().unwrap();
         let file = elsewhere.path().join("model.tensors");
         std::fs::write(&file, &data).unwrap();
-        let (addr, base) = test_server(dir.path(), file);
+        let (addr, base) = test_server(Page::Dir(dir.path().to_path_buf()), file);
 
         let (head, body) = get(addr, &format!("{base}?url={base}file/model.tensors"), None);
         assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/html"), "{head}");
@@ -513,5 +469,22 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 404"), "{head}");
         let (head, _) = get(addr, &format!("{base}model.tensors"), None);
         assert!(head.starts_with("HTTP/1.1 404"), "the file is only under /file/: {head}");
+    }
+
+    #[cfg(feature = "view-page")]
+    #[test]
+    fn serves_the_page_built_into_the_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.tensors");
+        std::fs::write(&file, b"weights").unwrap();
+        let (addr, base) = test_server(Page::Embedded, file);
+        let (head, body) = get(addr, &base, None);
+        assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/html"), "{head}");
+        assert!(String::from_utf8_lossy(&body).contains("app.js"));
+        let (head, body) = get(addr, &format!("{base}{}", page::BUILT_MARKER), Some("bytes=0-3"));
+        assert!(head.starts_with("HTTP/1.1 206") && head.contains("application/wasm"), "{head}");
+        assert_eq!(body, b"\0asm");
+        let (head, _) = get(addr, &format!("{base}pkg/missing.js"), None);
+        assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     }
 }
