@@ -6,9 +6,10 @@
 //! Sans-IO like the rest of the core: [`scan`] reads through a
 //! [`RandomAccess`] the host supplies, one bounded read at a time. Memory is
 //! bounded by the limits in [`crate::layout`]; findings are deterministic
-//! (sorted by offset, then rule) and bounded ([`MAX_FINDINGS_PER_RULE`],
-//! then one [`RuleId::FindingsCapped`] finding per rule saying how many
-//! more there were).
+//! (sorted by offset, then rule) and bounded
+//! ([`MAX_FINDINGS_PER_RULE`](crate::layout::MAX_FINDINGS_PER_RULE), then
+//! one [`RuleId::FindingsCapped`] finding per rule saying how many more
+//! there were).
 //!
 //! Formats, asked in this order ([`crate::sniff::classify`]):
 //! tensorizer ([`tensorizer`]), torch.save zip archives ([`zip`], every

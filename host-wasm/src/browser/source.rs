@@ -3,7 +3,7 @@
 //! for a URL), with byte counting and a read-ahead window for verification.
 //!
 //! [`AsyncSource`] is the asynchronous twin of the core's
-//! [`RandomAccess`](tensorizer_core::source::RandomAccess): a page's main
+//! [`RandomAccess`]: a page's main
 //! thread may not block, and a `Blob` or a `fetch` answers with a
 //! `Promise`, so a read must be awaited. Everything else is the core's: the
 //! error ([`ReadError`]), the bounds check ([`span`]) and the length check
