@@ -134,7 +134,7 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
         #[cfg(feature = "http")]
         Location::Http { url } => Ok(Box::new(http::HttpSource::open(url, options.http())?)),
         #[cfg(feature = "s3")]
-        Location::S3 { .. } => Ok(Box::new(options.s3().resolve(&location.to_string(), false)?.open()?)),
+        Location::S3 { bucket, key } => Ok(Box::new(options.s3().resolve(bucket, key, false)?.open()?)),
         #[cfg(feature = "cloud")]
         Location::Gcs { bucket, object } => crate::store::cloud::open_gcs(bucket, object, &cloud_options(options)),
         #[cfg(feature = "cloud")]
@@ -310,7 +310,7 @@ impl Sink {
     fn upload(&self, path: &Path) -> Result<()> {
         match &self.location {
             #[cfg(feature = "s3")]
-            Location::S3 { .. } => self.options.s3().resolve(&self.location.to_string(), true)?.upload(path),
+            Location::S3 { bucket, key } => self.options.s3().resolve(bucket, key, true)?.upload(path),
             #[cfg(feature = "cloud")]
             Location::Gcs { bucket, object } => {
                 crate::store::cloud::upload_gcs(path, bucket, object, &cloud_options(&self.options))

@@ -107,7 +107,7 @@ pub(crate) fn s3cfg_values(text: &str) -> (bool, Option<String>, Option<String>,
 #[pyo3(signature = (uri, expires, options=None))]
 pub(crate) fn s3_presign(uri: String, expires: u64, options: Option<PyRef<'_, RemoteOptions>>) -> PyResult<String> {
     let options = RemoteOptions::or_default(options).store_options(Intent::ReadAll)?;
-    let object = options.s3.resolve(&uri, false).map_err(to_py)?;
+    let object = options.s3.resolve_uri(&uri, false).map_err(to_py)?;
     Ok(object.presigned_get_url(expires))
 }
 

@@ -384,12 +384,12 @@ fn from_xml<T: serde::de::DeserializeOwned>(xml: &str) -> Option<T> {
 
 /// Opens `s3://bucket/key` for reading with `options`.
 pub fn open(uri: &str, options: &S3Options) -> Result<HttpSource> {
-    options.resolve(uri, false)?.open()
+    options.resolve_uri(uri, false)?.open()
 }
 
 /// Uploads the local file `path` to `s3://bucket/key`.
 pub fn upload(path: &Path, uri: &str, options: &S3Options) -> Result<()> {
-    options.resolve(uri, true)?.upload(path)
+    options.resolve_uri(uri, true)?.upload(path)
 }
 
 #[cfg(test)]
@@ -410,7 +410,7 @@ mod tests {
             endpoint: Some("https://s3.amazonaws.com".into()),
             ..S3Options::default()
         };
-        let object = options.resolve_with("s3://examplebucket/test.txt", false, &|_| None, None).unwrap();
+        let object = options.resolve_uri_with("s3://examplebucket/test.txt", false, &|_| None, None).unwrap();
         let at = jiff::Timestamp::from_second(1_369_353_600).unwrap();
         let get = object.bucket.get_object(object.credentials.as_ref(), &object.key);
         let url = get.sign_with_time(Duration::from_secs(86_400), &at);
@@ -431,7 +431,7 @@ mod tests {
             ("AWS_SESSION_TOKEN", "tok/en"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
         ]);
-        let object = S3Options::default().resolve_with("s3://b/dir/x y", false, &env, None).unwrap();
+        let object = S3Options::default().resolve_uri_with("s3://b/dir/x y", false, &env, None).unwrap();
         let url = object.presigned_get_url(60);
         assert!(url.starts_with("http://127.0.0.1:9000/b/dir/x%20y?"), "{url}");
         assert!(url.contains("X-Amz-Security-Token=tok%2Fen"), "{url}");
@@ -444,7 +444,7 @@ mod tests {
         assert!(xml.starts_with("<CompleteMultipartUpload"), "{xml}");
         assert!(xml.contains("<PartNumber>1</PartNumber>") && xml.contains("<PartNumber>2</PartNumber>"), "{xml}");
         for key in ["s3://b/a/../k", "s3://b/./k"] {
-            assert!(S3Options::default().resolve_with(key, false, &env, None).is_err(), "{key}");
+            assert!(S3Options::default().resolve_uri_with(key, false, &env, None).is_err(), "{key}");
         }
     }
 

@@ -3,6 +3,7 @@
 //! the metadata index if the first read did not hold it all).
 
 use tensorizer_core::layout::{MAGIC, METADATA_OFFSET, ParseLimits};
+use tensorizer_core::report::HeaderSummary;
 use tensorizer_core::totals::top_module;
 use tensorizer_core::{Sniffed, sniff_format};
 
@@ -153,24 +154,27 @@ fn tensorizer_summary(ins: &Inspection, file: &str) -> Summary {
             meta: e.is_meta(),
         });
     }
+    // The header's facts as every report states them (the core's summary);
+    // the labels are the page's.
+    let s = HeaderSummary::of(h, rows.len(), ins.file_len);
     let header = vec![
-        field("data version", h.version),
-        field("feature flags", format!("{:#04x}", h.flags)),
-        field("versioned headers", h.versioned_headers()),
-        field("metadata index bytes", h.metadata_len),
+        field("data version", s.data_version),
+        field("feature flags", format!("{:#04x}", s.feature_flags)),
+        field("versioned headers", s.versioned_headers),
+        field("metadata index bytes", s.metadata_index_bytes),
     ];
     Summary {
         summary_version: super::summary::SUMMARY_VERSION,
         format: "tensorizer",
         file: file.to_string(),
-        file_bytes: ins.file_len,
+        file_bytes: s.file_bytes,
         header,
-        encrypted: h.has_crypt_info(),
+        encrypted: s.encrypted,
         tensor_count: rows.len(),
-        data_bytes: h.tensor_size,
+        data_bytes: s.data_bytes,
         totals: totals(&rows, |r| top_module(&ins.metadata.entries[r.index].path)),
         tensors: rows,
-        verify: if h.has_crypt_info() {
+        verify: if s.encrypted {
             "decrypts every tensor (a key file or passphrase is needed) and checks its MACs and stored CRC-32/SHA-256"
         } else {
             "checks every tensor's stored CRC-32 and SHA-256"

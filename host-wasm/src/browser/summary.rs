@@ -4,8 +4,8 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
+use tensorizer_core::TensorPath;
 use tensorizer_core::totals::Totals;
-use tensorizer_core::{PathComponent, TensorPath};
 
 use crate::error::ValidateError;
 
@@ -90,21 +90,12 @@ impl Row {
 }
 
 /// The name of `p` as text and, for a structured path, its components as
-/// JSON values.
+/// JSON values ([`tensorizer_core::report::path_json`], as every report
+/// gives them).
 pub fn name_and_path(p: &TensorPath) -> (String, Option<Vec<serde_json::Value>>) {
     match p {
         TensorPath::Plain(s) => (s.clone(), None),
-        TensorPath::Structured(c) => (
-            p.to_string(),
-            Some(
-                c.iter()
-                    .map(|p| match p {
-                        PathComponent::Key(k) => serde_json::Value::from(k.clone()),
-                        PathComponent::Index(i) => serde_json::Value::from(*i),
-                    })
-                    .collect(),
-            ),
-        ),
+        TensorPath::Structured(_) => (p.to_string(), Some(tensorizer_core::report::path_json(p))),
     }
 }
 

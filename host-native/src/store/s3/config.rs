@@ -143,20 +143,21 @@ pub fn parse_s3cfg(text: &str) -> S3Cfg {
 }
 
 impl S3Options {
-    /// Resolves `uri` against these options, the environment and the
-    /// s3cmd config file. `for_write` picks tensorizer's default write
-    /// endpoint when none is configured.
+    /// Resolves the object `key` of `bucket` against these options, the
+    /// environment and the s3cmd config file. `for_write` picks
+    /// tensorizer's default write endpoint when none is configured.
     ///
     /// With the `cloud` feature, when none of those names any keys (and
     /// none were given explicitly, not even empty ones), the rest of the
     /// AWS credential chain is tried before going anonymous: web identity,
     /// the `~/.aws` profiles, the ECS container endpoint and the instance
     /// metadata service (see `crate::store::cloud::aws_credential_chain`).
-    pub fn resolve(&self, uri: &str, for_write: bool) -> Result<S3Object> {
+    pub fn resolve(&self, bucket: &str, key: &str, for_write: bool) -> Result<S3Object> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
         let mut object = self.resolve_with(
-            uri,
+            bucket,
+            key,
             for_write,
             &|name| std::env::var(name).ok().filter(|v| !v.is_empty()),
             home.as_deref(),
@@ -172,14 +173,22 @@ impl S3Options {
         Ok(object)
     }
 
+    /// [`S3Options::resolve`] of an `s3://bucket/key` URI.
+    pub fn resolve_uri(&self, uri: &str, for_write: bool) -> Result<S3Object> {
+        let (bucket, key) = parse_s3_uri(uri)?;
+        self.resolve(&bucket, &key, for_write)
+    }
+
     pub(super) fn resolve_with(
         &self,
-        uri: &str,
+        bucket: &str,
+        key: &str,
         for_write: bool,
         env: &dyn Fn(&str) -> Option<String>,
         home: Option<&Path>,
     ) -> Result<S3Object> {
-        let (bucket, key) = parse_s3_uri(uri)?;
+        let uri = format!("s3://{bucket}/{key}");
+        let (bucket, key) = (bucket.to_string(), key.to_string());
         // A URL path resolves these segments, so it cannot name such a key.
         if key.split('/').any(|segment| segment == "." || segment == "..") {
             return Err(Error::Invalid(format!("{uri}: S3 keys with `.` or `..` path segments are not supported")));
@@ -242,7 +251,22 @@ impl S3Options {
         let endpoint = url.origin().ascii_serialization();
         let bucket = Bucket::new(url, style, bucket, region)
             .map_err(|e| Error::Invalid(format!("{uri}: invalid S3 endpoint {endpoint}: {e}")))?;
-        Ok(S3Object { uri: uri.to_string(), endpoint, bucket, key, credentials, options: self.clone(), trust })
+        Ok(S3Object { uri, endpoint, bucket, key, credentials, options: self.clone(), trust })
+    }
+}
+
+#[cfg(test)]
+impl S3Options {
+    /// [`S3Options::resolve_with`] of an `s3://bucket/key` URI.
+    pub(super) fn resolve_uri_with(
+        &self,
+        uri: &str,
+        for_write: bool,
+        env: &dyn Fn(&str) -> Option<String>,
+        home: Option<&Path>,
+    ) -> Result<S3Object> {
+        let (bucket, key) = parse_s3_uri(uri)?;
+        self.resolve_with(&bucket, &key, for_write, env, home)
     }
 }
 
@@ -293,7 +317,7 @@ pub(super) mod tests {
         let none = S3Options::default();
         let home = Some(dir.path());
         let env = env_from(&[("AWS_ACCESS_KEY_ID", "aws"), ("AWS_SECRET_ACCESS_KEY", "aws-s"), ("AWS_REGION", "eu")]);
-        let o = none.resolve_with("s3://b/k", false, &env, home).unwrap();
+        let o = none.resolve_uri_with("s3://b/k", false, &env, home).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().key(), "cfg-key");
         assert_eq!(o.endpoint(), "http://minio.local:9000");
         assert_eq!(o.bucket.region(), "eu");
@@ -303,24 +327,24 @@ pub(super) mod tests {
             ("S3_SECRET_ACCESS_KEY", "vs"),
             ("S3_ENDPOINT_URL", "http://127.0.0.1:9"),
         ]);
-        let o = none.resolve_with("s3://b/k", false, &vllm, home).unwrap();
+        let o = none.resolve_uri_with("s3://b/k", false, &vllm, home).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().key(), "v");
         assert_eq!(o.endpoint(), "http://127.0.0.1:9", "vLLM's endpoint variable outranks the config file");
         let aws_endpoint = env_from(&[("AWS_ENDPOINT_URL", "http://aws.local")]);
-        let o = none.resolve_with("s3://b/k", false, &aws_endpoint, home).unwrap();
+        let o = none.resolve_uri_with("s3://b/k", false, &aws_endpoint, home).unwrap();
         assert_eq!(o.endpoint(), "http://minio.local:9000", "the config file outranks AWS_ENDPOINT_URL");
         // No config file: the AWS variables, then tensorizer's defaults.
-        let o = none.resolve_with("s3://b/k", true, &env, None).unwrap();
+        let o = none.resolve_uri_with("s3://b/k", true, &env, None).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().key(), "aws");
         assert_eq!(o.endpoint(), "https://object.ord1.coreweave.com");
-        let o = none.resolve_with("s3://b/k/x y", false, &|_| None, None).unwrap();
+        let o = none.resolve_uri_with("s3://b/k/x y", false, &|_| None, None).unwrap();
         assert!(o.credentials.is_none());
         assert_eq!(o.presigned_get_url(60), "https://accel-object.ord1.coreweave.com/b/k/x%20y");
         // Explicit http:// endpoints need force_http, as in tensorizer.
         let http = S3Options { endpoint: Some("http://h".into()), ..S3Options::default() };
-        assert!(http.resolve_with("s3://b/k", false, &|_| None, None).is_err());
+        assert!(http.resolve_uri_with("s3://b/k", false, &|_| None, None).is_err());
         let forced = S3Options { force_http: Some(true), ..http };
-        assert_eq!(forced.resolve_with("s3://b/k", false, &|_| None, None).unwrap().endpoint(), "http://h");
+        assert_eq!(forced.resolve_uri_with("s3://b/k", false, &|_| None, None).unwrap().endpoint(), "http://h");
         assert!(parse_s3_uri("s3://bucket").is_err() && parse_s3_uri("s3:///k").is_err());
     }
 }
