@@ -233,7 +233,7 @@ impl S3Options {
             let default = if for_write { DEFAULT_WRITE_ENDPOINT } else { DEFAULT_READ_ENDPOINT };
             (default.to_string(), false)
         };
-        let url = endpoint_url(uri, &endpoint, allow_http, force_http)?;
+        let url = endpoint_url(&uri, &endpoint, allow_http, force_http)?;
         let region = self
             .region
             .clone()
