@@ -10,6 +10,8 @@ from typing import Any
 from . import _distributed, _dtypes, _memory, _native
 
 _Entry = _native.Entry
+#: Tensors read into host memory: those loaded alone (one tensor each),
+#: then (arena, its entries, their offsets) per arena of small ones.
 _Copies = tuple[list[Any], list[tuple[Any, list[_Entry], list[int]]]]
 
 

@@ -35,9 +35,6 @@ _TENSOR_TYPES = tuple(TensorType)
 #: One tensor of the file's index (typed, read-only, built natively).
 _Entry = _native.Entry
 
-#: Tensors read into host memory: those loaded alone (one tensor each),
-#: then (arena, its entries, their offsets) per arena of small ones.
-
 
 def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
     """(torch dtype, item size, requires grad) of a stored dtype string."""
