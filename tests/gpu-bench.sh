@@ -12,7 +12,9 @@
 #   bash tests/gpu-bench.sh --dry-run    # the plan and the skips; no GPU needed
 #   bash tests/gpu-bench.sh --gib 1      # extra arguments go to bench_cuda.py
 #
-# Environment: TZR_TEST_VENV (default .venv-test), TZR_SKIP_BUILD=1.
+# Environment: TZR_TEST_VENV (default .venv-test), TZR_TEST_PYTHON (a
+# Python with the packages, instead of the environment's), TZR_SKIP_BUILD=1,
+# TZR_GPU_BENCH_OUT (where the results go; default target/gpu-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +24,8 @@ fail() {
 }
 
 VENV="${TZR_TEST_VENV:-$PWD/.venv-test}"
-PY="$VENV/bin/python"
-[ -x "$PY" ] || fail "missing: the Python environment $VENV. Make it where there is network (bash tests/python-env.sh) and bring it along, or point TZR_TEST_VENV at one with torch (CUDA build), tensorizer==2.12.1 and safetensors"
+PY="${TZR_TEST_PYTHON:-$VENV/bin/python}"
+[ -x "$PY" ] || command -v "$PY" >/dev/null 2>&1 || fail "missing: the Python environment $VENV. Make it where there is network (bash tests/python-env.sh) and bring it along, or point TZR_TEST_VENV at one with torch (CUDA build), tensorizer==2.12.1 and safetensors"
 export CARGO_NET_OFFLINE=true
 
 if [ "${1:-}" = "--dry-run" ]; then
@@ -38,9 +40,10 @@ if [ "${TZR_SKIP_BUILD:-0}" != 1 ] && command -v cargo >/dev/null 2>&1; then
         || fail "the build failed; offline, every crate must already be in ~/.cargo (run 'cargo fetch --locked' where there is network)"
 fi
 
-OUT="$PWD/target/gpu-bench"
-mkdir -p "$OUT"
-# The files (3 x 8 GiB at most) go under $OUT, not /tmp.
-"$PY" python/bench/bench_cuda.py --gib 1 8 --reps 3 --http --streams 2 --dir "$OUT" --json "$OUT/bench_cuda.json" "$@" \
+OUT="${TZR_GPU_BENCH_OUT:-$PWD/target/gpu-bench}"
+FILES="$PWD/target/gpu-bench"
+mkdir -p "$OUT" "$FILES"
+# The files (3 x 8 GiB at most) go under target/, not /tmp.
+"$PY" python/bench/bench_cuda.py --gib 1 8 --reps 3 --http --streams 2 --dir "$FILES" --json "$OUT/bench_cuda.json" "$@" \
     | tee "$OUT/bench_cuda.md"
 echo "results: $OUT/bench_cuda.md, $OUT/bench_cuda.json"

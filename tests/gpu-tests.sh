@@ -17,7 +17,10 @@
 #    modes, copy streams, the TENSORIZER_RS_NATIVE_CUDA=0 escape hatch;
 # 5. the same file against tensorizer 2.12.1's own CUDA path (the oracle).
 #
-# Environment: TZR_TEST_VENV (default .venv-test), TZR_SKIP_BUILD=1.
+# Environment: TZR_TEST_VENV (default .venv-test), TZR_TEST_PYTHON (a
+# Python with the packages, instead of the environment's), TZR_SKIP_BUILD=1,
+# TZR_GPU_TEST_BIN (a prebuilt tensorizer-native `it` test binary with the
+# cuda feature, run instead of cargo: tests/gpu-lease.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,12 +31,12 @@ fail() {
 }
 
 VENV="${TZR_TEST_VENV:-$PWD/.venv-test}"
-PY="$VENV/bin/python"
+PY="${TZR_TEST_PYTHON:-$VENV/bin/python}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TZR_REQUIRE_GPU=1 CARGO_NET_OFFLINE=true
 export TZR_MOTO_SERVER="$VENV/bin/moto_server"
 
 step "preflight"
-[ -x "$PY" ] || fail "missing: the Python environment $VENV. Make it where there is network (bash tests/python-env.sh) and bring it along, or point TZR_TEST_VENV at one with torch (CUDA build), pytest and tensorizer==2.12.1"
+[ -x "$PY" ] || command -v "$PY" >/dev/null 2>&1 || fail "missing: the Python environment $VENV. Make it where there is network (bash tests/python-env.sh) and bring it along, or point TZR_TEST_VENV at one with torch (CUDA build), pytest and tensorizer==2.12.1"
 if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L || true; else echo "nvidia-smi not found (torch may still find the driver)"; fi
 "$PY" - <<'PYEOF' || fail "the Python environment is not ready for GPU tests (see above)"
 import importlib.util
@@ -53,7 +56,7 @@ PYEOF
 
 step "build tensorizer_rs (release, native CUDA loading)"
 if [ "${TZR_SKIP_BUILD:-0}" = 1 ]; then
-    echo "TZR_SKIP_BUILD=1: using the tensorizer_rs installed in $VENV"
+    echo "TZR_SKIP_BUILD=1: using the tensorizer_rs that $PY imports"
 elif ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: using the tensorizer_rs installed in $VENV"
 else
@@ -68,7 +71,9 @@ sys.exit(0 if _cuda.native_enabled() else 1)
 ' || fail "tensorizer_rs loads to CUDA only through torch here: built without the cuda feature, libcuda not found (LD_LIBRARY_PATH), or TENSORIZER_RS_NATIVE_CUDA=0 is set"
 
 step "Rust: staging ring and CUDA engine (cargo test --features cuda)"
-if command -v cargo >/dev/null 2>&1; then
+if [ -n "${TZR_GPU_TEST_BIN:-}" ]; then
+    "$TZR_GPU_TEST_BIN" staging --nocapture
+elif command -v cargo >/dev/null 2>&1; then
     cargo test --locked --release -p tensorizer-native --features cuda --test it staging -- --nocapture
 else
     echo "SKIPPED: cargo not found"

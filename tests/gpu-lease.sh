@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The GPU checks on a lent machine that has a GPU, a CUDA build of torch,
+# pytest and safetensors, but neither cargo nor network. Everything else
+# is prepared here into .gpu/ (ignored by git), carried there with the
+# working tree, and the lent machine runs tests/gpu-tests.sh and then
+# tests/gpu-bench.sh from it.
+#
+#   bash tests/gpu-lease.sh pack           # here: .gpu/ (about 35 MiB)
+#   bash tests/gpu-lease.sh run [ARGS]     # there: logs and results in $OUT
+#                                          # (ARGS go to bench_cuda.py)
+#
+# pack makes: tensorizer_rs (release, cuda feature), tensorizer
+# 2.12.1 and the packages it needs that such an image lacks (as wheels, for
+# CPython 3.12), the tensorizer-native `it` test binary with the cuda
+# feature (stripped, xz), libsodium (tensorizer's libnacl loads it) and
+# nginx (the benchmark's http rows).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${TZR_TEST_VENV:-$PWD/.venv-test}"
+PACK=.gpu
+
+pack() {
+    rm -rf "$PACK"
+    mkdir -p "$PACK/whl" "$PACK/lib"
+    # tensorizer_rs unpacked with its library stripped (a third of the
+    # size: the working tree that travels is limited to 64 MiB).
+    VIRTUAL_ENV="$VENV" "$VENV/bin/maturin" build --release -q -m python/Cargo.toml -o "$PACK/build"
+    "$VENV/bin/python" -m pip install -q --no-deps --no-compile --target "$PACK/pkg" "$PACK"/build/tensorizer_rs-*.whl
+    strip "$PACK"/pkg/tensorizer_rs/_native*.so
+    rm -rf "$PACK/build"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$PACK/whl" tensorizer==2.12.1 boto3 botocore s3transfer jmespath hiredis libnacl redis
+    # The workspace's own test build: features are unified across the
+    # workspace, so tensorizer-native's `it` has the cuda feature (the
+    # python crate turns it on) and nothing is compiled twice.
+    local bin
+    bin="$(cargo test --locked --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    t = m.get("target") or {}
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("name") == "it" \
+            and "host-native" in m.get("manifest_path", ""):
+        print(m["executable"])
+')"
+    [ -n "$bin" ] || { echo "gpu-lease: no tensorizer-native it test binary was built" >&2; exit 1; }
+    "$bin" --list 2>/dev/null | grep -q cuda_round_trip_or_skip \
+        || { echo "gpu-lease: $bin was built without the cuda feature" >&2; exit 1; }
+    strip -o "$PACK/it" "$bin"
+    xz -T2 -6 "$PACK/it"
+    # Where the binary looks for tests/vectors (CARGO_MANIFEST_DIR at build time).
+    (cd host-native && pwd) >"$PACK/manifest_dir"
+    cp -L /usr/lib/x86_64-linux-gnu/libsodium.so.23 "$PACK/lib/libsodium.so"
+    # nginx for the benchmark's http rows (its libraries are in any glibc distribution's base).
+    mkdir -p "$PACK/bin"
+    cp /usr/sbin/nginx "$PACK/bin/"
+    du -sh "$PACK"
+}
+
+run() {
+    [ -d "$PACK" ] || { echo "gpu-lease: $PACK is missing: run 'bash tests/gpu-lease.sh pack' here and carry $PACK" >&2; exit 1; }
+    local out="${OUT:-$PWD/target/gpu-lease}"
+    mkdir -p "$out"
+    local site=/tmp/gpu-lease-site
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$PACK"/whl/*.whl
+    export PYTHONPATH="$PWD/$PACK/pkg:$site${PYTHONPATH:+:$PYTHONPATH}"
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$PACK/it.xz" "$PACK/it"
+    chmod +x "$PACK/it"
+    export PATH="$PATH:$PWD/$PACK/bin"
+    export LD_LIBRARY_PATH="$PWD/$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local manifest
+    manifest="$(cat "$PACK/manifest_dir")"
+    if [ ! -e "$manifest" ]; then
+        mkdir -p "$(dirname "$manifest")"
+        ln -s "$PWD/host-native" "$manifest"
+    fi
+    export TZR_TEST_PYTHON=python3 TZR_SKIP_BUILD=1 TZR_GPU_TEST_BIN="$PWD/$PACK/it" PYTHONUNBUFFERED=1
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
+    local rc=0
+    timeout "${TZR_GPU_TESTS_TIMEOUT:-300}" bash tests/gpu-tests.sh 2>&1 | tee "$out/gpu-tests.log" || rc=1
+    TZR_STAGING_MIB=1024 timeout 60 "$PACK/it" cuda_throughput --ignored --nocapture 2>&1 | tee "$out/cuda-throughput.log" || rc=1
+    TZR_GPU_BENCH_OUT="$out" timeout "${TZR_GPU_BENCH_TIMEOUT:-400}" bash tests/gpu-bench.sh "$@" 2>&1 | tee "$out/gpu-bench.log" || rc=1
+    return "$rc"
+}
+
+case "${1:-}" in
+pack) pack ;;
+run) shift; run "$@" ;;
+*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments]" >&2; exit 2 ;;
+esac
