@@ -100,16 +100,17 @@ def write_files(sd: dict[str, Any], d: str) -> dict[str, str]:
 RS_MODES = [("per_tensor", "per_tensor", 0), ("carved", "carved", 0)]
 
 
-def rs_loader(source: str, alloc: str, streams: int) -> Callable[[], dict[str, Any]]:
+def rs_loader(source: str, alloc: str, streams: int, readers: int | None = None) -> Callable[[], dict[str, Any]]:
     """tensorizer_rs loading ``source`` to cuda with these settings (set
-    for the call: the RSS child runs the same function)."""
+    for the call: the RSS child runs the same function); ``readers``:
+    ``num_readers`` (None: the default, one per core up to 16)."""
 
     def run() -> dict[str, Any]:
         import tensorizer_rs
 
         os.environ["TENSORIZER_RS_CUDA_ALLOC"] = alloc
         os.environ["TENSORIZER_RS_CUDA_STREAMS"] = str(streams)
-        with tensorizer_rs.TensorDeserializer(source, device="cuda") as d:
+        with tensorizer_rs.TensorDeserializer(source, device="cuda", num_readers=readers) as d:
             return dict(d)
 
     return run
@@ -131,10 +132,14 @@ def optional_skips() -> dict[str, str]:
     return out
 
 
-def loaders(paths: dict[str, str], url: str | None, streams: int = 0) -> dict[str, Callable[[], dict[str, Any]]]:
+def loaders(
+    paths: dict[str, str], url: str | None, streams: int = 0, readers: list[int] | None = None
+) -> dict[str, Callable[[], dict[str, Any]]]:
     out: dict[str, Callable[[], dict[str, Any]]] = {}
     for label, alloc, n in rs_modes(streams):
         out[f"tensorizer_rs {label}"] = rs_loader(paths["rs"], alloc, n)
+    for r in readers or []:
+        out[f"tensorizer_rs carved, {r} readers"] = rs_loader(paths["rs"], "carved", 0, r)
     if url:
         for label, alloc, n in rs_modes(streams):
             out[f"tensorizer_rs http {label}"] = rs_loader(url + "/rs.tensors", alloc, n)
@@ -226,7 +231,7 @@ sys.path.insert(0, sys.argv[1])
 import bench_cuda, torch
 torch.cuda.init(); torch.empty(1, device="cuda")
 paths = json.loads(sys.argv[2]); name = sys.argv[3]; url = sys.argv[4] or None
-fn = bench_cuda.loaders(paths, url, int(sys.argv[5]))[name]
+fn = bench_cuda.loaders(paths, url, int(sys.argv[5]), json.loads(sys.argv[6]))[name]
 before = bench_cuda.vm("VmRSS")
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
@@ -235,8 +240,8 @@ print(json.dumps({"growth": bench_cuda.vm("VmHWM") - before}))
 """
 
 
-def rss_growth(paths: dict[str, str], name: str, url: str | None, streams: int) -> int | None:
-    args = [sys.executable, "-c", RSS_CHILD, HERE, json.dumps(paths), name, url or "", str(streams)]
+def rss_growth(paths: dict[str, str], name: str, url: str | None, streams: int, readers: list[int]) -> int | None:
+    args = [sys.executable, "-c", RSS_CHILD, HERE, json.dumps(paths), name, url or "", str(streams), json.dumps(readers)]
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=900, check=True).stdout
         return int(json.loads(out.strip().splitlines()[-1])["growth"])
@@ -281,6 +286,7 @@ def dry_run(a: argparse.Namespace) -> int:
     except ImportError as e:
         print(f"tensorizer_rs: NOT importable ({e})")
     rows = ["limit (pinned H2D)"] + [f"tensorizer_rs {label}" for label, _, _ in rs_modes(a.streams)]
+    rows += [f"tensorizer_rs carved, {r} readers" for r in a.readers]
     if a.http:
         nginx = find_nginx()
         if nginx:
@@ -306,6 +312,7 @@ def main() -> int:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--streams", type=int, default=0, help="also a tensorizer_rs row with this many copy streams")
+    ap.add_argument("--readers", type=int, nargs="*", default=[], help="also tensorizer_rs carved rows with these num_readers")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and what would be skipped; needs no GPU")
     a = ap.parse_args()
     if a.dry_run:
@@ -340,7 +347,7 @@ def main() -> int:
                 url = ctx.__enter__()
             try:
                 runs: dict[str, Callable[[], Any]] = {"limit (pinned H2D)": limit(nbytes)}
-                for name, fn in loaders(paths, url, a.streams).items():
+                for name, fn in loaders(paths, url, a.streams, a.readers).items():
                     try:
                         got = fn()  # the warm-up run
                     except Exception as e:  # an optional loader with another API: reported, skipped
@@ -359,7 +366,7 @@ def main() -> int:
                     times = timed(fn, a.reps)
                     best = min(times)
                     best_limit = best_limit or best
-                    growth = None if a.no_rss or name.startswith("limit") else rss_growth(paths, name, url, a.streams)
+                    growth = None if a.no_rss or name.startswith("limit") else rss_growth(paths, name, url, a.streams, a.readers)
                     g = "" if growth is None else f"{growth / (1 << 20):.0f}"
                     print(
                         f"| {name} | {best:.3f} | {statistics.median(times):.3f} | {nbytes / best / 1e9:.2f} "
