@@ -8,6 +8,7 @@
 #   bash tests/gpu-lease.sh pack           # here: .gpu/ (about 35 MiB)
 #   bash tests/gpu-lease.sh run [ARGS]     # there: logs and results in $OUT
 #                                          # (ARGS go to bench_cuda.py)
+#   bash tests/gpu-lease.sh tests          # there: tests/gpu-tests.sh only
 #
 # pack makes: tensorizer_rs (release, cuda feature), tensorizer
 # 2.12.1 and the packages it needs that such an image lacks (as wheels, for
@@ -52,7 +53,10 @@ for line in sys.stdin:
     xz -T2 -6 "$PACK/it"
     # Where the binary looks for tests/vectors (CARGO_MANIFEST_DIR at build time).
     (cd host-native && pwd) >"$PACK/manifest_dir"
-    cp -L /usr/lib/x86_64-linux-gnu/libsodium.so.23 "$PACK/lib/libsodium.so"
+    # Under its SONAME: libnacl asks ctypes.util.find_library, which finds
+    # the file on LD_LIBRARY_PATH and answers with the SONAME it must open.
+    cp -L /usr/lib/x86_64-linux-gnu/libsodium.so.23 "$PACK/lib/libsodium.so.23"
+    ln -s libsodium.so.23 "$PACK/lib/libsodium.so"
     # nginx for the benchmark's http rows (its libraries are in any glibc distribution's base).
     mkdir -p "$PACK/bin"
     cp /usr/sbin/nginx "$PACK/bin/"
@@ -60,6 +64,8 @@ for line in sys.stdin:
 }
 
 run() {
+    local mode="$1"
+    shift
     [ -d "$PACK" ] || { echo "gpu-lease: $PACK is missing: run 'bash tests/gpu-lease.sh pack' here and carry $PACK" >&2; exit 1; }
     local out="${OUT:-$PWD/target/gpu-lease}"
     mkdir -p "$out"
@@ -80,6 +86,7 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
     local rc=0
     timeout "${TZR_GPU_TESTS_TIMEOUT:-300}" bash tests/gpu-tests.sh 2>&1 | tee "$out/gpu-tests.log" || rc=1
+    [ "$mode" = tests ] && return "$rc"
     TZR_STAGING_MIB=1024 timeout 60 "$PACK/it" cuda_throughput --ignored --nocapture 2>&1 | tee "$out/cuda-throughput.log" || rc=1
     TZR_GPU_BENCH_OUT="$out" timeout "${TZR_GPU_BENCH_TIMEOUT:-400}" bash tests/gpu-bench.sh "$@" 2>&1 | tee "$out/gpu-bench.log" || rc=1
     return "$rc"
@@ -87,6 +94,6 @@ run() {
 
 case "${1:-}" in
 pack) pack ;;
-run) shift; run "$@" ;;
-*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments]" >&2; exit 2 ;;
+run | tests) run "$@" ;;
+*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests" >&2; exit 2 ;;
 esac
