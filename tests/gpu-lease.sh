@@ -9,6 +9,7 @@
 #   bash tests/gpu-lease.sh run [ARGS]     # there: logs and results in $OUT
 #                                          # (ARGS go to bench_cuda.py)
 #   bash tests/gpu-lease.sh tests          # there: tests/gpu-tests.sh only
+#   bash tests/gpu-lease.sh cold [ARGS]    # there: bench_cold.py --device cuda
 #
 # pack makes: tensorizer_rs (release, cuda feature), tensorizer
 # 2.12.1 and the packages it needs that such an image lacks (as wheels, for
@@ -84,6 +85,10 @@ run() {
     fi
     export TZR_TEST_PYTHON=python3 TZR_SKIP_BUILD=1 TZR_GPU_TEST_BIN="$PWD/$PACK/it" PYTHONUNBUFFERED=1
     nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
+    if [ "$mode" = cold ]; then
+        python3 python/bench/bench_cold.py --device cuda --json "$out/bench_cold_cuda.json" "$@" | tee "$out/bench_cold_cuda.md"
+        return
+    fi
     local rc=0
     timeout "${TZR_GPU_TESTS_TIMEOUT:-300}" bash tests/gpu-tests.sh 2>&1 | tee "$out/gpu-tests.log" || rc=1
     [ "$mode" = tests ] && return "$rc"
@@ -94,6 +99,6 @@ run() {
 
 case "${1:-}" in
 pack) pack ;;
-run | tests) run "$@" ;;
-*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests" >&2; exit 2 ;;
+run | tests | cold) run "$@" ;;
+*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests | cold [bench_cold.py arguments]" >&2; exit 2 ;;
 esac

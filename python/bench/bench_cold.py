@@ -32,6 +32,11 @@ Rows:
   (where it copies).
 * ``tensorizer 2.12.1`` on its own file; ``safetensors load_file``.
 
+With ``--device cuda`` the loaders put every tensor on the GPU and the
+clock stops at ``torch.cuda.synchronize()`` instead of the page touches;
+the CUDA context is made before the clock starts, as imports are. The
+``limit``, ``device`` and ``dd`` rows stay what the storage gives the host.
+
 Medians with min–max over the repetitions. Results are Markdown on stdout
 (and JSON with ``--json``); progress on stderr.
 """
@@ -52,6 +57,8 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
 PAGE = 4096
 CHUNK = 16 << 20
+#: Where the workers put the tensors (``--device``), passed in the environment.
+DEVICE_VAR = "BENCH_COLD_DEVICE"
 
 CONTENDERS = {
     "limit": "limit: sequential 16 MiB reads",
@@ -100,8 +107,22 @@ def _touch_buffer(buf) -> None:
     np.frombuffer(buf, dtype=np.uint8)[::PAGE].sum()
 
 
+def _on_device(tensors, device: str) -> int:
+    """The bytes of `tensors`, once the device has finished with them."""
+    import torch
+
+    total = 0
+    for t in tensors:
+        if t.device.type != device:
+            raise SystemExit(f"a tensor is on {t.device}, not on {device}")
+        total += t.numel() * t.element_size()
+    torch.cuda.synchronize()
+    return total
+
+
 def worker(kind: str, path: str) -> dict:
     """Loads `path` as `kind` does and returns seconds and bytes."""
+    target = os.environ.get(DEVICE_VAR, "cpu")
     if kind == "limit":
         import numpy as np
 
@@ -153,8 +174,12 @@ def worker(kind: str, path: str) -> dict:
         start = time.perf_counter()
         subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
         return {"s": time.perf_counter() - start, "bytes": os.path.getsize(path)}
-    import torch  # noqa: F401  (imported before the clock starts)
+    import torch  # (imported before the clock starts)
 
+    if target != "cpu":
+        torch.empty(1, device=target)  # the CUDA context, before the clock as imports are
+        torch.cuda.synchronize()
+    finish = _touch_tensors if target == "cpu" else lambda ts: _on_device(ts, target)
     if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k", "rs-own-cached", "rs-auto-ro", "rs-auto"):
         import tensorizer_rs
 
@@ -171,19 +196,19 @@ def worker(kind: str, path: str) -> dict:
 
         start = time.perf_counter()
         mode = {"rs-mmap": True, "rs-auto-ro": "auto", "rs-auto": "auto"}.get(kind, False)
-        d = tensorizer_rs.TensorDeserializer(path, device="cpu", mmap=mode)
-        n = _touch_tensors(d.values())
+        d = tensorizer_rs.TensorDeserializer(path, device=target, mmap=mode)
+        n = finish(d.values())
     elif kind == "tensorizer":
         import tensorizer
 
         start = time.perf_counter()
-        d = tensorizer.TensorDeserializer(path, device="cpu")
-        n = _touch_tensors(d.values())
+        d = tensorizer.TensorDeserializer(path, device=target)
+        n = finish(d.values())
     elif kind == "safetensors":
         from safetensors.torch import load_file
 
         start = time.perf_counter()
-        n = _touch_tensors(load_file(path, device="cpu").values())
+        n = finish(load_file(path, device=target).values())
     else:
         raise SystemExit(f"unknown contender {kind!r}")
     return {"s": time.perf_counter() - start, "bytes": n}
@@ -293,6 +318,7 @@ def main() -> int:
     ap.add_argument("--dir", default=str(REPO / "target" / "bench-cold"))
     ap.add_argument("--keep", action="store_true", help="keep the files for the next run")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the loaders put the tensors")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(*args.worker)))
@@ -302,10 +328,13 @@ def main() -> int:
     if not cold:
         log("cannot drop the page cache (needs root): warm loads only")
     kinds = args.only or list(CONTENDERS)
-    env = dict(os.environ)
+    env = {**os.environ, DEVICE_VAR: args.device}
     results: dict = {"cold_available": cold, "sizes": {}}
     print(f"# First loads in a fresh process ({'cold and warm' if cold else 'warm only: cannot drop caches'})\n")
-    print(f"{os.cpu_count()} CPUs; files in {args.dir}; {args.reps} repetitions, contenders interleaved.\n")
+    print(
+        f"{os.cpu_count()} CPUs; files in {args.dir}; {args.reps} repetitions, contenders interleaved; "
+        f"tensors loaded to {args.device}.\n"
+    )
     for gib in args.gib:
         d = Path(args.dir) / f"{gib:g}gib"
         files = write_files(gib, args.tensors, d)
