@@ -189,6 +189,7 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         engine,
         verify: options.verify_hash,
         slots: Vec::new(),
+        buffer_len: 0,
         hashing: Mutex::new(
             records
                 .iter()
@@ -204,12 +205,13 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         first_error: Mutex::new(None),
     };
     // No more buffers than fills, none longer than the longest fill (a
-    // small load pins little memory).
+    // small load pins little memory). Each buffer is allocated by the
+    // thread that first fills it: page-locked memory is slow to make, and
+    // so the first read waits for one allocation, not for the whole ring.
     let ring = options.buffers.min(fills.len().max(1));
-    let buffer_len = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
+    run.buffer_len = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
     for k in 0..ring {
-        let buffer = engine.alloc(buffer_len)?;
-        run.slots.push((Mutex::new(Slot { buffer: Some(buffer), ticket: None, turn: k }), Condvar::new()));
+        run.slots.push((Mutex::new(Slot { buffer: None, ticket: None, turn: k }), Condvar::new()));
     }
     std::thread::scope(|scope| {
         for _ in 0..threads.min(fills.len()) {
@@ -243,6 +245,8 @@ struct Run<'a, S: RangeSource, E: CopyEngine> {
     engine: &'a E,
     verify: bool,
     slots: Vec<RingSlot<E>>,
+    /// The length of every staging buffer.
+    buffer_len: usize,
     hashing: Mutex<Vec<Hashing>>,
     hashed: Condvar,
     next_fill: AtomicUsize,
@@ -289,7 +293,7 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
     fn fill(&self, n: usize) -> Result<()> {
         let k = n % self.slots.len();
         let (mutex, turned) = &self.slots[k];
-        let (mut buffer, ticket) = {
+        let (buffer, ticket) = {
             let mut slot = lock(mutex);
             while slot.turn != n {
                 if self.failed.load(Ordering::Relaxed) {
@@ -298,9 +302,16 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
                 slot = turned.wait_timeout(slot, POLL).map_or_else(|p| p.into_inner().0, |r| r.0);
             }
             match slot.buffer.take() {
-                Some(b) => (b, slot.ticket.take()),
+                Some(b) => (Some(b), slot.ticket.take()),
+                None if n < self.slots.len() => (None, None),
                 None => return Err(Error::Invalid("staging ring: buffer missing from its slot".into())),
             }
+        };
+        // The slot's first turn: its buffer is made here, outside the lock
+        // (if that fails the slot stays empty, and the load stops).
+        let mut buffer = match buffer {
+            Some(b) => b,
+            None => self.engine.alloc(self.buffer_len)?,
         };
         // Give the buffer back whatever happens, so the final wait sees
         // every ticket.
