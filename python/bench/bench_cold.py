@@ -20,6 +20,10 @@ Rows:
   calls into one freshly allocated buffer (touching it as the loaders do):
   what one reader that copies every byte can do. Ratios are against it.
 * ``dd bs=16M`` reads to /dev/null (no copy, no fresh memory).
+* ``memory`` faults in as much fresh huge-page memory as the file holds, on
+  one thread per core, and reads nothing: the least a load of private
+  copies costs here besides the reads. In a virtual machine whose balloon
+  reports free pages to the host it is far from free (spec §23.4).
 * ``tensorizer_rs`` on its own file and on tensorizer's, with default
   options (private copies), and ``mmap=True`` on its own file; on its own
   file with ``TENSORIZER_RS_COLD_READS=0`` too (every read through the
@@ -31,6 +35,9 @@ Rows:
   read-only (root only; the views of §23.6), and on the writable original
   (where it copies).
 * ``tensorizer 2.12.1`` on its own file; ``safetensors load_file``.
+* Over HTTP, from nginx on 127.0.0.1 serving the same files (cold: nginx
+  reads them from the disk): ``curl`` to /dev/null (the HTTP limit), ours
+  on our file and tensorizer on its own.
 
 With ``--device cuda`` the loaders put every tensor on the GPU and the
 clock stops at ``torch.cuda.synchronize()`` instead of the page touches;
@@ -44,6 +51,7 @@ Medians with min–max over the repetitions. Results are Markdown on stdout
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -57,6 +65,9 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
 PAGE = 4096
 CHUNK = 16 << 20
+HUGE = 2 << 20
+#: madvise(2) advice that faults pages in, writable (Linux 5.14).
+MADV_POPULATE_WRITE = 23
 #: Where the workers put the tensors (``--device``), passed in the environment.
 DEVICE_VAR = "BENCH_COLD_DEVICE"
 
@@ -64,6 +75,7 @@ CONTENDERS = {
     "limit": "limit: sequential 16 MiB reads",
     "device": "device: 16 parallel 1 MiB O_DIRECT reads",
     "dd": "dd bs=16M",
+    "memory": "fresh memory: the file's size in huge pages, populated",
     "rs-own": "tensorizer_rs, own file",
     "rs-theirs": "tensorizer_rs, tensorizer's file",
     "rs-mmap": "tensorizer_rs mmap=True, own file",
@@ -73,11 +85,16 @@ CONTENDERS = {
     "rs-auto": 'tensorizer_rs mmap="auto", own file (writable: copies)',
     "tensorizer": "tensorizer 2.12.1, its file",
     "safetensors": "safetensors load_file",
+    "curl-http": "curl to /dev/null over HTTP (nginx)",
+    "rs-http": "tensorizer_rs, own file over HTTP (nginx)",
+    "tensorizer-http": "tensorizer 2.12.1, its file over HTTP (nginx)",
 }
+#: Contenders that load from nginx on 127.0.0.1, serving the files' folder.
+HTTP = ("curl-http", "rs-http", "tensorizer-http")
 FILE_OF = {
-    "limit": "own", "device": "own", "dd": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
+    "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
     "rs-own-4k": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
-    "tensorizer": "theirs", "safetensors": "st",
+    "tensorizer": "theirs", "safetensors": "st", "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
 }  # fmt: skip
 
 
@@ -170,6 +187,31 @@ def worker(kind: str, path: str) -> dict:
         os.close(fd)
         _touch_buffer(view[:size])
         return {"s": time.perf_counter() - start, "bytes": size}
+    if kind == "memory":
+        import mmap as _mmap
+        import threading
+
+        size = os.path.getsize(path)
+        start = time.perf_counter()
+        region = _mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
+        region.madvise(_mmap.MADV_HUGEPAGE)
+        threads = min(os.cpu_count() or 1, 16)
+        step = -(-size // threads // HUGE) * HUGE
+
+        def populate(at: int) -> None:
+            if at < size:
+                region.madvise(MADV_POPULATE_WRITE, at, min(step, size - at))
+
+        workers = [threading.Thread(target=populate, args=(k * step,)) for k in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        return {"s": time.perf_counter() - start, "bytes": size}
+    if kind == "curl-http":
+        start = time.perf_counter()
+        subprocess.run(["curl", "-sf", "-o", "/dev/null", path], check=True)
+        return {"s": time.perf_counter() - start, "bytes": 0}
     if kind == "dd":
         start = time.perf_counter()
         subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
@@ -180,7 +222,7 @@ def worker(kind: str, path: str) -> dict:
         torch.empty(1, device=target)  # the CUDA context, before the clock as imports are
         torch.cuda.synchronize()
     finish = _touch_tensors if target == "cpu" else lambda ts: _on_device(ts, target)
-    if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k", "rs-own-cached", "rs-auto-ro", "rs-auto"):
+    if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k", "rs-own-cached", "rs-auto-ro", "rs-auto", "rs-http"):
         import tensorizer_rs
 
         if kind == "rs-own-4k":
@@ -198,7 +240,7 @@ def worker(kind: str, path: str) -> dict:
         mode = {"rs-mmap": True, "rs-auto-ro": "auto", "rs-auto": "auto"}.get(kind, False)
         d = tensorizer_rs.TensorDeserializer(path, device=target, mmap=mode)
         n = finish(d.values())
-    elif kind == "tensorizer":
+    elif kind in ("tensorizer", "tensorizer-http"):
         import tensorizer
 
         start = time.perf_counter()
@@ -339,6 +381,13 @@ def main() -> int:
         d = Path(args.dir) / f"{gib:g}gib"
         files = write_files(gib, args.tensors, d)
         undo: list[list[str]] = []
+        served = contextlib.ExitStack()
+        base = None
+        if any(k in HTTP for k in kinds):
+            sys.path.insert(0, str(REPO / "python" / "tests"))
+            import remote_servers
+
+            base = served.enter_context(remote_servers.nginx(str(d)))
         if "rs-auto-ro" in kinds:
             if cold:
                 files["ro"], undo = read_only_copy(files["own"], d)
@@ -354,9 +403,11 @@ def main() -> int:
                         drop_caches()
                     else:
                         warm(path)
-                    r = run_one(kind, path, env)
+                    where = f"{base}/{Path(path).name}" if kind in HTTP else path
+                    r = run_one(kind, where, env)
                     times[kind][state].append(r["s"])
                     log(f"{gib:g} GiB rep {rep + 1} {state:4} {kind:12} {r['s'] * 1e3:8.0f} ms")
+        served.close()
         for cmd in undo:
             subprocess.run(cmd, check=False, capture_output=True)
         stats = {k: {s: summary(v) for s, v in times[k].items()} for k in kinds}
