@@ -4,6 +4,7 @@ pub mod convert;
 pub mod device;
 pub mod error;
 pub mod kernels;
+pub mod memory;
 mod parallel;
 pub mod read;
 pub mod source;

@@ -213,6 +213,23 @@ impl<S: RangeSource> Reader<S> {
         self.load_many(vec![(i, out)])
     }
 
+    /// Whether a load of `bytes` from this reader's source would read around
+    /// the page cache (spec §23.1): a local file, mostly not cached, and a
+    /// load large enough.
+    pub fn reads_cold(&self, bytes: u64) -> bool {
+        !self.source.prefers_long_reads() && cold::worth_it(bytes) && self.source.is_cold()
+    }
+
+    /// [`plan::plan_load`] for this reader, with the kind of memory its CPU
+    /// copies get ([`crate::memory::huge_pages_pay_off`]).
+    pub fn plan_load(&self, indices: &[usize], destination: plan::Destination, mapped: bool) -> Option<plan::LoadPlan> {
+        let mut plan = plan::plan_load(&self.metadata.entries, indices, destination, mapped)?;
+        let entries = &self.metadata.entries;
+        let copied: u64 = plan.small.iter().chain(&plan.large).map(|&i| entries[i].data_length).sum();
+        plan.huge_pages = crate::memory::huge_pages_pay_off(self.reads_cold(copied));
+        Some(plan)
+    }
+
     /// Reads many tensors concurrently, each into its own buffer; hashes are
     /// checked when the reader was opened with `verify_hash`.
     pub fn load_many(&self, jobs: Vec<(usize, &mut [u8])>) -> Result<()> {
@@ -234,7 +251,7 @@ impl<S: RangeSource> Reader<S> {
             }
         }
         jobs.sort_by_key(|(i, _)| *i);
-        if !self.source.prefers_long_reads() && cold::worth_it(&jobs) && self.source.is_cold() {
+        if self.reads_cold(jobs.iter().map(|(_, out)| out.len() as u64).sum()) {
             return self.load_cold(jobs, verify);
         }
         if self.source.prefers_long_reads() {

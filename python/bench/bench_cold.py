@@ -79,7 +79,8 @@ CONTENDERS = {
     "rs-own": "tensorizer_rs, own file",
     "rs-theirs": "tensorizer_rs, tensorizer's file",
     "rs-mmap": "tensorizer_rs mmap=True, own file",
-    "rs-own-4k": "tensorizer_rs, own file, no MADV_HUGEPAGE",
+    "rs-own-4k": "tensorizer_rs, own file, 4 KiB pages always",
+    "rs-own-huge": "tensorizer_rs, own file, huge pages always",
     "rs-own-cached": "tensorizer_rs, own file, TENSORIZER_RS_COLD_READS=0",
     "rs-auto-ro": 'tensorizer_rs mmap="auto", own file on a read-only file system',
     "rs-auto": 'tensorizer_rs mmap="auto", own file (writable: copies)',
@@ -93,7 +94,7 @@ CONTENDERS = {
 HTTP = ("curl-http", "rs-http", "tensorizer-http")
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
-    "rs-own-4k": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
+    "rs-own-4k": "own", "rs-own-huge": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
     "tensorizer": "theirs", "safetensors": "st", "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
 }  # fmt: skip
 
@@ -222,19 +223,17 @@ def worker(kind: str, path: str) -> dict:
         torch.empty(1, device=target)  # the CUDA context, before the clock as imports are
         torch.cuda.synchronize()
     finish = _touch_tensors if target == "cpu" else lambda ts: _on_device(ts, target)
-    if kind in ("rs-own", "rs-theirs", "rs-mmap", "rs-own-4k", "rs-own-cached", "rs-auto-ro", "rs-auto", "rs-http"):
+    if kind.startswith("rs-"):
         import tensorizer_rs
 
-        if kind == "rs-own-4k":
-            # An experiment: the same load with its large buffers in 4 KiB pages.
-            import mmap as _mmap
-
+        if kind in ("rs-own-4k", "rs-own-huge"):
+            # Experiments: the same load with its large buffers in 4 KiB
+            # pages, or in huge pages, whatever the load plan chose.
             from tensorizer_rs import _memory
 
-            def plain(size: int) -> _mmap.mmap:
-                return _mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
-
-            _memory.huge_region = plain
+            chosen = _memory.huge_region
+            forced = kind == "rs-own-huge"
+            _memory.huge_region = lambda size, huge=True: chosen(size, forced)
 
         start = time.perf_counter()
         mode = {"rs-mmap": True, "rs-auto-ro": "auto", "rs-auto": "auto"}.get(kind, False)

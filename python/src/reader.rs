@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
-use tensorizer_native::read::plan::{Destination, plan_load};
+use tensorizer_native::read::plan::Destination;
 use tensorizer_native::read::share::plan_shares;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{Intent, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
@@ -54,6 +54,8 @@ pub(crate) struct LoadPlan {
     small: Vec<usize>,
     /// The arenas over `small`.
     arenas: Vec<ArenaPlan>,
+    /// Whether the CPU copies get transparent huge pages (spec §23.4).
+    huge_pages: bool,
 }
 
 /// A tensorizer file opened for reading.
@@ -274,7 +276,7 @@ impl NativeReader {
         if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
             return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
         }
-        let plan = plan_load(self.inner.entries(), &indices, destination, mapped).ok_or_else(too_large)?;
+        let plan = self.inner.plan_load(&indices, destination, mapped).ok_or_else(too_large)?;
         let arenas = plan
             .arenas
             .into_iter()
@@ -296,6 +298,7 @@ impl NativeReader {
             large_leads,
             small: plan.small,
             arenas,
+            huge_pages: plan.huge_pages,
         })
     }
 

@@ -44,9 +44,9 @@ const BLOCK: usize = DIRECT_BLOCK as usize;
 /// them is less than starting the request threads costs.
 const COLD_MIN: u64 = 16 << 20;
 
-/// Whether a load of `jobs` is large enough to read around the cache.
-pub(super) fn worth_it(jobs: &[(usize, &mut [u8])]) -> bool {
-    jobs.iter().map(|(_, out)| out.len() as u64).sum::<u64>() >= COLD_MIN
+/// Whether a load of `bytes` is large enough to read around the cache.
+pub(super) fn worth_it(bytes: u64) -> bool {
+    bytes >= COLD_MIN
 }
 
 /// One request.

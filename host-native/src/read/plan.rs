@@ -64,6 +64,9 @@ pub struct LoadPlan {
     pub small: Vec<usize>,
     /// The arenas over [`LoadPlan::small`] (positions in that list).
     pub arenas: Vec<Pack>,
+    /// Whether the CPU copies should get transparent huge pages (set by
+    /// [`crate::Reader::plan_load`]; `false` from [`plan_load`] alone).
+    pub huge_pages: bool,
 }
 
 /// Where in a block a CPU copy of `e` should start so that a cold load can

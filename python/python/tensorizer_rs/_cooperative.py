@@ -23,15 +23,7 @@ class _CooperativeLoading:
     _device: Any
     total_file_bytes: int
 
-    def _read_copies(
-        self,
-        small: list[_Entry],
-        large: list[_Entry],
-        leads: list[int],
-        arenas: list[Any],
-        pin: bool,
-        verify_hash: bool | None,
-    ) -> _Copies:
+    def _read_copies(self, small: list[_Entry], large: list[_Entry], plan: Any, pin: bool, verify_hash: bool | None) -> _Copies:
         raise NotImplementedError
 
     def _adopt_copies(self, large: list[_Entry], copies: _Copies, device: Any, pin: bool) -> None:
@@ -75,7 +67,7 @@ class _CooperativeLoading:
             if on_cpu:
                 p = plans[rank]
                 small, large = [by_index[i] for i in p.small], [by_index[i] for i in p.large]
-                mine = self._read_copies(small, large, p.large_leads, p.arenas, False, verify_hash)
+                mine = self._read_copies(small, large, p, False, verify_hash)
             else:
                 self._load_now([by_index[i] for i in shares[rank]], verify_hash)
             if local:
@@ -92,8 +84,8 @@ class _CooperativeLoading:
                     copies = mine
                 else:
                     copies = (
-                        [_memory.staging_tensor(e, False, lead) for e, lead in zip(large, p.large_leads)],
-                        [(_memory.arena(a.size), small[a.first : a.end], list(a.offsets)) for a in p.arenas],
+                        [_memory.staging_tensor(e, False, lead, p.huge_pages) for e, lead in zip(large, p.large_leads)],
+                        [(_memory.arena(a.size, p.huge_pages), small[a.first : a.end], list(a.offsets)) for a in p.arenas],
                     )
                 if world > 1:
                     staged, carved = copies

@@ -375,35 +375,28 @@ class TensorDeserializer(
         pin = device.type == "cuda"
         small = [by_index[i] for i in plan.small]
         large = [by_index[i] for i in plan.large]
-        copies = self._read_copies(small, large, plan.large_leads, plan.arenas, pin, verify_hash)
+        copies = self._read_copies(small, large, plan, pin, verify_hash)
         self._adopt_copies(large, copies, device, pin)
         for e in metas:
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and large:
             torch.cuda.synchronize(device)
 
-    def _read_copies(
-        self,
-        small: list[_Entry],
-        large: list[_Entry],
-        leads: list[int],
-        arenas: list[Any],
-        pin: bool,
-        verify_hash: bool | None,
-    ) -> _Copies:
-        """Reads `large` (each into memory of its own, starting `leads[k]`
-        bytes into it) and `small` (into the arenas the load plan laid out
-        over them) into host memory."""
+    def _read_copies(self, small: list[_Entry], large: list[_Entry], plan: Any, pin: bool, verify_hash: bool | None) -> _Copies:
+        """Reads `large` (each into memory of its own, starting
+        ``plan.large_leads[k]`` bytes into it) and `small` (into the arenas
+        of `plan`, the load plan over them) into host memory of the kind the
+        plan chose (``plan.huge_pages``)."""
         import torch
 
-        staged = [_memory.staging_tensor(e, pin, lead) for e, lead in zip(large, leads)]
+        staged = [_memory.staging_tensor(e, pin, lead, plan.huge_pages) for e, lead in zip(large, plan.large_leads)]
         if large:
             buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
             self._reader.load_into([e.index for e in large], buffers, verify_hash)
         # Each arena: one buffer and one native call.
         carved: list[tuple[Any, list[_Entry], list[int]]] = []
         if small:
-            carved = _memory.fill_arenas(self._reader, small, arenas, verify_hash)
+            carved = _memory.fill_arenas(self._reader, small, plan.arenas, verify_hash, plan.huge_pages)
         return staged, carved
 
     def _adopt_copies(self, large: list[_Entry], copies: _Copies, device: Any, pin: bool) -> None:

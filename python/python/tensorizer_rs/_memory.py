@@ -44,56 +44,59 @@ def _round_up(n: int, align: int) -> int:
     return -(-n // align) * align
 
 
-def huge_region(size: int) -> mmap.mmap:
+def huge_region(size: int, huge: bool = True) -> mmap.mmap:
     """Anonymous private memory of `size` bytes, advised for transparent huge
-    pages (when the kernel allows; 4 KiB pages otherwise)."""
+    pages when `huge` (and the kernel allows; 4 KiB pages otherwise)."""
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
+    if huge and advice is not None:
         with contextlib.suppress(OSError):
             region.madvise(advice)
     return region
 
 
-def huge_bytes(size: int) -> np.ndarray[Any, Any]:
+def huge_bytes(size: int, huge: bool = True) -> np.ndarray[Any, Any]:
     """`size` writable bytes starting at a ``HUGE_PAGE`` boundary, in a
-    huge-page-advised mapping of whole huge pages. Linux 6.7+ places such
+    mapping of whole huge pages, advised for them when `huge`
+    (``LoadPlan.huge_pages``). Linux 6.7+ places such
     mappings on a boundary by itself; elsewhere the mapping is one huge page
     longer and the bytes start at the first boundary in it (the slack is
     never touched, so it costs address space, not memory). The mapping is
     freed when the last array or tensor over it dies."""
     length = _round_up(max(size, 1), HUGE_PAGE)
-    region = huge_region(length)
+    region = huge_region(length, huge)
     whole = np.frombuffer(region, dtype=np.uint8)
     if whole.ctypes.data % HUGE_PAGE:
         del whole
         region.close()
-        region = huge_region(length + HUGE_PAGE)
+        region = huge_region(length + HUGE_PAGE, huge)
         whole = np.frombuffer(region, dtype=np.uint8)
     start = -whole.ctypes.data % HUGE_PAGE
     return whole[start : start + size]
 
 
-def arena(size: int) -> np.ndarray[Any, Any]:
+def arena(size: int, huge: bool = True) -> np.ndarray[Any, Any]:
     """`size` writable bytes starting ``ALLOCATION_ALIGN``-aligned:
     huge-page memory from ``HUGE_PAGE_MIN`` up (`huge_bytes`), else from
     the allocator (small loads must not cost a mapping each: the kernel caps
     their number)."""
     if size >= HUGE_PAGE_MIN:
-        return huge_bytes(size)
+        return huge_bytes(size, huge)
     raw = np.empty(size + ALLOCATION_ALIGN, dtype=np.uint8)
     start = -raw.ctypes.data % ALLOCATION_ALIGN
     return raw[start : start + size]
 
 
-def fill_arenas(reader: Any, members: Sequence[Any], plan: Sequence[Any], verify_hash: bool | None) -> list[tuple[np.ndarray[Any, Any], list[Any], list[int]]]:
+def fill_arenas(
+    reader: Any, members: Sequence[Any], plan: Sequence[Any], verify_hash: bool | None, huge: bool = True
+) -> list[tuple[np.ndarray[Any, Any], list[Any], list[int]]]:
     """Allocates the arenas of `plan` (``NativeReader.plan_arenas`` over
     `members`, entries with an ``index``) and fills them all in one native
     call, so that the reader threads never wait for each other between
     arenas. Returns (arena, its members, their offsets) per arena."""
     from . import _native
 
-    carved = [(arena(a.size), list(members[a.first : a.end]), list(a.offsets)) for a in plan]
+    carved = [(arena(a.size, huge), list(members[a.first : a.end]), list(a.offsets)) for a in plan]
     _native.load_arenas(
         reader,
         [[e.index for e in m] for _, m, _ in carved],
@@ -104,14 +107,15 @@ def fill_arenas(reader: Any, members: Sequence[Any], plan: Sequence[Any], verify
     return carved
 
 
-def staging_tensor(e: Any, pin: bool, lead: int = 0) -> Any:
+def staging_tensor(e: Any, pin: bool, lead: int = 0, huge: bool = True) -> Any:
     """An uninitialised tensor for an entry loaded alone: on the CPU and
-    from ``HUGE_PAGE_MIN`` bytes, over memory of its own advised for
-    huge pages (the storage owns the mapping and frees it), starting `lead`
-    bytes into it (``LoadPlan.large_leads``)."""
+    from ``HUGE_PAGE_MIN`` bytes, over memory of its own (the storage owns
+    the mapping and frees it), advised for huge pages when `huge`
+    (``LoadPlan.huge_pages``), starting `lead` bytes into it
+    (``LoadPlan.large_leads``)."""
     import torch
 
     dtype = _dtypes.torch_dtype(e.dtype)
     if pin or e.data_length < HUGE_PAGE_MIN or e.data_length != e.nbytes:
         return torch.empty(e.shape, dtype=dtype, pin_memory=pin)
-    return torch.frombuffer(huge_bytes(lead + e.data_length)[lead:], dtype=dtype).view(e.shape)
+    return torch.frombuffer(huge_bytes(lead + e.data_length, huge)[lead:], dtype=dtype).view(e.shape)
