@@ -144,7 +144,7 @@ def test_memory_is_returned_when_the_tensors_die(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no THP")
-def test_arenas_are_backed_by_huge_pages_where_the_kernel_allows(tmp_path: Path) -> None:
+def test_arenas_get_the_pages_the_load_plan_chose(tmp_path: Path) -> None:
     with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
         if "[never]" in f.read():
             pytest.skip("THP disabled")
@@ -159,10 +159,21 @@ def test_arenas_are_backed_by_huge_pages_where_the_kernel_allows(tmp_path: Path)
                     return int(line.split()[1])
         return 0
 
+    # Huge pages unless the load reads through the page cache on a machine
+    # whose host takes free memory back (spec §23.4).
+    from tensorizer_rs import _native
+
+    reader = _native.NativeReader(str(path))
+    huge = reader.plan_load(list(range(len(sd))), "cpu", False).huge_pages
+    assert isinstance(huge, bool)
     before = anon_huge_kib()
     loaded = dict(tensorizer_rs.TensorDeserializer(str(path)).items())
-    # Huge pages are best effort (memory may be fragmented): most, not all.
-    assert anon_huge_kib() - before >= 32 * 1024
+    grown = anon_huge_kib() - before
+    if huge:
+        # Huge pages are best effort (memory may be fragmented): most, not all.
+        assert grown >= 32 * 1024
+    else:
+        assert grown < 8 * 1024
     del loaded
 
 
