@@ -21,9 +21,10 @@ from . import _dtypes, _native
 ARENA_BYTES = _native.ARENA_BYTES
 #: Alignment of each tensor's data inside an arena (torch's CPU allocator's).
 PIECE_ALIGN = _native.ARENA_ALIGN
-#: Arenas and tensors of at least this many bytes get memory of their own
-#: mapped with ``MADV_HUGEPAGE``, so first touches fault 2 MiB pages instead
-#: of 4 KiB ones. Measured here: 5-10 % off a CPU load (the reads fault
+#: Arenas and tensors of at least this many bytes get memory of their own,
+#: mapped with ``MADV_HUGEPAGE`` where the load plan says so
+#: (``LoadPlan.huge_pages``, spec §23.4), so first touches fault 2 MiB pages
+#: instead of 4 KiB ones. Measured here: 5-10 % off a CPU load (the reads fault
 #: pages from inside the kernel, where faults are cheap), and 4x faster for
 #: code that then writes such memory from user space (BENCHMARKS.md).
 HUGE_PAGE_MIN = _native.HUGE_PAGE_MIN
