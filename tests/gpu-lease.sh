@@ -10,6 +10,7 @@
 #                                          # (ARGS go to bench_cuda.py)
 #   bash tests/gpu-lease.sh tests          # there: tests/gpu-tests.sh only
 #   bash tests/gpu-lease.sh cold [ARGS]    # there: bench_cold.py --device cuda
+#   bash tests/gpu-lease.sh probe [ARGS]   # there: probe_cuda_first.py
 #
 # pack makes: tensorizer_rs (release, cuda feature), tensorizer
 # 2.12.1 and the packages it needs that such an image lacks (as wheels, for
@@ -85,6 +86,10 @@ run() {
     fi
     export TZR_TEST_PYTHON=python3 TZR_SKIP_BUILD=1 TZR_GPU_TEST_BIN="$PWD/$PACK/it" PYTHONUNBUFFERED=1
     nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
+    if [ "$mode" = probe ]; then
+        python3 python/bench/probe_cuda_first.py "$@" | tee "$out/probe_cuda_first.md"
+        return
+    fi
     if [ "$mode" = cold ]; then
         python3 python/bench/bench_cold.py --device cuda --json "$out/bench_cold_cuda.json" "$@" | tee "$out/bench_cold_cuda.md"
         return
@@ -99,6 +104,6 @@ run() {
 
 case "${1:-}" in
 pack) pack ;;
-run | tests | cold) run "$@" ;;
-*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests | cold [bench_cold.py arguments]" >&2; exit 2 ;;
+run | tests | cold | probe) run "$@" ;;
+*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests | cold [bench_cold.py arguments] | probe [probe_cuda_first.py arguments]" >&2; exit 2 ;;
 esac

@@ -104,9 +104,11 @@ const MAX_STREAMS: usize = 16;
 /// `streams` > 0: on that many streams of our own, ordered after the work
 /// already queued on it) and have all completed on return. Decryption uses
 /// the reader's key; `verify_hash` (default: the reader's setting) checks
-/// every stored hash on the way. Driver failures raise RuntimeError.
+/// every stored hash on the way. `buffer_len` and `ring` size the staging
+/// ring (default: the reader's). Driver failures raise RuntimeError.
 #[pyfunction]
-#[pyo3(signature = (reader, indices, tensors, verify_hash=None, *, streams=0))]
+#[pyo3(signature = (reader, indices, tensors, verify_hash=None, *, streams=0, buffer_len=None, ring=None))]
+#[allow(clippy::too_many_arguments)]
 fn reader_load_cuda(
     py: Python<'_>,
     reader: &NativeReader,
@@ -114,17 +116,23 @@ fn reader_load_cuda(
     tensors: Vec<Bound<'_, PyAny>>,
     verify_hash: Option<bool>,
     streams: usize,
+    buffer_len: Option<usize>,
+    ring: Option<usize>,
 ) -> PyResult<()> {
     if streams > MAX_STREAMS {
         return Err(PyValueError::new_err(format!("streams must be at most {MAX_STREAMS}, not {streams}")));
     }
     #[cfg(feature = "cuda")]
     {
-        native::load(py, reader, indices, tensors, verify_hash, streams)
+        let mut options = StagingOptions::for_reader(&reader.inner);
+        options.verify_hash = verify_hash.unwrap_or(options.verify_hash);
+        options.buffer_len = buffer_len.unwrap_or(options.buffer_len);
+        options.buffers = ring.unwrap_or(options.buffers);
+        native::load(py, reader, indices, tensors, &options, streams)
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (py, reader, indices, tensors, verify_hash, streams);
+        let _ = (py, reader, indices, tensors, verify_hash, streams, buffer_len, ring);
         Err(pyo3::exceptions::PyRuntimeError::new_err("tensorizer_rs was built without native CUDA loading"))
     }
 }
@@ -135,8 +143,8 @@ mod native {
     use pyo3::prelude::*;
     use tensorizer_native::Error;
     use tensorizer_native::device::cuda::{Device, DeviceRange, Stream, load_into};
-    use tensorizer_native::device::staging::StagingOptions;
 
+    use super::StagingOptions;
     use crate::reader::NativeReader;
 
     /// Driver failures are RuntimeError (as torch's own CUDA errors);
@@ -153,7 +161,7 @@ mod native {
         reader: &NativeReader,
         indices: Vec<usize>,
         tensors: Vec<Bound<'_, PyAny>>,
-        verify_hash: Option<bool>,
+        options: &StagingOptions,
         streams: usize,
     ) -> PyResult<()> {
         if indices.len() != tensors.len() {
@@ -203,8 +211,6 @@ mod native {
             (dsts, Stream::borrowed(&device, handle))
         };
         let inner = &reader.inner;
-        let mut options = StagingOptions::for_reader(inner);
-        options.verify_hash = verify_hash.unwrap_or(options.verify_hash);
-        py.detach(|| load_into(&device, &stream, inner, &indices, dsts, &options, streams)).map_err(to_py)
+        py.detach(|| load_into(&device, &stream, inner, &indices, dsts, options, streams)).map_err(to_py)
     }
 }

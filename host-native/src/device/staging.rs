@@ -23,16 +23,29 @@ use tensorizer_core::hash::TensorHasher;
 use crate::error::{Error, Result};
 use crate::parallel::for_each;
 use crate::read::{Reader, decrypt_piece};
-use crate::source::RangeSource;
+use crate::source::{DIRECT_BLOCK, RangeSource};
 
 mod host;
 mod plan;
 
 pub use host::{HostBuffer, HostEngine, HostTicket};
 
-/// Default bytes per staging buffer (a multiple of the 2 MiB encryption
-/// chunk, so encrypted tensors split evenly).
-pub const DEFAULT_BUFFER_LEN: usize = 16 << 20;
+/// Bytes per staging buffer for a local file (a multiple of the 2 MiB
+/// encryption chunk, so encrypted tensors split evenly). Page-locked
+/// memory is slow to make: on an H200 host a fresh process spent 0.7 ms
+/// per MiB of it, so a ring of 18 × 16 MiB cost a 1 GiB first load 150 ms,
+/// while 18 × 4 MiB moved bytes just as fast once made (spec §19.1).
+pub const DEFAULT_BUFFER_LEN: usize = 4 << 20;
+
+/// Bytes per staging buffer for a network source, where each request
+/// costs a round trip: fewer, longer requests.
+pub const REMOTE_BUFFER_LEN: usize = 16 << 20;
+
+/// Longest staging buffer a load grows to so that one encryption chunk
+/// fits (files whose chunks are longer than [`StagingOptions::buffer_len`];
+/// tensorizer writes 2 MiB chunks). A file claiming longer chunks is
+/// refused rather than pinning what it claims.
+pub const MAX_BUFFER_LEN: usize = 64 << 20;
 
 /// How long a waiting thread sleeps before looking again whether another
 /// thread failed (wake-ups normally come sooner, by notification).
@@ -53,12 +66,14 @@ pub struct StagingOptions {
 
 impl StagingOptions {
     /// The ring for `reader`: its thread count and hash setting, two
-    /// buffers more than threads, [`DEFAULT_BUFFER_LEN`] each.
+    /// buffers more than threads, [`DEFAULT_BUFFER_LEN`] each
+    /// ([`REMOTE_BUFFER_LEN`] for a network source).
     pub fn for_reader<S: RangeSource>(reader: &Reader<S>) -> Self {
         let threads = reader.options().num_readers.max(1);
+        let remote = reader.source().prefers_long_reads();
         Self {
             buffers: threads + 2,
-            buffer_len: DEFAULT_BUFFER_LEN,
+            buffer_len: if remote { REMOTE_BUFFER_LEN } else { DEFAULT_BUFFER_LEN },
             threads,
             verify_hash: reader.options().verify_hash,
         }
@@ -165,7 +180,17 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         keys.push(reader.key_for(record)?);
         wanted.push(plan::Wanted { dst, entry, unit: cipher.map_or(1, |c| c.chunk_size) });
     }
-    let fills = plan::plan(wanted, options.buffer_len, name)?;
+    // A buffer holds at least one encryption chunk of every tensor that
+    // needs more than one buffer (up to MAX_BUFFER_LEN).
+    let chunk = wanted
+        .iter()
+        .filter(|w| w.unit > 1)
+        .map(|w| w.unit.min(w.entry.data_length))
+        .filter(|&need| need <= MAX_BUFFER_LEN as u64)
+        .max()
+        .map_or(0, |need| need as usize);
+    let fills = plan::plan(wanted, options.buffer_len.max(chunk), name)?;
+    let cold = reader.reads_cold(fills.iter().map(|f| f.len as u64).sum());
 
     // Tensors without stored data: zero-filled, their hashes checked over nothing.
     for (dst, (record, &i)) in records.iter().zip(tensors).enumerate() {
@@ -188,6 +213,7 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         fills: &fills,
         engine,
         verify: options.verify_hash,
+        cold,
         slots: Vec::new(),
         buffer_len: 0,
         hashing: Mutex::new(
@@ -208,8 +234,11 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
     // small load pins little memory). Each buffer is allocated by the
     // thread that first fills it: page-locked memory is slow to make, and
     // so the first read waits for one allocation, not for the whole ring.
+    // Reads around the page cache start and end on block boundaries: room
+    // for the block before a fill's start and the rest of its last block.
     let ring = options.buffers.min(fills.len().max(1));
-    run.buffer_len = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
+    let longest = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
+    run.buffer_len = if cold { longest + 2 * DIRECT_BLOCK as usize } else { longest };
     for k in 0..ring {
         run.slots.push((Mutex::new(Slot { buffer: None, ticket: None, turn: k }), Condvar::new()));
     }
@@ -244,6 +273,8 @@ struct Run<'a, S: RangeSource, E: CopyEngine> {
     fills: &'a [plan::Fill],
     engine: &'a E,
     verify: bool,
+    /// Read with [`RangeSource::read_uncached_at`] (spec §23.1).
+    cold: bool,
     slots: Vec<RingSlot<E>>,
     /// The length of every staging buffer.
     buffer_len: usize,
@@ -323,17 +354,25 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
             let fill = &self.fills[n];
             let bytes = self.engine.bytes_mut(&mut buffer)?;
             let have = bytes.len();
-            let window = bytes.get_mut(..fill.len).ok_or_else(|| {
-                Error::Invalid(format!("staging buffer of {have} bytes is shorter than a {}-byte fill", fill.len))
-            })?;
-            self.reader.source().read_exact_at(fill.start, window)?;
+            // Where the fill's first byte lands in the buffer.
+            let head = if self.cold { (fill.start % DIRECT_BLOCK) as usize } else { 0 };
+            let short =
+                || Error::Invalid(format!("staging buffer of {have} bytes is shorter than a {}-byte fill", fill.len));
+            if self.cold {
+                let span = (head + fill.len).next_multiple_of(DIRECT_BLOCK as usize);
+                let window = bytes.get_mut(..span).ok_or_else(short)?;
+                self.reader.source().read_uncached_at(fill.start - head as u64, window)?;
+            } else {
+                self.reader.source().read_exact_at(fill.start, bytes.get_mut(..fill.len).ok_or_else(short)?)?;
+            }
+            let window = &mut bytes[head..head + fill.len];
             for seg in &fill.segments {
                 self.finish_segment(seg, &mut window[seg.buf_at..seg.buf_at + seg.len])?;
             }
             let copies: Vec<Copy> = fill
                 .segments
                 .iter()
-                .map(|s| Copy { src: s.buf_at..s.buf_at + s.len, dst: s.dst, dst_offset: s.at })
+                .map(|s| Copy { src: head + s.buf_at..head + s.buf_at + s.len, dst: s.dst, dst_offset: s.at })
                 .collect();
             started = Some(self.engine.copy_async(k, &buffer, &copies)?);
             Ok(())

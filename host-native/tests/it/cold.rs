@@ -12,7 +12,7 @@ use tensorizer_native::{RangeSource, ReadOptions, Reader, WriteOptions, write_fi
 
 /// Drops the file's clean pages from the page cache (what a cold start
 /// finds), without root.
-fn evict(path: &std::path::Path) {
+pub(crate) fn evict(path: &std::path::Path) {
     let file = std::fs::File::open(path).unwrap();
     file.sync_all().unwrap();
     // SAFETY: posix_fadvise only reads its arguments; the descriptor is open.

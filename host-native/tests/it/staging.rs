@@ -62,11 +62,9 @@ fn every_vector_matches_load_into() {
         let options = ReadOptions { num_readers: 3, verify_hash: true, key: v.key() };
         let reader = Reader::open(&v.path, options).unwrap();
         let want = expected(&reader);
-        // Encrypted tensors split only at chunk boundaries, so tiny buffers
-        // are for plain files.
-        let tiny = if reader.is_encrypted() { 2 << 20 } else { 61 };
-        for (buffers, len, threads) in [(2, 1 << 20, 1), (3, tiny, 3), (5, 4096, 4)] {
-            let len = if reader.is_encrypted() { len.max(2 << 20) } else { len };
+        // Encrypted tensors split only at chunk boundaries: buffers shorter
+        // than a chunk grow to one (spec §19.2).
+        for (buffers, len, threads) in [(2, 1 << 20, 1), (3, 61, 3), (5, 4096, 4)] {
             let (got, stats) = staged(&reader, &ring(buffers, len, threads), Duration::ZERO);
             assert_eq!(got, want, "{} with {buffers} x {len} bytes, {threads} threads", v.name());
             assert!(stats.buffers <= buffers && stats.violations == 0, "{stats:?}");
@@ -115,6 +113,58 @@ fn big_tensors_split_across_buffers_and_small_ones_share() {
             let (got, stats) = staged(&reader, &ring(3, 4 << 20, threads), Duration::ZERO);
             assert!(got == want, "encrypted={encrypted}, {threads} threads: bytes differ");
             assert_eq!((stats.buffers, stats.bytes), (3, 3 * (4 << 20)), "memory is the ring: {stats:?}");
+        }
+    }
+}
+
+#[test]
+fn a_cold_file_stages_the_same_bytes_around_the_cache() {
+    // 24 MiB in tensors of odd lengths, so most fills start and end off
+    // a 4 KiB block; encrypted too (pieces at chunk boundaries).
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
+    for i in 0..9u32 {
+        let n = (5 << 19) + 7 * i as usize + 1;
+        let data: Vec<u8> = (0..n as u32).flat_map(|v| (v ^ (i << 9)).to_le_bytes()).collect();
+        tensors.push((
+            TensorSpec::state_dict(format!("w{i}").as_str(), Dtype::from_element(ElementType::F32), vec![n as u64]),
+            data,
+        ));
+        let small: Vec<u8> = (0..3 * i + 1).map(|v| v as u8).collect();
+        tensors.push((
+            TensorSpec::state_dict(
+                format!("b{i}").as_str(),
+                Dtype::from_element(ElementType::U8),
+                vec![u64::from(3 * i + 1)],
+            ),
+            small,
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for encrypted in [false, true] {
+        let path = dir.path().join(format!("cold{encrypted}.tensors"));
+        let key = tensorizer_core::crypto::Key::from_bytes([3; 32]);
+        let options = WriteOptions {
+            layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
+            key: encrypted.then(|| key.clone()),
+            num_writers: 2,
+        };
+        let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+        write_file(&path, &input, &options).unwrap();
+        crate::cold::evict(&path);
+        let key = encrypted.then(|| tensorizer_core::KeySource::Key(key));
+        let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+        // Where O_DIRECT is not allowed (tmpfs) the ring reads through the
+        // cache, and the bytes must be the same all the same.
+        let direct = reader.source().is_cold();
+        for (buffers, len) in [(4, 4 << 20), (3, 2 << 20)] {
+            let (got, stats) = staged(&reader, &ring(buffers, len, 3), Duration::from_millis(1));
+            for ((i, got), (spec, want)) in got.iter().enumerate().zip(&tensors) {
+                assert!(got == want, "encrypted={encrypted}, {buffers} x {len}: tensor {i} ({spec:?}) differs");
+            }
+            assert_eq!(stats.violations, 0, "{stats:?}");
+            if direct {
+                assert!(reader.source().is_cold(), "the ring read around the page cache");
+            }
         }
     }
 }

@@ -490,6 +490,8 @@ def reader_load_cuda(
     verify_hash: bool | None = None,
     *,
     streams: int = 0,
+    buffer_len: int | None = None,
+    ring: int | None = None,
 ) -> None: ...
 def reader_load_staged(
     reader: NativeReader,

@@ -108,7 +108,7 @@ impl CopyEngine for CudaEngine {
         };
         let buffer = match reused {
             Some(b) => b,
-            None => self.device.alloc_pinned(len)?,
+            None => self.device.alloc_pinned(len, crate::memory::staging_huge_pages())?,
         };
         Ok(StagingBuffer { inner: Some(buffer), ordinal })
     }

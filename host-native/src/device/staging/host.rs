@@ -11,10 +11,17 @@ use std::time::{Duration, Instant};
 use super::{Copy, CopyEngine};
 use crate::error::{Error, Result};
 
+/// Alignment of [`HostBuffer`]s: a page, as page-locked memory is, so
+/// reads around the page cache go straight in.
+const ALIGN: usize = 4096;
+
 /// A staging buffer of [`HostEngine`].
 #[derive(Debug)]
 pub struct HostBuffer {
+    /// `len` bytes from `at` are the buffer (`at` puts them on a page).
     bytes: Vec<u8>,
+    at: usize,
+    len: usize,
     /// When the copies out of it complete; `None` when none are pending.
     busy_until: Arc<Mutex<Option<Instant>>>,
 }
@@ -100,7 +107,9 @@ impl CopyEngine for HostEngine {
     fn alloc(&self, len: usize) -> Result<HostBuffer> {
         self.buffers.fetch_add(1, Ordering::Relaxed);
         self.buffer_bytes.fetch_add(len, Ordering::Relaxed);
-        Ok(HostBuffer { bytes: vec![0u8; len], busy_until: Arc::new(Mutex::new(None)) })
+        let bytes = vec![0u8; len + ALIGN];
+        let at = bytes.as_ptr().align_offset(ALIGN);
+        Ok(HostBuffer { bytes, at, len, busy_until: Arc::new(Mutex::new(None)) })
     }
 
     fn bytes_mut<'a>(&self, buffer: &'a mut HostBuffer) -> Result<&'a mut [u8]> {
@@ -108,13 +117,12 @@ impl CopyEngine for HostEngine {
         if busy.is_some_and(|t| t > Instant::now()) {
             self.violations.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(&mut buffer.bytes)
+        Ok(&mut buffer.bytes[buffer.at..buffer.at + buffer.len])
     }
 
     fn copy_async(&self, _slot: usize, buffer: &HostBuffer, copies: &[Copy]) -> Result<HostTicket> {
         for c in copies {
-            let src = buffer
-                .bytes
+            let src = buffer.bytes[buffer.at..buffer.at + buffer.len]
                 .get(c.src.clone())
                 .ok_or_else(|| Error::Invalid(format!("copy source {:?} outside the buffer", c.src)))?;
             let out = self.outputs.get(c.dst).ok_or_else(|| Error::Invalid(format!("no destination {}", c.dst)))?;
