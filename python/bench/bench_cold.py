@@ -38,6 +38,10 @@ Rows:
 * Over HTTP, from nginx on 127.0.0.1 serving the same files (cold: nginx
   reads them from the disk): ``curl`` to /dev/null (the HTTP limit), ours
   on our file and tensorizer on its own.
+* Over S3, from moto_server on 127.0.0.1 (which holds the objects in its
+  own memory, so the server side is never cold): ours on our file
+  (``s3://`` URI, endpoint and keys from the environment) and tensorizer on
+  its own (``stream_io.open_stream`` with the same endpoint and keys).
 
 With ``--device cuda`` the loaders put every tensor on the GPU and the
 clock stops at ``torch.cuda.synchronize()`` instead of the page touches;
@@ -89,13 +93,22 @@ CONTENDERS = {
     "curl-http": "curl to /dev/null over HTTP (nginx)",
     "rs-http": "tensorizer_rs, own file over HTTP (nginx)",
     "tensorizer-http": "tensorizer 2.12.1, its file over HTTP (nginx)",
+    "rs-s3": "tensorizer_rs, own file over S3 (moto)",
+    "tensorizer-s3": "tensorizer 2.12.1, its file over S3 (moto)",
 }
 #: Contenders that load from nginx on 127.0.0.1, serving the files' folder.
 HTTP = ("curl-http", "rs-http", "tensorizer-http")
+#: Contenders that load from moto_server on 127.0.0.1 (which holds the
+#: objects in its own memory: the server is never cold).
+S3 = ("rs-s3", "tensorizer-s3")
+#: The moto endpoint, passed to the workers in the environment.
+S3_VAR = "BENCH_COLD_S3"
+S3_BUCKET = "models"
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
     "rs-own-4k": "own", "rs-own-huge": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
     "tensorizer": "theirs", "safetensors": "st", "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
+    "rs-s3": "own", "tensorizer-s3": "theirs",
 }  # fmt: skip
 
 
@@ -235,9 +248,25 @@ def worker(kind: str, path: str) -> dict:
             forced = kind == "rs-own-huge"
             _memory.huge_region = lambda size, huge=True: chosen(size, forced)
 
+        if kind == "rs-s3":
+            # The URI with the endpoint and keys in the environment: the
+            # loader's own parallel ranged reads.
+            os.environ.update(_s3_env())
         start = time.perf_counter()
         mode = {"rs-mmap": True, "rs-auto-ro": "auto", "rs-auto": "auto"}.get(kind, False)
         d = tensorizer_rs.TensorDeserializer(path, device=target, mmap=mode)
+        n = finish(d.values())
+    elif kind == "tensorizer-s3":
+        import tensorizer
+        from tensorizer import stream_io
+
+        endpoint = os.environ[S3_VAR]
+        start = time.perf_counter()
+        stream = stream_io.open_stream(
+            path, "rb", s3_access_key_id="testing", s3_secret_access_key="testing", s3_endpoint=endpoint,
+            force_http=True,
+        )
+        d = tensorizer.TensorDeserializer(stream, device=target)
         n = finish(d.values())
     elif kind in ("tensorizer", "tensorizer-http"):
         import tensorizer
@@ -253,6 +282,14 @@ def worker(kind: str, path: str) -> dict:
     else:
         raise SystemExit(f"unknown contender {kind!r}")
     return {"s": time.perf_counter() - start, "bytes": n}
+
+
+def _s3_env() -> dict[str, str]:
+    """The environment our loader reads an ``s3://`` URI's endpoint and keys from."""
+    return {
+        "S3_ENDPOINT_URL": os.environ[S3_VAR], "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }  # fmt: skip
 
 
 # -- in the parent -----------------------------------------------------------
@@ -387,6 +424,16 @@ def main() -> int:
             import remote_servers
 
             base = served.enter_context(remote_servers.nginx(str(d)))
+        if any(k in S3 for k in kinds):
+            sys.path.insert(0, str(REPO / "python" / "tests"))
+            import remote_servers
+
+            endpoint, client = served.enter_context(remote_servers.s3_bucket(S3_BUCKET))
+            env[S3_VAR] = endpoint
+            for kind in S3:
+                name = Path(files[FILE_OF[kind]]).name
+                log(f"uploading {name} to moto")
+                client.upload_file(files[FILE_OF[kind]], S3_BUCKET, name)  # type: ignore[attr-defined]
         if "rs-auto-ro" in kinds:
             if cold:
                 files["ro"], undo = read_only_copy(files["own"], d)
@@ -403,6 +450,8 @@ def main() -> int:
                     else:
                         warm(path)
                     where = f"{base}/{Path(path).name}" if kind in HTTP else path
+                    if kind in S3:
+                        where = f"s3://{S3_BUCKET}/{Path(path).name}"
                     r = run_one(kind, where, env)
                     times[kind][state].append(r["s"])
                     log(f"{gib:g} GiB rep {rep + 1} {state:4} {kind:12} {r['s'] * 1e3:8.0f} ms")
