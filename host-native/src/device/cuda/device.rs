@@ -106,7 +106,7 @@ impl Device {
     }
 
     /// `len` bytes of page-locked host memory, zeroed, in huge pages where
-    /// they pay off ([`crate::memory::huge_pages_pay_off`]).
+    /// the caller asks for them ([`crate::memory::staging_huge_pages`]).
     ///
     /// Fresh anonymous memory registered with `cuMemHostRegister` rather
     /// than `cuMemHostAlloc`: on an H200 host, 288 MiB took 250 ms from
