@@ -235,10 +235,11 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
     // thread that first fills it: page-locked memory is slow to make, and
     // so the first read waits for one allocation, not for the whole ring.
     // Reads around the page cache start and end on block boundaries: room
-    // for the block before a fill's start and the rest of its last block.
+    // for the block before a fill's start and the rest of its last block
+    // (warm loads too, so that pooled buffers serve either kind).
     let ring = options.buffers.min(fills.len().max(1));
     let longest = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
-    run.buffer_len = if cold { longest + 2 * DIRECT_BLOCK as usize } else { longest };
+    run.buffer_len = longest + 2 * DIRECT_BLOCK as usize;
     for k in 0..ring {
         run.slots.push((Mutex::new(Slot { buffer: None, ticket: None, turn: k }), Condvar::new()));
     }

@@ -112,14 +112,16 @@ fn big_tensors_split_across_buffers_and_small_ones_share() {
         for threads in [1, 2, 4] {
             let (got, stats) = staged(&reader, &ring(3, 4 << 20, threads), Duration::ZERO);
             assert!(got == want, "encrypted={encrypted}, {threads} threads: bytes differ");
-            assert_eq!((stats.buffers, stats.bytes), (3, 3 * (4 << 20)), "memory is the ring: {stats:?}");
+            // (Each buffer has two 4 KiB blocks of room for reads around
+            // the page cache.)
+            assert_eq!((stats.buffers, stats.bytes), (3, 3 * ((4 << 20) + 8192)), "memory is the ring: {stats:?}");
         }
     }
 }
 
 #[test]
 fn a_cold_file_stages_the_same_bytes_around_the_cache() {
-    // 24 MiB in tensors of odd lengths, so most fills start and end off
+    // 90 MiB in tensors of odd lengths, so most fills start and end off
     // a 4 KiB block; encrypted too (pieces at chunk boundaries).
     let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
     for i in 0..9u32 {
@@ -165,6 +167,85 @@ fn a_cold_file_stages_the_same_bytes_around_the_cache() {
             if direct {
                 assert!(reader.source().is_cold(), "the ring read around the page cache");
             }
+        }
+    }
+}
+
+/// An in-memory file that says it is cold, and checks that every read
+/// around the page cache keeps [`RangeSource::read_uncached_at`]'s
+/// contract: offset, length and address on 4 KiB blocks, starting inside
+/// the file.
+struct ColdMemory {
+    inner: MemorySource,
+    uncached_reads: std::sync::atomic::AtomicUsize,
+}
+
+impl RangeSource for ColdMemory {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> tensorizer_native::Result<()> {
+        self.inner.read_exact_at(offset, buf)
+    }
+
+    fn name(&self) -> &str {
+        "cold.tensors"
+    }
+
+    fn is_cold(&self) -> bool {
+        true
+    }
+
+    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> tensorizer_native::Result<()> {
+        assert_eq!(offset % 4096, 0, "offset {offset}");
+        assert_eq!(buf.len() % 4096, 0, "length {}", buf.len());
+        assert_eq!(buf.as_ptr() as usize % 4096, 0, "address");
+        assert!(offset < self.len(), "a read starting past the end");
+        self.uncached_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = usize::try_from(self.len() - offset).unwrap().min(buf.len());
+        self.inner.read_exact_at(offset, &mut buf[..n])
+    }
+}
+
+#[test]
+fn reads_around_the_cache_keep_their_contract_and_land_at_their_shift() {
+    // Any machine (no O_DIRECT needed): the ring's block arithmetic.
+    let dir = tempfile::tempdir().unwrap();
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
+    for i in 0..5u32 {
+        let n = (1 << 20) + 13 * i as usize + 3;
+        let data: Vec<u8> = (0..n as u32).flat_map(|v| (v.wrapping_mul(2654435761) ^ i).to_le_bytes()).collect();
+        tensors.push((
+            TensorSpec::state_dict(format!("w{i}").as_str(), Dtype::from_element(ElementType::F32), vec![n as u64]),
+            data,
+        ));
+    }
+    for encrypted in [false, true] {
+        let path = dir.path().join(format!("m{encrypted}.tensors"));
+        let key = tensorizer_core::crypto::Key::from_bytes([5; 32]);
+        let options = WriteOptions {
+            layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
+            key: encrypted.then(|| key.clone()),
+            num_writers: 2,
+        };
+        let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+        write_file(&path, &input, &options).unwrap();
+        let source = ColdMemory {
+            inner: MemorySource::new(std::fs::read(&path).unwrap(), "cold.tensors"),
+            uncached_reads: Default::default(),
+        };
+        let key = encrypted.then(|| tensorizer_core::KeySource::Key(key));
+        let reader = Reader::new(source, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+        for (buffers, len) in [(4, 4 << 20), (3, 3 << 20), (5, 1 << 20)] {
+            let before = reader.source().uncached_reads.load(std::sync::atomic::Ordering::Relaxed);
+            let (got, stats) = staged(&reader, &ring(buffers, len, 3), Duration::ZERO);
+            for (i, (got, (_, want))) in got.iter().zip(&tensors).enumerate() {
+                assert!(got == want, "encrypted={encrypted}, {buffers} x {len}: tensor {i} differs");
+            }
+            assert_eq!(stats.violations, 0, "{stats:?}");
+            let after = reader.source().uncached_reads.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(after > before, "the load read around the cache");
         }
     }
 }

@@ -10,6 +10,7 @@
 #![allow(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUstream};
@@ -114,7 +115,9 @@ impl Device {
     /// registered (99 ms in 4 KiB pages). Where registering fails, the
     /// driver's allocation.
     pub(crate) fn alloc_pinned(&self, len: usize, huge: bool) -> Result<PinnedBuffer> {
-        let memory = match Registered::new(&self.ctx, len, huge) {
+        let registered =
+            if REGISTER_REFUSED.load(Ordering::Relaxed) { None } else { Registered::new(&self.ctx, len, huge) };
+        let memory = match registered {
             Some(r) => HostMemory::Registered(r),
             None => HostMemory::Driver(self.alloc_driver_pinned(len)?),
         };
@@ -141,10 +144,18 @@ impl Device {
     }
 }
 
+/// Set once the driver refused to register memory: later buffers of the
+/// process go straight to `cuMemHostAlloc` instead of mapping and faulting
+/// in memory only to have it refused again.
+static REGISTER_REFUSED: AtomicBool = AtomicBool::new(false);
+
 /// Anonymous memory of our own mapping, page-locked with
 /// `cuMemHostRegister`; unregistered and unmapped when dropped.
 struct Registered {
     ctx: Arc<CudaContext>,
+    /// Whether the driver registered the range (and must unregister it
+    /// before the mapping may go).
+    registered: bool,
     /// The whole mapping (2 MiB longer than asked, for alignment).
     map: *mut libc::c_void,
     map_len: usize,
@@ -189,13 +200,17 @@ impl Registered {
         // SAFETY: `skip < HUGE_PAGE` and `skip + len <= map_len`, so `ptr`
         // and the `len` bytes after it lie inside the mapping.
         let ptr = unsafe { map.cast::<u8>().add(skip) };
-        let this = Self { ctx: ctx.clone(), map, map_len, ptr, len };
+        let mut this = Self { ctx: ctx.clone(), registered: false, map, map_len, ptr, len };
         // SAFETY: advice on our own fresh mapping changes how the kernel
         // backs it, never its contents (zero); a failure leaves it as it
-        // was (register then faults the pages in itself).
+        // was (register then faults the pages in itself). MADV_DONTFORK:
+        // a child process must not share these pages copy-on-write, or a
+        // kernel before 5.9 could leave the device reading the old pages
+        // after this process writes new ones.
         unsafe {
             let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
             libc::madvise(this.ptr.cast(), len, advice);
+            libc::madvise(this.ptr.cast(), len, libc::MADV_DONTFORK);
             libc::madvise(this.ptr.cast(), len, MADV_POPULATE_WRITE);
         }
         let registered = guard("registering host memory", || {
@@ -204,9 +219,12 @@ impl Registered {
             // mapped until `drop` unregisters it first.
             unsafe { cudarc::driver::sys::cuMemHostRegister_v2(this.ptr.cast(), len, 0) }.result()
         });
-        // (On failure `this` drops: unregistering memory that is not
-        // registered only returns an error, and the mapping is unmapped.)
-        registered.is_ok().then_some(this)
+        this.registered = registered.is_ok();
+        if !this.registered {
+            REGISTER_REFUSED.store(true, Ordering::Relaxed);
+        }
+        // (On failure `this` drops and only unmaps.)
+        this.registered.then_some(this)
     }
 }
 
@@ -215,14 +233,23 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        let _ = guard("unregistering host memory", || {
-            self.ctx.bind_to_thread()?;
-            // SAFETY: the range was registered by `new` (or the call fails
-            // harmlessly) and no copy out of it is in flight
-            // (`PinnedBuffer` settles before its memory drops).
-            unsafe { cudarc::driver::sys::cuMemHostUnregister(self.ptr.cast()) }.result()
-        });
-        // SAFETY: the mapping is ours and nothing refers to it after this.
+        if self.registered {
+            let unregistered = guard("unregistering host memory", || {
+                self.ctx.bind_to_thread()?;
+                // SAFETY: the range was registered by `new` and no copy out
+                // of it is in flight (`PinnedBuffer` settles before its
+                // memory drops).
+                unsafe { cudarc::driver::sys::cuMemHostUnregister(self.ptr.cast()) }.result()
+            });
+            if unregistered.is_err() {
+                // The driver may still treat the range as pinned: leave it
+                // mapped (leaked) rather than let a later mapping at the
+                // same address inherit that.
+                return;
+            }
+        }
+        // SAFETY: the mapping is ours, no longer registered, and nothing
+        // refers to it after this.
         unsafe { libc::munmap(self.map, self.map_len) };
     }
 }
