@@ -11,7 +11,9 @@ process that has already imported its library (imports are not timed),
 touches one byte of every 4 KiB page of every tensor, and reports the time
 from the call to the last touch. Before each cold load the page cache is
 dropped (``sync; echo 3 > /proc/sys/vm/drop_caches``), which needs root; a
-run that cannot drop it says so and reports warm loads only. Contenders
+run that cannot drop it says so and reports warm loads only. Before each
+warm load the cache is dropped too (where it can be) and the load's own
+file read through once, so only that file is cached. Contenders
 alternate within each repetition, so drift hits all of them alike.
 
 Rows:
@@ -448,6 +450,11 @@ def main() -> int:
                     if state == "cold":
                         drop_caches()
                     else:
+                        # Only this load's file in the cache: at 8 GiB the
+                        # other files' pages would crowd a small machine's
+                        # memory and make later loads reclaim them.
+                        if cold:
+                            drop_caches()
                         warm(path)
                     where = f"{base}/{Path(path).name}" if kind in HTTP else path
                     if kind in S3:
