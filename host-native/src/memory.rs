@@ -34,6 +34,48 @@ pub fn staging_huge_pages() -> bool {
     !host_reclaims_free_memory()
 }
 
+/// Below this many bytes a destination is not faulted in ahead
+/// ([`prefault`]): the call would cost more than it saves.
+const PREFAULT_MIN: usize = 64 << 10;
+
+/// Faults in the whole pages of `out` with one `MADV_POPULATE_WRITE`
+/// before a read from the page cache or a socket copies into it: the
+/// kernel then copies into present pages instead of taking one page fault
+/// per 4 KiB in the middle of the copy. Warm first loads of 1 GiB here
+/// (8 interleaved runs each): our file 357 → 302 ms, tensorizer's file
+/// (its data at odd offsets, where mid-copy faults cost the most) 431 →
+/// 307 ms. Changes no byte: present pages stay as they are, absent ones
+/// are zero pages that the read then overwrites.
+pub fn prefault(out: &mut [u8]) {
+    const PAGE: usize = 4096;
+    let start = out.as_ptr() as usize;
+    if out.len() < PREFAULT_MIN {
+        return;
+    }
+    let first = start.next_multiple_of(PAGE);
+    let end = (start + out.len()) / PAGE * PAGE;
+    if end > first {
+        populate(first, end - first);
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn populate(first: usize, len: usize) {
+    /// `MADV_POPULATE_WRITE` (Linux 5.14; older kernels refuse it, harmlessly).
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: [first, first + len) lies inside a `&mut [u8]` the caller
+    // holds, so it is mapped and writable; populating only faults pages in
+    // (zero pages where none were, which is what an untouched anonymous
+    // page reads as) and never changes a byte of a present one.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::madvise(first as *mut libc::c_void, len, MADV_POPULATE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate(_: usize, _: usize) {}
+
 /// Whether this machine hands free memory back to a host: a virtio balloon
 /// that negotiated free page reporting. Asked once per process.
 pub fn host_reclaims_free_memory() -> bool {

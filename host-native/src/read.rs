@@ -336,6 +336,7 @@ impl<S: RangeSource> Reader<S> {
             }
             for_each(threads, pieces, |(entry, cipher, key, check, n, piece)| {
                 let offset = (n * PIECE_LEN) as u64;
+                crate::memory::prefault(piece);
                 self.source.read_exact_at(entry.data_offset + offset, piece)?;
                 if let (Some(cipher), Some(key)) = (cipher, key)
                     && piecewise(&cipher)
@@ -387,6 +388,7 @@ impl<S: RangeSource> Reader<S> {
             self.source.read_exact_at(entry.header_offset, &mut header)?;
         } else {
             // `out` is exactly `nbytes`, which equals the stored data length.
+            crate::memory::prefault(out);
             self.source.read_vectored_at(entry.header_offset, &mut [&mut header[..], &mut out[..]])?;
         }
         self.finish(entry, &header, out, verify)

@@ -102,7 +102,10 @@ impl<S: RangeSource> Reader<S> {
             segments.sort_by_key(|s| s.offset);
             let threads = self.options.num_readers;
             for_each(threads, plan(segments, threads), |runs| {
-                runs.into_iter().try_for_each(|mut run| self.source.read_vectored_at(run.offset, &mut run.bufs))
+                runs.into_iter().try_for_each(|mut run| {
+                    run.bufs.iter_mut().for_each(|b| crate::memory::prefault(b));
+                    self.source.read_vectored_at(run.offset, &mut run.bufs)
+                })
             })
         })
     }
