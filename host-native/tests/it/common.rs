@@ -1,4 +1,4 @@
-//! The committed tensorizer vectors and their keys.
+//! The committed tensorizer vectors and their keys, and a writer of test files.
 
 use std::path::PathBuf;
 
@@ -105,4 +105,25 @@ pub(crate) fn tzr_bin() -> PathBuf {
     let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("tzr");
     assert!(bin.is_file(), "{} is missing: build it with `cargo build -p tzr`, or set TZR_BIN", bin.display());
     bin
+}
+
+/// Writes `tensors` to `path` with two writers, encrypted with `key` when
+/// one is given; returns the key source a reader needs.
+pub(crate) fn write_tensors(
+    path: &std::path::Path,
+    tensors: &[(tensorizer_core::TensorSpec, Vec<u8>)],
+    key: Option<Key>,
+) -> Option<KeySource> {
+    let options = tensorizer_native::WriteOptions {
+        layout: tensorizer_core::write::WriterOptions {
+            encryption: key.is_some().then_some(None),
+            ..tensorizer_core::write::WriterOptions::default()
+        },
+        key: key.clone(),
+        num_writers: 2,
+    };
+    let input: Vec<(tensorizer_core::TensorSpec, &[u8])> =
+        tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    tensorizer_native::write_file(path, &input, &options).unwrap();
+    key.map(KeySource::Key)
 }

@@ -13,7 +13,7 @@ use tensorizer_native::store::redis::{RedisOptions, RedisSource, write_redis};
 use tensorizer_native::store::s3;
 use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
-use crate::common::vectors;
+use crate::common::{vectors, write_tensors};
 
 /// Every tensor of `reader` through `Reader::load_into`.
 fn expected<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
@@ -144,16 +144,8 @@ fn a_cold_file_stages_the_same_bytes_around_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     for encrypted in [false, true] {
         let path = dir.path().join(format!("cold{encrypted}.tensors"));
-        let key = tensorizer_core::crypto::Key::from_bytes([3; 32]);
-        let options = WriteOptions {
-            layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
-            key: encrypted.then(|| key.clone()),
-            num_writers: 2,
-        };
-        let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
-        write_file(&path, &input, &options).unwrap();
+        let key = write_tensors(&path, &tensors, encrypted.then(|| tensorizer_core::crypto::Key::from_bytes([3; 32])));
         crate::cold::evict(&path);
-        let key = encrypted.then(|| tensorizer_core::KeySource::Key(key));
         let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
         // Where O_DIRECT is not allowed (tmpfs) the ring reads through the
         // cache, and the bytes must be the same all the same.
@@ -223,19 +215,11 @@ fn reads_around_the_cache_keep_their_contract_and_land_at_their_shift() {
     }
     for encrypted in [false, true] {
         let path = dir.path().join(format!("m{encrypted}.tensors"));
-        let key = tensorizer_core::crypto::Key::from_bytes([5; 32]);
-        let options = WriteOptions {
-            layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
-            key: encrypted.then(|| key.clone()),
-            num_writers: 2,
-        };
-        let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
-        write_file(&path, &input, &options).unwrap();
+        let key = write_tensors(&path, &tensors, encrypted.then(|| tensorizer_core::crypto::Key::from_bytes([5; 32])));
         let source = ColdMemory {
             inner: MemorySource::new(std::fs::read(&path).unwrap(), "cold.tensors"),
             uncached_reads: Default::default(),
         };
-        let key = encrypted.then(|| tensorizer_core::KeySource::Key(key));
         let reader = Reader::new(source, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
         for (buffers, len) in [(4, 4 << 20), (3, 3 << 20), (5, 1 << 20)] {
             let before = reader.source().uncached_reads.load(std::sync::atomic::Ordering::Relaxed);
