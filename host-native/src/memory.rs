@@ -1,5 +1,7 @@
-//! What kind of memory a load's CPU copies get: transparent huge pages or
-//! ordinary 4 KiB pages (spec §23.4).
+//! What kind of memory a load's CPU copies get (transparent huge pages or
+//! ordinary 4 KiB pages), which pages the GPU staging ring gets, and
+//! faulting a destination in ahead of the kernel's copy into it (spec
+//! §19.1, §23.4).
 //!
 //! Huge pages fault in 512 times fewer pieces and cost later code fewer TLB
 //! misses, and a cold load (read around the page cache with `O_DIRECT`)
