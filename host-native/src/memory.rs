@@ -36,6 +36,9 @@ pub fn staging_huge_pages() -> bool {
     !host_reclaims_free_memory()
 }
 
+/// One transparent huge page (x86-64, arm64 with 4 KiB base pages).
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
 /// Below this many bytes a destination is not faulted in ahead
 /// ([`prefault`]): the call would cost more than it saves.
 const PREFAULT_MIN: usize = 64 << 10;
@@ -61,8 +64,10 @@ pub fn prefault(out: &mut [u8]) {
     }
 }
 
+/// Faults in `len` bytes from `first` (page-aligned), writable, with
+/// `MADV_POPULATE_WRITE`; older kernels refuse it, harmlessly.
 #[cfg(target_os = "linux")]
-fn populate(first: usize, len: usize) {
+pub(crate) fn populate(first: usize, len: usize) {
     /// `MADV_POPULATE_WRITE` (Linux 5.14; older kernels refuse it, harmlessly).
     const MADV_POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: [first, first + len) lies inside a `&mut [u8]` the caller
@@ -76,7 +81,7 @@ fn populate(first: usize, len: usize) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn populate(_: usize, _: usize) {}
+pub(crate) fn populate(_: usize, _: usize) {}
 
 /// Whether this machine hands free memory back to a host: a virtio balloon
 /// that negotiated free page reporting. Asked once per process.

@@ -54,10 +54,7 @@ fn reader_load_staged(
     }
     let mut held = Held::acquire(&buffers, true)?;
     let inner = &reader.inner;
-    let mut options = StagingOptions::for_reader(inner);
-    options.verify_hash = verify_hash.unwrap_or(options.verify_hash);
-    options.buffer_len = buffer_len.unwrap_or(options.buffer_len);
-    options.buffers = ring.unwrap_or(options.buffers);
+    let options = ring_options(reader, verify_hash, buffer_len, ring);
     let mut slices = held.slices_mut();
     py.detach(|| {
         let sizes: Vec<u64> = slices.iter().map(|s| s.len() as u64).collect();
@@ -78,6 +75,20 @@ fn reader_load_staged(
         Ok(stats)
     })
     .map_err(to_py)
+}
+
+/// The reader's staging ring with the call's overrides (None: the reader's).
+fn ring_options(
+    reader: &NativeReader,
+    verify_hash: Option<bool>,
+    buffer_len: Option<usize>,
+    ring: Option<usize>,
+) -> StagingOptions {
+    let mut options = StagingOptions::for_reader(&reader.inner);
+    options.verify_hash = verify_hash.unwrap_or(options.verify_hash);
+    options.buffer_len = buffer_len.unwrap_or(options.buffer_len);
+    options.buffers = ring.unwrap_or(options.buffers);
+    options
 }
 
 /// Whether this build loads to CUDA natively and a CUDA driver and device
@@ -124,10 +135,7 @@ fn reader_load_cuda(
     }
     #[cfg(feature = "cuda")]
     {
-        let mut options = StagingOptions::for_reader(&reader.inner);
-        options.verify_hash = verify_hash.unwrap_or(options.verify_hash);
-        options.buffer_len = buffer_len.unwrap_or(options.buffer_len);
-        options.buffers = ring.unwrap_or(options.buffers);
+        let options = ring_options(reader, verify_hash, buffer_len, ring);
         native::load(py, reader, indices, tensors, &options, streams)
     }
     #[cfg(not(feature = "cuda"))]

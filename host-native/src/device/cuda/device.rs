@@ -17,6 +17,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUstream};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice, result};
 
 use crate::error::{Error, Result};
+use crate::memory::HUGE_PAGE;
 
 /// Runs a driver call, mapping its error and any panic to [`Error::Cuda`].
 pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
@@ -172,9 +173,6 @@ unsafe impl Send for Registered {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for Registered {}
 
-/// Alignment of the registered bytes: one huge page.
-const HUGE_PAGE: usize = 2 << 20;
-
 impl Registered {
     /// `len` fresh zeroed bytes, registered with the driver; `None` when
     /// mapping or registering fails (the caller then asks the driver).
@@ -211,8 +209,8 @@ impl Registered {
             let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
             libc::madvise(this.ptr.cast(), len, advice);
             libc::madvise(this.ptr.cast(), len, libc::MADV_DONTFORK);
-            libc::madvise(this.ptr.cast(), len, MADV_POPULATE_WRITE);
         }
+        crate::memory::populate(this.ptr as usize, len.next_multiple_of(4096));
         let registered = guard("registering host memory", || {
             ctx.bind_to_thread()?;
             // SAFETY: `ptr..ptr + len` is memory of this process that stays
@@ -227,9 +225,6 @@ impl Registered {
         this.registered.then_some(this)
     }
 }
-
-/// `MADV_POPULATE_WRITE` (Linux 5.14): fault the range in, writable.
-const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 impl Drop for Registered {
     fn drop(&mut self) {

@@ -13,7 +13,7 @@ pub(super) fn zeroed(words: usize) -> Vec<u64> {
 
 #[cfg(target_os = "linux")]
 fn advise_huge(memory: &[u64]) {
-    const HUGE: usize = 2 << 20;
+    const HUGE: usize = crate::memory::HUGE_PAGE;
     let start = memory.as_ptr() as usize;
     let end = start + std::mem::size_of_val(memory);
     let first = start.next_multiple_of(HUGE);
