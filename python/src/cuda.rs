@@ -84,8 +84,8 @@ fn ring_options(
     buffer_len: Option<usize>,
     ring: Option<usize>,
 ) -> StagingOptions {
-    let mut options = StagingOptions::for_reader(&reader.inner);
-    options.verify_hash = verify_hash.unwrap_or(options.verify_hash);
+    let verify_hash = verify_hash.unwrap_or(reader.inner.options().verify_hash);
+    let mut options = StagingOptions::for_load(&reader.inner, verify_hash);
     options.buffer_len = buffer_len.unwrap_or(options.buffer_len);
     options.buffers = ring.unwrap_or(options.buffers);
     options

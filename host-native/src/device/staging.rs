@@ -38,8 +38,12 @@ pub use host::{HostBuffer, HostEngine, HostTicket};
 pub const DEFAULT_BUFFER_LEN: usize = 4 << 20;
 
 /// Bytes per staging buffer for a network source, where each request
-/// costs a round trip: fewer, longer requests.
-pub const REMOTE_BUFFER_LEN: usize = 16 << 20;
+/// costs a round trip (fewer, longer requests), and for a load that checks
+/// hashes: a tensor's pieces are hashed one after another, so the ring's
+/// buffers must span many tensors for many threads to hash at once (on
+/// the H200 host, 1 GiB in 16 MiB tensors verified at 4.4 GB/s through
+/// 4 MiB buffers and 8.6–10.2 GB/s through 16 MiB ones, spec §19.1).
+pub const LONG_BUFFER_LEN: usize = 16 << 20;
 
 /// Longest staging buffer a load grows to so that one encryption chunk
 /// fits (files whose chunks are longer than [`StagingOptions::buffer_len`];
@@ -65,17 +69,23 @@ pub struct StagingOptions {
 }
 
 impl StagingOptions {
-    /// The ring for `reader`: its thread count and hash setting, two
-    /// buffers more than threads, [`DEFAULT_BUFFER_LEN`] each
-    /// ([`REMOTE_BUFFER_LEN`] for a network source).
+    /// The ring for `reader`, checking hashes as its options say
+    /// ([`StagingOptions::for_load`]).
     pub fn for_reader<S: RangeSource>(reader: &Reader<S>) -> Self {
+        Self::for_load(reader, reader.options().verify_hash)
+    }
+
+    /// The ring for a load from `reader` that checks hashes or not: its
+    /// thread count, two buffers more than threads, [`DEFAULT_BUFFER_LEN`]
+    /// each ([`LONG_BUFFER_LEN`] for a network source or a verified load).
+    pub fn for_load<S: RangeSource>(reader: &Reader<S>, verify_hash: bool) -> Self {
         let threads = reader.options().num_readers.max(1);
-        let remote = reader.source().prefers_long_reads();
+        let long = verify_hash || reader.source().prefers_long_reads();
         Self {
             buffers: threads + 2,
-            buffer_len: if remote { REMOTE_BUFFER_LEN } else { DEFAULT_BUFFER_LEN },
+            buffer_len: if long { LONG_BUFFER_LEN } else { DEFAULT_BUFFER_LEN },
             threads,
-            verify_hash: reader.options().verify_hash,
+            verify_hash,
         }
     }
 }

@@ -235,6 +235,18 @@ fn reads_around_the_cache_keep_their_contract_and_land_at_their_shift() {
 }
 
 #[test]
+fn a_verified_load_gets_long_buffers() {
+    use tensorizer_native::device::staging::{DEFAULT_BUFFER_LEN, LONG_BUFFER_LEN};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, key) = write_model(dir.path(), false);
+    let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: false, key }).unwrap();
+    let plain = StagingOptions::for_reader(&reader);
+    assert_eq!((plain.buffers, plain.buffer_len, plain.verify_hash), (5, DEFAULT_BUFFER_LEN, false));
+    let verified = StagingOptions::for_load(&reader, true);
+    assert_eq!((verified.buffer_len, verified.verify_hash), (LONG_BUFFER_LEN, true));
+}
+
+#[test]
 fn memory_is_bounded_by_the_ring_not_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let (path, key) = write_model(dir.path(), false);
