@@ -1,10 +1,14 @@
 """What shape of reads around the page cache a disk wants: one file read
 with ``O_DIRECT`` at each request size and queue depth, from a cold cache,
 into memory already faulted in (so only the device is timed), beside
-buffered sequential reads of the same file.
+buffered sequential reads of the same file. With ``--fresh``, also the
+cold path's shape (16 requests of 1 MiB in flight) into memory mapped
+just before, in huge pages and in 4 KiB pages: what faulting in the
+destination adds to the disk's time, and which pages add less.
 
     python python/bench/probe_direct.py FILE                  # sizes 1-8 MiB, depths 4-32
     python python/bench/probe_direct.py FILE --mib 1 4 --depth 16 --reps 3
+    python python/bench/probe_direct.py FILE --mib 1 --depth 16 --fresh
 
 Needs root (the page cache is dropped before each read). Prints a Markdown
 table of medians in GB/s; spec §23.4 has what it found on the machines it
@@ -56,6 +60,19 @@ def direct(path: str, size: int, region: mmap.mmap, request: int, depth: int) ->
     return took
 
 
+def fresh(path: str, size: int, huge: bool) -> float:
+    """The cold path's shape into memory mapped now (the mapping is timed too)."""
+    request = 1 << 20
+    start = time.perf_counter()
+    region = mmap.mmap(-1, size + request, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if huge:
+        region.madvise(mmap.MADV_HUGEPAGE)
+    direct(path, size, region, request, 16)
+    took = time.perf_counter() - start
+    region.close()
+    return took
+
+
 def buffered(path: str, size: int, region: mmap.mmap, request: int) -> float:
     view = memoryview(region)
     start = time.perf_counter()
@@ -77,6 +94,7 @@ def main() -> int:
     ap.add_argument("--mib", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--depth", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--fresh", action="store_true", help="also 16 x 1 MiB into fresh huge and 4 KiB pages")
     args = ap.parse_args()
     size = os.path.getsize(args.file)
     biggest = max(args.mib) << 20
@@ -93,7 +111,12 @@ def main() -> int:
                 drop_caches()
                 took = direct(args.file, size, region, mib << 20, depth)
                 rows.setdefault(f"O_DIRECT {mib} MiB × {depth} in flight", []).append(took)
-    print(f"{args.file}: {size / 2**30:.2f} GiB, {args.reps} repetitions, medians, cold cache, memory faulted in\n")
+        if args.fresh:
+            for huge, name in ((True, "huge"), (False, "4 KiB")):
+                drop_caches()
+                took = fresh(args.file, size, huge)
+                rows.setdefault(f"O_DIRECT 1 MiB × 16 into fresh memory, {name} pages", []).append(took)
+    print(f"{args.file}: {size / 2**30:.2f} GiB, {args.reps} repetitions, medians, cold cache, memory faulted in unless a row says fresh\n")
     print("| reads | ms | GB/s |\n|---|---|---|")
     for name, xs in rows.items():
         m = statistics.median(xs)
