@@ -35,6 +35,9 @@ def drop_caches() -> None:
 
 
 def direct(path: str, size: int, region: mmap.mmap, request: int, depth: int) -> float:
+    """Reads `path` into `region` with `depth` threads of `request`-byte
+    ``O_DIRECT`` reads; `region` holds `size` and one request more (the
+    last request is whole blocks, so it may run past the end)."""
     view = memoryview(region)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     todo = iter(range(0, size, request))
