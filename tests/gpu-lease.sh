@@ -11,6 +11,8 @@
 #   bash tests/gpu-lease.sh tests          # there: tests/gpu-tests.sh only
 #   bash tests/gpu-lease.sh cold [ARGS]    # there: bench_cold.py --device cuda
 #   bash tests/gpu-lease.sh probe [ARGS]   # there: probe_cuda_first.py
+#   bash tests/gpu-lease.sh all            # there: every check and measurement in one
+#                                          # call (about 8 minutes on an H200 host)
 #
 # pack makes: tensorizer_rs (release, cuda feature), tensorizer
 # 2.12.1 and the packages it needs that such an image lacks (as wheels, for
@@ -90,6 +92,10 @@ run() {
         python3 python/bench/probe_cuda_first.py "$@" | tee "$out/probe_cuda_first.md"
         return
     fi
+    if [ "$mode" = all ]; then
+        all "$out"
+        return
+    fi
     if [ "$mode" = cold ]; then
         python3 python/bench/bench_cold.py --device cuda --json "$out/bench_cold_cuda.json" "$@" | tee "$out/bench_cold_cuda.md"
         return
@@ -102,8 +108,35 @@ run() {
     return "$rc"
 }
 
+# One step of `all`: runs under its own time limit, its output in
+# $out/NAME.log; a failure is reported and the next step runs.
+step() {
+    local out="$1" name="$2" limit="$3"
+    shift 3
+    local t0=$SECONDS rc=0
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
+    echo "gpu-lease: $name: rc $rc in $((SECONDS - t0)) s"
+    return 0
+}
+
+# Everything a lent device is for, in the order that matters if time runs
+# out: the tests, the engine alone (plain and verified), first loads to
+# the GPU and to the CPU from a cold and a warm page cache, the disk's own
+# rate into fresh and faulted-in memory, and the 8 GiB warm-process loads.
+all() {
+    local out="$1" files="$PWD/target/bench-cold"
+    step "$out" gpu-tests 120 bash tests/gpu-tests.sh
+    step "$out" cuda-throughput 60 env TZR_STAGING_MIB=1024 "$PACK/it" cuda_throughput --ignored --nocapture
+    step "$out" cold-cuda 200 python3 python/bench/bench_cold.py --device cuda --gib 1 --reps 2 --keep --dir "$files" \
+        --json "$out/cold-cuda.json" --only limit device rs-own rs-theirs tensorizer safetensors
+    step "$out" cold-cpu 160 python3 python/bench/bench_cold.py --device cpu --gib 1 --reps 2 --keep --dir "$files" \
+        --json "$out/cold-cpu.json" --only limit memory device rs-own rs-theirs tensorizer safetensors
+    step "$out" probe-direct 60 python3 python/bench/probe_direct.py "$files/1gib/own.tensors" --mib 1 4 --depth 16 --fresh --reps 2
+    step "$out" gpu-bench 150 env TZR_GPU_BENCH_OUT="$out" bash tests/gpu-bench.sh --gib 8 --reps 2 --no-rss
+}
+
 case "${1:-}" in
 pack) pack ;;
-run | tests | cold | probe) run "$@" ;;
-*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests | cold [bench_cold.py arguments] | probe [probe_cuda_first.py arguments]" >&2; exit 2 ;;
+run | tests | cold | probe | all) run "$@" ;;
+*) echo "usage: tests/gpu-lease.sh pack | run [bench_cuda.py arguments] | tests | cold [bench_cold.py arguments] | probe [probe_cuda_first.py arguments] | all" >&2; exit 2 ;;
 esac
