@@ -13,7 +13,9 @@ Contenders (each timed from open to all tensors on the device, synchronized):
   native staging ring when ``_native.cuda_available()``, else its pinned
   fallback (the header line says which); with ``--streams N`` also per
   tensor on N copy streams of its own; from page cache and, with
-  ``--http``, from nginx on 127.0.0.1 (python/tests/remote_servers.py);
+  ``--http``, from nginx on 127.0.0.1 (python/tests/remote_servers.py),
+  with one worker process per core up to 8 (``NGINX_WORKERS``), so that
+  the server is not what the rows measure;
 * ``tensorizer``: ``TensorDeserializer(path, device="cuda")``;
 * ``safetensors``: ``safetensors.torch.load_file(path, device="cuda")``;
 * ``instanttensor`` and ``fastsafetensors`` when importable (a line says
@@ -249,6 +251,10 @@ def rss_growth(paths: dict[str, str], name: str, url: str | None, streams: int, 
         return None
 
 
+#: nginx worker processes for the ``--http`` rows: one per core, at most 8.
+NGINX_WORKERS = min(os.cpu_count() or 1, 8)
+
+
 def find_nginx() -> str | None:
     """nginx's path, as python/tests/remote_servers.py looks for it."""
     import shutil
@@ -290,7 +296,7 @@ def dry_run(a: argparse.Namespace) -> int:
     if a.http:
         nginx = find_nginx()
         if nginx:
-            print(f"http: nginx at {nginx}, on 127.0.0.1 (python/tests/remote_servers.py)")
+            print(f"http: nginx at {nginx}, on 127.0.0.1, {NGINX_WORKERS} worker processes (python/tests/remote_servers.py)")
             rows += [f"tensorizer_rs http {label}" for label, _, _ in rs_modes(a.streams)]
         else:
             print("http: skipped: nginx is not installed (apt-get install nginx-light)")
@@ -343,7 +349,7 @@ def main() -> int:
                 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
                 import remote_servers
 
-                ctx = remote_servers.nginx(d)
+                ctx = remote_servers.nginx(d, workers=NGINX_WORKERS)
                 url = ctx.__enter__()
             try:
                 runs: dict[str, Callable[[], Any]] = {"limit (pinned H2D)": limit(nbytes)}

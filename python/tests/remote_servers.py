@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -49,33 +50,50 @@ def _wait(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
 
 
 @contextmanager
-def _running(args: list[str], port: int, what: str) -> Iterator[None]:
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _running(args: list[str], port: int, what: str, group: bool = False) -> Iterator[None]:
+    """Runs `args` until the block ends; with `group`, in a session of its
+    own: it is asked to stop (a master stops and reaps its workers), and
+    the whole session is killed if it has not stopped within 5 s."""
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=group)
     try:
         _wait(port, proc, what)
         yield
     finally:
-        proc.kill()
-        proc.wait()
+        if not group:
+            proc.kill()
+            proc.wait()
+        else:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 @contextmanager
-def nginx(root: str, extra: str = "") -> Iterator[str]:
+def nginx(root: str, extra: str = "", workers: int = 1) -> Iterator[str]:
     """Serves ``root`` (``extra``: more directives for its ``server``
-    block); yields the base URL."""
+    block) from one process, or from a master and ``workers`` worker
+    processes; yields the base URL."""
     binary = _binary("nginx", ["/usr/sbin/nginx", "/usr/bin/nginx"])
     port = _free_port()
+    master = "off" if workers <= 1 else "on"
+    # A master started by root hands its workers to `nobody`, who may not
+    # reach files under root's home; keep them as the caller.
+    user = "user root;" if workers > 1 and os.geteuid() == 0 else ""
     with tempfile.TemporaryDirectory() as d:
         conf = os.path.join(d, "nginx.conf")
         with open(conf, "w") as f:
             f.write(
-                f"daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n"
+                f"daemon off; master_process {master}; worker_processes {max(workers, 1)}; {user}"
+                f" pid {d}/nginx.pid; error_log {d}/error.log;\n"
                 "events { worker_connections 256; }\n"
                 f"http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n"
                 f"  uwsgi_temp_path {d}; scgi_temp_path {d}; sendfile on; keepalive_requests 10000;\n"
                 f"  server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} {extra} }} }}\n"
             )
-        with _running([binary, "-c", conf, "-p", d], port, "nginx"):
+        with _running([binary, "-c", conf, "-p", d], port, "nginx", group=workers > 1):
             yield f"http://127.0.0.1:{port}"
 
 
