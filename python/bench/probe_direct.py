@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import threading
 import time
+from typing import Any
 
 MADV_POPULATE_WRITE = 23
 
@@ -76,7 +77,9 @@ def fresh(path: str, size: int, huge: bool) -> float:
     return took
 
 
-def buffered(path: str, size: int, region: mmap.mmap, request: int) -> float:
+def buffered(path: str, size: int, region: Any, request: int) -> float:
+    """Reads `path` into `region` (any writable buffer of at least `size`
+    bytes) with `request`-byte reads through the page cache, one thread."""
     view = memoryview(region)
     start = time.perf_counter()
     with open(path, "rb", buffering=0) as f:
