@@ -72,8 +72,6 @@ REPO = HERE.parents[2]
 PAGE = 4096
 CHUNK = 16 << 20
 HUGE = 2 << 20
-#: madvise(2) advice that faults pages in, writable (Linux 5.14).
-MADV_POPULATE_WRITE = 23
 #: Where the workers put the tensors (``--device``), passed in the environment.
 DEVICE_VAR = "BENCH_COLD_DEVICE"
 
@@ -134,36 +132,6 @@ def _touch_tensors(tensors) -> int:
     return total
 
 
-def _populate(region, size: int) -> None:
-    """Faults `region` in for writing on one thread per core (at most 16),
-    each a run of whole huge pages (through ctypes, which lets go of the
-    GIL during the call, unlike ``mmap.madvise``)."""
-    import ctypes
-    import threading
-
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    anchor = ctypes.c_char.from_buffer(region)
-    base = ctypes.addressof(anchor)
-    threads = min(os.cpu_count() or 1, 16)
-    step = -(-size // threads // HUGE) * HUGE
-
-    failed: list[int] = []
-
-    def populate(at: int) -> None:
-        if at < size and madvise(base + at, min(step, size - at), MADV_POPULATE_WRITE) != 0:
-            failed.append(ctypes.get_errno())
-
-    workers = [threading.Thread(target=populate, args=(k * step,)) for k in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    del anchor
-    if failed:
-        raise OSError(failed[0], "madvise(MADV_POPULATE_WRITE) failed")
-
-
 def _touch_buffer(buf) -> None:
     import numpy as np
 
@@ -211,13 +179,27 @@ def worker(kind: str, path: str) -> dict:
         _touch_buffer(memoryview(region)[:size])
         return {"s": time.perf_counter() - start, "bytes": size}
     if kind == "memory":
+        import ctypes
         import mmap as _mmap
+        import threading
+
+        # ctypes lets go of the GIL during the call (mmap.madvise does not),
+        # so the threads fault in at the same time.
+        from tensorizer_rs._syscalls import prefault
 
         size = os.path.getsize(path)
         start = time.perf_counter()
         region = _mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
         region.madvise(_mmap.MADV_HUGEPAGE)
-        _populate(region, size)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        threads = min(os.cpu_count() or 1, 16)
+        step = -(-size // threads // HUGE) * HUGE
+        runs = [(at, min(step, size - at)) for at in range(0, size, step)]
+        workers = [threading.Thread(target=prefault, args=(base + at, n)) for at, n in runs]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
         return {"s": time.perf_counter() - start, "bytes": size}
     if kind == "curl-http":
         start = time.perf_counter()
