@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 TENSORS = 300
 SHAPE = (1024, 1748)  # bf16: 3.4 MiB each, 1.0 GiB in all
