@@ -136,6 +136,11 @@ await apt
 await pip
 await npm
 
+# The wheel users install, packed from this same build (stripped; maturin
+# and auditwheel from the venv): its extension recompiles, nothing else.
+step "the wheel: packed from the debug build, checked by auditwheel"
+WHEEL="$("${LINTED[@]}" env TZR_WHEEL_VENV="$VENV" bash python/build-wheel.sh --profile dev | tail -1)"
+
 export TZR_REQUIRE_SERVERS=1
 # The S3, GCS and Azure tests start moto_server, the GCS emulator and Azurite.
 export TZR_MOTO_SERVER="$VENV/bin/moto_server"
@@ -151,6 +156,8 @@ lane_rust() {
 }
 
 lane_python() {
+    step "python: the wheel in a fresh virtual environment without a Rust toolchain"
+    "$VENV/bin/python" tests/wheel-smoke.py "$WHEEL"
     step "python: stubs match the extension (mypy.stubtest), package is strictly typed"
     (cd python && "$VENV/bin/python" -m mypy.stubtest tensorizer_rs._native)
     "$VENV/bin/python" -m mypy --strict python/python/tensorizer_rs

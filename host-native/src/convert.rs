@@ -100,10 +100,31 @@ impl Format {
         }
     }
 
-    /// The output format a path implies: safetensors for a `.safetensors`
-    /// extension, tensorizer for anything else.
-    pub fn for_output(path: &Path) -> Self {
-        if has_safetensors_extension(&path.to_string_lossy()) { Self::Safetensors } else { Self::Tensorizer }
+    /// The format a conversion writes to `path`: the one its extension
+    /// names (`.tensors`, `.safetensors`), or `to` where the extension names
+    /// none. Refused: a `to` that contradicts the extension, no way to tell,
+    /// and torch.save checkpoints (`.pt`, `.pth`, `.bin`, `.ckpt`, or
+    /// `to`), which nothing here writes. The one rule for every front end
+    /// (`tzr convert`, `tensorizer_rs.convert`).
+    pub fn for_output(path: &Path, to: Option<Self>) -> Result<Self> {
+        let shown = path.display();
+        let implied = output_extension(path);
+        let refuse = |what: String| Err(Error::Invalid(format!("{shown}: {what}")));
+        match (to, implied) {
+            (Some(Self::TorchCheckpoint), _) | (None, Some(Self::TorchCheckpoint)) => {
+                refuse(format!("{CANNOT_WRITE_CHECKPOINTS}; name the output .tensors or .safetensors"))
+            }
+            (Some(to), Some(implied)) if to != implied => {
+                refuse(format!("the output format {} contradicts the name, which says {}", to.name(), implied.name()))
+            }
+            (Some(to), _) => Ok(to),
+            (None, Some(implied)) => Ok(implied),
+            (None, None) => refuse(
+                "cannot tell the output format from the name: end it in .tensors or .safetensors, \
+                 or name the format (--to, to=)"
+                    .into(),
+            ),
+        }
     }
 
     /// Recognises an input of `file_len` bytes by its first bytes (up to
@@ -124,6 +145,20 @@ impl Format {
     }
 }
 
+/// Why a conversion to a torch.save checkpoint is refused.
+pub const CANNOT_WRITE_CHECKPOINTS: &str = "tensorizer-rs cannot write torch.save checkpoints";
+
+/// The format an output path's extension names, if any.
+fn output_extension(path: &Path) -> Option<Format> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    match ext.as_str() {
+        "tensors" => Some(Format::Tensorizer),
+        "safetensors" => Some(Format::Safetensors),
+        "pt" | "pth" | "bin" | "ckpt" => Some(Format::TorchCheckpoint),
+        _ => None,
+    }
+}
+
 fn has_safetensors_extension(name: &str) -> bool {
     let name = name.split(['?', '#']).next().unwrap_or(name);
     name.rsplit_once('.').is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("safetensors"))
@@ -132,8 +167,8 @@ fn has_safetensors_extension(name: &str) -> bool {
 /// How to convert.
 #[derive(Debug, Clone, Default)]
 pub struct ConvertOptions {
-    /// The output format; `None`: from the output's extension
-    /// ([`Format::for_output`]).
+    /// The output format; `None`: from the output's extension (the rule is
+    /// [`Format::for_output`]).
     pub to: Option<Format>,
     /// A tensorizer output's layout and encryption, and the threads
     /// converting (`num_writers`; 0 = one per core, at most 16).
@@ -239,8 +274,8 @@ pub fn convert_source<S: RangeSource>(
     options: &ConvertOptions,
     progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Converted> {
+    let to = Format::for_output(dst, options.to)?;
     let from = sniff(&source)?;
-    let to = options.to.unwrap_or_else(|| Format::for_output(dst));
     let (write_options, bound) = (&options.write, options.max_output_bytes);
     match from {
         Format::TorchCheckpoint => {

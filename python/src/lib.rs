@@ -8,6 +8,7 @@ mod arenas;
 mod buffers;
 mod carve;
 mod checkpoint;
+mod cli;
 mod convert;
 mod cuda;
 mod dtypes;
@@ -32,6 +33,8 @@ use pyo3::prelude::*;
 mod _native {
     #[pymodule_export]
     use crate::checkpoint::{CheckpointEntry, NativeCheckpoint, ZipEntryCheck};
+    #[pymodule_export]
+    use crate::cli::tzr_main;
     #[pymodule_export]
     use crate::convert::ConversionReport;
     #[pymodule_export]

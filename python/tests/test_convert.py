@@ -64,10 +64,10 @@ def test_minilm_checkpoint_to_safetensors(tmp_path: pathlib.Path, minilm_pt: pat
     done = tensorizer_rs.convert(minilm_pt, tmp_path / "m.safetensors")
     assert (done.source_format, done.target_format) == ("torch", "safetensors")
     _assert_equal(_load_safetensors(tmp_path / "m.safetensors"), ref, ordered=False)
-    # `to=` overrides the extension.
-    done = tensorizer_rs.convert(minilm_pt, tmp_path / "m.bin", to="safetensors")
+    # `to=` names the format where the extension names none.
+    done = tensorizer_rs.convert(minilm_pt, tmp_path / "m.weights", to="safetensors")
     assert done.target_format == "safetensors"
-    _assert_equal(_load_safetensors(tmp_path / "m.bin"), ref, ordered=False)
+    _assert_equal(_load_safetensors(tmp_path / "m.weights"), ref, ordered=False)
 
 
 def test_tensorizer_to_safetensors_and_back(tmp_path: pathlib.Path, minilm_pt: pathlib.Path) -> None:
@@ -96,12 +96,13 @@ def test_non_tensor_entries_are_skipped_and_nested_keys_kept(tmp_path: pathlib.P
 
 def test_a_failing_conversion_leaves_dst_untouched(tmp_path: pathlib.Path) -> None:
     torch.save({"z": torch.ones(4, dtype=torch.complex128), "w": torch.ones(1 << 16)}, tmp_path / "c.pt")
-    dst = tmp_path / "out.safetensors"
+    # A name without a format of its own: `to=` says which.
+    dst = tmp_path / "out.weights"
     dst.write_bytes(b"previous contents")
     before = sorted(os.listdir(tmp_path))
     # safetensors has no complex128: refused, naming what to do instead.
     with pytest.raises(ValueError, match=r"safetensors has no dtype for complex128.*tensorizer"):
-        tensorizer_rs.convert(tmp_path / "c.pt", dst)
+        tensorizer_rs.convert(tmp_path / "c.pt", dst, to="safetensors")
 
     # A progress callback that raises stops the conversion; its exception propagates.
     class Stop(Exception):
@@ -115,9 +116,9 @@ def test_a_failing_conversion_leaves_dst_untouched(tmp_path: pathlib.Path) -> No
     # A source that is not a checkpoint, tensorizer or safetensors file.
     (tmp_path / "junk.pt").write_bytes(b"not a model at all" * 100)
     with pytest.raises(ValueError):
-        tensorizer_rs.convert(tmp_path / "junk.pt", dst)
+        tensorizer_rs.convert(tmp_path / "junk.pt", dst, to="tensorizer")
     with pytest.raises(OSError):
-        tensorizer_rs.convert(tmp_path / "missing.pt", dst)
+        tensorizer_rs.convert(tmp_path / "missing.pt", dst, to="tensorizer")
     with pytest.raises(ValueError, match="to="):
         tensorizer_rs.convert(tmp_path / "c.pt", dst, to="pickle")  # type: ignore[arg-type]
     assert dst.read_bytes() == b"previous contents"
@@ -197,3 +198,31 @@ def test_sources_in_s3(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setenv("S3_SECRET_ACCESS_KEY", "testing")
         tensorizer_rs.convert("s3://models/ckpt/small.pt", tmp_path / "s.safetensors")
         _assert_equal(_load_safetensors(tmp_path / "s.safetensors"), ref, ordered=False)
+
+
+@pytest.mark.parametrize(
+    ("dst", "to", "says"),
+    [
+        ("b.pt", None, "cannot write torch.save checkpoints"),
+        ("b.pth", None, "cannot write torch.save checkpoints"),
+        ("b.tensors", "safetensors", "contradicts the name"),
+        ("b.weights", None, "cannot tell the output format"),
+    ],
+)
+def test_the_output_name_names_the_format(tmp_path: pathlib.Path, dst: str, to: str | None, says: str) -> None:
+    src = tmp_path / "a.tensors"
+    with tensorizer_rs.TensorSerializer(str(src)) as s:
+        s.write_state_dict({"w": torch.ones(3)})
+    with pytest.raises(ValueError, match=says):
+        tensorizer_rs.convert(str(src), str(tmp_path / dst), to=to)  # type: ignore[arg-type]
+    assert not (tmp_path / dst).exists()
+
+
+def test_tensorizer_to_tensorizer_re_lays_the_file_out(tmp_path: pathlib.Path) -> None:
+    src, dst = tmp_path / "a.tensors", tmp_path / "b.tensors"
+    with tensorizer_rs.TensorSerializer(str(src)) as s:
+        s.write_state_dict({"w": torch.arange(5.0)})
+    done = tensorizer_rs.convert(str(src), str(dst), tensorizer_layout=True)
+    assert (done.source_format, done.target_format) == ("tensorizer", "tensorizer")
+    with tensorizer_rs.TensorDeserializer(str(dst), verify_hash=True) as d:
+        assert torch.equal(d["w"], torch.arange(5.0))

@@ -332,7 +332,7 @@ fn every_vector_converts_to_tensorizer_and_safetensors() {
             tensorizer_native::convert::safetensors::safetensors_dtype(reader.tensor(*i).unwrap().dtype).is_some()
         });
         let result = tensorizer_native::convert::checkpoint_to_safetensors(&reader, &st, |_| {});
-        let run = tzr(&["convert", s(&dir().join(&name)), s(&dir_out.path().join("cli.bin")), "--to", "safetensors"]);
+        let run = tzr(&["convert", s(&dir().join(&name)), s(&dir_out.path().join("cli.safetensors"))]);
         if !supported {
             let err = result.unwrap_err().to_string();
             assert!(err.contains("safetensors has no dtype"), "{err}");

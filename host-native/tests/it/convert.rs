@@ -210,10 +210,11 @@ mod library {
         let dir = tempfile::tempdir().unwrap();
         let pt = dir.path().join("model.safetensors");
         std::fs::copy(torch("views.pt"), &pt).unwrap();
-        let tensors = dir.path().join("model.pt");
+        // Output names do not lie: their extension names the format written.
+        let tensors = dir.path().join("model.tensors");
         let done = convert::convert(s(&pt), &tensors, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
         assert_eq!((done.from, done.to), (Format::TorchCheckpoint, Format::Tensorizer));
-        let st = dir.path().join("model.bin");
+        let st = dir.path().join("model.weights");
         let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
         let done = convert::convert(s(&tensors), &st, &options, |_, _| Ok(())).unwrap();
         assert_eq!((done.from, done.to), (Format::Tensorizer, Format::Safetensors));
@@ -223,7 +224,13 @@ mod library {
         // Writing a checkpoint is refused, naming what can be written.
         let options = ConvertOptions { to: Some(Format::TorchCheckpoint), ..Default::default() };
         let err = convert::convert(s(&st), &dir.path().join("x.pt"), &options, |_, _| Ok(())).unwrap_err();
-        assert!(err.to_string().contains("safetensors (.safetensors)"), "{err}");
+        assert!(err.to_string().contains("cannot write torch.save checkpoints"), "{err}");
+        // So is a name that says torch.save, or contradicts `to`.
+        let err = convert::convert(s(&st), &dir.path().join("x.pt"), &ConvertOptions::default(), |_, _| Ok(()));
+        assert!(err.unwrap_err().to_string().contains("cannot write torch.save checkpoints"));
+        let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
+        let err = convert::convert(s(&st), &dir.path().join("x.tensors"), &options, |_, _| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("contradicts the name"), "{err}");
     }
 
     /// A safetensors file holding one F32 tensor `[1.0, 2.0]`, its JSON
@@ -291,7 +298,8 @@ mod library {
     #[test]
     fn a_failed_conversion_leaves_an_existing_target_untouched() {
         let dir = tempfile::tempdir().unwrap();
-        let dst = dir.path().join("out.safetensors");
+        // A name without a format of its own: `to` says which.
+        let dst = dir.path().join("out.weights");
         std::fs::write(&dst, b"old").unwrap();
         let listing = || {
             let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -300,7 +308,9 @@ mod library {
         };
         let before = listing();
         // A dtype safetensors lacks: refused before anything is written.
-        assert!(convert::convert(s(&torch("dtypes.pt")), &dst, &ConvertOptions::default(), |_, _| Ok(())).is_err());
+        let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
+        let err = convert::convert(s(&torch("dtypes.pt")), &dst, &options, |_, _| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("safetensors has no dtype"), "{err}");
         // Stopped by the progress callback once tensors are being written.
         for to in [Format::Tensorizer, Format::Safetensors] {
             let options = ConvertOptions { to: Some(to), ..threads(2) };
@@ -312,7 +322,9 @@ mod library {
         }
         // A source that is not there.
         let missing = dir.path().join("missing.pt");
-        assert!(convert::convert(s(&missing), &dst, &ConvertOptions::default(), |_, _| Ok(())).is_err());
+        let options = ConvertOptions { to: Some(Format::Tensorizer), ..Default::default() };
+        let err = convert::convert(s(&missing), &dst, &options, |_, _| Ok(())).unwrap_err();
+        assert!(err.store_kind().is_some(), "{err}");
         assert_eq!(std::fs::read(&dst).unwrap(), b"old");
         assert_eq!(listing(), before, "no temporary file is left behind");
     }

@@ -268,7 +268,14 @@ fn hostile_files_fail_with_one_line_and_no_panic() {
             let stderr = String::from_utf8_lossy(&run.stderr);
             assert_eq!(run.status.code(), Some(code), "{args:?}: {stderr}");
             assert!(stderr.starts_with("tzr: ") && stderr.lines().count() == 1, "{args:?}: {stderr}");
-            assert!(!stderr.contains("panicked") && run.stdout.is_empty(), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+            // Under --json the failure is one object on stdout; otherwise nothing.
+            if args.contains(&"--json") {
+                let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+                assert_eq!(json["ok"], false, "{args:?}");
+            } else {
+                assert!(run.stdout.is_empty(), "{args:?}: {stderr}");
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 mod atomic;
 mod checkpoint;
 mod cli;
+mod cli_formats;
 mod cloud;
 mod cold;
 mod common;

@@ -2,13 +2,16 @@
 //! `s3://`, `gs://`, `az://` and `redis://`, byte for byte.
 
 use std::path::Path;
+use std::time::Instant;
 
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::{Intent, Location, ReadOptions, Reader, StoreOptions, open_sink};
 
+use crate::text::{human, printable};
 use crate::{Failure, Outcome, progress};
 
-pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
+pub(crate) fn run(input: &str, output: &str, force: bool, quiet: bool) -> Outcome {
+    let started = Instant::now();
     let from = Location::parse(input)?;
     let to = Location::parse(output)?;
     let mut options = StoreOptions::from_env(Intent::ReadAll)?;
@@ -27,10 +30,23 @@ pub(crate) fn run(input: &str, output: &str, force: bool) -> Outcome {
         && !matches!(to, Location::Redis(_) | Location::RedisCluster(_))
     {
         // Object stores upload the local file as it is.
-        return Ok(sink.put_file(Path::new(path))?);
+        sink.put_file(Path::new(path))?;
+    } else {
+        let bar = progress::bytes(reader.source().len(), "copying");
+        let put = sink.put_reader(&reader, &mut |done| bar.set_position(done));
+        bar.finish_and_clear();
+        put?;
     }
-    let bar = progress::bytes(reader.source().len(), "copying");
-    sink.put_reader(&reader, &mut |done| bar.set_position(done))?;
-    bar.finish_and_clear();
+    if !quiet {
+        let tensors = reader.entries().len();
+        eprintln!(
+            "tzr: copied {} to {}: {tensors} tensor{}, {} in {:.2} s",
+            printable(input),
+            printable(output),
+            if tensors == 1 { "" } else { "s" },
+            human(reader.source().len()),
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::json;
 use tensorizer_core::WriterOptions;
 use tensorizer_native::convert::{self, ConvertOptions, Format};
-use tensorizer_native::read::verify::verify_all;
+use tensorizer_native::read::verify::{TensorCheck, verify_all};
 use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers};
 
 use crate::checkpoint::Target;
@@ -45,6 +45,9 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
     if crate::checkpoint::is_checkpoint(&source)? {
         return crate::checkpoint::verify(file, source, json);
     }
+    if crate::safetensors::is_safetensors(&source)? {
+        return crate::safetensors::verify(file, source, json);
+    }
     let reader = open_with(source, key, num_readers)?;
     if reader.is_encrypted() && !key.given() {
         return Err(Failure::Usage(format!(
@@ -63,6 +66,7 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
         let report = json!({
             "file": file.display().to_string(),
             "ok": failures.is_empty(),
+            "wrong_key": wrong_key(&failures, verified),
             "tensors": results.len(),
             "verified": verified,
             "no_hashes": unchecked.iter().map(|r| &r.name).collect::<Vec<_>>(),
@@ -76,13 +80,19 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
         });
         out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
-        for r in &failures {
-            if let Some(e) = &r.error {
-                eprintln!("tzr: {e}");
+        let shown = crate::text::printable(&file.display().to_string());
+        if wrong_key(&failures, verified) {
+            eprintln!("tzr: {shown}: no tensor decrypts: wrong key or passphrase");
+        } else {
+            for e in failures.iter().filter_map(|r| r.error.as_ref()) {
+                eprintln!("tzr: {}", crate::text::printable(&e.to_string()));
             }
         }
         for r in &unchecked {
             eprintln!("tzr: tensor {:?} has no hashes: read, but not verified", r.name);
+        }
+        if !failures.is_empty() {
+            eprintln!("tzr: {shown}: {verified} of {} tensors verified, {} failed", results.len(), failures.len());
         }
         if failures.is_empty() {
             let what = if unchecked.is_empty() {
@@ -109,25 +119,64 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
     }
 }
 
-/// Streams every tensor of `reader` into a new file at `output`, hashing
-/// (and encrypting) on several threads.
-fn rewrite(reader: &AnyReader, output: &Path, options: WriteOptions, message: &str) -> Outcome {
-    let bar = progress::bytes(total_bytes(reader), message);
-    convert::write(convert::Input::Tensorizer(reader), output, Format::Tensorizer, &options, |done, _| {
+/// Where and how a command writes its one output file.
+pub(crate) struct Writing<'a> {
+    /// The file to write (atomically).
+    pub(crate) output: &'a Path,
+    /// A tensorizer output's layout.
+    pub(crate) layout: WriterOptions,
+    /// `--quiet`: no summary line.
+    pub(crate) quiet: bool,
+}
+
+impl Writing<'_> {
+    /// The summary line on stderr (unless `--quiet`): `verb OUTPUT: N
+    /// tensors, SIZE in S s`.
+    fn done(&self, verb: &str, converted: &convert::Converted, started: Instant) {
+        if !self.quiet {
+            let plural = if converted.tensors == 1 { "" } else { "s" };
+            eprintln!(
+                "tzr: {verb} {} ({}): {} tensor{plural}, {} in {:.2} s",
+                crate::text::printable(&self.output.display().to_string()),
+                converted.to.name(),
+                converted.tensors,
+                crate::text::human(converted.bytes),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Whether every failure is a tensor that did not decrypt and nothing
+/// decrypted: a wrong key or passphrase, said once rather than per tensor.
+fn wrong_key(failures: &[&TensorCheck], verified: usize) -> bool {
+    let decryption =
+        |e: &Error| matches!(e, Error::Tensor { source, .. } if matches!(**source, tensorizer_core::Error::Decryption));
+    verified == 0 && !failures.is_empty() && failures.iter().all(|r| r.error.as_ref().is_some_and(decryption))
+}
+
+/// Streams every tensor of `reader` into a new tensorizer file, hashing
+/// (and encrypting) on several threads. An OUTPUT whose extension names
+/// another format is refused first.
+fn rewrite(reader: &AnyReader, writing: &Writing<'_>, options: WriteOptions, verb: &str) -> Outcome {
+    let to = Format::for_output(writing.output, Some(Format::Tensorizer)).map_err(|e| Failure::Usage(e.to_string()))?;
+    let started = Instant::now();
+    let bar = progress::bytes(total_bytes(reader), verb);
+    let converted = convert::write(convert::Input::Tensorizer(reader), writing.output, to, &options, |done, _| {
         bar.set_position(done);
         Ok(())
-    })?;
+    });
     bar.finish_and_clear();
+    writing.done(verb, &converted?, started);
     Ok(())
 }
 
 pub(crate) fn encrypt(
     input: &Path,
-    output: &Path,
+    writing: &Writing<'_>,
     key: &KeyArgs,
     generate: Option<&Path>,
     kdf: KdfPreset,
-    layout: WriterOptions,
 ) -> Outcome {
     let reader = open(input, &KeyArgs::default(), None)?;
     if reader.is_encrypted() {
@@ -142,55 +191,42 @@ pub(crate) fn encrypt(
             ));
         }
     };
-    let options =
-        WriteOptions { layout: WriterOptions { encryption: Some(params), ..layout }, key: Some(key), num_writers: 0 };
-    rewrite(&reader, output, options, "encrypting")
+    let layout = WriterOptions { encryption: Some(params), ..writing.layout.clone() };
+    rewrite(&reader, writing, WriteOptions { layout, key: Some(key), num_writers: 0 }, "encrypted")
 }
 
-pub(crate) fn decrypt(input: &Path, output: &Path, key: &KeyArgs, layout: WriterOptions) -> Outcome {
+pub(crate) fn decrypt(input: &Path, writing: &Writing<'_>, key: &KeyArgs) -> Outcome {
     if !key.given() {
         return Err(Failure::Usage("give --key-file, --passphrase-env VAR or --passphrase".into()));
     }
     let reader = open(input, key, None)?;
-    rewrite(&reader, output, WriteOptions { layout, key: None, num_writers: 0 }, "decrypting")
+    rewrite(&reader, writing, WriteOptions { layout: writing.layout.clone(), key: None, num_writers: 0 }, "decrypted")
 }
 
 /// `tzr convert`: any input the library recognises by its first bytes
-/// (torch checkpoint, tensorizer, safetensors). Tensorizer and safetensors
-/// inputs convert to the other format only, as OUTPUT's extension says
-/// (`--to` must agree); a torch checkpoint goes to either (`--to`, else the
-/// extension).
+/// (torch checkpoint, tensorizer, safetensors) into the format OUTPUT's
+/// extension names (or `--to`, which must agree with it), as
+/// [`Format::for_output`] rules for every front end. Tensorizer to
+/// tensorizer re-lays the file out (`--tensorizer-layout`, or ours).
 pub(crate) fn convert(
     input: &Path,
-    output: &Path,
+    writing: &Writing<'_>,
     key: &KeyArgs,
-    layout: WriterOptions,
     to: Option<Target>,
     max_output_bytes: Option<u64>,
 ) -> Outcome {
+    let output = writing.output;
+    let to = to.map(|t| match t {
+        Target::Tensorizer => Format::Tensorizer,
+        Target::Safetensors => Format::Safetensors,
+    });
+    // Refused before anything is read: the name decides the format.
+    let to = Format::for_output(output, to).map_err(|e| Failure::Usage(e.to_string()))?;
+    let started = Instant::now();
     let source = tensorizer_native::open_uri(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
-    let from = convert::sniff(&source)?;
-    let implied = Format::for_output(output);
-    let to = match to {
-        Some(Target::Tensorizer) => Format::Tensorizer,
-        Some(Target::Safetensors) => Format::Safetensors,
-        None => implied,
-    };
-    if from != Format::TorchCheckpoint {
-        if to != implied {
-            return Err(Failure::Usage(
-                "--to must agree with OUTPUT's extension unless INPUT is a torch.save checkpoint".into(),
-            ));
-        }
-        if from == to {
-            return Err(Failure::Usage(
-                "exactly one of INPUT and OUTPUT must end in .safetensors (tensorizer <-> safetensors)".into(),
-            ));
-        }
-    }
     let options = ConvertOptions {
         to: Some(to),
-        write: WriteOptions { layout, key: None, num_writers: 0 },
+        write: WriteOptions { layout: writing.layout.clone(), key: None, num_writers: 0 },
         key: key.for_reading()?,
         max_output_bytes,
     };
@@ -208,5 +244,6 @@ pub(crate) fn convert(
     for name in &done.skipped {
         eprintln!("tzr: note: skipped {:?}: not a tensor", crate::text::printable(name));
     }
+    writing.done("wrote", &done, started);
     Ok(())
 }

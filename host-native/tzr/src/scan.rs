@@ -3,7 +3,6 @@
 //! findings, 1 findings, 2 could not scan.
 
 use std::path::Path;
-use std::process::ExitCode;
 
 use tensorizer_core::scan::{Finding, ScanOptions, sarif, scan};
 use tensorizer_native::source::Positioned;
@@ -26,7 +25,7 @@ fn finding_line(f: &Finding) -> String {
 }
 
 /// Scans `file`; returns the exit status.
-pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
+pub(crate) fn run(file: &Path, output: Output) -> u8 {
     let name = file.to_string_lossy();
     let cannot_scan = |message: String| {
         eprintln!("tzr: {name}: {message}");
@@ -43,7 +42,7 @@ pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
             use std::io::Write as _;
             let _ = writeln!(std::io::stdout().lock(), "{doc}");
         }
-        ExitCode::from(2)
+        2
     };
     let source = match open_uri(&name, Intent::ReadAll) {
         Ok(s) => s,
@@ -79,18 +78,18 @@ pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            return ExitCode::from(141);
+            return 141;
         }
         eprintln!("tzr: could not write the output: {e}");
-        return ExitCode::from(2);
+        return 2;
     }
     if let Some(first) = scanned.findings.first() {
         let n = scanned.findings.len();
         let first_message = crate::text::printable(&first.message);
         eprintln!("tzr: {name}: {n} finding{}; first: {} {first_message}", if n == 1 { "" } else { "s" }, first.rule);
-        return ExitCode::from(1);
+        return 1;
     }
-    ExitCode::SUCCESS
+    0
 }
 
 #[cfg(test)]

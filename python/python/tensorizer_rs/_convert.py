@@ -6,7 +6,12 @@ recognised by its first bytes -- becomes a tensorizer or safetensors file::
 
     tensorizer_rs.convert("model.pt", "model.tensors")
     tensorizer_rs.convert("s3://bucket/model.bin", "model.safetensors")
-    tensorizer_rs.convert("model.tensors", "model.bin", to="safetensors")
+    tensorizer_rs.convert("model.tensors", "model.v2.tensors", tensorizer_layout=True)
+
+``dst``'s extension names the format written (``.tensors``,
+``.safetensors``); ``torch.save`` checkpoints are read, never written, so a
+``.pt``/``.pth``/``.bin``/``.ckpt`` ``dst`` is refused, as is a ``to`` that
+contradicts the extension. The same rule as ``tzr convert``'s.
 
 The output is written atomically: an existing file at ``dst`` is replaced
 only once the conversion is complete. Memory is bounded by the largest
@@ -74,8 +79,9 @@ def convert(
             checkpoint, a tensorizer file or a safetensors file (recognised
             by its first bytes, whatever its name).
         dst: The local file to write (atomically).
-        to: ``"tensorizer"`` or ``"safetensors"``; default: safetensors when
-            ``dst`` ends in ``.safetensors``, tensorizer otherwise.
+        to: ``"tensorizer"`` or ``"safetensors"``, for a ``dst`` whose
+            extension names no format; default: the extension's format
+            (``ValueError`` when it names none, or another).
         tensorizer_layout: Write exactly tensorizer's layout (no data
             alignment, a 256 KiB index) instead of ours (64-byte aligned).
         num_threads: Threads hashing and writing (default: one per core).

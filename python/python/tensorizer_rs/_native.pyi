@@ -37,6 +37,7 @@ __all__ = [
     "WriteSpec",
     "derive_key",
     "random_bytes",
+    "tzr_main",
     "__version__",
     "DEFAULT_READERS",
     "HUGE_PAGE_MIN",
@@ -96,6 +97,7 @@ class RangeNotSupportedError(OSError):
 
 def derive_key(passphrase: bytes, opslimit: int, memlimit: int, salt: bytes) -> bytes: ...
 def random_bytes(n: int) -> bytes: ...
+def tzr_main(args: Sequence[str]) -> int: ...
 def upload(
     path: str | PathLike[str],
     uri: str | PathLike[str],
