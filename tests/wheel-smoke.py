@@ -87,6 +87,12 @@ def check_commands(python: Path, env: dict[str, str], tmp: Path) -> None:
     check(version.startswith("tzr "), f"`tzr --version` on PATH: {version.strip()}")
     same = run([str(python), "-m", "tensorizer_rs", "--version"], env, tmp).stdout
     check(same == version, "`python -m tensorizer_rs --version` is the same command")
+    plugin = (
+        "from importlib.metadata import entry_points as e; "
+        "[p] = [p for p in e(group='vllm.general_plugins') if p.name == 'tensorizer_rs']; p.load()()"
+    )
+    run([str(python), "-c", plugin], env, tmp)
+    check(True, "the vllm.general_plugins entry point is installed and loads")
     subcommands = run(["tzr", "--help"], env, tmp).stdout
     for name in ("inspect", "verify", "convert", "encrypt", "fingerprint", "diff", "scan", "view", "copy"):
         check(f"  {name}" in subcommands, f"the wheel's tzr has `{name}`")

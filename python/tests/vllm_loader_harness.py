@@ -28,7 +28,6 @@ import hashlib
 import importlib
 import json
 import os
-import pkgutil
 import sys
 import time
 import traceback
@@ -648,12 +647,8 @@ for _name in FOREIGN_NAMES:
 
 
 def _alias_tensorizer() -> None:
-    """``import tensorizer`` gives tensorizer_rs (upstream_plugin._alias_tensorizer)."""
-    assert not any(n == "tensorizer" or n.startswith("tensorizer.") for n in sys.modules)
-    package = importlib.import_module("tensorizer_rs")
-    sys.modules["tensorizer"] = package
-    for info in pkgutil.iter_modules(package.__path__):
-        sys.modules[f"tensorizer.{info.name}"] = importlib.import_module(f"tensorizer_rs.{info.name}")
+    """``import tensorizer`` gives tensorizer_rs, the supported way."""
+    importlib.import_module("tensorizer_rs").install_as_tensorizer()
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ parallel reads straight into tensors allocated by torch.
 from typing import Any
 
 from . import serialization, stream_io, utils
+from ._alias import install_as_tensorizer
 from ._convert import convert
 from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
@@ -47,6 +48,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "install_as_tensorizer",
     "convert",
     "fingerprint",
     "fingerprint_tensors",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 import sys
 import tomllib
 from pathlib import Path
@@ -46,17 +45,8 @@ HEAVY = os.environ.get("TZR_UPSTREAM_HEAVY") == "1"
 
 
 def _alias_tensorizer() -> None:
-    """Make ``tensorizer`` and its submodules our modules."""
-    if any(name == "tensorizer" or name.startswith("tensorizer.") for name in sys.modules):
-        raise RuntimeError(
-            "the real tensorizer was imported before the alias was installed; "
-            "load this plugin first (-p upstream_plugin)"
-        )
-    package = importlib.import_module("tensorizer_rs")
-    sys.modules["tensorizer"] = package
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"tensorizer_rs.{info.name}")
-        sys.modules[f"tensorizer.{info.name}"] = module
+    """Make ``tensorizer`` and its submodules our modules, the supported way."""
+    importlib.import_module("tensorizer_rs").install_as_tensorizer()
 
 
 def _adapt_moto() -> None:
