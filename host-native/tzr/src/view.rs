@@ -212,7 +212,7 @@ fn open_browser(url: &str, opener: &str) -> Result<(), String> {
         .stderr(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("{opener}: {}", open_reason(&e)))?;
-    if status.success() { Ok(()) } else { Err(format!("{opener} exited with {status}")) }
+    if status.success() { Ok(()) } else { Err(format!("{opener} failed, {status}")) }
 }
 
 fn io_error(file: &str, source: std::io::Error) -> Error {
@@ -494,7 +494,7 @@ mod tests {
         let err = open_browser("http://x/", "/no/such/opener").unwrap_err();
         assert_eq!(err, "/no/such/opener: no such file");
         let err = open_browser("http://x/", "false").unwrap_err();
-        assert!(err.starts_with("false exited with"), "{err}");
+        assert_eq!(err, "false failed, exit status: 1");
     }
 
     /// Starts a server of `page` and `file` on a free port: its address
