@@ -58,10 +58,12 @@ echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
 TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovider
 
 # The npm package (host-wasm/npm): the module copied in where the package
-# expects it, and its JS API tested under node --test.
+# expects it, its JS API tested under node --test, and (when npm is there)
+# the package packed with this module, installed into an empty project and
+# run as `npx tensorizer-validate` (test/pack.test.mjs, no registry).
 if command -v node >/dev/null 2>&1; then
     cp "$WASM" host-wasm/npm/tensorizer-validate.wasm
-    node --test host-wasm/npm/test/
+    TZR_VALIDATOR_WASM="$WASM" node --test host-wasm/npm/test/
 else
     echo "SKIPPED: node is not installed; the npm package (host-wasm/npm) was not tested" >&2
 fi

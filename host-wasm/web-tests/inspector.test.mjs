@@ -631,30 +631,70 @@ describe('fingerprint and compare', () => {
   });
 });
 
+/**
+ * Starts `tzr view ARGS` outside the repository with the page built into
+ * it: { child, url, stderr() } once it has printed its address.
+ */
+async function startView(args, extraEnv = {}) {
+  const env = { ...process.env, ...extraEnv };
+  delete env.TZR_VIEW_ASSETS;
+  const child = spawn(TZR, ['view', ...args], { cwd: os.tmpdir(), env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (d) => { err += d; });
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.split('\n')[0].trim());
+    });
+    child.once('exit', (code) => reject(new Error(`tzr view exited with ${code}: ${err}`)));
+  });
+  return { child, url, stderr: () => err };
+}
+
+/** Resolves once `check()` is true (polled), or after 10 s. */
+async function eventually(check) {
+  const until = Date.now() + 10000;
+  while (!check() && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+}
+
+/** A new page at `url`, after its first open finished (or at once with `opened` false). */
+async function viewPageAt(url, { opened = true } = {}) {
+  const viewPage = await page.context().newPage();
+  await viewPage.goto(url);
+  await viewPage.waitForFunction((o) => window.__inspector && (!o || window.__inspector.state.opens > 0), opened,
+    { timeout: 30000 });
+  return viewPage;
+}
+
 describe('tzr view', () => {
-  test('serves the page built into it and a local file on 127.0.0.1, from any directory', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
+  const noTzr = !fs.existsSync(TZR) && `no ${TZR}`;
+
+  test('serves the page built into it and a local file on 127.0.0.1, from any directory', { skip: noTzr }, async () => {
     const v = vector('v5_long.tensors');
-    // Outside the repository, with no page directory named: the page is the one in the binary.
-    const env = { ...process.env };
-    delete env.TZR_VIEW_ASSETS;
-    const child = spawn(TZR, ['view', path.join(VECTORS, v.file)], { cwd: os.tmpdir(), env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const given = path.join(VECTORS, v.file);
+    const { child, url } = await startView([given]);
     try {
-      const url = await new Promise((resolve, reject) => {
-        let out = '';
-        child.stdout.on('data', (d) => {
-          out += d;
-          if (out.includes('\n')) resolve(out.split('\n')[0].trim());
-        });
-        child.once('exit', (code) => reject(new Error(`tzr view exited with ${code}`)));
-      });
       assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/[0-9a-f]{32}\/\?url=/);
-      const viewPage = await page.context().newPage();
+      const viewPage = await viewPageAt(url);
       try {
-        await viewPage.goto(url);
-        await viewPage.waitForFunction(() => window.__inspector && window.__inspector.state.opens > 0, null, { timeout: 30000 });
         const open = await viewPage.evaluate(() => window.__inspector.state.lastOpen);
         assert.equal(open.error, undefined, open.error);
         assertMatchesManifest(await viewPage.evaluate(() => window.__inspector.view()), v);
+        // The file's name, not the URL with its per-run token.
+        assert.equal(await viewPage.title(), `${v.file} · tensorizer inspector`);
+        const head = await viewPage.$$eval('#header-table tr', (rows) =>
+          Object.fromEntries(rows.map((r) => [r.querySelector('th').textContent, r.querySelector('td').textContent])));
+        assert.equal(head.file, given);
+        assert.equal(await viewPage.inputValue('#url-input'), '');
+        assert.ok((await viewPage.textContent('#status')).startsWith(`opened ${given} (tensorizer`));
+        // A local file: scanned and its stored hashes read at once, no button to press.
+        await viewPage.waitForFunction(() => window.__inspector.state.scan && !window.__inspector.state.scan.running
+          && window.__inspector.state.hashes.size > 0, null, { timeout: 30000 });
+        assert.equal(await viewPage.isVisible('#scan-offer'), false);
+        assert.equal(await viewPage.isVisible('#read-hashes'), false);
+        assert.equal(await viewPage.isVisible('#danger'), false);
+        assert.match(await viewPage.textContent('#findings-status'), /no findings/);
         await viewPage.click('#verify-start');
         await viewPage.waitForFunction(() => window.__inspector.state.verifyRun && !window.__inspector.state.verifyRun.running,
           null, { timeout: 60000 });
@@ -668,7 +708,87 @@ describe('tzr view', () => {
     }
   });
 
-  test('says what a page directory must hold when --assets names another', { skip: !fs.existsSync(TZR) && `no ${TZR}` }, async () => {
+  test('a file that would run code: said first, in the terminal and the page, findings without Scan', { skip: noTzr }, async () => {
+    const given = path.join(VECTORS, 'torch/hostile_os_system.pt');
+    const { child, url, stderr } = await startView([given]);
+    try {
+      await eventually(() => stderr().includes('serving'));
+      assert.match(stderr().split('\n')[0], /^tzr view: .*hostile_os_system\.pt: This file would execute code when loaded: PKL-00[12] /);
+      const viewPage = await viewPageAt(url);
+      try {
+        await viewPage.waitForFunction(() => window.__inspector.state.scan && !window.__inspector.state.scan.running,
+          null, { timeout: 30000 });
+        assert.equal(await viewPage.isVisible('#danger'), true);
+        assert.match(await viewPage.textContent('#danger'), /^⚠ This file would execute code when loaded: PKL-00[12] .*system/);
+        // The warning comes before everything else the page says.
+        const order = await viewPage.evaluate(() => {
+          const d = document.getElementById('danger');
+          return ['error', 'status', 'findings-panel'].map((id) =>
+            Boolean(d.compareDocumentPosition(document.getElementById(id)) & Node.DOCUMENT_POSITION_FOLLOWING));
+        });
+        assert.deepEqual(order, [true, true, true]);
+        assert.equal(await viewPage.isVisible('#scan-offer'), false);
+        const rules = await viewPage.$$eval('#findings-table tr td:first-child', (cells) => cells.map((c) => c.textContent));
+        assert.deepEqual(rules, tzrJson('scan', given).findings.map((f) => f.rule));
+        assert.equal(await viewPage.title(), 'hostile_os_system.pt · tensorizer inspector');
+      } finally {
+        await viewPage.close();
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
+  test('with no file, serves the empty inspector, which opens a file given to it', { skip: noTzr }, async () => {
+    const { child, url, stderr } = await startView([]);
+    try {
+      assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/[0-9a-f]{32}\/$/);
+      await eventually(() => stderr().includes('serving'));
+      assert.match(stderr(), /serving the empty inspector/);
+      const viewPage = await viewPageAt(url, { opened: false });
+      try {
+        await viewPage.evaluate(() => window.__inspector.ready);
+        assert.equal(await viewPage.title(), 'tensorizer inspector');
+        assert.equal(await viewPage.isVisible('#details'), false);
+        assert.equal(await viewPage.isVisible('#error'), false);
+        await viewPage.setInputFiles('#file-input', path.join(VECTORS, 'v1_flat.tensors'));
+        await viewPage.waitForFunction(() => window.__inspector.state.opens > 0, null, { timeout: 30000 });
+        assert.equal(await viewPage.evaluate(() => window.__inspector.state.lastOpen.error), undefined);
+        assert.equal(await viewPage.title(), 'v1_flat.tensors · tensorizer inspector');
+      } finally {
+        await viewPage.close();
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
+  test('--open hands the address to $BROWSER, and a failure is one line while serving goes on', { skip: noTzr }, async () => {
+    const script = path.join(tmp, 'browser.sh');
+    const got = path.join(tmp, 'browser-got');
+    fs.writeFileSync(script, `#!/bin/sh\necho "$1" > '${got}'\n`, { mode: 0o755 });
+    let view = await startView(['--open', path.join(VECTORS, 'v1_flat.tensors')], { BROWSER: script });
+    try {
+      await eventually(() => fs.existsSync(got) && fs.readFileSync(got, 'utf8').includes('\n'));
+      assert.equal(fs.readFileSync(got, 'utf8').trim(), view.url);
+    } finally {
+      view.child.kill('SIGTERM');
+    }
+    view = await startView(['--open'], { BROWSER: '/no/such/browser' });
+    try {
+      await eventually(() => view.stderr().includes('could not open'));
+      const lines = view.stderr().trim().split('\n');
+      assert.equal(lines.filter((l) => l.includes('could not open')).length, 1, view.stderr());
+      assert.match(view.stderr(), /tzr view: could not open a browser \(\/no\/such\/browser: no such file\); open the address above/);
+      const res = await fetch(view.url);
+      assert.equal(res.status, 200);
+      assert.equal(view.child.exitCode, null);
+    } finally {
+      view.child.kill('SIGTERM');
+    }
+  });
+
+  test('says what a page directory must hold when --assets names another', { skip: noTzr }, async () => {
     const child = spawn(TZR, ['view', '--assets', tmp, path.join(VECTORS, 'v1_flat.tensors')], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     child.stderr.on('data', (d) => { err += d; });

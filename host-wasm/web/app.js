@@ -15,7 +15,7 @@ const wasmReady = init().then(() => {
 });
 
 const state = {
-  source: null, // { kind: 'file', file } | { kind: 'url', url, remote }
+  source: null, // { kind: 'file', file } | { kind: 'url', url, remote, name?, local? }
   summary: null,
   rows: [],
   view: [], // indices into rows, filtered and sorted
@@ -27,6 +27,7 @@ const state = {
   workers: null, // the running verification's workers
   stats: { requests: 0, bytes: 0 }, // URL mode: requests made, body bytes fetched
   lastOpen: null,
+  openText: '', // the status line of the last open, kept as others are added
   verifyRun: null,
   scan: null, // the scanner's report (tzr scan --json), or { error } / { running }
   scanOffer: false, // a URL is open and may be scanned on request
@@ -81,6 +82,7 @@ async function openSource(source) {
   renderFindings();
   showError('');
   setStatus('opening…');
+  setTitle(source);
   const t0 = performance.now();
   const stats = { requests: 0, bytes: 0 };
   try {
@@ -96,7 +98,7 @@ async function openSource(source) {
       source.remote = await openRemote(source.url, stats);
       src = source.remote.read;
       len = source.remote.len;
-      name = source.url;
+      name = sourceName(source);
     }
     const t1 = performance.now();
     const json = await inspect(src, len, name);
@@ -132,10 +134,11 @@ async function openSource(source) {
     let text = `opened ${name} (${summary.format}, ${fmtBytes(summary.file_bytes)}) in ${ms.toFixed(1)} ms: ` +
       `${summary.reads} reads, ${fmtInt(summary.bytes_read)} bytes read`;
     if (source.kind === 'url') text += `; ${stats.requests} requests, ${fmtInt(stats.bytes)} bytes fetched`;
+    state.openText = text;
     setStatus(text);
     state.opens += 1;
-    if (summary.format === 'tensorizer' && source.kind === 'file') loadHashes();
-    if (source.kind === 'file') startScan();
+    if (summary.format === 'tensorizer' && isLocal(source)) loadHashes();
+    if (isLocal(source)) startScan();
     else {
       state.scanOffer = true;
       renderFindings();
@@ -152,13 +155,39 @@ async function openSource(source) {
     // it is for).
     if (source.kind === 'file' || source.remote) {
       state.source = source;
-      if (source.kind === 'file') startScan();
+      if (isLocal(source)) startScan();
       else {
         state.scanOffer = true;
         renderFindings();
       }
     }
   }
+}
+
+/** The name a source is shown by: a file's name, the name `tzr view` gave, or the URL. */
+const sourceName = (source) => (source.kind === 'file' ? source.file.name : source.name ?? source.url);
+
+/**
+ * Whether a source is on this machine: a local file, or the one `tzr view`
+ * serves beside this page (same origin). Those are scanned, and their stored
+ * hashes read, at once; a URL elsewhere on request.
+ */
+const isLocal = (source) => source.kind === 'file' || Boolean(source.local);
+
+/** The page's title: the file's last path component. */
+function setTitle(source) {
+  const name = sourceName(source);
+  let last = name;
+  if (source.kind === 'url' && !source.name) {
+    try {
+      last = decodeURIComponent(new URL(name).pathname.split('/').pop()) || name;
+    } catch {
+      last = name;
+    }
+  } else {
+    last = name.split(/[\\/]/).pop() || name;
+  }
+  document.title = `${oneLine(last)} · tensorizer inspector`;
 }
 
 // The module sends rows as columns (smaller, and faster to parse for
@@ -201,7 +230,8 @@ async function loadHashes() {
     btn.hidden = true;
     renderRows();
     if (state.source.kind === 'url') {
-      setStatus(`stored hashes read: ${state.stats.requests} requests, ${fmtInt(state.stats.bytes)} bytes fetched in all`);
+      setStatus(`${state.openText}; stored hashes read: ${state.stats.requests} requests, ` +
+        `${fmtInt(state.stats.bytes)} bytes fetched in all`);
     }
   } catch (e) {
     if (seq === state.openSeq) showError(`reading stored hashes: ${errorLine(e)}`);
@@ -302,7 +332,7 @@ function renderAll() {
   $('verify-start').disabled = s.format === 'safetensors';
   $('verify-progress').value = 0;
   $('verify-status').textContent = '';
-  $('read-hashes').hidden = !(s.format === 'tensorizer' && state.source.kind === 'url');
+  $('read-hashes').hidden = !(s.format === 'tensorizer' && !isLocal(state.source));
   // Tensors.
   renderHead();
   applyView();
@@ -610,7 +640,7 @@ function runJob(job, source, { key = null, passphrase = '', onProgress = null } 
     };
     worker.onerror = (e) => { end(); reject(new Error(`the worker failed: ${e.message || 'unknown error'}`)); };
     const src = source.kind === 'file' ? source.file : { url: source.url, len: source.remote.len };
-    const name = source.kind === 'file' ? source.file.name : source.url;
+    const name = sourceName(source);
     worker.postMessage({ job, source: src, key, passphrase, name });
   });
 }
@@ -635,7 +665,24 @@ async function startScan() {
   renderFindings();
 }
 
+/**
+ * Rules whose findings mean loading the file runs code (a global off the
+ * allow-list imported, or called); tzr view's CODE_RULES is the same list.
+ */
+const CODE_RULES = new Set(['PKL-001', 'PKL-002']);
+
+/** Leads the page with a warning when the scan found code that loading would run. */
+function renderDanger() {
+  const first = state.scan?.findings?.find((f) => CODE_RULES.has(f.rule));
+  const el = $('danger');
+  el.hidden = !first;
+  el.textContent = first
+    ? `⚠ This file would execute code when loaded: ${first.rule} ${oneLine(first.message)}. Do not load it; the findings are below.`
+    : '';
+}
+
 function renderFindings() {
+  renderDanger();
   const r = state.scan;
   const table = $('findings-table');
   const offer = !r && state.scanOffer;
@@ -831,10 +878,16 @@ $('compare-input').addEventListener('change', (e) => {
 });
 
 // `?url=...` opens a URL at once (tzr view links to the page this way).
-const initial = new URLSearchParams(location.search).get('url');
+// With `&name=...`, the URL is the file `tzr view` serves beside the page:
+// the page shows that name, not the URL with its per-run token.
+const params = new URLSearchParams(location.search);
+const initial = params.get('url');
 if (initial) {
-  $('url-input').value = initial;
-  openSource({ kind: 'url', url: new URL(initial, location.href).href });
+  const url = new URL(initial, location.href);
+  const local = url.origin === location.origin;
+  const given = params.get('name');
+  if (!local) $('url-input').value = initial;
+  openSource({ kind: 'url', url: url.href, local, ...(given && local ? { name: given } : {}) });
 }
 
 // For tests and the curious: the page's state and a view of its rows.

@@ -1,9 +1,12 @@
-//! `tzr view FILE|URL`: serves the browser inspector (the page built into
-//! the binary, or a page directory: [`page`]) and the file on 127.0.0.1,
-//! and prints the address to open. The file never
-//! leaves the machine: the page reads it from this server with Range
-//! requests. A URL is not proxied: the page reads it itself, so its server
-//! must allow CORS.
+//! `tzr view [FILE|URL] [--open]`: serves the browser inspector (the page
+//! built into the binary, or a page directory: [`page`]) and the file on
+//! 127.0.0.1, and prints the address to open (`--open` hands it to a
+//! browser). The file never leaves the machine: the page reads it from
+//! this server with Range requests, and scans it at once. Without a target
+//! the page opens empty, for a file dropped on it or a URL typed in. A URL
+//! is not proxied: the page reads it itself, so its server must allow CORS.
+//! A local file is scanned here first too: one that would run code when
+//! loaded is said so on stderr before the address.
 //!
 //! The server is deliberately small: std's `TcpListener`, one thread per
 //! connection, `GET`/`HEAD`, single byte ranges, one request per
@@ -23,12 +26,14 @@ mod page;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use tensorizer_native::Error;
+use tensorizer_core::scan::{RuleId, ScanOptions, scan};
+use tensorizer_native::source::Positioned;
+use tensorizer_native::{Error, Intent, open_uri};
 
 use crate::Outcome;
 use page::{Body, Page};
@@ -46,9 +51,13 @@ const SECRET_BYTES: usize = 16;
 #[derive(Args)]
 pub(crate) struct ViewArgs {
     /// The file to inspect (a local path), or an http(s):// URL that the
-    /// page reads itself (its server must send CORS headers).
-    #[arg(required_unless_present = "write_page")]
+    /// page reads itself (its server must send CORS headers). Without one,
+    /// the page opens empty: drop a file on it or type a URL.
     target: Option<String>,
+    /// Open the address in a browser ($BROWSER, else xdg-open or open);
+    /// if that fails, say so and keep serving.
+    #[arg(long)]
+    open: bool,
     /// Port on 127.0.0.1 (default: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -100,29 +109,110 @@ pub(crate) fn run(args: &ViewArgs) -> Outcome {
     if let Some(dir) = &args.write_page {
         return Ok(page::write(dir)?);
     }
-    // clap requires the target unless --write-page is given.
-    let target = args.target.as_deref().unwrap_or_default();
     let page = Page::find(args.assets.as_deref())?;
     let secret = new_secret()?;
-    let is_url = target.starts_with("http://") || target.starts_with("https://");
-    let (file, link) = if is_url {
-        (None, format!("/{secret}/?url={}", encode(target)))
-    } else {
-        let path = PathBuf::from(target);
-        let meta = std::fs::metadata(&path).map_err(|e| io_error(target, e))?;
-        if !meta.is_file() {
-            return Err(Error::Invalid(format!("{target}: not a regular file")).into());
+    let (file, link) = match args.target.as_deref() {
+        None => (None, format!("/{secret}/")),
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            (None, format!("/{secret}/?url={}", encode(url)))
         }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
-        (Some(path), format!("/{secret}/?url={}", encode(&format!("/{secret}/file/{}", encode(&name)))))
+        Some(target) => {
+            let path = local_file(target)?;
+            if let Some(line) = code_warning(&path) {
+                eprintln!("tzr view: {target}: {line}");
+            }
+            (Some(path), local_link(&secret, target))
+        }
     };
     let listener = TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| io_error("127.0.0.1", e))?;
     let addr = listener.local_addr().map_err(|e| io_error("127.0.0.1", e))?;
-    out!("http://{addr}{link}");
-    eprintln!("tzr view: serving {target} on {addr} only (Ctrl-C to stop)");
+    let url = format!("http://{addr}{link}");
+    out!("{url}");
+    let what = args.target.as_deref().unwrap_or("the empty inspector");
+    eprintln!("tzr view: serving {what} on {addr} only (Ctrl-C to stop)");
     let _ = std::io::stdout().flush();
+    if args.open {
+        std::thread::spawn(move || {
+            if let Err(why) = open_browser(&url, &opener()) {
+                eprintln!("tzr view: could not open a browser ({why}); open the address above");
+            }
+        });
+    }
     serve(listener, Arc::new(Site { page, file, secret, port: addr.port() }));
     Ok(())
+}
+
+/// `target` as the local file to serve: it must be a regular file.
+fn local_file(target: &str) -> Result<PathBuf, Error> {
+    let path = PathBuf::from(target);
+    let meta = std::fs::metadata(&path).map_err(|e| Error::Invalid(format!("{target}: {}", open_reason(&e))))?;
+    if !meta.is_file() {
+        return Err(Error::Invalid(format!("{target}: not a regular file")));
+    }
+    Ok(path)
+}
+
+/// Why a file could not be opened, in words (no errno, no offset).
+fn open_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// The page's address for the local file `target`, served under
+/// `/SECRET/file/NAME`: `url` is that path, `name` the path as given (the
+/// page shows it, and titles itself with its last component).
+fn local_link(secret: &str, target: &str) -> String {
+    let name = Path::new(target).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
+    let url = format!("/{secret}/file/{}", encode(&name));
+    format!("/{secret}/?url={}&name={}", encode(&url), encode(target))
+}
+
+/// Rules whose findings mean loading the file runs code: a global off the
+/// allow-list is imported, or called. The page keeps the same list
+/// (`CODE_RULES` in host-wasm/web/app.js).
+const CODE_RULES: [RuleId; 2] = [RuleId::PklGlobal, RuleId::PklCall];
+
+/// Scans `path`; for a file that would run code when loaded, the line that
+/// says so (with the first such finding). A file that cannot be scanned
+/// gets none here: the page reports it.
+fn code_warning(path: &Path) -> Option<String> {
+    let name = path.to_string_lossy();
+    let source = open_uri(&name, Intent::ReadAll).ok()?;
+    let options = ScanOptions { name: Some(&name), ..ScanOptions::default() };
+    let scanned = scan(&mut Positioned(source.as_ref()), &options).ok()?;
+    let first = scanned.findings.iter().find(|f| CODE_RULES.contains(&f.rule))?;
+    let count = scanned.findings.len();
+    Some(format!(
+        "This file would execute code when loaded: {} {} ({count} finding{}; `tzr scan` lists them)",
+        first.rule,
+        crate::text::printable(&first.message),
+        if count == 1 { "" } else { "s" }
+    ))
+}
+
+/// The command that opens a URL: `$BROWSER` when set, else the desktop's
+/// opener.
+fn opener() -> String {
+    match std::env::var("BROWSER") {
+        Ok(b) if !b.trim().is_empty() => b,
+        _ if cfg!(target_os = "macos") => "open".into(),
+        _ => "xdg-open".into(),
+    }
+}
+
+/// Runs `opener URL` and waits for it; why it failed, if it did.
+fn open_browser(url: &str, opener: &str) -> Result<(), String> {
+    let status = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("{opener}: {}", open_reason(&e)))?;
+    if status.success() { Ok(()) } else { Err(format!("{opener} failed, {status}")) }
 }
 
 fn io_error(file: &str, source: std::io::Error) -> Error {
@@ -353,6 +443,58 @@ mod tests {
         let s = "/file/a b%c?d=é";
         assert_eq!(decode(&encode(s)), s);
         assert_eq!(encode("a b"), "a%20b");
+    }
+
+    fn vector(rel: &str) -> PathBuf {
+        PathBuf::from(format!("{}/../../tests/vectors/{rel}", env!("CARGO_MANIFEST_DIR")))
+    }
+
+    #[test]
+    fn the_target_is_optional_and_open_is_a_flag() {
+        use clap::Parser as _;
+        let cli = crate::Cli::try_parse_from(["tzr", "view"]).unwrap();
+        let crate::Command::View(args) = cli.command else { panic!("not view") };
+        assert!(args.target.is_none() && !args.open);
+        let cli = crate::Cli::try_parse_from(["tzr", "view", "--open", "m.pt"]).unwrap();
+        let crate::Command::View(args) = cli.command else { panic!("not view") };
+        assert_eq!(args.target.as_deref(), Some("m.pt"));
+        assert!(args.open);
+    }
+
+    #[test]
+    fn a_local_file_is_linked_with_its_name() {
+        let link = local_link("abc", "dir/my model.pt");
+        assert_eq!(link, "/abc/?url=/abc/file/my%2520model.pt&name=dir/my%20model.pt");
+        let err = local_file("no/such.pt").unwrap_err().to_string();
+        assert!(err.contains("no/such.pt: no such file") && !err.contains("byte"), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_would_run_code_is_said_so() {
+        let line = code_warning(&vector("torch/hostile_os_system.pt")).unwrap();
+        assert!(line.starts_with("This file would execute code when loaded: PKL-00"), "{line}");
+        assert!(line.contains("posix.system"), "{line}");
+        assert_eq!(code_warning(&vector("v1_flat.tensors")), None);
+        assert_eq!(code_warning(&vector("torch/params.pt")), None);
+    }
+
+    #[test]
+    fn the_browser_opener_is_run_and_its_failure_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("browser");
+        let got = dir.path().join("got");
+        std::fs::write(&script, format!("#!/bin/sh\necho \"$1\" > '{}'\n", got.display())).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        open_browser("http://127.0.0.1:1/x/", &script.to_string_lossy()).unwrap();
+        assert_eq!(std::fs::read_to_string(&got).unwrap(), "http://127.0.0.1:1/x/\n");
+        let err = open_browser("http://x/", "/no/such/opener").unwrap_err();
+        assert_eq!(err, "/no/such/opener: no such file");
+        let err = open_browser("http://x/", "false").unwrap_err();
+        assert_eq!(err, "false failed, exit status: 1");
     }
 
     /// Starts a server of `page` and `file` on a free port: its address

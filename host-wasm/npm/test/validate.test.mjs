@@ -2,6 +2,7 @@
 // it has copied the validator into the package (or on TZR_VALIDATOR_WASM).
 
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -19,6 +20,7 @@ test('a clean file: exit 0 and a valid report', async () => {
   const { code, report } = await run(path.join(VECTORS, 'v1_flat.tensors'), { verify: true });
   assert.equal(code, EXIT.CLEAN);
   assert.equal(report.valid, true);
+  assert.equal(report.file, path.join(VECTORS, 'v1_flat.tensors'), 'the caller\'s path, not the sandbox\'s');
   assert.equal(report.format, 'tensorizer');
   assert.equal(report.tensor_count, 15);
   assert.equal(report.verification.ok, true);
@@ -50,8 +52,23 @@ test('encrypted files verify with a key file or a passphrase', async () => {
   }
 });
 
-test('a missing file cannot be scanned: exit 2', async () => {
-  const { code, stderr } = await run(path.join(VECTORS, 'no-such-file.tensors'));
-  assert.equal(code, EXIT.CANNOT_SCAN);
-  assert.match(stderr, /no-such-file/);
+test('a missing file cannot be scanned: exit 2, named as given, no WASI errno', async () => {
+  for (const missing of [path.join(VECTORS, 'no-such-file.tensors'), path.join(VECTORS, 'no-such-dir/x.pt')]) {
+    const { code, report, stderr } = await run(missing);
+    assert.equal(code, EXIT.CANNOT_SCAN);
+    assert.equal(stderr, `tensorizer-validate: ${missing}: cannot open: No such file or directory`);
+    assert.equal(report.file, missing);
+    assert.equal(report.error.message, 'cannot open: No such file or directory');
+  }
+});
+
+test('importing and running the package emits no warning', () => {
+  const script = `import { validate } from ${JSON.stringify(new URL('../index.mjs', import.meta.url).href)};
+    const r = await validate(${JSON.stringify(path.join(VECTORS, 'v1_flat.tensors'))}, { wasm: process.env.W || undefined });
+    process.exitCode = r.code;`;
+  const env = { ...process.env, W: wasm ?? '' };
+  delete env.TENSORIZER_VALIDATE_VERBOSE;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { env, encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stderr, '');
 });
