@@ -5,7 +5,12 @@
 # extension module). Checks it with `auditwheel show` and prints the
 # wheel's path last.
 #
-#   python/build-wheel.sh                 the release profile: what users install
+#   python/build-wheel.sh                 the release profile, linked against
+#                                         this machine's glibc (manylinux_2_34 on
+#                                         Debian 12)
+#   python/build-wheel.sh --zig           the release profile linked by zig
+#                                         (PyPI's ziglang) for manylinux_2_28,
+#                                         which installs where vLLM's wheels do
 #   python/build-wheel.sh --profile dev   the workspace's debug build, packed
 #                                         (what CI tests: no second compile)
 #
@@ -14,11 +19,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=release
+zig=()
 case "${1:-}" in
 --profile) profile="${2:?--profile needs a cargo profile}" ;;
+--zig) zig=(--zig --compatibility manylinux_2_28) ;;
 "") ;;
 *)
-    echo "usage: python/build-wheel.sh [--profile PROFILE]" >&2
+    echo "usage: python/build-wheel.sh [--zig | --profile PROFILE]" >&2
     exit 2
     ;;
 esac
@@ -28,10 +35,16 @@ if ! "$venv/bin/python" -c 'import maturin, auditwheel' >/dev/null 2>&1; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r python/build-requirements.txt
 fi
+if [ "${#zig[@]}" -gt 0 ]; then
+    "$venv/bin/python" -c 'import ziglang' >/dev/null 2>&1 ||
+        "$venv/bin/pip" install -q --disable-pip-version-check -r python/build-requirements-zig.txt
+    # maturin finds zig as `python -m ziglang` on PATH.
+    export PATH="$venv/bin:$PATH"
+fi
 out="$target/wheels"
 mkdir -p "$out"
 rm -f "$out"/tensorizer_rs-*.whl
-"$venv/bin/maturin" build --locked --quiet --profile "$profile" --strip \
+"$venv/bin/maturin" build --locked --quiet --profile "$profile" --strip "${zig[@]}" \
     -m python/Cargo.toml -i "$venv/bin/python" -o "$out" >&2
 wheel="$(ls "$out"/tensorizer_rs-*.whl)"
 "$venv/bin/auditwheel" show "$wheel" >&2
