@@ -12,6 +12,7 @@ mod faults;
 mod fingerprint;
 mod http;
 mod limits;
+mod messages;
 mod read_write;
 mod redis;
 mod redis_cluster;
