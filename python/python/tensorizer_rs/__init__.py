@@ -9,6 +9,7 @@ from typing import Any
 
 from . import serialization, stream_io, utils
 from ._convert import convert
+from ._deserializer import MmapFallbackWarning
 from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._modules import StrictLoadError
@@ -65,6 +66,7 @@ __all__ = [
     "FilterFuncType",
     "HashMismatchError",
     "LoadReceipt",
+    "MmapFallbackWarning",
     "StrictLoadError",
     "ObjectChangedError",
     "RangeNotSupportedError",
