@@ -33,6 +33,18 @@ pub enum Sniffed {
     LegacyTorch,
 }
 
+impl Sniffed {
+    /// What the format is, for messages: "a safetensors file", ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Tensorizer => "a tensorizer file",
+            Self::Safetensors { .. } => "a safetensors file",
+            Self::TorchZip => "a torch.save checkpoint",
+            Self::LegacyTorch => "a legacy (pre-zip) torch.save checkpoint",
+        }
+    }
+}
+
 /// The header length of a plausible safetensors file of `file_len` bytes
 /// starting with `head`: the first 8 bytes read as a little-endian length
 /// of at least 2 and at most [`MAX_SAFETENSORS_HEADER`], which the file is

@@ -244,11 +244,16 @@ pub(crate) struct Item {
     pub(crate) swap: Option<usize>,
 }
 
-/// Reads the first bytes of `source` and tells its format ([`Format::sniff`]).
+/// Reads the first bytes of `source` and tells its format ([`Format::sniff`]);
+/// bytes of no format read here (and no `.safetensors` name) are refused.
 pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
     let mut head = vec![0u8; source.len().min(SNIFF_LEN as u64) as usize];
     source.read_exact_at(0, &mut head)?;
-    Ok(Format::sniff(&head, source.len(), source.name()))
+    let name = source.name();
+    match sniff_format(&head, source.len()) {
+        None if !has_safetensors_extension(name) => Err(Error::UnknownFormat { file: name.to_string() }),
+        _ => Ok(Format::sniff(&head, source.len(), name)),
+    }
 }
 
 /// Converts `src` (a local path or a URI: `http(s)://`, `s3://`,

@@ -57,6 +57,29 @@ impl fmt::Display for StoreErrorKind {
 }
 
 /// ` (bytes a-b)` for a non-empty range (`b` inclusive), else nothing.
+/// An OS error without the "(os error N)" suffix its Display adds: the
+/// description says it all.
+fn os_text(e: &io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text).to_string(),
+        None => text,
+    }
+}
+
+/// The prefix naming `tensor` before its error `source`, unless the core's
+/// message names it already (a hash mismatch does).
+pub fn tensor_prefix(tensor: &str, source: &tensorizer_core::Error) -> Option<String> {
+    (source.tensor_name() != Some(tensor)).then(|| format!("tensor {tensor:?}"))
+}
+
+fn tensor_text(tensor: &str, source: &tensorizer_core::Error) -> String {
+    match tensor_prefix(tensor, source) {
+        Some(prefix) => format!("{prefix}: {source}"),
+        None => source.to_string(),
+    }
+}
+
 fn range_text(range: &Option<Range<u64>>) -> String {
     match range {
         Some(r) if r.end > r.start => format!(" (bytes {}-{})", r.start, r.end - 1),
@@ -77,8 +100,9 @@ pub enum Error {
         #[source]
         source: Box<tensorizer_core::Error>,
     },
-    /// A tensor failed to decrypt or verify, or did not parse.
-    #[error("{file}: tensor {tensor:?}: {source}")]
+    /// A tensor failed to decrypt or verify, or did not parse. The tensor
+    /// is named once: not again when the core's message names it.
+    #[error("{file}: {}", tensor_text(tensor, source))]
     Tensor {
         /// The file.
         file: String,
@@ -87,6 +111,52 @@ pub enum Error {
         /// What went wrong.
         #[source]
         source: Box<tensorizer_core::Error>,
+    },
+    /// Opening, creating, sizing, syncing or renaming a file failed: no
+    /// byte position applies, so none is named.
+    #[error("{file}: {}", os_text(source))]
+    File {
+        /// The file.
+        file: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is in another format the caller did not ask for (a
+    /// safetensors file or a torch.save checkpoint opened as a tensorizer
+    /// file).
+    #[error("{file} is {}, not a tensorizer file", found.describe())]
+    OtherFormat {
+        /// The file.
+        file: String,
+        /// What its first bytes say it is.
+        found: tensorizer_core::Sniffed,
+    },
+    /// The bytes match none of the formats read here.
+    #[error("{file}: not a tensorizer, safetensors or torch.save file")]
+    UnknownFormat {
+        /// The file.
+        file: String,
+    },
+    /// A safetensors file a loader refuses, or holding a tensor tensorizer
+    /// cannot store.
+    #[error("{file}: not a valid safetensors file: {reason}")]
+    Safetensors {
+        /// The file.
+        file: String,
+        /// The offending field's absolute offset, where one is known.
+        offset: Option<u64>,
+        /// The tensor concerned, where one is.
+        tensor: Option<String>,
+        /// What is wrong (with the scanner rule's id, where one applies).
+        reason: String,
+    },
+    /// Encrypted tensors were read and not one decrypted: the key or
+    /// passphrase is wrong (a corrupted file fails some tensors, not all).
+    #[error("{file}: no tensor decrypts: wrong key or passphrase")]
+    WrongKey {
+        /// The file.
+        file: String,
     },
     /// Reading or writing failed.
     #[error("{file}: I/O error at byte {offset}: {source}")]
@@ -162,7 +232,7 @@ impl Error {
     pub fn store_kind(&self) -> Option<StoreErrorKind> {
         match self {
             Self::Store { kind, .. } => Some(*kind),
-            Self::Io { source, .. } => match source.kind() {
+            Self::Io { source, .. } | Self::File { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => Some(StoreErrorKind::NotFound),
                 io::ErrorKind::PermissionDenied => Some(StoreErrorKind::PermissionDenied),
                 io::ErrorKind::AlreadyExists => Some(StoreErrorKind::AlreadyExists),
@@ -190,6 +260,7 @@ impl Error {
             Self::Format { source, .. } | Self::Tensor { source, .. } => source.offset(),
             Self::Io { offset, .. } => Some(*offset),
             Self::Store { range, .. } => range.as_ref().map(|r| r.start),
+            Self::Safetensors { offset, .. } => *offset,
             _ => None,
         }
     }
@@ -199,6 +270,7 @@ impl Error {
         match self {
             Self::Tensor { tensor, .. } => Some(tensor),
             Self::Format { source, .. } => source.tensor_name(),
+            Self::Safetensors { tensor, .. } => tensor.as_deref(),
             _ => None,
         }
     }
@@ -207,7 +279,14 @@ impl Error {
     /// names one.
     pub fn location(&self) -> Option<&str> {
         match self {
-            Self::Format { file, .. } | Self::Tensor { file, .. } | Self::Io { file, .. } => Some(file),
+            Self::Format { file, .. }
+            | Self::Tensor { file, .. }
+            | Self::Io { file, .. }
+            | Self::File { file, .. }
+            | Self::OtherFormat { file, .. }
+            | Self::UnknownFormat { file }
+            | Self::Safetensors { file, .. }
+            | Self::WrongKey { file } => Some(file),
             Self::Store { location, .. } | Self::Unsupported { location, .. } => Some(location),
             _ => None,
         }
@@ -216,15 +295,21 @@ impl Error {
     /// Whether this is a verification failure (hash mismatch or failed
     /// decryption) rather than unreadable input.
     pub fn is_verification_failure(&self) -> bool {
-        matches!(
-            self.format_error(),
-            Some(tensorizer_core::Error::HashMismatch { .. } | tensorizer_core::Error::Decryption)
-        )
+        matches!(self, Self::WrongKey { .. })
+            || matches!(
+                self.format_error(),
+                Some(tensorizer_core::Error::HashMismatch { .. } | tensorizer_core::Error::Decryption)
+            )
     }
 }
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An open, create, size, sync or rename failure of `file` (no offset).
+pub(crate) fn file_err(file: &str) -> impl FnOnce(io::Error) -> Error + '_ {
+    move |source| Error::File { file: file.to_string(), source }
+}
 
 pub(crate) fn io_err(file: &str, offset: u64) -> impl FnOnce(io::Error) -> Error + '_ {
     move |source| Error::Io { file: file.to_string(), offset, source }

@@ -80,6 +80,24 @@ impl Reader<LocalFile> {
     }
 }
 
+/// The most bytes [`Reader::wrong_key_or`] reads to tell a wrong key from
+/// a damaged tensor.
+pub const WRONG_KEY_PROBE_MAX: u64 = 64 << 20;
+
+/// The error for a file without the tensorizer magic: what else it is,
+/// when its first bytes say ([`tensorizer_core::sniff_format`]).
+fn not_tensorizer<S: RangeSource>(source: &S) -> Error {
+    let file = source.name().to_string();
+    let mut head = vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
+    if let Err(e) = source.read_exact_at(0, &mut head) {
+        return e;
+    }
+    match tensorizer_core::sniff_format(&head, source.len()) {
+        Some(found) if found != tensorizer_core::Sniffed::Tensorizer => Error::OtherFormat { file, found },
+        _ => Error::format(file, tensorizer_core::Error::NotTensorizer),
+    }
+}
+
 impl<S: RangeSource> Reader<S> {
     /// Reads the file header and the metadata index (two reads), under the
     /// default [`ParseLimits`].
@@ -94,7 +112,10 @@ impl<S: RangeSource> Reader<S> {
         let fmt = |source| Error::format(name.clone(), source);
         let mut head = vec![0u8; FileHeader::LEN.min(source.len() as usize)];
         source.read_exact_at(0, &mut head)?;
-        let header = FileHeader::parse(&head).map_err(fmt)?;
+        let header = match FileHeader::parse(&head) {
+            Err(tensorizer_core::Error::NotTensorizer) => return Err(not_tensorizer(&source)),
+            parsed => parsed.map_err(fmt)?,
+        };
         let available = source.len().saturating_sub(FileHeader::LEN as u64);
         if header.metadata_len > available {
             return Err(fmt(tensorizer_core::Error::Truncated {
@@ -236,8 +257,46 @@ impl<S: RangeSource> Reader<S> {
         self.load_many_with(jobs, self.options.verify_hash)
     }
 
-    /// [`Reader::load_many`] with hash verification chosen per call.
-    pub fn load_many_with(&self, mut jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
+    /// [`Reader::load_many`] with hash verification chosen per call. A
+    /// tensor that fails to decrypt when another one does not decrypt
+    /// either is reported as [`Error::WrongKey`] ([`Reader::wrong_key_or`]).
+    pub fn load_many_with(&self, jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
+        self.load_jobs(jobs, verify).map_err(|e| self.wrong_key_or(e))
+    }
+
+    /// `e`, or [`Error::WrongKey`] when `e` is a failed decryption and
+    /// another encrypted tensor (the smallest, if it holds at most
+    /// [`WRONG_KEY_PROBE_MAX`] bytes) fails to decrypt as well: the
+    /// authenticated encryption fails every tensor under a wrong key, while
+    /// corruption fails the damaged ones only. A file of one encrypted
+    /// tensor has no other to ask: its failure is a wrong key.
+    pub fn wrong_key_or(&self, e: Error) -> Error {
+        if !matches!(e.format_error(), Some(tensorizer_core::Error::Decryption)) {
+            return e;
+        }
+        let failed = e.tensor_name().map(str::to_string);
+        let probe = self
+            .metadata
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.data_length > 0 && failed.as_deref() != Some(t.path.to_string().as_str()))
+            .min_by_key(|(_, t)| t.nbytes());
+        let decrypts = match probe {
+            None => false,
+            Some((_, t)) if t.nbytes() > WRONG_KEY_PROBE_MAX => return e,
+            Some((i, t)) => {
+                let mut out = vec![0u8; t.nbytes() as usize];
+                !matches!(
+                    self.load_jobs(vec![(i, &mut out)], false).err().as_ref().and_then(Error::format_error),
+                    Some(tensorizer_core::Error::Decryption)
+                )
+            }
+        };
+        if decrypts { e } else { Error::WrongKey { file: self.source.name().to_string() } }
+    }
+
+    fn load_jobs(&self, mut jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
         for (i, out) in &jobs {
             let entry = self.entry(*i)?;
             if out.len() as u64 != entry.nbytes() {

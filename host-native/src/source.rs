@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result, file_err, io_err};
 
 mod direct;
 mod frozen;
@@ -101,8 +101,8 @@ impl LocalFile {
     /// Opens `path` for reading.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let name = path.as_ref().display().to_string();
-        let file = File::open(path.as_ref()).map_err(io_err(&name, 0))?;
-        let len = file.metadata().map_err(io_err(&name, 0))?.len();
+        let file = File::open(path.as_ref()).map_err(file_err(&name))?;
+        let len = file.metadata().map_err(file_err(&name))?.len();
         Ok(Self { file, len, name, direct: std::sync::OnceLock::new() })
     }
 

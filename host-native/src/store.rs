@@ -289,7 +289,7 @@ impl Sink {
                 let mut temp = tempfile::Builder::new()
                     .prefix(".tzr-upload-")
                     .tempfile()
-                    .map_err(crate::error::io_err(&name, 0))?;
+                    .map_err(crate::error::file_err(&name))?;
                 copy_bytes(reader.source(), temp.as_file_mut(), &name, progress)?;
                 self.upload(temp.path())
             }

@@ -23,7 +23,7 @@ mod blocks;
 
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result, file_err, io_err};
 use crate::parallel::{default_readers, for_each};
 use crate::write::atomic::AtomicFile;
 
@@ -95,7 +95,7 @@ impl FileWriter {
         }
         let tmp = AtomicFile::create(path.as_ref())?;
         let file_len = writer.finish().map_err(invalid)?.file_len;
-        tmp.file().set_len(file_len).map_err(io_err(&name, 0))?;
+        tmp.file().set_len(file_len).map_err(file_err(&name))?;
         let finished = Mutex::new(vec![false; planned.len()]);
         Ok(Self { tmp, name, planned, finished, writer, key: options.key.clone(), poisoned: false })
     }

@@ -8,8 +8,9 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use tensorizer_core::Sniffed;
 use tensorizer_native::Error;
-use tensorizer_native::error::StoreErrorKind;
+use tensorizer_native::error::{StoreErrorKind, tensor_prefix};
 
 // The exceptions are named after the importable module that holds them
 // (`tensorizer_rs._native`), so they pickle: worker processes (vLLM's, for
@@ -163,14 +164,35 @@ pub(crate) fn core_to_py(e: &tensorizer_core::Error, context: Option<&str>) -> P
 pub(crate) fn to_py(e: Error) -> PyErr {
     let err = match &e {
         Error::Format { file, source } => core_err(source, Some(file)),
-        Error::Tensor { file, tensor, source } => core_err(source, Some(&format!("{file}: tensor {tensor:?}"))),
-        Error::Io { .. } | Error::Store { .. } => match e.store_kind() {
+        Error::Tensor { file, tensor, source } => match tensor_prefix(tensor, source) {
+            Some(prefix) => core_err(source, Some(&format!("{file}: {prefix}"))),
+            None => core_err(source, Some(file)),
+        },
+        Error::OtherFormat { found, .. } => FormatError::new_err(format!("{e}; {}", load_hint(*found))),
+        Error::UnknownFormat { .. } | Error::Safetensors { .. } => FormatError::new_err(e.to_string()),
+        Error::WrongKey { .. } => CryptographyError::new_err(e.to_string()),
+        Error::Io { .. } | Error::Store { .. } | Error::File { .. } => match e.store_kind() {
             Some(kind) => store_to_py(kind, e.to_string()),
             None => PyOSError::new_err(e.to_string()),
         },
         _ => PyValueError::new_err(e.to_string()),
     };
     with_details(err, e.offset(), e.tensor_name(), e.location())
+}
+
+/// How Python code loads a file of another format than tensorizer's.
+fn load_hint(found: Sniffed) -> &'static str {
+    match found {
+        Sniffed::Safetensors { .. } => {
+            "load it with safetensors.torch.load_file(path), or convert it first: \
+             tensorizer_rs.convert(path, \"model.tensors\")"
+        }
+        Sniffed::TorchZip => {
+            "load it with torch.load(path, weights_only=True) or tensorizer_rs.zipslicer.load(path), or convert \
+             it first: tensorizer_rs.convert(path, \"model.tensors\")"
+        }
+        Sniffed::LegacyTorch | Sniffed::Tensorizer => "load it with torch.load(path, weights_only=True)",
+    }
 }
 
 /// A refused argument of the Python API: a value of the wrong type, or of

@@ -87,7 +87,8 @@ def small_tz_file(tmp_path, name="small.tensors", **kwargs):
 )
 def test_not_a_tensorizer_file(tmp_path, data):
     p = write_bytes(tmp_path, data)
-    with pytest.raises(ValueError, match="Not a tensorizer file"):
+    # A ZIP archive is named as a torch.save checkpoint, not a tensorizer file.
+    with pytest.raises(ValueError, match="(?i)not a tensorizer file"):
         load_everything(p)
 
 
@@ -95,7 +96,7 @@ def test_safetensors_file_is_not_a_tensorizer_file(tmp_path):
     safetensors_torch = pytest.importorskip("safetensors.torch")
     p = tmp_path / "model.safetensors"
     safetensors_torch.save_file({"a": torch.ones(3)}, str(p))
-    with pytest.raises(ValueError, match="Not a tensorizer file"):
+    with pytest.raises(ValueError, match="is a safetensors file, not a tensorizer file"):
         load_everything(p)
 
 
@@ -262,7 +263,7 @@ def test_wrong_key_vector(lazy):
 
 def test_wrong_passphrase_vector():
     p = VECTORS_DIR / "v3_enc_pass.tensors"
-    with pytest.raises(tz.CryptographyError, match="Tensor decryption failed"):
+    with pytest.raises(tz.CryptographyError, match="no tensor decrypts: wrong key or passphrase"):
         load_everything(p, encryption=tz.DecryptionParams.from_string("wrong passphrase"))
 
 

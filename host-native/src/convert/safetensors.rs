@@ -71,10 +71,20 @@ impl<S: RangeSource> SafetensorsFile<S> {
     pub fn new(source: S) -> Result<Self> {
         let name = source.name().to_string();
         let len = source.len();
-        let bad = |why: String| Error::Invalid(format!("{name}: not a valid safetensors file: {why}"));
+        let bad = |tensor: &str, reason: String| Error::Safetensors {
+            file: name.clone(),
+            offset: None,
+            tensor: Some(tensor.to_string()),
+            reason,
+        };
         let refused = |f: &Finding| {
             let at = f.offset.map(|o| format!(" (byte {o}, {})", f.rule)).unwrap_or_default();
-            bad(format!("{}{at}", f.message))
+            Error::Safetensors {
+                file: name.clone(),
+                offset: f.offset,
+                tensor: None,
+                reason: format!("{}{at}", f.message),
+            }
         };
         let mut prefix = [0u8; PREFIX_LEN as usize];
         let prefix = &mut prefix[..len.min(PREFIX_LEN) as usize];
@@ -97,7 +107,7 @@ impl<S: RangeSource> SafetensorsFile<S> {
                 } else {
                     format!("tensor {:?}: dtype {:?} has no tensorizer equivalent", t.name, t.dtype)
                 };
-                return Err(bad(why));
+                return Err(bad(&t.name, why));
             };
             let (start, end) = t.data_offsets;
             entries.push(SafetensorsEntry { name: t.name, dtype, shape, start, end });

@@ -49,5 +49,18 @@ pub fn verify_all<S: RangeSource>(reader: &Reader<S>, progress: impl Fn(u64) + S
     })?;
     let mut results = results.into_inner().unwrap_or_default();
     results.sort_by_key(|r| r.index);
+    if none_decrypts(&results) {
+        return Err(Error::WrongKey { file: reader.source().name().to_string() });
+    }
     Ok(results)
+}
+
+/// Whether some tensor failed to decrypt and every other one failed too
+/// or held no data (a wrong key or passphrase: reported once, not once
+/// per tensor).
+fn none_decrypts(results: &[TensorCheck]) -> bool {
+    let failed = |r: &TensorCheck| {
+        matches!(r.error.as_ref().and_then(Error::format_error), Some(tensorizer_core::Error::Decryption))
+    };
+    results.iter().any(failed) && results.iter().all(|r| failed(r) || !r.checked)
 }

@@ -134,8 +134,8 @@ impl S3Object {
     pub fn upload(&self, path: &Path) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(crate::error::io_err(&name, 0))?;
-        let len = file.metadata().map_err(crate::error::io_err(&name, 0))?.len();
+        let file = std::fs::File::open(path).map_err(crate::error::file_err(&name))?;
+        let len = file.metadata().map_err(crate::error::file_err(&name))?.len();
         let part = self.part_size(len);
         let agent = agent(&self.options.http, &self.trust);
         if len <= part {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
 
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result, file_err};
 
 /// Most symlinks followed from the target to the file it names (Linux's
 /// own limit for one path lookup).
@@ -35,7 +35,7 @@ impl AtomicFile {
     /// Creates the temporary file beside the file `path` resolves to.
     pub fn create(path: &Path) -> Result<Self> {
         let name = path.display().to_string();
-        let target = resolve_symlinks(path).map_err(io_err(&name, 0))?;
+        let target = resolve_symlinks(path).map_err(file_err(&name))?;
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -45,14 +45,14 @@ impl AtomicFile {
             .prefix(&format!(".{file_name}."))
             .suffix(".tmp")
             .tempfile_in(&dir)
-            .map_err(io_err(&name, 0))?;
+            .map_err(file_err(&name))?;
         // Set explicitly: a mode given at creation would pass through the
         // umask again, and an existing target's mode must be kept as is.
         let mode = match fs::metadata(&target) {
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(_) => new_file_mode(),
         };
-        tmp.as_file().set_permissions(Permissions::from_mode(mode)).map_err(io_err(&name, 0))?;
+        tmp.as_file().set_permissions(Permissions::from_mode(mode)).map_err(file_err(&name))?;
         Ok(Self { tmp, target, name })
     }
 
@@ -75,8 +75,8 @@ impl AtomicFile {
     /// rename durable.
     pub fn commit(self) -> Result<()> {
         let name = self.name;
-        self.tmp.as_file().sync_all().map_err(io_err(&name, 0))?;
-        self.tmp.persist(&self.target).map_err(|e| Error::Io { file: name.clone(), offset: 0, source: e.error })?;
+        self.tmp.as_file().sync_all().map_err(file_err(&name))?;
+        self.tmp.persist(&self.target).map_err(|e| Error::File { file: name.clone(), source: e.error })?;
         if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty())
             && let Ok(d) = File::open(dir)
         {

@@ -13,6 +13,7 @@ mod faults;
 mod fingerprint;
 mod http;
 mod limits;
+mod messages;
 mod read_write;
 mod redis;
 mod redis_cluster;

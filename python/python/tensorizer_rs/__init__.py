@@ -10,6 +10,7 @@ from typing import Any
 from . import serialization, stream_io, utils
 from ._alias import install_as_tensorizer
 from ._convert import convert
+from ._deserializer import MmapFallbackWarning
 from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._modules import StrictLoadError
@@ -67,6 +68,7 @@ __all__ = [
     "FilterFuncType",
     "HashMismatchError",
     "LoadReceipt",
+    "MmapFallbackWarning",
     "StrictLoadError",
     "ObjectChangedError",
     "RangeNotSupportedError",

@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import types
+import warnings
 import operator
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, Literal
@@ -54,6 +55,12 @@ def _resolve_device(device: Any) -> Any:
 
 
 
+class MmapFallbackWarning(UserWarning):
+    """``mmap=True`` could not map some tensors and copied them instead (the
+    message says how many and why). Given once per deserializer;
+    ``mmap="auto"`` copies silently."""
+
+
 def _frozen(fd: int) -> str | None:
     """Why the open file `fd` cannot change while mapped, or None (asked of
     the same open file through /proc, so a path replaced since cannot
@@ -75,70 +82,89 @@ class TensorDeserializer(
     """Reads a ``.tensors`` file: a read-only mapping from top-level keys to
     tensors (``torch.nn.Parameter``) or nested read-only mappings.
 
-    Same arguments as ``tensorizer.TensorDeserializer``, plus ``mmap``,
-    ``meta_tensors``, ``max_meta_bytes`` and ``process_group``. Eager (the default) loads
-    everything in the constructor. ``lazy_load=True`` loads a tensor when it
-    is first asked for; reads in file order (iterating the mapping) load
-    ahead a window of at most ``LAZY_READ_AHEAD_BYTES`` (16 MiB) and
-    ``LAZY_READ_AHEAD_TENSORS`` at a time, and a bad tensor in a window
-    fails only when it is itself asked for.
+    A drop-in for ``tensorizer.TensorDeserializer`` (same arguments and
+    behaviour), with ``mmap``, ``meta_tensors``, ``max_meta_bytes`` and
+    ``process_group`` added. By default every tensor is a private copy,
+    filled straight from the file in parallel with the GIL released
+    (decrypted and checked on the way); tensors handed out never change
+    afterwards, whatever happens to the file. CUDA targets are filled
+    through pinned host buffers copied asynchronously to the device
+    (``TENSORIZER_RS_NATIVE_CUDA=0`` uses plain torch copies instead).
 
-    How tensors are filled:
+    Args:
+        file_obj: What to read: a local path (``str`` or ``os.PathLike``),
+            an ``http(s)://``, ``s3://``, ``gs://``, ``az://`` or
+            ``redis://`` URI, a stream from ``stream_io.open_stream``, or a
+            readable binary file object (read from its current position).
+        device: Where tensors go (``"cpu"``, ``"cuda:0"``, a
+            ``torch.device``). ``None``: CUDA when available, else the CPU.
+        filter_func: Called with each tensor's name; only tensors for which
+            it returns true are loaded. ``None``: all of them.
+        dtype: A ``torch.dtype`` that floating-point tensors are cast to
+            (complex ones for a complex dtype), as ``Module.to(dtype)``
+            does; integer and bool tensors keep theirs. ``None``: no cast.
+        lazy_load: Load each tensor when it is first asked for instead of
+            all in the constructor. Reads in file order (iterating) load
+            ahead up to ``LAZY_READ_AHEAD_BYTES`` (16 MiB) and
+            ``LAZY_READ_AHEAD_TENSORS`` at a time; a bad tensor fails only
+            when it is itself asked for.
+        plaid_mode: Accepted for compatibility; it has no effect (loads are
+            always parallel), as in tensorizer 2.12.
+        plaid_mode_buffers: Accepted for compatibility; no effect.
+        num_readers: How many threads read in parallel (at least 1).
+            ``None``: chosen from the number of CPU cores.
+        verify_hash: Check every tensor's stored CRC32/SHA256 as it loads
+            and raise ``HashMismatchError`` naming the first that differs.
+            Every byte is then read from the file (no memory map).
+        encryption: A ``DecryptionParams`` (a key or a passphrase) for an
+            encrypted file. A wrong key raises one ``CryptographyError``
+            ("no tensor decrypts: wrong key or passphrase").
+        mmap: ``False`` (default): private copies. ``True``: tensors are
+            zero-copy views of a private, copy-on-write memory map wherever
+            that is possible (a local, unencrypted file, loaded to the CPU
+            without ``verify_hash``, data aligned to the element size, as
+            tensorizer_rs always writes it); otherwise tensors are copied
+            and an ``MmapFallbackWarning`` says why, once. Writing to a
+            mapped tensor never touches the file, but **it is unsafe
+            against in-place rewrites**: another program rewriting the
+            file (``cp`` over it, ``open(..., "r+b")``) changes tensors
+            already handed out, and truncating it kills the process with
+            SIGBUS on the next access. An atomic rename, as
+            ``TensorSerializer`` does, is safe. ``"auto"``: map only a file
+            that provably cannot change while mapped (immutable attribute
+            ``chattr +i``, fs-verity, or a read-only local file system such
+            as squashfs, erofs or a disk mounted ``ro``; a read-only bind
+            mount is not enough), silently copying anything else.
+        meta_tensors: What a meta tensor (a shape and dtype with no stored
+            data) becomes: ``"zeros"`` (default, as tensorizer: a
+            zero-filled tensor, its CPU memory zeroed lazily),
+            ``"expand"`` (a zero scalar expanded to the shape: no memory,
+            read-only) or ``"meta"`` (a tensor on torch's ``meta``
+            device). ``read_numpy_arrays`` and ``get_slice`` follow it
+            (numpy has no meta device: ``"meta"`` gives a read-only
+            broadcast zero there).
+        max_meta_bytes: The most bytes of zero-filled meta tensors handed
+            out in all (default 4 GiB), checked before anything is
+            allocated, since the size is whatever the file claims;
+            ``ValueError`` beyond it. ``None``: no bound.
+        process_group: A ``torch.distributed`` process group whose ranks
+            load the file together (eager loads only): each reads,
+            decrypts and verifies a share of the bytes and receives the
+            rest through the group's broadcasts (gloo for CPU tensors, NCCL
+            for CUDA ones), so the store serves the file about once in
+            all. Every rank passes the same file and ``filter_func``; a
+            failure on any rank raises ``CooperativeLoadError`` on all.
 
-    * By default every tensor is a private copy, filled directly from the
-      file by Rust, in parallel, with the GIL released; decryption and hash
-      checks happen on the way. Tensors handed out never change afterwards,
-      whatever happens to the file. On the CPU, small tensors are packed
-      into shared allocations (each still its own storage). For CUDA
-      targets, readers fill a ring of pinned host buffers that are copied
-      asynchronously into tensors allocated on the device (spec §19;
-      ``TENSORIZER_RS_NATIVE_CUDA=0`` falls back to torch copies).
-    * ``mmap=True`` (local, unencrypted files on CPU without ``verify_hash``):
-      tensors are zero-copy views of a private, copy-on-write memory map
-      wherever the data is aligned to the element size (always, for files
-      tensorizer_rs writes). Writing to such a tensor never touches the
-      file, but **this is unsafe against in-place rewrites**: pages not yet
-      written to still come from the file, so another program rewriting it
-      in place (``cp`` over it, ``open(..., "r+b")``) changes tensors already
-      handed out, and truncating it kills the process with SIGBUS on the
-      next access. Use it only for files nothing rewrites in place (an
-      atomic rename, as TensorSerializer does, is safe). It saves the copy,
-      which is most of the load time for a file already in the page cache.
-    * ``mmap="auto"``: the same views, but only where the file provably
-      cannot change while mapped — it has the immutable attribute
-      (``chattr +i``) or fs-verity, or it lives on a local file system whose
-      superblock is read-only (a read-only image such as squashfs or erofs,
-      or a disk mounted ``ro``; a read-only *bind* mount of a writable file
-      system is not enough, as the file can still change through another
-      mount). Anything else is copied as by default. Spec §23.6.
-
-    ``process_group`` (a ``torch.distributed`` process group; eager loads
-    only): the ranks of the group load together, each reading a share of
-    the tensors' bytes (decrypting and verifying it) and receiving the
-    others' through the group's broadcasts (gloo for CPU tensors, NCCL for
-    CUDA ones), so the store serves the file about once in all. Every rank
-    of the group constructs its deserializer with the same file and
-    ``filter_func``; a failure on any rank raises ``CooperativeLoadError``
-    on every rank (spec §24).
-
-    Meta tensors (a shape and dtype, no stored data) are built in Python,
-    never read. ``meta_tensors`` chooses how:
-
-    * ``"zeros"`` (default, as tensorizer): a zero-filled tensor. On CPU its
-      memory is lazily zeroed (untouched anonymous pages, committed only
-      when written). Because the size is whatever the file claims, more
-      than ``max_meta_bytes`` in all (default 4 GiB; ``None``: no bound)
-      raises ValueError before anything is allocated.
-    * ``"expand"``: a zero scalar expanded to the shape (no memory; writing
-      to it in place fails).
-    * ``"meta"``: a tensor on torch's ``meta`` device (no data at all).
-
-    ``read_numpy_arrays`` follows the same choice: ``np.zeros`` for
-    ``"zeros"``, a read-only ``np.broadcast_to`` of a zero for ``"expand"``
-    and ``"meta"`` (numpy has no meta device). So do ``get_slice(name)[key]``
-    of a meta tensor: a zero-filled slice is new memory each time, and its
-    bytes (the slice's, not the whole tensor's) count against
-    ``max_meta_bytes`` like a whole meta tensor's.
+    Raises:
+        FormatError: The file is not a valid tensorizer file (a safetensors
+            or ``torch.save`` file is named as such, with the call that
+            loads it). ``e.location``, ``e.offset`` and ``e.tensor`` say
+            where.
+        HashMismatchError: With ``verify_hash``, a tensor's data differs
+            from its stored hash.
+        CryptographyError: The file is encrypted and no or the wrong key
+            was given.
+        FileNotFoundError: The file does not exist.
     """
 
     #: Open a URI for a part of the object only (``load_shards``).
@@ -176,6 +202,7 @@ class TensorDeserializer(
                 cooperative=group is not None,
             )
             self._meta_bytes = 0  # zero-filled meta bytes handed out so far
+            self._mmap_warned = False  # MmapFallbackWarning given (once)
             self._closed = False
             source, name = _source_of(file_obj)
             # A rank of a cooperative load reads its share only, and a sharded
@@ -353,6 +380,8 @@ class TensorDeserializer(
         mapped = self._map is not None and not verify_hash
         plan = self._reader.plan_load([e.index for e in todo], destination, mapped)
         by_index = {e.index: e for e in todo}
+        if self._options.mmap == "on" and not self._mmap_warned:
+            self._warn_copied(todo, plan, device, verify_hash)
         metas = [by_index[i] for i in plan.meta]
         if metas:
             self._claim_meta_bytes(metas, self._meta_nbytes_torch)
@@ -381,6 +410,34 @@ class TensorDeserializer(
             self._cache[e.index] = self._meta_tensor(e, device)
         if pin and large:
             torch.cuda.synchronize(device)
+
+    def _warn_copied(self, todo: list[_Entry], plan: Any, device: Any, verify_hash: bool | None) -> None:
+        """Warns (once per deserializer) that ``mmap=True`` copied tensors
+        of `todo` the load `plan` could not map, and why."""
+        skipped = set(plan.mapped) | set(plan.meta)
+        copied = [e for e in todo if e.index not in skipped and e.data_length > 0]
+        if not copied:
+            return
+        self._mmap_warned = True
+        if self._reader.encrypted:
+            why = "the file is encrypted (decrypted data cannot be a view of the file)"
+        elif self._map is None:
+            why = "the file is not a local, non-empty file that can be memory-mapped"
+        elif verify_hash:
+            why = "verify_hash=True reads every byte from the file to check it"
+        elif device.type != "cpu":
+            why = f"the tensors go to {device}, and only CPU tensors can be views of the map"
+        else:
+            why = (
+                "their data is not aligned to their element size in the file (files written with "
+                'layout="tensorizer" can have such offsets; the default layout aligns them)'
+            )
+        nbytes = sum(e.data_length for e in copied)
+        warnings.warn(
+            f"mmap=True: {len(copied)} of {len(todo)} tensors ({nbytes} bytes) were copied, not mapped: {why}",
+            MmapFallbackWarning,
+            stacklevel=5,
+        )
 
     def _read_copies(self, small: list[_Entry], large: list[_Entry], plan: Any, pin: bool, verify_hash: bool | None) -> _Copies:
         """Reads `large` (each into memory of its own, starting

@@ -28,18 +28,34 @@ FileLike = Union[str, "os.PathLike[str]", io.BufferedIOBase, io.RawIOBase, Any]
 class TensorSerializer:
     """Writes tensors, modules and state dicts to a ``.tensors`` file.
 
-    Same API as ``tensorizer.TensorSerializer``, plus:
+    A drop-in for ``tensorizer.TensorSerializer`` (same methods:
+    ``write_module``, ``write_state_dict``, ``write_tensor``, ``close``), and
+    also a context manager: an exception inside the ``with`` block discards
+    the new file and leaves any previous file untouched. Nothing appears at
+    the destination until :meth:`close`, which writes the index, fsyncs,
+    and renames the file into place.
 
-    * it is a context manager; an exception inside the ``with`` block
-      discards the new file and leaves any previous file untouched;
-    * ``layout="tensorizer"`` writes tensorizer's exact layout (byte-identical
-      output); the default aligns tensor data to 64 bytes, which tensorizer
-      also reads;
-    * ``metadata_capacity`` reserves the metadata index (default: sized from
-      the first write, at least tensorizer's 256 KiB).
-
-    Nothing appears at the destination until :meth:`close`, which writes
-    the index, fsyncs, and renames the file into place.
+    Args:
+        file_obj: Where to write: a local path (``str`` or
+            ``os.PathLike``; missing parent directories are created), an
+            ``s3://``, ``gs://`` or ``az://`` URI (written to a temporary
+            file and uploaded on close), or a binary file object opened
+            for reading and writing (``"wb+"``; filled on close).
+        compress_tensors: Accepted for compatibility and ignored: tensors
+            are always written uncompressed.
+        encryption: An ``EncryptionParams`` (a random key, or a key
+            derived from a passphrase) to encrypt every tensor's data;
+            ``None`` writes plain data.
+        limit_cpu_concurrency: The most threads hashing, encrypting and
+            writing (at least 1). ``None``: chosen from the CPU cores.
+        layout: ``"aligned"`` (default) aligns each tensor's data to 64
+            bytes, which tensorizer reads and which lets
+            ``TensorDeserializer(mmap=True)`` map every tensor;
+            ``"tensorizer"`` writes tensorizer's exact layout
+            (byte-identical output, data not aligned).
+        metadata_capacity: Bytes reserved for the metadata index at the
+            start of the file. ``None``: sized from the first write, at
+            least tensorizer's 256 KiB with the tensorizer layout.
     """
 
     def __init__(

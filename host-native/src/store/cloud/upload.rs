@@ -9,13 +9,13 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::{CloudOptions, MIN_PART_SIZE, azure_name, azure_store, block_on, gcs_store, object_path, store_error};
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result, file_err};
 
 /// Opens the file to upload and takes its length.
 pub(super) fn open_file(from: &std::path::Path) -> Result<(File, u64)> {
     let name = from.display().to_string();
-    let file = File::open(from).map_err(io_err(&name, 0))?;
-    let meta = file.metadata().map_err(io_err(&name, 0))?;
+    let file = File::open(from).map_err(file_err(&name))?;
+    let meta = file.metadata().map_err(file_err(&name))?;
     if !meta.is_file() {
         return Err(Error::Invalid(format!("{name}: not a regular file, nothing to upload")));
     }
