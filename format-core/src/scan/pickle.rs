@@ -223,6 +223,22 @@ impl<'a> Scanner<'a, '_> {
         Ok(Callee { name: id, allowed, rebuilds_tensor })
     }
 
+    /// STACK_GLOBAL on operands that are not literal strings: the name is
+    /// whatever earlier opcodes computed, known only when a loader runs them.
+    fn computed_global(&mut self, at: u64, module: &V, name: &V) -> Step<Callee> {
+        let part = |v: &V| match v {
+            V::Str(s, _) => format!("{s:?}"),
+            V::Callable(c) | V::Object(c) => format!("a value made from {}", self.names[c.name as usize]),
+            V::Other => "a value made at load time".into(),
+        };
+        let (m, n) = (part(module), part(name));
+        let id = self.name_id(at, String::from("<computed global>"))?;
+        self.walk.suspicious += 1;
+        let text = self.msg(&format!("global name computed at load time (module: {m}; name: {n})"));
+        self.findings.push(Finding::new(RuleId::PklComputedGlobal, Some(at), text).spanning(1));
+        Ok(Callee { name: id, allowed: false, rebuilds_tensor: false })
+    }
+
     fn name_id(&mut self, at: u64, full: String) -> Step<u32> {
         if let Some(&id) = self.by_name.get(&full) {
             return Ok(id);
@@ -354,10 +370,10 @@ impl<'a> Scanner<'a, '_> {
                 0x93 => {
                     let name = self.pop(at)?;
                     let module = self.pop(at)?;
-                    let (V::Str(m, cm), V::Str(n, cn)) = (&module, &name) else {
-                        return Err(Stop::Malformed(at, "STACK_GLOBAL needs two strings".into()));
+                    let c = match (&module, &name) {
+                        (V::Str(m, cm), V::Str(n, cn)) => self.global(at, m.as_bytes(), n.as_bytes(), *cm || *cn)?,
+                        _ => self.computed_global(at, &module, &name)?,
                     };
-                    let c = self.global(at, m.as_bytes(), n.as_bytes(), *cm || *cn)?;
                     self.push(at, V::Callable(c))?;
                 }
                 0x82..=0x84 => {
@@ -758,6 +774,20 @@ mod tests {
         let (_, found) = rules(&p);
         assert!(found.iter().any(|f| f.0 == RuleId::PklGlobal && f.2.contains("builtins.eval")), "{found:?}");
         assert!(found.iter().any(|f| f.0 == RuleId::PklCall));
+    }
+
+    #[test]
+    fn a_computed_global_is_its_own_finding_and_the_walk_goes_on() {
+        // STACK_GLOBAL whose module is what OrderedDict() returned, then a
+        // call of it, then a literal os.system the walk must still reach.
+        let mut p = b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R".to_vec();
+        p.extend_from_slice(b"\x8c\x06system\x93\x8c\x02ls\x85R0cos\nsystem\n.");
+        let (w, found) = rules(&p);
+        let ids: Vec<RuleId> = found.iter().map(|f| f.0).collect();
+        assert_eq!(ids, [RuleId::PklComputedGlobal, RuleId::PklCall, RuleId::PklGlobal], "{found:?}");
+        assert!(found[0].2.contains("computed at load time"), "{}", found[0].2);
+        assert!(found[0].2.contains("collections.OrderedDict"), "{}", found[0].2);
+        assert!(w.end.is_some());
     }
 
     #[test]

@@ -224,6 +224,10 @@ rules! {
     PklNotScanned = "PKL-005", Error,
         "A pickle was not scanned in full: above the scan limits, compressed, or encrypted.",
         "Scan it unpacked, or save the checkpoint again uncompressed.";
+    /// STACK_GLOBAL on operands that are not literal strings.
+    PklComputedGlobal = "PKL-006", Error,
+        "The pickle imports a global whose module or name is computed at load time (STACK_GLOBAL on values earlier opcodes made, not literal strings).",
+        "Do not load it: no writer computes a global's name; it hides what the pickle imports from scanners.";
 }
 
 impl RuleId {

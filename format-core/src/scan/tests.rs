@@ -226,6 +226,11 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
     v.extend_from_slice(b"tail");
     c.push((RuleId::PklTrailing, v, None));
     c.push((
+        RuleId::PklComputedGlobal,
+        b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R\x8c\x06system\x93.".to_vec(),
+        None,
+    ));
+    c.push((
         RuleId::PklNotScanned,
         zip(&[ZipEntry { name: "archive/data.pkl", data: STATE_DICT, flags: 0, method: 8 }]).0,
         None,
