@@ -211,7 +211,9 @@ impl<'a> Scanner<'a, '_> {
     /// Registers `module.name` and reports it when it is not allowed.
     fn global(&mut self, at: u64, module: &[u8], name: &[u8], cut: bool) -> Step<Callee> {
         let resolved = Global::resolve(at, module, name);
-        let allowed = !cut && !matches!(resolved, Err(Error::ForbiddenGlobal { .. }) | Err(Error::Malformed { .. }));
+        let allowed = !cut
+            && (super::allow::weights_only(module, name)
+                || !matches!(resolved, Err(Error::ForbiddenGlobal { .. }) | Err(Error::Malformed { .. })));
         let rebuilds_tensor = matches!(resolved, Ok(Global::RebuildTensorV2 | Global::RebuildTensorV3));
         let full = format!("{}.{}", lossy(module), lossy(name));
         let id = self.name_id(at, full)?;
