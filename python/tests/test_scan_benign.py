@@ -137,3 +137,24 @@ def test_the_oracle_refuses_what_the_scanner_flags(tmp_path):
         torch.load(path, weights_only=True)
     report = tensorizer_rs.scan(path)
     assert any(f["severity"] == "error" and "builtin__.print" in f["message"] for f in report["findings"])
+
+
+def test_objects_weights_only_refuses_but_that_run_no_code_are_a_named_warning(tmp_path):
+    import argparse
+
+    import numpy as np
+
+    objects = {
+        "module": torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()),
+        "numpy": {"a": np.arange(3.0), "s": np.float64(1.5)},
+        "namespace": argparse.Namespace(lr=0.1),
+    }
+    for name, obj in objects.items():
+        for protocol in (2, 4):
+            path = tmp_path / f"{name}-{protocol}.pt"
+            torch.save(obj, path, pickle_protocol=protocol)
+            findings = tensorizer_rs.scan(path)["findings"]
+            assert findings and {(f["rule"], f["severity"]) for f in findings} == {("PKL-007", "warning")}, (
+                name,
+                findings,
+            )

@@ -169,6 +169,35 @@ pub(super) fn weights_only(module: &[u8], name: &[u8]) -> bool {
         .is_ok()
 }
 
+/// How a global that `weights_only=True` refuses may still be used without
+/// running code outside its own, installed library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Inert {
+    /// Not inert: importing or calling it is an error.
+    No,
+    /// A class that `NEWOBJ` makes with `cls.__new__` and `BUILD` fills
+    /// (its own `__setstate__`, or the instance `__dict__`): a whole
+    /// `torch.nn` module, `argparse.Namespace`. Calling it otherwise is an
+    /// error.
+    Instantiate,
+    /// A function or class any call of which only rebuilds a value: numpy's
+    /// array and scalar reconstructors, `numpy.dtype`.
+    Call,
+}
+
+/// Whether `module.name` is inert (see [`Inert`]). `torch.nn.modules`
+/// names only its classes (capitalised); its functions are not inert.
+pub(super) fn inert(module: &[u8], name: &[u8]) -> Inert {
+    match (module, name) {
+        (b"argparse", b"Namespace") => Inert::Instantiate,
+        (b"numpy", b"ndarray") => Inert::Instantiate,
+        (b"numpy", b"dtype") => Inert::Call,
+        (b"numpy.core.multiarray" | b"numpy._core.multiarray", b"_reconstruct" | b"scalar") => Inert::Call,
+        (m, [b'A'..=b'Z', ..]) if m.starts_with(b"torch.nn.modules.") => Inert::Instantiate,
+        _ => Inert::No,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::allow::Inert;
 use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::Global;
 use crate::error::{Error, Result};
@@ -34,6 +35,9 @@ struct Callee {
     allowed: bool,
     /// Whether it is a tensor rebuild function (counted as a tensor).
     rebuilds_tensor: bool,
+    /// How a global that is not allowed may still be used without running
+    /// code outside its library.
+    inert: Inert,
 }
 
 /// A value on the scanner's stack.
@@ -217,12 +221,19 @@ impl<'a> Scanner<'a, '_> {
         let rebuilds_tensor = matches!(resolved, Ok(Global::RebuildTensorV2 | Global::RebuildTensorV3));
         let full = format!("{}.{}", lossy(module), lossy(name));
         let id = self.name_id(at, full)?;
-        if !allowed {
+        let inert = if allowed || cut { Inert::No } else { super::allow::inert(module, name) };
+        if inert != Inert::No {
+            let m = self.msg(&format!(
+                "global {} is refused by weights_only=True; rebuilding it runs only its own library's code",
+                self.names[id as usize]
+            ));
+            self.findings.push(Finding::new(RuleId::PklInert, Some(at), m).spanning(1));
+        } else if !allowed {
             self.walk.suspicious += 1;
             let m = self.msg(&format!("global {} is not on the allow-list", self.names[id as usize]));
             self.findings.push(Finding::new(RuleId::PklGlobal, Some(at), m).spanning(1));
         }
-        Ok(Callee { name: id, allowed, rebuilds_tensor })
+        Ok(Callee { name: id, allowed, rebuilds_tensor, inert })
     }
 
     /// STACK_GLOBAL on operands that are not literal strings: the name is
@@ -238,7 +249,7 @@ impl<'a> Scanner<'a, '_> {
         self.walk.suspicious += 1;
         let text = self.msg(&format!("global name computed at load time (module: {m}; name: {n})"));
         self.findings.push(Finding::new(RuleId::PklComputedGlobal, Some(at), text).spanning(1));
-        Ok(Callee { name: id, allowed: false, rebuilds_tensor: false })
+        Ok(Callee { name: id, allowed: false, rebuilds_tensor: false, inert: Inert::No })
     }
 
     fn name_id(&mut self, at: u64, full: String) -> Step<u32> {
@@ -255,6 +266,7 @@ impl<'a> Scanner<'a, '_> {
     /// A call (REDUCE, NEWOBJ, INST, OBJ) of `callable`: its result.
     fn call(&mut self, at: u64, op: &str, callable: &V) -> V {
         match callable {
+            V::Callable(c) if inert_use(c.inert, op) => V::Object(Callee { allowed: true, ..*c }),
             V::Callable(c) | V::Object(c) => {
                 let what = if matches!(callable, V::Object(_)) { "an object made by " } else { "" };
                 if !c.allowed {
@@ -390,7 +402,10 @@ impl<'a> Scanner<'a, '_> {
                         "global copyreg extension code {code} (whatever copyreg's registry maps it to) is not on the allow-list"
                     ));
                     self.findings.push(Finding::new(RuleId::PklGlobal, Some(at), m).spanning(1));
-                    self.push(at, V::Callable(Callee { name: id, allowed: false, rebuilds_tensor: false }))?;
+                    self.push(
+                        at,
+                        V::Callable(Callee { name: id, allowed: false, rebuilds_tensor: false, inert: Inert::No }),
+                    )?;
                 }
                 b'R' | 0x81 => {
                     let _args = self.pop(at)?;
@@ -536,6 +551,15 @@ impl<'a> Scanner<'a, '_> {
                 other => return Err(Stop::Malformed(at, format!("opcode {other:#04x} does not exist"))),
             }
         }
+    }
+}
+
+/// Whether calling an inert global with `op` only rebuilds a value.
+fn inert_use(inert: Inert, op: &str) -> bool {
+    match inert {
+        Inert::Call => true,
+        Inert::Instantiate => matches!(op, "NEWOBJ" | "NEWOBJ_EX"),
+        Inert::No => false,
     }
 }
 
@@ -790,6 +814,23 @@ mod tests {
         assert!(found[0].2.contains("computed at load time"), "{}", found[0].2);
         assert!(found[0].2.contains("collections.OrderedDict"), "{}", found[0].2);
         assert!(w.end.is_some());
+    }
+
+    #[test]
+    fn inert_objects_are_a_warning_only_when_used_as_rebuilt() {
+        // NEWOBJ + BUILD of a torch.nn class: one PKL-007, nothing else.
+        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.linear\nLinear\n)\x81}b.");
+        let ids: Vec<RuleId> = found.iter().map(|f| f.0).collect();
+        assert_eq!(ids, [RuleId::PklInert], "{found:?}");
+        // REDUCE of the same class runs its __init__: an error.
+        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.linear\nLinear\n)R.");
+        assert!(found.iter().any(|f| f.0 == RuleId::PklCall), "{found:?}");
+        // A lowercase torch.nn.modules name is a function, not inert.
+        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.module\nregister_module_forward_hook\n.");
+        assert_eq!(found[0].0, RuleId::PklGlobal, "{found:?}");
+        // numpy's reconstructor may be called.
+        let (_, found) = rules(b"\x80\x02cnumpy._core.multiarray\n_reconstruct\n)R}b.");
+        assert!(found.iter().all(|f| f.0 == RuleId::PklInert), "{found:?}");
     }
 
     #[test]

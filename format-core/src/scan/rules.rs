@@ -190,7 +190,7 @@ rules! {
         "Save the checkpoint again; disagreeing headers show different readers different data.";
     /// A compressed entry.
     ZipCompressed = "ZIP-006", Warning,
-        "An entry is compressed; torch.save stores entries uncompressed, and a compressed pickle cannot be scanned here.",
+        "An entry is compressed; torch.save stores entries uncompressed (a deflated pickle is inflated and scanned, within the zip-bomb limits).",
         "Save the checkpoint again with torch.save, or unpack and scan the entry.";
     /// An encrypted entry.
     ZipEncrypted = "ZIP-007", Error,
@@ -228,6 +228,10 @@ rules! {
     PklComputedGlobal = "PKL-006", Error,
         "The pickle imports a global whose module or name is computed at load time (STACK_GLOBAL on values earlier opcodes made, not literal strings).",
         "Do not load it: no writer computes a global's name; it hides what the pickle imports from scanners.";
+    /// An object weights_only refuses whose rebuilding runs no code outside its library.
+    PklInert = "PKL-007", Warning,
+        "The pickle rebuilds an object torch.load(weights_only=True) refuses but whose rebuilding runs only its own library's code: a whole torch.nn module, a numpy array, scalar or dtype, an argparse.Namespace.",
+        "Save the state_dict instead, or load with weights_only=True after torch.serialization.add_safe_globals for that class.";
 }
 
 impl RuleId {

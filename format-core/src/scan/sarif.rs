@@ -61,6 +61,9 @@ fn result(f: &Finding, artifact_uri: &str) -> Value {
         "message": { "text": f.message },
         "locations": [ { "physicalLocation": Value::Object(location) } ],
     });
+    if let (true, Value::Object(o)) = (f.count > 1, &mut out) {
+        o.insert("occurrenceCount".into(), f.count.into());
+    }
     if let (Some(t), Value::Object(o)) = (&f.tensor, &mut out) {
         o.insert("properties".into(), json!({ "tensor": t }));
     }
@@ -100,7 +103,7 @@ pub fn to_sarif_failure(tool: &Tool<'_>, artifact_uri: &str, message: &str) -> V
 }
 
 /// A finding as the JSON reports write it: `rule`, `severity`, `offset`,
-/// `length`, `tensor`, `message`, `remediation`.
+/// `length`, `tensor`, `message`, `remediation`, `count`.
 pub fn finding_json(f: &Finding) -> Value {
     json!({
         "rule": f.rule.as_str(),
@@ -110,6 +113,7 @@ pub fn finding_json(f: &Finding) -> Value {
         "tensor": f.tensor,
         "message": f.message,
         "remediation": f.remediation,
+        "count": f.count,
     })
 }
 

@@ -175,10 +175,16 @@ enum Command {
     /// Scan a model file (tensorizer, safetensors, torch.save zip, legacy or
     /// bare pickle; told by its bytes) without executing anything, and list
     /// every finding with its rule id, offset and remediation (spec §22).
-    /// Exits 0 with no findings, 1 with findings, 2 when it cannot scan.
+    /// Exits 0 with no findings at or above --fail-on, 1 with such
+    /// findings, 2 when it cannot scan.
     Scan {
         /// The file: a path or an http(s)://, s3:// or redis:// URI.
         file: PathBuf,
+        /// The least severity that fails the scan (exit 1): `error` (code
+        /// execution, a computed global, a structure that lies), `warning`
+        /// or `note` (any finding).
+        #[arg(long, value_enum, default_value = "error")]
+        fail_on: scan::FailOn,
         /// Print JSON instead of text.
         #[arg(long, conflicts_with = "sarif")]
         json: bool,
@@ -232,13 +238,13 @@ type Outcome = Result<(), Failure>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Scan { file, json, sarif } => {
+        Command::Scan { file, json, sarif, fail_on } => {
             let output = match (json, sarif) {
                 (true, _) => scan::Output::Json,
                 (_, true) => scan::Output::Sarif,
                 _ => scan::Output::Text,
             };
-            return scan::run(&file, output);
+            return scan::run(&file, output, fail_on);
         }
         Command::Diff { a, b, key, json, num_readers } => {
             return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {

@@ -1,11 +1,12 @@
 //! `tzr scan FILE|URI`: the core's model-file scanner (spec §22) over any
 //! source `tzr` reads, with the WASI validator's exit statuses: 0 no
-//! findings, 1 findings, 2 could not scan.
+//! findings at or above `--fail-on` (default `error`), 1 such findings, 2
+//! could not scan.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use tensorizer_core::scan::{Finding, ScanOptions, sarif, scan};
+use tensorizer_core::scan::{Finding, ScanOptions, Severity, sarif, scan};
 use tensorizer_native::source::Positioned;
 use tensorizer_native::{Intent, open_uri};
 
@@ -20,13 +21,33 @@ pub(crate) enum Output {
     Sarif,
 }
 
+/// The least severity that fails a scan (`--fail-on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FailOn {
+    Error,
+    Warning,
+    Note,
+}
+
+impl FailOn {
+    /// Whether a finding of `severity` fails the scan.
+    fn fails(self, severity: Severity) -> bool {
+        let least = match self {
+            Self::Error => Severity::Error,
+            Self::Warning => Severity::Warning,
+            Self::Note => Severity::Note,
+        };
+        severity <= least
+    }
+}
+
 fn finding_line(f: &Finding) -> String {
     let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
     format!("{} {}{at}: {}\n    fix: {}", f.rule, f.severity, crate::text::printable(&f.message), f.remediation)
 }
 
 /// Scans `file`; returns the exit status.
-pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
+pub(crate) fn run(file: &Path, output: Output, fail_on: FailOn) -> ExitCode {
     let name = file.to_string_lossy();
     let cannot_scan = |message: String| {
         eprintln!("tzr: {name}: {message}");
@@ -84,7 +105,7 @@ pub(crate) fn run(file: &Path, output: Output) -> ExitCode {
         eprintln!("tzr: could not write the output: {e}");
         return ExitCode::from(2);
     }
-    if let Some(first) = scanned.findings.first() {
+    if let Some(first) = scanned.findings.iter().find(|f| fail_on.fails(f.severity)) {
         let n = scanned.findings.len();
         let first_message = crate::text::printable(&first.message);
         eprintln!("tzr: {name}: {n} finding{}; first: {} {first_message}", if n == 1 { "" } else { "s" }, first.rule);
@@ -101,6 +122,13 @@ mod tests {
         let path = format!("{}/../../tests/vectors/{path}", env!("CARGO_MANIFEST_DIR"));
         let source = open_uri(&path, Intent::ReadAll).unwrap();
         scan(&mut Positioned(source.as_ref()), &ScanOptions { name: Some(&path), ..ScanOptions::default() }).unwrap()
+    }
+
+    #[test]
+    fn fail_on_is_a_threshold() {
+        assert!(FailOn::Error.fails(Severity::Error) && !FailOn::Error.fails(Severity::Warning));
+        assert!(FailOn::Warning.fails(Severity::Warning) && !FailOn::Warning.fails(Severity::Note));
+        assert!(FailOn::Note.fails(Severity::Note) && FailOn::Note.fails(Severity::Error));
     }
 
     #[test]
