@@ -204,6 +204,10 @@ rules! {
     ZipNoPickle = "ZIP-009", Warning,
         "The ZIP archive holds no .pkl entry: it is not a torch.save checkpoint.",
         "Load it with the tool that wrote it, after checking what it is.";
+    /// More than one end record.
+    ZipTwoEnds = "ZIP-010", Error,
+        "The archive holds more than one end-of-central-directory record (readers searching from the start and from the end see different archives).",
+        "Save the checkpoint again; torch.save writes one end record.";
     /// A global that is not on the allow-list.
     PklGlobal = "PKL-001", Error,
         "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",

@@ -73,7 +73,37 @@ fn result(f: &Finding, artifact_uri: &str) -> Value {
 /// The SARIF log for `findings` in the file at `artifact_uri` (a relative
 /// path or a URI, as the user named the file).
 pub fn to_sarif(tool: &Tool<'_>, artifact_uri: &str, findings: &[Finding]) -> Value {
-    let results: Vec<Value> = findings.iter().map(|f| result(f, artifact_uri)).collect();
+    to_sarif_many(tool, &[(artifact_uri, Ok(findings))])
+}
+
+/// The SARIF log of a scan that could not be done: no results, and the
+/// reason as a tool execution notification.
+pub fn to_sarif_failure(tool: &Tool<'_>, artifact_uri: &str, message: &str) -> Value {
+    to_sarif_many(tool, &[(artifact_uri, Err(message))])
+}
+
+/// One SARIF run over several files, each its artifact URI and its
+/// findings or why it could not be scanned: one artifact per file, their
+/// results in order, and one invocation, successful when every file was
+/// scanned, with a notification per file that was not.
+pub fn to_sarif_many(tool: &Tool<'_>, files: &[(&str, core::result::Result<&[Finding], &str>)]) -> Value {
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for (uri, outcome) in files {
+        match outcome {
+            Ok(findings) => results.extend(findings.iter().map(|f| result(f, uri))),
+            Err(message) => failures.push(json!({
+                "level": "error",
+                "message": { "text": message },
+                "locations": [ { "physicalLocation": { "artifactLocation": { "uri": uri } } } ],
+            })),
+        }
+    }
+    let mut invocation = json!({ "executionSuccessful": failures.is_empty() });
+    if !failures.is_empty() {
+        invocation["toolExecutionNotifications"] = Value::Array(failures);
+    }
+    let artifacts: Vec<Value> = files.iter().map(|(uri, _)| json!({ "location": { "uri": uri } })).collect();
     json!({
         "$schema": SCHEMA,
         "version": VERSION,
@@ -84,22 +114,11 @@ pub fn to_sarif(tool: &Tool<'_>, artifact_uri: &str, findings: &[Finding]) -> Va
                 "informationUri": tool.information_uri,
                 "rules": rules(),
             } },
-            "artifacts": [ { "location": { "uri": artifact_uri } } ],
+            "artifacts": artifacts,
             "results": results,
-            "invocations": [ { "executionSuccessful": true } ],
+            "invocations": [ invocation ],
         } ],
     })
-}
-
-/// The SARIF log of a scan that could not be done: no results, and the
-/// reason as a tool execution notification.
-pub fn to_sarif_failure(tool: &Tool<'_>, artifact_uri: &str, message: &str) -> Value {
-    let mut log = to_sarif(tool, artifact_uri, &[]);
-    log["runs"][0]["invocations"] = json!([ {
-        "executionSuccessful": false,
-        "toolExecutionNotifications": [ { "level": "error", "message": { "text": message } } ],
-    } ]);
-    log
 }
 
 /// A finding as the JSON reports write it: `rule`, `severity`, `offset`,

@@ -217,6 +217,9 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
     let mut v = z.clone();
     v.extend_from_slice(b"appended");
     c.push((RuleId::ZipOutside, v, None));
+    let mut v = z.clone();
+    v.extend_from_slice(&z[z.len() - 22..]);
+    c.push((RuleId::ZipTwoEnds, v, None));
     c.push((RuleId::ZipNoPickle, zip(&[e("readme.txt", b"hi")]).0, None));
 
     c.push((RuleId::PklGlobal, OS_SYSTEM.to_vec(), None));

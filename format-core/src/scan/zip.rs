@@ -44,6 +44,18 @@ struct End {
     comment: u64,
 }
 
+/// Offsets of end records in `tail` other than the one at `chosen` whose
+/// central directory ends right where they start, as a writer's does (a
+/// chance `PK\x05\x06` in data or a comment is not one).
+fn other_ends(tail: &[u8], tail_at: u64, chosen: u64) -> Vec<u64> {
+    let last = tail.len().saturating_sub(EOCD_LEN as usize - 1);
+    (0..last)
+        .filter(|&p| tail.get(p..p + 4) == Some(&EOCD_SIG[..]) && tail_at + p as u64 != chosen)
+        .filter(|&p| le(tail, p + 16, 4) + le(tail, p + 12, 4) == tail_at + p as u64)
+        .map(|p| tail_at + p as u64)
+        .collect()
+}
+
 /// The last end-of-central-directory record in `tail` (absolute offset
 /// `tail_at`) whose fixed bytes are all there.
 fn find_end(tail: &[u8], tail_at: u64) -> Option<End> {
@@ -96,6 +108,10 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
         ));
         return Ok(0);
     };
+    for at in other_ends(&tail, tail_at, end.offset) {
+        let m = format!("a second end-of-central-directory record (the scan reads the one at byte {})", end.offset);
+        findings.push(Finding::new(RuleId::ZipTwoEnds, Some(at), m).spanning(EOCD_LEN));
+    }
     let record_end = end.offset.saturating_add(EOCD_LEN).saturating_add(end.comment);
     if record_end > len {
         let f = Finding::new(

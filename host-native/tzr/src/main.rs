@@ -172,14 +172,16 @@ enum Command {
         #[arg(long)]
         num_readers: Option<usize>,
     },
-    /// Scan a model file (tensorizer, safetensors, torch.save zip, legacy or
-    /// bare pickle; told by its bytes) without executing anything, and list
-    /// every finding with its rule id, offset and remediation (spec §22).
-    /// Exits 0 with no findings at or above --fail-on, 1 with such
-    /// findings, 2 when it cannot scan.
+    /// Scan model files and directories (tensorizer, safetensors, torch.save
+    /// zip, legacy or bare pickle; told by their bytes) without executing
+    /// anything, and list every finding with its rule id, offset and
+    /// remediation (spec §22). Exits with the worst status of any file: 0
+    /// no findings at or above --fail-on, 1 such findings, 2 could not scan.
     Scan {
-        /// The file: a path or an http(s)://, s3:// or redis:// URI.
-        file: PathBuf,
+        /// Files (paths or http(s)://, s3:// or redis:// URIs) and
+        /// directories (scanned recursively; files told by their bytes).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
         /// The least severity that fails the scan (exit 1): `error` (code
         /// execution, a computed global, a structure that lies), `warning`
         /// or `note` (any finding).
@@ -238,13 +240,13 @@ type Outcome = Result<(), Failure>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Scan { file, json, sarif, fail_on } => {
+        Command::Scan { files, json, sarif, fail_on } => {
             let output = match (json, sarif) {
                 (true, _) => scan::Output::Json,
                 (_, true) => scan::Output::Sarif,
                 _ => scan::Output::Text,
             };
-            return scan::run(&file, output, fail_on);
+            return scan::run(&files, output, fail_on);
         }
         Command::Diff { a, b, key, json, num_readers } => {
             return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {
