@@ -187,6 +187,10 @@ enum Command {
         /// or `note` (any finding).
         #[arg(long, value_enum, default_value = "error")]
         fail_on: scan::FailOn,
+        /// Leave out named files of no format the scanner knows, as files
+        /// found in a directory are (for hooks that pass every file).
+        #[arg(long)]
+        models_only: bool,
         /// Print JSON instead of text.
         #[arg(long, conflicts_with = "sarif")]
         json: bool,
@@ -240,13 +244,13 @@ type Outcome = Result<(), Failure>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Scan { files, json, sarif, fail_on } => {
+        Command::Scan { files, json, sarif, fail_on, models_only } => {
             let output = match (json, sarif) {
                 (true, _) => scan::Output::Json,
                 (_, true) => scan::Output::Sarif,
                 _ => scan::Output::Text,
             };
-            return scan::run(&files, output, fail_on);
+            return scan::run(&files, output, fail_on, models_only);
         }
         Command::Diff { a, b, key, json, num_readers } => {
             return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {

@@ -55,8 +55,8 @@ fn scan_one(name: &str) -> Outcome {
     scan(&mut Positioned(source.as_ref()), &options).map_err(|e| e.to_string())
 }
 
-/// The files `paths` name: a directory's files, recursively and sorted, and
-/// every other path (a file, a URI) as given.
+/// The files `paths` name, each once: a directory's files, recursively and
+/// sorted, and every other path (a file, a URI) as given.
 fn expand(paths: &[PathBuf]) -> std::io::Result<Vec<(String, bool)>> {
     let mut out = Vec::new();
     for p in paths {
@@ -69,6 +69,10 @@ fn expand(paths: &[PathBuf]) -> std::io::Result<Vec<(String, bool)>> {
             out.push((p.to_string_lossy().into_owned(), false));
         }
     }
+    // A file named twice (or named and found in a directory) is scanned
+    // and reported once: SARIF's artifacts must be unique.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|(name, _)| seen.insert(name.clone()));
     Ok(out)
 }
 
@@ -136,10 +140,10 @@ fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<S
 
 /// Scans every file `paths` name (directories recursively); returns the
 /// worst exit status: 2 when a file could not be scanned, 1 when one has
-/// a finding at or above `fail_on`, else 0. In a directory, a file whose
-/// bytes are no format the scanner knows (only `FMT-001`) is not a model
-/// file and is left out.
-pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn) -> ExitCode {
+/// a finding at or above `fail_on`, else 0. In a directory (or with
+/// `models_only`, anywhere), a file whose bytes are no format the scanner
+/// knows (only `FMT-001`) is not a model file and is left out.
+pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_only: bool) -> ExitCode {
     let listed = match expand(paths) {
         Ok(l) => l,
         Err(e) => {
@@ -152,7 +156,7 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn) -> ExitCod
     for (name, in_dir) in listed {
         let outcome = scan_one(&name);
         let unknown = outcome.as_ref().is_ok_and(|s| s.format == tensorizer_core::scan::Format::Unknown);
-        if !(in_dir && unknown) {
+        if !((in_dir || models_only) && unknown) {
             files.push((name, outcome));
         }
     }
