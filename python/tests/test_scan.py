@@ -84,3 +84,21 @@ def test_fail_on_sets_the_exit_threshold():
     assert _tzr(module).returncode == 0  # PKL-007 is a warning; the default fails on errors
     assert _tzr("--fail-on", "warning", module).returncode == 1
     assert _tzr("--fail-on", "error", VECTORS_DIR / "torch" / "hostile_os_system.pt").returncode == 1
+
+
+def test_scan_takes_a_directory_or_a_list(tmp_path):
+    torch_dir = VECTORS_DIR / "torch"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "w.bin").write_bytes((torch_dir / "module.pt").read_bytes())
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    report = tensorizer_rs.scan(tmp_path)
+    assert [f["file"] for f in report["files"]] == [str(tmp_path / "a" / "w.bin")] and report["valid"]
+    evil = torch_dir / "hostile_os_system.pt"
+    report = tensorizer_rs.scan([tmp_path, evil, evil])
+    assert [f["file"] for f in report["files"]] == [str(tmp_path / "a" / "w.bin"), str(evil)]
+    assert not report["valid"]
+    if TZR.is_file():
+        out = subprocess.run([str(TZR), "scan", "--json", str(tmp_path), str(evil)], capture_output=True, text=True)
+        assert json.loads(out.stdout) == tensorizer_rs.scan([tmp_path, evil])
+    # One file: the single report, as before.
+    assert tensorizer_rs.scan(evil)["file"] == str(evil)
