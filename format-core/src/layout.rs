@@ -215,6 +215,12 @@ pub const MAX_FINDINGS_PER_RULE: u64 = 100;
 /// reported as not scanned.
 pub const MAX_SCANNED_PICKLES: u64 = 64;
 
+/// Highest ratio of inflated to deflated bytes the scanner accepts in a
+/// compressed ZIP entry: DEFLATE cannot do better than about 1,032 to 1, so
+/// an entry declaring more is a lie (a zip bomb's signature) and is not
+/// inflated.
+pub const MAX_INFLATE_RATIO: u64 = 1032;
+
 /// Most pickle bytes read over a whole scan (every pickle of an archive
 /// together); past it, pickles are reported as not scanned.
 pub const MAX_SCANNED_PICKLE_BYTES: u64 = 4 * MAX_PICKLE_LEN;

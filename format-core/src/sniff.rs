@@ -184,6 +184,13 @@ mod tests {
         assert_eq!(classify(b"\x80\x04\x95\x00", 4), Classified::Pickle);
         let legacy = [0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e];
         assert_eq!(classify(&legacy, 15), Classified::TorchLegacy);
+        // torch.save(pickle_protocol=3), and 4 with its FRAME.
+        let mut p3 = legacy;
+        p3[1] = 3;
+        assert_eq!(classify(&p3, 15), Classified::TorchLegacy);
+        let mut p4 = b"\x80\x04\x95\x0d\x00\x00\x00\x00\x00\x00\x00".to_vec();
+        p4.extend_from_slice(&legacy[2..]);
+        assert_eq!(classify(&p4, p4.len() as u64), Classified::TorchLegacy);
         assert_eq!(classify(b"PK\x05\x06", 22), Classified::Zip);
         assert_eq!(classify(b"|TZR|", 5), Classified::Tensorizer);
         assert_eq!(classify(b"cos\nsystem\n", 12), Classified::Unknown);

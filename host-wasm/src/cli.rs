@@ -19,9 +19,6 @@ use crate::validate::{Inspection, PIECE_LEN, exit_code, verify_all};
 /// The program name used in messages.
 pub const PROGRAM: &str = "tensorizer-validate";
 
-/// Where the rules are described (SARIF's `informationUri`).
-pub const INFORMATION_URI: &str = "https://example.invalid/tensorizer-rs/spec/22-scanner.md";
-
 /// Usage text for `--help`.
 pub const USAGE: &str = "\
 tensorizer-validate: scan a model file (tensorizer, safetensors, torch.save zip,
@@ -285,7 +282,7 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
 
 /// This program as SARIF's `tool.driver`.
 pub fn tool() -> sarif::Tool<'static> {
-    sarif::Tool { name: PROGRAM, version: env!("CARGO_PKG_VERSION"), information_uri: INFORMATION_URI }
+    sarif::Tool { name: PROGRAM, version: env!("CARGO_PKG_VERSION"), information_uri: None }
 }
 
 /// The SARIF log of a report: its findings, verification failures included.

@@ -96,6 +96,8 @@ pub struct FindingItem {
     pub message: String,
     /// What to do about it.
     pub remediation: &'static str,
+    /// How many findings of one cause it stands for (spec §22.1).
+    pub count: u64,
 }
 
 impl From<&Finding> for FindingItem {
@@ -108,6 +110,7 @@ impl From<&Finding> for FindingItem {
             tensor: f.tensor.as_deref().map(crate::error::one_line),
             message: crate::error::one_line(&f.message),
             remediation: f.remediation,
+            count: f.count,
         }
     }
 }

@@ -755,7 +755,7 @@ def test_torch_checkpoints_scan_clean(validate, name):
     [
         ("hostile_os_system.pt", "PKL-001", "posix.system"),
         ("hostile_eval.pt", "PKL-001", "__builtin__.eval"),
-        ("hostile_module.pt", "PKL-001", "torch.nn.modules"),
+        ("hostile_module.pt", "PKL-007", "torch.nn.modules"),
         ("hostile_deflated.pt", "ZIP-006", "compression method 8"),
     ],
 )

@@ -49,3 +49,56 @@ def test_the_same_report_as_tzr_scan_json():
 def test_an_unreadable_file_raises():
     with pytest.raises(FileNotFoundError):
         tensorizer_rs.scan("/no/such/file.tensors")
+
+
+def _tzr(*args):
+    if not TZR.is_file():
+        pytest.skip("tzr is not built (cargo build -p tzr)")
+    return subprocess.run([str(TZR), "scan", *map(str, args)], capture_output=True, text=True)
+
+
+def test_tzr_scan_takes_files_and_directories_and_exits_with_the_worst(tmp_path):
+    torch_dir = VECTORS_DIR / "torch"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "weights.bin").write_bytes((torch_dir / "module.pt").read_bytes())
+    (tmp_path / "README.md").write_text("not a model\n")
+    clean = _tzr("--json", tmp_path)
+    assert clean.returncode == 0, clean.stderr
+    doc = json.loads(clean.stdout)
+    # Told by content: the README is left out, the .bin is a torch zip.
+    assert [f["file"] for f in doc["files"]] == [str(tmp_path / "sub" / "weights.bin")]
+    assert doc["valid"] and doc["files"][0]["format"] == "torch-zip"
+    (tmp_path / "evil.dat").write_bytes((torch_dir / "hostile_os_system.pt").read_bytes())
+    both = _tzr("--sarif", tmp_path, torch_dir / "module.pt")
+    assert both.returncode == 1
+    run = json.loads(both.stdout)["runs"][0]
+    uris = [a["location"]["uri"] for a in run["artifacts"]]
+    assert len(uris) == 3 and uris[0].endswith("/evil.dat"), uris
+    assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]} == {uris[0]}
+    worst = _tzr(tmp_path, "/no/such/file.pt")
+    assert worst.returncode == 2
+
+
+def test_fail_on_sets_the_exit_threshold():
+    module = VECTORS_DIR / "torch" / "hostile_module.pt"
+    assert _tzr(module).returncode == 0  # PKL-007 is a warning; the default fails on errors
+    assert _tzr("--fail-on", "warning", module).returncode == 1
+    assert _tzr("--fail-on", "error", VECTORS_DIR / "torch" / "hostile_os_system.pt").returncode == 1
+
+
+def test_scan_takes_a_directory_or_a_list(tmp_path):
+    torch_dir = VECTORS_DIR / "torch"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "w.bin").write_bytes((torch_dir / "module.pt").read_bytes())
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    report = tensorizer_rs.scan(tmp_path)
+    assert [f["file"] for f in report["files"]] == [str(tmp_path / "a" / "w.bin")] and report["valid"]
+    evil = torch_dir / "hostile_os_system.pt"
+    report = tensorizer_rs.scan([tmp_path, evil, evil])
+    assert [f["file"] for f in report["files"]] == [str(tmp_path / "a" / "w.bin"), str(evil)]
+    assert not report["valid"]
+    if TZR.is_file():
+        out = subprocess.run([str(TZR), "scan", "--json", str(tmp_path), str(evil)], capture_output=True, text=True)
+        assert json.loads(out.stdout) == tensorizer_rs.scan([tmp_path, evil])
+    # One file: the single report, as before.
+    assert tensorizer_rs.scan(evil)["file"] == str(evil)

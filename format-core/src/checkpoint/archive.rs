@@ -13,8 +13,22 @@ use crate::layout::{MAX_CHECKPOINT_RECORD_LEN, MAX_TORCH_ARCHIVE_VERSION};
 /// How many leading bytes [`sniff`] looks at.
 pub const SNIFF_LEN: usize = 512;
 
-/// `torch.save`'s legacy magic number, pickled as a LONG1 after `PROTO 2`.
-const LEGACY_MAGIC: [u8; 14] = [0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+/// `torch.save`'s legacy magic number, pickled as a LONG1.
+const LEGACY_MAGIC: [u8; 12] = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+
+/// Whether `head` opens with torch's legacy magic number: `PROTO` 2 to 5
+/// (the `pickle_protocol` torch.save was given), a `FRAME` from protocol 4
+/// on, then the magic number as a LONG1.
+fn legacy_magic(head: &[u8]) -> bool {
+    let [0x80, 2..=5, rest @ ..] = head else {
+        return false;
+    };
+    let rest = match rest {
+        [0x95, framed @ ..] => framed.get(8..).unwrap_or(&[]),
+        _ => rest,
+    };
+    rest.starts_with(&LEGACY_MAGIC)
+}
 
 /// Checks the first bytes of a file (up to [`SNIFF_LEN`]): a ZIP local
 /// header must be at byte 0. Legacy torch files (a pickle stream, or the
@@ -23,7 +37,7 @@ pub fn sniff(head: &[u8]) -> Result<()> {
     if head.starts_with(b"PK\x03\x04") {
         return Ok(());
     }
-    if head.starts_with(&LEGACY_MAGIC) {
+    if legacy_magic(head) {
         return Err(Error::LegacyTorchCheckpoint {
             layout: "a pickle stream with torch's legacy magic number, written by torch < 1.6 or with \
                      _use_new_zipfile_serialization=False",

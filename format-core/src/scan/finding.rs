@@ -26,6 +26,9 @@ pub struct Finding {
     pub message: String,
     /// What to do about it (the rule's remediation).
     pub remediation: &'static str,
+    /// How many findings of one cause this one stands for (1, or more when
+    /// [`Findings::finish`] collapsed them).
+    pub count: u64,
 }
 
 impl Finding {
@@ -39,6 +42,7 @@ impl Finding {
             tensor: None,
             message: message.into(),
             remediation: rule.remediation(),
+            count: 1,
         }
     }
 
@@ -54,6 +58,12 @@ impl Finding {
         self
     }
 }
+
+/// Rules whose findings in one file share one cause, so that
+/// [`Findings::finish`] reports them as one finding with a count: data
+/// ranges past the end of the file all say the file is shorter than its
+/// header promises (a truncated download), however many tensors it cuts.
+const ONE_CAUSE: &[RuleId] = &[RuleId::StPastEnd, RuleId::TzrTruncated];
 
 /// Collects findings, keeping at most [`MAX_FINDINGS_PER_RULE`] per rule
 /// and counting the rest.
@@ -104,6 +114,19 @@ impl Findings {
         }
     }
 
+    /// The same findings, placed at `offset` in the file: for findings in
+    /// bytes that are not the file's (an inflated ZIP entry), whose own
+    /// offset each message keeps.
+    pub fn relocated(mut self, offset: u64) -> Self {
+        for f in &mut self.kept {
+            if let Some(at) = f.offset.replace(offset) {
+                f.message = format!("{} (at byte {at} of the inflated entry)", f.message);
+            }
+            f.length = None;
+        }
+        self
+    }
+
     /// Whether nothing was found.
     pub fn is_empty(&self) -> bool {
         self.per_rule.is_empty()
@@ -114,13 +137,31 @@ impl Findings {
         self.per_rule.get(&rule).copied().unwrap_or(0)
     }
 
+    /// Replaces the sorted findings of `rule` by the first, counting all
+    /// of them (those past the cap too).
+    fn collapse(&mut self, rule: RuleId) {
+        let total = self.count(rule);
+        if total < 2 {
+            return;
+        }
+        let mut seen = false;
+        self.kept.retain(|f| f.rule != rule || !core::mem::replace(&mut seen, true));
+        if let Some(f) = self.kept.iter_mut().find(|f| f.rule == rule) {
+            f.count = total;
+            f.message = format!("{} (and {} more of the same cause)", f.message, total - 1);
+        }
+    }
+
     /// The findings, sorted by offset (whole-file findings first), then
     /// rule, then message; then one [`RuleId::FindingsCapped`] finding per
     /// rule that went over the cap.
     pub fn finish(mut self) -> Vec<Finding> {
         self.kept.sort_by(|a, b| (a.offset, a.rule, &a.message).cmp(&(b.offset, b.rule, &b.message)));
+        for &rule in ONE_CAUSE {
+            self.collapse(rule);
+        }
         for (rule, &n) in &self.per_rule {
-            if n > MAX_FINDINGS_PER_RULE {
+            if n > MAX_FINDINGS_PER_RULE && !ONE_CAUSE.contains(rule) {
                 self.kept.push(Finding::new(
                     RuleId::FindingsCapped,
                     None,

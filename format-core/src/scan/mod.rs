@@ -20,6 +20,7 @@
 //! the host's streaming verifier; [`rule_for_error`] maps its failures to
 //! the same rules.
 
+mod allow;
 pub(crate) mod buffer;
 pub(crate) mod finding;
 pub mod pickle;

@@ -16,6 +16,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::allow::Inert;
 use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::Global;
 use crate::error::{Error, Result};
@@ -34,6 +35,9 @@ struct Callee {
     allowed: bool,
     /// Whether it is a tensor rebuild function (counted as a tensor).
     rebuilds_tensor: bool,
+    /// How a global that is not allowed may still be used without running
+    /// code outside its library.
+    inert: Inert,
 }
 
 /// A value on the scanner's stack.
@@ -211,16 +215,41 @@ impl<'a> Scanner<'a, '_> {
     /// Registers `module.name` and reports it when it is not allowed.
     fn global(&mut self, at: u64, module: &[u8], name: &[u8], cut: bool) -> Step<Callee> {
         let resolved = Global::resolve(at, module, name);
-        let allowed = !cut && !matches!(resolved, Err(Error::ForbiddenGlobal { .. }) | Err(Error::Malformed { .. }));
+        let allowed = !cut
+            && (super::allow::weights_only(module, name)
+                || !matches!(resolved, Err(Error::ForbiddenGlobal { .. }) | Err(Error::Malformed { .. })));
         let rebuilds_tensor = matches!(resolved, Ok(Global::RebuildTensorV2 | Global::RebuildTensorV3));
         let full = format!("{}.{}", lossy(module), lossy(name));
         let id = self.name_id(at, full)?;
-        if !allowed {
+        let inert = if allowed || cut { Inert::No } else { super::allow::inert(module, name) };
+        if inert != Inert::No {
+            let m = self.msg(&format!(
+                "global {} is refused by weights_only=True; rebuilding it runs only its own library's code",
+                self.names[id as usize]
+            ));
+            self.findings.push(Finding::new(RuleId::PklInert, Some(at), m).spanning(1));
+        } else if !allowed {
             self.walk.suspicious += 1;
             let m = self.msg(&format!("global {} is not on the allow-list", self.names[id as usize]));
             self.findings.push(Finding::new(RuleId::PklGlobal, Some(at), m).spanning(1));
         }
-        Ok(Callee { name: id, allowed, rebuilds_tensor })
+        Ok(Callee { name: id, allowed, rebuilds_tensor, inert })
+    }
+
+    /// STACK_GLOBAL on operands that are not literal strings: the name is
+    /// whatever earlier opcodes computed, known only when a loader runs them.
+    fn computed_global(&mut self, at: u64, module: &V, name: &V) -> Step<Callee> {
+        let part = |v: &V| match v {
+            V::Str(s, _) => format!("{s:?}"),
+            V::Callable(c) | V::Object(c) => format!("a value made from {}", self.names[c.name as usize]),
+            V::Other => "a value made at load time".into(),
+        };
+        let (m, n) = (part(module), part(name));
+        let id = self.name_id(at, String::from("<computed global>"))?;
+        self.walk.suspicious += 1;
+        let text = self.msg(&format!("global name computed at load time (module: {m}; name: {n})"));
+        self.findings.push(Finding::new(RuleId::PklComputedGlobal, Some(at), text).spanning(1));
+        Ok(Callee { name: id, allowed: false, rebuilds_tensor: false, inert: Inert::No })
     }
 
     fn name_id(&mut self, at: u64, full: String) -> Step<u32> {
@@ -237,6 +266,7 @@ impl<'a> Scanner<'a, '_> {
     /// A call (REDUCE, NEWOBJ, INST, OBJ) of `callable`: its result.
     fn call(&mut self, at: u64, op: &str, callable: &V) -> V {
         match callable {
+            V::Callable(c) if inert_use(c.inert, op) => V::Object(Callee { allowed: true, ..*c }),
             V::Callable(c) | V::Object(c) => {
                 let what = if matches!(callable, V::Object(_)) { "an object made by " } else { "" };
                 if !c.allowed {
@@ -354,10 +384,10 @@ impl<'a> Scanner<'a, '_> {
                 0x93 => {
                     let name = self.pop(at)?;
                     let module = self.pop(at)?;
-                    let (V::Str(m, cm), V::Str(n, cn)) = (&module, &name) else {
-                        return Err(Stop::Malformed(at, "STACK_GLOBAL needs two strings".into()));
+                    let c = match (&module, &name) {
+                        (V::Str(m, cm), V::Str(n, cn)) => self.global(at, m.as_bytes(), n.as_bytes(), *cm || *cn)?,
+                        _ => self.computed_global(at, &module, &name)?,
                     };
-                    let c = self.global(at, m.as_bytes(), n.as_bytes(), *cm || *cn)?;
                     self.push(at, V::Callable(c))?;
                 }
                 0x82..=0x84 => {
@@ -372,7 +402,10 @@ impl<'a> Scanner<'a, '_> {
                         "global copyreg extension code {code} (whatever copyreg's registry maps it to) is not on the allow-list"
                     ));
                     self.findings.push(Finding::new(RuleId::PklGlobal, Some(at), m).spanning(1));
-                    self.push(at, V::Callable(Callee { name: id, allowed: false, rebuilds_tensor: false }))?;
+                    self.push(
+                        at,
+                        V::Callable(Callee { name: id, allowed: false, rebuilds_tensor: false, inert: Inert::No }),
+                    )?;
                 }
                 b'R' | 0x81 => {
                     let _args = self.pop(at)?;
@@ -518,6 +551,15 @@ impl<'a> Scanner<'a, '_> {
                 other => return Err(Stop::Malformed(at, format!("opcode {other:#04x} does not exist"))),
             }
         }
+    }
+}
+
+/// Whether calling an inert global with `op` only rebuilds a value.
+fn inert_use(inert: Inert, op: &str) -> bool {
+    match inert {
+        Inert::Call => true,
+        Inert::Instantiate => matches!(op, "NEWOBJ" | "NEWOBJ_EX"),
+        Inert::No => false,
     }
 }
 
@@ -758,6 +800,37 @@ mod tests {
         let (_, found) = rules(&p);
         assert!(found.iter().any(|f| f.0 == RuleId::PklGlobal && f.2.contains("builtins.eval")), "{found:?}");
         assert!(found.iter().any(|f| f.0 == RuleId::PklCall));
+    }
+
+    #[test]
+    fn a_computed_global_is_its_own_finding_and_the_walk_goes_on() {
+        // STACK_GLOBAL whose module is what OrderedDict() returned, then a
+        // call of it, then a literal os.system the walk must still reach.
+        let mut p = b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R".to_vec();
+        p.extend_from_slice(b"\x8c\x06system\x93\x8c\x02ls\x85R0cos\nsystem\n.");
+        let (w, found) = rules(&p);
+        let ids: Vec<RuleId> = found.iter().map(|f| f.0).collect();
+        assert_eq!(ids, [RuleId::PklComputedGlobal, RuleId::PklCall, RuleId::PklGlobal], "{found:?}");
+        assert!(found[0].2.contains("computed at load time"), "{}", found[0].2);
+        assert!(found[0].2.contains("collections.OrderedDict"), "{}", found[0].2);
+        assert!(w.end.is_some());
+    }
+
+    #[test]
+    fn inert_objects_are_a_warning_only_when_used_as_rebuilt() {
+        // NEWOBJ + BUILD of a torch.nn class: one PKL-007, nothing else.
+        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.linear\nLinear\n)\x81}b.");
+        let ids: Vec<RuleId> = found.iter().map(|f| f.0).collect();
+        assert_eq!(ids, [RuleId::PklInert], "{found:?}");
+        // REDUCE of the same class runs its __init__: an error.
+        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.linear\nLinear\n)R.");
+        assert!(found.iter().any(|f| f.0 == RuleId::PklCall), "{found:?}");
+        // A lowercase torch.nn.modules name is a function, not inert.
+        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.module\nregister_module_forward_hook\n.");
+        assert_eq!(found[0].0, RuleId::PklGlobal, "{found:?}");
+        // numpy's reconstructor may be called.
+        let (_, found) = rules(b"\x80\x02cnumpy._core.multiarray\n_reconstruct\n)R}b.");
+        assert!(found.iter().all(|f| f.0 == RuleId::PklInert), "{found:?}");
     }
 
     #[test]

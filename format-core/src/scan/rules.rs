@@ -190,7 +190,7 @@ rules! {
         "Save the checkpoint again; disagreeing headers show different readers different data.";
     /// A compressed entry.
     ZipCompressed = "ZIP-006", Warning,
-        "An entry is compressed; torch.save stores entries uncompressed, and a compressed pickle cannot be scanned here.",
+        "An entry is compressed; torch.save stores entries uncompressed (a deflated pickle is inflated and scanned, within the zip-bomb limits).",
         "Save the checkpoint again with torch.save, or unpack and scan the entry.";
     /// An encrypted entry.
     ZipEncrypted = "ZIP-007", Error,
@@ -204,6 +204,10 @@ rules! {
     ZipNoPickle = "ZIP-009", Warning,
         "The ZIP archive holds no .pkl entry: it is not a torch.save checkpoint.",
         "Load it with the tool that wrote it, after checking what it is.";
+    /// More than one end record.
+    ZipTwoEnds = "ZIP-010", Error,
+        "The archive holds more than one end-of-central-directory record (readers searching from the start and from the end see different archives).",
+        "Save the checkpoint again; torch.save writes one end record.";
     /// A global that is not on the allow-list.
     PklGlobal = "PKL-001", Error,
         "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",
@@ -224,6 +228,14 @@ rules! {
     PklNotScanned = "PKL-005", Error,
         "A pickle was not scanned in full: above the scan limits, compressed, or encrypted.",
         "Scan it unpacked, or save the checkpoint again uncompressed.";
+    /// STACK_GLOBAL on operands that are not literal strings.
+    PklComputedGlobal = "PKL-006", Error,
+        "The pickle imports a global whose module or name is computed at load time (STACK_GLOBAL on values earlier opcodes made, not literal strings).",
+        "Do not load it: no writer computes a global's name; it hides what the pickle imports from scanners.";
+    /// An object weights_only refuses whose rebuilding runs no code outside its library.
+    PklInert = "PKL-007", Warning,
+        "The pickle rebuilds an object torch.load(weights_only=True) refuses but whose rebuilding runs only its own library's code: a whole torch.nn module, a numpy array, scalar or dtype, an argparse.Namespace.",
+        "Save the state_dict instead, or load with weights_only=True after torch.serialization.add_safe_globals for that class.";
 }
 
 impl RuleId {

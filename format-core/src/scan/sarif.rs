@@ -22,8 +22,9 @@ pub struct Tool<'a> {
     pub name: &'a str,
     /// Its version.
     pub version: &'a str,
-    /// Where to read about it and its rules.
-    pub information_uri: &'a str,
+    /// Where to read about it and its rules, when the tool has a public
+    /// page (SARIF's `informationUri`, left out when `None`).
+    pub information_uri: Option<&'a str>,
 }
 
 /// The rule table as SARIF `reportingDescriptor`s.
@@ -61,6 +62,9 @@ fn result(f: &Finding, artifact_uri: &str) -> Value {
         "message": { "text": f.message },
         "locations": [ { "physicalLocation": Value::Object(location) } ],
     });
+    if let (true, Value::Object(o)) = (f.count > 1, &mut out) {
+        o.insert("occurrenceCount".into(), f.count.into());
+    }
     if let (Some(t), Value::Object(o)) = (&f.tensor, &mut out) {
         o.insert("properties".into(), json!({ "tensor": t }));
     }
@@ -70,37 +74,55 @@ fn result(f: &Finding, artifact_uri: &str) -> Value {
 /// The SARIF log for `findings` in the file at `artifact_uri` (a relative
 /// path or a URI, as the user named the file).
 pub fn to_sarif(tool: &Tool<'_>, artifact_uri: &str, findings: &[Finding]) -> Value {
-    let results: Vec<Value> = findings.iter().map(|f| result(f, artifact_uri)).collect();
-    json!({
-        "$schema": SCHEMA,
-        "version": VERSION,
-        "runs": [ {
-            "tool": { "driver": {
-                "name": tool.name,
-                "version": tool.version,
-                "informationUri": tool.information_uri,
-                "rules": rules(),
-            } },
-            "artifacts": [ { "location": { "uri": artifact_uri } } ],
-            "results": results,
-            "invocations": [ { "executionSuccessful": true } ],
-        } ],
-    })
+    to_sarif_many(tool, &[(artifact_uri, Ok(findings))])
 }
 
 /// The SARIF log of a scan that could not be done: no results, and the
 /// reason as a tool execution notification.
 pub fn to_sarif_failure(tool: &Tool<'_>, artifact_uri: &str, message: &str) -> Value {
-    let mut log = to_sarif(tool, artifact_uri, &[]);
-    log["runs"][0]["invocations"] = json!([ {
-        "executionSuccessful": false,
-        "toolExecutionNotifications": [ { "level": "error", "message": { "text": message } } ],
-    } ]);
-    log
+    to_sarif_many(tool, &[(artifact_uri, Err(message))])
+}
+
+/// One SARIF run over several files, each its artifact URI and its
+/// findings or why it could not be scanned: one artifact per file, their
+/// results in order, and one invocation, successful when every file was
+/// scanned, with a notification per file that was not.
+pub fn to_sarif_many(tool: &Tool<'_>, files: &[(&str, core::result::Result<&[Finding], &str>)]) -> Value {
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for (uri, outcome) in files {
+        match outcome {
+            Ok(findings) => results.extend(findings.iter().map(|f| result(f, uri))),
+            Err(message) => failures.push(json!({
+                "level": "error",
+                "message": { "text": message },
+                "locations": [ { "physicalLocation": { "artifactLocation": { "uri": uri } } } ],
+            })),
+        }
+    }
+    let mut invocation = json!({ "executionSuccessful": failures.is_empty() });
+    if !failures.is_empty() {
+        invocation["toolExecutionNotifications"] = Value::Array(failures);
+    }
+    let artifacts: Vec<Value> = files.iter().map(|(uri, _)| json!({ "location": { "uri": uri } })).collect();
+    let mut driver = json!({ "name": tool.name, "version": tool.version, "rules": rules() });
+    if let (Some(uri), Some(d)) = (tool.information_uri, driver.as_object_mut()) {
+        d.insert("informationUri".into(), Value::from(uri));
+    }
+    json!({
+        "$schema": SCHEMA,
+        "version": VERSION,
+        "runs": [ {
+            "tool": { "driver": driver },
+            "artifacts": artifacts,
+            "results": results,
+            "invocations": [ invocation ],
+        } ],
+    })
 }
 
 /// A finding as the JSON reports write it: `rule`, `severity`, `offset`,
-/// `length`, `tensor`, `message`, `remediation`.
+/// `length`, `tensor`, `message`, `remediation`, `count`.
 pub fn finding_json(f: &Finding) -> Value {
     json!({
         "rule": f.rule.as_str(),
@@ -110,6 +132,7 @@ pub fn finding_json(f: &Finding) -> Value {
         "tensor": f.tensor,
         "message": f.message,
         "remediation": f.remediation,
+        "count": f.count,
     })
 }
 
@@ -156,7 +179,7 @@ mod tests {
     #[test]
     fn the_log_has_the_required_shape() {
         let f = Finding::new(RuleId::PklGlobal, Some(42), "global os.system").spanning(1);
-        let tool = Tool { name: "t", version: "1", information_uri: "https://example.invalid" };
+        let tool = Tool { name: "t", version: "1", information_uri: None };
         let log = to_sarif(&tool, "dir/a b.pt", &[f]);
         assert_eq!(log["version"], "2.1.0");
         let run = &log["runs"][0];

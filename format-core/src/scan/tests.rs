@@ -217,6 +217,9 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
     let mut v = z.clone();
     v.extend_from_slice(b"appended");
     c.push((RuleId::ZipOutside, v, None));
+    let mut v = z.clone();
+    v.extend_from_slice(&z[z.len() - 22..]);
+    c.push((RuleId::ZipTwoEnds, v, None));
     c.push((RuleId::ZipNoPickle, zip(&[e("readme.txt", b"hi")]).0, None));
 
     c.push((RuleId::PklGlobal, OS_SYSTEM.to_vec(), None));
@@ -225,6 +228,12 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
     let mut v = STATE_DICT.to_vec();
     v.extend_from_slice(b"tail");
     c.push((RuleId::PklTrailing, v, None));
+    c.push((
+        RuleId::PklComputedGlobal,
+        b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R\x8c\x06system\x93.".to_vec(),
+        None,
+    ));
+    c.push((RuleId::PklInert, b"\x80\x02cargparse\nNamespace\n)\x81}b.".to_vec(), None));
     c.push((
         RuleId::PklNotScanned,
         zip(&[ZipEntry { name: "archive/data.pkl", data: STATE_DICT, flags: 0, method: 8 }]).0,
@@ -304,10 +313,15 @@ fn real_files_scan_as_expected() {
     assert!(names.iter().any(|m| m.contains("posix.system")), "{names:?}");
     assert!(s.findings.iter().any(|f| f.rule == RuleId::PklCall));
     let s = run(&vector("torch/hostile_module.pt"), None);
-    assert!(s.findings.iter().any(|f| f.rule == RuleId::PklGlobal && f.message.contains("torch.nn.modules")));
+    // A whole nn.Module: refused by weights_only, but rebuilding it runs
+    // only torch's code, a warning.
+    assert!(s.findings.iter().any(|f| f.rule == RuleId::PklInert && f.message.contains("torch.nn.modules")));
+    assert!(s.findings.iter().all(|f| f.severity != Severity::Error), "{:?}", s.findings);
     let s = run(&vector("torch/hostile_deflated.pt"), None);
     let rules: BTreeSet<RuleId> = s.findings.iter().map(|f| f.rule).collect();
-    assert!(rules.contains(&RuleId::ZipCompressed) && rules.contains(&RuleId::PklNotScanned), "{rules:?}");
+    // A benign state dict, deflated: inflated and scanned, only ZIP-006.
+    assert_eq!(rules, [RuleId::ZipCompressed].into());
+    assert!(s.tensors > 0);
 }
 
 #[test]
@@ -326,6 +340,48 @@ fn findings_are_sorted_capped_and_carry_remediation() {
     assert!(s.findings.iter().all(|f| f.remediation == f.rule.remediation()));
     // Deterministic: the same bytes give the same findings.
     assert_eq!(run(&bytes, None).findings, s.findings);
+}
+
+/// A torch zip whose `data.pkl` is `pickle` deflated, declaring
+/// `declared` inflated bytes.
+fn deflated_zip(pickle: &[u8], declared: u32) -> Vec<u8> {
+    let packed = miniz_oxide::deflate::compress_to_vec(pickle, 6);
+    let (mut v, offsets) = zip(&[ZipEntry { name: "archive/data.pkl", data: &packed, flags: 0, method: 8 }]);
+    put32(&mut v, offsets[0].0 + 22, declared);
+    put32(&mut v, offsets[0].1 + 24, declared);
+    v
+}
+
+#[test]
+fn a_deflated_pickle_is_inflated_and_scanned_within_the_limits() {
+    let s = run(&deflated_zip(OS_SYSTEM, OS_SYSTEM.len() as u32), None);
+    let rules: BTreeSet<RuleId> = s.findings.iter().map(|f| f.rule).collect();
+    assert!(rules.contains(&RuleId::ZipCompressed) && rules.contains(&RuleId::PklGlobal), "{:?}", s.findings);
+    assert!(!rules.contains(&RuleId::PklNotScanned), "{:?}", s.findings);
+    let g = s.findings.iter().find(|f| f.rule == RuleId::PklGlobal).unwrap();
+    assert!(g.message.contains("of the inflated entry"), "{}", g.message);
+    // A size that lies, either way, or beyond DEFLATE's ratio: not inflated.
+    for declared in [OS_SYSTEM.len() as u32 - 1, OS_SYSTEM.len() as u32 + 1, 1 << 30] {
+        let s = run(&deflated_zip(OS_SYSTEM, declared), None);
+        assert!(s.findings.iter().any(|f| f.rule == RuleId::PklNotScanned), "{declared}: {:?}", s.findings);
+    }
+}
+
+#[test]
+fn one_truncation_is_one_finding_with_a_count() {
+    // Three tensors of 4 bytes, the file cut after the first: the two past
+    // the end are one ST-006 with a count of 2.
+    let json = r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]},"c":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}}"#;
+    let json = std::format!("{json:<width$}", width = json.len().next_multiple_of(8));
+    let mut v = (json.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(json.as_bytes());
+    v.extend_from_slice(&[0; 4]);
+    let s = run(&v, None);
+    let past: Vec<&Finding> = s.findings.iter().filter(|f| f.rule == RuleId::StPastEnd).collect();
+    assert_eq!(past.len(), 1, "{:?}", s.findings);
+    assert_eq!(past[0].count, 2);
+    assert!(past[0].message.ends_with("(and 1 more of the same cause)"), "{}", past[0].message);
+    assert!(s.findings.iter().filter(|f| f.rule != RuleId::StPastEnd).all(|f| f.count == 1));
 }
 
 #[test]

@@ -6,11 +6,14 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::pickle::walk_growing;
+use super::pickle::{walk, walk_growing};
 use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::zip::{LOCAL_HEADER_LEN, ZIP64_EOCD_LEN, tail_start};
 use crate::error::Result;
-use crate::layout::{MAX_SCANNED_PICKLE_BYTES, MAX_SCANNED_PICKLES, MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES};
+use crate::layout::{
+    MAX_INFLATE_RATIO, MAX_PICKLE_LEN, MAX_SCANNED_PICKLE_BYTES, MAX_SCANNED_PICKLES, MAX_ZIP_CENTRAL_DIRECTORY_LEN,
+    MAX_ZIP_ENTRIES,
+};
 use crate::source::RandomAccess;
 
 const EOCD_SIG: [u8; 4] = *b"PK\x05\x06";
@@ -39,6 +42,18 @@ struct End {
     cd_size: u64,
     cd_offset: u64,
     comment: u64,
+}
+
+/// Offsets of end records in `tail` other than the one at `chosen` whose
+/// central directory ends right where they start, as a writer's does (a
+/// chance `PK\x05\x06` in data or a comment is not one).
+fn other_ends(tail: &[u8], tail_at: u64, chosen: u64) -> Vec<u64> {
+    let last = tail.len().saturating_sub(EOCD_LEN as usize - 1);
+    (0..last)
+        .filter(|&p| tail.get(p..p + 4) == Some(&EOCD_SIG[..]) && tail_at + p as u64 != chosen)
+        .filter(|&p| le(tail, p + 16, 4) + le(tail, p + 12, 4) == tail_at + p as u64)
+        .map(|p| tail_at + p as u64)
+        .collect()
 }
 
 /// The last end-of-central-directory record in `tail` (absolute offset
@@ -93,6 +108,10 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
         ));
         return Ok(0);
     };
+    for at in other_ends(&tail, tail_at, end.offset) {
+        let m = format!("a second end-of-central-directory record (the scan reads the one at byte {})", end.offset);
+        findings.push(Finding::new(RuleId::ZipTwoEnds, Some(at), m).spanning(EOCD_LEN));
+    }
     let record_end = end.offset.saturating_add(EOCD_LEN).saturating_add(end.comment);
     if record_end > len {
         let f = Finding::new(
@@ -379,6 +398,53 @@ fn overlaps(entries: &[Entry], findings: &mut Findings) {
     }
 }
 
+/// The inflated bytes of the deflated entry `e` (data at `start..end`), or
+/// why they were not inflated: a declared size above the pickle limit or
+/// the DEFLATE ratio, data that does not inflate, or inflates to another
+/// size than declared.
+fn inflated<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    e: &Entry,
+    start: u64,
+    end: u64,
+) -> Result<core::result::Result<Vec<u8>, String>> {
+    let csize = end - start;
+    if e.usize_ > MAX_PICKLE_LEN {
+        return Ok(Err(format!("it inflates to {} bytes, above the limit of {MAX_PICKLE_LEN}", e.usize_)));
+    }
+    if e.usize_ > csize.saturating_mul(MAX_INFLATE_RATIO) {
+        let why =
+            format!("it declares {} bytes from {csize}, more than DEFLATE's ratio of {MAX_INFLATE_RATIO}", e.usize_);
+        return Ok(Err(why));
+    }
+    let deflated = read_vec(src, start, csize, "a compressed pickle")?;
+    // One byte over the declared size tells a lying size from a right one.
+    let limit = usize::try_from(e.usize_).unwrap_or(usize::MAX).saturating_add(1);
+    Ok(match miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, limit) {
+        Ok(data) if data.len() as u64 == e.usize_ => Ok(data),
+        Ok(data) => Err(format!("it inflates to {} bytes, not the {} it declares", data.len(), e.usize_)),
+        Err(err) if err.output.len() as u64 > e.usize_ => {
+            Err(format!("it inflates past the {} bytes it declares", e.usize_))
+        }
+        Err(_) => Err(String::from("its deflated data is corrupt")),
+    })
+}
+
+/// Walks an inflated pickle; its findings are placed at the entry's data
+/// (`start`), each message giving its offset in the inflated bytes.
+fn walk_inflated(data: &[u8], start: u64, e: &Entry, findings: &mut Findings) -> u64 {
+    let mut found = Findings::default();
+    let w = walk(data, 0, &e.name, true, &mut found);
+    if let Some(n) = w.end
+        && n < data.len()
+    {
+        let m = format!("{}: {} bytes follow the pickle's STOP", shown(&e.name), data.len() - n);
+        found.push(Finding::new(RuleId::PklTrailing, Some(n as u64), m));
+    }
+    findings.merge(found.relocated(start));
+    w.tensors
+}
+
 fn pickles<R: RandomAccess + ?Sized>(src: &mut R, entries: &[Entry], findings: &mut Findings) -> Result<u64> {
     let (mut tensors, mut scanned, mut bytes) = (0u64, 0u64, 0u64);
     let mut any = false;
@@ -392,14 +458,24 @@ fn pickles<R: RandomAccess + ?Sized>(src: &mut R, entries: &[Entry], findings: &
             not_scanned(findings, "its data could not be located");
             continue;
         };
-        if e.flags & 1 != 0 || e.method != 0 {
-            not_scanned(findings, if e.flags & 1 != 0 { "it is encrypted" } else { "it is compressed" });
+        if e.flags & 1 != 0 || !matches!(e.method, 0 | 8) {
+            not_scanned(
+                findings,
+                if e.flags & 1 != 0 { "it is encrypted" } else { "its compression method is not deflate" },
+            );
             continue;
         }
         scanned += 1;
-        bytes = bytes.saturating_add(end - start);
+        bytes = bytes.saturating_add(if e.method == 8 { e.usize_ } else { end - start });
         if scanned > MAX_SCANNED_PICKLES || bytes > MAX_SCANNED_PICKLE_BYTES {
             not_scanned(findings, "the archive's pickles are above the scan limits");
+            continue;
+        }
+        if e.method == 8 {
+            match inflated(src, e, start, end)? {
+                Ok(data) => tensors += walk_inflated(&data, start, e, findings),
+                Err(why) => not_scanned(findings, &why),
+            }
             continue;
         }
         let (w, _) = walk_growing(src, start, end, &e.name, findings)?;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::json;
 use tensorizer_core::WriterOptions;
 use tensorizer_native::convert::{self, ConvertOptions, Format};
-use tensorizer_native::read::verify::{TensorCheck, verify_all};
+use tensorizer_native::read::verify::verify_all;
 use tensorizer_native::{Error, ReadOptions, Reader, WriteOptions, default_readers};
 
 use crate::checkpoint::Target;
@@ -66,7 +66,6 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
         let report = json!({
             "file": file.display().to_string(),
             "ok": failures.is_empty(),
-            "wrong_key": wrong_key(&failures, verified),
             "tensors": results.len(),
             "verified": verified,
             "no_hashes": unchecked.iter().map(|r| &r.name).collect::<Vec<_>>(),
@@ -81,12 +80,9 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
         out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         let shown = crate::text::printable(&file.display().to_string());
-        if wrong_key(&failures, verified) {
-            eprintln!("tzr: {shown}: no tensor decrypts: wrong key or passphrase");
-        } else {
-            for e in failures.iter().filter_map(|r| r.error.as_ref()) {
-                eprintln!("tzr: {}", crate::text::printable(&e.to_string()));
-            }
+        // A wrong key is one error from verify_all, not a failure per tensor.
+        for e in failures.iter().filter_map(|r| r.error.as_ref()) {
+            eprintln!("tzr: {}", crate::text::printable(&e.to_string()));
         }
         for r in &unchecked {
             eprintln!("tzr: tensor {:?} has no hashes: read, but not verified", r.name);
@@ -145,14 +141,6 @@ impl Writing<'_> {
             );
         }
     }
-}
-
-/// Whether every failure is a tensor that did not decrypt and nothing
-/// decrypted: a wrong key or passphrase, said once rather than per tensor.
-fn wrong_key(failures: &[&TensorCheck], verified: usize) -> bool {
-    let decryption =
-        |e: &Error| matches!(e, Error::Tensor { source, .. } if matches!(**source, tensorizer_core::Error::Decryption));
-    verified == 0 && !failures.is_empty() && failures.iter().all(|r| r.error.as_ref().is_some_and(decryption))
 }
 
 /// Streams every tensor of `reader` into a new tensorizer file, hashing

@@ -217,15 +217,27 @@ enum Command {
         #[arg(long)]
         num_readers: Option<usize>,
     },
-    /// Scan a file for code it would run when loaded, and for lies in its structure
+    /// Scan files and directories for code they would run when loaded, and for lies in their structure
     ///
     /// Reads tensorizer, safetensors, torch.save (zip or legacy) and bare
-    /// pickles without executing anything, and lists every finding with
-    /// its rule id, offset and remediation. Exits 0 with no findings, 1
-    /// with findings, 2 when it cannot scan.
+    /// pickles, told apart by their bytes, without executing anything, and
+    /// lists every finding with its rule id, offset and remediation.
+    /// Directories are scanned recursively. Exits with the worst status of
+    /// any file: 0 no findings at or above --fail-on, 1 such findings, 2
+    /// could not scan.
     Scan {
-        /// The file (a path or URI).
-        file: PathBuf,
+        /// Files (paths or URIs) and directories.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The least severity that fails the scan (exit 1): `error` (code
+        /// execution, a computed global, a structure that lies), `warning`
+        /// or `note` (any finding).
+        #[arg(long, value_enum, default_value = "error")]
+        fail_on: scan::FailOn,
+        /// Leave out named files of no format the scanner knows, as files
+        /// found in a directory are (for hooks that pass every file).
+        #[arg(long)]
+        models_only: bool,
         /// Print JSON instead of text.
         #[arg(long, conflicts_with = "sarif")]
         json: bool,
@@ -296,13 +308,13 @@ where
     };
     let json = cli.command.json();
     let outcome = match cli.command {
-        Command::Scan { file, json, sarif } => {
+        Command::Scan { files, json, sarif, fail_on, models_only } => {
             let output = match (json, sarif) {
                 (true, _) => scan::Output::Json,
                 (_, true) => scan::Output::Sarif,
                 _ => scan::Output::Text,
             };
-            return scan::run(&file, output);
+            return scan::run(&files, output, fail_on, models_only);
         }
         Command::Diff { a, b, key, json, num_readers } => {
             return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {

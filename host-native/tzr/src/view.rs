@@ -216,7 +216,7 @@ fn open_browser(url: &str, opener: &str) -> Result<(), String> {
 }
 
 fn io_error(file: &str, source: std::io::Error) -> Error {
-    Error::Io { file: file.to_string(), offset: 0, source }
+    Error::File { file: file.to_string(), source }
 }
 
 /// Accepts connections until the listener fails, one thread each.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from . import _native
 from ._crypt import DecryptionParams
@@ -85,22 +85,53 @@ def fingerprint_tensors(
     return [TensorFingerprint(n, d, tuple(s), h) for n, d, s, h in report.tensors]
 
 
-def scan(path_or_uri: PathLike) -> dict[str, Any]:
-    """Scans a model file with the core's scanner (spec §22), the same
+def _scan_one(path: str) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(_native.scan_file(path))
+    return report
+
+
+def _files_under(directory: str) -> list[str]:
+    found = [os.path.join(root, name) for root, _, names in os.walk(directory) for name in names]
+    return sorted(f for f in found if os.path.isfile(f))
+
+
+def scan(path_or_uri: Union[PathLike, Sequence[PathLike]]) -> dict[str, Any]:
+    """Scans model files with the core's scanner (spec §22), the same
     scanner as ``tzr scan`` and the WASI validator: the format told from
     the bytes (tensorizer, safetensors, ``torch.save`` zip, legacy or bare
     pickle), and every finding with its rule id, severity, byte offset and
     remediation. Nothing in the file is executed.
 
-    Returns:
-        ``{"file", "format", "valid", "tensors", "file_bytes", "findings"}``,
-        ``valid`` true when there are no findings; each finding a dict with
-        ``rule``, ``severity``, ``offset``, ``length``, ``tensor``,
-        ``message`` and ``remediation``.
+    Given one file (a path or a URI), returns its report:
+    ``{"file", "format", "valid", "tensors", "file_bytes", "findings"}``,
+    ``valid`` true when there are no findings; each finding a dict with
+    ``rule``, ``severity``, ``offset``, ``length``, ``tensor``,
+    ``message``, ``remediation`` and ``count``. Given a directory or a list
+    of paths, returns ``{"files": [each file's report], "valid": ...}`` as
+    ``tzr scan --json`` does: directories are walked recursively in sorted
+    order, each file told by its bytes, and files found there of no format
+    the scanner knows are left out; each file is reported once.
 
     Raises:
-        OSError: The file could not be read.
+        OSError: A file could not be read.
     """
-    report: dict[str, Any] = json.loads(_native.scan_file(os.fspath(path_or_uri)))
-    return report
+    if isinstance(path_or_uri, (str, os.PathLike)):
+        one = os.fspath(path_or_uri)
+        if not os.path.isdir(one):
+            return _scan_one(one)
+        paths: list[str] = [one]
+    else:
+        paths = [os.fspath(p) for p in path_or_uri]
+    files: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for p in paths:
+        found = [(f, True) for f in _files_under(p)] if os.path.isdir(p) else [(p, False)]
+        for name, in_dir in found:
+            if name in seen:
+                continue
+            seen.add(name)
+            report = _scan_one(name)
+            if not (in_dir and report["format"] == "unknown"):
+                files.append(report)
+    return {"files": files, "valid": all(r["valid"] for r in files)}
 

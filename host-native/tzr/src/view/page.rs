@@ -99,7 +99,7 @@ pub(super) fn write(dir: &Path) -> Result<(), Error> {
     {
         for (rel, bytes) in embedded::PAGE {
             let path = dir.join(rel);
-            let io = |source| Error::Io { file: path.display().to_string(), offset: 0, source };
+            let io = |source| Error::File { file: path.display().to_string(), source };
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(io)?;
             }
