@@ -20,8 +20,9 @@ mod salsa;
 pub use salsa::{BLOCK_LEN as SALSA_BLOCK_LEN, StreamState, xor_keystream, xor_keystream_portable};
 
 use crate::layout::{
-    DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK, KEY_LEN,
-    MAC_LEN, MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13,
+    DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT,
+    DEFAULT_MAX_KDF_WORK, KEY_LEN, MAC_LEN, MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT,
+    MIN_KDF_OPSLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13,
 };
 
 /// A 32-byte secretbox key. Zeroed on drop; `Debug` never prints it.
@@ -36,8 +37,9 @@ impl Key {
 
     /// Wraps a key given as a slice; it must be exactly 32 bytes.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let arr: [u8; KEY_LEN] =
-            bytes.try_into().map_err(|_| Error::Encryption { reason: "a key must be exactly 32 bytes" })?;
+        let arr: [u8; KEY_LEN] = bytes
+            .try_into()
+            .map_err(|_| Error::Encryption { reason: "a key must be exactly 32 bytes" })?;
         Ok(Self(arr))
     }
 
@@ -54,11 +56,12 @@ impl Key {
         let (m_cost, t_cost) = argon2id_costs(passphrase, params, limits)?;
         let argon_params = argon2::Params::new(m_cost, t_cost, 1, Some(KEY_LEN))
             .map_err(|_| Error::Encryption { reason: "invalid key derivation parameters" })?;
-        let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, argon_params);
+        let argon =
+            argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, argon_params);
         let mut key = [0u8; KEY_LEN];
-        argon
-            .hash_password_into(passphrase, &params.salt, &mut key)
-            .map_err(|_| Error::Encryption { reason: "key derivation failed (check the salt length)" })?;
+        argon.hash_password_into(passphrase, &params.salt, &mut key).map_err(|_| {
+            Error::Encryption { reason: "key derivation failed (check the salt length)" }
+        })?;
         Ok(Self(key))
     }
 }
@@ -73,12 +76,18 @@ pub type DeriveFn = fn(&[u8], &KdfParams, &KdfLimits) -> Result<Key>;
 /// non-empty passphrase, and a salt of [`MIN_KDF_SALT_LEN`] to
 /// [`MAX_KDF_SALT_LEN`] bytes. Returns Argon2id's
 /// (memory cost in KiB, passes).
-pub fn argon2id_costs(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<(u32, u32)> {
+pub fn argon2id_costs(
+    passphrase: &[u8],
+    params: &KdfParams,
+    limits: &KdfLimits,
+) -> Result<(u32, u32)> {
     if params.alg != PWHASH_ALG_ARGON2ID13 {
         return Err(Error::Encryption { reason: "unsupported password hash algorithm" });
     }
     if params.memlimit > limits.max_memlimit || params.opslimit > limits.max_opslimit {
-        return Err(Error::Encryption { reason: "key derivation cost is above the configured limit" });
+        return Err(Error::Encryption {
+            reason: "key derivation cost is above the configured limit",
+        });
     }
     if params.memlimit > MAX_KDF_MEMLIMIT || params.opslimit > MAX_KDF_OPSLIMIT {
         // Past what libsodium accepts, even when the caller lifted the
@@ -152,7 +161,12 @@ pub struct KeyRing {
 impl KeyRing {
     /// The key for `params`, derived now unless it was derived before.
     /// Refuses, before doing any work, a derivation past the file's budget.
-    pub fn key(&mut self, passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<Key> {
+    pub fn key(
+        &mut self,
+        passphrase: &[u8],
+        params: &KdfParams,
+        limits: &KdfLimits,
+    ) -> Result<Key> {
         self.key_with(passphrase, params, limits, Key::derive)
     }
 
@@ -193,7 +207,10 @@ impl KeyRing {
 
 impl fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyRing").field("derivations", &self.derived.len()).field("work", &self.work).finish()
+        f.debug_struct("KeyRing")
+            .field("derivations", &self.derived.len())
+            .field("work", &self.work)
+            .finish()
     }
 }
 
@@ -252,7 +269,12 @@ struct Keystream {
 
 impl Keystream {
     /// The chunk's keystream and its Poly1305 instance.
-    fn new(key: &Key, initial_nonce: &[u8; NONCE_LEN], index: u64, kernel: Kernel) -> (Self, Poly1305) {
+    fn new(
+        key: &Key,
+        initial_nonce: &[u8; NONCE_LEN],
+        index: u64,
+        kernel: Kernel,
+    ) -> (Self, Poly1305) {
         let stream = StreamState::xsalsa20(&key.0, &chunk_nonce(initial_nonce, index));
         let mut block0 = Zeroizing::new([0u8; SALSA_BLOCK_LEN]);
         kernel(&stream, 0, &mut block0[..]);
@@ -308,7 +330,12 @@ fn steps(len: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 /// Encrypts chunk `index` in place and returns its MAC.
-pub fn seal_chunk(key: &Key, initial_nonce: &[u8; NONCE_LEN], index: u64, buf: &mut [u8]) -> [u8; MAC_LEN] {
+pub fn seal_chunk(
+    key: &Key,
+    initial_nonce: &[u8; NONCE_LEN],
+    index: u64,
+    buf: &mut [u8],
+) -> [u8; MAC_LEN] {
     seal_chunk_with(key, initial_nonce, index, buf, xor_keystream_portable)
 }
 
@@ -402,7 +429,8 @@ mod tests {
     #[test]
     fn secretbox_vector_from_spec() {
         let key = Key::from_bytes(core::array::from_fn(|i| i as u8));
-        let nonce: [u8; 24] = unhex("508820da74212a752fe698534bcd5167838e79c7a10db61c").try_into().unwrap();
+        let nonce: [u8; 24] =
+            unhex("508820da74212a752fe698534bcd5167838e79c7a10db61c").try_into().unwrap();
         let mut buf = unhex("000000000000803f0000004000004040000080400000a040");
         let mac = seal_chunk(&key, &nonce, 0, &mut buf);
         assert_eq!(buf, unhex("bfde81e03bd2291999b93180570600ac9533ce0d7046ac98"));

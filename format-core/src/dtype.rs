@@ -214,7 +214,10 @@ impl Dtype {
 
     /// Parses a stored dtype string. `offset` is used in errors only.
     pub fn parse(bytes: &[u8], offset: u64) -> Result<Self> {
-        let unsupported = || Error::UnsupportedDtype { offset, dtype: String::from_utf8_lossy(bytes).into_owned() };
+        let unsupported = || Error::UnsupportedDtype {
+            offset,
+            dtype: String::from_utf8_lossy(bytes).into_owned(),
+        };
         if bytes.is_empty() || bytes.len() > MAX_DTYPE_LEN {
             return Err(unsupported());
         }
@@ -275,7 +278,14 @@ impl Dtype {
             None => NUMPY_TYPES.iter().find(|e| e.1 == kind && e.2 == itemsize).map(|e| e.0),
         };
         // An unknown torch name keeps no element type, only a size.
-        Ok(Self { torch_start: torch.map(|_| numpy.len() + 1), text: text.to_string(), order, kind, itemsize, element })
+        Ok(Self {
+            torch_start: torch.map(|_| numpy.len() + 1),
+            text: text.to_string(),
+            order,
+            kind,
+            itemsize,
+            element,
+        })
     }
 
     /// The exact stored string.

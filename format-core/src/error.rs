@@ -201,12 +201,20 @@ impl fmt::Display for Error {
             Self::Truncated { offset, needed } => {
                 write!(f, "file truncated at byte {offset}: {needed} more bytes needed")
             }
-            Self::NotTensorizer => f.write_str("Not a tensorizer file (the magic bytes |TZR| are missing)"),
+            Self::NotTensorizer => {
+                f.write_str("Not a tensorizer file (the magic bytes |TZR| are missing)")
+            }
             Self::UnsupportedVersion { version } => {
-                write!(f, "Unsupported version: data version {version} (this reader handles 1 to 5)")
+                write!(
+                    f,
+                    "Unsupported version: data version {version} (this reader handles 1 to 5)"
+                )
             }
             Self::UnsupportedFlags { flags, version } if flags & 2 != 0 && *version < 5 => {
-                write!(f, "Invalid feature flag present: versioned headers need data version 5, the file has {version}")
+                write!(
+                    f,
+                    "Invalid feature flag present: versioned headers need data version 5, the file has {version}"
+                )
             }
             Self::UnsupportedFlags { flags, version } => {
                 write!(f, "Unsupported feature flags {flags:#x} for data version {version}")
@@ -223,15 +231,26 @@ impl fmt::Display for Error {
             }
             Self::ConflictingPaths { path } => write!(f, "Conflicting tensor paths at {path}"),
             Self::HeaderMismatch { offset, field } => {
-                write!(f, "tensor header at byte {offset} disagrees with the metadata index ({field})")
+                write!(
+                    f,
+                    "tensor header at byte {offset} disagrees with the metadata index ({field})"
+                )
             }
             Self::HashMismatch { tensor, kind, expected, actual } => {
-                write!(f, "tensor {tensor:?} failed {kind} verification: expected {expected}, got {actual}")
+                write!(
+                    f,
+                    "tensor {tensor:?} failed {kind} verification: expected {expected}, got {actual}"
+                )
             }
-            Self::Decryption => f.write_str("Tensor decryption failed (wrong key or corrupted data)"),
+            Self::Decryption => {
+                f.write_str("Tensor decryption failed (wrong key or corrupted data)")
+            }
             Self::Encryption { reason } => write!(f, "encryption: {reason}"),
             Self::MetadataOverflow { needed, capacity } => {
-                write!(f, "metadata overflow: the index needs {needed} bytes but {capacity} are reserved")
+                write!(
+                    f,
+                    "metadata overflow: the index needs {needed} bytes but {capacity} are reserved"
+                )
             }
             Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
             Self::NotZip { reason } => write!(f, "not a torch.save zip checkpoint: {reason}"),
@@ -252,12 +271,20 @@ impl fmt::Display for Error {
                  (nothing is executed)"
             ),
             Self::UnsupportedOpcode { offset, opcode } => {
-                write!(f, "pickle opcode {opcode:#04x} at byte {offset} is not supported by this reader")
+                write!(
+                    f,
+                    "pickle opcode {opcode:#04x} at byte {offset} is not supported by this reader"
+                )
             }
-            Self::CorruptCheckpoint { key, reason } => write!(f, "corrupt checkpoint at {key:?}: {reason}"),
+            Self::CorruptCheckpoint { key, reason } => {
+                write!(f, "corrupt checkpoint at {key:?}: {reason}")
+            }
             Self::Read { offset, message } => write!(f, "read failed at byte {offset}: {message}"),
             Self::OutOfMemory { offset, what, bytes } => {
-                write!(f, "cannot allocate {bytes} bytes for {what} at byte {offset} (raise the memory limit)")
+                write!(
+                    f,
+                    "cannot allocate {bytes} bytes for {what} at byte {offset} (raise the memory limit)"
+                )
             }
         }
     }

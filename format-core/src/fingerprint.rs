@@ -21,7 +21,9 @@ mod diff;
 mod json;
 
 pub use diff::{Change, Difference, diff};
-pub use json::{change_json, diff_json, fingerprint_from_json, fingerprint_json, record_from_json, record_json};
+pub use json::{
+    change_json, diff_json, fingerprint_from_json, fingerprint_json, record_from_json, record_json,
+};
 
 /// The algorithm's name. Its bytes, then a NUL, open the combined hash.
 pub const ALGORITHM: &str = "tzr-fingerprint-v1";
@@ -215,7 +217,10 @@ impl Fingerprint {
 
     /// The record named `name`.
     pub fn get(&self, name: &str) -> Option<&TensorFingerprint> {
-        self.tensors.binary_search_by(|t| t.name.as_bytes().cmp(name.as_bytes())).ok().map(|i| &self.tensors[i])
+        self.tensors
+            .binary_search_by(|t| t.name.as_bytes().cmp(name.as_bytes()))
+            .ok()
+            .map(|i| &self.tensors[i])
     }
 }
 
@@ -235,10 +240,20 @@ mod tests {
 
     use super::*;
 
-    pub(super) fn record(name: &str, dtype: ElementType, shape: &[u64], data: &[u8]) -> TensorFingerprint {
+    pub(super) fn record(
+        name: &str,
+        dtype: ElementType,
+        shape: &[u64],
+        data: &[u8],
+    ) -> TensorFingerprint {
         let mut h = DataHasher::new();
         h.update(data);
-        TensorFingerprint { name: name.to_string(), dtype, shape: shape.to_vec(), data: Some(h.finish()) }
+        TensorFingerprint {
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            data: Some(h.finish()),
+        }
     }
 
     #[test]
@@ -327,7 +342,9 @@ mod tests {
     #[test]
     fn names_sort_by_bytes() {
         let names = ["b", "B", "a.1", "a.10", "a.2", "é"];
-        let fp = Fingerprint::new(names.iter().map(|n| record(n, ElementType::U8, &[], &[0])).collect()).unwrap();
+        let fp =
+            Fingerprint::new(names.iter().map(|n| record(n, ElementType::U8, &[], &[0])).collect())
+                .unwrap();
         let got: Vec<&str> = fp.tensors().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(got, ["B", "a.1", "a.10", "a.2", "b", "é"]);
     }

@@ -24,8 +24,9 @@ const BLOCK: usize = 32 * 1024;
 pub const SHA256_BLOCK: usize = 64;
 
 /// SHA-256's initial state words (FIPS 180-4, 5.3.3).
-const SHA256_IV: [u32; 8] =
-    [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+const SHA256_IV: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
 
 /// Hashes whole blocks for both digests at once: advances the SHA-256
 /// state words `sha` over `blocks` (a multiple of [`SHA256_BLOCK`] bytes,
@@ -114,7 +115,10 @@ impl Joint {
         let end = blocks * SHA256_BLOCK;
         last[end - 8..end].copy_from_slice(&self.total.wrapping_mul(8).to_be_bytes());
         for block in last[..end].chunks_exact(SHA256_BLOCK) {
-            sha2::compress256(&mut self.sha, core::slice::from_ref(GenericArray::from_slice(block)));
+            sha2::compress256(
+                &mut self.sha,
+                core::slice::from_ref(GenericArray::from_slice(block)),
+            );
         }
         let mut digest = [0u8; 32];
         for (out, word) in digest.chunks_exact_mut(4).zip(self.sha) {
@@ -133,7 +137,12 @@ impl TensorHasher {
 
     /// [`TensorHasher::new`], computing both hashes through `kernel` when
     /// both are asked for and a kernel is given.
-    pub fn with_kernel(hashable_header: &[u8], crc32: bool, sha256: bool, kernel: Option<BlockKernel>) -> Self {
+    pub fn with_kernel(
+        hashable_header: &[u8],
+        crc32: bool,
+        sha256: bool,
+        kernel: Option<BlockKernel>,
+    ) -> Self {
         let inner = match kernel {
             Some(kernel) if crc32 && sha256 => Inner::Joint(Joint {
                 sha: SHA256_IV,
@@ -143,7 +152,10 @@ impl TensorHasher {
                 total: 0,
                 kernel,
             }),
-            _ => Inner::Separate { crc: crc32.then(crc32fast::Hasher::new), sha: sha256.then(Sha256::new) },
+            _ => Inner::Separate {
+                crc: crc32.then(crc32fast::Hasher::new),
+                sha: sha256.then(Sha256::new),
+            },
         };
         let mut this = Self { inner };
         this.update(hashable_header);
@@ -156,7 +168,11 @@ impl TensorHasher {
     }
 
     /// [`TensorHasher::for_header`] with an optional [`BlockKernel`].
-    pub fn for_header_with(header: &TensorHeader, hashable_header: &[u8], kernel: Option<BlockKernel>) -> Self {
+    pub fn for_header_with(
+        header: &TensorHeader,
+        hashable_header: &[u8],
+        kernel: Option<BlockKernel>,
+    ) -> Self {
         let crc = header.hashes.iter().any(|h| matches!(h, HashValue::Crc32(_)));
         let sha = header.hashes.iter().any(|h| matches!(h, HashValue::Sha256(_)));
         Self::with_kernel(hashable_header, crc, sha, kernel)
@@ -251,18 +267,24 @@ mod tests {
 
     #[test]
     fn the_joint_path_matches_the_libraries_for_every_split() {
-        for (header_len, data_len) in [(0, 0), (1, 0), (0, 63), (55, 0), (56, 0), (64, 64), (77, 1000), (3, 4097)] {
+        for (header_len, data_len) in
+            [(0, 0), (1, 0), (0, 63), (55, 0), (56, 0), (64, 64), (77, 1000), (3, 4097)]
+        {
             let header = bytes(header_len, 1);
             let data = bytes(data_len, 2);
             let mut separate = TensorHasher::new(&header, true, true);
             separate.update(&data);
             let expected = separate.finish();
             for step in [1, 7, 63, 64, 65, 200, 4096] {
-                let mut joint = TensorHasher::with_kernel(&header, true, true, Some(blocks_portable));
+                let mut joint =
+                    TensorHasher::with_kernel(&header, true, true, Some(blocks_portable));
                 for piece in data.chunks(step) {
                     joint.update(piece);
                 }
-                assert!(joint.finish() == expected, "header {header_len}, data {data_len}, pieces of {step}");
+                assert!(
+                    joint.finish() == expected,
+                    "header {header_len}, data {data_len}, pieces of {step}"
+                );
             }
         }
     }

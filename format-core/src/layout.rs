@@ -114,7 +114,11 @@ pub struct ParseLimits {
 
 impl Default for ParseLimits {
     fn default() -> Self {
-        Self { max_path_depth: MAX_PATH_DEPTH, max_path_components: MAX_PATH_COMPONENTS, max_tensors: MAX_TENSORS }
+        Self {
+            max_path_depth: MAX_PATH_DEPTH,
+            max_path_components: MAX_PATH_COMPONENTS,
+            max_tensors: MAX_TENSORS,
+        }
     }
 }
 
@@ -137,7 +141,8 @@ pub const DEFAULT_MAX_KDF_DERIVATIONS: u32 = 4;
 /// Default Argon2id work one file may ask for in total, in KiB × passes
 /// (memlimit / 1024 × opslimit, summed over distinct derivations): two
 /// derivations at the per-derivation caps.
-pub const DEFAULT_MAX_KDF_WORK: u64 = 2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT;
+pub const DEFAULT_MAX_KDF_WORK: u64 =
+    2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT;
 
 /// Smallest Argon2id memory cost libsodium accepts (its MIN preset).
 pub const MIN_KDF_MEMLIMIT: u64 = 8192;

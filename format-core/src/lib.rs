@@ -28,8 +28,8 @@ pub mod totals;
 pub mod write;
 
 pub use checkpoint::{
-    Checkpoint, Container as CheckpointContainer, ContainerKind, Entry as CheckpointEntry, Leaf, StateDict,
-    StorageInfo, TensorView,
+    Checkpoint, Container as CheckpointContainer, ContainerKind, Entry as CheckpointEntry, Leaf,
+    StateDict, StorageInfo, TensorView,
 };
 pub use codec::crypt_info::{CryptChunk, CryptInfo, KdfParams};
 pub use codec::file_header::{FileHeader, MAX_VERSION};

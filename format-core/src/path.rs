@@ -101,8 +101,8 @@ impl TensorPath {
                 if json.iter().any(|&b| b == b'\n' || b == b'\r') {
                     return Err(bad("structured path contains a line break"));
                 }
-                let value: serde_json::Value =
-                    serde_json::from_slice(json).map_err(|_| bad("structured path is not valid JSON"))?;
+                let value: serde_json::Value = serde_json::from_slice(json)
+                    .map_err(|_| bad("structured path is not valid JSON"))?;
                 let serde_json::Value::Array(items) = value else {
                     return Err(bad("structured path is not a JSON array"));
                 };
@@ -110,7 +110,12 @@ impl TensorPath {
                     return Err(bad("structured path is empty"));
                 }
                 if items.len() > max_depth {
-                    return Err(Error::limit(offset, "tensor path depth", items.len() as u64, max_depth as u64));
+                    return Err(Error::limit(
+                        offset,
+                        "tensor path depth",
+                        items.len() as u64,
+                        max_depth as u64,
+                    ));
                 }
                 let mut components = Vec::with_capacity(items.len());
                 for item in items {
@@ -145,7 +150,9 @@ impl TensorPath {
                 return Err(bad("a plain name may not start with 0x1E"));
             }
             Self::Plain(s) => s.as_bytes().to_vec(),
-            Self::Structured(c) if c.len() < 2 && !matches!(c.as_slice(), [PathComponent::Index(_)]) => {
+            Self::Structured(c)
+                if c.len() < 2 && !matches!(c.as_slice(), [PathComponent::Index(_)]) =>
+            {
                 return Err(bad("a structured path needs an index or two components"));
             }
             Self::Structured(c) if c.len() > MAX_PATH_DEPTH => {
@@ -237,7 +244,12 @@ mod tests {
 
     #[test]
     fn dotted_names_join_components() {
-        let p = TensorPath::from_components(alloc::vec![Key("layers".into()), Index(10), Key("w.x".into())]).unwrap();
+        let p = TensorPath::from_components(alloc::vec![
+            Key("layers".into()),
+            Index(10),
+            Key("w.x".into())
+        ])
+        .unwrap();
         assert_eq!(p.dotted_name(), "layers.10.w.x");
         assert_eq!(TensorPath::from("a.b").dotted_name(), "a.b");
     }
@@ -246,8 +258,12 @@ mod tests {
     fn structured_matches_python_json() {
         let p = TensorPath::Structured(alloc::vec![key("model"), key("layer"), Index(0), key("w")]);
         assert_eq!(p.to_bytes().unwrap(), b"\x1e[\"model\",\"layer\",0,\"w\"]");
-        let q = TensorPath::Structured(alloc::vec![key("q\"\\\n\t\u{7f}\u{e9}\u{1f600}"), Index(7)]);
-        assert_eq!(q.to_bytes().unwrap(), b"\x1e[\"q\\\"\\\\\\n\\t\\u007f\\u00e9\\ud83d\\ude00\",7]".to_vec());
+        let q =
+            TensorPath::Structured(alloc::vec![key("q\"\\\n\t\u{7f}\u{e9}\u{1f600}"), Index(7)]);
+        assert_eq!(
+            q.to_bytes().unwrap(),
+            b"\x1e[\"q\\\"\\\\\\n\\t\\u007f\\u00e9\\ud83d\\ude00\",7]".to_vec()
+        );
         assert_eq!(TensorPath::parse(&q.to_bytes().unwrap(), 0).unwrap(), q);
     }
 
@@ -255,7 +271,10 @@ mod tests {
     fn decoding_rules() {
         assert_eq!(TensorPath::parse(b"a.b", 0).unwrap(), TensorPath::Plain("a.b".into()));
         assert_eq!(TensorPath::parse(b"\x1e[\"x\"]", 0).unwrap(), TensorPath::Plain("x".into()));
-        assert_eq!(TensorPath::parse(b"\x1e[3]", 0).unwrap(), TensorPath::Structured(alloc::vec![Index(3)]));
+        assert_eq!(
+            TensorPath::parse(b"\x1e[3]", 0).unwrap(),
+            TensorPath::Structured(alloc::vec![Index(3)])
+        );
         for bad in [
             &b""[..],
             b"\x1eabc",
@@ -282,7 +301,10 @@ mod tests {
         raw.pop();
         raw.extend_from_slice(b",0]");
         let err = TensorPath::parse(&raw, 9).unwrap_err();
-        assert!(matches!(err, Error::LimitExceeded { offset: 9, value: 1025, limit: 1024, .. }), "{err:?}");
+        assert!(
+            matches!(err, Error::LimitExceeded { offset: 9, value: 1025, limit: 1024, .. }),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("path depth"));
         assert!(TensorPath::parse_limited(&raw, 9, 2000).is_ok());
     }

@@ -39,10 +39,17 @@ impl KeySource {
     }
 
     /// [`KeySource::key_in`] deriving with `derive` (a host's Argon2id).
-    pub fn key_in_with(&self, info: &CryptInfo, ring: &mut KeyRing, derive: crate::crypto::DeriveFn) -> Result<Key> {
+    pub fn key_in_with(
+        &self,
+        info: &CryptInfo,
+        ring: &mut KeyRing,
+        derive: crate::crypto::DeriveFn,
+    ) -> Result<Key> {
         match self {
             Self::Key(k) => Ok(k.clone()),
-            Self::Passphrase(p, limits) => ring.key_with(p.expose_secret(), info.kdf()?, limits, derive),
+            Self::Passphrase(p, limits) => {
+                ring.key_with(p.expose_secret(), info.kdf()?, limits, derive)
+            }
         }
     }
 }
@@ -92,8 +99,12 @@ impl TensorRecord {
     /// Parses the raw header of `entry` (exactly `entry.header_len()` bytes)
     /// and checks it against the entry.
     pub fn parse(entry: &MetadataEntry, raw_header: &[u8], file: &FileHeader) -> Result<Self> {
-        let (header, layout) =
-            TensorHeader::parse(raw_header, entry.header_offset, entry.long_dims, file.has_crypt_info())?;
+        let (header, layout) = TensorHeader::parse(
+            raw_header,
+            entry.header_offset,
+            entry.long_dims,
+            file.has_crypt_info(),
+        )?;
         header.check_against(entry)?;
         let hashable_header = layout.hashable(raw_header);
         Ok(Self { header, layout, hashable_header })
@@ -110,11 +121,15 @@ impl TensorRecord {
         };
         let at = self.layout.crypt_info.as_ref().map_or(0, |r| r.start as u64);
         match info.cipher()? {
-            None if len > 0 => Err(Error::Encryption { reason: "tensor is not encrypted in an encrypted file" }),
+            None if len > 0 => {
+                Err(Error::Encryption { reason: "tensor is not encrypted in an encrypted file" })
+            }
             None => Ok(None),
             Some(CryptChunk::Parallel { chunk_size, nonce, macs }) => {
                 let chunk_size = if macs.len() == 1 { len.max(1) } else { *chunk_size };
-                if macs.len() as u64 != chunk_count(len, chunk_size) && !(macs.len() == 1 && len == 0) {
+                if macs.len() as u64 != chunk_count(len, chunk_size)
+                    && !(macs.len() == 1 && len == 0)
+                {
                     return Err(Error::malformed(at, "MAC count does not match the data length"));
                 }
                 Ok(Some(Cipher { chunk_size, nonce, macs }))
@@ -130,7 +145,8 @@ impl TensorRecord {
     /// with verification: a stored hash, or the MACs of encrypted data. A
     /// tensor with neither is read but not verified.
     pub fn vouched(&self) -> bool {
-        !self.header.hashes.is_empty() || (self.header.data_length > 0 && matches!(self.cipher(), Ok(Some(_))))
+        !self.header.hashes.is_empty()
+            || (self.header.data_length > 0 && matches!(self.cipher(), Ok(Some(_))))
     }
 
     /// Starts hash verification; feed it the plaintext.
@@ -151,7 +167,9 @@ impl TensorRecord {
             return Ok(());
         }
         let Some(source) = key else {
-            return Err(Error::Encryption { reason: "the tensor is encrypted but no key was given" });
+            return Err(Error::Encryption {
+                reason: "the tensor is encrypted but no key was given",
+            });
         };
         let info = self.header.crypt_info.as_ref().ok_or(Error::Decryption)?;
         cipher.open_all(&source.key_for(info)?, data)
@@ -199,7 +217,8 @@ impl<'data> File<'data> {
 
     /// Parses tensor `i`'s header and returns it with its raw data bytes.
     pub fn tensor(&self, i: usize) -> Result<(TensorRecord, &'data [u8])> {
-        let entry = self.metadata.entries.get(i).ok_or(Error::invalid("tensor index out of range"))?;
+        let entry =
+            self.metadata.entries.get(i).ok_or(Error::invalid("tensor index out of range"))?;
         // Entries were checked to lie inside the buffer by `parse`.
         let raw = self
             .bytes
@@ -223,7 +242,9 @@ impl<'data> File<'data> {
                 Some(source @ KeySource::Passphrase(..)) => {
                     let (record, _) = self.tensor(i)?;
                     match record.header.crypt_info.as_ref() {
-                        Some(info) if info.kdf().is_ok() => Some(KeySource::Key(source.key_in(info, &mut ring)?)),
+                        Some(info) if info.kdf().is_ok() => {
+                            Some(KeySource::Key(source.key_in(info, &mut ring)?))
+                        }
                         _ => None,
                     }
                 }
@@ -241,7 +262,9 @@ impl<'data> File<'data> {
             return Err(Error::Encryption { reason: "the file is encrypted but no key was given" });
         }
         if !self.header.has_crypt_info() && key.is_some() {
-            return Err(Error::Encryption { reason: "a key was given but the file is not encrypted" });
+            return Err(Error::Encryption {
+                reason: "a key was given but the file is not encrypted",
+            });
         }
         let (record, data) = self.tensor(i)?;
         let mut data = data.to_vec();

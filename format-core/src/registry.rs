@@ -227,7 +227,9 @@ mod tests {
         let ok = [plain("b"), plain("a"), plain("a.b")];
         assert!(check_all(ok.iter()).is_ok());
         let dup = [plain("x"), plain("y"), plain("x")];
-        assert!(matches!(check_all(dup.iter()), Err(Error::ConflictingPaths { path }) if path == "x"));
+        assert!(
+            matches!(check_all(dup.iter()), Err(Error::ConflictingPaths { path }) if path == "x")
+        );
         let mixed = [plain("a"), s(&[Key("a".into()), Index(0)])];
         assert!(matches!(check_all(mixed.iter()), Err(Error::ConflictingPaths { .. })));
         let nested = [s(&[Key("a".into()), Index(0)]), s(&[Key("a".into()), Index(1)]), plain("b")];
@@ -254,7 +256,9 @@ mod tests {
         let mut r = PathRegistry::default();
         r.insert(&s(&[Key("m".into()), Key("a".into()), Index(0)])).unwrap();
         let before = (r.nodes.len(), r.children.len());
-        assert!(r.insert(&s(&[Key("m".into()), Key("a".into()), Index(0), Key("x".into())])).is_err());
+        assert!(
+            r.insert(&s(&[Key("m".into()), Key("a".into()), Index(0), Key("x".into())])).is_err()
+        );
         assert!(r.insert(&s(&[Key("m".into()), Key("a".into()), Key("y".into())])).is_err());
         assert_eq!((r.nodes.len(), r.children.len()), before);
         r.insert(&s(&[Key("m".into()), Key("b".into())])).unwrap();

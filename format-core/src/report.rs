@@ -181,7 +181,10 @@ mod tests {
 
     #[test]
     fn a_row_shows_what_its_entry_says() {
-        let path = TensorPath::Structured(alloc::vec![PathComponent::Key("enc".into()), PathComponent::Index(0)]);
+        let path = TensorPath::Structured(alloc::vec![
+            PathComponent::Key("enc".into()),
+            PathComponent::Index(0)
+        ]);
         let e = MetadataEntry {
             path,
             tensor_type: TensorType::Param,

@@ -207,8 +207,11 @@ pub fn summary_refuses(rule: RuleId) -> bool {
 /// finding that refuses it: a file too short to hold the length, a length
 /// over [`MAX_SAFETENSORS_HEADER`] or past the end of the file.
 pub fn header_len(prefix: &[u8], file_len: u64) -> core::result::Result<u64, Finding> {
-    let Some(n) = prefix.get(..PREFIX_LEN as usize).and_then(|b| <[u8; 8]>::try_from(b).ok()) else {
-        let m = format!("the file is {file_len} bytes long, shorter than the {PREFIX_LEN}-byte header length");
+    let Some(n) = prefix.get(..PREFIX_LEN as usize).and_then(|b| <[u8; 8]>::try_from(b).ok())
+    else {
+        let m = format!(
+            "the file is {file_len} bytes long, shorter than the {PREFIX_LEN}-byte header length"
+        );
         return Err(Finding::new(RuleId::StHeaderLimit, Some(0), m).spanning(file_len));
     };
     let n = u64::from_le_bytes(n);
@@ -219,7 +222,8 @@ pub fn header_len(prefix: &[u8], file_len: u64) -> core::result::Result<u64, Fin
     } else {
         return Ok(n);
     };
-    Err(Finding::new(RuleId::StHeaderLimit, Some(0), format!("the header length {n} is {why}")).spanning(PREFIX_LEN))
+    Err(Finding::new(RuleId::StHeaderLimit, Some(0), format!("the header length {n} is {why}"))
+        .spanning(PREFIX_LEN))
 }
 
 /// One top-level member of the JSON object: the key's and the value's
@@ -337,7 +341,11 @@ pub fn parse(json: &[u8], file_len: u64) -> Header {
     let members = match members(json) {
         Ok(m) => m,
         Err((p, why)) => {
-            h.findings.push(Finding::new(RuleId::StHeaderJson, Some(at(p)), format!("{why} (header byte {p})")));
+            h.findings.push(Finding::new(
+                RuleId::StHeaderJson,
+                Some(at(p)),
+                format!("{why} (header byte {p})"),
+            ));
             return h;
         }
     };
@@ -351,7 +359,11 @@ pub fn parse(json: &[u8], file_len: u64) -> Header {
     let mut names: Vec<(String, u64)> = Vec::new();
     for m in &members {
         let Ok(name) = serde_json::from_slice::<String>(&json[m.key.0..m.key.1]) else {
-            h.findings.push(Finding::new(RuleId::StHeaderJson, Some(at(m.key.0)), "a key is not a valid JSON string"));
+            h.findings.push(Finding::new(
+                RuleId::StHeaderJson,
+                Some(at(m.key.0)),
+                "a key is not a valid JSON string",
+            ));
             continue;
         };
         let value: Value = match serde_json::from_slice(&json[m.value.0..m.value.1]) {
@@ -373,7 +385,8 @@ pub fn parse(json: &[u8], file_len: u64) -> Header {
     for w in names.windows(2) {
         if w[0].0 == w[1].0 {
             let m = format!("{:?} appears more than once in the header", w[1].0);
-            h.findings.push(Finding::new(RuleId::StDuplicate, Some(w[1].1), m).in_tensor(w[1].0.clone()));
+            h.findings
+                .push(Finding::new(RuleId::StDuplicate, Some(w[1].1), m).in_tensor(w[1].0.clone()));
         }
     }
     ranges(&mut h, file_len);
@@ -397,7 +410,8 @@ fn metadata(h: &mut Header, v: &Value, at: u64) {
 
 fn entry(h: &mut Header, name: String, v: &Value, at: u64) {
     let bad = |h: &mut Header, why: &str| {
-        let f = Finding::new(RuleId::StEntry, Some(at), format!("tensor {name:?}: {why}")).in_tensor(name.clone());
+        let f = Finding::new(RuleId::StEntry, Some(at), format!("tensor {name:?}: {why}"))
+            .in_tensor(name.clone());
         h.findings.push(f);
     };
     let Value::Object(o) = v else {
@@ -413,14 +427,21 @@ fn entry(h: &mut Header, name: String, v: &Value, at: u64) {
     else {
         return bad(h, "shape is not a list of non-negative integers");
     };
-    let offsets = o.get("data_offsets").and_then(Value::as_array).and_then(|a| match a.as_slice() {
-        [b, e] => Some((b.as_u64()?, e.as_u64()?)),
-        _ => None,
-    });
+    let offsets =
+        o.get("data_offsets").and_then(Value::as_array).and_then(|a| match a.as_slice() {
+            [b, e] => Some((b.as_u64()?, e.as_u64()?)),
+            _ => None,
+        });
     let Some((begin, end)) = offsets else {
         return bad(h, "data_offsets is not a pair of non-negative integers");
     };
-    h.tensors.push(TensorInfo { name, dtype: dtype.into(), shape, data_offsets: (begin, end), offset: at });
+    h.tensors.push(TensorInfo {
+        name,
+        dtype: dtype.into(),
+        shape,
+        data_offsets: (begin, end),
+        offset: at,
+    });
 }
 
 fn ranges(h: &mut Header, file_len: u64) {
@@ -431,16 +452,25 @@ fn ranges(h: &mut Header, file_len: u64) {
     for (i, t) in h.tensors.iter().enumerate() {
         let push = |found: &mut Vec<Finding>, rule, msg: String| {
             found.push(
-                Finding::new(rule, Some(t.offset), format!("tensor {:?}: {msg}", t.name)).in_tensor(t.name.clone()),
+                Finding::new(rule, Some(t.offset), format!("tensor {:?}: {msg}", t.name))
+                    .in_tensor(t.name.clone()),
             );
         };
         let (begin, end) = t.data_offsets;
         let info = dtype(&t.dtype);
         if info.is_none() {
-            push(&mut found, RuleId::StUnknownDtype, format!("dtype {:?} is not one safetensors defines", t.dtype));
+            push(
+                &mut found,
+                RuleId::StUnknownDtype,
+                format!("dtype {:?} is not one safetensors defines", t.dtype),
+            );
         }
         if begin > end {
-            push(&mut found, RuleId::StReversed, format!("data_offsets [{begin}, {end}] are reversed"));
+            push(
+                &mut found,
+                RuleId::StReversed,
+                format!("data_offsets [{begin}, {end}] are reversed"),
+            );
             continue;
         }
         if let Some(info) = info {
@@ -466,7 +496,9 @@ fn ranges(h: &mut Header, file_len: u64) {
             }
         }
         if end > data_len {
-            let msg = format!("data_offsets [{begin}, {end}] end past the {data_len} bytes of data the file holds");
+            let msg = format!(
+                "data_offsets [{begin}, {end}] end past the {data_len} bytes of data the file holds"
+            );
             push(&mut found, RuleId::StPastEnd, msg);
         }
         spans.push((begin, end, i));
@@ -478,16 +510,20 @@ fn ranges(h: &mut Header, file_len: u64) {
         let t = &h.tensors[i];
         if begin < reach && begin < end {
             let other = last.map(|j| h.tensors[j].name.as_str()).unwrap_or_default();
-            let msg = format!("tensor {:?}: data [{begin}, {end}) overlaps tensor {other:?}'s", t.name);
+            let msg =
+                format!("tensor {:?}: data [{begin}, {end}) overlaps tensor {other:?}'s", t.name);
             found.push(
                 Finding::new(RuleId::StOverlap, Some(data_start.saturating_add(begin)), msg)
                     .spanning(reach - begin)
                     .in_tensor(t.name.clone()),
             );
         } else if begin > reach && begin <= data_len {
-            let msg = format!("{} bytes before tensor {:?} belong to no tensor", begin - reach, t.name);
-            found
-                .push(Finding::new(RuleId::StGap, Some(data_start.saturating_add(reach)), msg).spanning(begin - reach));
+            let msg =
+                format!("{} bytes before tensor {:?} belong to no tensor", begin - reach, t.name);
+            found.push(
+                Finding::new(RuleId::StGap, Some(data_start.saturating_add(reach)), msg)
+                    .spanning(begin - reach),
+            );
         }
         if end.min(data_len) > reach {
             reach = end.min(data_len);
@@ -497,14 +533,21 @@ fn ranges(h: &mut Header, file_len: u64) {
     if reach < data_len {
         let n = data_len - reach;
         let msg = format!("{n} bytes follow the last tensor's data");
-        found.push(Finding::new(RuleId::StTrailing, Some(data_start.saturating_add(reach)), msg).spanning(n));
+        found.push(
+            Finding::new(RuleId::StTrailing, Some(data_start.saturating_add(reach)), msg)
+                .spanning(n),
+        );
     }
     h.findings.extend(found);
 }
 
 /// Scans a safetensors file whose first 8 bytes declared `header_len`:
 /// `None` when the header is over the limit or past the end of the file.
-pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, header_len: u64, findings: &mut Findings) -> Result<Option<Header>> {
+pub fn scan<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    header_len: u64,
+    findings: &mut Findings,
+) -> Result<Option<Header>> {
     let len = src.len();
     if let Err(f) = self::header_len(&header_len.to_le_bytes(), len) {
         findings.push(f);
@@ -529,7 +572,8 @@ mod tests {
 
     fn rules(json: &str, data: usize) -> Vec<RuleId> {
         let f = file(json, data);
-        let mut v: Vec<RuleId> = parse(&f[8..8 + json.len()], f.len() as u64).findings.iter().map(|f| f.rule).collect();
+        let mut v: Vec<RuleId> =
+            parse(&f[8..8 + json.len()], f.len() as u64).findings.iter().map(|f| f.rule).collect();
         v.sort();
         v
     }
@@ -549,15 +593,30 @@ mod tests {
     fn each_anomaly_is_flagged() {
         let t = |body: &str| format!("{{{body}}}{}", " ".repeat(7 - (body.len() + 2 + 7) % 8));
         assert_eq!(rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#), 4), []);
-        assert_eq!(rules(&t(r#""a":{"dtype":"X9","shape":[1],"data_offsets":[0,4]}"#), 4), [RuleId::StUnknownDtype]);
-        assert_eq!(rules(&t(r#""a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}"#), 4), [RuleId::StSizeMismatch]);
+        assert_eq!(
+            rules(&t(r#""a":{"dtype":"X9","shape":[1],"data_offsets":[0,4]}"#), 4),
+            [RuleId::StUnknownDtype]
+        );
+        assert_eq!(
+            rules(&t(r#""a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}"#), 4),
+            [RuleId::StSizeMismatch]
+        );
         assert_eq!(
             rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}"#), 4),
             [RuleId::StReversed, RuleId::StTrailing]
         );
-        assert_eq!(rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#), 2), [RuleId::StPastEnd]);
-        assert_eq!(rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#), 6), [RuleId::StTrailing]);
-        assert_eq!(rules(&t(r#""a":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}"#), 3), [RuleId::StGap]);
+        assert_eq!(
+            rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#), 2),
+            [RuleId::StPastEnd]
+        );
+        assert_eq!(
+            rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#), 6),
+            [RuleId::StTrailing]
+        );
+        assert_eq!(
+            rules(&t(r#""a":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}"#), 3),
+            [RuleId::StGap]
+        );
         assert_eq!(
             rules(&t(r#""a":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}"#), 6),
             [RuleId::StGap, RuleId::StMisaligned]
@@ -588,7 +647,9 @@ mod tests {
         assert_eq!(rules(&t(r#""a":[}"#), 0), [RuleId::StHeaderJson]);
         assert_eq!(rules("[1]     ", 0), [RuleId::StHeaderJson]);
         assert_eq!(rules("{}", 0), [RuleId::StMisaligned]);
-        let huge = t(r#""a":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}"#);
+        let huge = t(
+            r#""a":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}"#,
+        );
         assert_eq!(rules(&huge, 0), [RuleId::StPastEnd]);
     }
 

@@ -115,7 +115,9 @@ pub fn classify(head: &[u8], file_len: u64) -> Classified {
         return Classified::Safetensors { header_len };
     }
     match checkpoint::sniff(head) {
-        Err(Error::LegacyTorchCheckpoint { layout }) if layout.contains("magic") => return Classified::TorchLegacy,
+        Err(Error::LegacyTorchCheckpoint { layout }) if layout.contains("magic") => {
+            return Classified::TorchLegacy;
+        }
         _ => {}
     }
     if let [0x80, proto, ..] = head
@@ -155,7 +157,10 @@ mod tests {
     fn a_header_length_of_128_mod_256_is_safetensors_not_a_pickle() {
         let f = safetensors(384);
         assert_eq!(f[0], 0x80);
-        assert_eq!(sniff_format(&f, f.len() as u64), Some(Sniffed::Safetensors { header_len: 384 }));
+        assert_eq!(
+            sniff_format(&f, f.len() as u64),
+            Some(Sniffed::Safetensors { header_len: 384 })
+        );
         // The same bytes in a file too short for the header stay what the
         // first byte says.
         assert_eq!(sniff_format(&f[..100], 100), Some(Sniffed::LegacyTorch));
@@ -163,11 +168,18 @@ mod tests {
 
     #[test]
     fn the_other_formats_are_still_recognised() {
-        let mut legacy = Vec::from([0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8]);
+        let mut legacy =
+            Vec::from([0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8]);
         legacy.resize(600, 0);
         assert_eq!(sniff_format(&legacy, 600), Some(Sniffed::LegacyTorch));
-        assert_eq!(sniff_format(b"\x80\x02}q\x00(X\x01\x00\x00\x00", 1000), Some(Sniffed::LegacyTorch));
-        assert_eq!(sniff_format(b"PK\x03\x04\x14\x00\x00\x00\x00\x00", 1000), Some(Sniffed::TorchZip));
+        assert_eq!(
+            sniff_format(b"\x80\x02}q\x00(X\x01\x00\x00\x00", 1000),
+            Some(Sniffed::LegacyTorch)
+        );
+        assert_eq!(
+            sniff_format(b"PK\x03\x04\x14\x00\x00\x00\x00\x00", 1000),
+            Some(Sniffed::TorchZip)
+        );
         assert_eq!(sniff_format(b"|TZR|\x05\x00", 1000), Some(Sniffed::Tensorizer));
         assert_eq!(sniff_format(b"hello, world", 12), None);
         assert_eq!(sniff_format(b"", 0), None);
@@ -178,11 +190,17 @@ mod tests {
         let mut huge = (MAX_SAFETENSORS_HEADER + 1).to_le_bytes().to_vec();
         huge.extend_from_slice(b"{\"a\":1}");
         assert_eq!(sniff_format(&huge, 100), None);
-        assert_eq!(classify(&huge, 100), Classified::Safetensors { header_len: MAX_SAFETENSORS_HEADER + 1 });
+        assert_eq!(
+            classify(&huge, 100),
+            Classified::Safetensors { header_len: MAX_SAFETENSORS_HEADER + 1 }
+        );
         let f = safetensors(384);
         assert_eq!(classify(&f, f.len() as u64), Classified::Safetensors { header_len: 384 });
         assert_eq!(classify(b"\x80\x04\x95\x00", 4), Classified::Pickle);
-        let legacy = [0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e];
+        let legacy = [
+            0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
+            0x2e,
+        ];
         assert_eq!(classify(&legacy, 15), Classified::TorchLegacy);
         // torch.save(pickle_protocol=3), and 4 with its FRAME.
         let mut p3 = legacy;

@@ -88,11 +88,15 @@ impl Totals {
         self.all.add(params, bytes, data_bytes);
         match self.by_dtype.get_mut(dtype) {
             Some(t) => t.add(params, bytes, data_bytes),
-            None => self.by_dtype.entry(dtype.to_string()).or_default().add(params, bytes, data_bytes),
+            None => {
+                self.by_dtype.entry(dtype.to_string()).or_default().add(params, bytes, data_bytes)
+            }
         }
         match self.by_module.get_mut(module) {
             Some(t) => t.add(params, bytes, data_bytes),
-            None => self.by_module.entry(module.to_string()).or_default().add(params, bytes, data_bytes),
+            None => {
+                self.by_module.entry(module.to_string()).or_default().add(params, bytes, data_bytes)
+            }
         }
     }
 
@@ -120,7 +124,10 @@ mod tests {
     #[test]
     fn sums_by_dtype_and_top_module() {
         let mut t = Totals::new();
-        let structured = TensorPath::from_components(vec![PathComponent::Index(3), PathComponent::Key("b".into())]);
+        let structured = TensorPath::from_components(vec![
+            PathComponent::Index(3),
+            PathComponent::Key("b".into()),
+        ]);
         let structured = structured.unwrap();
         for (path, dtype, shape, bytes, data) in [
             (TensorPath::from("model.layers.0.w"), "float32", &[2u64, 3][..], 24, 24),
@@ -131,7 +138,10 @@ mod tests {
             t.add(&top_module(&path), dtype, shape, bytes, data);
         }
         assert_eq!(t.all, Total { tensors: 4, params: 11, bytes: 36, data_bytes: 32 });
-        assert_eq!(t.by_dtype["float32"], Total { tensors: 3, params: 7, bytes: 28, data_bytes: 24 });
+        assert_eq!(
+            t.by_dtype["float32"],
+            Total { tensors: 3, params: 7, bytes: 28, data_bytes: 24 }
+        );
         assert_eq!(t.by_module["model"].params, 10);
         assert_eq!(t.by_module["lm_head"].params, 1);
         assert_eq!(t.by_module["3"].tensors, 1);

@@ -19,9 +19,10 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::hash::{BlockKernel, TensorHasher};
 use crate::layout::{
-    CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAC_LEN,
-    MAX_ALIGNMENT, MAX_NDIM, MAX_PATH_COMPONENTS, MAX_TENSORS, METADATA_OFFSET, MIN_KDF_MEMLIMIT, NONCE_LEN,
-    PWHASH_ALG_ARGON2ID13, SALT_LEN, TENSOR_COUNT_OFFSET, TENSORIZER_METADATA_LEN,
+    CRYPT_CHUNK_SIZE, DEFAULT_ALIGNMENT, END_MARKER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS,
+    MAC_LEN, MAX_ALIGNMENT, MAX_NDIM, MAX_PATH_COMPONENTS, MAX_TENSORS, METADATA_OFFSET,
+    MIN_KDF_MEMLIMIT, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN, TENSOR_COUNT_OFFSET,
+    TENSORIZER_METADATA_LEN,
 };
 use crate::path::TensorPath;
 use crate::registry::PathRegistry;
@@ -76,7 +77,14 @@ pub struct TensorSpec {
 impl TensorSpec {
     /// A state-dict entry.
     pub fn state_dict(path: impl Into<TensorPath>, dtype: Dtype, shape: Vec<u64>) -> Self {
-        Self { path: path.into(), tensor_type: TensorType::StateDict, module_index: 0, dtype, shape, meta: false }
+        Self {
+            path: path.into(),
+            tensor_type: TensorType::StateDict,
+            module_index: 0,
+            dtype,
+            shape,
+            meta: false,
+        }
     }
 
     /// Bytes of data this tensor stores (0 for meta tensors).
@@ -267,7 +275,9 @@ impl Writer {
     pub fn metadata_len_with_room(specs: &[TensorSpec]) -> Result<u64> {
         let entries = specs.iter().map(|s| s.entry(0, 0)).collect::<Result<Vec<_>>>()?;
         let too_large = || Error::invalid("metadata index too large");
-        let room = Metadata::needed_len(&entries)?.checked_mul(INDEX_ROOM.0).ok_or_else(too_large)? / INDEX_ROOM.1;
+        let room =
+            Metadata::needed_len(&entries)?.checked_mul(INDEX_ROOM.0).ok_or_else(too_large)?
+                / INDEX_ROOM.1;
         let pages = room.div_ceil(INDEX_PAGE).checked_mul(INDEX_PAGE).ok_or_else(too_large)?;
         Ok(pages.max(TENSORIZER_METADATA_LEN))
     }
@@ -309,14 +319,20 @@ impl Writer {
     /// than a reader accepts.
     pub fn plan(specs: &[TensorSpec], options: &WriterOptions) -> Result<Self> {
         check_tensor_count(specs.len() as u64)?;
-        check_path_components(specs.iter().fold(0u64, |n, s| n.saturating_add(s.path.depth() as u64)))?;
+        check_path_components(
+            specs.iter().fold(0u64, |n, s| n.saturating_add(s.path.depth() as u64)),
+        )?;
         let metadata_len = Self::metadata_len_for(specs, options)?;
         Self::new(&WriterOptions { metadata_len: Some(metadata_len), ..options.clone() })
     }
 
     /// Places the next tensor. Encrypted files need a fresh random
     /// `nonce` for every tensor that has data.
-    pub fn add(&mut self, spec: &TensorSpec, nonce: Option<[u8; NONCE_LEN]>) -> Result<PlannedTensor> {
+    pub fn add(
+        &mut self,
+        spec: &TensorSpec,
+        nonce: Option<[u8; NONCE_LEN]>,
+    ) -> Result<PlannedTensor> {
         check_tensor_count(self.entries.len() as u64 + 1)?;
         let components = self.components.saturating_add(spec.path.depth() as u64);
         check_path_components(components)?;
@@ -329,7 +345,9 @@ impl Writer {
         {
             return Err(Error::invalid("dtype string is not the form tensorizer writes"));
         }
-        if matches!(spec.path, TensorPath::Structured(_)) && spec.tensor_type != TensorType::StateDict {
+        if matches!(spec.path, TensorPath::Structured(_))
+            && spec.tensor_type != TensorType::StateDict
+        {
             return Err(Error::invalid("structured paths are only allowed for STATE_DICT tensors"));
         }
         let data_length = spec.data_length()?;
@@ -400,7 +418,8 @@ impl Writer {
         // Every fallible step is done: commit the name and the nonces.
         if let Some(n) = nonce {
             let chunks = crate::crypto::chunk_count(data_length, CRYPT_CHUNK_SIZE);
-            let fresh = (0..chunks).all(|i| !self.used_nonces.contains(&crate::crypto::chunk_nonce(&n, i)));
+            let fresh =
+                (0..chunks).all(|i| !self.used_nonces.contains(&crate::crypto::chunk_nonce(&n, i)));
             if !fresh {
                 return Err(Error::invalid("illegal nonce reuse"));
             }
@@ -488,7 +507,8 @@ pub fn to_vec(
         return Err(Error::invalid("a key is required exactly when encrypting"));
     }
     let mut w = Writer::plan(specs, options)?;
-    let mut out = alloc::vec![0u8; usize::try_from(w.next_offset).map_err(|_| Error::invalid("too large"))?];
+    let mut out =
+        alloc::vec![0u8; usize::try_from(w.next_offset).map_err(|_| Error::invalid("too large"))?];
     for (spec, plain) in specs.iter().zip(data) {
         let nonce = key.map(|_| next_nonce());
         let mut t = w.add(spec, nonce)?;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::{MAX_PATH_COMPONENTS, MAX_PATH_DEPTH, MAX_TENSORS, ParseLimits};
 use tensorizer_core::{
-    Dtype, ElementType, Error, File, FileHeader, KdfParams, KeySource, Metadata, PathComponent, TensorPath, TensorSpec,
-    WriterOptions, write,
+    Dtype, ElementType, Error, File, FileHeader, KdfParams, KeySource, Metadata, PathComponent,
+    TensorPath, TensorSpec, WriterOptions, write,
 };
 
 // ---- a per-thread counting allocator ---------------------------------------
@@ -64,7 +64,10 @@ const HANG: Duration = Duration::from_secs(60);
 /// Runs `f` on a fresh thread with a `stack`-byte stack and returns its
 /// result with the most heap it held at once beyond what it started with,
 /// failing if it takes longer than [`HANG`].
-fn bounded<T: Send + 'static>(stack: usize, f: impl FnOnce() -> T + Send + 'static) -> (T, u64, Duration) {
+fn bounded<T: Send + 'static>(
+    stack: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, u64, Duration) {
     let (tx, rx) = std::sync::mpsc::channel();
     let worker = std::thread::Builder::new()
         .stack_size(stack)
@@ -95,12 +98,19 @@ fn bounded<T: Send + 'static>(stack: usize, f: impl FnOnce() -> T + Send + 'stat
 /// (index and tensor header): the writer refuses what a hostile file may
 /// hold, and equal lengths keep every offset right.
 fn file_with_names(names: &[Vec<u8>]) -> Vec<u8> {
-    let placeholders: Vec<String> =
-        names.iter().enumerate().map(|(i, n)| format!("{i:08}{}", "x".repeat(n.len() - 8))).collect();
+    let placeholders: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i:08}{}", "x".repeat(n.len() - 8)))
+        .collect();
     let f32 = Dtype::from_element(ElementType::F32);
-    let specs: Vec<_> = placeholders.iter().map(|p| TensorSpec::state_dict(p.as_str(), f32.clone(), vec![])).collect();
+    let specs: Vec<_> = placeholders
+        .iter()
+        .map(|p| TensorSpec::state_dict(p.as_str(), f32.clone(), vec![]))
+        .collect();
     let data = vec![&[0u8, 0, 0x80, 0x3f][..]; names.len()];
-    let mut bytes = write::to_vec(&specs, &data, &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let mut bytes =
+        write::to_vec(&specs, &data, &WriterOptions::default(), None, || [0; 24]).unwrap();
     // Names appear in order in the index, then in order in the headers:
     // two forward scans find them all in linear time.
     let headers_start = FileHeader::LEN + FileHeader::parse(&bytes).unwrap().metadata_len as usize;
@@ -109,7 +119,8 @@ fn file_with_names(names: &[Vec<u8>]) -> Vec<u8> {
     for (placeholder, name) in placeholders.iter().zip(names) {
         let p = placeholder.as_bytes();
         for at in [&mut in_index, &mut in_headers] {
-            let pos = *at + bytes[*at..].windows(p.len()).position(|w| w == p).expect("placeholder");
+            let pos =
+                *at + bytes[*at..].windows(p.len()).position(|w| w == p).expect("placeholder");
             bytes[pos..pos + p.len()].copy_from_slice(name);
             *at = pos + p.len();
         }
@@ -134,20 +145,27 @@ fn parse_index(bytes: &[u8], limits: &ParseLimits) -> Result<Metadata, Error> {
 #[test]
 fn a_32000_component_name_is_refused_on_a_small_stack() {
     let bytes = file_with_names(&[structured(std::iter::repeat_n(0, 32_000))]);
-    let (result, _, took) = bounded(128 << 10, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
+    let (result, _, took) =
+        bounded(128 << 10, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
     let err = result.unwrap_err();
-    assert!(matches!(err, Error::LimitExceeded { value: 32_000, limit, .. } if limit == MAX_PATH_DEPTH as u64));
+    assert!(
+        matches!(err, Error::LimitExceeded { value: 32_000, limit, .. } if limit == MAX_PATH_DEPTH as u64)
+    );
     assert!(err.to_string().contains("tensor path depth is 32000"), "{err}");
     assert!(took < Duration::from_secs(2));
 }
 
 #[test]
 fn raising_the_depth_limit_still_never_recurses() {
-    let names = vec![structured(std::iter::repeat_n(0, 32_000)), structured(std::iter::repeat_n(1, 32_000))];
+    let names = vec![
+        structured(std::iter::repeat_n(0, 32_000)),
+        structured(std::iter::repeat_n(1, 32_000)),
+    ];
     let bytes = file_with_names(&names);
     let limits = ParseLimits { max_path_depth: 40_000, ..ParseLimits::default() };
     // Parse, register, and drop everything on a 128 KiB stack.
-    let (result, _, _) = bounded(128 << 10, move || parse_index(&bytes, &limits).map(|m| m.entries.len()));
+    let (result, _, _) =
+        bounded(128 << 10, move || parse_index(&bytes, &limits).map(|m| m.entries.len()));
     assert_eq!(result.unwrap(), 2);
 }
 
@@ -155,13 +173,17 @@ fn raising_the_depth_limit_still_never_recurses() {
 fn names_at_the_depth_limit_load() {
     // Our writer accepts exactly the depths our reader does.
     let f32 = Dtype::from_element(ElementType::F32);
-    let specs: Vec<_> = [vec![PathComponent::Index(0); MAX_PATH_DEPTH], vec![PathComponent::Index(1); MAX_PATH_DEPTH]]
-        .into_iter()
-        .map(|c| TensorSpec::state_dict(TensorPath::from_components(c).unwrap(), f32.clone(), vec![]))
-        .collect();
+    let specs: Vec<_> = [
+        vec![PathComponent::Index(0); MAX_PATH_DEPTH],
+        vec![PathComponent::Index(1); MAX_PATH_DEPTH],
+    ]
+    .into_iter()
+    .map(|c| TensorSpec::state_dict(TensorPath::from_components(c).unwrap(), f32.clone(), vec![]))
+    .collect();
     let data = [&[0u8; 4][..], &[0u8; 4][..]];
     let bytes = write::to_vec(&specs, &data, &WriterOptions::default(), None, || [0; 24]).unwrap();
-    let (result, _, _) = bounded(128 << 10, move || File::parse(&bytes).and_then(|f| f.load_all(None)));
+    let (result, _, _) =
+        bounded(128 << 10, move || File::parse(&bytes).and_then(|f| f.load_all(None)));
     assert_eq!(result.unwrap().len(), 2);
 }
 
@@ -170,8 +192,9 @@ fn names_at_the_depth_limit_load() {
 /// `count` paths of `depth` components that share no prefix, then a copy
 /// of the first: the conflict is only found at the very end.
 fn wide_and_deep(count: u64, depth: usize) -> Vec<Vec<u8>> {
-    let mut names: Vec<Vec<u8>> =
-        (0..count).map(|i| structured(std::iter::once(i).chain(std::iter::repeat_n(0, depth - 1)))).collect();
+    let mut names: Vec<Vec<u8>> = (0..count)
+        .map(|i| structured(std::iter::once(i).chain(std::iter::repeat_n(0, depth - 1))))
+        .collect();
     names.push(names[0].clone());
     names
 }
@@ -181,12 +204,16 @@ fn a_conflict_after_a_million_components_costs_memory_in_proportion() {
     let names = wide_and_deep(1000, 1000);
     let bytes = file_with_names(&names);
     let file_len = bytes.len() as u64;
-    let (result, peak, took) = bounded(256 << 10, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
+    let (result, peak, took) =
+        bounded(256 << 10, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
     assert!(matches!(result, Err(Error::ConflictingPaths { .. })), "{result:?}");
     // ~1M components: the paths themselves take 24 bytes each, the
     // registry ~60; a tree of maps took ~600.
     let components = 1001 * 1000;
-    assert!(peak < 128 * components, "peak {peak} bytes for {components} components ({file_len}-byte file)");
+    assert!(
+        peak < 128 * components,
+        "peak {peak} bytes for {components} components ({file_len}-byte file)"
+    );
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
@@ -195,18 +222,31 @@ fn more_components_than_the_limit_are_refused_before_the_registry_grows() {
     let count = MAX_PATH_COMPONENTS / 1000 + 1;
     let names = wide_and_deep(count, 1000);
     let bytes = file_with_names(&names);
-    let (result, _, took) = bounded(256 << 10, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
+    let (result, _, took) =
+        bounded(256 << 10, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
     let err = result.unwrap_err();
-    assert!(matches!(err, Error::LimitExceeded { what: "tensor path components in the file", .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::LimitExceeded { what: "tensor path components in the file", .. }),
+        "{err:?}"
+    );
     assert!(took < Duration::from_secs(10));
 }
 
 #[test]
 fn more_tensors_than_the_limit_are_refused_up_front() {
     let count = MAX_TENSORS + 1;
-    let header = FileHeader { version: 1, flags: 0, tensor_size: 0, tensor_count: count, metadata_len: count * 40 };
+    let header = FileHeader {
+        version: 1,
+        flags: 0,
+        tensor_size: 0,
+        tensor_count: count,
+        metadata_len: count * 40,
+    };
     let err = Metadata::parse_with(&header, &[], &ParseLimits::default()).unwrap_err();
-    assert!(matches!(err, Error::LimitExceeded { offset: 0x39, what: "tensor count", .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::LimitExceeded { offset: 0x39, what: "tensor count", .. }),
+        "{err:?}"
+    );
 }
 
 // ---- key derivation budget -----------------------------------------------
@@ -218,7 +258,11 @@ fn encrypted_single(i: u8) -> Vec<u8> {
     let kdf = KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: vec![i; 16] };
     let key = Key::derive(PASS, &kdf, &KdfLimits::default()).unwrap();
     let options = WriterOptions { encryption: Some(Some(kdf)), ..WriterOptions::tensorizer() };
-    let spec = TensorSpec::state_dict(format!("t{i:02}").as_str(), Dtype::from_element(ElementType::F32), vec![2]);
+    let spec = TensorSpec::state_dict(
+        format!("t{i:02}").as_str(),
+        Dtype::from_element(ElementType::F32),
+        vec![2],
+    );
     let mut nonce = [i; 24];
     write::to_vec(&[spec], &[&[i; 8]], &options, Some(&key), || {
         nonce[0] = nonce[0].wrapping_add(1);
@@ -268,8 +312,10 @@ fn sixteen_salts_exhaust_the_per_file_derivation_budget() {
     let err = file.load_all(Some(&default)).unwrap_err();
     assert!(err.to_string().contains("max_derivations"), "{err}");
     // A caller who expects such a file raises the budget.
-    let generous =
-        KeySource::Passphrase(Passphrase::new(PASS), KdfLimits { max_derivations: 16, ..KdfLimits::default() });
+    let generous = KeySource::Passphrase(
+        Passphrase::new(PASS),
+        KdfLimits { max_derivations: 16, ..KdfLimits::default() },
+    );
     let all = file.load_all(Some(&generous)).unwrap();
     assert_eq!(all.len(), 16);
     assert_eq!(all[5], vec![5; 8]);
@@ -281,7 +327,10 @@ fn work_is_budgeted_across_salts() {
     let bytes = splice(&parts);
     let file = File::parse(&bytes).unwrap();
     // Each derivation is 8 KiB × 1 pass of work: 20 admits two.
-    let tight = KeySource::Passphrase(Passphrase::new(PASS), KdfLimits { max_work: 20, ..KdfLimits::default() });
+    let tight = KeySource::Passphrase(
+        Passphrase::new(PASS),
+        KdfLimits { max_work: 20, ..KdfLimits::default() },
+    );
     let err = file.load_all(Some(&tight)).unwrap_err();
     assert!(err.to_string().contains("max_work"), "{err}");
 }
@@ -298,7 +347,10 @@ fn exceeded(err: &Error, what: &str, limit: u64) {
 
 /// Runs `parse` on a small stack and checks that it refused without
 /// holding more than `heap` bytes at once (never the claimed size).
-fn refused_within<T: Send + 'static>(heap: u64, parse: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Error {
+fn refused_within<T: Send + 'static>(
+    heap: u64,
+    parse: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Error {
     let (result, peak, _) = bounded(256 << 10, parse);
     let err = result.err().expect("the limit was not applied");
     assert!(peak <= heap, "held {peak} bytes refusing: {err:?}");
@@ -350,12 +402,15 @@ fn every_file_limit_exceeded_by_one_is_refused_before_allocating() {
     let err = refused_within(SMALL, move || File::parse(&bytes).map(|_| ()));
     exceeded(&err, "tensor path depth", MAX_PATH_DEPTH as u64);
     // One component more than the file's limit: 2,097 names of 1,000 and one of 153.
-    let deep = |i: u64, depth: u64| structured(std::iter::once(i).chain(std::iter::repeat_n(0, depth as usize - 1)));
+    let deep = |i: u64, depth: u64| {
+        structured(std::iter::once(i).chain(std::iter::repeat_n(0, depth as usize - 1)))
+    };
     let count = MAX_PATH_COMPONENTS / 1000;
     let mut names: Vec<Vec<u8>> = (0..count).map(|i| deep(i, 1000)).collect();
     names.push(deep(count, MAX_PATH_COMPONENTS % 1000 + 1));
     let bytes = file_with_names(&names);
-    let err = refused_within(64 << 20, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
+    let err =
+        refused_within(64 << 20, move || parse_index(&bytes, &ParseLimits::default()).map(|_| ()));
     exceeded(&err, "tensor path components in the file", MAX_PATH_COMPONENTS);
     // An encryption chunk one quantum below the smallest accepted.
     let info = tensorizer_core::CryptInfo {
@@ -368,21 +423,39 @@ fn every_file_limit_exceeded_by_one_is_refused_before_allocating() {
     let mut raw = Vec::new();
     info.emit(&mut raw);
     let err = tensorizer_core::CryptInfo::parse(&raw[8..], 8).unwrap_err();
-    assert!(matches!(err, Error::Malformed { reason: "invalid encryption chunk size", .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason: "invalid encryption chunk size", .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn every_key_derivation_limit_exceeded_by_one_is_refused_before_argon2() {
     use tensorizer_core::crypto::{KeyRing, MAX_KDF_SALT_LEN, MIN_KDF_SALT_LEN};
     use tensorizer_core::layout::{
-        DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK,
-        MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT,
+        DEFAULT_MAX_KDF_DERIVATIONS, DEFAULT_MAX_KDF_MEMLIMIT, DEFAULT_MAX_KDF_OPSLIMIT,
+        DEFAULT_MAX_KDF_WORK, MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT,
+        MIN_KDF_OPSLIMIT,
     };
-    let params = |opslimit, memlimit, salt_len| KdfParams { opslimit, memlimit, alg: 2, salt: vec![1; salt_len] };
-    let raised = KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..KdfLimits::default() };
+    let params = |opslimit, memlimit, salt_len| KdfParams {
+        opslimit,
+        memlimit,
+        alg: 2,
+        salt: vec![1; salt_len],
+    };
+    let raised =
+        KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..KdfLimits::default() };
     let cases = [
-        ("DEFAULT_MAX_KDF_MEMLIMIT + 1", params(1, DEFAULT_MAX_KDF_MEMLIMIT + 1, 16), KdfLimits::default()),
-        ("DEFAULT_MAX_KDF_OPSLIMIT + 1", params(DEFAULT_MAX_KDF_OPSLIMIT + 1, 8192, 16), KdfLimits::default()),
+        (
+            "DEFAULT_MAX_KDF_MEMLIMIT + 1",
+            params(1, DEFAULT_MAX_KDF_MEMLIMIT + 1, 16),
+            KdfLimits::default(),
+        ),
+        (
+            "DEFAULT_MAX_KDF_OPSLIMIT + 1",
+            params(DEFAULT_MAX_KDF_OPSLIMIT + 1, 8192, 16),
+            KdfLimits::default(),
+        ),
         ("MAX_KDF_MEMLIMIT + 1", params(1, MAX_KDF_MEMLIMIT + 1, 16), raised),
         ("MAX_KDF_OPSLIMIT + 1", params(MAX_KDF_OPSLIMIT + 1, 8192, 16), raised),
         ("MIN_KDF_MEMLIMIT - 1", params(1, MIN_KDF_MEMLIMIT - 1, 16), KdfLimits::default()),
@@ -408,12 +481,18 @@ fn every_key_derivation_limit_exceeded_by_one_is_refused_before_argon2() {
     let err = ring.key_with(PASS, &salted(0xff), &KdfLimits::default(), no_work).unwrap_err();
     assert!(err.to_string().contains("max_derivations"), "{err}");
     let mut ring = KeyRing::default();
-    let at_cap =
-        |b: u8| KdfParams { salt: vec![b; 16], ..params(DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_MEMLIMIT, 16) };
+    let at_cap = |b: u8| KdfParams {
+        salt: vec![b; 16],
+        ..params(DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_MEMLIMIT, 16)
+    };
     for b in 0..2 {
         ring.key_with(PASS, &at_cap(b), &KdfLimits::default(), no_work).unwrap();
     }
-    assert_eq!(2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_WORK);
-    let err = ring.key_with(PASS, &params(1, 8192, 16), &KdfLimits::default(), no_work).unwrap_err();
+    assert_eq!(
+        2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT,
+        DEFAULT_MAX_KDF_WORK
+    );
+    let err =
+        ring.key_with(PASS, &params(1, 8192, 16), &KdfLimits::default(), no_work).unwrap_err();
     assert!(err.to_string().contains("max_work"), "{err}");
 }

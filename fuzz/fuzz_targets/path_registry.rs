@@ -2,7 +2,9 @@
 //! Differential: the writer's conflict check (the flat path registry) must
 //! agree with the definition, checked naively against every earlier path.
 use libfuzzer_sys::fuzz_target;
-use tensorizer_core::{Dtype, ElementType, Error, PathComponent, TensorPath, TensorSpec, Writer, WriterOptions};
+use tensorizer_core::{
+    Dtype, ElementType, Error, PathComponent, TensorPath, TensorSpec, Writer, WriterOptions,
+};
 
 /// Bytes → paths: 0xFF ends a path; other bytes pick a small key or index,
 /// so collisions, prefixes and mixed levels are common.

@@ -14,7 +14,8 @@ fuzz_target!(|data: &[u8]| {
         let s = scan(&mut SliceSource::new(data), &options).expect("a slice never fails to read");
         let again = scan(&mut SliceSource::new(data), &options).unwrap();
         assert_eq!(s.findings, again.findings);
-        let listed: Vec<_> = s.findings.iter().filter(|f| f.rule != RuleId::FindingsCapped).collect();
+        let listed: Vec<_> =
+            s.findings.iter().filter(|f| f.rule != RuleId::FindingsCapped).collect();
         assert!(listed.windows(2).all(|w| (w[0].offset, w[0].rule) <= (w[1].offset, w[1].rule)));
         for rule in listed.iter().map(|f| f.rule) {
             assert!(listed.iter().filter(|f| f.rule == rule).count() as u64 <= CAP);
@@ -22,7 +23,11 @@ fuzz_target!(|data: &[u8]| {
         for f in &s.findings {
             assert!(f.offset.is_none_or(|o| o <= data.len() as u64 + 8), "{f:?}");
         }
-        let log = sarif::to_sarif(&sarif::Tool { name: "fuzz", version: "0", information_uri: None }, "f", &s.findings);
+        let log = sarif::to_sarif(
+            &sarif::Tool { name: "fuzz", version: "0", information_uri: None },
+            "f",
+            &s.findings,
+        );
         assert_eq!(log["runs"][0]["results"].as_array().map(Vec::len), Some(s.findings.len()));
     }
 });

@@ -20,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(head[..8], header_len.to_le_bytes());
                 assert_eq!(head[8], b'{');
             }
-            Some(Sniffed::TorchZip | Sniffed::LegacyTorch) | None => assert!(!head.starts_with(&MAGIC)),
+            Some(Sniffed::TorchZip | Sniffed::LegacyTorch) | None => {
+                assert!(!head.starts_with(&MAGIC))
+            }
         }
     }
 });

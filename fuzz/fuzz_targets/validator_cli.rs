@@ -35,7 +35,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&room, data)) = data.split_first() else { return };
     let split = data.windows(2).position(|w| w == [0, 0]).unwrap_or(data.len());
     let (argv, file) = (&data[..split], data.get(split + 2..).unwrap_or_default());
-    let args: Vec<String> = argv.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let args: Vec<String> =
+        argv.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let parsed = parse_args(&args);
     if let Err(e) = &parsed {
         assert_eq!(e.exit_code(), 2);

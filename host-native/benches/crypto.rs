@@ -51,8 +51,11 @@ fn kernels(reps: usize) {
     let key = Key::from_bytes([7; 32]);
     let nonce = [3u8; 24];
     let mut buf: Vec<u8> = (0..total).map(|i| (i as u8).wrapping_mul(31)).collect();
-    let macs: Vec<[u8; 16]> =
-        buf.chunks_mut(CHUNK).enumerate().map(|(i, c)| seal_chunk(&key, &nonce, i as u64, c)).collect();
+    let macs: Vec<[u8; 16]> = buf
+        .chunks_mut(CHUNK)
+        .enumerate()
+        .map(|(i, c)| seal_chunk(&key, &nonce, i as u64, c))
+        .collect();
     let reference = {
         use crypto_secretbox::aead::generic_array::GenericArray;
         use crypto_secretbox::{KeyInit, XSalsa20Poly1305};
@@ -80,7 +83,12 @@ fn kernels(reps: usize) {
             for (i, c) in buf.chunks_mut(CHUNK).enumerate() {
                 let n = tensorizer_core::crypto::chunk_nonce(&nonce, i as u64);
                 reference
-                    .decrypt_in_place_detached(GenericArray::from_slice(&n), b"", c, GenericArray::from_slice(&macs[i]))
+                    .decrypt_in_place_detached(
+                        GenericArray::from_slice(&n),
+                        b"",
+                        c,
+                        GenericArray::from_slice(&macs[i]),
+                    )
                     .unwrap();
             }
         }));
@@ -92,9 +100,14 @@ fn kernels(reps: usize) {
     }
     let bytes = total as u64;
     let state = tensorizer_core::crypto::StreamState::xsalsa20(key.expose_secret(), &nonce);
-    let t_stream: Vec<Duration> = (0..reps).map(|_| timed(|| cipher::kernel()(&state, 1, &mut buf))).collect();
+    let t_stream: Vec<Duration> =
+        (0..reps).map(|_| timed(|| cipher::kernel()(&state, 1, &mut buf))).collect();
     cipher::kernel()(&state, 1, &mut buf);
-    row(&format!("XSalsa20 keystream alone, host kernel: {}", cipher::kernel_name()), bytes, t_stream);
+    row(
+        &format!("XSalsa20 keystream alone, host kernel: {}", cipher::kernel_name()),
+        bytes,
+        t_stream,
+    );
     row("XSalsa20-Poly1305 open, crypto_secretbox 0.1 (before)", bytes, t_ref);
     row("XSalsa20-Poly1305 open, core portable kernel (scalar)", bytes, t_portable);
     row(&format!("XSalsa20-Poly1305 open, host kernel: {}", cipher::kernel_name()), bytes, t_best);
@@ -120,7 +133,8 @@ fn kernels(reps: usize) {
             std::hint::black_box(h.finish());
         }));
         t_joint.push(timed(|| {
-            let mut h = tensorizer_core::hash::TensorHasher::with_kernel(b"", true, true, digest::kernel());
+            let mut h =
+                tensorizer_core::hash::TensorHasher::with_kernel(b"", true, true, digest::kernel());
             h.update(&buf);
             std::hint::black_box(h.finish());
         }));
@@ -133,12 +147,21 @@ fn kernels(reps: usize) {
 
 fn argon2(reps: usize) {
     let (ops, mem) = presets::MODERATE;
-    let params = KdfParams { opslimit: ops, memlimit: mem, alg: PWHASH_ALG_ARGON2ID13, salt: vec![5; 16] };
+    let params =
+        KdfParams { opslimit: ops, memlimit: mem, alg: PWHASH_ALG_ARGON2ID13, salt: vec![5; 16] };
     let limits = KdfLimits::default();
-    let core: Vec<Duration> =
-        (0..reps).map(|_| timed(|| drop(Key::derive(b"correct horse", &params, &limits).unwrap()))).collect();
+    let core: Vec<Duration> = (0..reps)
+        .map(|_| timed(|| drop(Key::derive(b"correct horse", &params, &limits).unwrap())))
+        .collect();
     let host: Vec<Duration> = (0..reps)
-        .map(|_| timed(|| drop(tensorizer_native::kernels::kdf::derive(b"correct horse", &params, &limits).unwrap())))
+        .map(|_| {
+            timed(|| {
+                drop(
+                    tensorizer_native::kernels::kdf::derive(b"correct horse", &params, &limits)
+                        .unwrap(),
+                )
+            })
+        })
         .collect();
     for (name, times) in [
         ("core (argon2 crate)".to_string(), core),
@@ -160,7 +183,8 @@ fn loads(mib: usize, reps: usize) {
     let each = ((mib << 20) / n) & !1;
     let tensors: Vec<(TensorSpec, Vec<u8>)> = (0..n)
         .map(|i| {
-            let data: Vec<u8> = (0..each).map(|b| (b as u8).wrapping_mul(31).wrapping_add(i as u8)).collect();
+            let data: Vec<u8> =
+                (0..each).map(|b| (b as u8).wrapping_mul(31).wrapping_add(i as u8)).collect();
             let spec = TensorSpec::state_dict(
                 format!("model.layers.{i}.weight").as_str(),
                 Dtype::from_element(ElementType::BF16),
@@ -169,7 +193,8 @@ fn loads(mib: usize, reps: usize) {
             (spec, data)
         })
         .collect();
-    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    let input: Vec<(TensorSpec, &[u8])> =
+        tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
     let bytes = (each * n) as u64;
     let key = Key::from_bytes([9; 32]);
     let plain = dir.join("tzr-crypto-bench.tensors");
@@ -191,7 +216,10 @@ fn loads(mib: usize, reps: usize) {
             Reader::open(path, ReadOptions { num_readers: readers, verify_hash, key }).unwrap()
         };
         cases.push((format!("load, plain, {readers} reader(s)"), open(&plain, false, None)));
-        cases.push((format!("load, verified (SHA-256 + CRC-32), {readers} reader(s)"), open(&plain, true, None)));
+        cases.push((
+            format!("load, verified (SHA-256 + CRC-32), {readers} reader(s)"),
+            open(&plain, true, None),
+        ));
         cases.push((
             format!("load, encrypted, {readers} reader(s)"),
             open(&sealed, false, Some(KeySource::Key(key.clone()))),
@@ -201,7 +229,8 @@ fn loads(mib: usize, reps: usize) {
     for rep in 0..=reps {
         for (k, (_, reader)) in cases.iter().enumerate() {
             let t = timed(|| {
-                let jobs = bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
+                let jobs =
+                    bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
                 reader.load_many(jobs).unwrap();
             });
             if rep > 0 {
@@ -217,7 +246,8 @@ fn loads(mib: usize, reps: usize) {
 }
 
 fn main() {
-    let mib: usize = std::env::var("TZR_BENCH_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let mib: usize =
+        std::env::var("TZR_BENCH_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
     println!("| measurement | best | median | GB/s best | GB/s median |");
     println!("|---|---|---|---|---|");
     if std::env::var("TZR_BENCH_KDF_ONLY").is_err() {

@@ -46,7 +46,8 @@ fn large_case(total: usize) -> Case {
     let each = (total / n) & !1;
     let tensors = (0..n)
         .map(|i| {
-            let data: Vec<u8> = (0..each).map(|b| (b as u8).wrapping_mul(31).wrapping_add(i as u8)).collect();
+            let data: Vec<u8> =
+                (0..each).map(|b| (b as u8).wrapping_mul(31).wrapping_add(i as u8)).collect();
             let spec = TensorSpec::state_dict(
                 format!("model.layers.{i}.weight").as_str(),
                 Dtype::from_element(ElementType::BF16),
@@ -98,7 +99,8 @@ fn raw_read(path: &Path, bufs: &mut [Vec<u8>], threads: usize) -> Duration {
     }
     timed(|| {
         std::thread::scope(|s| {
-            let mut lanes: Vec<Vec<(u64, &mut Vec<u8>)>> = (0..threads).map(|_| Vec::new()).collect();
+            let mut lanes: Vec<Vec<(u64, &mut Vec<u8>)>> =
+                (0..threads).map(|_| Vec::new()).collect();
             for (i, (b, off)) in bufs.iter_mut().zip(&offsets).enumerate() {
                 lanes[i % threads].push((*off, b));
             }
@@ -120,7 +122,8 @@ fn run(case: &Case, dir: &Path, report: &mut Vec<String>) {
     let data_bytes: u64 = case.tensors.iter().map(|(_, d)| d.len() as u64).sum();
     let path = dir.join("tzr-bench.tensors");
     let raw_path = dir.join("tzr-bench.raw");
-    let input: Vec<(TensorSpec, &[u8])> = case.tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    let input: Vec<(TensorSpec, &[u8])> =
+        case.tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
 
     // Writes: ours (hash + atomic rename + fsync) vs the same bytes raw + fsync.
     let options = WriteOptions::default();
@@ -133,16 +136,22 @@ fn run(case: &Case, dir: &Path, report: &mut Vec<String>) {
 
     // Loads, warm cache, into pre-faulted buffers.
     let readers = default_readers();
-    let reader = Reader::open(&path, ReadOptions { num_readers: readers, ..ReadOptions::default() }).unwrap();
-    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![1u8; e.nbytes() as usize]).collect();
+    let reader =
+        Reader::open(&path, ReadOptions { num_readers: readers, ..ReadOptions::default() })
+            .unwrap();
+    let mut bufs: Vec<Vec<u8>> =
+        reader.entries().iter().map(|e| vec![1u8; e.nbytes() as usize]).collect();
     let load = |bufs: &mut Vec<Vec<u8>>, reader: &Reader| {
         timed(|| {
             let jobs = bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
             reader.load_many(jobs).unwrap();
         })
     };
-    let verify_reader =
-        Reader::open(&path, ReadOptions { num_readers: readers, verify_hash: true, ..ReadOptions::default() }).unwrap();
+    let verify_reader = Reader::open(
+        &path,
+        ReadOptions { num_readers: readers, verify_hash: true, ..ReadOptions::default() },
+    )
+    .unwrap();
     // Tiny tensors: the limit is one read of all their bytes, not one call
     // per tensor (that per-call cost is exactly the overhead we measure).
     let mut flat = vec![vec![1u8; data_bytes as usize]];
@@ -173,17 +182,30 @@ fn run(case: &Case, dir: &Path, report: &mut Vec<String>) {
     let n = case.tensors.len() as f64;
     let per_tensor_us = (ours_load.as_secs_f64() - limit.as_secs_f64()) / n * 1e6;
     let lines = [
-        format!("### {} ({:.1} MiB of data, {} readers)", case.name, data_bytes as f64 / 1048576.0, readers),
+        format!(
+            "### {} ({:.1} MiB of data, {} readers)",
+            case.name,
+            data_bytes as f64 / 1048576.0,
+            readers
+        ),
         String::new(),
         "| measurement | time | GB/s | ratio |".into(),
         "|---|---|---|---|".into(),
-        format!("| raw read, 1 thread | {:.1} ms | {:.2} | |", raw_1.as_secs_f64() * 1e3, gbps(data_bytes, raw_1)),
+        format!(
+            "| raw read, 1 thread | {:.1} ms | {:.2} | |",
+            raw_1.as_secs_f64() * 1e3,
+            gbps(data_bytes, raw_1)
+        ),
         format!(
             "| raw read, {readers} threads | {:.1} ms | {:.2} | |",
             raw_n.as_secs_f64() * 1e3,
             gbps(data_bytes, raw_n)
         ),
-        format!("| memcpy | {:.1} ms | {:.2} | |", memcpy.as_secs_f64() * 1e3, gbps(data_bytes, memcpy)),
+        format!(
+            "| memcpy | {:.1} ms | {:.2} | |",
+            memcpy.as_secs_f64() * 1e3,
+            gbps(data_bytes, memcpy)
+        ),
         format!(
             "| **tensorizer-rs load** | {:.1} ms | {:.2} | **{:.2}× page-cache limit**, {:.2}× memcpy |",
             ours_load.as_secs_f64() * 1e3,
@@ -223,7 +245,8 @@ fn main() {
     if std::env::args().any(|a| a == "--test" || a == "--list") {
         return; // `cargo test --benches` probes; nothing to do
     }
-    let mib: usize = std::env::var("TZR_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
+    let mib: usize =
+        std::env::var("TZR_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
     let dir = std::env::var_os("TZR_BENCH_DIR").map_or_else(std::env::temp_dir, Into::into);
     let mut report = Vec::new();
     run(&large_case(mib << 20), Path::new(&dir), &mut report);

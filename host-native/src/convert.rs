@@ -36,7 +36,9 @@ use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::layout::MAX_TENSORS;
 use tensorizer_core::safetensors::to_safetensors;
 use tensorizer_core::write::check_tensor_count;
-use tensorizer_core::{Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format};
+use tensorizer_core::{
+    Dtype, KeySource, Sniffed, TensorPath, TensorSpec, TensorType, sniff_format,
+};
 
 use crate::convert::checkpoint::CheckpointReader;
 use crate::convert::safetensors::{SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
@@ -111,12 +113,14 @@ impl Format {
         let implied = output_extension(path);
         let refuse = |what: String| Err(Error::Invalid(format!("{shown}: {what}")));
         match (to, implied) {
-            (Some(Self::TorchCheckpoint), _) | (None, Some(Self::TorchCheckpoint)) => {
-                refuse(format!("{CANNOT_WRITE_CHECKPOINTS}; name the output .tensors or .safetensors"))
-            }
-            (Some(to), Some(implied)) if to != implied => {
-                refuse(format!("the output format {} contradicts the name, which says {}", to.name(), implied.name()))
-            }
+            (Some(Self::TorchCheckpoint), _) | (None, Some(Self::TorchCheckpoint)) => refuse(
+                format!("{CANNOT_WRITE_CHECKPOINTS}; name the output .tensors or .safetensors"),
+            ),
+            (Some(to), Some(implied)) if to != implied => refuse(format!(
+                "the output format {} contradicts the name, which says {}",
+                to.name(),
+                implied.name()
+            )),
             (Some(to), _) => Ok(to),
             (None, Some(implied)) => Ok(implied),
             (None, None) => refuse(
@@ -251,7 +255,9 @@ pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
     source.read_exact_at(0, &mut head)?;
     let name = source.name();
     match sniff_format(&head, source.len()) {
-        None if !has_safetensors_extension(name) => Err(Error::UnknownFormat { file: name.to_string() }),
+        None if !has_safetensors_extension(name) => {
+            Err(Error::UnknownFormat { file: name.to_string() })
+        }
         _ => Ok(Format::sniff(&head, source.len(), name)),
     }
 }
@@ -289,7 +295,14 @@ pub fn convert_source<S: RangeSource>(
         }
         Format::Tensorizer => {
             let read = ReadOptions { num_readers: 1, verify_hash: true, key: options.key.clone() };
-            write_bounded(Input::Tensorizer(&Reader::new(source, read)?), dst, to, write_options, bound, progress)
+            write_bounded(
+                Input::Tensorizer(&Reader::new(source, read)?),
+                dst,
+                to,
+                write_options,
+                bound,
+                progress,
+            )
         }
         Format::Safetensors => {
             let input = Input::Safetensors(&SafetensorsFile::new(source)?);
@@ -389,7 +402,9 @@ pub fn write_bounded<S: RangeSource>(
             for_each_index(threads, items.len(), job, &done, PROGRESS_INTERVAL, &mut report)?;
             tmp.commit()?;
         }
-        Format::TorchCheckpoint => return Err(Error::Invalid("torch checkpoints cannot be written".into())),
+        Format::TorchCheckpoint => {
+            return Err(Error::Invalid("torch checkpoints cannot be written".into()));
+        }
     }
     converted.tensors = items.len();
     converted.bytes = total;
@@ -469,7 +484,12 @@ pub fn safetensors_to_tensorizer(
     .map(|_| ())
 }
 
-fn check_output_bound(src: &str, input_len: u64, total: u64, max_output_bytes: Option<u64>) -> Result<()> {
+fn check_output_bound(
+    src: &str,
+    input_len: u64,
+    total: u64,
+    max_output_bytes: Option<u64>,
+) -> Result<()> {
     let bound = max_output_bytes.unwrap_or_else(|| default_max_output_bytes(input_len));
     if total <= bound {
         return Ok(());
@@ -546,8 +566,9 @@ fn plan<S: RangeSource>(
                         meta: e.is_meta(),
                     }
                 };
-                let swap =
-                    (to == Format::Safetensors).then(|| crate::convert::safetensors::swap_unit(&e.dtype)).flatten();
+                let swap = (to == Format::Safetensors)
+                    .then(|| crate::convert::safetensors::swap_unit(&e.dtype))
+                    .flatten();
                 items.push(Item { index: i, spec, len: e.data_length, swap });
             }
         }
@@ -593,9 +614,14 @@ fn plan<S: RangeSource>(
             }
             let element = t.spec.dtype.element();
             if element.and_then(|e| to_safetensors(e, &t.spec.shape)).is_none() {
-                let dtype = element.map_or_else(|| format!("{:?}", t.spec.dtype.as_str()), |e| e.torch_name().into());
+                let dtype = element.map_or_else(
+                    || format!("{:?}", t.spec.dtype.as_str()),
+                    |e| e.torch_name().into(),
+                );
                 let why = if element.and_then(safetensors_dtype).is_some() {
-                    format!("safetensors cannot store a 0-dimensional {dtype} (it counts packed values)")
+                    format!(
+                        "safetensors cannot store a 0-dimensional {dtype} (it counts packed values)"
+                    )
                 } else {
                     format!("safetensors has no dtype for {dtype}")
                 };
@@ -626,18 +652,25 @@ fn safetensors_header(src: &str, items: &[Item]) -> Result<Vec<u8>> {
     for t in items {
         let name = flat_name(&t.spec.path);
         if !names.insert(name.clone()) {
-            return Err(Error::Invalid(format!("{src}: tensor {name:?}: two tensors flatten to this name")));
+            return Err(Error::Invalid(format!(
+                "{src}: tensor {name:?}: two tensors flatten to this name"
+            )));
         }
         // Checked when the items were planned (`plan`).
-        let (dtype, shape) =
-            t.spec.dtype.element().and_then(|e| to_safetensors(e, &t.spec.shape)).unwrap_or(("?", Vec::new()));
+        let (dtype, shape) = t
+            .spec
+            .dtype
+            .element()
+            .and_then(|e| to_safetensors(e, &t.spec.shape))
+            .unwrap_or(("?", Vec::new()));
         header.insert(
             name,
             serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + t.len]}),
         );
         offset += t.len;
     }
-    let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut json = serde_json::to_vec(&serde_json::Value::Object(header))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     while json.len() % 8 != 0 {
         json.push(b' ');
     }
@@ -662,7 +695,9 @@ pub(crate) fn stream<S: RangeSource>(
                 return Ok(());
             }
             let view = reader.tensor(i)?;
-            let span = view.byte_span().ok_or_else(|| Error::Invalid("tensor view size overflows".into()))?;
+            let span = view
+                .byte_span()
+                .ok_or_else(|| Error::Invalid("tensor view size overflows".into()))?;
             if !view.is_contiguous() || span.end - span.start != item.len {
                 // A strided or expanded view: gathered whole, one at a time.
                 let _one = gather.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -672,7 +707,9 @@ pub(crate) fn stream<S: RangeSource>(
             }
             let start = reader.storage_range(view.storage)?.start + span.start;
             let swap = match reader.byte_order() {
-                ByteOrder::Big => Some(crate::convert::checkpoint::swap_unit(view.dtype)).filter(|&u| u > 1),
+                ByteOrder::Big => {
+                    Some(crate::convert::checkpoint::swap_unit(view.dtype)).filter(|&u| u > 1)
+                }
                 _ => None,
             };
             read_pieces(reader.source(), start, item.len, piece, scratch, &mut |p| {
@@ -695,7 +732,14 @@ pub(crate) fn stream<S: RangeSource>(
             .map(|_| ()),
         Input::Safetensors(file) => {
             let e = &file.entries()[item.index];
-            read_pieces(file.source(), file.data_start() + e.start, item.len, piece, scratch, &mut |p| f(p))
+            read_pieces(
+                file.source(),
+                file.data_start() + e.start,
+                item.len,
+                piece,
+                scratch,
+                &mut |p| f(p),
+            )
         }
     }
 }

@@ -62,7 +62,9 @@ impl fmt::Display for StoreErrorKind {
 fn os_text(e: &io::Error) -> String {
     let text = e.to_string();
     match e.raw_os_error() {
-        Some(code) => text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text).to_string(),
+        Some(code) => {
+            text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text).to_string()
+        }
         None => text,
     }
 }
@@ -211,7 +213,11 @@ impl Error {
         Self::Format { file: file.into(), source: Box::new(source) }
     }
 
-    pub(crate) fn tensor(file: impl Into<String>, tensor: impl Into<String>, source: tensorizer_core::Error) -> Self {
+    pub(crate) fn tensor(
+        file: impl Into<String>,
+        tensor: impl Into<String>,
+        source: tensorizer_core::Error,
+    ) -> Self {
         Self::Tensor { file: file.into(), tensor: tensor.into(), source: Box::new(source) }
     }
 
@@ -237,7 +243,9 @@ impl Error {
                 io::ErrorKind::PermissionDenied => Some(StoreErrorKind::PermissionDenied),
                 io::ErrorKind::AlreadyExists => Some(StoreErrorKind::AlreadyExists),
                 // A socket read timeout surfaces as `WouldBlock`.
-                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Some(StoreErrorKind::TimedOut),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                    Some(StoreErrorKind::TimedOut)
+                }
                 _ => None,
             },
             _ => None,
@@ -298,7 +306,10 @@ impl Error {
         matches!(self, Self::WrongKey { .. })
             || matches!(
                 self.format_error(),
-                Some(tensorizer_core::Error::HashMismatch { .. } | tensorizer_core::Error::Decryption)
+                Some(
+                    tensorizer_core::Error::HashMismatch { .. }
+                        | tensorizer_core::Error::Decryption
+                )
             )
     }
 }

@@ -90,7 +90,8 @@ pub fn host_reclaims_free_memory() -> bool {
     *ANSWER.get_or_init(|| {
         let Ok(devices) = std::fs::read_dir(BALLOON_DEVICES) else { return false };
         devices.flatten().any(|d| {
-            std::fs::read_to_string(d.path().join("features")).is_ok_and(|features| reports_free_pages(&features))
+            std::fs::read_to_string(d.path().join("features"))
+                .is_ok_and(|features| reports_free_pages(&features))
         })
     })
 }

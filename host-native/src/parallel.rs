@@ -7,7 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::error::{Error, Result};
 
 /// Runs `f` over `items` on up to `threads` threads.
-pub(crate) fn for_each<T: Send>(threads: usize, items: Vec<T>, f: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
+pub(crate) fn for_each<T: Send>(
+    threads: usize,
+    items: Vec<T>,
+    f: impl Fn(T) -> Result<()> + Sync,
+) -> Result<()> {
     if threads.clamp(1, items.len().max(1)) == 1 {
         return items.into_iter().try_for_each(f);
     }

@@ -88,12 +88,15 @@ pub const WRONG_KEY_PROBE_MAX: u64 = 64 << 20;
 /// when its first bytes say ([`tensorizer_core::sniff_format`]).
 fn not_tensorizer<S: RangeSource>(source: &S) -> Error {
     let file = source.name().to_string();
-    let mut head = vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
+    let mut head =
+        vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
     if let Err(e) = source.read_exact_at(0, &mut head) {
         return e;
     }
     match tensorizer_core::sniff_format(&head, source.len()) {
-        Some(found) if found != tensorizer_core::Sniffed::Tensorizer => Error::OtherFormat { file, found },
+        Some(found) if found != tensorizer_core::Sniffed::Tensorizer => {
+            Error::OtherFormat { file, found }
+        }
         _ => Error::format(file, tensorizer_core::Error::NotTensorizer),
     }
 }
@@ -134,8 +137,16 @@ impl<S: RangeSource> Reader<S> {
                 reason: "a key was given but the file is not encrypted",
             }));
         }
-        let by_name = metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
-        Ok(Self { source, header, metadata, by_name, options, keys: Mutex::new(KeyRing::default()) })
+        let by_name =
+            metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
+        Ok(Self {
+            source,
+            header,
+            metadata,
+            by_name,
+            options,
+            keys: Mutex::new(KeyRing::default()),
+        })
     }
 
     /// The file header.
@@ -175,7 +186,10 @@ impl<S: RangeSource> Reader<S> {
             .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", self.source.name())))
     }
 
-    fn tensor_err(&self, entry: &MetadataEntry) -> impl FnOnce(tensorizer_core::Error) -> Error + '_ {
+    fn tensor_err(
+        &self,
+        entry: &MetadataEntry,
+    ) -> impl FnOnce(tensorizer_core::Error) -> Error + '_ {
         let tensor = entry.path.to_string();
         move |source| Error::tensor(self.source.name().to_string(), tensor, source)
     }
@@ -223,7 +237,11 @@ impl<S: RangeSource> Reader<S> {
                 // A poisoned lock only means another reader panicked while
                 // deriving; the ring itself is never left half-updated.
                 let mut ring = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                Ok(Some(source.key_in_with(info, &mut ring, crate::kernels::kdf::derive).map_err(err)?))
+                Ok(Some(
+                    source
+                        .key_in_with(info, &mut ring, crate::kernels::kdf::derive)
+                        .map_err(err)?,
+                ))
             }
         }
     }
@@ -243,10 +261,16 @@ impl<S: RangeSource> Reader<S> {
 
     /// [`plan::plan_load`] for this reader, with the kind of memory its CPU
     /// copies get ([`crate::memory::huge_pages_pay_off`]).
-    pub fn plan_load(&self, indices: &[usize], destination: plan::Destination, mapped: bool) -> Option<plan::LoadPlan> {
+    pub fn plan_load(
+        &self,
+        indices: &[usize],
+        destination: plan::Destination,
+        mapped: bool,
+    ) -> Option<plan::LoadPlan> {
         let mut plan = plan::plan_load(&self.metadata.entries, indices, destination, mapped)?;
         let entries = &self.metadata.entries;
-        let copied: u64 = plan.small.iter().chain(&plan.large).map(|&i| entries[i].data_length).sum();
+        let copied: u64 =
+            plan.small.iter().chain(&plan.large).map(|&i| entries[i].data_length).sum();
         plan.huge_pages = crate::memory::huge_pages_pay_off(self.reads_cold(copied));
         Some(plan)
     }
@@ -280,7 +304,9 @@ impl<S: RangeSource> Reader<S> {
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, t)| t.data_length > 0 && failed.as_deref() != Some(t.path.to_string().as_str()))
+            .filter(|(_, t)| {
+                t.data_length > 0 && failed.as_deref() != Some(t.path.to_string().as_str())
+            })
             .min_by_key(|(_, t)| t.nbytes());
         let decrypts = match probe {
             None => false,
@@ -288,7 +314,10 @@ impl<S: RangeSource> Reader<S> {
             Some((i, t)) => {
                 let mut out = vec![0u8; t.nbytes() as usize];
                 !matches!(
-                    self.load_jobs(vec![(i, &mut out)], false).err().as_ref().and_then(Error::format_error),
+                    self.load_jobs(vec![(i, &mut out)], false)
+                        .err()
+                        .as_ref()
+                        .and_then(Error::format_error),
                     Some(tensorizer_core::Error::Decryption)
                 )
             }
@@ -364,7 +393,9 @@ impl<S: RangeSource> Reader<S> {
             }
             let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
             work.extend(whole.into_iter().map(|(i, out)| Work::Whole(i, out)));
-            work.extend(large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)));
+            work.extend(
+                large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)),
+            );
             for_each(threads, work, |w| match w {
                 Work::Batch(members) => self.read_batch(members, verify),
                 Work::Whole(i, out) => self.read_whole(i, out, verify),
@@ -403,7 +434,9 @@ impl<S: RangeSource> Reader<S> {
                     decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
                 }
                 if let Some(record) = check {
-                    record.verify_with(piece, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))?;
+                    record
+                        .verify_with(piece, crate::kernels::digest::kernel())
+                        .map_err(self.tensor_err(entry))?;
                 }
                 Ok(())
             })?;
@@ -413,7 +446,8 @@ impl<S: RangeSource> Reader<S> {
         for (((i, out), record), key) in large.iter_mut().zip(&records).zip(&keys) {
             let entry = &self.metadata.entries[*i];
             let Some(record) = record else { continue };
-            if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(entry))?, key)
+            if let (Some(cipher), Some(key)) =
+                (record.cipher().map_err(self.tensor_err(entry))?, key)
                 && !piecewise(&cipher)
             {
                 decrypt_piece(&cipher, key, 0, out).map_err(self.tensor_err(entry))?;
@@ -427,9 +461,9 @@ impl<S: RangeSource> Reader<S> {
             for_each(threads, work, |((i, out), record)| {
                 let entry = &self.metadata.entries[*i];
                 match record {
-                    Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => {
-                        r.verify_with(out, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))
-                    }
+                    Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => r
+                        .verify_with(out, crate::kernels::digest::kernel())
+                        .map_err(self.tensor_err(entry)),
                     _ => Ok(()),
                 }
             })?;
@@ -448,7 +482,8 @@ impl<S: RangeSource> Reader<S> {
         } else {
             // `out` is exactly `nbytes`, which equals the stored data length.
             crate::memory::prefault(out);
-            self.source.read_vectored_at(entry.header_offset, &mut [&mut header[..], &mut out[..]])?;
+            self.source
+                .read_vectored_at(entry.header_offset, &mut [&mut header[..], &mut out[..]])?;
         }
         self.finish(entry, &header, out, verify)
     }
@@ -469,7 +504,12 @@ impl<S: RangeSource> Reader<S> {
             if !entry.is_meta() {
                 out.copy_from_slice(&scratch[at(entry.data_offset)..at(entry.data_end())]);
             }
-            self.finish(entry, &scratch[at(entry.header_offset)..at(entry.data_offset)], out, verify)?;
+            self.finish(
+                entry,
+                &scratch[at(entry.header_offset)..at(entry.data_offset)],
+                out,
+                verify,
+            )?;
         }
         Ok(())
     }
@@ -477,8 +517,15 @@ impl<S: RangeSource> Reader<S> {
     /// Completes a tensor whose header bytes are `raw` and whose stored data
     /// is already in `out`: parses the header, zero-fills a meta tensor,
     /// decrypts, and checks the hashes when `verify` is set.
-    fn finish(&self, entry: &MetadataEntry, raw: &[u8], out: &mut [u8], verify: bool) -> Result<()> {
-        let record = TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
+    fn finish(
+        &self,
+        entry: &MetadataEntry,
+        raw: &[u8],
+        out: &mut [u8],
+        verify: bool,
+    ) -> Result<()> {
+        let record =
+            TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
         if entry.is_meta() {
             out.fill(0);
             if verify {
@@ -486,11 +533,15 @@ impl<S: RangeSource> Reader<S> {
             }
             return Ok(());
         }
-        if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?) {
+        if let (Some(cipher), Some(key)) =
+            (record.cipher().map_err(self.tensor_err(entry))?, self.key_for(&record)?)
+        {
             decrypt_piece(&cipher, &key, 0, out).map_err(self.tensor_err(entry))?;
         }
         if verify {
-            record.verify_with(out, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))?;
+            record
+                .verify_with(out, crate::kernels::digest::kernel())
+                .map_err(self.tensor_err(entry))?;
         }
         Ok(())
     }
@@ -530,7 +581,8 @@ impl<S: RangeSource> Reader<S> {
             done += n as u64;
         }
         if let Some(h) = hasher {
-            tensorizer_core::hash::verify(&record.header, &h.finish()).map_err(self.tensor_err(entry))?;
+            tensorizer_core::hash::verify(&record.header, &h.finish())
+                .map_err(self.tensor_err(entry))?;
         }
         Ok(record)
     }
@@ -561,7 +613,14 @@ pub(crate) fn decrypt_piece(
     for (n, chunk) in piece.chunks_mut(size).enumerate() {
         let index = first + n;
         let mac = cipher.macs.get(index).ok_or(tensorizer_core::Error::Decryption)?;
-        tensorizer_core::crypto::open_chunk_with(key, cipher.nonce, index as u64, chunk, mac, kernel)?;
+        tensorizer_core::crypto::open_chunk_with(
+            key,
+            cipher.nonce,
+            index as u64,
+            chunk,
+            mac,
+            kernel,
+        )?;
     }
     Ok(())
 }

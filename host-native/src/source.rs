@@ -65,7 +65,8 @@ pub trait RangeSource: Send + Sync {
     /// source (to the end of the last block), and those bytes are left as
     /// they are. The default reads as [`RangeSource::read_exact_at`] does.
     fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let n = usize::try_from(self.len().saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+        let n =
+            usize::try_from(self.len().saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
         self.read_exact_at(offset, &mut buf[..n])
     }
 }
@@ -131,11 +132,14 @@ impl RangeSource for LocalFile {
     }
 
     fn is_cold(&self) -> bool {
-        direct::allowed() && direct::mostly_uncached(&self.file, self.len) && self.direct().is_some()
+        direct::allowed()
+            && direct::mostly_uncached(&self.file, self.len)
+            && self.direct().is_some()
     }
 
     fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let want = usize::try_from(self.len.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+        let want =
+            usize::try_from(self.len.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
         check_range(&self.name, self.len, offset, want)?;
         let aligned = offset.is_multiple_of(DIRECT_BLOCK)
             && (buf.len() as u64).is_multiple_of(DIRECT_BLOCK)
@@ -144,15 +148,21 @@ impl RangeSource for LocalFile {
             Some(d) if aligned => match d.read_at(offset, buf) {
                 Ok(n) if n >= want => Ok(()),
                 // The file shrank under the load.
-                Ok(n) => Err(io_err(&self.name, offset + n as u64)(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => Err(io_err(&self.name, offset + n as u64)(
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                )),
                 // A file system that opens with O_DIRECT but refuses such
                 // reads: the cache then.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.file.read_exact_at(&mut buf[..want], offset).map_err(io_err(&self.name, offset))
-                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self
+                    .file
+                    .read_exact_at(&mut buf[..want], offset)
+                    .map_err(io_err(&self.name, offset)),
                 Err(e) => Err(io_err(&self.name, offset)(e)),
             },
-            _ => self.file.read_exact_at(&mut buf[..want], offset).map_err(io_err(&self.name, offset)),
+            _ => self
+                .file
+                .read_exact_at(&mut buf[..want], offset)
+                .map_err(io_err(&self.name, offset)),
         }
     }
 }
@@ -311,7 +321,9 @@ impl<S: RangeSource> RangeSource for Counted<S> {
     }
 
     fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let n = usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+        let n = usize::try_from(self.inner.len().saturating_sub(offset))
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
         self.count(n);
         self.inner.read_uncached_at(offset, buf)
     }
@@ -370,15 +382,20 @@ impl TransferLimits {
 
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut limits = Self::default();
-        let bad = |name: &str, value: &str, what: &str| Error::Invalid(format!("{name}={value:?}: expected {what}"));
+        let bad = |name: &str, value: &str, what: &str| {
+            Error::Invalid(format!("{name}={value:?}: expected {what}"))
+        };
         if let Some(v) = var(MIN_RATE_VAR).filter(|v| !v.trim().is_empty()) {
-            limits.min_rate =
-                v.trim().parse().map_err(|_| bad(MIN_RATE_VAR, &v, "a whole number of bytes per second"))?;
+            limits.min_rate = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(MIN_RATE_VAR, &v, "a whole number of bytes per second"))?;
         }
         if let Some(v) = var(DEADLINE_VAR).filter(|v| !v.trim().is_empty()) {
-            let secs: f64 = v.trim().parse().map_err(|_| bad(DEADLINE_VAR, &v, "a number of seconds"))?;
-            let deadline =
-                Duration::try_from_secs_f64(secs).map_err(|_| bad(DEADLINE_VAR, &v, "a number of seconds"))?;
+            let secs: f64 =
+                v.trim().parse().map_err(|_| bad(DEADLINE_VAR, &v, "a number of seconds"))?;
+            let deadline = Duration::try_from_secs_f64(secs)
+                .map_err(|_| bad(DEADLINE_VAR, &v, "a number of seconds"))?;
             limits.deadline = (!deadline.is_zero()).then_some(deadline);
         }
         Ok(limits)
@@ -398,8 +415,14 @@ impl<S: RangeSource + ?Sized> tensorizer_core::RandomAccess for Positioned<'_, S
         self.0.len()
     }
 
-    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> std::result::Result<(), tensorizer_core::ReadError> {
-        self.0.read_exact_at(offset, buf).map_err(|e| tensorizer_core::ReadError { offset, message: e.to_string() })
+    fn read_exact_at(
+        &mut self,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<(), tensorizer_core::ReadError> {
+        self.0
+            .read_exact_at(offset, buf)
+            .map_err(|e| tensorizer_core::ReadError { offset, message: e.to_string() })
     }
 }
 
@@ -425,11 +448,14 @@ mod tests {
             move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
         };
         assert_eq!(TransferLimits::from_vars(vars(&[])).unwrap(), TransferLimits::default());
-        let set = TransferLimits::from_vars(vars(&[(MIN_RATE_VAR, "0"), (DEADLINE_VAR, "2.5")])).unwrap();
+        let set =
+            TransferLimits::from_vars(vars(&[(MIN_RATE_VAR, "0"), (DEADLINE_VAR, "2.5")])).unwrap();
         assert_eq!((set.min_rate, set.deadline), (0, Some(Duration::from_millis(2500))));
         assert_eq!(TransferLimits::from_vars(vars(&[(DEADLINE_VAR, "0")])).unwrap().deadline, None);
         for bad in [(MIN_RATE_VAR, "1k"), (DEADLINE_VAR, "-1"), (DEADLINE_VAR, "soon")] {
-            let err = TransferLimits::from_vars(move |n: &str| (n == bad.0).then(|| bad.1.to_string())).unwrap_err();
+            let err =
+                TransferLimits::from_vars(move |n: &str| (n == bad.0).then(|| bad.1.to_string()))
+                    .unwrap_err();
             assert!(err.to_string().contains(bad.0), "{err}");
         }
     }

@@ -84,7 +84,10 @@ impl StoreOptions {
     /// ([`TransferLimits::from_env`]) and the retry policy
     /// ([`RetryPolicy::from_env`]) of the environment; the policy applies
     /// to every remote store.
-    #[cfg_attr(not(any(feature = "http", feature = "redis", feature = "cloud")), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "http", feature = "redis", feature = "cloud")),
+        allow(unused_variables)
+    )]
     pub fn from_env(intent: Intent) -> Result<Self> {
         let retry = RetryPolicy::from_env()?;
         #[allow(unused_mut)]
@@ -107,7 +110,11 @@ impl StoreOptions {
     /// The HTTP options with this intent and these limits.
     #[cfg(feature = "http")]
     fn http(&self) -> http::HttpOptions {
-        http::HttpOptions { read_all: self.intent == Intent::ReadAll, limits: self.limits, ..self.http.clone() }
+        http::HttpOptions {
+            read_all: self.intent == Intent::ReadAll,
+            limits: self.limits,
+            ..self.http.clone()
+        }
     }
 
     /// The S3 options with [`Self::http`] as their HTTP options.
@@ -118,11 +125,17 @@ impl StoreOptions {
 }
 
 /// The error for a location this build cannot reach: which feature it needs.
-#[cfg_attr(all(feature = "http", feature = "s3", feature = "redis", feature = "cloud"), allow(dead_code))]
+#[cfg_attr(
+    all(feature = "http", feature = "s3", feature = "redis", feature = "cloud"),
+    allow(dead_code)
+)]
 fn not_built(location: &Location, feature: &str) -> Error {
     Error::Unsupported {
         location: location.to_string(),
-        what: format!("this build has no {}:// support; build with feature {feature}", location.scheme()),
+        what: format!(
+            "this build has no {}:// support; build with feature {feature}",
+            location.scheme()
+        ),
     }
 }
 
@@ -134,13 +147,20 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
         #[cfg(feature = "http")]
         Location::Http { url } => Ok(Box::new(http::HttpSource::open(url, options.http())?)),
         #[cfg(feature = "s3")]
-        Location::S3 { bucket, key } => Ok(Box::new(options.s3().resolve(bucket, key, false)?.open()?)),
-        #[cfg(feature = "cloud")]
-        Location::Gcs { bucket, object } => crate::store::cloud::open_gcs(bucket, object, &cloud_options(options)),
-        #[cfg(feature = "cloud")]
-        Location::Azure { account, container, blob } => {
-            crate::store::cloud::open_azure(account.as_deref(), container, blob, &cloud_options(options))
+        Location::S3 { bucket, key } => {
+            Ok(Box::new(options.s3().resolve(bucket, key, false)?.open()?))
         }
+        #[cfg(feature = "cloud")]
+        Location::Gcs { bucket, object } => {
+            crate::store::cloud::open_gcs(bucket, object, &cloud_options(options))
+        }
+        #[cfg(feature = "cloud")]
+        Location::Azure { account, container, blob } => crate::store::cloud::open_azure(
+            account.as_deref(),
+            container,
+            blob,
+            &cloud_options(options),
+        ),
         #[cfg(feature = "redis")]
         Location::Redis(target) => {
             let redis = redis::RedisOptions { limits: options.limits, ..options.redis };
@@ -149,7 +169,11 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
         #[cfg(feature = "redis")]
         Location::RedisCluster(target) => {
             let redis = redis::RedisOptions { limits: options.limits, ..options.redis };
-            Ok(Box::new(redis::ClusterSource::open_target(target.clone(), redis, &options.http.tls)?))
+            Ok(Box::new(redis::ClusterSource::open_target(
+                target.clone(),
+                redis,
+                &options.http.tls,
+            )?))
         }
         #[allow(unreachable_patterns)]
         other => Err(not_built(other, feature_for(other))),
@@ -166,7 +190,10 @@ fn cloud_options(options: &StoreOptions) -> crate::store::cloud::CloudOptions {
 }
 
 /// The feature that reads and writes `location`.
-#[cfg_attr(all(feature = "http", feature = "s3", feature = "redis", feature = "cloud"), allow(dead_code))]
+#[cfg_attr(
+    all(feature = "http", feature = "s3", feature = "redis", feature = "cloud"),
+    allow(dead_code)
+)]
 fn feature_for(location: &Location) -> &'static str {
     match location {
         Location::Http { .. } => "http",
@@ -181,7 +208,8 @@ fn feature_for(location: &Location) -> &'static str {
 /// `intent` (what `tzr` and [`open_reader`] do).
 pub fn open_uri(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>> {
     let location = Location::parse(uri)?;
-    let options = if location.is_local() { StoreOptions::default() } else { StoreOptions::from_env(intent)? };
+    let options =
+        if location.is_local() { StoreOptions::default() } else { StoreOptions::from_env(intent)? };
     open_source(&location, &StoreOptions { intent, ..options })
 }
 
@@ -243,7 +271,8 @@ impl Sink {
         match &self.location {
             #[cfg(feature = "redis")]
             Location::Redis(_) | Location::RedisCluster(_) => {
-                let reader = Reader::new(LocalFile::open(path)?, crate::read::ReadOptions::default())?;
+                let reader =
+                    Reader::new(LocalFile::open(path)?, crate::read::ReadOptions::default())?;
                 self.put_reader(&reader, &mut |_| {})
             }
             Location::Local(_) => {
@@ -259,11 +288,16 @@ impl Sink {
     /// the reader; object stores upload a local copy (made in the system's
     /// temporary directory unless the reader's source is already a local
     /// file named by the caller through [`put_file`](Self::put_file)).
-    pub fn put_reader<S: RangeSource>(&self, reader: &Reader<S>, progress: &mut dyn FnMut(u64)) -> Result<()> {
+    pub fn put_reader<S: RangeSource>(
+        &self,
+        reader: &Reader<S>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
         match &self.location {
             #[cfg(feature = "redis")]
             Location::Redis(target) => {
-                let options = redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
+                let options =
+                    redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
                 redis::write_redis_target(
                     target.clone(),
                     reader,
@@ -274,7 +308,8 @@ impl Sink {
             }
             #[cfg(feature = "redis")]
             Location::RedisCluster(target) => {
-                let options = redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
+                let options =
+                    redis::RedisOptions { limits: self.options.limits, ..self.options.redis };
                 redis::write_cluster_target(
                     target.clone(),
                     reader,
@@ -298,7 +333,9 @@ impl Sink {
 
     /// Copies `source` into the local file, renamed into place when complete.
     fn copy_local(&self, source: &dyn RangeSource, progress: &mut dyn FnMut(u64)) -> Result<()> {
-        let Location::Local(path) = &self.location else { unreachable!("only called for local sinks") };
+        let Location::Local(path) = &self.location else {
+            unreachable!("only called for local sinks")
+        };
         let mut temp = crate::write::atomic::AtomicFile::create(path)?;
         let name = self.location.to_string();
         copy_bytes(source, temp.file_mut(), &name, progress)?;
@@ -310,7 +347,9 @@ impl Sink {
     fn upload(&self, path: &Path) -> Result<()> {
         match &self.location {
             #[cfg(feature = "s3")]
-            Location::S3 { bucket, key } => self.options.s3().resolve(bucket, key, true)?.upload(path),
+            Location::S3 { bucket, key } => {
+                self.options.s3().resolve(bucket, key, true)?.upload(path)
+            }
             #[cfg(feature = "cloud")]
             Location::Gcs { bucket, object } => {
                 crate::store::cloud::upload_gcs(path, bucket, object, &cloud_options(&self.options))

@@ -48,7 +48,12 @@ pub(crate) fn start_writeback(file: &File, offset: u64, len: usize) {
     // call reads only its integer arguments and touches no memory of ours.
     #[allow(unsafe_code)]
     unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
     }
 }
 
@@ -81,11 +86,17 @@ pub struct FileWriter {
 
 impl FileWriter {
     /// Lays out `specs` and creates the temporary file next to `path`.
-    pub fn create(path: impl AsRef<Path>, specs: &[TensorSpec], options: &WriteOptions) -> Result<Self> {
+    pub fn create(
+        path: impl AsRef<Path>,
+        specs: &[TensorSpec],
+        options: &WriteOptions,
+    ) -> Result<Self> {
         let name = path.as_ref().display().to_string();
         let invalid = |e: tensorizer_core::Error| Error::format(name.as_str(), e);
         if options.layout.encryption.is_some() != options.key.is_some() {
-            return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
+            return Err(Error::Invalid(format!(
+                "{name}: a key is required exactly when encrypting"
+            )));
         }
         let mut writer = Writer::plan(specs, &options.layout).map_err(invalid)?;
         let mut planned = Vec::with_capacity(specs.len());
@@ -106,7 +117,9 @@ impl FileWriter {
     pub fn open(path: impl AsRef<Path>, options: &WriteOptions) -> Result<Self> {
         let name = path.as_ref().display().to_string();
         if options.layout.encryption.is_some() != options.key.is_some() {
-            return Err(Error::Invalid(format!("{name}: a key is required exactly when encrypting")));
+            return Err(Error::Invalid(format!(
+                "{name}: a key is required exactly when encrypting"
+            )));
         }
         let writer = Writer::new(&options.layout).map_err(|e| Error::format(name.as_str(), e))?;
         let tmp = AtomicFile::create(path.as_ref())?;
@@ -144,7 +157,9 @@ impl FileWriter {
     fn sink(&self, planned: PlannedTensor, index: usize) -> TensorSink<'_> {
         let hasher = planned.hasher_with(crate::kernels::digest::kernel());
         let staging = match (&self.key, planned.nonce) {
-            (Some(_), Some(_)) => Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize),
+            (Some(_), Some(_)) => {
+                Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize)
+            }
             _ => Vec::new(),
         };
         TensorSink { owner: self, index, planned, hasher, written: 0, staging, macs: Vec::new() }
@@ -168,7 +183,10 @@ impl FileWriter {
     /// tensors are assembled in memory and written with one call each.
     pub fn write_all(&self, data: &[&[u8]], num_writers: usize) -> Result<()> {
         if data.len() != self.planned.len() {
-            return Err(Error::Invalid(format!("{}: one data buffer per tensor is required", self.name)));
+            return Err(Error::Invalid(format!(
+                "{}: one data buffer per tensor is required",
+                self.name
+            )));
         }
         self.write_planned(&self.planned, data, num_writers)?;
         for i in 0..self.planned.len() {
@@ -183,7 +201,10 @@ impl FileWriter {
     /// by [`FileWriter::open`].
     pub fn append(&mut self, tensors: &[(TensorSpec, &[u8])], num_writers: usize) -> Result<()> {
         if self.poisoned {
-            return Err(Error::Invalid(format!("{}: an earlier write failed; start a new file", self.name)));
+            return Err(Error::Invalid(format!(
+                "{}: an earlier write failed; start a new file",
+                self.name
+            )));
         }
         let invalid = |e: tensorizer_core::Error| Error::format(self.name.as_str(), e);
         let mut planned = Vec::with_capacity(tensors.len());
@@ -227,7 +248,12 @@ impl FileWriter {
         self.writer.file_header().tensor_size
     }
 
-    fn write_planned(&self, planned: &[PlannedTensor], data: &[&[u8]], num_writers: usize) -> Result<()> {
+    fn write_planned(
+        &self,
+        planned: &[PlannedTensor],
+        data: &[&[u8]],
+        num_writers: usize,
+    ) -> Result<()> {
         let threads = if num_writers == 0 { default_readers() } else { num_writers };
         let mut work: Vec<Vec<usize>> = Vec::new();
         let mut run_len = u64::MAX;
@@ -274,10 +300,12 @@ impl FileWriter {
         }
         let headers: Vec<OnceLock<Vec<u8>>> = planned.iter().map(|_| OnceLock::new()).collect();
         let batch = blocks::Batch { planned, data, headers: &headers };
-        let (early, late): (Vec<_>, Vec<_>) = batch.blocks().into_iter().partition(|b| batch.data_only(b));
+        let (early, late): (Vec<_>, Vec<_>) =
+            batch.blocks().into_iter().partition(|b| batch.data_only(b));
         let invalid = |e: tensorizer_core::Error| Error::format(self.name.as_str(), e);
         std::thread::scope(|scope| {
-            let streamer = scope.spawn(|| early.into_iter().try_for_each(|range| batch.write(self, range)));
+            let streamer =
+                scope.spawn(|| early.into_iter().try_for_each(|range| batch.write(self, range)));
             let hashed = for_each(threads, work, |run| {
                 for i in run {
                     let mut one = planned[i].clone();
@@ -288,7 +316,9 @@ impl FileWriter {
                 }
                 Ok(())
             });
-            let streamed = streamer.join().unwrap_or_else(|_| Err(Error::Invalid("writer thread panicked".into())));
+            let streamed = streamer
+                .join()
+                .unwrap_or_else(|_| Err(Error::Invalid("writer thread panicked".into())));
             hashed.and(streamed)
         })?;
         batch.write_all(self, late, threads)
@@ -324,7 +354,9 @@ impl FileWriter {
                 let macs: Vec<_> = buf[data_at..]
                     .chunks_mut(chunk)
                     .enumerate()
-                    .map(|(n, c)| seal_chunk_with(key, &nonce, n as u64, c, crate::kernels::cipher::kernel()))
+                    .map(|(n, c)| {
+                        seal_chunk_with(key, &nonce, n as u64, c, crate::kernels::cipher::kernel())
+                    })
                     .collect();
                 planned.set_macs(&macs).map_err(invalid)?;
                 buf[at..data_at].copy_from_slice(&planned.header);
@@ -336,7 +368,8 @@ impl FileWriter {
     /// Writes the file header and index, fsyncs, and renames the file over
     /// the target. Fails if any tensor was not finished.
     pub fn commit(self) -> Result<()> {
-        let done = !self.poisoned && self.finished.lock().map(|f| f.iter().all(|&d| d)).unwrap_or(false);
+        let done =
+            !self.poisoned && self.finished.lock().map(|f| f.iter().all(|&d| d)).unwrap_or(false);
         if !done {
             return Err(Error::Invalid(format!("{}: not every tensor was written", self.name)));
         }
@@ -383,7 +416,13 @@ impl TensorSink<'_> {
             let last = self.written + self.staging.len() as u64 == self.planned.data_length;
             if self.staging.len() == chunk || last {
                 let kernel = crate::kernels::cipher::kernel();
-                self.macs.push(seal_chunk_with(key, &nonce, self.macs.len() as u64, &mut self.staging, kernel));
+                self.macs.push(seal_chunk_with(
+                    key,
+                    &nonce,
+                    self.macs.len() as u64,
+                    &mut self.staging,
+                    kernel,
+                ));
                 self.owner.pwrite(self.planned.data_offset + self.written, &self.staging)?;
                 self.written += self.staging.len() as u64;
                 self.staging.clear();
@@ -420,7 +459,8 @@ fn is_small(p: &PlannedTensor) -> bool {
 
 fn random_nonce() -> Result<[u8; NONCE_LEN]> {
     let mut n = [0u8; NONCE_LEN];
-    getrandom::fill(&mut n).map_err(|e| Error::Invalid(format!("no randomness for a nonce: {e}")))?;
+    getrandom::fill(&mut n)
+        .map_err(|e| Error::Invalid(format!("no randomness for a nonce: {e}")))?;
     Ok(n)
 }
 
@@ -433,7 +473,11 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
 
 /// Writes a whole file atomically: `tensors[i].1` is the data of
 /// `tensors[i].0` (empty for meta tensors).
-pub fn write_file(path: impl AsRef<Path>, tensors: &[(TensorSpec, &[u8])], options: &WriteOptions) -> Result<()> {
+pub fn write_file(
+    path: impl AsRef<Path>,
+    tensors: &[(TensorSpec, &[u8])],
+    options: &WriteOptions,
+) -> Result<()> {
     let specs: Vec<TensorSpec> = tensors.iter().map(|(s, _)| s.clone()).collect();
     let writer = FileWriter::create(path, &specs, options)?;
     let data: Vec<&[u8]> = tensors.iter().map(|(_, d)| *d).collect();

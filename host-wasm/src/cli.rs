@@ -127,7 +127,10 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
             None => (arg.as_str(), None),
         };
         let mut value = |name: &str| {
-            inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| usage(format!("{name} needs a value")))
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| usage(format!("{name} needs a value")))
         };
         match name {
             "--" => options_done = true,
@@ -142,10 +145,16 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
             "--help" => return Ok(Command::Help),
             "--key-file" | "--passphrase-env" => {
                 if out.key != KeyArg::None {
-                    return Err(usage("give at most one of --key-file and --passphrase-env".into()));
+                    return Err(usage(
+                        "give at most one of --key-file and --passphrase-env".into(),
+                    ));
                 }
                 let v = value(name)?;
-                out.key = if name == "--key-file" { KeyArg::KeyFile(v) } else { KeyArg::PassphraseEnv(v) };
+                out.key = if name == "--key-file" {
+                    KeyArg::KeyFile(v)
+                } else {
+                    KeyArg::PassphraseEnv(v)
+                };
             }
             _ => return Err(usage(format!("unknown option {:?}", one_line(arg)))),
         }
@@ -173,25 +182,38 @@ pub fn parse_key(raw: &[u8]) -> Option<Key> {
     Key::from_slice(raw).ok()
 }
 
-fn key_source(arg: &KeyArg, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<KeySource>, ValidateError> {
+fn key_source(
+    arg: &KeyArg,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<KeySource>, ValidateError> {
     match arg {
         KeyArg::None => Ok(None),
         KeyArg::KeyFile(path) => {
-            let fail = |m: String| ValidateError::usage(format!("{}: cannot read key file: {m}", one_line(path)));
+            let fail = |m: String| {
+                ValidateError::usage(format!("{}: cannot read key file: {m}", one_line(path)))
+            };
             let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
             let mut raw = Vec::new();
             file.take(MAX_KEY_FILE + 1).read_to_end(&mut raw).map_err(|e| fail(e.to_string()))?;
-            let key =
-                parse_key(&raw).ok_or_else(|| fail("a key file must hold exactly 32 bytes or 64 hex digits".into()))?;
+            let key = parse_key(&raw).ok_or_else(|| {
+                fail("a key file must hold exactly 32 bytes or 64 hex digits".into())
+            })?;
             Ok(Some(KeySource::Key(key)))
         }
         KeyArg::PassphraseEnv(var) => {
-            let value = env(var)
-                .ok_or_else(|| ValidateError::usage(format!("environment variable {} is not set", one_line(var))))?;
+            let value = env(var).ok_or_else(|| {
+                ValidateError::usage(format!("environment variable {} is not set", one_line(var)))
+            })?;
             if value.is_empty() {
-                return Err(ValidateError::usage(format!("environment variable {} is empty", one_line(var))));
+                return Err(ValidateError::usage(format!(
+                    "environment variable {} is empty",
+                    one_line(var)
+                )));
             }
-            Ok(Some(KeySource::Passphrase(Passphrase::new(value.into_bytes()), KdfLimits::default())))
+            Ok(Some(KeySource::Passphrase(
+                Passphrase::new(value.into_bytes()),
+                KdfLimits::default(),
+            )))
         }
     }
 }
@@ -200,7 +222,12 @@ fn key_source(arg: &KeyArg, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
 /// report to `out` and a one-line error to `err`; returns the exit status
 /// (0 no findings, 1 findings, 2 could not scan). `env` looks up
 /// environment variables (for `--passphrase-env`).
-pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+pub fn run(
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
     let command = match parse_args(args) {
         Ok(c) => c,
         Err(e) => {
@@ -214,7 +241,11 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
             return EXIT_OK;
         }
         Command::Version => {
-            let _ = writeln!(out, "{PROGRAM} {} (report version {REPORT_VERSION})", env!("CARGO_PKG_VERSION"));
+            let _ = writeln!(
+                out,
+                "{PROGRAM} {} (report version {REPORT_VERSION})",
+                env!("CARGO_PKG_VERSION")
+            );
             return EXIT_OK;
         }
         Command::Validate(a) => a,
@@ -224,10 +255,13 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
         let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
         let doc = match args.output {
             Output::Text => None,
-            Output::Json => Some(serde_json::to_string(&ErrorReport::new(&args.path, &e)).unwrap_or_default()),
-            Output::Sarif => {
-                Some(sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(&args.path), &e.message).to_string())
+            Output::Json => {
+                Some(serde_json::to_string(&ErrorReport::new(&args.path, &e)).unwrap_or_default())
             }
+            Output::Sarif => Some(
+                sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(&args.path), &e.message)
+                    .to_string(),
+            ),
         };
         if let Some(doc) = doc {
             let _ = writeln!(out, "{doc}");
@@ -271,7 +305,11 @@ pub fn run(args: &[String], env: &dyn Fn(&str) -> Option<String>, out: &mut dyn 
             // A report cut short (stdout closed, a host's output limit) must
             // not pass for a complete one: exit 2, never 0.
             if let Err(e) = write_report(out, &text) {
-                let _ = writeln!(err, "{PROGRAM}: {shown}: cannot write the report: {}", one_line(&e.to_string()));
+                let _ = writeln!(
+                    err,
+                    "{PROGRAM}: {shown}: cannot write the report: {}",
+                    one_line(&e.to_string())
+                );
                 return EXIT_CANNOT_SCAN;
             }
             code
@@ -358,7 +396,11 @@ pub fn text_report(r: &Report) -> String {
             );
         }
         _ => {
-            let _ = writeln!(s, "  {}, {} tensors, {}-byte file", r.format, r.tensor_count, r.file_bytes);
+            let _ = writeln!(
+                s,
+                "  {}, {} tensors, {}-byte file",
+                r.format, r.tensor_count, r.file_bytes
+            );
         }
     }
     for (dtype, t) in &r.by_dtype {
@@ -421,13 +463,16 @@ mod tests {
         let c = parse_args(&args(&["--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
         assert_eq!(c, Command::Validate(want.clone()));
         // `validate` stays an alias.
-        let c = parse_args(&args(&["validate", "--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
+        let c = parse_args(&args(&["validate", "--verify", "--key-file=/k", "--json", "/in/f"]))
+            .unwrap();
         assert_eq!(c, Command::Validate(want));
         let c = parse_args(&args(&["--sarif", "f"])).unwrap();
         assert!(matches!(c, Command::Validate(ValidateArgs { output: Output::Sarif, .. })));
         let c = parse_args(&args(&["validate", "--passphrase-env", "P", "--", "--odd"])).unwrap();
-        assert!(matches!(c, Command::Validate(ValidateArgs { path, key: KeyArg::PassphraseEnv(v), .. })
-            if path == "--odd" && v == "P"));
+        assert!(
+            matches!(c, Command::Validate(ValidateArgs { path, key: KeyArg::PassphraseEnv(v), .. })
+            if path == "--odd" && v == "P")
+        );
         for bad in [
             &["validate"][..],
             &["--bogus", "f"],
@@ -460,7 +505,10 @@ mod tests {
     impl Write for Cramped {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
             if self.room == 0 {
-                return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "stdout is closed",
+                ));
             }
             let n = buf.len().min(self.room);
             self.room -= n;
@@ -490,7 +538,8 @@ mod tests {
     fn runs_natively_on_a_vector() {
         let path = format!("{}/../tests/vectors/v4_meta.tensors", env!("CARGO_MANIFEST_DIR"));
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = run(&args(&["validate", "--verify", "--json", &path]), &|_| None, &mut out, &mut err);
+        let code =
+            run(&args(&["validate", "--verify", "--json", &path]), &|_| None, &mut out, &mut err);
         assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["tensor_count"], 5);
@@ -520,7 +569,8 @@ mod tests {
         assert_eq!(code, 1, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!((v["format"].as_str(), v["valid"].as_bool()), (Some("pickle"), Some(false)));
-        let rules: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
+        let rules: Vec<&str> =
+            v["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
         assert_eq!(rules, ["FMT-002", "PKL-001", "PKL-002"]);
         assert!(v["findings"][1]["message"].as_str().unwrap().contains("os.system"));
         assert!(err.contains("3 findings; first: FMT-002"), "{err}");
@@ -530,13 +580,21 @@ mod tests {
         let log: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(log["version"], "2.1.0");
         assert_eq!(log["runs"][0]["results"].as_array().unwrap().len(), 3);
-        assert_eq!(log["runs"][0]["results"][1]["locations"][0]["physicalLocation"]["region"]["byteOffset"], 2);
+        assert_eq!(
+            log["runs"][0]["results"][1]["locations"][0]["physicalLocation"]["region"]["byteOffset"],
+            2
+        );
         // A truncated tensorizer file: a finding with an offset (1), with
         // and without --verify.
-        let flat = std::fs::read(format!("{}/../tests/vectors/v1_flat.tensors", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let flat = std::fs::read(format!(
+            "{}/../tests/vectors/v1_flat.tensors",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
         let cut = scratch("cut.tensors", &flat[..flat.len() - 20]);
         for verify in [false, true] {
-            let argv: &[&str] = if verify { &["--verify", "--json", &cut] } else { &["--json", &cut] };
+            let argv: &[&str] =
+                if verify { &["--verify", "--json", &cut] } else { &["--json", &cut] };
             let (code, out, err) = run_on(argv);
             assert_eq!(code, 1, "{err}");
             let v: serde_json::Value = serde_json::from_str(&out).unwrap();

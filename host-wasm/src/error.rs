@@ -65,12 +65,22 @@ pub struct ValidateError {
 impl ValidateError {
     /// A usage error.
     pub fn usage(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Usage, offset: None, message: one_line(&message.into()), rule: None }
+        Self {
+            kind: ErrorKind::Usage,
+            offset: None,
+            message: one_line(&message.into()),
+            rule: None,
+        }
     }
 
     /// Invalid input found at `offset`.
     pub fn invalid(offset: Option<u64>, message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::InvalidInput, offset, message: one_line(&message.into()), rule: None }
+        Self {
+            kind: ErrorKind::InvalidInput,
+            offset,
+            message: one_line(&message.into()),
+            rule: None,
+        }
     }
 
     /// Memory for `what` (`bytes` long) could not be allocated.
@@ -78,7 +88,9 @@ impl ValidateError {
         Self {
             kind: ErrorKind::Io,
             offset: Some(offset),
-            message: format!("cannot allocate {bytes} bytes for {what} at byte {offset} (raise the memory limit)"),
+            message: format!(
+                "cannot allocate {bytes} bytes for {what} at byte {offset} (raise the memory limit)"
+            ),
             rule: None,
         }
     }
@@ -99,7 +111,12 @@ impl std::error::Error for ValidateError {}
 
 impl From<ReadError> for ValidateError {
     fn from(e: ReadError) -> Self {
-        Self { kind: ErrorKind::Io, offset: Some(e.offset), message: one_line(&e.to_string()), rule: None }
+        Self {
+            kind: ErrorKind::Io,
+            offset: Some(e.offset),
+            message: one_line(&e.to_string()),
+            rule: None,
+        }
     }
 }
 
@@ -107,7 +124,9 @@ impl From<tensorizer_core::Error> for ValidateError {
     fn from(e: tensorizer_core::Error) -> Self {
         use tensorizer_core::Error as E;
         let (kind, rule) = match e {
-            E::HashMismatch { .. } | E::Decryption => (ErrorKind::Verification, Some(rule_for_error(&e))),
+            E::HashMismatch { .. } | E::Decryption => {
+                (ErrorKind::Verification, Some(rule_for_error(&e)))
+            }
             E::Read { .. } | E::OutOfMemory { .. } => (ErrorKind::Io, None),
             _ => (ErrorKind::InvalidInput, Some(rule_for_error(&e))),
         };
@@ -139,12 +158,15 @@ impl From<tensorizer_core::Error> for ValidateError {
 /// log line or a terminal.
 pub fn one_line(s: &str) -> String {
     let hostile = |c: char| {
-        c.is_control() || matches!(c, '\u{200e}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        c.is_control()
+            || matches!(c, '\u{200e}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
     if !s.chars().any(hostile) {
         return s.to_string();
     }
-    s.chars().map(|c| if hostile(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+    s.chars()
+        .map(|c| if hostile(c) { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
 }
 
 #[cfg(test)]

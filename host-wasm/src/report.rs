@@ -75,7 +75,11 @@ pub struct ErrorItem {
 impl ErrorItem {
     /// The item for `error`, about `tensor` (or the whole file).
     pub fn new(tensor: Option<&str>, error: &ValidateError) -> Self {
-        Self { tensor: tensor.map(str::to_owned), offset: error.offset, message: error.message.clone() }
+        Self {
+            tensor: tensor.map(str::to_owned),
+            offset: error.offset,
+            message: error.message.clone(),
+        }
     }
 }
 
@@ -175,10 +179,15 @@ impl Report {
         }
         if !more.is_empty() {
             let capped = |f: &FindingItem| f.rule == RuleId::FindingsCapped.as_str();
-            let (mut notes, mut all): (Vec<FindingItem>, Vec<FindingItem>) = self.findings.drain(..).partition(capped);
+            let (mut notes, mut all): (Vec<FindingItem>, Vec<FindingItem>) =
+                self.findings.drain(..).partition(capped);
             let new = more.finish();
-            all.extend(new.iter().filter(|f| f.rule != RuleId::FindingsCapped).map(FindingItem::from));
-            notes.extend(new.iter().filter(|f| f.rule == RuleId::FindingsCapped).map(FindingItem::from));
+            all.extend(
+                new.iter().filter(|f| f.rule != RuleId::FindingsCapped).map(FindingItem::from),
+            );
+            notes.extend(
+                new.iter().filter(|f| f.rule == RuleId::FindingsCapped).map(FindingItem::from),
+            );
             all.sort_by(|a, b| (a.offset, a.rule).cmp(&(b.offset, b.rule)));
             all.extend(notes);
             self.findings = all;
@@ -186,7 +195,11 @@ impl Report {
         self.errors = self
             .findings
             .iter()
-            .map(|f| ErrorItem { tensor: f.tensor.clone(), offset: f.offset, message: f.message.clone() })
+            .map(|f| ErrorItem {
+                tensor: f.tensor.clone(),
+                offset: f.offset,
+                message: f.message.clone(),
+            })
             .collect();
         self.valid = self.findings.is_empty() && self.verification.as_ref().is_none_or(|v| v.ok);
     }
@@ -203,7 +216,9 @@ pub fn dtype_totals(totals: &Totals) -> BTreeMap<String, DtypeTotal> {
     totals
         .by_dtype
         .iter()
-        .map(|(k, t)| (k.clone(), DtypeTotal { tensors: t.tensors, bytes: t.bytes, data_bytes: t.data_bytes }))
+        .map(|(k, t)| {
+            (k.clone(), DtypeTotal { tensors: t.tensors, bytes: t.bytes, data_bytes: t.data_bytes })
+        })
         .collect()
 }
 

@@ -17,10 +17,14 @@ use tensorizer_core::crypto::{Key, KeyRing};
 use tensorizer_core::hash::TensorHasher;
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::read::Cipher;
-use tensorizer_core::{FileHeader, HashValue, KdfParams, KeySource, Metadata, MetadataEntry, TensorRecord};
+use tensorizer_core::{
+    FileHeader, HashValue, KdfParams, KeySource, Metadata, MetadataEntry, TensorRecord,
+};
 
 use crate::error::{ErrorKind, ValidateError};
-use crate::report::{REPORT_VERSION, Report, Status, TensorVerification, VerifySummary, dtype_totals, row};
+use crate::report::{
+    REPORT_VERSION, Report, Status, TensorVerification, VerifySummary, dtype_totals, row,
+};
 use crate::source::RandomAccess;
 
 /// Bytes read, decrypted and hashed at a time (a multiple of tensorizer's
@@ -56,9 +60,11 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<FileHeader, ValidateEr
     let header = FileHeader::parse(head)?;
     let available = file_len.saturating_sub(FileHeader::LEN as u64);
     if header.metadata_len > available {
-        return Err(
-            tensorizer_core::Error::Truncated { offset: file_len, needed: header.metadata_len - available }.into()
-        );
+        return Err(tensorizer_core::Error::Truncated {
+            offset: file_len,
+            needed: header.metadata_len - available,
+        }
+        .into());
     }
     Ok(header)
 }
@@ -81,7 +87,10 @@ pub use tensorizer_core::scan::tensorizer::{
 };
 
 /// Reads and parses the file header and the metadata index: two reads.
-pub fn inspect<R: RandomAccess + ?Sized>(src: &mut R, limits: &ParseLimits) -> Result<Inspection, ValidateError> {
+pub fn inspect<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    limits: &ParseLimits,
+) -> Result<Inspection, ValidateError> {
     inspect_for(src, limits, false)
 }
 
@@ -127,7 +136,8 @@ impl Inspection {
     pub fn report(&self, file: &str) -> Report {
         let entries = &self.metadata.entries;
         let by_dtype = dtype_totals(&tensorizer_core::report::totals(entries));
-        let h = tensorizer_core::report::HeaderSummary::of(&self.header, entries.len(), self.file_len);
+        let h =
+            tensorizer_core::report::HeaderSummary::of(&self.header, entries.len(), self.file_len);
         Report {
             report_version: REPORT_VERSION,
             file: file.to_string(),
@@ -213,16 +223,22 @@ impl<'a> TensorVerifier<'a> {
         keys: Option<&mut Keys>,
         piece_len: usize,
     ) -> Result<Self, ValidateError> {
-        let entry =
-            inspection.metadata.entries.get(i).ok_or_else(|| ValidateError::usage(format!("no tensor number {i}")))?;
+        let entry = inspection
+            .metadata
+            .entries
+            .get(i)
+            .ok_or_else(|| ValidateError::usage(format!("no tensor number {i}")))?;
         let in_tensor = |e| tensor_error(entry, e);
-        let ruled = |e: tensorizer_core::Error, rule: fn(&tensorizer_core::Error) -> tensorizer_core::RuleId| {
-            let r = rule(&e);
-            let mut v = ValidateError::from(e);
-            v.rule = Some(r);
-            in_tensor(v)
-        };
-        let record = TensorRecord::parse(entry, raw_header, &inspection.header).map_err(|e| ruled(e, tensor_rule))?;
+        let ruled =
+            |e: tensorizer_core::Error,
+             rule: fn(&tensorizer_core::Error) -> tensorizer_core::RuleId| {
+                let r = rule(&e);
+                let mut v = ValidateError::from(e);
+                v.rule = Some(r);
+                in_tensor(v)
+            };
+        let record = TensorRecord::parse(entry, raw_header, &inspection.header)
+            .map_err(|e| ruled(e, tensor_rule))?;
         let cipher = record.cipher().map_err(|e| ruled(e, tensor_rule))?;
         let piece = (piece_len.max(1)) as u64;
         let (key, piece_len) = match (&cipher, keys) {
@@ -242,7 +258,9 @@ impl<'a> TensorVerifier<'a> {
                 (Some(key), piece.div_ceil(c.chunk_size).max(1).saturating_mul(c.chunk_size))
             }
             (Some(_), None) if entry.data_length > 0 => {
-                return Err(ValidateError::usage("the file is encrypted: a key or passphrase is needed to verify it"));
+                return Err(ValidateError::usage(
+                    "the file is encrypted: a key or passphrase is needed to verify it",
+                ));
             }
             _ => (None, piece),
         };
@@ -301,7 +319,11 @@ impl<'a> TensorVerifier<'a> {
         if self.key.is_some() {
             checks.push("mac");
         }
-        let failed = |error| TensorVerification { status: Status::Failed, checks: checks.clone(), error: Some(error) };
+        let failed = |error| TensorVerification {
+            status: Status::Failed,
+            checks: checks.clone(),
+            error: Some(error),
+        };
         if self.next_piece().is_some() {
             return failed(ValidateError::usage("finish() before every piece was fed"));
         }
@@ -320,7 +342,8 @@ impl<'a> TensorVerifier<'a> {
 /// `e`, with the tensor's name in front of the message.
 fn tensor_error(entry: &MetadataEntry, mut e: ValidateError) -> ValidateError {
     if e.kind != ErrorKind::Usage {
-        e.message = crate::error::one_line(&format!("tensor {:?}: {}", entry.path.to_string(), e.message));
+        e.message =
+            crate::error::one_line(&format!("tensor {:?}: {}", entry.path.to_string(), e.message));
     }
     e
 }
@@ -333,11 +356,14 @@ fn decrypt_piece(
     offset: u64,
     piece: &mut [u8],
 ) -> Result<(), (u64, tensorizer_core::Error)> {
-    let first = usize::try_from(offset / cipher.chunk_size.max(1)).map_err(|_| (offset, Decryption))?;
+    let first =
+        usize::try_from(offset / cipher.chunk_size.max(1)).map_err(|_| (offset, Decryption))?;
     let size = usize::try_from(cipher.chunk_size).unwrap_or(usize::MAX).max(1);
     for (n, chunk) in piece.chunks_mut(size).enumerate() {
         let index = first.checked_add(n).ok_or((offset, Decryption))?;
-        cipher.open(key, index, chunk).map_err(|e| (offset.saturating_add((n * size) as u64), e))?;
+        cipher
+            .open(key, index, chunk)
+            .map_err(|e| (offset.saturating_add((n * size) as u64), e))?;
     }
     Ok(())
 }
@@ -359,7 +385,9 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
     }
     let needs_key = inspection.metadata.entries.iter().any(|e| e.data_length > 0);
     if inspection.header.has_crypt_info() && key.is_none() && needs_key {
-        return Err(ValidateError::usage("the file is encrypted: give a key or passphrase to verify it"));
+        return Err(ValidateError::usage(
+            "the file is encrypted: give a key or passphrase to verify it",
+        ));
     }
     let mut keys = key.map(Keys::new);
     let mut buf: Vec<u8> = Vec::new();
@@ -372,7 +400,11 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
                 offset: entry.header_offset.min(file_len),
                 needed: entry.data_end() - file_len,
             };
-            let outcome = TensorVerification { status: Status::Failed, checks: Vec::new(), error: Some(e.into()) };
+            let outcome = TensorVerification {
+                status: Status::Failed,
+                checks: Vec::new(),
+                error: Some(e.into()),
+            };
             summary.failed += 1;
             if let Some(r) = report.tensor_rows.get_mut(i) {
                 r.verification = Some(outcome);
@@ -390,10 +422,12 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
                 }
                 let mut failure = None;
                 while let Some((at, n)) = v.next_piece() {
-                    let piece =
-                        buf.get_mut(..n).ok_or_else(|| ValidateError::no_memory(at, "a data piece", n as u64))?;
+                    let piece = buf
+                        .get_mut(..n)
+                        .ok_or_else(|| ValidateError::no_memory(at, "a data piece", n as u64))?;
                     src.read_exact_at(at, piece)?;
-                    summary.data_bytes_checked = summary.data_bytes_checked.saturating_add(n as u64);
+                    summary.data_bytes_checked =
+                        summary.data_bytes_checked.saturating_add(n as u64);
                     if let Err(e) = v.update(piece) {
                         failure = Some(e);
                         break;
@@ -401,11 +435,17 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
                 }
                 match failure {
                     None => v.finish(),
-                    Some(e) => TensorVerification { status: Status::Failed, checks: Vec::new(), error: Some(e) },
+                    Some(e) => TensorVerification {
+                        status: Status::Failed,
+                        checks: Vec::new(),
+                        error: Some(e),
+                    },
                 }
             }
             Err(e) if e.kind == ErrorKind::Usage || e.kind == ErrorKind::Io => return Err(e),
-            Err(e) => TensorVerification { status: Status::Failed, checks: Vec::new(), error: Some(e) },
+            Err(e) => {
+                TensorVerification { status: Status::Failed, checks: Vec::new(), error: Some(e) }
+            }
         };
         match outcome.status {
             Status::Verified => summary.verified += 1,
@@ -424,7 +464,11 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
 
 /// The exit status a finished run deserves: 0 without findings, 1 with.
 pub fn exit_code(report: &Report) -> u8 {
-    if report.findings.is_empty() && report.valid { crate::error::EXIT_OK } else { crate::error::EXIT_FINDINGS }
+    if report.findings.is_empty() && report.valid {
+        crate::error::EXIT_OK
+    } else {
+        crate::error::EXIT_FINDINGS
+    }
 }
 
 /// The first failure of a finished run, if any.
@@ -463,7 +507,9 @@ mod tests {
         let r = run(&vector("v3_enc_key.tensors"), Some(test_key()), 4096).unwrap();
         let s = r.verification.as_ref().unwrap();
         assert_eq!((s.verified, s.failed), (5, 0));
-        assert!(r.tensor_rows.iter().all(|t| t.verification.as_ref().unwrap().checks.contains(&"mac")));
+        assert!(
+            r.tensor_rows.iter().all(|t| t.verification.as_ref().unwrap().checks.contains(&"mac"))
+        );
     }
 
     #[test]

@@ -40,12 +40,14 @@ fn load_arenas(
         }
         let mut at = 0usize;
         for (&i, &offset) in members.iter().zip(places) {
-            let entry = entries.get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+            let entry = entries
+                .get(i)
+                .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
             let len = usize::try_from(entry.data_length)
                 .map_err(|_| PyValueError::new_err("tensor too large for this platform"))?;
-            let skip = offset
-                .checked_sub(at)
-                .ok_or_else(|| PyValueError::new_err("offsets must be ascending and must not overlap"))?;
+            let skip = offset.checked_sub(at).ok_or_else(|| {
+                PyValueError::new_err("offsets must be ascending and must not overlap")
+            })?;
             if skip.checked_add(len).is_none_or(|end| end > rest.len()) {
                 return Err(PyValueError::new_err(format!(
                     "tensor {i} at offset {offset} ({len} bytes) does not fit its arena"

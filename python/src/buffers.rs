@@ -17,8 +17,9 @@ impl Held {
     pub(crate) fn acquire(objects: &[Bound<'_, PyAny>], writable: bool) -> PyResult<Self> {
         let mut views = Vec::with_capacity(objects.len());
         for (i, obj) in objects.iter().enumerate() {
-            let view = PyBuffer::<u8>::get(obj)
-                .map_err(|e| PyBufferError::new_err(format!("buffer {i} is not a contiguous uint8 buffer: {e}")))?;
+            let view = PyBuffer::<u8>::get(obj).map_err(|e| {
+                PyBufferError::new_err(format!("buffer {i} is not a contiguous uint8 buffer: {e}"))
+            })?;
             if !view.is_c_contiguous() {
                 return Err(PyBufferError::new_err(format!("buffer {i} is not C-contiguous")));
             }
@@ -28,8 +29,11 @@ impl Held {
             views.push(view);
         }
         if writable {
-            let mut spans: Vec<(usize, usize)> =
-                views.iter().map(|v| (v.buf_ptr() as usize, v.len_bytes())).filter(|s| s.1 > 0).collect();
+            let mut spans: Vec<(usize, usize)> = views
+                .iter()
+                .map(|v| (v.buf_ptr() as usize, v.len_bytes()))
+                .filter(|s| s.1 > 0)
+                .collect();
             spans.sort_unstable();
             if spans.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
                 return Err(PyValueError::new_err("destination buffers overlap"));

@@ -41,8 +41,11 @@ fn carve<'py>(
     }
     let out = PyList::empty(py);
     let kwargs = PyDict::new(py);
-    let (k_dtype, k_count, k_offset) =
-        (PyString::intern(py, "dtype"), PyString::intern(py, "count"), PyString::intern(py, "offset"));
+    let (k_dtype, k_count, k_offset) = (
+        PyString::intern(py, "dtype"),
+        PyString::intern(py, "count"),
+        PyString::intern(py, "offset"),
+    );
     let view = PyString::intern(py, "view");
     // Entries share one string object per dtype: remember the last few by identity.
     let mut kinds: Vec<(Py<PyString>, Kind)> = Vec::new();
@@ -52,9 +55,12 @@ fn carve<'py>(
         let kind = match kinds.iter().find(|(s, _)| s.is(dtype_str)) {
             Some((_, kind)) => kind,
             None => {
-                let (dtype, itemsize, grad): (Py<PyAny>, u64, bool) = kind_of.call1((dtype_str,))?.extract()?;
+                let (dtype, itemsize, grad): (Py<PyAny>, u64, bool) =
+                    kind_of.call1((dtype_str,))?.extract()?;
                 if itemsize == 0 {
-                    return Err(PyValueError::new_err(format!("dtype {dtype_str} has no item size")));
+                    return Err(PyValueError::new_err(format!(
+                        "dtype {dtype_str} has no item size"
+                    )));
                 }
                 kinds.push((dtype_str.clone().unbind(), (dtype, itemsize, grad)));
                 &kinds[kinds.len() - 1].1
@@ -83,8 +89,9 @@ fn carve<'py>(
 /// (each `DEVICE_VIEW_ALIGN`-aligned), and the allocation's length.
 #[pyfunction]
 fn carve_offsets(sizes: Vec<u64>) -> PyResult<(Vec<u64>, u64)> {
-    let packs = pack_aligned(sizes, DEVICE_VIEW_ALIGN, u64::MAX)
-        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows"))?;
+    let packs = pack_aligned(sizes, DEVICE_VIEW_ALIGN, u64::MAX).ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows")
+    })?;
     Ok(packs.into_iter().next().map_or((Vec::new(), 0), |p| (p.offsets, p.size)))
 }
 

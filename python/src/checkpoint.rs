@@ -75,17 +75,21 @@ impl NativeCheckpoint {
         name: Option<String>,
         max_expanded_bytes: Option<u64>,
     ) -> PyResult<Self> {
-        let inner: Arc<dyn RangeSource> = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
-            opened.get().inner.clone()
-        } else if let Ok(bytes) = source.cast::<PyBytes>() {
-            Arc::new(MemorySource::new(bytes.as_bytes().to_vec(), name.unwrap_or_else(|| "<bytes>".into())))
-        } else {
-            let path: std::path::PathBuf = source.extract()?;
-            let uri = path.to_string_lossy().into_owned();
-            // Peek: a checkpoint is read from its end first, so the opening
-            // request must not go on into the whole file (range reads only).
-            Arc::from(py.detach(|| open_uri(&uri, Intent::Peek)).map_err(to_py)?)
-        };
+        let inner: Arc<dyn RangeSource> =
+            if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
+                opened.get().inner.clone()
+            } else if let Ok(bytes) = source.cast::<PyBytes>() {
+                Arc::new(MemorySource::new(
+                    bytes.as_bytes().to_vec(),
+                    name.unwrap_or_else(|| "<bytes>".into()),
+                ))
+            } else {
+                let path: std::path::PathBuf = source.extract()?;
+                let uri = path.to_string_lossy().into_owned();
+                // Peek: a checkpoint is read from its end first, so the opening
+                // request must not go on into the whole file (range reads only).
+                Arc::from(py.detach(|| open_uri(&uri, Intent::Peek)).map_err(to_py)?)
+            };
         let counted = Counted::new(inner);
         let mut inner = py.detach(|| CheckpointReader::new(counted)).map_err(to_py)?;
         if let Some(cap) = max_expanded_bytes {
@@ -124,7 +128,8 @@ impl NativeCheckpoint {
                         entry.storage_offset = v.storage_offset;
                         entry.storage_key = storages[v.storage].key.clone();
                         entry.requires_grad = v.requires_grad;
-                        entry.nbytes = v.numel().and_then(|n| n.checked_mul(u64::from(v.dtype.size())));
+                        entry.nbytes =
+                            v.numel().and_then(|n| n.checked_mul(u64::from(v.dtype.size())));
                         ("tensor", py.None().into_bound(py))
                     }
                     Leaf::None => ("none", py.None().into_bound(py)),
@@ -147,7 +152,10 @@ impl NativeCheckpoint {
     /// entries before it (to rebuild values that hold no tensor exactly,
     /// in order).
     #[allow(clippy::type_complexity)]
-    fn containers<'py>(&self, py: Python<'py>) -> PyResult<Vec<(Bound<'py, PyTuple>, &'static str, usize, usize)>> {
+    fn containers<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(Bound<'py, PyTuple>, &'static str, usize, usize)>> {
         self.inner
             .state_dict()
             .containers
@@ -190,7 +198,12 @@ impl NativeCheckpoint {
         let checks = py.detach(|| self.inner.verify(|_| {})).map_err(to_py)?;
         Ok(checks
             .into_iter()
-            .map(|c| ZipEntryCheck { name: c.name, size: c.size, expected: c.expected, actual: c.actual })
+            .map(|c| ZipEntryCheck {
+                name: c.name,
+                size: c.size,
+                expected: c.expected,
+                actual: c.actual,
+            })
             .collect())
     }
 

@@ -53,7 +53,9 @@ fn format_named(name: &str) -> PyResult<Format> {
     match name {
         "tensorizer" => Ok(Format::Tensorizer),
         "safetensors" => Ok(Format::Safetensors),
-        other => Err(PyValueError::new_err(format!("to={other:?}: expected \"tensorizer\" or \"safetensors\""))),
+        other => Err(PyValueError::new_err(format!(
+            "to={other:?}: expected \"tensorizer\" or \"safetensors\""
+        ))),
     }
 }
 

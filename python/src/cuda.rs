@@ -50,7 +50,9 @@ fn reader_load_staged(
         return Err(PyValueError::new_err("one buffer per tensor index is required"));
     }
     if copy_latency_us > MAX_LATENCY_US {
-        return Err(PyValueError::new_err(format!("copy_latency_us must be at most {MAX_LATENCY_US}")));
+        return Err(PyValueError::new_err(format!(
+            "copy_latency_us must be at most {MAX_LATENCY_US}"
+        )));
     }
     let mut held = Held::acquire(&buffers, true)?;
     let inner = &reader.inner;
@@ -131,7 +133,9 @@ fn reader_load_cuda(
     ring: Option<usize>,
 ) -> PyResult<()> {
     if streams > MAX_STREAMS {
-        return Err(PyValueError::new_err(format!("streams must be at most {MAX_STREAMS}, not {streams}")));
+        return Err(PyValueError::new_err(format!(
+            "streams must be at most {MAX_STREAMS}, not {streams}"
+        )));
     }
     #[cfg(feature = "cuda")]
     {
@@ -141,7 +145,9 @@ fn reader_load_cuda(
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (py, reader, indices, tensors, verify_hash, streams, buffer_len, ring);
-        Err(pyo3::exceptions::PyRuntimeError::new_err("tensorizer_rs was built without native CUDA loading"))
+        Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "tensorizer_rs was built without native CUDA loading",
+        ))
     }
 }
 
@@ -182,7 +188,9 @@ mod native {
             let on_cuda = dev.getattr("type")?.extract::<String>()? == "cuda";
             let index: Option<usize> = dev.getattr("index")?.extract()?;
             if !on_cuda || !t.call_method0("is_contiguous")?.extract::<bool>()? {
-                return Err(PyValueError::new_err(format!("tensor {k} is not a contiguous CUDA tensor")));
+                return Err(PyValueError::new_err(format!(
+                    "tensor {k} is not a contiguous CUDA tensor"
+                )));
             }
             let index = index.unwrap_or(0);
             if *ordinal.get_or_insert(index) != index {
@@ -215,10 +223,12 @@ mod native {
         // hazard every torch extension leaves to its callers.)
         #[allow(unsafe_code)]
         let (dsts, stream) = unsafe {
-            let dsts: Vec<DeviceRange> = spans.iter().map(|&(p, n)| DeviceRange::from_raw(p, n)).collect();
+            let dsts: Vec<DeviceRange> =
+                spans.iter().map(|&(p, n)| DeviceRange::from_raw(p, n)).collect();
             (dsts, Stream::borrowed(&device, handle))
         };
         let inner = &reader.inner;
-        py.detach(|| load_into(&device, &stream, inner, &indices, dsts, options, streams)).map_err(to_py)
+        py.detach(|| load_into(&device, &stream, inner, &indices, dsts, options, streams))
+            .map_err(to_py)
     }
 }

@@ -10,8 +10,9 @@ use tensorizer_core::{Dtype, ElementType};
 /// torch's name (without `torch.`) of the dtype stored as `stored`.
 #[pyfunction]
 fn dtype_torch_name(stored: &str) -> PyResult<&'static str> {
-    let dtype = Dtype::parse(stored.as_bytes(), 0)
-        .map_err(|_| PyValueError::new_err(format!("dtype {stored:?} is not a valid stored dtype string")))?;
+    let dtype = Dtype::parse(stored.as_bytes(), 0).map_err(|_| {
+        PyValueError::new_err(format!("dtype {stored:?} is not a valid stored dtype string"))
+    })?;
     if dtype.byte_order() == ByteOrder::Big {
         return Err(PyValueError::new_err(format!(
             "dtype {stored:?} is big-endian and torch has no big-endian tensors: read it with \
@@ -20,10 +21,12 @@ fn dtype_torch_name(stored: &str) -> PyResult<&'static str> {
     }
     match (dtype.element(), dtype.torch_str()) {
         (Some(element), _) => Ok(element.torch_name()),
-        (None, Some(torch)) => {
-            Err(PyValueError::new_err(format!("unknown torch dtype {torch:?} in dtype string {stored:?}")))
+        (None, Some(torch)) => Err(PyValueError::new_err(format!(
+            "unknown torch dtype {torch:?} in dtype string {stored:?}"
+        ))),
+        (None, None) => {
+            Err(PyValueError::new_err(format!("dtype {stored:?} has no torch equivalent")))
         }
-        (None, None) => Err(PyValueError::new_err(format!("dtype {stored:?} has no torch equivalent"))),
     }
 }
 

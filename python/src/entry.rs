@@ -65,9 +65,13 @@ pub(crate) fn build<'py>(
         let kind = usize::from(e.tensor_type.as_u8());
         let tensor_type = tensor_types
             .get_item(kind)
-            .map_err(|_| PyValueError::new_err(format!("tensor {index}: unknown tensor type {kind}")))?
+            .map_err(|_| {
+                PyValueError::new_err(format!("tensor {index}: unknown tensor type {kind}"))
+            })?
             .unbind();
-        let dtype = dtypes.entry(e.dtype.as_str()).or_insert_with(|| PyString::new(py, e.dtype.as_str()).unbind());
+        let dtype = dtypes
+            .entry(e.dtype.as_str())
+            .or_insert_with(|| PyString::new(py, e.dtype.as_str()).unbind());
         let entry = PyEntry {
             index,
             name,

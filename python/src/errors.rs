@@ -2,8 +2,8 @@
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyConnectionError, PyException, PyFileExistsError, PyFileNotFoundError, PyOSError, PyPermissionError,
-    PyTimeoutError, PyValueError,
+    PyConnectionError, PyException, PyFileExistsError, PyFileNotFoundError, PyOSError,
+    PyPermissionError, PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -16,7 +16,12 @@ use tensorizer_native::error::{StoreErrorKind, tensor_prefix};
 // (`tensorizer_rs._native`), so they pickle: worker processes (vLLM's, for
 // one) send exceptions back to their parent by pickling them.
 
-create_exception!(tensorizer_rs._native, FormatError, PyValueError, "The bytes are not a valid tensorizer file.");
+create_exception!(
+    tensorizer_rs._native,
+    FormatError,
+    PyValueError,
+    "The bytes are not a valid tensorizer file."
+);
 create_exception!(
     tensorizer_rs._native,
     HashMismatchError,
@@ -80,10 +85,19 @@ pub(crate) fn truncated_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
 
 pub(crate) fn unpickling_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
     let doc = "A checkpoint's pickle was refused: it needs more than a state dict (nothing was executed).";
-    format_error_also(py, &UNPICKLING, "CheckpointUnpicklingError", ("pickle", "UnpicklingError"), doc)
+    format_error_also(
+        py,
+        &UNPICKLING,
+        "CheckpointUnpicklingError",
+        ("pickle", "UnpicklingError"),
+        doc,
+    )
 }
 
-fn made_err(msg: String, made: for<'py> fn(Python<'py>) -> PyResult<&'py Bound<'py, PyType>>) -> PyErr {
+fn made_err(
+    msg: String,
+    made: for<'py> fn(Python<'py>) -> PyResult<&'py Bound<'py, PyType>>,
+) -> PyErr {
     Python::attach(|py| match made(py) {
         Ok(t) => PyErr::from_type(t.clone(), msg),
         Err(err) => err,
@@ -104,9 +118,9 @@ fn core_err(e: &tensorizer_core::Error, context: Option<&str>) -> PyErr {
         }
         E::HashMismatch { .. } => HashMismatchError::new_err(msg),
         E::Decryption | E::Encryption { .. } => CryptographyError::new_err(msg),
-        E::InvalidArgument { .. } | E::MetadataOverflow { .. } | E::InvalidName { offset: 0, .. } => {
-            PyValueError::new_err(msg)
-        }
+        E::InvalidArgument { .. }
+        | E::MetadataOverflow { .. }
+        | E::InvalidName { offset: 0, .. } => PyValueError::new_err(msg),
         _ => FormatError::new_err(msg),
     }
 }
@@ -128,7 +142,12 @@ fn store_to_py(kind: StoreErrorKind, msg: String) -> PyErr {
 /// Sets `offset`, `tensor` and `location` on the exception (`None` where
 /// the error has none), so a caller reads them instead of parsing the
 /// message.
-fn with_details(err: PyErr, offset: Option<u64>, tensor: Option<&str>, location: Option<&str>) -> PyErr {
+fn with_details(
+    err: PyErr,
+    offset: Option<u64>,
+    tensor: Option<&str>,
+    location: Option<&str>,
+) -> PyErr {
     Python::attach(|py| {
         let value = err.value(py);
         // Setting an attribute on a fresh exception instance cannot fail in
@@ -144,9 +163,13 @@ fn with_details(err: PyErr, offset: Option<u64>, tensor: Option<&str>, location:
 /// `location` class attributes (`None`), so every instance has them even
 /// when raised from Python code.
 pub(crate) fn detail_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    for class in
-        ["FormatError", "HashMismatchError", "CryptographyError", "ObjectChangedError", "RangeNotSupportedError"]
-    {
+    for class in [
+        "FormatError",
+        "HashMismatchError",
+        "CryptographyError",
+        "ObjectChangedError",
+        "RangeNotSupportedError",
+    ] {
         let class = m.getattr(class)?;
         for attr in ["offset", "tensor", "location"] {
             class.setattr(attr, m.py().None())?;
@@ -168,8 +191,12 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             Some(prefix) => core_err(source, Some(&format!("{file}: {prefix}"))),
             None => core_err(source, Some(file)),
         },
-        Error::OtherFormat { found, .. } => FormatError::new_err(format!("{e}; {}", load_hint(*found))),
-        Error::UnknownFormat { .. } | Error::Safetensors { .. } => FormatError::new_err(e.to_string()),
+        Error::OtherFormat { found, .. } => {
+            FormatError::new_err(format!("{e}; {}", load_hint(*found)))
+        }
+        Error::UnknownFormat { .. } | Error::Safetensors { .. } => {
+            FormatError::new_err(e.to_string())
+        }
         Error::WrongKey { .. } => CryptographyError::new_err(e.to_string()),
         Error::Io { .. } | Error::Store { .. } | Error::File { .. } => match e.store_kind() {
             Some(kind) => store_to_py(kind, e.to_string()),
@@ -191,7 +218,9 @@ fn load_hint(found: Sniffed) -> &'static str {
             "load it with torch.load(path, weights_only=True) or tensorizer_rs.zipslicer.load(path), or convert \
              it first: tensorizer_rs.convert(path, \"model.tensors\")"
         }
-        Sniffed::LegacyTorch | Sniffed::Tensorizer => "load it with torch.load(path, weights_only=True)",
+        Sniffed::LegacyTorch | Sniffed::Tensorizer => {
+            "load it with torch.load(path, weights_only=True)"
+        }
     }
 }
 

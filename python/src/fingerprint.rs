@@ -26,7 +26,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 fn scan_file(py: Python<'_>, path: String) -> PyResult<String> {
     let scanned = py.detach(|| -> Result<_, tensorizer_native::Error> {
         let source = tensorizer_native::open_uri(&path, tensorizer_native::Intent::ReadAll)?;
-        let options = tensorizer_core::scan::ScanOptions { name: Some(&path), ..Default::default() };
+        let options =
+            tensorizer_core::scan::ScanOptions { name: Some(&path), ..Default::default() };
         let mut positioned = tensorizer_native::source::Positioned(source.as_ref());
         tensorizer_core::scan::scan(&mut positioned, &options)
             .map_err(|e| tensorizer_native::Error::Invalid(format!("{path}: {e}")))
@@ -62,7 +63,14 @@ impl From<Fingerprinted> for FingerprintReport {
             .fingerprint
             .tensors()
             .iter()
-            .map(|t| (t.name.clone(), t.dtype_name(), t.shape.clone(), t.data.as_ref().map(|d| to_hex(d))))
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    t.dtype_name(),
+                    t.shape.clone(),
+                    t.data.as_ref().map(|d| to_hex(d)),
+                )
+            })
             .collect();
         Self {
             fingerprint: done.fingerprint.hex(),
@@ -86,7 +94,10 @@ fn fingerprint_file(
     passphrase: Option<Vec<u8>>,
     num_threads: Option<usize>,
 ) -> PyResult<FingerprintReport> {
-    let options = FingerprintOptions { key: key_source(key, passphrase)?, num_threads: num_threads.unwrap_or(0) };
+    let options = FingerprintOptions {
+        key: key_source(key, passphrase)?,
+        num_threads: num_threads.unwrap_or(0),
+    };
     let opened = src.cast::<NativeSource>().ok().map(|s| s.get().inner.clone());
     let uri = match opened {
         Some(_) => String::new(),

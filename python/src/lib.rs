@@ -41,7 +41,8 @@ mod _native {
     use crate::entry::PyEntry;
     #[pymodule_export]
     use crate::errors::{
-        CryptographyError, FormatError, HashMismatchError, ObjectChangedError, RangeNotSupportedError,
+        CryptographyError, FormatError, HashMismatchError, ObjectChangedError,
+        RangeNotSupportedError,
     };
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
@@ -52,7 +53,9 @@ mod _native {
     #[pymodule_export]
     use crate::remote::RemoteOptions;
     #[pymodule_export]
-    use crate::source::{NativeSource, file_frozen, location_scheme, s3_presign, s3cfg_values, upload};
+    use crate::source::{
+        NativeSource, file_frozen, location_scheme, s3_presign, s3cfg_values, upload,
+    };
     #[pymodule_export]
     use crate::writer::{NativeWriter, WriteSpec};
 
@@ -90,17 +93,24 @@ mod _native {
         memlimit: i128,
         salt: Vec<u8>,
     ) -> PyResult<Vec<u8>> {
-        use tensorizer_core::layout::{MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT};
+        use tensorizer_core::layout::{
+            MAX_KDF_MEMLIMIT, MAX_KDF_OPSLIMIT, MIN_KDF_MEMLIMIT, MIN_KDF_OPSLIMIT,
+        };
         let in_range = |name: &str, v: i128, lo: u64, hi: u64| -> PyResult<u64> {
             u64::try_from(v).ok().filter(|v| (lo..=hi).contains(v)).ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err(format!("{name} must be between {lo} and {hi}, not {v}"))
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "{name} must be between {lo} and {hi}, not {v}"
+                ))
             })
         };
         let opslimit = in_range("opslimit", opslimit, MIN_KDF_OPSLIMIT, MAX_KDF_OPSLIMIT)?;
         let memlimit = in_range("memlimit", memlimit, MIN_KDF_MEMLIMIT, MAX_KDF_MEMLIMIT)?;
         let params = tensorizer_core::KdfParams::argon2id(opslimit, memlimit, salt);
-        let limits =
-            tensorizer_core::crypto::KdfLimits { max_memlimit: u64::MAX, max_opslimit: u64::MAX, ..Default::default() };
+        let limits = tensorizer_core::crypto::KdfLimits {
+            max_memlimit: u64::MAX,
+            max_opslimit: u64::MAX,
+            ..Default::default()
+        };
         let key = py
             .detach(|| tensorizer_native::kernels::kdf::derive(&passphrase, &params, &limits))
             .map_err(|e| crate::errors::core_to_py(&e, None))?;

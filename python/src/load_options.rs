@@ -55,7 +55,10 @@ impl MetaMode {
     fn parse(name: Option<&str>, shown: &str) -> Result<Self, ArgError> {
         Self::ALL.into_iter().find(|m| Some(m.name()) == name).ok_or_else(|| {
             let names: Vec<String> = Self::ALL.iter().map(|m| format!("'{}'", m.name())).collect();
-            ArgError::Value(format!("meta_tensors must be one of {}, not {shown}", names.join(", ")))
+            ArgError::Value(format!(
+                "meta_tensors must be one of {}, not {shown}",
+                names.join(", ")
+            ))
         })
     }
 }
@@ -129,7 +132,11 @@ impl LoadOptions {
         check_cooperative(raw.lazy_load, raw.cooperative)?;
         let num_readers = match raw.num_readers {
             None => None,
-            Some(Err(kind)) => return Err(ArgError::Type(format!("num_readers must be an int or None, not {kind}"))),
+            Some(Err(kind)) => {
+                return Err(ArgError::Type(format!(
+                    "num_readers must be an int or None, not {kind}"
+                )));
+            }
             // True is one reader, as in tensorizer.
             Some(Ok(Int::Fits(n))) if n >= 1 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
             Some(Ok(Int::TooLarge)) => Some(usize::MAX),
@@ -140,17 +147,30 @@ impl LoadOptions {
             None => None,
             Some(Ok(Int::Fits(n))) if n >= 0 => Some(n.unsigned_abs()),
             Some(Ok(Int::TooLarge)) => Some(u64::MAX),
-            Some(_) => return Err(ArgError::Value("max_meta_bytes must be a non-negative int or None".into())),
+            Some(_) => {
+                return Err(ArgError::Value(
+                    "max_meta_bytes must be a non-negative int or None".into(),
+                ));
+            }
         };
         let mmap = match raw.mmap {
             MmapArg::Text("auto") => Mmap::Auto,
             MmapArg::Text(other) => {
-                return Err(ArgError::Value(format!("mmap must be True, False, None or \"auto\", not {other:?}")));
+                return Err(ArgError::Value(format!(
+                    "mmap must be True, False, None or \"auto\", not {other:?}"
+                )));
             }
             MmapArg::Truth(true) => Mmap::On,
             MmapArg::Truth(false) => Mmap::Off,
         };
-        Ok(Self { verify_hash: raw.verify_hash, num_readers, lazy_load: raw.lazy_load, mmap, meta, max_meta_bytes })
+        Ok(Self {
+            verify_hash: raw.verify_hash,
+            num_readers,
+            lazy_load: raw.lazy_load,
+            mmap,
+            meta,
+            max_meta_bytes,
+        })
     }
 
     /// Whether a call checks hashes: its own `verify_hash` (by truth), or
@@ -179,7 +199,10 @@ mod tests {
     #[test]
     fn defaults_are_tensorizers() {
         let o = LoadOptions::decide(raw()).unwrap();
-        assert_eq!((o.verify_hash, o.num_readers, o.mmap, o.meta), (false, None, Mmap::Off, MetaMode::Zeros));
+        assert_eq!(
+            (o.verify_hash, o.num_readers, o.mmap, o.meta),
+            (false, None, Mmap::Off, MetaMode::Zeros)
+        );
         assert!(o.verify(Some(true)) && !o.verify(None));
     }
 
@@ -198,7 +221,10 @@ mod tests {
         assert!(
             matches!(bad(Raw { meta_tensors: (None, "1"), ..raw() }), ArgError::Value(m) if m.contains("'expand'"))
         );
-        assert!(matches!(bad(Raw { max_meta_bytes: Some(Ok(Int::TooSmall)), ..raw() }), ArgError::Value(_)));
+        assert!(matches!(
+            bad(Raw { max_meta_bytes: Some(Ok(Int::TooSmall)), ..raw() }),
+            ArgError::Value(_)
+        ));
         assert!(
             matches!(bad(Raw { lazy_load: true, cooperative: true, ..raw() }), ArgError::Value(m) if m.contains("lazy_load"))
         );
@@ -213,6 +239,9 @@ mod tests {
             ..raw()
         })
         .unwrap();
-        assert_eq!((o.num_readers, o.max_meta_bytes, o.mmap), (Some(usize::MAX), Some(u64::MAX), Mmap::Auto));
+        assert_eq!(
+            (o.num_readers, o.max_meta_bytes, o.mmap),
+            (Some(usize::MAX), Some(u64::MAX), Mmap::Auto)
+        );
     }
 }

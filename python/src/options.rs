@@ -38,7 +38,11 @@ fn int_of(value: &Bound<'_, PyAny>) -> PyResult<Int> {
 /// `value` if it is an int (bools included, as tensorizer's `isinstance`
 /// checks take them), else the name of its type.
 fn int_arg(value: &Bound<'_, PyAny>) -> PyResult<Result<Int, String>> {
-    if value.is_instance_of::<PyInt>() { Ok(Ok(int_of(value)?)) } else { Ok(Err(value.get_type().name()?.to_string())) }
+    if value.is_instance_of::<PyInt>() {
+        Ok(Ok(int_of(value)?))
+    } else {
+        Ok(Err(value.get_type().name()?.to_string()))
+    }
 }
 
 /// Whether `dtype` is a `torch.dtype` (asked of its type, so that torch
@@ -85,7 +89,10 @@ impl DeserializerOptions {
             Some(e) => {
                 let params = py.import("tensorizer_rs._crypt")?.getattr("DecryptionParams")?;
                 if !e.is_instance(&params)? {
-                    return Err(ArgError::Type("encryption must be a DecryptionParams object or None".into()).into());
+                    return Err(ArgError::Type(
+                        "encryption must be a DecryptionParams object or None".into(),
+                    )
+                    .into());
                 }
                 let args = e.call_method0("native_args")?.cast_into::<PyDict>()?;
                 let get = |name| -> PyResult<Option<Vec<u8>>> {
@@ -102,7 +109,9 @@ impl DeserializerOptions {
             && !is_torch_dtype(d)?
         {
             let kind = d.get_type().name()?;
-            return Err(PyTypeError::new_err(format!("dtype must be a torch.dtype or None, not {kind}")));
+            return Err(PyTypeError::new_err(format!(
+                "dtype must be a torch.dtype or None, not {kind}"
+            )));
         }
         if let Some(f) = filter_func.as_ref().map(|f| f.bind(py))
             && !f.is_callable()
@@ -113,14 +122,19 @@ impl DeserializerOptions {
                  not {kind}"
             )));
         }
-        let meta_text = meta_tensors.cast::<PyString>().ok().map(|s| s.to_str().map(str::to_owned)).transpose()?;
+        let meta_text = meta_tensors
+            .cast::<PyString>()
+            .ok()
+            .map(|s| s.to_str().map(str::to_owned))
+            .transpose()?;
         let meta_repr = meta_tensors.repr()?.to_string();
         let max_meta = match max_meta_bytes {
             None => None,
             Some(v) if v.is_instance_of::<PyInt>() => Some(Ok(int_of(v)?)),
             Some(_) => Some(Err(())),
         };
-        let mmap_text = mmap.cast::<PyString>().ok().map(|s| s.to_str().map(str::to_owned)).transpose()?;
+        let mmap_text =
+            mmap.cast::<PyString>().ok().map(|s| s.to_str().map(str::to_owned)).transpose()?;
         let mmap_arg = match &mmap_text {
             Some(t) => MmapArg::Text(t),
             None => MmapArg::Truth(mmap.is_truthy()?),

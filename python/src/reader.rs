@@ -8,7 +8,9 @@ use tensorizer_core::{KeySource, PathComponent, TensorPath};
 use tensorizer_native::read::plan::Destination;
 use tensorizer_native::read::share::plan_shares;
 use tensorizer_native::source::Counted;
-use tensorizer_native::{Intent, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri};
+use tensorizer_native::{
+    Intent, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri,
+};
 
 use crate::buffers::Held;
 use crate::errors::{CryptographyError, to_py};
@@ -72,12 +74,17 @@ fn origin_of(name: &str) -> &'static str {
     Location::parse(name).map_or("stream", |l| l.scheme())
 }
 
-pub(crate) fn key_source(key: Option<Vec<u8>>, passphrase: Option<Vec<u8>>) -> PyResult<Option<KeySource>> {
+pub(crate) fn key_source(
+    key: Option<Vec<u8>>,
+    passphrase: Option<Vec<u8>>,
+) -> PyResult<Option<KeySource>> {
     match (key, passphrase) {
         (Some(k), _) => Key::from_slice(&k)
             .map(|k| Some(KeySource::Key(k)))
             .map_err(|_| CryptographyError::new_err("a key must be exactly 32 bytes")),
-        (None, Some(p)) => Ok(Some(KeySource::Passphrase(Passphrase::new(p), KdfLimits::default()))),
+        (None, Some(p)) => {
+            Ok(Some(KeySource::Passphrase(Passphrase::new(p), KdfLimits::default())))
+        }
         (None, None) => Ok(None),
     }
 }
@@ -112,19 +119,20 @@ impl NativeReader {
         name: Option<String>,
         partial: bool,
     ) -> PyResult<Self> {
-        let (source, origin): (Source, _) = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
-            let inner = opened.get().inner.clone();
-            let origin = origin_of(inner.name());
-            (Box::new(inner), origin)
-        } else if let Ok(bytes) = source.cast::<PyBytes>() {
-            let name = name.unwrap_or_else(|| "<bytes>".into());
-            (Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name)), "stream")
-        } else {
-            let path: std::path::PathBuf = source.extract()?;
-            let uri = path.to_string_lossy().into_owned();
-            let intent = if partial { Intent::Peek } else { Intent::ReadAll };
-            (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
-        };
+        let (source, origin): (Source, _) =
+            if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
+                let inner = opened.get().inner.clone();
+                let origin = origin_of(inner.name());
+                (Box::new(inner), origin)
+            } else if let Ok(bytes) = source.cast::<PyBytes>() {
+                let name = name.unwrap_or_else(|| "<bytes>".into());
+                (Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name)), "stream")
+            } else {
+                let path: std::path::PathBuf = source.extract()?;
+                let uri = path.to_string_lossy().into_owned();
+                let intent = if partial { Intent::Peek } else { Intent::ReadAll };
+                (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
+            };
         let options = match options {
             Some(o) => ReadOptions {
                 num_readers: o.load.num_readers.unwrap_or_else(default_readers).max(1),
@@ -170,7 +178,12 @@ impl NativeReader {
     }
 
     /// Up to `n` raw bytes of the file at `offset` (fewer only at the end).
-    fn read_range<'py>(&self, py: Python<'py>, offset: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+    fn read_range<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let source = self.inner.source();
         let n = n.min(usize::try_from(source.len().saturating_sub(offset)).unwrap_or(usize::MAX));
         let mut buf = vec![0u8; n];
@@ -183,7 +196,8 @@ impl NativeReader {
     /// native Redis store; and, first, the generation marker's key.
     fn redis_layout(&self, prefix: &str) -> PyResult<(String, Vec<RedisKey>)> {
         let keys =
-            tensorizer_native::store::redis::key_layout(self.inner.source().name(), &self.inner).map_err(to_py)?;
+            tensorizer_native::store::redis::key_layout(self.inner.source().name(), &self.inner)
+                .map_err(to_py)?;
         let keys = keys.into_iter().map(|k| (k.name(prefix), k.offset, k.len)).collect();
         Ok((tensorizer_native::store::redis::generation_key(prefix), keys))
     }
@@ -217,7 +231,9 @@ impl NativeReader {
     /// Module index of each listed tensor (reads their headers).
     fn module_indices(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<u16>> {
         py.detach(|| {
-            self.inner.records(&indices).map(|records| records.iter().map(|r| r.header.module_index).collect())
+            self.inner
+                .records(&indices)
+                .map(|records| records.iter().map(|r| r.header.module_index).collect())
         })
         .map_err(to_py)
     }
@@ -225,8 +241,12 @@ impl NativeReader {
     /// Whether each listed tensor has anything to verify it by: stored
     /// hashes, or the MACs of encrypted data (reads their headers).
     fn vouched(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<bool>> {
-        py.detach(|| self.inner.records(&indices).map(|records| records.iter().map(|r| r.vouched()).collect()))
-            .map_err(to_py)
+        py.detach(|| {
+            self.inner
+                .records(&indices)
+                .map(|records| records.iter().map(|r| r.vouched()).collect())
+        })
+        .map_err(to_py)
     }
 
     /// Checks `data` (tensor `i`'s bytes from memory, any buffer) against
@@ -249,7 +269,9 @@ impl NativeReader {
         verify_hash: Option<bool>,
     ) -> PyResult<()> {
         if indices.len() != buffers.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("one buffer per tensor index is required"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "one buffer per tensor index is required",
+            ));
         }
         let mut held = Held::acquire(&buffers, true)?;
         let verify = verify_hash.unwrap_or(self.inner.options().verify_hash);
@@ -261,7 +283,12 @@ impl NativeReader {
     /// Plans loading tensors `indices` to `destination` (`"cpu"`,
     /// `"staged"`: a device through the native staging ring, or `"other"`);
     /// `mapped`: a memory map of the file is open and no hashes are checked.
-    fn plan_load(&self, indices: Vec<usize>, destination: &str, mapped: bool) -> PyResult<LoadPlan> {
+    fn plan_load(
+        &self,
+        indices: Vec<usize>,
+        destination: &str,
+        mapped: bool,
+    ) -> PyResult<LoadPlan> {
         let destination = match destination {
             "cpu" => Destination::Cpu,
             "staged" => Destination::Staged,
@@ -272,7 +299,8 @@ impl NativeReader {
                 )));
             }
         };
-        let too_large = || pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows");
+        let too_large =
+            || pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows");
         if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
             return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
         }
@@ -281,9 +309,12 @@ impl NativeReader {
             .arenas
             .into_iter()
             .map(|p| {
-                let offsets = p.offsets.into_iter().map(usize::try_from).collect::<Result<Vec<_>, _>>();
+                let offsets =
+                    p.offsets.into_iter().map(usize::try_from).collect::<Result<Vec<_>, _>>();
                 match (offsets, usize::try_from(p.size)) {
-                    (Ok(offsets), Ok(size)) => Ok(ArenaPlan { first: p.first, end: p.end, offsets, size }),
+                    (Ok(offsets), Ok(size)) => {
+                        Ok(ArenaPlan { first: p.first, end: p.end, offsets, size })
+                    }
                     _ => Err(too_large()),
                 }
             })
@@ -306,15 +337,22 @@ impl NativeReader {
     /// (`tensorizer_native::read::share`, spec §24): per rank, the stored
     /// tensors it reads, in file order; then the meta tensors every rank
     /// builds itself.
-    fn plan_shares(&self, indices: Vec<usize>, ranks: usize) -> PyResult<(Vec<Vec<usize>>, Vec<usize>)> {
+    fn plan_shares(
+        &self,
+        indices: Vec<usize>,
+        ranks: usize,
+    ) -> PyResult<(Vec<Vec<usize>>, Vec<usize>)> {
         if ranks == 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err("a load is shared among at least 1 rank"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "a load is shared among at least 1 rank",
+            ));
         }
         if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
             return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
         }
-        let plan = plan_shares(self.inner.entries(), &indices, ranks)
-            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows"))?;
+        let plan = plan_shares(self.inner.entries(), &indices, ranks).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows")
+        })?;
         Ok((plan.shares, plan.local))
     }
 
@@ -331,20 +369,28 @@ impl NativeReader {
         verify_hash: Option<bool>,
     ) -> PyResult<()> {
         if indices.len() != offsets.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("one offset per tensor index is required"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "one offset per tensor index is required",
+            ));
         }
         let entries = self.inner.entries();
         let mut held = Held::acquire(&[buffer], true)?;
         let mut slices = held.slices_mut();
-        let mut rest: &mut [u8] = slices.pop().ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no buffer"))?;
+        let mut rest: &mut [u8] =
+            slices.pop().ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no buffer"))?;
         let mut at = 0usize;
         let mut jobs: Vec<(usize, &mut [u8])> = Vec::with_capacity(indices.len());
         for (&i, &offset) in indices.iter().zip(&offsets) {
-            let entry = entries.get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
-            let len = usize::try_from(entry.data_length)
-                .map_err(|_| pyo3::exceptions::PyValueError::new_err("tensor too large for this platform"))?;
+            let entry = entries
+                .get(i)
+                .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+            let len = usize::try_from(entry.data_length).map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err("tensor too large for this platform")
+            })?;
             let skip = offset.checked_sub(at).ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err("offsets must be ascending and must not overlap")
+                pyo3::exceptions::PyValueError::new_err(
+                    "offsets must be ascending and must not overlap",
+                )
             })?;
             if skip.checked_add(len).is_none_or(|end| end > rest.len()) {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(

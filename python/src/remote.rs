@@ -89,7 +89,9 @@ impl RemoteOptions {
         capath: Option<PathBuf>,
         allow_untrusted: bool,
     ) -> PyResult<Self> {
-        let trusts = usize::from(cacert.is_some()) + usize::from(capath.is_some()) + usize::from(allow_untrusted);
+        let trusts = usize::from(cacert.is_some())
+            + usize::from(capath.is_some())
+            + usize::from(allow_untrusted);
         if trusts > 1 {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "give at most one of cacert, capath and allow_untrusted (as CAInfo takes them)",
@@ -117,7 +119,14 @@ impl RemoteOptions {
     fn __hash__(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&self.s3_access_key_id, &self.s3_endpoint, &self.s3_region_name, &self.cacert, &self.capath).hash(&mut h);
+        (
+            &self.s3_access_key_id,
+            &self.s3_endpoint,
+            &self.s3_region_name,
+            &self.cacert,
+            &self.capath,
+        )
+            .hash(&mut h);
         h.finish()
     }
 

@@ -77,7 +77,11 @@ fn checkpoint_slice_shape(
     let inner = &ckpt.get().inner;
     let view = inner.tensor(i).map_err(to_py)?;
     inner.nbytes(i).map_err(to_py)?;
-    let whole = StridedView { shape: view.shape.clone(), stride: view.stride.clone(), offset: view.storage_offset };
+    let whole = StridedView {
+        shape: view.shape.clone(),
+        stride: view.stride.clone(),
+        offset: view.storage_offset,
+    };
     Ok(whole.index(&parse_index(key)?).map_err(index_err)?.shape)
 }
 
@@ -99,9 +103,17 @@ fn checkpoint_read_slice(
 
 /// The shape of `tensor i[key]` of a tensorizer file.
 #[pyfunction]
-fn reader_slice_shape(reader: &Bound<'_, NativeReader>, i: usize, key: &Bound<'_, PyTuple>) -> PyResult<Vec<u64>> {
-    let entry =
-        reader.get().inner.entries().get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+fn reader_slice_shape(
+    reader: &Bound<'_, NativeReader>,
+    i: usize,
+    key: &Bound<'_, PyTuple>,
+) -> PyResult<Vec<u64>> {
+    let entry = reader
+        .get()
+        .inner
+        .entries()
+        .get(i)
+        .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
     slice_shape(entry.shape.clone(), key)
 }
 
@@ -131,9 +143,13 @@ fn reader_read_range<'py>(
     start: u64,
     stop: u64,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let len = usize::try_from(stop.saturating_sub(start)).map_err(|_| PyValueError::new_err("range too long"))?;
+    let len = usize::try_from(stop.saturating_sub(start))
+        .map_err(|_| PyValueError::new_err("range too long"))?;
     let inner = &reader.get().inner;
-    let entry = inner.entries().get(i).ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+    let entry = inner
+        .entries()
+        .get(i)
+        .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
     if stop > entry.data_length {
         return Err(PyValueError::new_err(format!(
             "range {start}..{stop} is past the {} data bytes",
@@ -148,7 +164,11 @@ fn reader_read_range<'py>(
 /// Checks tensor `i`'s stored hashes, streaming its data (memory bounded
 /// by one piece); raises `HashMismatchError` on a mismatch.
 #[pyfunction]
-fn reader_verify_tensor(py: Python<'_>, reader: &Bound<'_, NativeReader>, i: usize) -> PyResult<()> {
+fn reader_verify_tensor(
+    py: Python<'_>,
+    reader: &Bound<'_, NativeReader>,
+    i: usize,
+) -> PyResult<()> {
     let inner = &reader.get().inner;
     py.detach(|| inner.verify_tensor(i)).map_err(to_py)
 }

@@ -32,11 +32,16 @@ impl NativeSource {
     /// says (None: the environment, `~/.s3cfg`, the system's CAs).
     #[new]
     #[pyo3(signature = (uri, options=None))]
-    fn new(py: Python<'_>, uri: PathBuf, options: Option<PyRef<'_, RemoteOptions>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        uri: PathBuf,
+        options: Option<PyRef<'_, RemoteOptions>>,
+    ) -> PyResult<Self> {
         let location = location(&uri)?;
         // Python opens sources to load them: the opening request goes on into the first read.
         let options = RemoteOptions::or_default(options).store_options(Intent::ReadAll)?;
-        let inner: Arc<dyn RangeSource> = Arc::from(py.detach(|| open_source(&location, &options)).map_err(to_py)?);
+        let inner: Arc<dyn RangeSource> =
+            Arc::from(py.detach(|| open_source(&location, &options)).map_err(to_py)?);
         Ok(Self { inner })
     }
 
@@ -56,8 +61,14 @@ impl NativeSource {
     }
 
     /// Up to `n` bytes at `offset` (fewer only at the end).
-    fn read_at<'py>(&self, py: Python<'py>, offset: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let n = n.min(usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX));
+    fn read_at<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let n =
+            n.min(usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX));
         let mut buf = vec![0u8; n];
         py.detach(|| self.inner.read_exact_at(offset, &mut buf)).map_err(to_py)?;
         Ok(PyBytes::new(py, &buf))
@@ -67,17 +78,25 @@ impl NativeSource {
     /// as a source of their own: a file stored inside a bigger object.
     #[pyo3(signature = (begin, end=None))]
     fn window(&self, begin: u64, end: Option<u64>) -> PyResult<Self> {
-        let window = tensorizer_native::source::Window::new(self.inner.clone(), begin, end).map_err(to_py)?;
+        let window = tensorizer_native::source::Window::new(self.inner.clone(), begin, end)
+            .map_err(to_py)?;
         Ok(Self { inner: Arc::new(window) })
     }
 
     /// Fills as much of the writable `buffer` as the source has at
     /// `offset`; returns the byte count.
-    fn readinto_at(&self, py: Python<'_>, offset: u64, buffer: Bound<'_, PyAny>) -> PyResult<usize> {
+    fn readinto_at(
+        &self,
+        py: Python<'_>,
+        offset: u64,
+        buffer: Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
         let mut held = Held::acquire(&[buffer], true)?;
         let mut slices = held.slices_mut();
         let Some(buf) = slices.pop() else { return Ok(0) };
-        let n = buf.len().min(usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX));
+        let n = buf
+            .len()
+            .min(usize::try_from(self.inner.len().saturating_sub(offset)).unwrap_or(usize::MAX));
         py.detach(|| self.inner.read_exact_at(offset, &mut buf[..n])).map_err(to_py)?;
         Ok(n)
     }
@@ -96,7 +115,9 @@ pub(crate) fn file_frozen(path: std::path::PathBuf) -> PyResult<Option<&'static 
 /// S3 store reads them (the one reader of `.s3cfg`): whether the section
 /// exists, `host_base`, `access_key`, `secret_key` and `use_https`.
 #[pyfunction]
-pub(crate) fn s3cfg_values(text: &str) -> (bool, Option<String>, Option<String>, Option<String>, Option<bool>) {
+pub(crate) fn s3cfg_values(
+    text: &str,
+) -> (bool, Option<String>, Option<String>, Option<String>, Option<bool>) {
     let cfg = tensorizer_native::store::s3::parse_s3cfg(text);
     (cfg.has_default, cfg.host_base, cfg.access_key, cfg.secret_key, cfg.use_https)
 }
@@ -105,7 +126,11 @@ pub(crate) fn s3cfg_values(text: &str) -> (bool, Option<String>, Option<String>,
 /// valid for `expires` seconds, signed as `options` says.
 #[pyfunction]
 #[pyo3(signature = (uri, expires, options=None))]
-pub(crate) fn s3_presign(uri: String, expires: u64, options: Option<PyRef<'_, RemoteOptions>>) -> PyResult<String> {
+pub(crate) fn s3_presign(
+    uri: String,
+    expires: u64,
+    options: Option<PyRef<'_, RemoteOptions>>,
+) -> PyResult<String> {
     let options = RemoteOptions::or_default(options).store_options(Intent::ReadAll)?;
     let object = options.s3.resolve_uri(&uri, false).map_err(to_py)?;
     Ok(object.presigned_get_url(expires))

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use tensorizer_core::crypto::Key;
-use tensorizer_core::{Dtype, KdfParams, PathComponent, TensorPath, TensorSpec, TensorType, Writer, WriterOptions};
+use tensorizer_core::{
+    Dtype, KdfParams, PathComponent, TensorPath, TensorSpec, TensorType, Writer, WriterOptions,
+};
 use tensorizer_native::write::FileWriter;
 use tensorizer_native::{WriteOptions, default_readers};
 
@@ -47,8 +49,8 @@ impl WriteSpec {
             })
             .collect();
         let path = TensorPath::from_components(components).map_err(|e| core_to_py(&e, None))?;
-        let tensor_type =
-            TensorType::from_u8(tensor_type).ok_or_else(|| PyValueError::new_err("tensor type must be 0, 1 or 2"))?;
+        let tensor_type = TensorType::from_u8(tensor_type)
+            .ok_or_else(|| PyValueError::new_err("tensor type must be 0, 1 or 2"))?;
         let dtype = Dtype::parse(dtype.as_bytes(), 0).map_err(|e| core_to_py(&e, None))?;
         Ok(Self { spec: TensorSpec { path, tensor_type, module_index, dtype, shape, meta } })
     }
@@ -87,23 +89,35 @@ impl NativeWriter {
         num_writers: Option<usize>,
     ) -> PyResult<Self> {
         let key = key
-            .map(|k| Key::from_slice(&k).map_err(|_| CryptographyError::new_err("a key must be exactly 32 bytes")))
+            .map(|k| {
+                Key::from_slice(&k)
+                    .map_err(|_| CryptographyError::new_err("a key must be exactly 32 bytes"))
+            })
             .transpose()?;
-        let encryption =
-            key.as_ref().map(|_| kdf.map(|(opslimit, memlimit, salt)| KdfParams::argon2id(opslimit, memlimit, salt)));
+        let encryption = key.as_ref().map(|_| {
+            kdf.map(|(opslimit, memlimit, salt)| KdfParams::argon2id(opslimit, memlimit, salt))
+        });
         let layout = WriterOptions { alignment, metadata_len, encryption };
         let options = WriteOptions { layout, key, num_writers: 0 };
         let state = match metadata_len {
             Some(_) => State::Open(Box::new(FileWriter::open(&path, &options).map_err(to_py)?)),
             None => State::Pending(path, options),
         };
-        Ok(Self { state: Mutex::new(state), num_writers: num_writers.unwrap_or_else(default_readers).max(1) })
+        Ok(Self {
+            state: Mutex::new(state),
+            num_writers: num_writers.unwrap_or_else(default_readers).max(1),
+        })
     }
 
     /// Appends tensors: `specs[k]` describes `buffers[k]` (C-contiguous
     /// bytes; empty for meta tensors). Hashing, encryption and writing run
     /// with the GIL released.
-    fn append(&self, py: Python<'_>, specs: Vec<PyRef<'_, WriteSpec>>, buffers: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
+    fn append(
+        &self,
+        py: Python<'_>,
+        specs: Vec<PyRef<'_, WriteSpec>>,
+        buffers: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         if specs.len() != buffers.len() {
             return Err(PyValueError::new_err("one buffer per tensor is required"));
         }
@@ -112,7 +126,8 @@ impl NativeWriter {
         let slices = held.slices();
         let mut guard = self.lock()?;
         if let State::Pending(path, options) = &*guard {
-            let metadata_len = Writer::metadata_len_with_room(&specs).map_err(|e| core_to_py(&e, None))?;
+            let metadata_len =
+                Writer::metadata_len_with_room(&specs).map_err(|e| core_to_py(&e, None))?;
             let mut options = options.clone();
             options.layout.metadata_len = Some(metadata_len);
             *guard = State::Open(Box::new(FileWriter::open(path, &options).map_err(to_py)?));
@@ -130,7 +145,9 @@ impl NativeWriter {
     fn version(&self) -> PyResult<u32> {
         match &*self.lock()? {
             State::Open(w) => Ok(w.version()),
-            State::Pending(_, options) => Ok(if options.layout.encryption.is_some() { 3 } else { 1 }),
+            State::Pending(_, options) => {
+                Ok(if options.layout.encryption.is_some() { 3 } else { 1 })
+            }
             State::Closed => Err(PyRuntimeError::new_err("the file is already closed")),
         }
     }

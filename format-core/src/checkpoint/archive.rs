@@ -14,7 +14,8 @@ use crate::layout::{MAX_CHECKPOINT_RECORD_LEN, MAX_TORCH_ARCHIVE_VERSION};
 pub const SNIFF_LEN: usize = 512;
 
 /// `torch.save`'s legacy magic number, pickled as a LONG1.
-const LEGACY_MAGIC: [u8; 12] = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+const LEGACY_MAGIC: [u8; 12] =
+    [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
 
 /// Whether `head` opens with torch's legacy magic number: `PROTO` 2 to 5
 /// (the `pickle_protocol` torch.save was given), a `FRAME` from protocol 4
@@ -44,10 +45,14 @@ pub fn sniff(head: &[u8]) -> Result<()> {
         });
     }
     if head.first() == Some(&0x80) {
-        return Err(Error::LegacyTorchCheckpoint { layout: "a bare pickle stream, not a zip archive" });
+        return Err(Error::LegacyTorchCheckpoint {
+            layout: "a bare pickle stream, not a zip archive",
+        });
     }
     if head.get(257..262) == Some(b"ustar") {
-        return Err(Error::LegacyTorchCheckpoint { layout: "a tar archive, torch's oldest save format" });
+        return Err(Error::LegacyTorchCheckpoint {
+            layout: "a tar archive, torch's oldest save format",
+        });
     }
     Err(Error::NotZip { reason: "no ZIP local file header at byte 0" })
 }
@@ -90,26 +95,34 @@ impl Archive {
     /// Finds the folder (the first entry's top-level folder, as torch's
     /// reader does), `data.pkl` and the records.
     pub fn locate(dir: &CentralDirectory) -> Result<Self> {
-        let first = dir.entries.first().ok_or(Error::NotZip { reason: "the zip archive has no entries" })?;
+        let first = dir
+            .entries
+            .first()
+            .ok_or(Error::NotZip { reason: "the zip archive has no entries" })?;
         let Some((prefix, _)) = first.name.split_once('/') else {
             return Err(Error::CorruptCheckpoint {
                 key: first.name.clone(),
                 reason: "the first zip entry is not inside a top-level folder",
             });
         };
-        let pickle = dir.position(&format!("{prefix}/data.pkl")).ok_or_else(|| Error::CorruptCheckpoint {
-            key: format!("{prefix}/data.pkl"),
-            reason: "missing: not a torch.save checkpoint",
+        let pickle = dir.position(&format!("{prefix}/data.pkl")).ok_or_else(|| {
+            Error::CorruptCheckpoint {
+                key: format!("{prefix}/data.pkl"),
+                reason: "missing: not a torch.save checkpoint",
+            }
         })?;
-        let records =
-            RECORDS.iter().filter_map(|&(name, r)| dir.position(&format!("{prefix}/{name}")).map(|i| (r, i))).collect();
+        let records = RECORDS
+            .iter()
+            .filter_map(|&(name, r)| dir.position(&format!("{prefix}/{name}")).map(|i| (r, i)))
+            .collect();
         Ok(Self { prefix: prefix.into(), pickle, records })
     }
 
     /// The entry index of storage `key` (`<prefix>/data/<key>`).
     pub fn storage_entry(&self, dir: &CentralDirectory, key: &str) -> Result<usize> {
-        dir.position(&format!("{}/data/{key}", self.prefix))
-            .ok_or_else(|| Error::CorruptCheckpoint { key: key.into(), reason: "storage has no data/<key> entry" })
+        dir.position(&format!("{}/data/{key}", self.prefix)).ok_or_else(|| {
+            Error::CorruptCheckpoint { key: key.into(), reason: "storage has no data/<key> entry" }
+        })
     }
 }
 
@@ -146,8 +159,8 @@ impl Records {
                 MAX_CHECKPOINT_RECORD_LEN,
             ));
         }
-        let text =
-            core::str::from_utf8(bytes).map_err(|_| Error::malformed(offset, "checkpoint record is not text"))?;
+        let text = core::str::from_utf8(bytes)
+            .map_err(|_| Error::malformed(offset, "checkpoint record is not text"))?;
         match record {
             Record::Version | Record::DataVersion => {
                 let v = number(text, offset)?;
@@ -162,7 +175,12 @@ impl Records {
                 self.byte_order = Some(match text {
                     "little" => ByteOrder::Little,
                     "big" => ByteOrder::Big,
-                    _ => return Err(Error::malformed(offset, "byteorder record is neither little nor big")),
+                    _ => {
+                        return Err(Error::malformed(
+                            offset,
+                            "byteorder record is neither little nor big",
+                        ));
+                    }
                 })
             }
             Record::FormatVersion => self.format_version = Some(number(text, offset)?),

@@ -58,13 +58,20 @@ impl Machine<'_> {
         }
         let args = args.to_vec();
         match g {
-            Global::OrderedDict if args.is_empty() => Ok(Node::Dict { ordered: true, items: Vec::new() }),
+            Global::OrderedDict if args.is_empty() => {
+                Ok(Node::Dict { ordered: true, items: Vec::new() })
+            }
             Global::OrderedDict => Err(Error::malformed(at, "OrderedDict called with arguments")),
             Global::Size => match args.as_slice() {
                 [dims] => {
                     let dims = self.items(at, *dims, "torch.Size argument is not a tuple")?;
                     if dims.len() > MAX_NDIM {
-                        return Err(Error::limit(at, "tensor dimensions", dims.len() as u64, MAX_NDIM as u64));
+                        return Err(Error::limit(
+                            at,
+                            "tensor dimensions",
+                            dims.len() as u64,
+                            MAX_NDIM as u64,
+                        ));
                     }
                     Ok(Node::Tuple(dims.to_vec()))
                 }
@@ -74,10 +81,16 @@ impl Machine<'_> {
             Global::RebuildParameter | Global::RebuildParameterWithState => {
                 let n = if g == Global::RebuildParameter { 3 } else { 4 };
                 if args.len() != n {
-                    return Err(Error::malformed(at, "wrong argument count for _rebuild_parameter"));
+                    return Err(Error::malformed(
+                        at,
+                        "wrong argument count for _rebuild_parameter",
+                    ));
                 }
                 let Node::Tensor(t) = self.node(args[0]) else {
-                    return Err(Error::malformed(at, "_rebuild_parameter of something that is not a tensor"));
+                    return Err(Error::malformed(
+                        at,
+                        "_rebuild_parameter of something that is not a tensor",
+                    ));
                 };
                 let mut t = t.clone();
                 t.requires_grad = self.flag(at, args[1])?;
@@ -110,7 +123,10 @@ impl Machine<'_> {
                 return Err(Error::malformed(at, "_rebuild_tensor_v3 dtype is not a torch dtype"));
             };
             if storage.dtype.is_some_and(|s| s != *d) {
-                return Err(Error::malformed(at, "_rebuild_tensor_v3 dtype differs from its typed storage"));
+                return Err(Error::malformed(
+                    at,
+                    "_rebuild_tensor_v3 dtype differs from its typed storage",
+                ));
             }
             *d
         } else {
@@ -130,7 +146,9 @@ impl Machine<'_> {
     /// `_metadata` attribute), which is ignored.
     pub(super) fn build(&self, at: u64, target: NodeId, state: NodeId) -> Result<()> {
         match (self.node(target), self.node(state)) {
-            (Node::Dict { ordered: true, .. }, Node::Dict { .. } | Node::None | Node::Tuple(_)) => Ok(()),
+            (Node::Dict { ordered: true, .. }, Node::Dict { .. } | Node::None | Node::Tuple(_)) => {
+                Ok(())
+            }
             _ => Err(Error::malformed(at, "BUILD on something other than an OrderedDict")),
         }
     }

@@ -75,7 +75,9 @@ impl Global {
             (b"torch._utils", b"_rebuild_tensor_v2") => Some(Self::RebuildTensorV2),
             (b"torch._utils", b"_rebuild_tensor_v3") => Some(Self::RebuildTensorV3),
             (b"torch._utils", b"_rebuild_parameter") => Some(Self::RebuildParameter),
-            (b"torch._utils", b"_rebuild_parameter_with_state") => Some(Self::RebuildParameterWithState),
+            (b"torch._utils", b"_rebuild_parameter_with_state") => {
+                Some(Self::RebuildParameterWithState)
+            }
             (b"torch.storage" | b"torch", b"UntypedStorage") => Some(Self::UntypedStorage),
             (b"torch", n) => core::str::from_utf8(n).ok().and_then(|n| {
                 if let Some(&(_, t)) = STORAGES.iter().find(|s| s.0 == n) {
@@ -87,8 +89,15 @@ impl Global {
             _ => None,
         };
         if found.is_none() && module == b"torch" && UNSUPPORTED.contains(&name) {
-            return Err(Error::UnsupportedDtype { offset: at, dtype: alloc::format!("torch.{}", lossy(name)) });
+            return Err(Error::UnsupportedDtype {
+                offset: at,
+                dtype: alloc::format!("torch.{}", lossy(name)),
+            });
         }
-        found.ok_or_else(|| Error::ForbiddenGlobal { offset: at, module: lossy(module), name: lossy(name) })
+        found.ok_or_else(|| Error::ForbiddenGlobal {
+            offset: at,
+            module: lossy(module),
+            name: lossy(name),
+        })
     }
 }

@@ -131,7 +131,8 @@ impl<'data> Checkpoint<'data> {
 
     /// All bytes of storage `s` (an index into `state_dict.storages`).
     pub fn storage_bytes(&self, s: usize) -> Result<&'data [u8]> {
-        let range = self.storage_ranges.get(s).ok_or(Error::invalid("storage index out of range"))?;
+        let range =
+            self.storage_ranges.get(s).ok_or(Error::invalid("storage index out of range"))?;
         slice(self.bytes, range)
     }
 
@@ -140,7 +141,8 @@ impl<'data> Checkpoint<'data> {
     /// `Σ ik × stride[k] × itemsize` of the returned slice. Bytes are in
     /// [`Checkpoint::byte_order`].
     pub fn tensor_bytes(&self, i: usize) -> Result<(&TensorView, &'data [u8])> {
-        let entry = self.state_dict.entries.get(i).ok_or(Error::invalid("entry index out of range"))?;
+        let entry =
+            self.state_dict.entries.get(i).ok_or(Error::invalid("entry index out of range"))?;
         let Leaf::Tensor(view) = &entry.value else {
             return Err(Error::invalid("entry is not a tensor"));
         };

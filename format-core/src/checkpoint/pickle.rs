@@ -14,8 +14,8 @@ use crate::codec::cursor::Cursor;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 use crate::layout::{
-    MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_LEN, MAX_PICKLE_LONG_BYTES, MAX_PICKLE_MEMO,
-    MAX_PICKLE_OPCODES, MAX_PICKLE_VALUE_BYTES,
+    MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_LEN, MAX_PICKLE_LONG_BYTES,
+    MAX_PICKLE_MEMO, MAX_PICKLE_OPCODES, MAX_PICKLE_VALUE_BYTES,
 };
 
 /// Index of a value in a [`Pickle`]'s arena.
@@ -176,7 +176,12 @@ impl<'a> Machine<'a> {
 
     fn push_id(&mut self, at: u64, id: NodeId) -> Result<()> {
         if self.stack.len() as u64 >= MAX_PICKLE_CONTAINER_LEN {
-            return Err(Error::limit(at, "pickle stack length", self.stack.len() as u64 + 1, MAX_PICKLE_CONTAINER_LEN));
+            return Err(Error::limit(
+                at,
+                "pickle stack length",
+                self.stack.len() as u64 + 1,
+                MAX_PICKLE_CONTAINER_LEN,
+            ));
         }
         self.stack.push(id);
         Ok(())
@@ -208,21 +213,29 @@ impl<'a> Machine<'a> {
     fn memo_put(&mut self, at: u64, index: u32) -> Result<()> {
         let id = self.top(at)?;
         if !self.memo.contains_key(&index) && self.memo.len() as u64 >= MAX_PICKLE_MEMO {
-            return Err(Error::limit(at, "pickle memo entries", self.memo.len() as u64 + 1, MAX_PICKLE_MEMO));
+            return Err(Error::limit(
+                at,
+                "pickle memo entries",
+                self.memo.len() as u64 + 1,
+                MAX_PICKLE_MEMO,
+            ));
         }
         self.memo.insert(index, id);
         Ok(())
     }
 
     fn memo_get(&mut self, at: u64, index: u32) -> Result<()> {
-        let id = *self.memo.get(&index).ok_or(Error::malformed(at, "pickle memo index not defined"))?;
+        let id =
+            *self.memo.get(&index).ok_or(Error::malformed(at, "pickle memo index not defined"))?;
         self.push_id(at, id)
     }
 
     fn text(&self, at: u64, bytes: &[u8]) -> Result<String> {
         // Python pickles str as UTF-8 with surrogatepass; lone surrogates are
         // refused here.
-        core::str::from_utf8(bytes).map(String::from).map_err(|_| Error::malformed(at, "pickle string is not UTF-8"))
+        core::str::from_utf8(bytes)
+            .map(String::from)
+            .map_err(|_| Error::malformed(at, "pickle string is not UTF-8"))
     }
 
     fn run(mut self) -> Result<Pickle> {
@@ -249,10 +262,16 @@ impl<'a> Machine<'a> {
                 b'.' => {
                     let root = self.pop(at)?;
                     if !self.stack.is_empty() || !self.marks.is_empty() {
-                        return Err(Error::malformed(at, "pickle STOP with values left on the stack"));
+                        return Err(Error::malformed(
+                            at,
+                            "pickle STOP with values left on the stack",
+                        ));
                     }
                     if self.c.remaining() != 0 {
-                        return Err(Error::malformed(self.c.offset(), "bytes after the pickle STOP"));
+                        return Err(Error::malformed(
+                            self.c.offset(),
+                            "bytes after the pickle STOP",
+                        ));
                     }
                     return Ok(Pickle { nodes: self.nodes, root, protocol: self.protocol });
                 }
@@ -387,9 +406,15 @@ impl<'a> Machine<'a> {
                     self.push(at, Node::Int(i128::from(v)))?;
                 }
                 0x8a | 0x8b => {
-                    let n = if op == 0x8a { u64::from(self.c.u8()?) } else { u64::from(self.c.u32()?) };
+                    let n =
+                        if op == 0x8a { u64::from(self.c.u8()?) } else { u64::from(self.c.u32()?) };
                     if n > MAX_PICKLE_LONG_BYTES {
-                        return Err(Error::limit(at, "pickle integer length", n, MAX_PICKLE_LONG_BYTES));
+                        return Err(Error::limit(
+                            at,
+                            "pickle integer length",
+                            n,
+                            MAX_PICKLE_LONG_BYTES,
+                        ));
                     }
                     let bytes = self.c.take(n)?;
                     self.push(at, Node::Int(long(bytes)))?;
@@ -402,7 +427,8 @@ impl<'a> Machine<'a> {
                     let n = match op {
                         0x8c | b'U' | b'C' => u64::from(self.c.u8()?),
                         0x8d | 0x8e => self.c.u64()?,
-                        b'T' => u64::try_from(self.c.i32()?).map_err(|_| Error::malformed(at, "negative length"))?,
+                        b'T' => u64::try_from(self.c.i32()?)
+                            .map_err(|_| Error::malformed(at, "negative length"))?,
                         _ => u64::from(self.c.u32()?),
                     };
                     // The length is checked against the bytes present before
@@ -411,7 +437,10 @@ impl<'a> Machine<'a> {
                     let node = match op {
                         b'C' | b'B' | 0x8e => Node::Bytes(bytes.to_vec()),
                         b'U' | b'T' if !bytes.is_ascii() => {
-                            return Err(Error::malformed(at, "non-ASCII Python 2 string in the pickle"));
+                            return Err(Error::malformed(
+                                at,
+                                "non-ASCII Python 2 string in the pickle",
+                            ));
                         }
                         _ => Node::Str(self.text(at, bytes)?),
                     };

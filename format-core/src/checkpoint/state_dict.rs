@@ -8,7 +8,9 @@ use alloc::vec::Vec;
 use super::pickle::{Node, NodeId, Pickle, StorageRef, TensorNode};
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
-use crate::layout::{MAX_PATH_COMPONENTS, MAX_PICKLE_DEPTH, MAX_STATE_DICT_PATH_BYTES, MAX_STATE_DICT_VISITS};
+use crate::layout::{
+    MAX_PATH_COMPONENTS, MAX_PICKLE_DEPTH, MAX_STATE_DICT_PATH_BYTES, MAX_STATE_DICT_VISITS,
+};
 use crate::path::{PathComponent, TensorPath};
 
 /// One storage: the bytes of zip entry `data/<key>`.
@@ -61,7 +63,10 @@ impl TensorView {
         if self.shape.contains(&0) {
             return Some(0);
         }
-        self.shape.iter().zip(&self.stride).try_fold(1u64, |a, (&d, &s)| a.checked_add((d - 1).checked_mul(s)?))
+        self.shape
+            .iter()
+            .zip(&self.stride)
+            .try_fold(1u64, |a, (&d, &s)| a.checked_add((d - 1).checked_mul(s)?))
     }
 
     /// The byte range of the view inside its storage:
@@ -100,7 +105,8 @@ impl TensorView {
         for row in out.chunks_exact_mut(row_bytes) {
             // Within the span: every index is below its dimension, so the
             // offset is at most the extent (checked by byte_span).
-            let base = index.iter().zip(&self.stride).map(|(i, s)| i * s).sum::<u64>() as usize * size;
+            let base =
+                index.iter().zip(&self.stride).map(|(i, s)| i * s).sum::<u64>() as usize * size;
             if last_stride == 1 {
                 row.copy_from_slice(data.get(base..base + row_bytes)?);
             } else {
@@ -249,7 +255,8 @@ impl StateDict {
 
 impl Flattener<'_> {
     fn run(&mut self) -> Result<()> {
-        let mut stack = alloc::vec![Frame::Enter { id: self.pickle.root, component: None, depth: 0 }];
+        let mut stack =
+            alloc::vec![Frame::Enter { id: self.pickle.root, component: None, depth: 0 }];
         let mut visits = 1u64;
         while let Some(frame) = stack.pop() {
             let (id, component, depth) = match frame {
@@ -262,7 +269,12 @@ impl Flattener<'_> {
                 Frame::Enter { id, component, depth } => (id, component, depth),
             };
             if depth > MAX_PICKLE_DEPTH {
-                return Err(Error::limit(0, "state-dict nesting depth", depth as u64, MAX_PICKLE_DEPTH as u64));
+                return Err(Error::limit(
+                    0,
+                    "state-dict nesting depth",
+                    depth as u64,
+                    MAX_PICKLE_DEPTH as u64,
+                ));
             }
             if let Some(c) = component {
                 self.path_bytes += component_bytes(&c);
@@ -276,9 +288,16 @@ impl Flattener<'_> {
                     self.keys(items)?
                 }
                 Node::List(v) | Node::Tuple(v) => {
-                    let kind = if matches!(node, Node::List(_)) { ContainerKind::List } else { ContainerKind::Tuple };
+                    let kind = if matches!(node, Node::List(_)) {
+                        ContainerKind::List
+                    } else {
+                        ContainerKind::Tuple
+                    };
                     self.container(depth, kind, v.len())?;
-                    v.iter().enumerate().map(|(i, &c)| (PathComponent::Index(i as u64), c)).collect()
+                    v.iter()
+                        .enumerate()
+                        .map(|(i, &c)| (PathComponent::Index(i as u64), c))
+                        .collect()
                 }
                 leaf => {
                     self.leaf(leaf)?;
@@ -290,7 +309,12 @@ impl Flattener<'_> {
             };
             visits += children.len() as u64;
             if visits > MAX_STATE_DICT_VISITS {
-                return Err(Error::limit(0, "state-dict values visited", visits, MAX_STATE_DICT_VISITS));
+                return Err(Error::limit(
+                    0,
+                    "state-dict values visited",
+                    visits,
+                    MAX_STATE_DICT_VISITS,
+                ));
             }
             if depth > 0 {
                 stack.push(Frame::Exit);
@@ -311,8 +335,15 @@ impl Flattener<'_> {
                     self.copy(s.len() as u64)?;
                     PathComponent::Key(s.clone())
                 }
-                Node::Int(i) if *i >= 0 && *i <= i128::from(u64::MAX) => PathComponent::Index(*i as u64),
-                _ => return Err(corrupt(&self.path, "a dict key is not a string or a non-negative int")),
+                Node::Int(i) if *i >= 0 && *i <= i128::from(u64::MAX) => {
+                    PathComponent::Index(*i as u64)
+                }
+                _ => {
+                    return Err(corrupt(
+                        &self.path,
+                        "a dict key is not a string or a non-negative int",
+                    ));
+                }
             };
             out.push((c, v));
         }
@@ -344,7 +375,9 @@ impl Flattener<'_> {
             }
             Node::Storage(_) => return Err(corrupt(&self.path, "a bare storage, not a tensor")),
             Node::Global(_) => return Err(corrupt(&self.path, "a bare global, not a value")),
-            Node::Dict { .. } | Node::List(_) | Node::Tuple(_) => return Err(corrupt(&self.path, "container")),
+            Node::Dict { .. } | Node::List(_) | Node::Tuple(_) => {
+                return Err(corrupt(&self.path, "container"));
+            }
         };
         let path = self.current_path("a leaf at the root of the state dict")?;
         self.out.entries.push(Entry { path, value });
@@ -358,7 +391,12 @@ impl Flattener<'_> {
         self.copy(self.path_bytes)?;
         self.components += self.path.len() as u64;
         if self.components > MAX_PATH_COMPONENTS {
-            return Err(Error::limit(0, "state-dict path components", self.components, MAX_PATH_COMPONENTS));
+            return Err(Error::limit(
+                0,
+                "state-dict path components",
+                self.components,
+                MAX_PATH_COMPONENTS,
+            ));
         }
         TensorPath::from_components(self.path.clone()).map_err(|_| corrupt(&self.path, at_root))
     }
@@ -378,7 +416,12 @@ impl Flattener<'_> {
     fn copy(&mut self, bytes: u64) -> Result<()> {
         self.copied_bytes = self.copied_bytes.saturating_add(bytes);
         if self.copied_bytes > MAX_STATE_DICT_PATH_BYTES {
-            return Err(Error::limit(0, "state-dict bytes copied", self.copied_bytes, MAX_STATE_DICT_PATH_BYTES));
+            return Err(Error::limit(
+                0,
+                "state-dict bytes copied",
+                self.copied_bytes,
+                MAX_STATE_DICT_PATH_BYTES,
+            ));
         }
         Ok(())
     }
@@ -398,7 +441,10 @@ impl Flattener<'_> {
             Some(t) => s.numel.checked_mul(u64::from(t.size())),
             None => Some(s.numel),
         }
-        .ok_or_else(|| Error::CorruptCheckpoint { key: s.key.clone(), reason: "storage size overflows" })?;
+        .ok_or_else(|| Error::CorruptCheckpoint {
+            key: s.key.clone(),
+            reason: "storage size overflows",
+        })?;
         self.copy((s.key.len() + s.location.len()) as u64)?;
         self.out.storages.push(StorageInfo {
             key: s.key.clone(),
@@ -423,7 +469,8 @@ impl Flattener<'_> {
             requires_grad: t.requires_grad,
         };
         let byte_len = self.out.storages[storage].byte_len;
-        let span = view.byte_span().ok_or_else(|| corrupt(&self.path, "tensor view size overflows"))?;
+        let span =
+            view.byte_span().ok_or_else(|| corrupt(&self.path, "tensor view size overflows"))?;
         if span.end > byte_len {
             return Err(corrupt(&self.path, "tensor view reaches past the end of its storage"));
         }

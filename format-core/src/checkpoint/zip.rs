@@ -74,10 +74,9 @@ impl EndRecord {
         }
         let window = tail.len().min((ZIP_EOCD_SEARCH_WINDOW) as usize);
         let first = tail.len() - window;
-        let mut pos = tail
-            .len()
-            .checked_sub(EOCD_LEN as usize)
-            .ok_or(Error::NotZip { reason: "the file is shorter than an end-of-central-directory record" })?;
+        let mut pos = tail.len().checked_sub(EOCD_LEN as usize).ok_or(Error::NotZip {
+            reason: "the file is shorter than an end-of-central-directory record",
+        })?;
         loop {
             if pos < first {
                 break;
@@ -96,7 +95,13 @@ impl EndRecord {
         Err(Error::NotZip { reason: "no end-of-central-directory record in the last 65,557 bytes" })
     }
 
-    fn parse_at(c: &mut Cursor<'_>, tail: &[u8], pos: usize, tail_offset: u64, file_len: u64) -> Result<Self> {
+    fn parse_at(
+        c: &mut Cursor<'_>,
+        tail: &[u8],
+        pos: usize,
+        tail_offset: u64,
+        file_len: u64,
+    ) -> Result<Self> {
         let offset = c.offset();
         c.u32()?;
         let disk = c.u16()?;
@@ -107,9 +112,15 @@ impl EndRecord {
         let cd_offset = c.u32()?;
         let comment = u64::from(c.u16()?);
         if offset + EOCD_LEN + comment != file_len {
-            return Err(Error::malformed(offset, "end record comment does not reach the end of the file"));
+            return Err(Error::malformed(
+                offset,
+                "end record comment does not reach the end of the file",
+            ));
         }
-        if disk != 0 && disk != 0xFFFF || cd_disk != 0 && cd_disk != 0xFFFF || entries_here != entries {
+        if disk != 0 && disk != 0xFFFF
+            || cd_disk != 0 && cd_disk != 0xFFFF
+            || entries_here != entries
+        {
             return Err(Error::malformed(offset, "multi-disk archives are not supported"));
         }
         let mut zip64_offset = None;
@@ -144,12 +155,19 @@ impl EndRecord {
     /// The directory must end exactly where the end records start.
     pub fn directory(&self, zip64: Option<&[u8]>) -> Result<DirectoryLocation> {
         let (offset, len, entries, end) = match (self.zip64_offset, zip64) {
-            (None, _) => (u64::from(self.cd_offset), u64::from(self.cd_size), u64::from(self.entries), self.offset),
+            (None, _) => (
+                u64::from(self.cd_offset),
+                u64::from(self.cd_size),
+                u64::from(self.entries),
+                self.offset,
+            ),
             (Some(_), None) => return Err(Error::invalid("the ZIP64 end record is needed")),
             (Some(at), Some(bytes)) => {
                 let mut c = Cursor::new(bytes, at);
                 if c.u32()? != ZIP64_EOCD_SIG {
-                    return Err(Error::NotZip { reason: "the ZIP64 locator does not point to a ZIP64 end record" });
+                    return Err(Error::NotZip {
+                        reason: "the ZIP64 locator does not point to a ZIP64 end record",
+                    });
                 }
                 let size = c.u64()?;
                 c.take(4)?;
@@ -162,24 +180,36 @@ impl EndRecord {
                 if size < ZIP64_EOCD_LEN - 12 || disk != 0 || cd_disk != 0 || here != total {
                     return Err(Error::malformed(at, "unsupported ZIP64 end record"));
                 }
-                let agree = |classic: u64, sentinel: u64, wide: u64| classic == sentinel || classic == wide;
+                let agree =
+                    |classic: u64, sentinel: u64, wide: u64| classic == sentinel || classic == wide;
                 if !agree(u64::from(self.entries), 0xFFFF, total)
                     || !agree(u64::from(self.cd_size), 0xFFFF_FFFF, cd_size)
                     || !agree(u64::from(self.cd_offset), 0xFFFF_FFFF, cd_offset)
                 {
-                    return Err(Error::malformed(self.offset, "end record and ZIP64 end record disagree"));
+                    return Err(Error::malformed(
+                        self.offset,
+                        "end record and ZIP64 end record disagree",
+                    ));
                 }
                 (cd_offset, cd_size, total, at)
             }
         };
         if len > MAX_ZIP_CENTRAL_DIRECTORY_LEN {
-            return Err(Error::limit(self.offset, "central directory length", len, MAX_ZIP_CENTRAL_DIRECTORY_LEN));
+            return Err(Error::limit(
+                self.offset,
+                "central directory length",
+                len,
+                MAX_ZIP_CENTRAL_DIRECTORY_LEN,
+            ));
         }
         if entries > MAX_ZIP_ENTRIES {
             return Err(Error::limit(self.offset, "zip entry count", entries, MAX_ZIP_ENTRIES));
         }
         if offset.checked_add(len) != Some(end) {
-            return Err(Error::malformed(self.offset, "central directory does not end where the end record starts"));
+            return Err(Error::malformed(
+                self.offset,
+                "central directory does not end where the end record starts",
+            ));
         }
         Ok(DirectoryLocation { offset, len, entries, file_len: self.file_len })
     }
@@ -209,7 +239,10 @@ impl ZipEntry {
     pub fn local_header_len(&self, fixed: &[u8]) -> Result<u64> {
         let mut c = Cursor::new(fixed, self.header_offset);
         if c.u32()? != LOCAL_SIG {
-            return Err(Error::malformed(self.header_offset, "no local file header where the directory points"));
+            return Err(Error::malformed(
+                self.header_offset,
+                "no local file header where the directory points",
+            ));
         }
         c.take(22)?;
         let name = u64::from(c.u16()?);
@@ -242,9 +275,13 @@ impl ZipEntry {
             return Err(Error::malformed(at, "local file name differs from the central directory"));
         }
         let start = at.checked_add(len).ok_or(Error::malformed(at, "entry offset overflows"))?;
-        let end = start.checked_add(self.size).ok_or(Error::malformed(at, "entry size overflows"))?;
+        let end =
+            start.checked_add(self.size).ok_or(Error::malformed(at, "entry size overflows"))?;
         if end > self.span_end {
-            return Err(Error::malformed(at, "entry data overlaps the next entry or the central directory"));
+            return Err(Error::malformed(
+                at,
+                "entry data overlaps the next entry or the central directory",
+            ));
         }
         Ok(start..end)
     }
@@ -279,7 +316,10 @@ impl CentralDirectory {
         by_name.sort_unstable_by(|&a, &b| entries[a].name.cmp(&entries[b].name));
         for w in by_name.windows(2) {
             if entries[w[0]].name == entries[w[1]].name {
-                return Err(Error::malformed(entries[w[1]].record_offset, "duplicate zip entry name"));
+                return Err(Error::malformed(
+                    entries[w[1]].record_offset,
+                    "duplicate zip entry name",
+                ));
             }
         }
         // Spans: sorted by local header offset, each must end before the next.
@@ -368,7 +408,10 @@ fn parse_record(c: &mut Cursor<'_>, location: &DirectoryLocation) -> Result<ZipE
         return Err(Error::malformed(record_offset, "multi-disk archives are not supported"));
     }
     if csize != usize_ {
-        return Err(Error::malformed(record_offset, "stored entry with different compressed and real sizes"));
+        return Err(Error::malformed(
+            record_offset,
+            "stored entry with different compressed and real sizes",
+        ));
     }
     let Ok(name) = core::str::from_utf8(name) else {
         return Err(Error::malformed(record_offset, "zip entry name is not UTF-8"));
@@ -379,5 +422,12 @@ fn parse_record(c: &mut Cursor<'_>, location: &DirectoryLocation) -> Result<ZipE
     if header_offset >= location.offset {
         return Err(Error::malformed(record_offset, "local header offset beyond the entries"));
     }
-    Ok(ZipEntry { name: name.into(), header_offset, size: csize, crc32, span_end: location.offset, record_offset })
+    Ok(ZipEntry {
+        name: name.into(),
+        header_offset,
+        size: csize,
+        crc32,
+        span_end: location.offset,
+        record_offset,
+    })
 }

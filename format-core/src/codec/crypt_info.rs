@@ -4,7 +4,9 @@ use alloc::vec::Vec;
 
 use super::cursor::{Cursor, Emit};
 use crate::error::{Error, Result};
-use crate::layout::{CRYPT_CHUNK_QUANTUM, MAC_LEN, MIN_CRYPT_CHUNK_SIZE, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN};
+use crate::layout::{
+    CRYPT_CHUNK_QUANTUM, MAC_LEN, MIN_CRYPT_CHUNK_SIZE, NONCE_LEN, PWHASH_ALG_ARGON2ID13, SALT_LEN,
+};
 
 const CHUNK_KEY_DERIVATION: u16 = 1;
 const CHUNK_XSALSA20_PARALLEL: u16 = 2;
@@ -163,7 +165,9 @@ impl CryptChunk {
                     .collect();
                 Ok(Self::Parallel { chunk_size, nonce, macs })
             }
-            CHUNK_XSALSA20_SEQUENTIAL => Ok(Self::Sequential { nonce: c.array()?, mac: c.array()? }),
+            CHUNK_XSALSA20_SEQUENTIAL => {
+                Ok(Self::Sequential { nonce: c.array()?, mac: c.array()? })
+            }
             _ => Err(Error::malformed(offset, "unknown crypt-info chunk type")),
         }
     }
@@ -200,7 +204,9 @@ impl CryptChunk {
     pub fn encoded_len(&self) -> u64 {
         match self {
             Self::KeyDerivation(p) => 2 + 2 + 8 + 8 + 4 + 2 + p.salt.len() as u64,
-            Self::Parallel { macs, .. } => 2 + 8 + NONCE_LEN as u64 + 8 + (MAC_LEN * macs.len()) as u64,
+            Self::Parallel { macs, .. } => {
+                2 + 8 + NONCE_LEN as u64 + 8 + (MAC_LEN * macs.len()) as u64
+            }
             Self::Sequential { .. } => 2 + (NONCE_LEN + MAC_LEN) as u64,
         }
     }
@@ -215,7 +221,11 @@ mod tests {
         let info = CryptInfo {
             chunks: alloc::vec![
                 CryptChunk::KeyDerivation(KdfParams::argon2id(1, 8192, alloc::vec![0; SALT_LEN])),
-                CryptChunk::Parallel { chunk_size: 2 << 20, nonce: [7; 24], macs: alloc::vec![[1; 16], [2; 16]] },
+                CryptChunk::Parallel {
+                    chunk_size: 2 << 20,
+                    nonce: [7; 24],
+                    macs: alloc::vec![[1; 16], [2; 16]]
+                },
                 CryptChunk::Sequential { nonce: [3; 24], mac: [4; 16] },
             ],
         };
@@ -237,6 +247,9 @@ mod tests {
         body.put_u64(2 << 20);
         body.put(&[0; 24]);
         body.put_u64(u64::MAX / 8);
-        assert!(matches!(CryptInfo::parse(&body, 0), Err(Error::Truncated { .. } | Error::Malformed { .. })));
+        assert!(matches!(
+            CryptInfo::parse(&body, 0),
+            Err(Error::Truncated { .. } | Error::Malformed { .. })
+        ));
     }
 }

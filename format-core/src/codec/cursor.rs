@@ -45,7 +45,9 @@ impl<'a> Cursor<'a> {
                 self.rest = rest;
                 Ok(value)
             }
-            Err(_) => Err(Error::truncated(self.offset(), width.saturating_sub(self.rest.len() as u64))),
+            Err(_) => {
+                Err(Error::truncated(self.offset(), width.saturating_sub(self.rest.len() as u64)))
+            }
         }
     }
 

@@ -5,8 +5,8 @@ use alloc::vec::Vec;
 use super::cursor::{Cursor, Emit};
 use crate::error::{Error, Result};
 use crate::layout::{
-    FILE_HEADER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAGIC, MAX_METADATA_LEN, METADATA_OFFSET,
-    MIN_METADATA_ENTRY_LEN,
+    FILE_HEADER_LEN, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, MAGIC, MAX_METADATA_LEN,
+    METADATA_OFFSET, MIN_METADATA_ENTRY_LEN,
 };
 
 /// Highest data version this crate reads and writes.
@@ -67,11 +67,19 @@ impl FileHeader {
             return Err(Error::UnsupportedFlags { flags: low, version });
         }
         if metadata_len > MAX_METADATA_LEN {
-            return Err(Error::limit(len_offset, "metadata index length", metadata_len, MAX_METADATA_LEN));
+            return Err(Error::limit(
+                len_offset,
+                "metadata index length",
+                metadata_len,
+                MAX_METADATA_LEN,
+            ));
         }
         let max_count = metadata_len / MIN_METADATA_ENTRY_LEN as u64;
         if tensor_count > max_count {
-            return Err(Error::malformed(count_offset, "tensor count does not fit in the metadata index"));
+            return Err(Error::malformed(
+                count_offset,
+                "tensor count does not fit in the metadata index",
+            ));
         }
         Ok(Self { version, flags, tensor_size, tensor_count, metadata_len })
     }

@@ -8,8 +8,8 @@ use super::file_header::FileHeader;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::layout::{
-    MAX_TENSOR_HEADER_LEN, METADATA_OFFSET, METADATA_TAG_LONG, METADATA_TAG_SHORT, MIN_METADATA_ENTRY_LEN, ParseLimits,
-    TENSOR_COUNT_OFFSET,
+    MAX_TENSOR_HEADER_LEN, METADATA_OFFSET, METADATA_TAG_LONG, METADATA_TAG_SHORT,
+    MIN_METADATA_ENTRY_LEN, ParseLimits, TENSOR_COUNT_OFFSET,
 };
 use crate::path::TensorPath;
 use crate::registry;
@@ -78,8 +78,8 @@ impl MetadataEntry {
         let name_at = c.offset();
         let path = TensorPath::parse_limited(c.take(u64::from(name_len))?, name_at, max_depth)?;
         let type_at = c.offset();
-        let tensor_type =
-            TensorType::from_u8(c.u8()?).ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
+        let tensor_type = TensorType::from_u8(c.u8()?)
+            .ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
         let dtype_len = c.u8()?;
         let dtype_at = c.offset();
         let dtype = Dtype::parse(c.take(u64::from(dtype_len))?, dtype_at)?;
@@ -88,7 +88,9 @@ impl MetadataEntry {
         let header_offset = c.u64()?;
         let data_offset = c.u64()?;
         let data_length = c.u64()?;
-        let nbytes = dtype.nbytes(&shape).ok_or_else(|| Error::malformed(shape_at, "tensor size overflows 64 bits"))?;
+        let nbytes = dtype
+            .nbytes(&shape)
+            .ok_or_else(|| Error::malformed(shape_at, "tensor size overflows 64 bits"))?;
         if data_length != nbytes && data_length != 0 {
             return Err(Error::malformed(shape_at, "data length does not match dtype and shape"));
         }
@@ -96,12 +98,26 @@ impl MetadataEntry {
             return Err(Error::malformed(shape_at, "data offset precedes header offset"));
         };
         if header_len > MAX_TENSOR_HEADER_LEN {
-            return Err(Error::limit(shape_at, "tensor header length", header_len, MAX_TENSOR_HEADER_LEN));
+            return Err(Error::limit(
+                shape_at,
+                "tensor header length",
+                header_len,
+                MAX_TENSOR_HEADER_LEN,
+            ));
         }
         if header_len < 8 || data_offset.checked_add(data_length).is_none() {
             return Err(Error::malformed(shape_at, "impossible tensor offsets"));
         }
-        Ok(Self { path, tensor_type, dtype, shape, header_offset, data_offset, data_length, long_dims })
+        Ok(Self {
+            path,
+            tensor_type,
+            dtype,
+            shape,
+            header_offset,
+            data_offset,
+            data_length,
+            long_dims,
+        })
     }
 
     /// Appends the encoded entry (with a version tag when `versioned`).
@@ -127,7 +143,15 @@ impl MetadataEntry {
         let name = self.path.to_bytes()?.len() as u64;
         let dim = if self.long_dims { 8 } else { 4 };
         let tag = if versioned { 4 } else { 0 };
-        Ok(tag + 2 + name + 1 + 1 + self.dtype.as_str().len() as u64 + 1 + dim * self.shape.len() as u64 + 24)
+        Ok(tag
+            + 2
+            + name
+            + 1
+            + 1
+            + self.dtype.as_str().len() as u64
+            + 1
+            + dim * self.shape.len() as u64
+            + 24)
     }
 }
 
@@ -149,7 +173,8 @@ pub(crate) fn emit_shape(out: &mut Vec<u8>, shape: &[u64], long_dims: bool) -> R
         if long_dims {
             out.put_u64(d);
         } else {
-            let d = u32::try_from(d).map_err(|_| Error::invalid("dimension needs the long layout"))?;
+            let d =
+                u32::try_from(d).map_err(|_| Error::invalid("dimension needs the long layout"))?;
             out.put_u32(d);
         }
     }
@@ -178,23 +203,33 @@ impl Metadata {
     /// path sizes.
     pub fn parse_with(header: &FileHeader, bytes: &[u8], limits: &ParseLimits) -> Result<Self> {
         if header.tensor_count > limits.max_tensors {
-            return Err(Error::limit(TENSOR_COUNT_OFFSET, "tensor count", header.tensor_count, limits.max_tensors));
+            return Err(Error::limit(
+                TENSOR_COUNT_OFFSET,
+                "tensor count",
+                header.tensor_count,
+                limits.max_tensors,
+            ));
         }
         let expected = usize::try_from(header.metadata_len).unwrap_or(usize::MAX);
         if bytes.len() < expected {
-            return Err(Error::truncated(METADATA_OFFSET + bytes.len() as u64, (expected - bytes.len()) as u64));
+            return Err(Error::truncated(
+                METADATA_OFFSET + bytes.len() as u64,
+                (expected - bytes.len()) as u64,
+            ));
         }
         let bytes = &bytes[..expected];
         let mut c = Cursor::new(bytes, METADATA_OFFSET);
         let count = usize::try_from(header.tensor_count).unwrap_or(usize::MAX);
         // Reserve for what the bytes can hold, and no more than a page of
         // entries up front: growth is paid for by entries actually parsed.
-        let mut entries = Vec::with_capacity(count.min(bytes.len() / MIN_METADATA_ENTRY_LEN).min(4096));
+        let mut entries =
+            Vec::with_capacity(count.min(bytes.len() / MIN_METADATA_ENTRY_LEN).min(4096));
         let mut next_free = METADATA_OFFSET + header.metadata_len;
         let mut components = 0u64;
         for _ in 0..count {
             let at = c.offset();
-            let entry = MetadataEntry::parse(&mut c, header.versioned_headers(), limits.max_path_depth)?;
+            let entry =
+                MetadataEntry::parse(&mut c, header.versioned_headers(), limits.max_path_depth)?;
             components = components.saturating_add(entry.path.depth() as u64);
             if components > limits.max_path_components {
                 return Err(Error::limit(
@@ -205,7 +240,10 @@ impl Metadata {
                 ));
             }
             if entry.header_offset < next_free {
-                return Err(Error::malformed(at, "tensor overlaps the index or the previous tensor"));
+                return Err(Error::malformed(
+                    at,
+                    "tensor overlaps the index or the previous tensor",
+                ));
             }
             next_free = entry.data_end();
             entries.push(entry);
@@ -213,7 +251,10 @@ impl Metadata {
         registry::check_all(entries.iter().map(|e| &e.path))?;
         // Writers zero-fill the reservation: anything else is corruption.
         if let Some(pos) = first_non_zero(&bytes[c.position()..]) {
-            return Err(Error::malformed(c.offset() + pos as u64, "non-zero bytes after the last index entry"));
+            return Err(Error::malformed(
+                c.offset() + pos as u64,
+                "non-zero bytes after the last index entry",
+            ));
         }
         let total = entries.iter().try_fold(0u64, |acc, e| acc.checked_add(e.data_length));
         if total != Some(header.tensor_size) {
@@ -231,7 +272,9 @@ impl Metadata {
     /// Checks that every tensor ends within a file of `file_len` bytes.
     pub fn check_file_len(&self, file_len: u64) -> Result<()> {
         match self.entries.last() {
-            Some(last) if last.data_end() > file_len => Err(Error::truncated(file_len, last.data_end() - file_len)),
+            Some(last) if last.data_end() > file_len => {
+                Err(Error::truncated(file_len, last.data_end() - file_len))
+            }
             _ => Ok(()),
         }
     }
@@ -249,7 +292,8 @@ impl Metadata {
             out.truncate(start);
             return Err(Error::MetadataOverflow { needed: used, capacity });
         }
-        let capacity = usize::try_from(capacity).map_err(|_| Error::invalid("metadata too large"))?;
+        let capacity =
+            usize::try_from(capacity).map_err(|_| Error::invalid("metadata too large"))?;
         out.resize(start + capacity, 0);
         Ok(())
     }

@@ -104,10 +104,20 @@ pub struct TensorHeader {
 impl TensorHeader {
     /// Parses a complete header. `bytes` must be exactly the header (the
     /// metadata entry gives its length); `offset` is its absolute position.
-    pub fn parse(bytes: &[u8], offset: u64, long_dims: bool, has_crypt_info: bool) -> Result<(Self, HeaderLayout)> {
+    pub fn parse(
+        bytes: &[u8],
+        offset: u64,
+        long_dims: bool,
+        has_crypt_info: bool,
+    ) -> Result<(Self, HeaderLayout)> {
         let total = bytes.len();
         if total as u64 > MAX_TENSOR_HEADER_LEN {
-            return Err(Error::limit(offset, "tensor header length", total as u64, MAX_TENSOR_HEADER_LEN));
+            return Err(Error::limit(
+                offset,
+                "tensor header length",
+                total as u64,
+                MAX_TENSOR_HEADER_LEN,
+            ));
         }
         let mut c = Cursor::new(bytes, offset);
         let size = c.u64()?;
@@ -121,13 +131,16 @@ impl TensorHeader {
         c.u64()?;
         let module_index = c.u16()?;
         let type_at = c.offset();
-        let tensor_type =
-            TensorType::from_u8(c.u8()?).ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
+        let tensor_type = TensorType::from_u8(c.u8()?)
+            .ok_or_else(|| Error::malformed(type_at, "unknown tensor type"))?;
         let name_len = c.u16()?;
         let name_at = c.offset();
         let path = TensorPath::parse(c.take(name_len.into())?, name_at)?;
         if matches!(path, TensorPath::Structured(_)) && tensor_type != TensorType::StateDict {
-            return Err(Error::InvalidName { offset: name_at, reason: "structured path on a non-state-dict tensor" });
+            return Err(Error::InvalidName {
+                offset: name_at,
+                reason: "structured path on a non-state-dict tensor",
+            });
         }
         let dtype_len = c.u8()?;
         let dtype_at = c.offset();
@@ -148,7 +161,9 @@ impl TensorHeader {
             let value_start = block_start + h.position();
             let value = h.take(len.into())?;
             let hash = match (kind, value.len()) {
-                (HASH_CRC32, 4) => HashValue::Crc32(u32::from_le_bytes([value[0], value[1], value[2], value[3]])),
+                (HASH_CRC32, 4) => {
+                    HashValue::Crc32(u32::from_le_bytes([value[0], value[1], value[2], value[3]]))
+                }
                 (HASH_SHA256, 32) => {
                     let mut d = [0u8; 32];
                     d.copy_from_slice(value);
@@ -183,9 +198,20 @@ impl TensorHeader {
         let padding = c.remaining() as u64;
         let tail_at = offset + body_end as u64;
         let mut tail = Cursor::new(&bytes[body_end..], tail_at);
-        let data_length = u64::try_from(tail.i64()?).map_err(|_| Error::malformed(tail_at, "negative data length"))?;
-        let header =
-            Self { module_index, tensor_type, path, dtype, shape, long_dims, hashes, crypt_info, padding, data_length };
+        let data_length = u64::try_from(tail.i64()?)
+            .map_err(|_| Error::malformed(tail_at, "negative data length"))?;
+        let header = Self {
+            module_index,
+            tensor_type,
+            path,
+            dtype,
+            shape,
+            long_dims,
+            hashes,
+            crypt_info,
+            padding,
+            data_length,
+        };
         Ok((header, layout))
     }
 
@@ -195,7 +221,19 @@ impl TensorHeader {
         let dims = self.shape.len() as u64 * if self.long_dims { 8 } else { 4 };
         let hashes: u64 = self.hashes.iter().map(|h| 2 + h.value_len() as u64).sum();
         let crypt = self.crypt_info.as_ref().map_or(0, CryptInfo::encoded_len);
-        Ok(8 + 2 + 1 + 2 + name + 1 + self.dtype.as_str().len() as u64 + 1 + dims + 2 + 1 + hashes + crypt + 8)
+        Ok(8 + 2
+            + 1
+            + 2
+            + name
+            + 1
+            + self.dtype.as_str().len() as u64
+            + 1
+            + dims
+            + 2
+            + 1
+            + hashes
+            + crypt
+            + 8)
     }
 
     /// Appends the encoded header and returns where its hash values and
@@ -237,7 +275,8 @@ impl TensorHeader {
             layout.crypt_info = Some(at..out.len() - start);
             layout.macs = mac_range(info, at);
         }
-        let padding = usize::try_from(self.padding).map_err(|_| Error::invalid("padding too large"))?;
+        let padding =
+            usize::try_from(self.padding).map_err(|_| Error::invalid("padding too large"))?;
         out.resize(out.len() + padding, 0);
         out.put_u64(self.data_length);
         layout.len = out.len() - start;

@@ -81,8 +81,11 @@ pub fn diff<'a>(a: &'a Fingerprint, b: &'a Fingerprint) -> Vec<Change<'a>> {
             }
             Ordering::Equal => {
                 let (x, y) = (&ta[i], &tb[j]);
-                let difference =
-                    Difference { dtype: x.dtype != y.dtype, shape: x.shape != y.shape, data: x.data != y.data };
+                let difference = Difference {
+                    dtype: x.dtype != y.dtype,
+                    shape: x.shape != y.shape,
+                    data: x.data != y.data,
+                };
                 if difference.dtype || difference.shape || difference.data {
                     changes.push(Change::Changed { a: x, b: y, difference });
                 }
@@ -93,7 +96,8 @@ pub fn diff<'a>(a: &'a Fingerprint, b: &'a Fingerprint) -> Vec<Change<'a>> {
     }
     let mut paired = alloc::vec![false; added.len()];
     for from in removed {
-        let partner = added.iter().zip(paired.iter_mut()).find(|(to, used)| !**used && to.same_content(from));
+        let partner =
+            added.iter().zip(paired.iter_mut()).find(|(to, used)| !**used && to.same_content(from));
         match partner {
             Some((to, used)) => {
                 *used = true;
@@ -102,7 +106,9 @@ pub fn diff<'a>(a: &'a Fingerprint, b: &'a Fingerprint) -> Vec<Change<'a>> {
             None => changes.push(Change::Removed(from)),
         }
     }
-    changes.extend(added.into_iter().zip(paired).filter(|(_, used)| !used).map(|(t, _)| Change::Added(t)));
+    changes.extend(
+        added.into_iter().zip(paired).filter(|(_, used)| !used).map(|(t, _)| Change::Added(t)),
+    );
     changes.sort_by(|x, y| x.name().as_bytes().cmp(y.name().as_bytes()));
     changes
 }
@@ -156,7 +162,9 @@ mod tests {
         let b = fp(&[zeros("c")]);
         let changes = diff(&a, &b);
         assert_eq!(changes.len(), 2);
-        assert!(matches!(changes[0], Change::Renamed { from, to } if from.name == "a" && to.name == "c"));
+        assert!(
+            matches!(changes[0], Change::Renamed { from, to } if from.name == "a" && to.name == "c")
+        );
         assert!(matches!(changes[1], Change::Removed(t) if t.name == "b"));
     }
 }

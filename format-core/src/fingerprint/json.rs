@@ -24,7 +24,8 @@ pub fn record_json(t: &TensorFingerprint) -> Value {
 /// The record [`record_json`] wrote, or `None` when `v` is not one.
 pub fn record_from_json(v: &Value) -> Option<TensorFingerprint> {
     let dtype = ElementType::from_torch_name(v.get("dtype")?.as_str()?)?;
-    let shape = v.get("shape")?.as_array()?.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>()?;
+    let shape =
+        v.get("shape")?.as_array()?.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>()?;
     let data = match v.get("sha256")? {
         Value::Null => None,
         Value::String(hex) => Some(digest_from_hex(hex)?),
@@ -50,7 +51,8 @@ fn digest_from_hex(hex: &str) -> Option<Digest> {
 /// records (so a changed record cannot pass for the stated digest):
 /// `None` when `v` is not one, an error when its names repeat.
 pub fn fingerprint_from_json(v: &Value) -> Option<Result<Fingerprint>> {
-    let records = v.get("tensors")?.as_array()?.iter().map(record_from_json).collect::<Option<Vec<_>>>()?;
+    let records =
+        v.get("tensors")?.as_array()?.iter().map(record_from_json).collect::<Option<Vec<_>>>()?;
     Some(Fingerprint::new(records))
 }
 
@@ -134,8 +136,10 @@ mod tests {
         let back = fingerprint_from_json(&fingerprint_json(&fp)).unwrap().unwrap();
         assert_eq!(back, fp);
         assert!(
-            record_from_json(&serde_json::json!({"name": "x", "dtype": "float32", "shape": [1], "sha256": "zz"}))
-                .is_none()
+            record_from_json(
+                &serde_json::json!({"name": "x", "dtype": "float32", "shape": [1], "sha256": "zz"})
+            )
+            .is_none()
         );
         assert!(diff_json(&fp, &back)["same"].as_bool().unwrap());
     }

@@ -192,7 +192,9 @@ pub(super) fn inert(module: &[u8], name: &[u8]) -> Inert {
         (b"argparse", b"Namespace") => Inert::Instantiate,
         (b"numpy", b"ndarray") => Inert::Instantiate,
         (b"numpy", b"dtype") => Inert::Call,
-        (b"numpy.core.multiarray" | b"numpy._core.multiarray", b"_reconstruct" | b"scalar") => Inert::Call,
+        (b"numpy.core.multiarray" | b"numpy._core.multiarray", b"_reconstruct" | b"scalar") => {
+            Inert::Call
+        }
         (m, [b'A'..=b'Z', ..]) if m.starts_with(b"torch.nn.modules.") => Inert::Instantiate,
         _ => Inert::No,
     }

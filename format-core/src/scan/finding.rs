@@ -156,7 +156,8 @@ impl Findings {
     /// rule, then message; then one [`RuleId::FindingsCapped`] finding per
     /// rule that went over the cap.
     pub fn finish(mut self) -> Vec<Finding> {
-        self.kept.sort_by(|a, b| (a.offset, a.rule, &a.message).cmp(&(b.offset, b.rule, &b.message)));
+        self.kept
+            .sort_by(|a, b| (a.offset, a.rule, &a.message).cmp(&(b.offset, b.rule, &b.message)));
         for &rule in ONE_CAUSE {
             self.collapse(rule);
         }

@@ -121,7 +121,8 @@ impl Scan {
 pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) -> Result<Scan> {
     let file_len = src.len();
     let mut head = [0u8; crate::checkpoint::SNIFF_LEN];
-    let head = &mut head[..usize::try_from(file_len).unwrap_or(usize::MAX).min(crate::checkpoint::SNIFF_LEN)];
+    let head = &mut head
+        [..usize::try_from(file_len).unwrap_or(usize::MAX).min(crate::checkpoint::SNIFF_LEN)];
     src.read_exact_at(0, head)?;
     let mut findings = Findings::default();
     let mut out = Scan {
@@ -149,11 +150,13 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
         }
         Classified::TorchLegacy => {
             out.format = Format::TorchLegacy;
-            out.tensors = pickle::scan_stream(src, 0, file_len, pickle::Stream::TorchLegacy, &mut findings)?;
+            out.tensors =
+                pickle::scan_stream(src, 0, file_len, pickle::Stream::TorchLegacy, &mut findings)?;
         }
         Classified::Pickle => {
             out.format = Format::Pickle;
-            out.tensors = pickle::scan_stream(src, 0, file_len, pickle::Stream::Bare, &mut findings)?;
+            out.tensors =
+                pickle::scan_stream(src, 0, file_len, pickle::Stream::Bare, &mut findings)?;
         }
         Classified::Tar => {
             out.format = Format::TorchTar;
@@ -189,7 +192,11 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
 
 fn unknown_message(head: &[u8]) -> String {
     let shown: String = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    if head.is_empty() { "the file is empty".into() } else { format!("no known format starts with bytes {shown}") }
+    if head.is_empty() {
+        "the file is empty".into()
+    } else {
+        format!("no known format starts with bytes {shown}")
+    }
 }
 
 /// The formats a file name's extension promises, or `None` when the
@@ -199,7 +206,9 @@ fn promised(name: &str) -> Option<&'static [Format]> {
     Some(match ext.as_str() {
         "safetensors" => &[Format::Safetensors],
         "tensors" => &[Format::Tensorizer],
-        "pt" | "pth" | "ckpt" => &[Format::TorchZip, Format::TorchLegacy, Format::Pickle, Format::TorchTar],
+        "pt" | "pth" | "ckpt" => {
+            &[Format::TorchZip, Format::TorchLegacy, Format::Pickle, Format::TorchTar]
+        }
         "pkl" | "pickle" => &[Format::Pickle, Format::TorchLegacy],
         _ => return None,
     })
@@ -213,16 +222,20 @@ fn extension_mismatch(name: &str, format: Format) -> Option<Finding> {
     Some(Finding::new(
         RuleId::ExtensionMismatch,
         Some(0),
-        format!("the name ends in .{} but the bytes are {}", name.rsplit_once('.')?.1, format.as_str()),
+        format!(
+            "the name ends in .{} but the bytes are {}",
+            name.rsplit_once('.')?.1,
+            format.as_str()
+        ),
     ))
 }
 
 /// The rule a core error found in a tensorizer file breaks.
 pub fn rule_for_error(e: &Error) -> RuleId {
     match e {
-        Error::NotTensorizer | Error::UnsupportedVersion { .. } | Error::UnsupportedFlags { .. } => {
-            RuleId::TzrFileHeader
-        }
+        Error::NotTensorizer
+        | Error::UnsupportedVersion { .. }
+        | Error::UnsupportedFlags { .. } => RuleId::TzrFileHeader,
         Error::LimitExceeded { .. } => RuleId::TzrLimit,
         Error::Truncated { .. } => RuleId::TzrTruncated,
         Error::HeaderMismatch { .. } => RuleId::TzrTensorHeader,

@@ -21,8 +21,9 @@ use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::Global;
 use crate::error::{Error, Result};
 use crate::layout::{
-    MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_GLOBAL_NAME, MAX_PICKLE_GUESS_LEN, MAX_PICKLE_LEN,
-    MAX_PICKLE_MEMO, MAX_PICKLE_OPCODES, MAX_PICKLE_VALUE_BYTES, MAX_PICKLES_PER_STREAM,
+    MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_GLOBAL_NAME, MAX_PICKLE_GUESS_LEN,
+    MAX_PICKLE_LEN, MAX_PICKLE_MEMO, MAX_PICKLE_OPCODES, MAX_PICKLE_VALUE_BYTES,
+    MAX_PICKLES_PER_STREAM,
 };
 use crate::source::RandomAccess;
 
@@ -101,7 +102,13 @@ type Step<T> = core::result::Result<T, Stop>;
 /// adding findings. `context` (an archive entry name, or empty) prefixes
 /// messages. `complete` says whether `bytes` runs to the end of the stream
 /// (when not, running out of bytes is left for the caller to retry).
-pub fn walk(bytes: &[u8], base: u64, context: &str, complete: bool, findings: &mut Findings) -> Walk {
+pub fn walk(
+    bytes: &[u8],
+    base: u64,
+    context: &str,
+    complete: bool,
+    findings: &mut Findings,
+) -> Walk {
     let mut s = Scanner {
         bytes,
         pos: 0,
@@ -129,7 +136,8 @@ pub fn walk(bytes: &[u8], base: u64, context: &str, complete: bool, findings: &m
             s.findings.push(Finding::new(RuleId::PklMalformed, Some(at), msg));
         }
         Err(Stop::Limit(at, what)) => {
-            let msg = s.msg(&format!("{what} is above the scanner's limit; the rest was not scanned"));
+            let msg =
+                s.msg(&format!("{what} is above the scanner's limit; the rest was not scanned"));
             s.findings.push(Finding::new(RuleId::PklNotScanned, Some(at), msg));
         }
     }
@@ -217,8 +225,12 @@ impl<'a> Scanner<'a, '_> {
         let resolved = Global::resolve(at, module, name);
         let allowed = !cut
             && (super::allow::weights_only(module, name)
-                || !matches!(resolved, Err(Error::ForbiddenGlobal { .. }) | Err(Error::Malformed { .. })));
-        let rebuilds_tensor = matches!(resolved, Ok(Global::RebuildTensorV2 | Global::RebuildTensorV3));
+                || !matches!(
+                    resolved,
+                    Err(Error::ForbiddenGlobal { .. }) | Err(Error::Malformed { .. })
+                ));
+        let rebuilds_tensor =
+            matches!(resolved, Ok(Global::RebuildTensorV2 | Global::RebuildTensorV3));
         let full = format!("{}.{}", lossy(module), lossy(name));
         let id = self.name_id(at, full)?;
         let inert = if allowed || cut { Inert::No } else { super::allow::inert(module, name) };
@@ -230,7 +242,8 @@ impl<'a> Scanner<'a, '_> {
             self.findings.push(Finding::new(RuleId::PklInert, Some(at), m).spanning(1));
         } else if !allowed {
             self.walk.suspicious += 1;
-            let m = self.msg(&format!("global {} is not on the allow-list", self.names[id as usize]));
+            let m =
+                self.msg(&format!("global {} is not on the allow-list", self.names[id as usize]));
             self.findings.push(Finding::new(RuleId::PklGlobal, Some(at), m).spanning(1));
         }
         Ok(Callee { name: id, allowed, rebuilds_tensor, inert })
@@ -241,7 +254,9 @@ impl<'a> Scanner<'a, '_> {
     fn computed_global(&mut self, at: u64, module: &V, name: &V) -> Step<Callee> {
         let part = |v: &V| match v {
             V::Str(s, _) => format!("{s:?}"),
-            V::Callable(c) | V::Object(c) => format!("a value made from {}", self.names[c.name as usize]),
+            V::Callable(c) | V::Object(c) => {
+                format!("a value made from {}", self.names[c.name as usize])
+            }
             V::Other => "a value made at load time".into(),
         };
         let (m, n) = (part(module), part(name));
@@ -312,7 +327,11 @@ impl<'a> Scanner<'a, '_> {
     }
 
     fn memo_get(&mut self, at: u64, key: u64) -> Step<()> {
-        let v = self.memo.get(&key).cloned().ok_or(Stop::Malformed(at, format!("memo key {key} is not defined")))?;
+        let v = self
+            .memo
+            .get(&key)
+            .cloned()
+            .ok_or(Stop::Malformed(at, format!("memo key {key} is not defined")))?;
         self.push(at, v)
     }
 
@@ -340,7 +359,10 @@ impl<'a> Scanner<'a, '_> {
                 0x80 => {
                     let p = self.take(1)?[0];
                     if p > 5 {
-                        return Err(Stop::Malformed(at, format!("pickle protocol {p} does not exist")));
+                        return Err(Stop::Malformed(
+                            at,
+                            format!("pickle protocol {p} does not exist"),
+                        ));
                     }
                 }
                 0x95 => {
@@ -370,7 +392,8 @@ impl<'a> Scanner<'a, '_> {
                 b'c' | b'i' => {
                     let module = self.line()?;
                     let name = self.line()?;
-                    let cut = module.len() > MAX_PICKLE_GLOBAL_NAME || name.len() > MAX_PICKLE_GLOBAL_NAME;
+                    let cut = module.len() > MAX_PICKLE_GLOBAL_NAME
+                        || name.len() > MAX_PICKLE_GLOBAL_NAME;
                     let (module, name) = (cut_to(module), cut_to(name));
                     let c = self.global(at, module, name, cut)?;
                     if op == b'c' {
@@ -385,7 +408,9 @@ impl<'a> Scanner<'a, '_> {
                     let name = self.pop(at)?;
                     let module = self.pop(at)?;
                     let c = match (&module, &name) {
-                        (V::Str(m, cm), V::Str(n, cn)) => self.global(at, m.as_bytes(), n.as_bytes(), *cm || *cn)?,
+                        (V::Str(m, cm), V::Str(n, cn)) => {
+                            self.global(at, m.as_bytes(), n.as_bytes(), *cm || *cn)?
+                        }
                         _ => self.computed_global(at, &module, &name)?,
                     };
                     self.push(at, V::Callable(c))?;
@@ -404,7 +429,12 @@ impl<'a> Scanner<'a, '_> {
                     self.findings.push(Finding::new(RuleId::PklGlobal, Some(at), m).spanning(1));
                     self.push(
                         at,
-                        V::Callable(Callee { name: id, allowed: false, rebuilds_tensor: false, inert: Inert::No }),
+                        V::Callable(Callee {
+                            name: id,
+                            allowed: false,
+                            rebuilds_tensor: false,
+                            inert: Inert::No,
+                        }),
                     )?;
                 }
                 b'R' | 0x81 => {
@@ -422,7 +452,10 @@ impl<'a> Scanner<'a, '_> {
                 }
                 b'o' => {
                     let items = self.pop_mark(at)?;
-                    let cls = items.first().cloned().ok_or(Stop::Malformed(at, "OBJ without a class".into()))?;
+                    let cls = items
+                        .first()
+                        .cloned()
+                        .ok_or(Stop::Malformed(at, "OBJ without a class".into()))?;
                     let r = self.call(at, "OBJ", &cls);
                     self.push(at, r)?;
                 }
@@ -469,7 +502,8 @@ impl<'a> Scanner<'a, '_> {
                 }
                 b'S' => {
                     let line = self.line()?;
-                    let s = unquote(line).ok_or(Stop::Malformed(at, "STRING is not a quoted string".into()))?;
+                    let s = unquote(line)
+                        .ok_or(Stop::Malformed(at, "STRING is not a quoted string".into()))?;
                     self.string(at, &s)?;
                 }
                 b'V' => {
@@ -548,7 +582,9 @@ impl<'a> Scanner<'a, '_> {
                 0x98 => {
                     self.top(at)?;
                 }
-                other => return Err(Stop::Malformed(at, format!("opcode {other:#04x} does not exist"))),
+                other => {
+                    return Err(Stop::Malformed(at, format!("opcode {other:#04x} does not exist")));
+                }
             }
         }
     }
@@ -598,7 +634,9 @@ fn unquote(line: &[u8]) -> Option<Vec<u8>> {
             b'r' => out.push(b'\r'),
             b't' => out.push(b'\t'),
             b'x' => {
-                let v = body.get(i..i + 2).and_then(|h| u8::from_str_radix(core::str::from_utf8(h).ok()?, 16).ok())?;
+                let v = body
+                    .get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(core::str::from_utf8(h).ok()?, 16).ok())?;
                 out.push(v);
                 i += 2;
             }
@@ -692,8 +730,12 @@ pub fn scan_stream<R: RandomAccess + ?Sized>(
             src.read_exact_at(pos, &mut b)?;
             if b[0] != 0x80 {
                 findings.push(
-                    Finding::new(RuleId::PklTrailing, Some(pos), format!("{} bytes follow the pickle", end - pos))
-                        .spanning(end - pos),
+                    Finding::new(
+                        RuleId::PklTrailing,
+                        Some(pos),
+                        format!("{} bytes follow the pickle", end - pos),
+                    )
+                    .spanning(end - pos),
                 );
                 break;
             }
@@ -732,8 +774,9 @@ pub(crate) fn walk_growing<R: RandomAccess + ?Sized>(
         }
         if want >= MAX_PICKLE_LEN {
             findings.merge(trial);
-            let m =
-                format!("the pickle is longer than the scan limit of {MAX_PICKLE_LEN} bytes; the rest was not scanned");
+            let m = format!(
+                "the pickle is longer than the scan limit of {MAX_PICKLE_LEN} bytes; the rest was not scanned"
+            );
             let m = if context.is_empty() { m } else { format!("{}: {m}", shown(context)) };
             findings.push(Finding::new(RuleId::PklNotScanned, Some(start), m));
             return Ok((w, start));
@@ -745,7 +788,10 @@ pub(crate) fn walk_growing<R: RandomAccess + ?Sized>(
 /// Tries a file whose first bytes match no format as a protocol 0 or 1
 /// pickle: `Some` (tensors and findings) when the walk reaches `STOP`, or
 /// meets a global or call before it fails.
-pub fn guess<R: RandomAccess + ?Sized>(src: &mut R, head: &[u8]) -> Result<Option<(u64, Findings)>> {
+pub fn guess<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    head: &[u8],
+) -> Result<Option<(u64, Findings)>> {
     let len = src.len();
     let starts = head.first().is_some_and(|b| b"(]})cNIJKSVXUTlLdFGPi".contains(b));
     if !starts || len > MAX_PICKLE_GUESS_LEN {
@@ -762,8 +808,12 @@ pub fn guess<R: RandomAccess + ?Sized>(src: &mut R, head: &[u8]) -> Result<Optio
     {
         let extra = (bytes.len() - end) as u64;
         found.push(
-            Finding::new(RuleId::PklTrailing, Some(end as u64), format!("{extra} bytes follow the pickle"))
-                .spanning(extra),
+            Finding::new(
+                RuleId::PklTrailing,
+                Some(end as u64),
+                format!("{extra} bytes follow the pickle"),
+            )
+            .spanning(extra),
         );
     }
     Ok(Some((w.tensors, found)))
@@ -798,7 +848,10 @@ mod tests {
         p.extend_from_slice(b"Ve\\u0076al\n\x93");
         p.extend_from_slice(b"\x8c\x011\x85R.");
         let (_, found) = rules(&p);
-        assert!(found.iter().any(|f| f.0 == RuleId::PklGlobal && f.2.contains("builtins.eval")), "{found:?}");
+        assert!(
+            found.iter().any(|f| f.0 == RuleId::PklGlobal && f.2.contains("builtins.eval")),
+            "{found:?}"
+        );
         assert!(found.iter().any(|f| f.0 == RuleId::PklCall));
     }
 
@@ -810,7 +863,11 @@ mod tests {
         p.extend_from_slice(b"\x8c\x06system\x93\x8c\x02ls\x85R0cos\nsystem\n.");
         let (w, found) = rules(&p);
         let ids: Vec<RuleId> = found.iter().map(|f| f.0).collect();
-        assert_eq!(ids, [RuleId::PklComputedGlobal, RuleId::PklCall, RuleId::PklGlobal], "{found:?}");
+        assert_eq!(
+            ids,
+            [RuleId::PklComputedGlobal, RuleId::PklCall, RuleId::PklGlobal],
+            "{found:?}"
+        );
         assert!(found[0].2.contains("computed at load time"), "{}", found[0].2);
         assert!(found[0].2.contains("collections.OrderedDict"), "{}", found[0].2);
         assert!(w.end.is_some());
@@ -826,7 +883,8 @@ mod tests {
         let (_, found) = rules(b"\x80\x02ctorch.nn.modules.linear\nLinear\n)R.");
         assert!(found.iter().any(|f| f.0 == RuleId::PklCall), "{found:?}");
         // A lowercase torch.nn.modules name is a function, not inert.
-        let (_, found) = rules(b"\x80\x02ctorch.nn.modules.module\nregister_module_forward_hook\n.");
+        let (_, found) =
+            rules(b"\x80\x02ctorch.nn.modules.module\nregister_module_forward_hook\n.");
         assert_eq!(found[0].0, RuleId::PklGlobal, "{found:?}");
         // numpy's reconstructor may be called.
         let (_, found) = rules(b"\x80\x02cnumpy._core.multiarray\n_reconstruct\n)R}b.");
@@ -858,7 +916,10 @@ mod tests {
         let (w, found) = rules(b"cos\nsystem\n(S'x'\ntR\xff");
         assert!(w.end.is_none());
         assert_eq!(found.iter().filter(|f| f.0 == RuleId::PklMalformed).count(), 1);
-        assert!(found.iter().any(|f| f.0 == RuleId::PklCall), "what ran before the failure is still listed");
+        assert!(
+            found.iter().any(|f| f.0 == RuleId::PklCall),
+            "what ran before the failure is still listed"
+        );
         let (_, found) = rules(b"\x80\x02K\x01");
         assert_eq!(found[0].0, RuleId::PklMalformed);
         let (_, found) = rules(b"0.");

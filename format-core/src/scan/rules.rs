@@ -294,15 +294,22 @@ mod tests {
         let spec = std::fs::read_to_string(&path).unwrap();
         let rows: Vec<Vec<String>> = spec
             .lines()
-            .filter(|l| l.starts_with("| `") && l.split('|').nth(1).is_some_and(|c| c.contains('-')))
+            .filter(|l| {
+                l.starts_with("| `") && l.split('|').nth(1).is_some_and(|c| c.contains('-'))
+            })
             .map(|l| l.trim_matches('|').split(" | ").map(|c| String::from(c.trim())).collect())
             .filter(|cells: &Vec<String>| cells.len() == 4)
             .collect();
         let want: Vec<Vec<String>> = RULES
             .iter()
             .map(|r| {
-                [std::format!("`{}`", r.id), r.severity.as_str().into(), r.description.into(), r.remediation.into()]
-                    .into()
+                [
+                    std::format!("`{}`", r.id),
+                    r.severity.as_str().into(),
+                    r.description.into(),
+                    r.remediation.into(),
+                ]
+                .into()
             })
             .collect();
         assert_eq!(rows, want, "update the table in {path}");

@@ -87,7 +87,10 @@ pub fn to_sarif_failure(tool: &Tool<'_>, artifact_uri: &str, message: &str) -> V
 /// findings or why it could not be scanned: one artifact per file, their
 /// results in order, and one invocation, successful when every file was
 /// scanned, with a notification per file that was not.
-pub fn to_sarif_many(tool: &Tool<'_>, files: &[(&str, core::result::Result<&[Finding], &str>)]) -> Value {
+pub fn to_sarif_many(
+    tool: &Tool<'_>,
+    files: &[(&str, core::result::Result<&[Finding], &str>)],
+) -> Value {
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for (uri, outcome) in files {
@@ -104,7 +107,8 @@ pub fn to_sarif_many(tool: &Tool<'_>, files: &[(&str, core::result::Result<&[Fin
     if !failures.is_empty() {
         invocation["toolExecutionNotifications"] = Value::Array(failures);
     }
-    let artifacts: Vec<Value> = files.iter().map(|(uri, _)| json!({ "location": { "uri": uri } })).collect();
+    let artifacts: Vec<Value> =
+        files.iter().map(|(uri, _)| json!({ "location": { "uri": uri } })).collect();
     let mut driver = json!({ "name": tool.name, "version": tool.version, "rules": rules() });
     if let (Some(uri), Some(d)) = (tool.information_uri, driver.as_object_mut()) {
         d.insert("informationUri".into(), Value::from(uri));
@@ -154,10 +158,9 @@ pub fn scan_json(file: &str, scanned: &super::Scan) -> Value {
 /// is a URI, else its characters outside RFC 3986's unreserved and `/`
 /// set percent-encoded (a relative reference).
 pub fn artifact_uri(path: &str) -> String {
-    if path
-        .split_once("://")
-        .is_some_and(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
-    {
+    if path.split_once("://").is_some_and(|(s, _)| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    }) {
         return path.into();
     }
     let mut out = String::new();
@@ -187,9 +190,15 @@ mod tests {
         let r = &run["results"][0];
         assert_eq!(r["ruleId"], "PKL-001");
         assert_eq!(r["level"], "error");
-        assert_eq!(run["tool"]["driver"]["rules"][r["ruleIndex"].as_u64().unwrap() as usize]["id"], "PKL-001");
+        assert_eq!(
+            run["tool"]["driver"]["rules"][r["ruleIndex"].as_u64().unwrap() as usize]["id"],
+            "PKL-001"
+        );
         let region = &r["locations"][0]["physicalLocation"]["region"];
-        assert_eq!((region["byteOffset"].as_u64(), region["byteLength"].as_u64()), (Some(42), Some(1)));
+        assert_eq!(
+            (region["byteOffset"].as_u64(), region["byteLength"].as_u64()),
+            (Some(42), Some(1))
+        );
         assert_eq!(artifact_uri("dir/a b.pt"), "dir/a%20b.pt");
         assert_eq!(artifact_uri("s3://b/k"), "s3://b/k");
     }

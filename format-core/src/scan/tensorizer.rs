@@ -47,9 +47,14 @@ pub const MEMORY_PER_INDEX_BYTE: u64 = 8;
 pub fn reserve_for_index(header: &FileHeader, verify: bool) -> Result<()> {
     let per_tensor = MEMORY_PER_TENSOR + if verify { MEMORY_PER_VERIFIED_TENSOR } else { 0 };
     let tensors = header.tensor_count.min(header.metadata_len / MIN_METADATA_ENTRY_LEN as u64);
-    let bytes =
-        tensors.saturating_mul(per_tensor).saturating_add(header.metadata_len.saturating_mul(MEMORY_PER_INDEX_BYTE));
-    let no_memory = || Error::OutOfMemory { offset: TENSOR_COUNT_OFFSET, what: "the index and its report", bytes };
+    let bytes = tensors
+        .saturating_mul(per_tensor)
+        .saturating_add(header.metadata_len.saturating_mul(MEMORY_PER_INDEX_BYTE));
+    let no_memory = || Error::OutOfMemory {
+        offset: TENSOR_COUNT_OFFSET,
+        what: "the index and its report",
+        bytes,
+    };
     let n = usize::try_from(bytes).map_err(|_| no_memory())?;
     let mut probe: alloc::vec::Vec<u8> = alloc::vec::Vec::new();
     probe.try_reserve_exact(n).map_err(|_| no_memory())
@@ -72,7 +77,10 @@ pub fn finding(rule: RuleId, e: &Error) -> Finding {
 /// limits keep their rules, everything else is [`RuleId::TzrTensorHeader`].
 pub fn tensor_rule(e: &Error) -> RuleId {
     match rule_for_error(e) {
-        r @ (RuleId::TzrTruncated | RuleId::TzrLimit | RuleId::TzrEncryption | RuleId::TzrHashMismatch) => r,
+        r @ (RuleId::TzrTruncated
+        | RuleId::TzrLimit
+        | RuleId::TzrEncryption
+        | RuleId::TzrHashMismatch) => r,
         RuleId::TzrAuthFailed => RuleId::TzrAuthFailed,
         _ => RuleId::TzrTensorHeader,
     }
@@ -125,8 +133,13 @@ pub fn scan<R: RandomAccess + ?Sized>(
     for (i, entry) in entries.iter().enumerate() {
         let name = || entry.path.to_string();
         if entry.data_end() > len {
-            let e = Error::Truncated { offset: entry.header_offset.min(len), needed: entry.data_end() - len };
-            findings.push_with(RuleId::TzrTruncated, || finding(RuleId::TzrTruncated, &e).in_tensor(name()));
+            let e = Error::Truncated {
+                offset: entry.header_offset.min(len),
+                needed: entry.data_end() - len,
+            };
+            findings.push_with(RuleId::TzrTruncated, || {
+                finding(RuleId::TzrTruncated, &e).in_tensor(name())
+            });
             if entry.data_offset > len {
                 continue;
             }

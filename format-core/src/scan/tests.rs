@@ -39,7 +39,8 @@ fn tensorizer() -> Vec<u8> {
 }
 
 fn safetensors() -> Vec<u8> {
-    let json = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let json =
+        r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
     let json = std::format!("{json:<width$}", width = json.len().next_multiple_of(8));
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(json.as_bytes());
@@ -107,7 +108,11 @@ fn zip(entries: &[ZipEntry<'_>]) -> (Vec<u8>, Vec<(usize, usize)>) {
 }
 
 fn torch_zip() -> (Vec<u8>, Vec<(usize, usize)>) {
-    zip(&[e("archive/data.pkl", STATE_DICT), e("archive/version", b"3\n"), e("archive/data/0", &[0; 16])])
+    zip(&[
+        e("archive/data.pkl", STATE_DICT),
+        e("archive/version", b"3\n"),
+        e("archive/data/0", &[0; 16]),
+    ])
 }
 
 fn put32(b: &mut [u8], at: usize, v: u32) {
@@ -175,12 +180,14 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
     c.push((RuleId::StTrailing, v, None));
     c.push((
         RuleId::StMisaligned,
-        swap("F32\",\"shape\":[2],\"data_offsets\":[0,8]", "U16\",\"shape\":[3],\"data_offsets\":[1,7]"),
+        swap(
+            "F32\",\"shape\":[2],\"data_offsets\":[0,8]",
+            "U16\",\"shape\":[3],\"data_offsets\":[1,7]",
+        ),
         None,
     ));
     c.push((RuleId::StMetadata, swap("\"pt\"", "[1] "), None));
-    let json =
-        r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}}"#;
+    let json = r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}}"#;
     let json = std::format!("{json:<width$}", width = json.len().next_multiple_of(8));
     let mut v = (json.len() as u64).to_le_bytes().to_vec();
     v.extend_from_slice(json.as_bytes());
@@ -210,7 +217,11 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
     put32(&mut v, offsets[1].1 + 24, 3);
     c.push((RuleId::ZipHeaderMismatch, v, None));
     let compressed = |flags, method| {
-        zip(&[e("archive/data.pkl", STATE_DICT), ZipEntry { name: "archive/version", data: b"3\n", flags, method }]).0
+        zip(&[
+            e("archive/data.pkl", STATE_DICT),
+            ZipEntry { name: "archive/version", data: b"3\n", flags, method },
+        ])
+        .0
     };
     c.push((RuleId::ZipCompressed, compressed(0, 8), None));
     c.push((RuleId::ZipEncrypted, compressed(1, 0), None));
@@ -251,8 +262,10 @@ fn every_rule_has_a_crafted_file_that_triggers_it() {
         covered.insert(rule);
     }
     // A limit lowered through the options (the defaults take a 1 GiB index).
-    let options =
-        ScanOptions { limits: ParseLimits { max_tensors: 1, ..ParseLimits::default() }, ..Default::default() };
+    let options = ScanOptions {
+        limits: ParseLimits { max_tensors: 1, ..ParseLimits::default() },
+        ..Default::default()
+    };
     let s = scan(&mut SliceSource::new(&tensorizer()), &options).unwrap();
     assert_eq!(s.findings[0].rule, RuleId::TzrLimit, "{:?}", s.findings);
     assert_eq!(s.findings[0].offset, Some(crate::layout::TENSOR_COUNT_OFFSET));
@@ -303,7 +316,15 @@ fn real_files_scan_as_expected() {
         assert!(s.findings.is_empty(), "{f}: {:?}", s.findings);
         assert!(s.tensors > 0 || f.contains("empty"), "{f}");
     }
-    for f in ["dtypes.pt", "nested.pt", "views.pt", "module.pt", "params.pt", "big_endian.pt", "hostile_legacy.pt"] {
+    for f in [
+        "dtypes.pt",
+        "nested.pt",
+        "views.pt",
+        "module.pt",
+        "params.pt",
+        "big_endian.pt",
+        "hostile_legacy.pt",
+    ] {
         let s = run(&vector(&std::format!("torch/{f}")), Some(f));
         assert!(s.findings.is_empty(), "{f}: {:?}", s.findings);
         assert!(s.tensors > 0, "{f}");
@@ -315,7 +336,11 @@ fn real_files_scan_as_expected() {
     let s = run(&vector("torch/hostile_module.pt"), None);
     // A whole nn.Module: refused by weights_only, but rebuilding it runs
     // only torch's code, a warning.
-    assert!(s.findings.iter().any(|f| f.rule == RuleId::PklInert && f.message.contains("torch.nn.modules")));
+    assert!(
+        s.findings
+            .iter()
+            .any(|f| f.rule == RuleId::PklInert && f.message.contains("torch.nn.modules"))
+    );
     assert!(s.findings.iter().all(|f| f.severity != Severity::Error), "{:?}", s.findings);
     let s = run(&vector("torch/hostile_deflated.pt"), None);
     let rules: BTreeSet<RuleId> = s.findings.iter().map(|f| f.rule).collect();
@@ -333,7 +358,8 @@ fn findings_are_sorted_capped_and_carry_remediation() {
     let last = s.findings.last().unwrap();
     assert_eq!(last.rule, RuleId::FindingsCapped);
     assert!(last.message.starts_with("5 more PKL-001"), "{}", last.message);
-    let sorted: Vec<_> = s.findings[..s.findings.len() - 1].iter().map(|f| (f.offset, f.rule)).collect();
+    let sorted: Vec<_> =
+        s.findings[..s.findings.len() - 1].iter().map(|f| (f.offset, f.rule)).collect();
     let mut want = sorted.clone();
     want.sort();
     assert_eq!(sorted, want);
@@ -346,7 +372,8 @@ fn findings_are_sorted_capped_and_carry_remediation() {
 /// `declared` inflated bytes.
 fn deflated_zip(pickle: &[u8], declared: u32) -> Vec<u8> {
     let packed = miniz_oxide::deflate::compress_to_vec(pickle, 6);
-    let (mut v, offsets) = zip(&[ZipEntry { name: "archive/data.pkl", data: &packed, flags: 0, method: 8 }]);
+    let (mut v, offsets) =
+        zip(&[ZipEntry { name: "archive/data.pkl", data: &packed, flags: 0, method: 8 }]);
     put32(&mut v, offsets[0].0 + 22, declared);
     put32(&mut v, offsets[0].1 + 24, declared);
     v
@@ -356,14 +383,22 @@ fn deflated_zip(pickle: &[u8], declared: u32) -> Vec<u8> {
 fn a_deflated_pickle_is_inflated_and_scanned_within_the_limits() {
     let s = run(&deflated_zip(OS_SYSTEM, OS_SYSTEM.len() as u32), None);
     let rules: BTreeSet<RuleId> = s.findings.iter().map(|f| f.rule).collect();
-    assert!(rules.contains(&RuleId::ZipCompressed) && rules.contains(&RuleId::PklGlobal), "{:?}", s.findings);
+    assert!(
+        rules.contains(&RuleId::ZipCompressed) && rules.contains(&RuleId::PklGlobal),
+        "{:?}",
+        s.findings
+    );
     assert!(!rules.contains(&RuleId::PklNotScanned), "{:?}", s.findings);
     let g = s.findings.iter().find(|f| f.rule == RuleId::PklGlobal).unwrap();
     assert!(g.message.contains("of the inflated entry"), "{}", g.message);
     // A size that lies, either way, or beyond DEFLATE's ratio: not inflated.
     for declared in [OS_SYSTEM.len() as u32 - 1, OS_SYSTEM.len() as u32 + 1, 1 << 30] {
         let s = run(&deflated_zip(OS_SYSTEM, declared), None);
-        assert!(s.findings.iter().any(|f| f.rule == RuleId::PklNotScanned), "{declared}: {:?}", s.findings);
+        assert!(
+            s.findings.iter().any(|f| f.rule == RuleId::PklNotScanned),
+            "{declared}: {:?}",
+            s.findings
+        );
     }
 }
 
@@ -390,13 +425,19 @@ fn a_pickle_behind_an_extension_or_garbage_never_passes() {
     let s = run(b"cos\nsystem\n(S'echo hi'\ntR.", Some("model.safetensors"));
     assert_eq!(s.format, Format::Pickle);
     let rules: BTreeSet<RuleId> = s.findings.iter().map(|f| f.rule).collect();
-    assert!(rules.is_superset(&[RuleId::PklGlobal, RuleId::PklCall, RuleId::ExtensionMismatch].into()));
+    assert!(
+        rules.is_superset(&[RuleId::PklGlobal, RuleId::PklCall, RuleId::ExtensionMismatch].into())
+    );
     // A ZIP behind prepended bytes is found by its end record.
     let mut v = b"junk".to_vec();
     v.extend_from_slice(&torch_zip().0);
     let s = run(&v, None);
     assert_eq!(s.format, Format::TorchZip);
-    assert!(s.findings.iter().any(|f| f.rule == RuleId::ZipOutside || f.rule == RuleId::ZipHeaderMismatch));
+    assert!(
+        s.findings
+            .iter()
+            .any(|f| f.rule == RuleId::ZipOutside || f.rule == RuleId::ZipHeaderMismatch)
+    );
     assert!(run(b"", None).findings.iter().any(|f| f.rule == RuleId::UnknownFormat));
 }
 
@@ -409,7 +450,8 @@ fn random_bytes_and_cuts_never_panic() {
         state ^= state << 17;
         state
     };
-    let originals = [tensorizer(), safetensors(), torch_zip().0, legacy(OS_SYSTEM), vector("torch/params.pt")];
+    let originals =
+        [tensorizer(), safetensors(), torch_zip().0, legacy(OS_SYSTEM), vector("torch/params.pt")];
     for original in &originals {
         for _ in 0..300 {
             let mut bytes = original.clone();
@@ -422,7 +464,11 @@ fn random_bytes_and_cuts_never_panic() {
             }
             let s = run(&bytes, Some("x.pt"));
             for f in &s.findings {
-                assert!(f.offset.is_none_or(|o| o <= bytes.len() as u64 + 8), "{f:?} in {} bytes", bytes.len());
+                assert!(
+                    f.offset.is_none_or(|o| o <= bytes.len() as u64 + 8),
+                    "{f:?} in {} bytes",
+                    bytes.len()
+                );
             }
         }
     }
@@ -434,10 +480,13 @@ fn random_bytes_and_cuts_never_panic() {
 #[test]
 fn a_20000_tensor_index_scans_quickly() {
     let n = 20_000;
-    let names: Vec<String> = (0..n).map(|i| std::format!("model.layers.{}.mlp.w{}", i / 8, i % 8)).collect();
+    let names: Vec<String> =
+        (0..n).map(|i| std::format!("model.layers.{}.mlp.w{}", i / 8, i % 8)).collect();
     let specs: Vec<TensorSpec> = names
         .iter()
-        .map(|name| TensorSpec::state_dict(name.as_str(), Dtype::from_element(ElementType::F32), vec![2, 2]))
+        .map(|name| {
+            TensorSpec::state_dict(name.as_str(), Dtype::from_element(ElementType::F32), vec![2, 2])
+        })
         .collect();
     let data = [0u8; 16];
     let datas: Vec<&[u8]> = (0..n).map(|_| &data[..]).collect();

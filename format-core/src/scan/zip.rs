@@ -11,8 +11,8 @@ use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::zip::{LOCAL_HEADER_LEN, ZIP64_EOCD_LEN, tail_start};
 use crate::error::Result;
 use crate::layout::{
-    MAX_INFLATE_RATIO, MAX_PICKLE_LEN, MAX_SCANNED_PICKLE_BYTES, MAX_SCANNED_PICKLES, MAX_ZIP_CENTRAL_DIRECTORY_LEN,
-    MAX_ZIP_ENTRIES,
+    MAX_INFLATE_RATIO, MAX_PICKLE_LEN, MAX_SCANNED_PICKLE_BYTES, MAX_SCANNED_PICKLES,
+    MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES,
 };
 use crate::source::RandomAccess;
 
@@ -109,7 +109,10 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
         return Ok(0);
     };
     for at in other_ends(&tail, tail_at, end.offset) {
-        let m = format!("a second end-of-central-directory record (the scan reads the one at byte {})", end.offset);
+        let m = format!(
+            "a second end-of-central-directory record (the scan reads the one at byte {})",
+            end.offset
+        );
         findings.push(Finding::new(RuleId::ZipTwoEnds, Some(at), m).spanning(EOCD_LEN));
     }
     let record_end = end.offset.saturating_add(EOCD_LEN).saturating_add(end.comment);
@@ -123,7 +126,12 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
     } else if record_end < len {
         let n = len - record_end;
         findings.push(
-            Finding::new(RuleId::ZipOutside, Some(record_end), format!("{n} bytes follow the end record")).spanning(n),
+            Finding::new(
+                RuleId::ZipOutside,
+                Some(record_end),
+                format!("{n} bytes follow the end record"),
+            )
+            .spanning(n),
         );
     }
     if end.disk != 0 && end.disk != 0xFFFF {
@@ -139,8 +147,12 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
     let first = entries.iter().map(|e| e.local).min().unwrap_or(dir.offset);
     if first > 0 {
         findings.push(
-            Finding::new(RuleId::ZipOutside, Some(0), format!("{first} bytes come before the first entry"))
-                .spanning(first),
+            Finding::new(
+                RuleId::ZipOutside,
+                Some(0),
+                format!("{first} bytes come before the first entry"),
+            )
+            .spanning(first),
         );
     }
     pickles(src, &entries, findings)
@@ -161,19 +173,29 @@ fn directory<R: RandomAccess + ?Sized>(
     findings: &mut Findings,
 ) -> Result<Option<Dir>> {
     let len = src.len();
-    let (mut offset, mut size, mut entries, mut dir_end) = (end.cd_offset, end.cd_size, end.entries, end.offset);
+    let (mut offset, mut size, mut entries, mut dir_end) =
+        (end.cd_offset, end.cd_size, end.entries, end.offset);
     let loc = end.offset.checked_sub(ZIP64_LOCATOR_LEN).filter(|&l| l >= tail_at);
     if let Some(l) = loc
-        && tail.get((l - tail_at) as usize..(l - tail_at) as usize + 4) == Some(&ZIP64_LOCATOR_SIG[..])
+        && tail.get((l - tail_at) as usize..(l - tail_at) as usize + 4)
+            == Some(&ZIP64_LOCATOR_SIG[..])
     {
         let at = le(tail, (l - tail_at) as usize + 8, 8);
         if at.checked_add(ZIP64_EOCD_LEN).is_none_or(|e| e > l) {
-            findings.push(Finding::new(RuleId::ZipStructure, Some(l), "the ZIP64 locator points outside the file"));
+            findings.push(Finding::new(
+                RuleId::ZipStructure,
+                Some(l),
+                "the ZIP64 locator points outside the file",
+            ));
             return Ok(None);
         }
         let z = read_vec(src, at, ZIP64_EOCD_LEN, "the ZIP64 end record")?;
         if z.get(..4) != Some(&ZIP64_EOCD_SIG[..]) {
-            findings.push(Finding::new(RuleId::ZipStructure, Some(at), "no ZIP64 end record where the locator points"));
+            findings.push(Finding::new(
+                RuleId::ZipStructure,
+                Some(at),
+                "no ZIP64 end record where the locator points",
+            ));
             return Ok(None);
         }
         entries = le(&z, 32, 8);
@@ -203,8 +225,12 @@ fn directory<R: RandomAccess + ?Sized>(
     let stop = offset.saturating_add(size);
     if stop > dir_end {
         findings.push(
-            Finding::new(RuleId::ZipPastEnd, Some(offset), "the central directory runs past the end records")
-                .spanning(size),
+            Finding::new(
+                RuleId::ZipPastEnd,
+                Some(offset),
+                "the central directory runs past the end records",
+            )
+            .spanning(size),
         );
         size = dir_end - offset;
     } else if stop < dir_end {
@@ -221,14 +247,20 @@ fn directory<R: RandomAccess + ?Sized>(
     Ok(Some(Dir { offset, len: size, entries }))
 }
 
-fn central<R: RandomAccess + ?Sized>(src: &mut R, dir: &Dir, findings: &mut Findings) -> Result<Vec<Entry>> {
+fn central<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    dir: &Dir,
+    findings: &mut Findings,
+) -> Result<Vec<Entry>> {
     let bytes = read_vec(src, dir.offset, dir.len, "the central directory")?;
     let mut entries = Vec::new();
     let mut p = 0usize;
-    while bytes.get(p..p + 4) == Some(&CENTRAL_SIG[..]) && (entries.len() as u64) < MAX_ZIP_ENTRIES {
+    while bytes.get(p..p + 4) == Some(&CENTRAL_SIG[..]) && (entries.len() as u64) < MAX_ZIP_ENTRIES
+    {
         let record = dir.offset + p as u64;
         let Some(fixed) = bytes.get(p..p + CENTRAL_LEN) else { break };
-        let (n, x, c) = (le(fixed, 28, 2) as usize, le(fixed, 30, 2) as usize, le(fixed, 32, 2) as usize);
+        let (n, x, c) =
+            (le(fixed, 28, 2) as usize, le(fixed, 30, 2) as usize, le(fixed, 32, 2) as usize);
         let Some(name) = bytes.get(p + CENTRAL_LEN..p + CENTRAL_LEN + n) else { break };
         let extra = bytes.get(p + CENTRAL_LEN + n..p + CENTRAL_LEN + n + x).unwrap_or_default();
         let mut e = Entry {
@@ -259,7 +291,9 @@ fn central<R: RandomAccess + ?Sized>(src: &mut R, dir: &Dir, findings: &mut Find
         ));
     }
     let mut by_name: Vec<usize> = (0..entries.len()).collect();
-    by_name.sort_by(|&a, &b| (&entries[a].name, entries[a].record).cmp(&(&entries[b].name, entries[b].record)));
+    by_name.sort_by(|&a, &b| {
+        (&entries[a].name, entries[a].record).cmp(&(&entries[b].name, entries[b].record))
+    });
     for w in by_name.windows(2) {
         let (a, b) = (&entries[w[0]], &entries[w[1]]);
         if a.name == b.name {
@@ -269,7 +303,9 @@ fn central<R: RandomAccess + ?Sized>(src: &mut R, dir: &Dir, findings: &mut Find
                 a.record,
                 b.record
             );
-            findings.push(Finding::new(RuleId::ZipDuplicate, Some(b.record), m).in_tensor(b.name.clone()));
+            findings.push(
+                Finding::new(RuleId::ZipDuplicate, Some(b.record), m).in_tensor(b.name.clone()),
+            );
         }
     }
     Ok(entries)
@@ -299,14 +335,18 @@ fn check_record(e: &Entry, findings: &mut Findings) {
     let name = shown(&e.name);
     if e.flags & 1 != 0 {
         findings.push(
-            Finding::new(RuleId::ZipEncrypted, at, format!("entry {name} is encrypted")).in_tensor(e.name.clone()),
+            Finding::new(RuleId::ZipEncrypted, at, format!("entry {name} is encrypted"))
+                .in_tensor(e.name.clone()),
         );
     }
     if e.method != 0 {
         let m = format!("entry {name} uses compression method {}", e.method);
         findings.push(Finding::new(RuleId::ZipCompressed, at, m).in_tensor(e.name.clone()));
     } else if e.csize != e.usize_ {
-        let m = format!("stored entry {name} declares {} compressed and {} real bytes", e.csize, e.usize_);
+        let m = format!(
+            "stored entry {name} declares {} compressed and {} real bytes",
+            e.csize, e.usize_
+        );
         findings.push(Finding::new(RuleId::ZipHeaderMismatch, at, m).in_tensor(e.name.clone()));
     }
 }
@@ -319,8 +359,9 @@ fn locals<R: RandomAccess + ?Sized>(
 ) -> Result<Vec<Entry>> {
     for e in &mut entries {
         let name = shown(&e.name);
-        let push =
-            |f: &mut Findings, rule, at, m: String| f.push(Finding::new(rule, Some(at), m).in_tensor(e.name.clone()));
+        let push = |f: &mut Findings, rule, at, m: String| {
+            f.push(Finding::new(rule, Some(at), m).in_tensor(e.name.clone()))
+        };
         if e.local.checked_add(LOCAL_HEADER_LEN).is_none_or(|x| x > dir_offset) {
             push(
                 findings,
@@ -332,7 +373,12 @@ fn locals<R: RandomAccess + ?Sized>(
         }
         let fixed = read_vec(src, e.local, LOCAL_HEADER_LEN, "a local file header")?;
         if fixed.get(..4) != Some(&LOCAL_SIG[..]) {
-            push(findings, RuleId::ZipHeaderMismatch, e.local, format!("no local header where entry {name} points"));
+            push(
+                findings,
+                RuleId::ZipHeaderMismatch,
+                e.local,
+                format!("no local header where entry {name} points"),
+            );
             continue;
         }
         let (n, x) = (le(&fixed, 26, 2), le(&fixed, 28, 2));
@@ -358,11 +404,16 @@ fn locals<R: RandomAccess + ?Sized>(
             differs.push("encryption flag");
         }
         let sized = |v: u64, c: u64| v == c || v == 0xFFFF_FFFF;
-        if le(&fixed, 6, 2) & 8 == 0 && (!sized(le(&fixed, 18, 4), e.csize) || !sized(le(&fixed, 22, 4), e.usize_)) {
+        if le(&fixed, 6, 2) & 8 == 0
+            && (!sized(le(&fixed, 18, 4), e.csize) || !sized(le(&fixed, 22, 4), e.usize_))
+        {
             differs.push("sizes");
         }
         if !differs.is_empty() {
-            let m = format!("entry {name}'s local header and central record disagree: {}", differs.join(", "));
+            let m = format!(
+                "entry {name}'s local header and central record disagree: {}",
+                differs.join(", ")
+            );
             push(findings, RuleId::ZipHeaderMismatch, e.local, m);
         }
         let Some(end) = start.checked_add(e.csize) else {
@@ -370,9 +421,14 @@ fn locals<R: RandomAccess + ?Sized>(
             continue;
         };
         if end > dir_offset {
-            let whence = if end > src.len() { "the end of the file" } else { "the central directory" };
+            let whence =
+                if end > src.len() { "the end of the file" } else { "the central directory" };
             let m = format!("entry {name}'s {} data bytes run past {whence}", e.csize);
-            findings.push(Finding::new(RuleId::ZipPastEnd, Some(start), m).spanning(e.csize).in_tensor(e.name.clone()));
+            findings.push(
+                Finding::new(RuleId::ZipPastEnd, Some(start), m)
+                    .spanning(e.csize)
+                    .in_tensor(e.name.clone()),
+            );
             continue;
         }
         e.data = Some((start, end));
@@ -390,7 +446,11 @@ fn overlaps(entries: &[Entry], findings: &mut Findings) {
             && start < r
         {
             let m = format!("entry {} starts inside entry {}", shown(name), shown(other));
-            findings.push(Finding::new(RuleId::ZipOverlap, Some(start), m).spanning(r - start).in_tensor(name));
+            findings.push(
+                Finding::new(RuleId::ZipOverlap, Some(start), m)
+                    .spanning(r - start)
+                    .in_tensor(name),
+            );
         }
         if reach.is_none_or(|(r, _)| end > r) {
             reach = Some((end, name));
@@ -410,11 +470,16 @@ fn inflated<R: RandomAccess + ?Sized>(
 ) -> Result<core::result::Result<Vec<u8>, String>> {
     let csize = end - start;
     if e.usize_ > MAX_PICKLE_LEN {
-        return Ok(Err(format!("it inflates to {} bytes, above the limit of {MAX_PICKLE_LEN}", e.usize_)));
+        return Ok(Err(format!(
+            "it inflates to {} bytes, above the limit of {MAX_PICKLE_LEN}",
+            e.usize_
+        )));
     }
     if e.usize_ > csize.saturating_mul(MAX_INFLATE_RATIO) {
-        let why =
-            format!("it declares {} bytes from {csize}, more than DEFLATE's ratio of {MAX_INFLATE_RATIO}", e.usize_);
+        let why = format!(
+            "it declares {} bytes from {csize}, more than DEFLATE's ratio of {MAX_INFLATE_RATIO}",
+            e.usize_
+        );
         return Ok(Err(why));
     }
     let deflated = read_vec(src, start, csize, "a compressed pickle")?;
@@ -422,7 +487,9 @@ fn inflated<R: RandomAccess + ?Sized>(
     let limit = usize::try_from(e.usize_).unwrap_or(usize::MAX).saturating_add(1);
     Ok(match miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, limit) {
         Ok(data) if data.len() as u64 == e.usize_ => Ok(data),
-        Ok(data) => Err(format!("it inflates to {} bytes, not the {} it declares", data.len(), e.usize_)),
+        Ok(data) => {
+            Err(format!("it inflates to {} bytes, not the {} it declares", data.len(), e.usize_))
+        }
         Err(err) if err.output.len() as u64 > e.usize_ => {
             Err(format!("it inflates past the {} bytes it declares", e.usize_))
         }
@@ -445,14 +512,20 @@ fn walk_inflated(data: &[u8], start: u64, e: &Entry, findings: &mut Findings) ->
     w.tensors
 }
 
-fn pickles<R: RandomAccess + ?Sized>(src: &mut R, entries: &[Entry], findings: &mut Findings) -> Result<u64> {
+fn pickles<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    entries: &[Entry],
+    findings: &mut Findings,
+) -> Result<u64> {
     let (mut tensors, mut scanned, mut bytes) = (0u64, 0u64, 0u64);
     let mut any = false;
     for e in entries.iter().filter(|e| e.name.ends_with(".pkl")) {
         any = true;
         let not_scanned = |f: &mut Findings, why: &str| {
             let m = format!("pickle {} was not scanned: {why}", shown(&e.name));
-            f.push(Finding::new(RuleId::PklNotScanned, Some(e.record), m).in_tensor(e.name.clone()));
+            f.push(
+                Finding::new(RuleId::PklNotScanned, Some(e.record), m).in_tensor(e.name.clone()),
+            );
         };
         let Some((start, end)) = e.data else {
             not_scanned(findings, "its data could not be located");
@@ -461,7 +534,11 @@ fn pickles<R: RandomAccess + ?Sized>(src: &mut R, entries: &[Entry], findings: &
         if e.flags & 1 != 0 || !matches!(e.method, 0 | 8) {
             not_scanned(
                 findings,
-                if e.flags & 1 != 0 { "it is encrypted" } else { "its compression method is not deflate" },
+                if e.flags & 1 != 0 {
+                    "it is encrypted"
+                } else {
+                    "its compression method is not deflate"
+                },
             );
             continue;
         }
@@ -485,11 +562,16 @@ fn pickles<R: RandomAccess + ?Sized>(src: &mut R, entries: &[Entry], findings: &
         {
             let extra = end - start - n as u64;
             let m = format!("{}: {extra} bytes follow the pickle's STOP", shown(&e.name));
-            findings.push(Finding::new(RuleId::PklTrailing, Some(start + n as u64), m).spanning(extra));
+            findings
+                .push(Finding::new(RuleId::PklTrailing, Some(start + n as u64), m).spanning(extra));
         }
     }
     if !any {
-        findings.push(Finding::new(RuleId::ZipNoPickle, Some(0), "the archive holds no .pkl entry"));
+        findings.push(Finding::new(
+            RuleId::ZipNoPickle,
+            Some(0),
+            "the archive holds no .pkl entry",
+        ));
     }
     Ok(tensors)
 }

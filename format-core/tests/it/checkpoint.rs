@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tensorizer_core::checkpoint::{CentralDirectory, Checkpoint, EndRecord, Leaf, Pickle, TensorView, sniff, zip};
+use tensorizer_core::checkpoint::{
+    CentralDirectory, Checkpoint, EndRecord, Leaf, Pickle, TensorView, sniff, zip,
+};
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::{ElementType, Error, PathComponent};
 
@@ -94,15 +96,22 @@ fn every_vector_matches_its_manifest() {
                     assert_eq!(view.stride, dims(&e["stride"]), "{ctx}");
                     assert_eq!(view.storage_offset, e["storage_offset"].as_u64().unwrap(), "{ctx}");
                     assert_eq!(view.requires_grad, e["requires_grad"].as_bool().unwrap(), "{ctx}");
-                    let (same, data) = ckpt.tensor_bytes(i).unwrap_or_else(|err| panic!("{ctx}: {err}"));
+                    let (same, data) =
+                        ckpt.tensor_bytes(i).unwrap_or_else(|err| panic!("{ctx}: {err}"));
                     assert_eq!(same, view);
                     let le = gather(view, data, order);
-                    assert_eq!(hex::encode(Sha256::digest(&le)), e["sha256"].as_str().unwrap(), "{ctx}");
+                    assert_eq!(
+                        hex::encode(Sha256::digest(&le)),
+                        e["sha256"].as_str().unwrap(),
+                        "{ctx}"
+                    );
                     let first = e["shares_storage_with"].as_u64().unwrap() as usize;
                     let Leaf::Tensor(owner) = &ckpt.entries()[first].value else { panic!("{ctx}") };
                     assert_eq!(owner.storage, view.storage, "{ctx}: storage sharing");
                 }
-                (Leaf::Int(x), "int") => assert_eq!(*x, i128::from(e["value"].as_i64().unwrap()), "{ctx}"),
+                (Leaf::Int(x), "int") => {
+                    assert_eq!(*x, i128::from(e["value"].as_i64().unwrap()), "{ctx}")
+                }
                 (Leaf::Float(x), "float") => assert_eq!(*x, e["value"].as_f64().unwrap(), "{ctx}"),
                 (Leaf::Str(x), "str") => assert_eq!(x, e["value"].as_str().unwrap(), "{ctx}"),
                 (Leaf::Bool(x), "bool") => assert_eq!(*x, e["value"].as_bool().unwrap(), "{ctx}"),
@@ -115,7 +124,9 @@ fn every_vector_matches_its_manifest() {
             expected.iter().filter_map(|e| e["shares_storage_with"].as_u64()).collect();
         assert_eq!(ckpt.state_dict.storages.len(), firsts.len(), "{name}");
     }
-    for t in ["float8_e4m3fn", "float4_e2m1fn_x2", "complex32", "uint64", "bool", "bfloat16", "bits1x8"] {
+    for t in
+        ["float8_e4m3fn", "float4_e2m1fn_x2", "complex32", "uint64", "bool", "bfloat16", "bits1x8"]
+    {
         assert!(dtypes_seen.contains(t), "{t} not covered");
     }
 }
@@ -173,8 +184,11 @@ fn range_steps_give_the_same_result_as_parse() {
     let end = EndRecord::find(&bytes[tail_at as usize..], tail_at, len).unwrap();
     let z64 = end.zip64_range().expect("torch always writes a ZIP64 end record");
     let location = end.directory(Some(&bytes[z64.start as usize..z64.end as usize])).unwrap();
-    let cd = CentralDirectory::parse(&bytes[location.range().start as usize..location.range().end as usize], &location)
-        .unwrap();
+    let cd = CentralDirectory::parse(
+        &bytes[location.range().start as usize..location.range().end as usize],
+        &location,
+    )
+    .unwrap();
     let archive = tensorizer_core::checkpoint::Archive::locate(&cd).unwrap();
     assert_eq!(archive.prefix, "module");
     let entry = &cd.entries[archive.pickle];
@@ -262,12 +276,22 @@ fn a_crafted_plain_archive_parses() {
 
 #[test]
 fn forbidden_globals_are_refused_when_named() {
-    for (module, name) in
-        [("os", "system"), ("builtins", "eval"), ("torch", "load"), ("torch._utils", "_rebuild_qtensor")]
-    {
+    for (module, name) in [
+        ("os", "system"),
+        ("builtins", "eval"),
+        ("torch", "load"),
+        ("torch._utils", "_rebuild_qtensor"),
+    ] {
         let body = format!("c{module}\n{name}\n");
         let err = parse_timed(&with_pickle(&dict_with(body.as_bytes())));
-        assert_eq!(err, Error::ForbiddenGlobal { offset: err_offset(&err), module: module.into(), name: name.into() });
+        assert_eq!(
+            err,
+            Error::ForbiddenGlobal {
+                offset: err_offset(&err),
+                module: module.into(),
+                name: name.into()
+            }
+        );
     }
     // STACK_GLOBAL (protocol 4) goes through the same allow-list.
     let err = parse_timed(&with_pickle(&dict_with(b"\x8c\x02os\x8c\x06system\x93")));
@@ -349,7 +373,10 @@ fn lying_lengths_and_unknown_opcodes_are_errors() {
     assert!(matches!(err, Error::Malformed { .. }), "{err:?}");
     // A persistent id of the wrong shape.
     let err = parse_timed(&with_pickle(&dict_with(b"(X\x07\x00\x00\x00storagetQ")));
-    assert!(matches!(err, Error::Malformed { reason, .. } if reason.contains("5-tuple")), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason, .. } if reason.contains("5-tuple")),
+        "{err:?}"
+    );
     // The root must be a container.
     let err = parse_timed(&with_pickle(b"\x80\x02K\x01."));
     assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err:?}");
@@ -360,15 +387,24 @@ fn zip_structure_lies_are_errors() {
     let pkl = dict_with(b"K\x01");
     // Duplicate names.
     let err = parse_timed(&zip_of(&[("archive/data.pkl", &pkl), ("archive/data.pkl", &pkl)]));
-    assert!(matches!(err, Error::Malformed { reason, .. } if reason.contains("duplicate")), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason, .. } if reason.contains("duplicate")),
+        "{err:?}"
+    );
     // No data.pkl; entries outside any folder.
-    assert!(matches!(parse_timed(&zip_of(&[("archive/x", b"1")])), Error::CorruptCheckpoint { .. }));
+    assert!(matches!(
+        parse_timed(&zip_of(&[("archive/x", b"1")])),
+        Error::CorruptCheckpoint { .. }
+    ));
     assert!(matches!(parse_timed(&zip_of(&[("data.pkl", &pkl)])), Error::CorruptCheckpoint { .. }));
     // Local name differs from the central name.
     let mut bytes = with_pickle(&pkl);
     bytes[30] = b'A';
     let err = parse_timed(&bytes);
-    assert!(matches!(err, Error::Malformed { reason, .. } if reason.contains("local file name")), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason, .. } if reason.contains("local file name")),
+        "{err:?}"
+    );
     // Two central records pointing at one local header overlap.
     let good = with_pickle(&pkl);
     let cd = u32::from_le_bytes(good[good.len() - 6..good.len() - 2].try_into().unwrap()) as usize;
@@ -376,7 +412,10 @@ fn zip_structure_lies_are_errors() {
     let mut bytes = good.clone();
     bytes[second + 42..second + 46].copy_from_slice(&0u32.to_le_bytes());
     let err = parse_timed(&bytes);
-    assert!(matches!(err, Error::Malformed { reason, .. } if reason.contains("overlap")), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason, .. } if reason.contains("overlap")),
+        "{err:?}"
+    );
     // The end record declares more entries than the directory holds.
     let mut bytes = good.clone();
     let n = bytes.len();
@@ -424,7 +463,10 @@ fn memoized_values_passed_again_and_again_are_bounded() {
     }
     body.extend_from_slice(b"N");
     let err = parse_timed(&with_pickle(&dict_with(&body)));
-    assert!(matches!(err, Error::Malformed { reason, .. } if reason.contains("arguments")), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason, .. } if reason.contains("arguments")),
+        "{err:?}"
+    );
     // torch.Size of a huge tuple.
     let mut body = b"ctorch\nSize\n((".to_vec();
     body.extend(std::iter::repeat_n(b'K', 1000).flat_map(|k| [k, 1]));
@@ -450,7 +492,10 @@ fn a_storage_without_its_entry_is_corrupt() {
     let range = pkl.data_range(&bytes[at..]).unwrap();
     let data = &bytes[range.start as usize..range.end as usize];
     let err = parse_timed(&zip_of(&[("archive/data.pkl", data), ("archive/version", b"3\n")]));
-    assert!(matches!(err, Error::CorruptCheckpoint { reason, .. } if reason.contains("no data/")), "{err:?}");
+    assert!(
+        matches!(err, Error::CorruptCheckpoint { reason, .. } if reason.contains("no data/")),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -464,10 +509,17 @@ fn containers_are_recorded_in_order_with_their_kinds() {
     let bytes = with_pickle(&p);
     let ckpt = Checkpoint::parse(&bytes).expect("parses");
     let sd = &ckpt.state_dict;
-    let kinds: Vec<(String, ContainerKind, usize, usize)> =
-        sd.containers.iter().map(|c| (c.path.to_string(), c.kind, c.len, c.entries_before)).collect();
-    assert_eq!(kinds, vec![("a".into(), ContainerKind::List, 1, 0), ("b".into(), ContainerKind::Tuple, 0, 1)]);
-    let leaves: Vec<(String, Leaf)> = sd.entries.iter().map(|e| (e.path.to_string(), e.value.clone())).collect();
+    let kinds: Vec<(String, ContainerKind, usize, usize)> = sd
+        .containers
+        .iter()
+        .map(|c| (c.path.to_string(), c.kind, c.len, c.entries_before))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![("a".into(), ContainerKind::List, 1, 0), ("b".into(), ContainerKind::Tuple, 0, 1)]
+    );
+    let leaves: Vec<(String, Leaf)> =
+        sd.entries.iter().map(|e| (e.path.to_string(), e.value.clone())).collect();
     assert_eq!(leaves.len(), 2);
     assert_eq!(leaves[0].1, Leaf::Int(5));
     assert_eq!(leaves[1], ("c".into(), Leaf::Int(7)));
@@ -511,13 +563,18 @@ fn exceeded(err: &Error, what: &str, limit: u64) {
 #[test]
 fn every_checkpoint_limit_exceeded_by_one_is_a_typed_refusal() {
     use tensorizer_core::layout::{
-        MAX_CHECKPOINT_RECORD_LEN, MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH, MAX_PICKLE_LONG_BYTES,
-        MAX_PICKLE_OPCODES, MAX_TORCH_ARCHIVE_VERSION, MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES,
+        MAX_CHECKPOINT_RECORD_LEN, MAX_PICKLE_CONTAINER_LEN, MAX_PICKLE_DEPTH,
+        MAX_PICKLE_LONG_BYTES, MAX_PICKLE_OPCODES, MAX_TORCH_ARCHIVE_VERSION,
+        MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES,
     };
     let pkl = dict_with(b"K\x01");
     let good = with_pickle(&pkl);
     // Entries and directory length are claims: refused before any is read.
-    exceeded(&parse_timed(&with_zip64_entries(&good, MAX_ZIP_ENTRIES + 1)), "zip entry count", MAX_ZIP_ENTRIES);
+    exceeded(
+        &parse_timed(&with_zip64_entries(&good, MAX_ZIP_ENTRIES + 1)),
+        "zip entry count",
+        MAX_ZIP_ENTRIES,
+    );
     let mut bytes = good.clone();
     let n = bytes.len();
     bytes[n - 10..n - 6].copy_from_slice(&(MAX_ZIP_CENTRAL_DIRECTORY_LEN as u32 + 1).to_le_bytes());
@@ -528,19 +585,37 @@ fn every_checkpoint_limit_exceeded_by_one_is_a_typed_refusal() {
     exceeded(&err, "checkpoint record length", MAX_CHECKPOINT_RECORD_LEN);
     let newer = (MAX_TORCH_ARCHIVE_VERSION + 1).to_string();
     let err = parse_timed(&zip_of(&[("a/data.pkl", &pkl), ("a/version", newer.as_bytes())]));
-    assert!(matches!(err, Error::Malformed { reason: "unsupported torch archive version", .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Malformed { reason: "unsupported torch archive version", .. }),
+        "{err:?}"
+    );
     // The pickle: an integer one byte too long; one opcode too many (the
     // dict's own five, then pairs of NONE and POP); one value too many on
     // the stack; one MARK too deep.
     let mut body = vec![0x8a, MAX_PICKLE_LONG_BYTES as u8 + 1];
     body.extend(std::iter::repeat_n(1, MAX_PICKLE_LONG_BYTES as usize + 1));
-    exceeded(&parse_timed(&with_pickle(&dict_with(&body))), "pickle integer length", MAX_PICKLE_LONG_BYTES);
+    exceeded(
+        &parse_timed(&with_pickle(&dict_with(&body))),
+        "pickle integer length",
+        MAX_PICKLE_LONG_BYTES,
+    );
     let mut body = b"N".to_vec();
     body.extend(std::iter::repeat_n(*b"0N", (MAX_PICKLE_OPCODES as usize - 4) / 2).flatten());
-    exceeded(&parse_timed(&with_pickle(&dict_with(&body))), "pickle opcode count", MAX_PICKLE_OPCODES);
+    exceeded(
+        &parse_timed(&with_pickle(&dict_with(&body))),
+        "pickle opcode count",
+        MAX_PICKLE_OPCODES,
+    );
     let body = vec![b'N'; MAX_PICKLE_CONTAINER_LEN as usize];
-    exceeded(&parse_timed(&with_pickle(&dict_with(&body))), "pickle stack length", MAX_PICKLE_CONTAINER_LEN);
+    exceeded(
+        &parse_timed(&with_pickle(&dict_with(&body))),
+        "pickle stack length",
+        MAX_PICKLE_CONTAINER_LEN,
+    );
     let body = vec![b'('; MAX_PICKLE_DEPTH + 1];
     let err = parse_timed(&with_pickle(&dict_with(&body)));
-    assert!(matches!(err, Error::LimitExceeded { limit, .. } if limit == MAX_PICKLE_DEPTH as u64), "{err:?}");
+    assert!(
+        matches!(err, Error::LimitExceeded { limit, .. } if limit == MAX_PICKLE_DEPTH as u64),
+        "{err:?}"
+    );
 }

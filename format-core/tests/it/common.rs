@@ -36,7 +36,10 @@ impl Vector {
     }
 
     /// Every tensor's plaintext, or the first error.
-    pub(crate) fn load_all(bytes: &[u8], key: Option<&KeySource>) -> tensorizer_core::Result<Vec<Vec<u8>>> {
+    pub(crate) fn load_all(
+        bytes: &[u8],
+        key: Option<&KeySource>,
+    ) -> tensorizer_core::Result<Vec<Vec<u8>>> {
         File::parse(bytes)?.load_all(key)
     }
 }
@@ -44,7 +47,8 @@ impl Vector {
 pub(crate) fn vectors() -> Vec<Vector> {
     let dir = vectors_dir();
     let manifest: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json")).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json"))
+            .unwrap();
     manifest["vectors"]
         .as_array()
         .unwrap()

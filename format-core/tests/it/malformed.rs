@@ -40,10 +40,9 @@ fn harmless(v: &Vector, offset: usize, loaded: &[Vec<u8>]) -> bool {
     let file = File::parse(&v.bytes).unwrap();
     let in_crypt_info = file.metadata.entries.iter().enumerate().any(|(i, e)| {
         let (record, _) = file.tensor(i).unwrap();
-        record
-            .layout
-            .crypt_info
-            .is_some_and(|r| (e.header_offset as usize + r.start..e.header_offset as usize + r.end).contains(&offset))
+        record.layout.crypt_info.is_some_and(|r| {
+            (e.header_offset as usize + r.start..e.header_offset as usize + r.end).contains(&offset)
+        })
     });
     loaded == original && ((5..9).contains(&offset) || in_crypt_info)
 }
@@ -90,7 +89,8 @@ fn truncation_at_every_offset_is_an_error() {
 #[test]
 fn wrong_key_is_one_opaque_error() {
     for v in vectors().iter().filter(|v| v.encrypted()) {
-        let wrong = tensorizer_core::KeySource::Key(tensorizer_core::crypto::Key::from_bytes([0x5a; 32]));
+        let wrong =
+            tensorizer_core::KeySource::Key(tensorizer_core::crypto::Key::from_bytes([0x5a; 32]));
         let result = Vector::load_all(&v.bytes, Some(&wrong));
         assert_eq!(result.unwrap_err(), Error::Decryption, "{}", v.name);
         let none = Vector::load_all(&v.bytes, None);

@@ -5,15 +5,21 @@ use proptest::prelude::*;
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::dtype::all_element_types;
 use tensorizer_core::write::{WriterOptions, to_vec};
-use tensorizer_core::{Dtype, File, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType};
+use tensorizer_core::{
+    Dtype, File, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType,
+};
 
 fn path_strategy() -> impl Strategy<Value = TensorPath> {
     let key = "[a-zA-Z_\u{e9}\u{4e2d}\"\\\\ .\t-]{1,12}";
     prop_oneof![
-        key.prop_filter("plain names may not start with 0x1E", |s: &String| !s.starts_with('\u{1e}'))
+        key.prop_filter("plain names may not start with 0x1E", |s: &String| !s
+            .starts_with('\u{1e}'))
             .prop_map(TensorPath::Plain),
         prop::collection::vec(
-            prop_oneof![key.prop_map(PathComponent::Key), (0u64..1000).prop_map(PathComponent::Index)],
+            prop_oneof![
+                key.prop_map(PathComponent::Key),
+                (0u64..1000).prop_map(PathComponent::Index)
+            ],
             2..5
         )
         .prop_map(TensorPath::Structured),

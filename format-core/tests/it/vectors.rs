@@ -14,17 +14,36 @@ fn every_vector_matches_its_manifest() {
     assert!(all.len() >= 10, "expected the committed vectors");
     for v in &all {
         let file = File::parse(&v.bytes).unwrap_or_else(|e| panic!("{}: {e}", v.name));
-        assert_eq!(u64::from(file.header.version), v.info["data_version"].as_u64().unwrap(), "{}", v.name);
-        assert_eq!(u64::from(file.header.flags), v.info["feature_flags"].as_u64().unwrap(), "{}", v.name);
+        assert_eq!(
+            u64::from(file.header.version),
+            v.info["data_version"].as_u64().unwrap(),
+            "{}",
+            v.name
+        );
+        assert_eq!(
+            u64::from(file.header.flags),
+            v.info["feature_flags"].as_u64().unwrap(),
+            "{}",
+            v.name
+        );
         let tensors = v.info["tensors"].as_array().unwrap();
         assert_eq!(file.metadata.entries.len(), tensors.len(), "{}", v.name);
         let key = v.key();
         for (i, (entry, t)) in file.metadata.entries.iter().zip(tensors).enumerate() {
             let ctx = format!("{} tensor {i} {}", v.name, entry.path);
-            assert_eq!(entry.path.to_bytes().unwrap(), t["name"].as_str().unwrap().as_bytes(), "{ctx}");
-            assert_eq!(u64::from(entry.tensor_type.as_u8()), t["tensor_type"].as_u64().unwrap(), "{ctx}");
+            assert_eq!(
+                entry.path.to_bytes().unwrap(),
+                t["name"].as_str().unwrap().as_bytes(),
+                "{ctx}"
+            );
+            assert_eq!(
+                u64::from(entry.tensor_type.as_u8()),
+                t["tensor_type"].as_u64().unwrap(),
+                "{ctx}"
+            );
             assert_eq!(entry.dtype.as_str(), t["dtype"].as_str().unwrap(), "{ctx}");
-            let shape: Vec<u64> = t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+            let shape: Vec<u64> =
+                t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
             assert_eq!(entry.shape, shape, "{ctx}");
             assert_eq!(entry.is_meta(), t["is_meta"].as_bool().unwrap(), "{ctx}");
             assert_eq!(entry.long_dims, t["long_shape"].as_bool().unwrap(), "{ctx}");
@@ -32,13 +51,19 @@ fn every_vector_matches_its_manifest() {
             assert_eq!(entry.header_offset, t["header_offset"].as_u64().unwrap(), "{ctx}");
             assert_eq!(entry.data_offset, t["data_offset"].as_u64().unwrap(), "{ctx}");
             let (record, _) = file.tensor(i).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-            assert_eq!(u64::from(record.header.module_index), t["module_index"].as_u64().unwrap(), "{ctx}");
+            assert_eq!(
+                u64::from(record.header.module_index),
+                t["module_index"].as_u64().unwrap(),
+                "{ctx}"
+            );
             for h in &record.header.hashes {
                 match h {
                     HashValue::Crc32(c) => {
                         assert_eq!(u64::from(*c), t["stored_crc32"].as_u64().unwrap(), "{ctx}")
                     }
-                    HashValue::Sha256(d) => assert_eq!(hex::encode(d), t["stored_sha256"].as_str().unwrap(), "{ctx}"),
+                    HashValue::Sha256(d) => {
+                        assert_eq!(hex::encode(d), t["stored_sha256"].as_str().unwrap(), "{ctx}")
+                    }
                 }
             }
             let plain = file.load(i, key.as_ref()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
@@ -114,7 +139,10 @@ fn emit(
                 .collect();
             t.set_macs(&macs).unwrap();
         }
-        assert_eq!(t.header_offset as usize, 73 + options.metadata_len.unwrap() as usize + body.len());
+        assert_eq!(
+            t.header_offset as usize,
+            73 + options.metadata_len.unwrap() as usize + body.len()
+        );
         body.extend_from_slice(&t.header);
         body.extend_from_slice(&bytes);
     }
@@ -142,12 +170,18 @@ fn reemitting_gives_identical_bytes() {
         let out = emit(&specs, &data, &nonces, &options, &v);
         if out != v.bytes {
             let at = out.iter().zip(&v.bytes).position(|(a, b)| a != b);
-            panic!("{}: bytes differ (lengths {} vs {}, first difference at {at:?})", v.name, out.len(), v.bytes.len());
+            panic!(
+                "{}: bytes differ (lengths {} vs {}, first difference at {at:?})",
+                v.name,
+                out.len(),
+                v.bytes.len()
+            );
         }
         // The in-memory convenience writer agrees for unencrypted files.
         if !v.encrypted() {
             let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-            let again = tensorizer_core::write::to_vec(&specs, &refs, &options, None, || [0; 24]).unwrap();
+            let again =
+                tensorizer_core::write::to_vec(&specs, &refs, &options, None, || [0; 24]).unwrap();
             assert_eq!(again, v.bytes, "{}", v.name);
         }
     }
@@ -158,7 +192,8 @@ fn aligned_layout_round_trips_every_vector() {
     for v in vectors() {
         let (specs, data, nonces, mut options) = writer_input(&v);
         options.alignment = 64;
-        options.metadata_len = Some(Writer::metadata_len_for(&specs, &WriterOptions::default()).unwrap());
+        options.metadata_len =
+            Some(Writer::metadata_len_for(&specs, &WriterOptions::default()).unwrap());
         let out = emit(&specs, &data, &nonces, &options, &v);
         let file = File::parse(&out).unwrap();
         for (i, entry) in file.metadata.entries.iter().enumerate() {
@@ -173,7 +208,8 @@ fn aligned_layout_round_trips_every_vector() {
 #[test]
 fn manifest_records_the_quirk_vectors() {
     let all = vectors();
-    let unreadable: Vec<&str> = all.iter().filter(|v| !v.readable_by_tensorizer()).map(|v| v.name.as_str()).collect();
+    let unreadable: Vec<&str> =
+        all.iter().filter(|v| !v.readable_by_tensorizer()).map(|v| v.name.as_str()).collect();
     // An opaque-dtype meta tensor: tensorizer writes it but cannot read it; we can.
     assert!(unreadable.iter().any(|n| n.contains("meta_opaque")), "{unreadable:?}");
     assert!(all.iter().all(|v| v.info["tensors"].as_array().is_some_and(|t| !t.is_empty())));

@@ -36,11 +36,18 @@ fn refusals_do_not_poison_the_writer() {
 #[test]
 fn bad_kdf_and_dtypes_are_refused() {
     let bad_salt = KdfParams { opslimit: 1, memlimit: 8192, alg: 2, salt: vec![0; 32] };
-    assert!(Writer::new(&WriterOptions { encryption: Some(Some(bad_salt)), ..WriterOptions::default() }).is_err());
+    assert!(
+        Writer::new(&WriterOptions {
+            encryption: Some(Some(bad_salt)),
+            ..WriterOptions::default()
+        })
+        .is_err()
+    );
     let mut w = Writer::new(&WriterOptions::default()).unwrap();
     let odd = TensorSpec::state_dict("o", Dtype::parse(b"<u1", 0).unwrap(), vec![1]);
     assert!(w.add(&odd, None).is_err());
-    let unknown = TensorSpec::state_dict("u", Dtype::parse(b"<V2\0torch.future16", 0).unwrap(), vec![1]);
+    let unknown =
+        TensorSpec::state_dict("u", Dtype::parse(b"<V2\0torch.future16", 0).unwrap(), vec![1]);
     w.add(&unknown, None).unwrap();
 }
 
@@ -51,7 +58,10 @@ fn tensorizer_layout_overflows_like_tensorizer() {
     for i in 0..4 {
         w.add(&f32_spec(&format!("{i}{name}"), vec![1]), None).unwrap();
     }
-    assert!(matches!(w.add(&f32_spec(&format!("4{name}"), vec![1]), None), Err(Error::MetadataOverflow { .. })));
+    assert!(matches!(
+        w.add(&f32_spec(&format!("4{name}"), vec![1]), None),
+        Err(Error::MetadataOverflow { .. })
+    ));
     // The default layout sizes the index to fit instead.
     let specs: Vec<_> = (0..5).map(|i| f32_spec(&format!("{i}{name}"), vec![1])).collect();
     let mut w = Writer::plan(&specs, &WriterOptions::default()).unwrap();
@@ -67,8 +77,13 @@ fn the_writer_refuses_more_tensors_than_a_reader_accepts() {
     let n = MAX_TENSORS as usize + 1;
     let specs: Vec<TensorSpec> = (0..n).map(|i| f32_spec(&format!("t{i}"), vec![0])).collect();
     // Planned: refused before any byte is placed, naming the limit.
-    let Err(err) = Writer::plan(&specs, &WriterOptions::default()) else { panic!("planning 2^20 + 1 tensors") };
-    assert!(matches!(err, Error::LimitExceeded { value, limit: MAX_TENSORS, .. } if value == n as u64), "{err}");
+    let Err(err) = Writer::plan(&specs, &WriterOptions::default()) else {
+        panic!("planning 2^20 + 1 tensors")
+    };
+    assert!(
+        matches!(err, Error::LimitExceeded { value, limit: MAX_TENSORS, .. } if value == n as u64),
+        "{err}"
+    );
     assert!(err.to_string().contains("MAX_TENSORS"), "{err}");
     // Streamed: the tensor past the limit is refused.
     let options = WriterOptions { metadata_len: Some(64 << 20), ..WriterOptions::default() };

@@ -9,8 +9,8 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use tensorizer_core::checkpoint::{
-    Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, SNIFF_LEN, StateDict, StorageInfo, TensorView,
-    ZipEntry, check_storage_len, sniff, zip,
+    Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, SNIFF_LEN, StateDict, StorageInfo,
+    TensorView, ZipEntry, check_storage_len, sniff, zip,
 };
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::hash::TensorHasher;
@@ -129,7 +129,11 @@ impl<S: RangeSource> CheckpointReader<S> {
             directory,
             archive,
             records: Records::default(),
-            state_dict: StateDict { entries: Vec::new(), storages: Vec::new(), containers: Vec::new() },
+            state_dict: StateDict {
+                entries: Vec::new(),
+                storages: Vec::new(),
+                containers: Vec::new(),
+            },
             storage_ranges: Vec::new(),
             max_expanded_bytes: DEFAULT_MAX_EXPANDED_BYTES,
         };
@@ -147,7 +151,8 @@ impl<S: RangeSource> CheckpointReader<S> {
             let entry = &this.directory.entries[i];
             check_storage_len(storage, &(0..entry.size)).map_err(fmt)?;
         }
-        this.storage_ranges = (0..this.state_dict.storages.len()).map(|_| OnceLock::new()).collect();
+        this.storage_ranges =
+            (0..this.state_dict.storages.len()).map(|_| OnceLock::new()).collect();
         Ok(this)
     }
 
@@ -166,7 +171,11 @@ impl<S: RangeSource> CheckpointReader<S> {
     fn read_entry(&self, entry: &ZipEntry) -> Result<(Range<u64>, Vec<u8>)> {
         let at = entry.header_offset;
         let guess = zip::LOCAL_HEADER_LEN + entry.name.len() as u64 + LOCAL_HEADER_SLACK;
-        let end = at.saturating_add(guess).saturating_add(entry.size).min(entry.span_end).min(self.source.len());
+        let end = at
+            .saturating_add(guess)
+            .saturating_add(entry.size)
+            .min(entry.span_end)
+            .min(self.source.len());
         let max = tensorizer_core::layout::MAX_PICKLE_LEN;
         if entry.size > max {
             // Records and data.pkl are refused above this anyway: never read it.
@@ -195,7 +204,8 @@ impl<S: RangeSource> CheckpointReader<S> {
     fn data_range(&self, entry: &ZipEntry) -> Result<Range<u64>> {
         let at = entry.header_offset;
         let guess = zip::LOCAL_HEADER_LEN + entry.name.len() as u64 + LOCAL_HEADER_SLACK;
-        let mut local = self.read_vec(at..(at + guess).min(entry.span_end).min(self.source.len()))?;
+        let mut local =
+            self.read_vec(at..(at + guess).min(entry.span_end).min(self.source.len()))?;
         let need = entry.local_header_len(&local).map_err(|e| self.fmt(e))?;
         if need > local.len() as u64 {
             if at.checked_add(need).is_none_or(|end| end > entry.span_end) {
@@ -257,11 +267,9 @@ impl<S: RangeSource> CheckpointReader<S> {
 
     /// Entry `i`'s tensor view, or an error naming it when it is not a tensor.
     pub fn tensor(&self, i: usize) -> Result<&TensorView> {
-        let entry = self
-            .state_dict
-            .entries
-            .get(i)
-            .ok_or_else(|| Error::Invalid(format!("{}: no entry number {i}", self.source.name())))?;
+        let entry = self.state_dict.entries.get(i).ok_or_else(|| {
+            Error::Invalid(format!("{}: no entry number {i}", self.source.name()))
+        })?;
         match &entry.value {
             Leaf::Tensor(view) => Ok(view),
             _ => Err(Error::Invalid(format!(
@@ -282,7 +290,10 @@ impl<S: RangeSource> CheckpointReader<S> {
             Error::tensor(
                 self.source.name(),
                 name(),
-                tensorizer_core::Error::CorruptCheckpoint { key: name(), reason: "tensor size overflows" },
+                tensorizer_core::Error::CorruptCheckpoint {
+                    key: name(),
+                    reason: "tensor size overflows",
+                },
             )
         })?;
         let span = view.byte_span().map_or(0, |s| s.end - s.start);
@@ -303,15 +314,15 @@ impl<S: RangeSource> CheckpointReader<S> {
 
     /// Storage `s`'s data range in the file (reads its local header once).
     pub fn storage_range(&self, s: usize) -> Result<Range<u64>> {
-        let cell = self
-            .storage_ranges
-            .get(s)
-            .ok_or_else(|| Error::Invalid(format!("{}: no storage number {s}", self.source.name())))?;
+        let cell = self.storage_ranges.get(s).ok_or_else(|| {
+            Error::Invalid(format!("{}: no storage number {s}", self.source.name()))
+        })?;
         if let Some(r) = cell.get() {
             return Ok(r.clone());
         }
         let storage = &self.state_dict.storages[s];
-        let i = self.archive.storage_entry(&self.directory, &storage.key).map_err(|e| self.fmt(e))?;
+        let i =
+            self.archive.storage_entry(&self.directory, &storage.key).map_err(|e| self.fmt(e))?;
         let range = self.data_range(&self.directory.entries[i])?;
         check_storage_len(storage, &range).map_err(|e| self.fmt(e))?;
         Ok(cell.get_or_init(|| range).clone())
@@ -336,14 +347,17 @@ impl<S: RangeSource> CheckpointReader<S> {
             return Ok(());
         }
         let storage = self.storage_range(view.storage)?;
-        let span = view.byte_span().ok_or_else(|| Error::Invalid("tensor view size overflows".into()))?;
+        let span =
+            view.byte_span().ok_or_else(|| Error::Invalid("tensor view size overflows".into()))?;
         let start = storage.start + span.start;
         if view.is_contiguous() && span.end - span.start == need {
             self.read_parallel(start, out)?;
         } else {
-            let mut scratch = vec![0u8; usize::try_from(span.end - span.start).unwrap_or(usize::MAX)];
+            let mut scratch =
+                vec![0u8; usize::try_from(span.end - span.start).unwrap_or(usize::MAX)];
             self.read_parallel(start, &mut scratch)?;
-            view.gather(&scratch, out).ok_or_else(|| Error::Invalid("tensor view does not fit its data".into()))?;
+            view.gather(&scratch, out)
+                .ok_or_else(|| Error::Invalid("tensor view does not fit its data".into()))?;
         }
         if self.byte_order() == ByteOrder::Big {
             let unit = swap_unit(view.dtype);
@@ -360,8 +374,11 @@ impl<S: RangeSource> CheckpointReader<S> {
         if out.len() <= PIECE || self.source.prefers_long_reads() {
             return self.source.read_exact_at(offset, out);
         }
-        let pieces: Vec<(u64, &mut [u8])> =
-            out.chunks_mut(PIECE).enumerate().map(|(n, p)| (offset + (n * PIECE) as u64, p)).collect();
+        let pieces: Vec<(u64, &mut [u8])> = out
+            .chunks_mut(PIECE)
+            .enumerate()
+            .map(|(n, p)| (offset + (n * PIECE) as u64, p))
+            .collect();
         for_each(default_readers(), pieces, |(at, p)| self.source.read_exact_at(at, p))
     }
 
@@ -389,7 +406,12 @@ impl<S: RangeSource> CheckpointReader<S> {
                 Some(HashValue::Crc32(c)) => *c,
                 _ => 0,
             };
-            out.push(EntryCheck { name: entry.name.clone(), size: entry.size, expected: entry.crc32, actual });
+            out.push(EntryCheck {
+                name: entry.name.clone(),
+                size: entry.size,
+                expected: entry.crc32,
+                actual,
+            });
         }
         Ok(out)
     }

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_core::fingerprint::{DataHasher, Digest};
-use tensorizer_core::{Dtype, Fingerprint, KeySource, TensorFingerprint, TensorPath, TensorSpec, TensorType};
+use tensorizer_core::{
+    Dtype, Fingerprint, KeySource, TensorFingerprint, TensorPath, TensorSpec, TensorType,
+};
 
 use crate::convert::checkpoint::CheckpointReader;
 use crate::convert::safetensors::{SafetensorsFile, swap_unit};
@@ -81,7 +83,9 @@ pub fn fingerprint_source<S: RangeSource>(
             let read = ReadOptions { num_readers: 1, verify_hash: false, key: options.key.clone() };
             fingerprint_input(Input::Tensorizer(&Reader::new(source, read)?), threads, progress)
         }
-        Format::Safetensors => fingerprint_input(Input::Safetensors(&SafetensorsFile::new(source)?), threads, progress),
+        Format::Safetensors => {
+            fingerprint_input(Input::Safetensors(&SafetensorsFile::new(source)?), threads, progress)
+        }
     }
 }
 
@@ -114,16 +118,23 @@ pub fn fingerprint_input<S: RangeSource>(
             Ok(())
         })?;
         let digest = hasher.finish();
-        digests.lock().map_err(|_| Error::Invalid("a hashing thread panicked".into()))?[k] = Some(digest);
+        digests.lock().map_err(|_| Error::Invalid("a hashing thread panicked".into()))?[k] =
+            Some(digest);
         Ok(())
     };
     let mut report = |d: u64| progress(d, total);
     for_each_index(threads, items.len(), job, &done, PROGRESS_INTERVAL, &mut report)?;
-    let digests = digests.into_inner().map_err(|_| Error::Invalid("a hashing thread panicked".into()))?;
+    let digests =
+        digests.into_inner().map_err(|_| Error::Invalid("a hashing thread panicked".into()))?;
     let mut records = Vec::with_capacity(items.len());
     for (item, data) in items.into_iter().zip(digests) {
         let dtype = item.spec.dtype.element().ok_or_else(|| no_torch_name(&src, &item.spec))?;
-        records.push(TensorFingerprint { name: item.spec.path.dotted_name(), dtype, shape: item.spec.shape, data });
+        records.push(TensorFingerprint {
+            name: item.spec.path.dotted_name(),
+            dtype,
+            shape: item.spec.shape,
+            data,
+        });
     }
     let fingerprint = Fingerprint::new(records).map_err(|e| Error::format(&src, e))?;
     Ok(Fingerprinted { format: input.format(), fingerprint, bytes: total, skipped })
@@ -149,19 +160,34 @@ fn plan<S: RangeSource>(input: &Input<'_, S>) -> Result<(Vec<Item>, Vec<String>)
                     skipped.push(e.path.dotted_name());
                     continue;
                 };
-                let s = spec(e.path.clone(), Dtype::from_element(view.dtype), view.shape.clone(), false);
+                let s = spec(
+                    e.path.clone(),
+                    Dtype::from_element(view.dtype),
+                    view.shape.clone(),
+                    false,
+                );
                 items.push(Item { index: i, spec: s, len: reader.nbytes(i)?, swap: None });
             }
         }
         Input::Tensorizer(reader) => {
             for (i, e) in reader.entries().iter().enumerate() {
                 let s = spec(e.path.clone(), e.dtype.clone(), e.shape.clone(), e.is_meta());
-                items.push(Item { index: i, spec: s, len: e.data_length, swap: swap_unit(&e.dtype) });
+                items.push(Item {
+                    index: i,
+                    spec: s,
+                    len: e.data_length,
+                    swap: swap_unit(&e.dtype),
+                });
             }
         }
         Input::Safetensors(file) => {
             for (i, e) in file.entries().iter().enumerate() {
-                let s = spec(TensorPath::Plain(e.name.clone()), Dtype::from_element(e.dtype), e.shape.clone(), false);
+                let s = spec(
+                    TensorPath::Plain(e.name.clone()),
+                    Dtype::from_element(e.dtype),
+                    e.shape.clone(),
+                    false,
+                );
                 items.push(Item { index: i, spec: s, len: e.end - e.start, swap: None });
             }
         }

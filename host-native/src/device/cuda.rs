@@ -36,7 +36,11 @@ pub fn load_into<S: RangeSource>(
     extra_streams: usize,
 ) -> Result<()> {
     if dsts.len() != tensors.len() {
-        return Err(Error::Invalid(format!("{} tensors but {} device destinations", tensors.len(), dsts.len())));
+        return Err(Error::Invalid(format!(
+            "{} tensors but {} device destinations",
+            tensors.len(),
+            dsts.len()
+        )));
     }
     for (dst, &i) in dsts.iter().zip(tensors) {
         let need = reader.entries().get(i).map_or(0, |e| e.nbytes());
@@ -72,12 +76,15 @@ impl DeviceTensors {
 
     /// Copies tensor `j` (in load order) back to host memory.
     pub fn to_host(&self, j: usize) -> Result<Vec<u8>> {
-        let &(start, len) = self.views.get(j).ok_or_else(|| Error::Invalid(format!("no loaded tensor {j}")))?;
+        let &(start, len) =
+            self.views.get(j).ok_or_else(|| Error::Invalid(format!("no loaded tensor {j}")))?;
         let (start, len) = (start as usize, len as usize);
         if len == 0 {
             return Ok(Vec::new());
         }
-        device::guard("copying to the host", || self.stream.clone_dtoh(&self.memory.slice(start..start + len)))
+        device::guard("copying to the host", || {
+            self.stream.clone_dtoh(&self.memory.slice(start..start + len))
+        })
     }
 }
 
@@ -91,17 +98,18 @@ pub fn load_to_device<S: RangeSource>(
 ) -> Result<DeviceTensors> {
     let mut lens = Vec::with_capacity(tensors.len());
     for &i in tensors {
-        let e = reader
-            .entries()
-            .get(i)
-            .ok_or_else(|| Error::Invalid(format!("{}: no tensor number {i}", reader.source().name())))?;
+        let e = reader.entries().get(i).ok_or_else(|| {
+            Error::Invalid(format!("{}: no tensor number {i}", reader.source().name()))
+        })?;
         lens.push(e.nbytes());
     }
     let overflow = || Error::Invalid("the tensors' total size overflows".into());
-    let pack = pack_aligned(lens.iter().copied(), DEVICE_VIEW_ALIGN, u64::MAX).ok_or_else(overflow)?;
+    let pack =
+        pack_aligned(lens.iter().copied(), DEVICE_VIEW_ALIGN, u64::MAX).ok_or_else(overflow)?;
     let (offsets, total) = pack.first().map_or((&[][..], 0), |p| (&p.offsets[..], p.size));
     let views: Vec<(u64, u64)> = offsets.iter().copied().zip(lens).collect();
-    let len = usize::try_from(total).map_err(|_| Error::Invalid(format!("{total} bytes do not fit in memory")))?;
+    let len = usize::try_from(total)
+        .map_err(|_| Error::Invalid(format!("{total} bytes do not fit in memory")))?;
     let stream = device.default_stream();
     let memory = device.alloc_zeros(&stream, len)?;
     let dsts = views

@@ -117,7 +117,12 @@ pub trait CopyEngine: Sync {
 
     /// Starts `copies` out of `buffer` (ring slot `slot`); the buffer is
     /// not touched again until the returned ticket is waited for.
-    fn copy_async(&self, slot: usize, buffer: &Self::Buffer, copies: &[Copy]) -> Result<Self::Ticket>;
+    fn copy_async(
+        &self,
+        slot: usize,
+        buffer: &Self::Buffer,
+        copies: &[Copy],
+    ) -> Result<Self::Ticket>;
 
     /// Fills the first `len` bytes of destination `dst` with zeros (meta
     /// tensors).
@@ -160,7 +165,9 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
     let name = reader.source().name();
     let entries = reader.entries();
     if options.buffers == 0 || options.buffer_len == 0 {
-        return Err(Error::Invalid(format!("{name}: the staging ring needs at least one buffer of at least one byte")));
+        return Err(Error::Invalid(format!(
+            "{name}: the staging ring needs at least one buffer of at least one byte"
+        )));
     }
     if let Some(&bad) = tensors.iter().find(|&&i| i >= entries.len()) {
         return Err(Error::Invalid(format!("{name}: no tensor number {bad}")));
@@ -231,7 +238,9 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
                 .iter()
                 .map(|r| Hashing {
                     done: 0,
-                    hasher: options.verify_hash.then(|| r.hasher_with(crate::kernels::digest::kernel())),
+                    hasher: options
+                        .verify_hash
+                        .then(|| r.hasher_with(crate::kernels::digest::kernel())),
                 })
                 .collect(),
         ),
@@ -346,7 +355,11 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
             match slot.buffer.take() {
                 Some(b) => (Some(b), slot.ticket.take()),
                 None if n < self.slots.len() => (None, None),
-                None => return Err(Error::Invalid("staging ring: buffer missing from its slot".into())),
+                None => {
+                    return Err(Error::Invalid(
+                        "staging ring: buffer missing from its slot".into(),
+                    ));
+                }
             }
         };
         // The slot's first turn: its buffer is made here, outside the lock
@@ -367,14 +380,20 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
             let have = bytes.len();
             // Where the fill's first byte lands in the buffer.
             let head = if self.cold { (fill.start % DIRECT_BLOCK) as usize } else { 0 };
-            let short =
-                || Error::Invalid(format!("staging buffer of {have} bytes is shorter than a {}-byte fill", fill.len));
+            let short = || {
+                Error::Invalid(format!(
+                    "staging buffer of {have} bytes is shorter than a {}-byte fill",
+                    fill.len
+                ))
+            };
             if self.cold {
                 let span = (head + fill.len).next_multiple_of(DIRECT_BLOCK as usize);
                 let window = bytes.get_mut(..span).ok_or_else(short)?;
                 self.reader.source().read_uncached_at(fill.start - head as u64, window)?;
             } else {
-                self.reader.source().read_exact_at(fill.start, bytes.get_mut(..fill.len).ok_or_else(short)?)?;
+                self.reader
+                    .source()
+                    .read_exact_at(fill.start, bytes.get_mut(..fill.len).ok_or_else(short)?)?;
             }
             let window = &mut bytes[head..head + fill.len];
             for seg in &fill.segments {
@@ -383,7 +402,11 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
             let copies: Vec<Copy> = fill
                 .segments
                 .iter()
-                .map(|s| Copy { src: head + s.buf_at..head + s.buf_at + s.len, dst: s.dst, dst_offset: s.at })
+                .map(|s| Copy {
+                    src: head + s.buf_at..head + s.buf_at + s.len,
+                    dst: s.dst,
+                    dst_offset: s.at,
+                })
                 .collect();
             started = Some(self.engine.copy_async(k, &buffer, &copies)?);
             Ok(())
@@ -401,7 +424,9 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
     /// data order, checking the hashes after the last piece.
     fn finish_segment(&self, seg: &plan::Segment, piece: &mut [u8]) -> Result<()> {
         let record = &self.records[seg.dst];
-        if let (Some(cipher), Some(key)) = (record.cipher().map_err(self.tensor_err(seg.dst))?, &self.keys[seg.dst]) {
+        if let (Some(cipher), Some(key)) =
+            (record.cipher().map_err(self.tensor_err(seg.dst))?, &self.keys[seg.dst])
+        {
             decrypt_piece(&cipher, key, seg.at, piece).map_err(self.tensor_err(seg.dst))?;
         }
         if !self.verify {
@@ -419,7 +444,8 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
                 {
                     break hasher;
                 }
-                all = self.hashed.wait_timeout(all, POLL).map_or_else(|p| p.into_inner().0, |r| r.0);
+                all =
+                    self.hashed.wait_timeout(all, POLL).map_or_else(|p| p.into_inner().0, |r| r.0);
             }
         };
         hasher.update(piece);
@@ -429,7 +455,8 @@ impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
         lock(&self.hashing)[seg.dst] = Hashing { done: end, hasher: keep };
         self.hashed.notify_all();
         match finished {
-            Some(h) => tensorizer_core::hash::verify(&record.header, &h.finish()).map_err(self.tensor_err(seg.dst)),
+            Some(h) => tensorizer_core::hash::verify(&record.header, &h.finish())
+                .map_err(self.tensor_err(seg.dst)),
             None => Ok(()),
         }
     }

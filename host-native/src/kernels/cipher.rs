@@ -241,12 +241,12 @@ mod x86 {
         }
         let (lo, hi) = counters::<16>(block);
         x[8] = _mm512_setr_epi32(
-            lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], lo[6], lo[7], lo[8], lo[9], lo[10], lo[11], lo[12], lo[13],
-            lo[14], lo[15],
+            lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], lo[6], lo[7], lo[8], lo[9], lo[10], lo[11],
+            lo[12], lo[13], lo[14], lo[15],
         );
         x[9] = _mm512_setr_epi32(
-            hi[0], hi[1], hi[2], hi[3], hi[4], hi[5], hi[6], hi[7], hi[8], hi[9], hi[10], hi[11], hi[12], hi[13],
-            hi[14], hi[15],
+            hi[0], hi[1], hi[2], hi[3], hi[4], hi[5], hi[6], hi[7], hi[8], hi[9], hi[10], hi[11],
+            hi[12], hi[13], hi[14], hi[15],
         );
         rounds!(x, _mm512_add_epi32, _mm512_xor_si512, (_mm512_rol_epi32));
         let mut low = [_mm256_setzero_si256(); 16];
@@ -274,7 +274,12 @@ mod x86 {
 
     #[target_feature(enable = "avx2")]
     fn avx2_rounds(x: &mut [__m256i; 16]) {
-        rounds!(x, _mm256_add_epi32, _mm256_xor_si256, (_mm256_slli_epi32, _mm256_srli_epi32, _mm256_or_si256));
+        rounds!(
+            x,
+            _mm256_add_epi32,
+            _mm256_xor_si256,
+            (_mm256_slli_epi32, _mm256_srli_epi32, _mm256_or_si256)
+        );
     }
 
     #[target_feature(enable = "avx2,avx512f,avx512vl")]

@@ -37,7 +37,11 @@ pub type FillFn = fn(state: &mut Block, refb: &Block, next: &mut Block, xor: boo
 
 /// Derives the key as [`Key::derive`] does (same checks, same bytes), with
 /// the fastest kernel this CPU runs.
-pub fn derive(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> tensorizer_core::Result<Key> {
+pub fn derive(
+    passphrase: &[u8],
+    params: &KdfParams,
+    limits: &KdfLimits,
+) -> tensorizer_core::Result<Key> {
     derive_with(passphrase, params, limits, kernel())
 }
 
@@ -69,7 +73,11 @@ pub fn kernel_name() -> &'static str {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> (FillFn, &'static str) {
-    if std::arch::is_x86_feature_detected!("avx2") { (avx2::fill, "avx2") } else { (fill_portable, "portable") }
+    if std::arch::is_x86_feature_detected!("avx2") {
+        (avx2::fill, "avx2")
+    } else {
+        (fill_portable, "portable")
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -209,7 +217,8 @@ fn fill_memory(memory: &mut [u64], segment: usize, passes: usize, fill: FillFn) 
                     let at = (refi - cur - 1) * BLOCK_WORDS;
                     &hi[at..at + BLOCK_WORDS]
                 };
-                let (Ok(refb), Ok(next)) = (<&Block>::try_from(refb), <&mut Block>::try_from(next)) else {
+                let (Ok(refb), Ok(next)) = (<&Block>::try_from(refb), <&mut Block>::try_from(next))
+                else {
                     unreachable!("blocks are BLOCK_WORDS long");
                 };
                 fill(&mut state, refb, next, pass != 0);
@@ -309,7 +318,11 @@ mod tests {
         ] {
             let p = params(ops, mem, salt);
             let want = Key::derive(pw, &p, &limits).unwrap();
-            assert_eq!(derive_with(pw, &p, &limits, fill_portable).unwrap(), want, "portable {ops} {mem}");
+            assert_eq!(
+                derive_with(pw, &p, &limits, fill_portable).unwrap(),
+                want,
+                "portable {ops} {mem}"
+            );
             assert_eq!(derive(pw, &p, &limits).unwrap(), want, "{} {ops} {mem}", kernel_name());
         }
     }

@@ -77,7 +77,8 @@ fn requests(segments: Vec<Segment<'_>>) -> Vec<Request<'_>> {
     let mut loose: Vec<Segment<'_>> = Vec::new();
     for seg in segments {
         let len = seg.buf.len();
-        let in_phase = (seg.buf.as_ptr() as u64).wrapping_sub(seg.offset).is_multiple_of(DIRECT_BLOCK);
+        let in_phase =
+            (seg.buf.as_ptr() as u64).wrapping_sub(seg.offset).is_multiple_of(DIRECT_BLOCK);
         if in_phase && len as u64 >= STRAIGHT_MIN {
             // Less than a block up to the first boundary, so less than `len`.
             let head = ((DIRECT_BLOCK - seg.offset % DIRECT_BLOCK) % DIRECT_BLOCK) as usize;
@@ -141,10 +142,16 @@ fn read_segments<S: RangeSource + ?Sized>(source: &S, segments: Vec<Segment<'_>>
 /// Carries out `requests` on up to [`QUEUE_DEPTH`] threads, each with a
 /// bounce buffer of its own; the first error stops the rest.
 fn run<S: RangeSource + ?Sized>(source: &S, requests: Vec<Request<'_>>) -> Result<()> {
-    for_each_with(QUEUE_DEPTH, requests, |request, bounce: &mut Vec<u8>| serve(source, request, bounce))
+    for_each_with(QUEUE_DEPTH, requests, |request, bounce: &mut Vec<u8>| {
+        serve(source, request, bounce)
+    })
 }
 
-fn serve<S: RangeSource + ?Sized>(source: &S, request: Request<'_>, bounce: &mut Vec<u8>) -> Result<()> {
+fn serve<S: RangeSource + ?Sized>(
+    source: &S,
+    request: Request<'_>,
+    bounce: &mut Vec<u8>,
+) -> Result<()> {
     match request {
         Request::Straight(seg) => source.read_uncached_at(seg.offset, seg.buf),
         Request::Bounced { offset, len, pieces } => {
@@ -206,11 +213,14 @@ mod tests {
         assert!(reqs.windows(2).all(|w| w[0].offset() <= w[1].offset()));
         for r in &reqs {
             if let Request::Bounced { offset, len, .. } = r {
-                assert!(offset % DIRECT_BLOCK == 0 && len % DIRECT_BLOCK == 0 && *len <= WINDOW_MAX);
+                assert!(
+                    offset % DIRECT_BLOCK == 0 && len % DIRECT_BLOCK == 0 && *len <= WINDOW_MAX
+                );
             }
         }
         run(&source, reqs).unwrap();
-        let (big, off_phase) = (&a[a.as_ptr().align_offset(BLOCK) + 100..], &b[b.as_ptr().align_offset(BLOCK) + 8..]);
+        let (big, off_phase) =
+            (&a[a.as_ptr().align_offset(BLOCK) + 100..], &b[b.as_ptr().align_offset(BLOCK) + 8..]);
         assert_eq!(&big[..(2 << 20) + 100], &file[100..(2 << 20) + 200]);
         let o = (2 << 20) + 5000;
         assert_eq!(&off_phase[..200 << 10], &file[o..o + (200 << 10)]);

@@ -26,7 +26,11 @@ pub struct Pack {
 /// of `align` (0 is taken as 1). A new allocation starts whenever the next
 /// tensor would take the current one past `max_bytes`; a tensor larger
 /// than that gets an allocation of its own. `None` when a size overflows.
-pub fn pack_aligned(lens: impl IntoIterator<Item = u64>, align: u64, max_bytes: u64) -> Option<Vec<Pack>> {
+pub fn pack_aligned(
+    lens: impl IntoIterator<Item = u64>,
+    align: u64,
+    max_bytes: u64,
+) -> Option<Vec<Pack>> {
     pack_placed(lens.into_iter().map(|len| (len, None)), align, 1, max_bytes)
 }
 
@@ -86,13 +90,18 @@ mod tests {
         assert!(pack_aligned([], 64, 200).unwrap().is_empty());
         // A tensor over the cap is alone in its allocation.
         let big = pack_aligned([5, 500, 5], 8, 100).unwrap();
-        assert_eq!(big.iter().map(|p| (p.first, p.end)).collect::<Vec<_>>(), vec![(0, 1), (1, 2), (2, 3)]);
+        assert_eq!(
+            big.iter().map(|p| (p.first, p.end)).collect::<Vec<_>>(),
+            vec![(0, 1), (1, 2), (2, 3)]
+        );
         assert_eq!(pack_aligned([u64::MAX, 1], 2, u64::MAX), None);
     }
 
     #[test]
     fn placed_tensors_keep_their_phase_in_each_block() {
-        let packs = pack_placed([(10, None), (100, Some(192)), (5, Some(0)), (7, None)], 64, 256, 1000).unwrap();
+        let packs =
+            pack_placed([(10, None), (100, Some(192)), (5, Some(0)), (7, None)], 64, 256, 1000)
+                .unwrap();
         assert_eq!(packs[0].offsets, vec![0, 192, 512, 576]);
         assert_eq!(packs[0].size, 583);
         // A new allocation starts at the phase too.

@@ -75,7 +75,8 @@ pub struct LoadPlan {
 /// offset is [`ARENA_ALIGN`]-aligned (so the copy stays as aligned as any
 /// other). Arenas start on block boundaries.
 pub fn file_phase(e: &MetadataEntry) -> Option<u64> {
-    (e.data_length >= STRAIGHT_MIN && e.data_offset.is_multiple_of(ARENA_ALIGN)).then_some(e.data_offset % DIRECT_BLOCK)
+    (e.data_length >= STRAIGHT_MIN && e.data_offset.is_multiple_of(ARENA_ALIGN))
+        .then_some(e.data_offset % DIRECT_BLOCK)
 }
 
 /// Plans loading tensors `indices` of `entries` to `destination`. `mapped`:
@@ -115,7 +116,8 @@ pub fn plan_load(
                 e.data_length <= ARENA_BYTES && e.data_length == e.nbytes()
             };
             (plan.small, plan.large) = rest.into_iter().partition(fits);
-            let items = plan.small.iter().map(|&i| (entries[i].data_length, file_phase(&entries[i])));
+            let items =
+                plan.small.iter().map(|&i| (entries[i].data_length, file_phase(&entries[i])));
             plan.arenas = pack_placed(items, ARENA_ALIGN, DIRECT_BLOCK, ARENA_BYTES)?;
         }
     }

@@ -51,7 +51,10 @@ impl<S: RangeSource> Reader<S> {
                 let e = self.entry(i)?;
                 let from = (e.header_offset - start) as usize;
                 let to = (e.data_offset - start) as usize;
-                out.push(TensorRecord::parse(e, &scratch[from..to], &self.header).map_err(self.tensor_err(e))?);
+                out.push(
+                    TensorRecord::parse(e, &scratch[from..to], &self.header)
+                        .map_err(self.tensor_err(e))?,
+                );
             }
             k = next;
         }

@@ -28,7 +28,11 @@ pub struct SharePlan {
 /// Plans a load of tensors `indices` of `entries` shared among `ranks`
 /// readers (`ranks` ≥ 1). `None` when an index is out of range, `ranks` is
 /// 0 or a size overflows.
-pub fn plan_shares(entries: &[MetadataEntry], indices: &[usize], ranks: usize) -> Option<SharePlan> {
+pub fn plan_shares(
+    entries: &[MetadataEntry],
+    indices: &[usize],
+    ranks: usize,
+) -> Option<SharePlan> {
     if ranks == 0 {
         return None;
     }
@@ -113,7 +117,10 @@ mod tests {
             assert_eq!(flat, all, "{ranks} ranks");
             let total: u64 = bytes(&entries, &all);
             for share in &plan.shares {
-                assert!(bytes(&entries, share) <= total / ranks as u64 + (64 + 5000) / 2 + 1, "{ranks} ranks");
+                assert!(
+                    bytes(&entries, share) <= total / ranks as u64 + (64 + 5000) / 2 + 1,
+                    "{ranks} ranks"
+                );
             }
         }
     }

@@ -47,7 +47,10 @@ impl<S: RangeSource> Reader<S> {
             end = span.end;
         }
         if spans_len(spans)? != out.len() as u64 {
-            return Err(Error::Invalid(format!("{}: the buffer differs in length from the spans", name())));
+            return Err(Error::Invalid(format!(
+                "{}: the buffer differs in length from the spans",
+                name()
+            )));
         }
         let spans: Vec<Range<u64>> = spans.iter().filter(|s| s.start < s.end).cloned().collect();
         if spans.is_empty() {
@@ -57,16 +60,31 @@ impl<S: RangeSource> Reader<S> {
         let threads = self.options.num_readers;
         let cipher = record.cipher().map_err(self.tensor_err(entry))?;
         let (Some(cipher), Some(key)) = (cipher, self.key_for(&record)?) else {
-            return read_spans(&self.source, entry.data_offset, &spans, PIECE_LEN as u64, threads, out, |_, _| Ok(()));
+            return read_spans(
+                &self.source,
+                entry.data_offset,
+                &spans,
+                PIECE_LEN as u64,
+                threads,
+                out,
+                |_, _| Ok(()),
+            );
         };
         let windows = align_spans(&spans, cipher.chunk_size, entry.data_length);
         let chunk = cipher.chunk_size.max(1);
         let piece = (PIECE_LEN as u64 / chunk).max(1).saturating_mul(chunk);
-        let total = usize::try_from(spans_len(&windows)?).map_err(|_| Error::Invalid("slice too large".into()))?;
+        let total = usize::try_from(spans_len(&windows)?)
+            .map_err(|_| Error::Invalid("slice too large".into()))?;
         let mut data = vec![0u8; total];
-        read_spans(&self.source, entry.data_offset, &windows, piece, threads, &mut data, |at, piece| {
-            decrypt_piece(&cipher, &key, at, piece).map_err(self.tensor_err(entry))
-        })?;
+        read_spans(
+            &self.source,
+            entry.data_offset,
+            &windows,
+            piece,
+            threads,
+            &mut data,
+            |at, piece| decrypt_piece(&cipher, &key, at, piece).map_err(self.tensor_err(entry)),
+        )?;
         // Copy each span out of its window.
         let mut window = 0usize;
         let mut window_at = 0usize;
@@ -117,7 +135,8 @@ impl<S: RangeSource> Reader<S> {
         if view.is_row_major() && spans.len() == 1 && spans_len(&spans)? == out.len() as u64 {
             return self.read_tensor_spans(i, &spans, out);
         }
-        let total = usize::try_from(spans_len(&spans)?).map_err(|_| Error::Invalid("slice too large".into()))?;
+        let total = usize::try_from(spans_len(&spans)?)
+            .map_err(|_| Error::Invalid("slice too large".into()))?;
         let mut data = vec![0u8; total];
         self.read_tensor_spans(i, &spans, &mut data)?;
         gather(&view, itemsize, &spans, &data, out)

@@ -55,7 +55,10 @@ fn plan(segments: Vec<Segment<'_>>, parts: usize) -> Vec<Vec<Run<'_>>> {
             let mut runs: Vec<Run<'_>> = Vec::new();
             for seg in group {
                 match runs.last_mut() {
-                    Some(run) if run.offset + run.bufs.iter().map(|b| b.len() as u64).sum::<u64>() == seg.offset => {
+                    Some(run)
+                        if run.offset + run.bufs.iter().map(|b| b.len() as u64).sum::<u64>()
+                            == seg.offset =>
+                    {
                         run.bufs.push(seg.buf);
                     }
                     _ => runs.push(Run { offset: seg.offset, bufs: vec![seg.buf] }),
@@ -92,7 +95,9 @@ impl<S: RangeSource> Reader<S> {
             read(segments)?;
         }
         let work: Vec<_> = jobs.into_iter().zip(&headers).collect();
-        for_each(self.options.num_readers, work, |((i, out), raw)| self.finish(&entries[i], raw, out, verify))
+        for_each(self.options.num_readers, work, |((i, out), raw)| {
+            self.finish(&entries[i], raw, out, verify)
+        })
     }
 
     /// [`Reader::load_many_with`] for sources that prefer long reads; `jobs`
@@ -128,7 +133,9 @@ mod tests {
         let groups = plan(segments, 2);
         let shape: Vec<Vec<(u64, Vec<usize>)>> = groups
             .iter()
-            .map(|g| g.iter().map(|r| (r.offset, r.bufs.iter().map(|b| b.len()).collect())).collect())
+            .map(|g| {
+                g.iter().map(|r| (r.offset, r.bufs.iter().map(|b| b.len()).collect())).collect()
+            })
             .collect();
         let half = (12 << 20) / 2 + 2;
         assert_eq!(

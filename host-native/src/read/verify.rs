@@ -26,7 +26,10 @@ pub struct TensorCheck {
 
 /// Verifies every tensor; failures are collected, not fatal. `progress`
 /// receives the running total of data bytes checked.
-pub fn verify_all<S: RangeSource>(reader: &Reader<S>, progress: impl Fn(u64) + Sync) -> Result<Vec<TensorCheck>> {
+pub fn verify_all<S: RangeSource>(
+    reader: &Reader<S>,
+    progress: impl Fn(u64) + Sync,
+) -> Result<Vec<TensorCheck>> {
     let done = AtomicU64::new(0);
     let results = Mutex::new(Vec::with_capacity(reader.entries().len()));
     let threads = reader.options().num_readers;
@@ -60,7 +63,10 @@ pub fn verify_all<S: RangeSource>(reader: &Reader<S>, progress: impl Fn(u64) + S
 /// per tensor).
 fn none_decrypts(results: &[TensorCheck]) -> bool {
     let failed = |r: &TensorCheck| {
-        matches!(r.error.as_ref().and_then(Error::format_error), Some(tensorizer_core::Error::Decryption))
+        matches!(
+            r.error.as_ref().and_then(Error::format_error),
+            Some(tensorizer_core::Error::Decryption)
+        )
     };
     results.iter().any(failed) && results.iter().all(|r| failed(r) || !r.checked)
 }

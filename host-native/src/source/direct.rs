@@ -113,8 +113,13 @@ pub(crate) fn mostly_uncached(file: &File, len: u64) -> bool {
         // sysconf only reads a constant.
         #[allow(unsafe_code)]
         let (rc, page) = unsafe {
-            let rc =
-                libc::syscall(SYS_CACHESTAT, file.as_raw_fd(), &range as *const Range, &mut stat as *mut Stat, 0u32);
+            let rc = libc::syscall(
+                SYS_CACHESTAT,
+                file.as_raw_fd(),
+                &range as *const Range,
+                &mut stat as *mut Stat,
+                0u32,
+            );
             (rc, libc::sysconf(libc::_SC_PAGESIZE))
         };
         let pages = len.div_ceil(u64::try_from(page).unwrap_or(DIRECT_BLOCK).max(1));

@@ -51,8 +51,10 @@ fn attributes(file: &File) -> Option<Frozen> {
     {
         use std::os::fd::AsRawFd;
         /// `_IOR('f', 1, long)`.
-        const FS_IOC_GETFLAGS: libc::c_ulong =
-            0x8000_0000 | ((std::mem::size_of::<libc::c_long>() as libc::c_ulong) << 16) | (0x66 << 8) | 1;
+        const FS_IOC_GETFLAGS: libc::c_ulong = 0x8000_0000
+            | ((std::mem::size_of::<libc::c_long>() as libc::c_ulong) << 16)
+            | (0x66 << 8)
+            | 1;
         const FS_IMMUTABLE_FL: libc::c_long = 0x10;
         const FS_VERITY_FL: libc::c_long = 0x0010_0000;
         let mut flags: libc::c_long = 0;
@@ -60,7 +62,9 @@ fn attributes(file: &File) -> Option<Frozen> {
         // int into it; the rest stays zero) through the pointer, which is
         // valid for the call; the descriptor is open for its duration.
         #[allow(unsafe_code)]
-        let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_GETFLAGS as _, &mut flags as *mut libc::c_long) };
+        let rc = unsafe {
+            libc::ioctl(file.as_raw_fd(), FS_IOC_GETFLAGS as _, &mut flags as *mut libc::c_long)
+        };
         if rc != 0 {
             return None;
         }
@@ -84,7 +88,8 @@ fn attributes(file: &File) -> Option<Frozen> {
 /// superblock options, so any line with the file's device number tells).
 fn read_only_file_system(file: &File) -> Option<Frozen> {
     let dev = file.metadata().ok()?.dev();
-    let (major, minor) = ((dev >> 8) & 0xfff | (dev >> 32) & !0xfff, dev & 0xff | (dev >> 12) & !0xff);
+    let (major, minor) =
+        ((dev >> 8) & 0xfff | (dev >> 32) & !0xfff, dev & 0xff | (dev >> 12) & !0xff);
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     mountinfo_says_frozen(&info, &format!("{major}:{minor}"))
 }
@@ -101,7 +106,8 @@ fn mountinfo_says_frozen(info: &str, device: &str) -> Option<Frozen> {
         let mut rest = line.split(" - ").nth(1)?.split(' ');
         let (fstype, _source, options) = (rest.next()?, rest.next()?, rest.next()?);
         let read_only = options.split(',').any(|o| o == "ro");
-        return (read_only && LOCAL_FILE_SYSTEMS.contains(&fstype)).then_some(Frozen::ReadOnlyFileSystem);
+        return (read_only && LOCAL_FILE_SYSTEMS.contains(&fstype))
+            .then_some(Frozen::ReadOnlyFileSystem);
     }
     None
 }

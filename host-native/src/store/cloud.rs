@@ -53,7 +53,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const AZURITE_ACCOUNT: &str = "devstoreaccount1";
 
 /// Azurite's well-known account key (public, documented by Microsoft).
-const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 /// Shortest first wait given to `object_store` (it cannot wait zero).
 const MIN_BACKOFF: Duration = Duration::from_millis(1);
@@ -190,9 +191,14 @@ pub fn retry_config(policy: &RetryPolicy) -> RetryConfig {
     // `init..previous * base`: a short first wait, and a factor that
     // brings the second wait up to the policy's `backoff`.
     let init_backoff = policy.backoff.min(FIRST_RETRY_WAIT).max(MIN_BACKOFF);
-    let base = (policy.backoff.as_secs_f64() / init_backoff.as_secs_f64()).clamp(GROWTH.0, GROWTH.1);
+    let base =
+        (policy.backoff.as_secs_f64() / init_backoff.as_secs_f64()).clamp(GROWTH.0, GROWTH.1);
     RetryConfig {
-        backoff: BackoffConfig { init_backoff, max_backoff: policy.max_backoff.max(init_backoff), base },
+        backoff: BackoffConfig {
+            init_backoff,
+            max_backoff: policy.max_backoff.max(init_backoff),
+            base,
+        },
         max_retries: policy.attempts.max(1).saturating_sub(1) as usize,
         retry_timeout: policy.give_up_after.unwrap_or(Duration::MAX),
     }
@@ -221,7 +227,8 @@ fn install_tls() {
 
 /// The process-wide runtime every store runs on.
 fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        OnceLock::new();
     install_tls();
     RUNTIME
         .get_or_init(|| {
@@ -256,10 +263,13 @@ fn store_error(name: &str, range: Option<(u64, u64)>, e: object_store::Error) ->
     use object_store::Error as E;
     let (kind, hint) = match &e {
         E::NotFound { .. } => (StoreErrorKind::NotFound, ""),
-        E::PermissionDenied { .. } => (StoreErrorKind::PermissionDenied, " (the credentials lack access)"),
-        E::Unauthenticated { .. } => {
-            (StoreErrorKind::PermissionDenied, " (no valid credentials: check the store's credential variables)")
+        E::PermissionDenied { .. } => {
+            (StoreErrorKind::PermissionDenied, " (the credentials lack access)")
         }
+        E::Unauthenticated { .. } => (
+            StoreErrorKind::PermissionDenied,
+            " (no valid credentials: check the store's credential variables)",
+        ),
         E::Precondition { .. } => {
             (StoreErrorKind::Changed, " (its ETag differs from when it was opened; open it again)")
         }
@@ -277,7 +287,11 @@ fn bad_location(what: &str, why: impl std::fmt::Display) -> Error {
     Error::Invalid(format!("{what}: {why}"))
 }
 
-fn gcs_store(bucket: &str, opts: &CloudOptions, retry: RetryConfig) -> Result<object_store::gcp::GoogleCloudStorage> {
+fn gcs_store(
+    bucket: &str,
+    opts: &CloudOptions,
+    retry: RetryConfig,
+) -> Result<object_store::gcp::GoogleCloudStorage> {
     use object_store::gcp::GoogleCloudStorageBuilder;
     install_tls();
     // The emulator's URL may also come from GOOGLE_BASE_URL (read by
@@ -336,7 +350,9 @@ fn azure_store(
     if let Some(endpoint) = &opts.azure_endpoint {
         // Azurite serves path-style URLs: the account is the first segment.
         let endpoint = match opts.azure_emulator {
-            true => format!("{}/{}", endpoint.trim_end_matches('/'), account.unwrap_or(AZURITE_ACCOUNT)),
+            true => {
+                format!("{}/{}", endpoint.trim_end_matches('/'), account.unwrap_or(AZURITE_ACCOUNT))
+            }
             false => endpoint.clone(),
         };
         builder = builder.with_endpoint(endpoint);
@@ -386,7 +402,12 @@ pub fn open_azure(
 }
 
 /// Uploads the file at `from` to `gs://bucket/object` (replacing it).
-pub fn upload_gcs(from: &std::path::Path, bucket: &str, object: &str, opts: &CloudOptions) -> Result<()> {
+pub fn upload_gcs(
+    from: &std::path::Path,
+    bucket: &str,
+    object: &str,
+    opts: &CloudOptions,
+) -> Result<()> {
     let name = format!("gs://{bucket}/{object}");
     let (mut file, len) = upload::open_file(from)?;
     upload::upload(
@@ -439,16 +460,24 @@ mod tests {
         assert_eq!(config.backoff.max_backoff, Duration::from_secs(8));
         assert_eq!(config.backoff.base, GROWTH.1, "250 ms over a first wait of 10 ms, capped");
         let default = retry_config(&RetryPolicy::default()).backoff;
-        assert_eq!((default.init_backoff, default.base), (FIRST_RETRY_WAIT, 10.0), "10 ms, then up to 100 ms");
+        assert_eq!(
+            (default.init_backoff, default.base),
+            (FIRST_RETRY_WAIT, 10.0),
+            "10 ms, then up to 100 ms"
+        );
         assert_eq!(config.retry_timeout, Duration::from_secs(60));
         let unbounded = RetryPolicy { attempts: 0, give_up_after: None, ..policy };
         let config = retry_config(&unbounded);
         assert_eq!((config.max_retries, config.retry_timeout), (0, Duration::MAX));
         let capped_low = RetryPolicy { max_backoff: Duration::from_millis(1), ..policy };
         assert_eq!(retry_config(&capped_low).backoff.max_backoff, FIRST_RETRY_WAIT);
-        let no_wait = RetryPolicy { backoff: Duration::ZERO, max_backoff: Duration::ZERO, ..policy };
+        let no_wait =
+            RetryPolicy { backoff: Duration::ZERO, max_backoff: Duration::ZERO, ..policy };
         assert_eq!(retry_config(&no_wait).backoff.init_backoff, MIN_BACKOFF);
-        assert_eq!(CloudOptions::default().retry().max_retries, RetryPolicy::default().attempts as usize - 1);
+        assert_eq!(
+            CloudOptions::default().retry().max_retries,
+            RetryPolicy::default().attempts as usize - 1
+        );
     }
 
     #[test]
@@ -458,6 +487,9 @@ mod tests {
         assert_eq!(err.store_kind(), Some(StoreErrorKind::NotFound));
         let e = object_store::Error::Precondition { path: "p".into(), source: "etag".into() };
         assert_eq!(store_error("gs://b/p", None, e).store_kind(), Some(StoreErrorKind::Changed));
-        assert!(err.to_string().contains("gs://b/p") && err.to_string().contains("bytes 5-14"), "{err}");
+        assert!(
+            err.to_string().contains("gs://b/p") && err.to_string().contains("bytes 5-14"),
+            "{err}"
+        );
     }
 }

@@ -106,7 +106,10 @@ pub struct HttpSource {
 
 impl std::fmt::Debug for HttpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpSource").field("name", &self.ranged.name()).field("len", &self.ranged.len()).finish()
+        f.debug_struct("HttpSource")
+            .field("name", &self.ranged.name())
+            .field("len", &self.ranged.len())
+            .finish()
     }
 }
 
@@ -144,14 +147,24 @@ impl HttpSource {
     /// carries a signature that must not end up in logs).
     pub fn open_named(url: &str, name: &str, options: HttpOptions) -> Result<Self> {
         let secure = url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
-        let trust = options.tls.resolve_for(Service::Http, secure, &crate::store::tls::process_env)?;
+        let trust =
+            options.tls.resolve_for(Service::Http, secure, &crate::store::tls::process_env)?;
         Self::open_trusted(url, name, options, trust)
     }
 
     /// [`open_named`](Self::open_named) with the TLS trust already resolved.
-    pub(crate) fn open_trusted(url: &str, name: &str, options: HttpOptions, trust: Trust) -> Result<Self> {
-        let wire =
-            wire::Wire::for_url(url, options.read_timeout, options.connect_timeout, options.authorization.as_ref());
+    pub(crate) fn open_trusted(
+        url: &str,
+        name: &str,
+        options: HttpOptions,
+        trust: Trust,
+    ) -> Result<Self> {
+        let wire = wire::Wire::for_url(
+            url,
+            options.read_timeout,
+            options.connect_timeout,
+            options.authorization.as_ref(),
+        );
         let (limits, retry, all) = (options.limits, options.retry, options.read_all);
         let client = client::HttpClient {
             agent: agent(&options, &trust),

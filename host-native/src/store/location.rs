@@ -106,7 +106,14 @@ impl fmt::Debug for RedisTarget {
 impl RedisTarget {
     /// A plain-text target without credentials.
     pub fn new(host: impl Into<String>, port: u16, prefix: impl Into<String>) -> Self {
-        Self { host: host.into(), port, prefix: prefix.into(), tls: false, username: None, password: None }
+        Self {
+            host: host.into(),
+            port,
+            prefix: prefix.into(),
+            tls: false,
+            username: None,
+            password: None,
+        }
     }
 
     /// Writes the URI with `scheme` (`redis` or `redis+cluster`; an `s` is
@@ -144,8 +151,8 @@ fn split_scheme(s: &str) -> Option<(String, &str)> {
     let (scheme, rest) = s.split_once("://")?;
     let mut bytes = scheme.bytes();
     let first = bytes.next()?;
-    let valid =
-        first.is_ascii_alphabetic() && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    let valid = first.is_ascii_alphabetic()
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
     valid.then(|| (scheme.to_ascii_lowercase(), rest))
 }
 
@@ -158,15 +165,19 @@ impl Location {
             }
             return Ok(Self::Local(PathBuf::from(s)));
         };
-        let bad = |expected: &str, why: &str| Error::Invalid(format!("{s}: not a {expected} URI: {why}"));
+        let bad =
+            |expected: &str, why: &str| Error::Invalid(format!("{s}: not a {expected} URI: {why}"));
         match scheme.as_str() {
             "file" => {
                 let url = url::Url::parse(s).map_err(|e| bad("file:///path", &e.to_string()))?;
-                let path = url.to_file_path().map_err(|()| bad("file:///path", "not a local absolute path"))?;
+                let path = url
+                    .to_file_path()
+                    .map_err(|()| bad("file:///path", "not a local absolute path"))?;
                 Ok(Self::Local(path))
             }
             "http" | "https" => {
-                let url = url::Url::parse(s).map_err(|e| bad("http(s)://host/path", &e.to_string()))?;
+                let url =
+                    url::Url::parse(s).map_err(|e| bad("http(s)://host/path", &e.to_string()))?;
                 // `url` reads `http:///x` as host `x`; a URL as written must name its host.
                 if url.host_str().is_none_or(str::is_empty) || rest.starts_with(['/', '?', '#']) {
                     return Err(bad("http(s)://host/path", "no host"));
@@ -177,26 +188,34 @@ impl Location {
                 Ok(Self::Http { url })
             }
             "s3" => {
-                let (bucket, key) = bucket_and_key(rest).ok_or_else(|| bad("s3://bucket/key", "no bucket or key"))?;
+                let (bucket, key) = bucket_and_key(rest)
+                    .ok_or_else(|| bad("s3://bucket/key", "no bucket or key"))?;
                 Ok(Self::S3 { bucket, key })
             }
             "gs" => {
-                let (bucket, object) =
-                    bucket_and_key(rest).ok_or_else(|| bad("gs://bucket/object", "no bucket or object"))?;
+                let (bucket, object) = bucket_and_key(rest)
+                    .ok_or_else(|| bad("gs://bucket/object", "no bucket or object"))?;
                 Ok(Self::Gcs { bucket, object })
             }
             "az" | "azure" => {
-                let (container, blob) =
-                    bucket_and_key(rest).ok_or_else(|| bad("az://container/blob", "no container or blob"))?;
+                let (container, blob) = bucket_and_key(rest)
+                    .ok_or_else(|| bad("az://container/blob", "no container or blob"))?;
                 Ok(Self::Azure { account: None, container, blob })
             }
             "abfs" | "abfss" => {
                 let expected = "abfs://container@account.dfs.core.windows.net/blob";
-                let (authority, blob) = bucket_and_key(rest).ok_or_else(|| bad(expected, "no blob"))?;
-                let (container, host) = authority.split_once('@').ok_or_else(|| bad(expected, "no container@"))?;
-                let account = host.split('.').next().filter(|a| !a.is_empty() && !container.is_empty());
+                let (authority, blob) =
+                    bucket_and_key(rest).ok_or_else(|| bad(expected, "no blob"))?;
+                let (container, host) =
+                    authority.split_once('@').ok_or_else(|| bad(expected, "no container@"))?;
+                let account =
+                    host.split('.').next().filter(|a| !a.is_empty() && !container.is_empty());
                 let account = account.ok_or_else(|| bad(expected, "no container or account"))?;
-                Ok(Self::Azure { account: Some(account.to_string()), container: container.to_string(), blob })
+                Ok(Self::Azure {
+                    account: Some(account.to_string()),
+                    container: container.to_string(),
+                    blob,
+                })
             }
             "redis" => Ok(Self::Redis(parse_redis(s, rest, false)?)),
             "rediss" => Ok(Self::Redis(parse_redis(s, rest, true)?)),
@@ -238,7 +257,9 @@ impl Location {
 /// `bucket/key` split at the first `/`; both non-empty.
 fn bucket_and_key(rest: &str) -> Option<(String, String)> {
     match rest.split_once('/') {
-        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Some((bucket.to_string(), key.to_string())),
+        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => {
+            Some((bucket.to_string(), key.to_string()))
+        }
         _ => None,
     }
 }
@@ -255,16 +276,19 @@ fn parse_redis(s: &str, rest: &str, tls: bool) -> Result<RedisTarget> {
         }
         _ => s.to_string(),
     };
-    let bad =
-        |why: &str| Error::Invalid(format!("{shown}: not a redis://[user[:password]@]host[:port]/prefix URI: {why}"));
+    let bad = |why: &str| {
+        Error::Invalid(format!(
+            "{shown}: not a redis://[user[:password]@]host[:port]/prefix URI: {why}"
+        ))
+    };
     if rest.contains(['?', '#']) {
         return Err(bad("a query or fragment is not allowed"));
     }
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     // The authority through `url`'s parser, for credentials, hosts, IPv6
     // brackets and ports.
-    let url =
-        url::Url::parse(&format!("redis://{authority}/")).map_err(|_| bad("a malformed host, port or credentials"))?;
+    let url = url::Url::parse(&format!("redis://{authority}/"))
+        .map_err(|_| bad("a malformed host, port or credentials"))?;
     let host = match url.host() {
         Some(url::Host::Ipv6(addr)) => addr.to_string(),
         Some(url::Host::Ipv4(addr)) => addr.to_string(),
@@ -329,8 +353,14 @@ mod tests {
 
     #[test]
     fn parses_every_scheme() {
-        assert_eq!(Location::parse("dir/f.tensors").unwrap(), Location::Local("dir/f.tensors".into()));
-        assert_eq!(Location::parse("file:///tmp/a%20b").unwrap(), Location::Local("/tmp/a b".into()));
+        assert_eq!(
+            Location::parse("dir/f.tensors").unwrap(),
+            Location::Local("dir/f.tensors".into())
+        );
+        assert_eq!(
+            Location::parse("file:///tmp/a%20b").unwrap(),
+            Location::Local("/tmp/a b".into())
+        );
         assert_eq!(
             Location::parse("HTTP://Host:8080/a?b=c").unwrap(),
             Location::Http { url: "http://Host:8080/a?b=c".into() }
@@ -339,15 +369,26 @@ mod tests {
             Location::parse("S3://bucket/dir/x y?#.tensors").unwrap(),
             Location::S3 { bucket: "bucket".into(), key: "dir/x y?#.tensors".into() }
         );
-        assert_eq!(Location::parse("gs://b/o").unwrap(), Location::Gcs { bucket: "b".into(), object: "o".into() });
+        assert_eq!(
+            Location::parse("gs://b/o").unwrap(),
+            Location::Gcs { bucket: "b".into(), object: "o".into() }
+        );
         assert_eq!(
             Location::parse("az://c/d/b").unwrap(),
             Location::Azure { account: None, container: "c".into(), blob: "d/b".into() }
         );
         let abfs = Location::parse("abfss://c@acct.dfs.core.windows.net/d/b").unwrap();
-        assert_eq!(abfs, Location::Azure { account: Some("acct".into()), container: "c".into(), blob: "d/b".into() });
+        assert_eq!(
+            abfs,
+            Location::Azure {
+                account: Some("acct".into()),
+                container: "c".into(),
+                blob: "d/b".into()
+            }
+        );
         assert_eq!(abfs.to_string(), "abfs://c@acct.dfs.core.windows.net/d/b");
-        for bad in ["", "s3://bucket", "s3:///k", "gs://b/", "http:///x", "abfs://c/b", "ftp://h/f"] {
+        for bad in ["", "s3://bucket", "s3:///k", "gs://b/", "http:///x", "abfs://c/b", "ftp://h/f"]
+        {
             assert!(Location::parse(bad).is_err(), "{bad}");
         }
         assert!(matches!(Location::parse("ftp://h/f"), Err(Error::Unsupported { .. })));
@@ -355,16 +396,27 @@ mod tests {
 
     #[test]
     fn parses_redis_uris_like_tensorizer() {
-        assert_eq!(redis("REDIS://LocalHost/models/llama:7b"), ("localhost".into(), 6379, "models/llama:7b".into()));
+        assert_eq!(
+            redis("REDIS://LocalHost/models/llama:7b"),
+            ("localhost".into(), 6379, "models/llama:7b".into())
+        );
         assert_eq!(redis("redis://10.0.0.1:7000//p"), ("10.0.0.1".into(), 7000, "p".into()));
         assert_eq!(redis("redis://[::1]:7001/p"), ("::1".into(), 7001, "p".into()));
-        assert_eq!(Location::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
+        assert_eq!(
+            Location::parse("redis://[::1]:7001/p").unwrap().to_string(),
+            "redis://[::1]:7001/p"
+        );
         assert_eq!(redis("redis://h:/p").1, 6379);
         let cluster = Location::parse("Redis+Cluster://H:7000/m:1").unwrap();
         assert_eq!(cluster, Location::RedisCluster(RedisTarget::new("h", 7000, "m:1")));
-        assert_eq!((cluster.to_string().as_str(), cluster.scheme()), ("redis+cluster://h:7000/m:1", "redis+cluster"));
+        assert_eq!(
+            (cluster.to_string().as_str(), cluster.scheme()),
+            ("redis+cluster://h:7000/m:1", "redis+cluster")
+        );
         // TLS and credentials (percent-decoded), never shown.
-        let Location::RedisCluster(t) = Location::parse("rediss+cluster://app:p%40ss:w@h:7000/m").unwrap() else {
+        let Location::RedisCluster(t) =
+            Location::parse("rediss+cluster://app:p%40ss:w@h:7000/m").unwrap()
+        else {
             panic!("not a cluster")
         };
         assert!(t.tls);
@@ -372,7 +424,9 @@ mod tests {
         let shown = Location::RedisCluster(t.clone()).to_string();
         assert_eq!(shown, "rediss+cluster://app:***@h:7000/m");
         assert!(!format!("{t:?}").contains("p@ss"));
-        let Location::Redis(t) = Location::parse("rediss://:secret@h/p").unwrap() else { panic!("not redis") };
+        let Location::Redis(t) = Location::parse("rediss://:secret@h/p").unwrap() else {
+            panic!("not redis")
+        };
         assert_eq!((t.tls, t.username, t.password.as_deref()), (true, None, Some("secret")));
         let err = Location::parse("redis://u:secret@h").unwrap_err().to_string();
         assert!(!err.contains("secret") && err.contains("u:***@h"), "{err}");

@@ -32,7 +32,9 @@ use std::time::Instant;
 
 use crate::error::{Result, StoreErrorKind};
 use crate::source::{TransferLimits, check_range};
-use crate::store::retry::{Attempt, Pace, RESUMABLE_PROGRESS, RetryPolicy, Target, deadline, retry};
+use crate::store::retry::{
+    Attempt, Pace, RESUMABLE_PROGRESS, RetryPolicy, Target, deadline, retry,
+};
 pub(crate) use transport::{Ask, Head, Response, Span, Transport, Validators, broken};
 
 /// Bytes fetched (and kept) by the opening request: the file header and
@@ -122,13 +124,16 @@ impl<T: Transport> Ranged<T> {
     fn opening(&self, all: bool, until: Option<Instant>) -> Attempt<Opened<T::Body>> {
         let span = Span { name: &self.name, start: 0, len: PREFIX };
         let pace = Pace::new(&self.limits, until);
-        let Response { head, mut body } = match self.transport.get(Ask::Opening { all }, &span, pace) {
-            Attempt::Ok(response) => response,
-            Attempt::Retry(e) | Attempt::Resumable(e) => return Attempt::Retry(e),
-            Attempt::Final(e) => return Attempt::Final(e),
-        };
+        let Response { head, mut body } =
+            match self.transport.get(Ask::Opening { all }, &span, pace) {
+                Attempt::Ok(response) => response,
+                Attempt::Retry(e) | Attempt::Resumable(e) => return Attempt::Retry(e),
+                Attempt::Final(e) => return Attempt::Final(e),
+            };
         let Some((range, len)) = head.range else {
-            return Attempt::Final(span.io(io::ErrorKind::Other, "missing or invalid Content-Range"));
+            return Attempt::Final(
+                span.io(io::ErrorKind::Other, "missing or invalid Content-Range"),
+            );
         };
         if range.start != 0 || range.end > len || (!all && range.end > PREFIX) {
             let why = format!("the {} returned a different range", T::WHO);
@@ -155,7 +160,8 @@ impl<T: Transport> Ranged<T> {
             return Ok(());
         }
         check_range(&self.name, self.len, offset, usize::try_from(total).unwrap_or(usize::MAX))?;
-        if let Some(cached) = usize::try_from(offset).ok().and_then(|start| self.prefix.get(start..))
+        if let Some(cached) =
+            usize::try_from(offset).ok().and_then(|start| self.prefix.get(start..))
             && cached.len() as u64 >= total
         {
             copy_into(bufs, 0, cached);
@@ -251,7 +257,9 @@ impl<T: Transport> Ranged<T> {
     /// object replaced by one of the same size and date, from a store that
     /// gives no ETag, goes unnoticed: only stored hashes catch it).
     fn changed(&self, head: &Head) -> Option<String> {
-        let shown = |v: Option<&String>| v.map_or_else(|| "none".to_string(), |v| format!("{:?}", shorten(v)));
+        let shown = |v: Option<&String>| {
+            v.map_or_else(|| "none".to_string(), |v| format!("{:?}", shorten(v)))
+        };
         let (was, now) = (&self.validators, &head.validators);
         if let Some(expected) = &was.etag
             && now.etag.as_ref() != Some(expected)

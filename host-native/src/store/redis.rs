@@ -261,7 +261,9 @@ impl RedisSource {
         };
         let until = deadline(&options.limits);
         let (found, generation) =
-            retry(&options.retry, Target { location: uri, range: None }, || this.attempt(0, 0, this.list_keys(until)))?;
+            retry(&options.retry, Target { location: uri, range: None }, || {
+                this.attempt(0, 0, this.list_keys(until))
+            })?;
         let (keys, len) = tile(uri, &this.addr.prefix, found)?;
         this.keys = keys;
         this.len = len;
@@ -285,9 +287,12 @@ impl RedisSource {
                     pool.clear();
                 }
                 let error = match &f {
-                    Fault::Changed(why) => {
-                        Error::store(&self.uri, Some(offset..offset + len.max(1)), StoreErrorKind::Changed, why)
-                    }
+                    Fault::Changed(why) => Error::store(
+                        &self.uri,
+                        Some(offset..offset + len.max(1)),
+                        StoreErrorKind::Changed,
+                        why,
+                    ),
                     _ => fault_error(&self.uri, offset, len, f.kind(), &f),
                 };
                 if f.is_transient() { Attempt::Retry(error) } else { Attempt::Final(error) }
@@ -302,7 +307,13 @@ impl RedisSource {
             Some(c) => c,
             None => {
                 let o = &self.options;
-                Conn::connect(&self.addr.host, self.addr.port, o.connect_timeout, o.io_timeout, &self.access)?
+                Conn::connect(
+                    &self.addr.host,
+                    self.addr.port,
+                    o.connect_timeout,
+                    o.io_timeout,
+                    &self.access,
+                )?
             }
         };
         conn.pace(Pace::new(&self.options.limits, until))?;
@@ -335,7 +346,9 @@ impl RedisSource {
             }
             before = after;
         }
-        Err(Fault::Changed(format!("the file was replaced {LIST_TRIES} times while its keys were listed")))
+        Err(Fault::Changed(format!(
+            "the file was replaced {LIST_TRIES} times while its keys were listed"
+        )))
     }
 
     fn list_once(&self, conn: &mut Conn) -> Result<Vec<RedisKey>, Fault> {
@@ -352,8 +365,15 @@ impl RedisSource {
             for k in batch.iter_mut() {
                 match conn.reply() {
                     Ok(Reply::Int(n)) if n >= 0 => k.len = n as u64,
-                    Ok(other) => return Err(Fault::Protocol(format!("STRLEN {} answered {other:?}", k.display()))),
-                    Err(Fault::Server(m)) => return Err(Fault::Server(format!("{m} (key {})", k.display()))),
+                    Ok(other) => {
+                        return Err(Fault::Protocol(format!(
+                            "STRLEN {} answered {other:?}",
+                            k.display()
+                        )));
+                    }
+                    Err(Fault::Server(m)) => {
+                        return Err(Fault::Server(format!("{m} (key {})", k.display())));
+                    }
                     Err(f) => return Err(f),
                 }
             }
@@ -367,7 +387,13 @@ impl RedisSource {
     /// end: the marker must not have changed since the source was opened,
     /// and the bytes before each matching marker count as done, so
     /// progress survives failures.
-    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize, until: Option<Instant>) -> Result<(), Fault> {
+    fn fetch(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        done: &mut usize,
+        until: Option<Instant>,
+    ) -> Result<(), Fault> {
         /// One pipelined command: a range of a key, or the marker check.
         enum Step {
             Range { key: usize, within: u64, n: usize },
@@ -380,14 +406,21 @@ impl RedisSource {
             let mut steps: Vec<Step> = Vec::new();
             let mut planned = *done;
             let mut unchecked = 0usize;
-            let mut k = self.keys.partition_point(|k| k.offset <= offset + planned as u64).saturating_sub(1);
+            let mut k = self
+                .keys
+                .partition_point(|k| k.offset <= offset + planned as u64)
+                .saturating_sub(1);
             while planned < buf.len() && steps.len() < PIPELINE {
                 let Some(key) = self.keys.get(k) else {
-                    return Err(Fault::Protocol(format!("no key holds byte {}", offset + planned as u64)));
+                    return Err(Fault::Protocol(format!(
+                        "no key holds byte {}",
+                        offset + planned as u64
+                    )));
                 };
                 let at = offset + planned as u64;
                 let within = at - key.offset;
-                let n = (key.len - within).min(MAX_GETRANGE).min((buf.len() - planned) as u64) as usize;
+                let n =
+                    (key.len - within).min(MAX_GETRANGE).min((buf.len() - planned) as u64) as usize;
                 conn.command(&[
                     b"GETRANGE",
                     &key.name,
@@ -432,7 +465,9 @@ impl RedisSource {
                         let now = read_generation(&mut conn)?;
                         if now != self.generation {
                             let show = |g: &Option<Vec<u8>>| {
-                                g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned())
+                                g.as_ref().map_or("none".into(), |g| {
+                                    String::from_utf8_lossy(g).into_owned()
+                                })
                             };
                             return Err(Fault::Changed(format!(
                                 "the file changed during the read: it was replaced after the source was opened \
@@ -458,10 +493,17 @@ impl RangeSource for RedisSource {
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        read_resuming(&self.uri, self.len, &self.options, offset, buf, |buf, done, until, start, len| {
-            let result = self.fetch(offset, buf, done, until);
-            self.attempt(start, len, result)
-        })
+        read_resuming(
+            &self.uri,
+            self.len,
+            &self.options,
+            offset,
+            buf,
+            |buf, done, until, start, len| {
+                let result = self.fetch(offset, buf, done, until);
+                self.attempt(start, len, result)
+            },
+        )
     }
 
     fn name(&self) -> &str {
@@ -501,7 +543,13 @@ pub(super) fn read_resuming(
 }
 
 /// An error naming the URI and the byte range `offset..offset + len`.
-fn fault_error(uri: &str, offset: u64, len: u64, kind: io::ErrorKind, why: impl fmt::Display) -> Error {
+fn fault_error(
+    uri: &str,
+    offset: u64,
+    len: u64,
+    kind: io::ErrorKind,
+    why: impl fmt::Display,
+) -> Error {
     // `Error::Io` already names the first byte.
     let message = match len {
         0 => why.to_string(),
@@ -541,7 +589,9 @@ fn read_generation(conn: &mut Conn) -> Result<Option<Vec<u8>>, Fault> {
 /// `keys / COUNT × 7.4 + 1` calls; the budget doubles as margin for keys
 /// added meanwhile.
 fn scan_budget(keys: Option<u64>) -> u64 {
-    keys.map_or(MAX_SCAN_CALLS, |n| (n / SCAN_COUNT).saturating_mul(16).saturating_add(1024).min(MAX_SCAN_CALLS))
+    keys.map_or(MAX_SCAN_CALLS, |n| {
+        (n / SCAN_COUNT).saturating_mul(16).saturating_add(1024).min(MAX_SCAN_CALLS)
+    })
 }
 
 /// Every key name matching the URI's pattern, each once (`SCAN` may repeat
@@ -571,7 +621,8 @@ fn scan(conn: &mut Conn, addr: &RedisTarget) -> Result<Vec<Vec<u8>>, Fault> {
                  (its cursor never came back to 0)"
             )));
         }
-        let reply = conn.call(&[b"SCAN", &cursor, b"MATCH", &pattern, b"COUNT", count.as_bytes()])?;
+        let reply =
+            conn.call(&[b"SCAN", &cursor, b"MATCH", &pattern, b"COUNT", count.as_bytes()])?;
         let Reply::Array(Some(mut parts)) = reply else {
             return Err(Fault::Protocol(format!("SCAN answered {reply:?}")));
         };
@@ -610,7 +661,8 @@ fn scan(conn: &mut Conn, addr: &RedisTarget) -> Result<Vec<Vec<u8>>, Fault> {
 fn tile(uri: &str, prefix: &str, mut keys: Vec<RedisKey>) -> Result<(Vec<RedisKey>, u64)> {
     keys.retain(|k| k.len > 0);
     if keys.is_empty() {
-        let why = format!("no keys under the prefix (a file stored there has a key {prefix}:header:0)");
+        let why =
+            format!("no keys under the prefix (a file stored there has a key {prefix}:header:0)");
         return Err(Error::store(uri, None, StoreErrorKind::NotFound, why));
     }
     keys.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
@@ -630,10 +682,13 @@ fn tile(uri: &str, prefix: &str, mut keys: Vec<RedisKey>) -> Result<(Vec<RedisKe
                 k.offset
             )));
         }
-        end = k
-            .offset
-            .checked_add(k.len)
-            .ok_or_else(|| Error::Invalid(format!("{uri}: key {} at byte {} ends past 2^64", k.display(), k.offset)))?;
+        end = k.offset.checked_add(k.len).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{uri}: key {} at byte {} ends past 2^64",
+                k.display(),
+                k.offset
+            ))
+        })?;
     }
     Ok((keys, end))
 }
@@ -645,8 +700,14 @@ mod tests {
     #[test]
     fn parses_uris_through_location() {
         let u = RedisTarget::parse("REDIS://LocalHost/models/llama:7b").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.prefix.as_str()), ("localhost", 6379, "models/llama:7b"));
-        assert_eq!(RedisTarget::parse("redis://[::1]:7001/p").unwrap().to_string(), "redis://[::1]:7001/p");
+        assert_eq!(
+            (u.host.as_str(), u.port, u.prefix.as_str()),
+            ("localhost", 6379, "models/llama:7b")
+        );
+        assert_eq!(
+            RedisTarget::parse("redis://[::1]:7001/p").unwrap().to_string(),
+            "redis://[::1]:7001/p"
+        );
         for bad in ["redis://h", "http://h/p", "h/p"] {
             assert!(RedisTarget::parse(bad).is_err(), "{bad}");
         }
@@ -678,19 +739,31 @@ mod tests {
         let (keys, len) = tile(
             uri,
             "p",
-            vec![key("p:b:10", 10, 5), key("p:e:15", 15, 0), key("p:header:0", 0, 10), key("p:a:15", 15, 3)],
+            vec![
+                key("p:b:10", 10, 5),
+                key("p:e:15", 15, 0),
+                key("p:header:0", 0, 10),
+                key("p:a:15", 15, 3),
+            ],
         )
         .unwrap();
         assert_eq!(len, 18);
         assert_eq!(keys.iter().map(|k| k.offset).collect::<Vec<_>>(), [0, 10, 15]);
-        let gap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:12", 12, 3)]).unwrap_err().to_string();
+        let gap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:12", 12, 3)])
+            .unwrap_err()
+            .to_string();
         assert!(gap.contains(uri) && gap.contains("bytes 10..12"), "{gap}");
         let late = tile(uri, "p", vec![key("p:a:5", 5, 3)]).unwrap_err().to_string();
         assert!(late.contains("bytes 0..5"), "{late}");
-        let overlap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:8", 8, 3)]).unwrap_err().to_string();
+        let overlap = tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:8", 8, 3)])
+            .unwrap_err()
+            .to_string();
         assert!(overlap.contains("overlaps") && overlap.contains("byte 8"), "{overlap}");
         let none = tile(uri, "p", vec![key("p:a:0", 0, 0)]).unwrap_err().to_string();
         assert!(none.starts_with("redis://h/p: not found: no keys under the prefix"), "{none}");
-        assert!(tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:10", 10, u64::MAX - 5)]).is_err());
+        assert!(
+            tile(uri, "p", vec![key("p:header:0", 0, 10), key("p:a:10", 10, u64::MAX - 5)])
+                .is_err()
+        );
     }
 }

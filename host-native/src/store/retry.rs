@@ -85,19 +85,20 @@ impl RetryPolicy {
 
     pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> crate::error::Result<Self> {
         let mut policy = Self::default();
-        let bad = |name: &str, value: &str, what: &str| Error::Invalid(format!("{name}={value:?}: expected {what}"));
+        let bad = |name: &str, value: &str, what: &str| {
+            Error::Invalid(format!("{name}={value:?}: expected {what}"))
+        };
         if let Some(v) = var(RETRIES_VAR).filter(|v| !v.trim().is_empty()) {
-            policy.attempts = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n: &u32| *n >= 1)
-                .ok_or_else(|| bad(RETRIES_VAR, &v, "a whole number of attempts, at least 1"))?;
+            policy.attempts =
+                v.trim().parse().ok().filter(|n: &u32| *n >= 1).ok_or_else(|| {
+                    bad(RETRIES_VAR, &v, "a whole number of attempts, at least 1")
+                })?;
         }
         if let Some(v) = var(RETRY_GIVE_UP_VAR).filter(|v| !v.trim().is_empty()) {
-            let secs: f64 = v.trim().parse().map_err(|_| bad(RETRY_GIVE_UP_VAR, &v, "a number of seconds"))?;
-            let limit =
-                Duration::try_from_secs_f64(secs).map_err(|_| bad(RETRY_GIVE_UP_VAR, &v, "a number of seconds"))?;
+            let secs: f64 =
+                v.trim().parse().map_err(|_| bad(RETRY_GIVE_UP_VAR, &v, "a number of seconds"))?;
+            let limit = Duration::try_from_secs_f64(secs)
+                .map_err(|_| bad(RETRY_GIVE_UP_VAR, &v, "a number of seconds"))?;
             policy.give_up_after = (!limit.is_zero()).then_some(limit);
         }
         Ok(policy)
@@ -108,7 +109,10 @@ impl RetryPolicy {
     fn delay(&self, retry: u32) -> Duration {
         match retry {
             0 | 1 => Duration::ZERO,
-            n => self.backoff.saturating_mul(1u32.checked_shl(n - 2).unwrap_or(u32::MAX)).min(self.max_backoff),
+            n => self
+                .backoff
+                .saturating_mul(1u32.checked_shl(n - 2).unwrap_or(u32::MAX))
+                .min(self.max_backoff),
         }
     }
 }
@@ -227,7 +231,8 @@ fn jitter(d: Duration) -> Duration {
 fn seed() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         bytes = (nanos.as_nanos() as u64).to_le_bytes();
     }
     u64::from_le_bytes(bytes) | 1
@@ -290,7 +295,10 @@ impl Pace {
     /// No limits (a connection between requests).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn off() -> Self {
-        Self::new(&TransferLimits { min_rate: 0, deadline: None, ..TransferLimits::default() }, None)
+        Self::new(
+            &TransferLimits { min_rate: 0, deadline: None, ..TransferLimits::default() },
+            None,
+        )
     }
 
     /// The instant by which the read this request serves must end.
@@ -368,7 +376,10 @@ impl Pace {
                 self.window.as_secs_f64(),
                 crate::source::MIN_RATE_VAR,
             );
-            return Err(io::Error::new(io::ErrorKind::TimedOut, TooSlow { deadline: false, message }));
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                TooSlow { deadline: false, message },
+            ));
         }
         self.window_start = now;
         self.window_bytes = 0;
@@ -390,7 +401,9 @@ impl<R: Read> Read for Paced<R> {
                 self.pace.progress(n)?;
                 Ok(n)
             }
-            Err(e) if e.kind() != io::ErrorKind::Interrupted && self.pace.expired() => Err(self.pace.deadline_error()),
+            Err(e) if e.kind() != io::ErrorKind::Interrupted && self.pace.expired() => {
+                Err(self.pace.deadline_error())
+            }
             Err(e) => Err(e),
         }
     }
@@ -424,7 +437,11 @@ mod tests {
 
     #[test]
     fn attempts_run_out_into_a_typed_error() {
-        let policy = RetryPolicy { attempts: 3, backoff: Duration::from_millis(1), ..RetryPolicy::default() };
+        let policy = RetryPolicy {
+            attempts: 3,
+            backoff: Duration::from_millis(1),
+            ..RetryPolicy::default()
+        };
         let mut calls = 0;
         let err = retry::<()>(&policy, target(), || {
             calls += 1;
@@ -435,7 +452,9 @@ mod tests {
         assert_eq!(err.store_kind(), Some(StoreErrorKind::RetriesExhausted));
         let text = err.to_string();
         assert!(
-            text.starts_with("http://h/f (bytes 0-9): retries exhausted: gave up after 3 failed attempts"),
+            text.starts_with(
+                "http://h/f (bytes 0-9): retries exhausted: gave up after 3 failed attempts"
+            ),
             "{text}"
         );
         assert!(text.ends_with("the last: reset"), "{text}");
@@ -480,22 +499,38 @@ mod tests {
 
     #[test]
     fn a_trickle_trips_the_rate_and_a_steady_flow_does_not() {
-        let limits = TransferLimits { min_rate: 1000, rate_window: Duration::from_millis(100), deadline: None };
-        let mut slow = Paced { inner: Trickle(Duration::from_millis(5)), pace: Pace::new(&limits, None) };
+        let limits = TransferLimits {
+            min_rate: 1000,
+            rate_window: Duration::from_millis(100),
+            deadline: None,
+        };
+        let mut slow =
+            Paced { inner: Trickle(Duration::from_millis(5)), pace: Pace::new(&limits, None) };
         let started = Instant::now();
         let err = io::copy(&mut slow.by_ref().take(1000), &mut io::sink()).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert!(too_slow(&err).is_some_and(|t| !t.deadline) && err.to_string().contains("min_rate"), "{err}");
+        assert!(
+            too_slow(&err).is_some_and(|t| !t.deadline) && err.to_string().contains("min_rate"),
+            "{err}"
+        );
         // 1 byte per 1 ms is 1000 B/s on paper; ask for a tenth of that.
         let lenient = TransferLimits { min_rate: 100, ..limits };
-        let mut steady = Paced { inner: Trickle(Duration::from_millis(1)), pace: Pace::new(&lenient, None) };
+        let mut steady =
+            Paced { inner: Trickle(Duration::from_millis(1)), pace: Pace::new(&lenient, None) };
         assert_eq!(io::copy(&mut steady.by_ref().take(300), &mut io::sink()).unwrap(), 300);
         // The deadline is final and says so.
-        let strict = TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(30)), ..limits };
-        let mut late = Paced { inner: Trickle(Duration::from_millis(5)), pace: Pace::new(&strict, deadline(&strict)) };
+        let strict =
+            TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(30)), ..limits };
+        let mut late = Paced {
+            inner: Trickle(Duration::from_millis(5)),
+            pace: Pace::new(&strict, deadline(&strict)),
+        };
         let err = io::copy(&mut late.by_ref().take(1000), &mut io::sink()).unwrap_err();
-        assert!(too_slow(&err).is_some_and(|t| t.deadline) && err.to_string().contains("deadline"), "{err}");
+        assert!(
+            too_slow(&err).is_some_and(|t| t.deadline) && err.to_string().contains("deadline"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -504,11 +539,17 @@ mod tests {
             move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
         };
         assert_eq!(RetryPolicy::from_vars(vars(&[])).unwrap(), RetryPolicy::default());
-        let set = RetryPolicy::from_vars(vars(&[(RETRIES_VAR, "2"), (RETRY_GIVE_UP_VAR, "1.5")])).unwrap();
+        let set = RetryPolicy::from_vars(vars(&[(RETRIES_VAR, "2"), (RETRY_GIVE_UP_VAR, "1.5")]))
+            .unwrap();
         assert_eq!((set.attempts, set.give_up_after), (2, Some(Duration::from_millis(1500))));
-        assert_eq!(RetryPolicy::from_vars(vars(&[(RETRY_GIVE_UP_VAR, "0")])).unwrap().give_up_after, None);
+        assert_eq!(
+            RetryPolicy::from_vars(vars(&[(RETRY_GIVE_UP_VAR, "0")])).unwrap().give_up_after,
+            None
+        );
         for bad in [(RETRIES_VAR, "0"), (RETRIES_VAR, "many"), (RETRY_GIVE_UP_VAR, "-1")] {
-            let err = RetryPolicy::from_vars(move |n: &str| (n == bad.0).then(|| bad.1.to_string())).unwrap_err();
+            let err =
+                RetryPolicy::from_vars(move |n: &str| (n == bad.0).then(|| bad.1.to_string()))
+                    .unwrap_err();
             assert!(err.to_string().contains(bad.0), "{err}");
         }
     }

@@ -28,7 +28,9 @@ use rusty_s3::{Bucket, Credentials, S3Action};
 
 mod config;
 
-pub use config::{DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Cfg, S3Options, parse_s3_uri, parse_s3cfg};
+pub use config::{
+    DEFAULT_READ_ENDPOINT, DEFAULT_WRITE_ENDPOINT, S3Cfg, S3Options, parse_s3_uri, parse_s3cfg,
+};
 
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::store::http::{HttpSource, agent};
@@ -91,7 +93,10 @@ impl S3Object {
     /// A presigned GET URL for the object, valid for `expires` seconds from
     /// now (unsigned when no credentials are configured).
     pub fn presigned_get_url(&self, expires: u64) -> String {
-        self.bucket.get_object(self.credentials.as_ref(), &self.key).sign(Duration::from_secs(expires)).into()
+        self.bucket
+            .get_object(self.credentials.as_ref(), &self.key)
+            .sign(Duration::from_secs(expires))
+            .into()
     }
 
     /// The HTTP method and presigned URL of `call`.
@@ -100,13 +105,20 @@ impl S3Object {
         let (method, url) = match *call {
             Call::Put => ("PUT", bucket.put_object(creds, key).sign(PRESIGN_FOR)),
             Call::Head => ("HEAD", bucket.head_object(creds, key).sign(PRESIGN_FOR)),
-            Call::CreateMultipart => ("POST", bucket.create_multipart_upload(creds, key).sign(PRESIGN_FOR)),
+            Call::CreateMultipart => {
+                ("POST", bucket.create_multipart_upload(creds, key).sign(PRESIGN_FOR))
+            }
             Call::UploadPart { number, upload_id } => {
                 ("PUT", bucket.upload_part(creds, key, number, upload_id).sign(PRESIGN_FOR))
             }
             Call::CompleteMultipart { upload_id, etags } => {
                 let etags = etags.iter().map(String::as_str);
-                ("POST", bucket.complete_multipart_upload(creds, key, upload_id, etags).sign(PRESIGN_FOR))
+                (
+                    "POST",
+                    bucket
+                        .complete_multipart_upload(creds, key, upload_id, etags)
+                        .sign(PRESIGN_FOR),
+                )
             }
             Call::AbortMultipart { upload_id } => {
                 ("DELETE", bucket.abort_multipart_upload(creds, key, upload_id).sign(PRESIGN_FOR))
@@ -126,7 +138,11 @@ impl S3Object {
     }
 
     fn fail(&self, what: impl std::fmt::Display) -> Error {
-        Error::Io { file: self.uri.clone(), offset: 0, source: std::io::Error::other(what.to_string()) }
+        Error::Io {
+            file: self.uri.clone(),
+            offset: 0,
+            source: std::io::Error::other(what.to_string()),
+        }
     }
 
     /// Uploads the local file at `path` to this object. Nothing is visible
@@ -139,11 +155,13 @@ impl S3Object {
         let part = self.part_size(len);
         let agent = agent(&self.options.http, &self.trust);
         if len <= part {
-            let mut body = vec![0u8; usize::try_from(len).map_err(|_| self.fail("file too large"))?];
+            let mut body =
+                vec![0u8; usize::try_from(len).map_err(|_| self.fail("file too large"))?];
             file.read_exact_at(&mut body, 0).map_err(crate::error::io_err(&name, 0))?;
             return self.request(&agent, &Call::Put, &body, "upload").map(drop);
         }
-        let reply = self.request(&agent, &Call::CreateMultipart, &[], "start a multipart upload")?;
+        let reply =
+            self.request(&agent, &Call::CreateMultipart, &[], "start a multipart upload")?;
         let upload_id = from_xml::<CreateMultipartUploadReply>(&reply.body)
             .map(|r| r.upload_id)
             .filter(|id| !id.is_empty())
@@ -198,14 +216,24 @@ impl S3Object {
                                     agent,
                                     &Call::UploadPart { number, upload_id },
                                     &body,
-                                    &format!("upload part {number} (bytes {start}-{})", start + body.len() as u64 - 1),
+                                    &format!(
+                                        "upload part {number} (bytes {start}-{})",
+                                        start + body.len() as u64 - 1
+                                    ),
                                 )
                             });
-                        match result.and_then(|r| r.etag.ok_or_else(|| self.fail(format!("part {number}: no ETag")))) {
-                            Ok(etag) => etags.lock().unwrap_or_else(|p| p.into_inner())[i as usize] = etag,
+                        match result.and_then(|r| {
+                            r.etag.ok_or_else(|| self.fail(format!("part {number}: no ETag")))
+                        }) {
+                            Ok(etag) => {
+                                etags.lock().unwrap_or_else(|p| p.into_inner())[i as usize] = etag
+                            }
                             Err(e) => {
                                 failed.store(true, Ordering::Relaxed);
-                                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                                first_error
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .get_or_insert(e);
                                 return;
                             }
                         }
@@ -231,7 +259,9 @@ impl S3Object {
                         Error::Io { source, .. } => source.to_string(),
                         other => other.to_string(),
                     };
-                    Err(self.fail(format!("{cause}; checked afterwards, the object is not the upload: {why}")))
+                    Err(self.fail(format!(
+                        "{cause}; checked afterwards, the object is not the upload: {why}"
+                    )))
                 }
             },
         }
@@ -241,10 +271,16 @@ impl S3Object {
     /// `etags`: a `HEAD` must show that size and the multipart ETag (MD5
     /// of the parts' binary MD5s, `-` and the part count). `Err` says why
     /// not.
-    fn check_completed(&self, agent: &ureq::Agent, len: u64, etags: &[String]) -> Result<(), String> {
-        let expected =
-            multipart_etag(etags).ok_or("the parts' ETags are not MD5s, so the upload cannot be recognised")?;
-        let head = self.request(agent, &Call::Head, &[], "check the object").map_err(|e| e.to_string())?;
+    fn check_completed(
+        &self,
+        agent: &ureq::Agent,
+        len: u64,
+        etags: &[String],
+    ) -> Result<(), String> {
+        let expected = multipart_etag(etags)
+            .ok_or("the parts' ETags are not MD5s, so the upload cannot be recognised")?;
+        let head =
+            self.request(agent, &Call::Head, &[], "check the object").map_err(|e| e.to_string())?;
         let etag = head.etag.as_deref().map(|t| t.trim_matches('"').to_ascii_lowercase());
         if head.len != Some(len) {
             return Err(format!(
@@ -253,7 +289,10 @@ impl S3Object {
             ));
         }
         if etag.as_deref() != Some(expected.as_str()) {
-            return Err(format!("its ETag is {}, not {expected}", etag.unwrap_or_else(|| "missing".into())));
+            return Err(format!(
+                "its ETag is {}, not {expected}",
+                etag.unwrap_or_else(|| "missing".into())
+            ));
         }
         Ok(())
     }
@@ -276,7 +315,13 @@ impl S3Object {
     /// One S3 call with retries on transient failures. S3 may answer 200
     /// with an `<Error>` body (CompleteMultipartUpload); that counts as a
     /// failure too.
-    fn request(&self, agent: &ureq::Agent, call: &Call<'_>, body: &[u8], what: &str) -> Result<Reply> {
+    fn request(
+        &self,
+        agent: &ureq::Agent,
+        call: &Call<'_>,
+        body: &[u8],
+        what: &str,
+    ) -> Result<Reply> {
         let http = &self.options.http;
         retry(&http.retry, Target { location: &self.uri, range: None }, || {
             let (method, url) = self.signed(call);
@@ -291,19 +336,27 @@ impl S3Object {
                 Err(e) => match self.trust.untrusted(&e) {
                     // Retrying cannot help, and the error keeps its type.
                     Some(untrusted) => {
-                        return Attempt::Final(Error::Io { file: self.uri.clone(), offset: 0, source: untrusted });
+                        return Attempt::Final(Error::Io {
+                            file: self.uri.clone(),
+                            offset: 0,
+                            source: untrusted,
+                        });
                     }
                     None => return Attempt::Retry(self.fail(format!("{what}: {e}"))),
                 },
             };
             let status = resp.status().as_u16();
-            let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let header = |name: &str| {
+                resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+            };
             let etag = header("etag");
             let len = header("content-length").and_then(|v| v.parse().ok());
             // Paced: a reply trickled byte by byte ends like a slow read.
             let mut body = resp.into_body();
-            let mut reply =
-                Paced { inner: body.with_config().limit(1 << 20).reader(), pace: Pace::new(&http.limits, None) };
+            let mut reply = Paced {
+                inner: body.with_config().limit(1 << 20).reader(),
+                pace: Pace::new(&http.limits, None),
+            };
             let mut text = String::new();
             if let Err(e) = reply.read_to_string(&mut text) {
                 return Attempt::Retry(self.fail(format!("{what}: reading the reply: {e}")));
@@ -320,7 +373,9 @@ impl S3Object {
                 }
             };
             match status {
-                200..=299 if !text.contains("<Error>") => Attempt::Ok(Reply { etag, len, body: text }),
+                200..=299 if !text.contains("<Error>") => {
+                    Attempt::Ok(Reply { etag, len, body: text })
+                }
                 200..=299 | 408 | 429 | 500..=599 => Attempt::Retry(error()),
                 _ => Attempt::Final(error()),
             }
@@ -332,10 +387,11 @@ impl S3Object {
 /// can act on it.
 fn store_error_kind(status: u16, code: &str) -> Option<StoreErrorKind> {
     match (status, code) {
-        (_, "NoSuchKey" | "NoSuchBucket" | "NoSuchUpload") | (404, _) => Some(StoreErrorKind::NotFound),
-        (_, "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "ExpiredToken") | (401 | 403, _) => {
-            Some(StoreErrorKind::PermissionDenied)
+        (_, "NoSuchKey" | "NoSuchBucket" | "NoSuchUpload") | (404, _) => {
+            Some(StoreErrorKind::NotFound)
         }
+        (_, "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "ExpiredToken")
+        | (401 | 403, _) => Some(StoreErrorKind::PermissionDenied),
         (412, _) | (_, "PreconditionFailed") => Some(StoreErrorKind::Changed),
         _ => None,
     }
@@ -410,7 +466,9 @@ mod tests {
             endpoint: Some("https://s3.amazonaws.com".into()),
             ..S3Options::default()
         };
-        let object = options.resolve_uri_with("s3://examplebucket/test.txt", false, &|_| None, None).unwrap();
+        let object = options
+            .resolve_uri_with("s3://examplebucket/test.txt", false, &|_| None, None)
+            .unwrap();
         let at = jiff::Timestamp::from_second(1_369_353_600).unwrap();
         let get = object.bucket.get_object(object.credentials.as_ref(), &object.key);
         let url = get.sign_with_time(Duration::from_secs(86_400), &at);
@@ -431,7 +489,8 @@ mod tests {
             ("AWS_SESSION_TOKEN", "tok/en"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
         ]);
-        let object = S3Options::default().resolve_uri_with("s3://b/dir/x y", false, &env, None).unwrap();
+        let object =
+            S3Options::default().resolve_uri_with("s3://b/dir/x y", false, &env, None).unwrap();
         let url = object.presigned_get_url(60);
         assert!(url.starts_with("http://127.0.0.1:9000/b/dir/x%20y?"), "{url}");
         assert!(url.contains("X-Amz-Security-Token=tok%2Fen"), "{url}");
@@ -439,12 +498,24 @@ mod tests {
         assert_eq!(method, "PUT");
         assert!(url.contains("partNumber=3") && url.contains("uploadId=u%201"), "{url}");
         let etags = ["\"a\"".to_string(), "\"b\"".to_string()];
-        let body = object.bucket.complete_multipart_upload(None, &object.key, "u", etags.iter().map(String::as_str));
+        let body = object.bucket.complete_multipart_upload(
+            None,
+            &object.key,
+            "u",
+            etags.iter().map(String::as_str),
+        );
         let xml = body.body();
         assert!(xml.starts_with("<CompleteMultipartUpload"), "{xml}");
-        assert!(xml.contains("<PartNumber>1</PartNumber>") && xml.contains("<PartNumber>2</PartNumber>"), "{xml}");
+        assert!(
+            xml.contains("<PartNumber>1</PartNumber>")
+                && xml.contains("<PartNumber>2</PartNumber>"),
+            "{xml}"
+        );
         for key in ["s3://b/a/../k", "s3://b/./k"] {
-            assert!(S3Options::default().resolve_uri_with(key, false, &env, None).is_err(), "{key}");
+            assert!(
+                S3Options::default().resolve_uri_with(key, false, &env, None).is_err(),
+                "{key}"
+            );
         }
     }
 
@@ -463,8 +534,10 @@ mod tests {
     #[test]
     fn multipart_etags_are_md5s_of_part_md5s() {
         // Two parts, "a" and "b": md5(md5("a") ‖ md5("b")), then the count.
-        let parts =
-            ["\"0cc175b9c0f1b6a831c399e269772661\"".to_string(), "92eb5ffee6ae2fec3ad71c777531578f".to_string()];
+        let parts = [
+            "\"0cc175b9c0f1b6a831c399e269772661\"".to_string(),
+            "92eb5ffee6ae2fec3ad71c777531578f".to_string(),
+        ];
         assert_eq!(multipart_etag(&parts).unwrap(), "96e024ba2074fe77e8e965ba43a704be-2");
         assert_eq!(multipart_etag(&["\"kms-opaque\"".to_string()]), None);
     }

@@ -207,7 +207,13 @@ impl fmt::Debug for Trust {
 pub fn env_vars(service: Service) -> &'static [&'static str] {
     match service {
         Service::Http => &["REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"],
-        Service::S3 => &["AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"],
+        Service::S3 => &[
+            "AWS_CA_BUNDLE",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+        ],
     }
 }
 
@@ -229,7 +235,11 @@ impl TlsOptions {
 
     /// [`resolve`](Self::resolve) with `env` standing in for the
     /// environment (unset and empty variables are `None`).
-    pub fn resolve_with(&self, service: Service, env: &dyn Fn(&str) -> Option<PathBuf>) -> Result<Trust, TlsError> {
+    pub fn resolve_with(
+        &self,
+        service: Service,
+        env: &dyn Fn(&str) -> Option<PathBuf>,
+    ) -> Result<Trust, TlsError> {
         let trust = |roots, description: String| Trust { roots, description, service };
         if self.insecure_skip_verify {
             return Ok(trust(Roots::Insecure, "nothing (verification disabled)".into()));
@@ -254,7 +264,11 @@ impl TlsOptions {
             let what: Vec<String> = named
                 .iter()
                 .map(|(p, o, d)| {
-                    format!("{} {} ({o})", if *d { "the CA directory" } else { "the CA bundle" }, p.display())
+                    format!(
+                        "{} {} ({o})",
+                        if *d { "the CA directory" } else { "the CA bundle" },
+                        p.display()
+                    )
                 })
                 .collect();
             return Ok(trust(Roots::Specific(Arc::new(certs)), what.join(" and ")));
@@ -262,7 +276,10 @@ impl TlsOptions {
         if self.default_roots == DefaultRoots::System
             && let Some((path, certs)) = system_bundle()
         {
-            return Ok(trust(Roots::Specific(certs.clone()), format!("the system's CA bundle {}", path.display())));
+            return Ok(trust(
+                Roots::Specific(certs.clone()),
+                format!("the system's CA bundle {}", path.display()),
+            ));
         }
         Ok(trust(Roots::WebPki, "Mozilla's root certificates (webpki-roots)".into()))
     }
@@ -297,7 +314,10 @@ pub(crate) fn process_env(name: &str) -> Option<PathBuf> {
 
 /// The CA paths named by the first of `service`'s variables that is set
 /// (`SSL_CERT_FILE` and `SSL_CERT_DIR` count as one).
-fn from_env(service: Service, env: &dyn Fn(&str) -> Option<PathBuf>) -> Vec<(PathBuf, CaOrigin, bool)> {
+fn from_env(
+    service: Service,
+    env: &dyn Fn(&str) -> Option<PathBuf>,
+) -> Vec<(PathBuf, CaOrigin, bool)> {
     for &var in env_vars(service) {
         if var.starts_with("SSL_CERT_") {
             break;
@@ -320,7 +340,8 @@ fn from_env(service: Service, env: &dyn Fn(&str) -> Option<PathBuf>) -> Vec<(Pat
 
 /// The certificates of the PEM file at `path`.
 fn load_file(path: &Path, origin: &CaOrigin) -> Result<Vec<Certificate<'static>>, TlsError> {
-    let unreadable = |source| TlsError::Unreadable { path: path.to_path_buf(), origin: origin.clone(), source };
+    let unreadable =
+        |source| TlsError::Unreadable { path: path.to_path_buf(), origin: origin.clone(), source };
     let len = std::fs::metadata(path).map_err(unreadable)?.len();
     if len > MAX_CA_FILE {
         return Err(unreadable(io::Error::new(
@@ -343,12 +364,15 @@ fn load_file(path: &Path, origin: &CaOrigin) -> Result<Vec<Certificate<'static>>
 /// The certificates of the files in the directory `path` (not recursive;
 /// files that are not PEM certificates are skipped, as OpenSSL does).
 fn load_dir(path: &Path, origin: &CaOrigin) -> Result<Vec<Certificate<'static>>, TlsError> {
-    let unreadable = |source| TlsError::Unreadable { path: path.to_path_buf(), origin: origin.clone(), source };
+    let unreadable =
+        |source| TlsError::Unreadable { path: path.to_path_buf(), origin: origin.clone(), source };
     let mut certs = Vec::new();
     for entry in std::fs::read_dir(path).map_err(unreadable)?.take(MAX_DIR_FILES) {
         let file = entry.map_err(unreadable)?.path();
         let small = std::fs::metadata(&file).is_ok_and(|m| m.is_file() && m.len() <= MAX_CA_FILE);
-        if let Some(found) = small.then(|| std::fs::read(&file).ok()).flatten().and_then(|b| parse(&b).ok()) {
+        if let Some(found) =
+            small.then(|| std::fs::read(&file).ok()).flatten().and_then(|b| parse(&b).ok())
+        {
             certs.extend(found);
         }
     }
@@ -487,7 +511,12 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -496,7 +525,12 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
@@ -528,12 +562,19 @@ mod tests {
             ("SSL_CERT_DIR", "/d1:/d2"),
         ]);
         let first = |service, env: &dyn Fn(&str) -> Option<PathBuf>| from_env(service, env);
-        assert_eq!(first(Service::S3, &all), vec![(PathBuf::from("/aws"), CaOrigin::Env("AWS_CA_BUNDLE"), false)]);
+        assert_eq!(
+            first(Service::S3, &all),
+            vec![(PathBuf::from("/aws"), CaOrigin::Env("AWS_CA_BUNDLE"), false)]
+        );
         assert_eq!(
             first(Service::Http, &all),
             vec![(PathBuf::from("/requests"), CaOrigin::Env("REQUESTS_CA_BUNDLE"), false)]
         );
-        let curl = env_of(&[("AWS_CA_BUNDLE", "/aws"), ("CURL_CA_BUNDLE", "/curl"), ("SSL_CERT_FILE", "/f")]);
+        let curl = env_of(&[
+            ("AWS_CA_BUNDLE", "/aws"),
+            ("CURL_CA_BUNDLE", "/curl"),
+            ("SSL_CERT_FILE", "/f"),
+        ]);
         assert_eq!(first(Service::Http, &curl)[0].0, PathBuf::from("/curl"));
         let openssl = env_of(&[("SSL_CERT_FILE", "/file"), ("SSL_CERT_DIR", "/d1:/d2")]);
         let got = first(Service::Http, &openssl);
@@ -552,12 +593,22 @@ mod tests {
         let err = TlsOptions::ca_file("/nope.pem").resolve_with(Service::Http, &env).unwrap_err();
         assert!(matches!(&err, TlsError::Unreadable { origin: CaOrigin::Options, .. }), "{err}");
         let err = TlsOptions::default().resolve_with(Service::Http, &env).unwrap_err();
-        assert!(matches!(&err, TlsError::Unreadable { origin: CaOrigin::Env("SSL_CERT_FILE"), .. }), "{err}");
-        assert!(err.to_string().contains("/does/not/exist.pem") && err.to_string().contains("SSL_CERT_FILE"));
+        assert!(
+            matches!(&err, TlsError::Unreadable { origin: CaOrigin::Env("SSL_CERT_FILE"), .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("/does/not/exist.pem")
+                && err.to_string().contains("SSL_CERT_FILE")
+        );
         // Plain http:// needs no CA: a bad path there is no error.
         assert!(TlsOptions::default().resolve_for(Service::Http, false, &env).is_ok());
         assert!(TlsOptions::default().resolve_for(Service::Http, true, &env).is_err());
-        let ignored = TlsOptions { from_env: false, default_roots: DefaultRoots::WebPki, ..TlsOptions::default() };
+        let ignored = TlsOptions {
+            from_env: false,
+            default_roots: DefaultRoots::WebPki,
+            ..TlsOptions::default()
+        };
         let trust = ignored.resolve_with(Service::Http, &env).unwrap();
         assert!(trust.description().contains("webpki"), "{}", trust.description());
     }
@@ -570,7 +621,8 @@ mod tests {
         let err = TlsOptions::ca_file(&text).resolve_with(Service::Http, &|_| None).unwrap_err();
         assert!(matches!(err, TlsError::NoCertificates { .. }), "{err}");
         let bad = dir.path().join("bad.pem");
-        std::fs::write(&bad, "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n").unwrap();
+        std::fs::write(&bad, "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n")
+            .unwrap();
         let err = TlsOptions::ca_file(&bad).resolve_with(Service::Http, &|_| None).unwrap_err();
         assert!(matches!(err, TlsError::BadPem { .. }), "{err}");
         let empty = TlsOptions { ca_dirs: vec![dir.path().into()], ..TlsOptions::default() };

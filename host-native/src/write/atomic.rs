@@ -40,7 +40,8 @@ impl AtomicFile {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let file_name =
+            target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{file_name}."))
             .suffix(".tmp")
@@ -76,7 +77,9 @@ impl AtomicFile {
     pub fn commit(self) -> Result<()> {
         let name = self.name;
         self.tmp.as_file().sync_all().map_err(file_err(&name))?;
-        self.tmp.persist(&self.target).map_err(|e| Error::File { file: name.clone(), source: e.error })?;
+        self.tmp
+            .persist(&self.target)
+            .map_err(|e| Error::File { file: name.clone(), source: e.error })?;
         if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty())
             && let Ok(d) = File::open(dir)
         {
@@ -110,7 +113,9 @@ fn resolve_symlinks(path: &Path) -> std::io::Result<PathBuf> {
 /// with `umask(2)` would have to change it, racing other threads).
 fn new_file_mode() -> u32 {
     let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
-        s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        s.lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
     });
     umask.map_or(FALLBACK_MODE, |u| 0o666 & !u)
 }

@@ -83,8 +83,9 @@ impl Batch<'_> {
             let header_end = p.header_offset + p.header.len() as u64;
             if p.header_offset < range.end && header_end > range.start {
                 let header = self.headers[i].get().map(Vec::as_slice);
-                let header =
-                    header.ok_or_else(|| Error::Invalid(format!("{}: tensor {i} was not hashed", owner.name)))?;
+                let header = header.ok_or_else(|| {
+                    Error::Invalid(format!("{}: tensor {i} was not hashed", owner.name))
+                })?;
                 parts.push((p.header_offset, header));
             }
             parts.push((p.data_offset, self.data[i]));
@@ -117,7 +118,12 @@ impl Batch<'_> {
     }
 
     /// Writes every block in `blocks` on up to `threads` threads.
-    pub(super) fn write_all(&self, owner: &FileWriter, blocks: Vec<Range<u64>>, threads: usize) -> Result<()> {
+    pub(super) fn write_all(
+        &self,
+        owner: &FileWriter,
+        blocks: Vec<Range<u64>>,
+        threads: usize,
+    ) -> Result<()> {
         for_each(threads, blocks, |range| self.write(owner, range))
     }
 }

@@ -19,7 +19,8 @@ fn atomic_child_writer() {
     let Ok(target) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let specs = vec![TensorSpec::state_dict("w", Dtype::from_element(ElementType::U8), vec![64 << 20])];
+    let specs =
+        vec![TensorSpec::state_dict("w", Dtype::from_element(ElementType::U8), vec![64 << 20])];
     let writer = FileWriter::create(&target, &specs, &WriteOptions::default()).unwrap();
     let mut sink = writer.tensor(0).unwrap();
     let piece = vec![0x5a; 1 << 20];
@@ -70,7 +71,9 @@ fn outputs_honour_the_umask_keep_modes_and_write_through_symlinks() {
     let input = crate::common::vectors_dir().join("v1_flat.tensors");
     let tzr = |umask: &str, args: &[&std::path::Path]| {
         let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg(format!("umask {umask}; exec \"$0\" \"$@\"")).arg(crate::common::tzr_bin());
+        cmd.arg("-c")
+            .arg(format!("umask {umask}; exec \"$0\" \"$@\""))
+            .arg(crate::common::tzr_bin());
         cmd.args(args);
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

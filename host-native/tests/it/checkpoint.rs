@@ -81,7 +81,12 @@ pub(crate) fn expected(ckpt: &Checkpoint<'_>) -> Vec<(usize, String, Vec<u8>)> {
     out
 }
 
-fn check_reader<S: RangeSource>(reader: &CheckpointReader<S>, ckpt: &Checkpoint<'_>, info: &Value, name: &str) {
+fn check_reader<S: RangeSource>(
+    reader: &CheckpointReader<S>,
+    ckpt: &Checkpoint<'_>,
+    info: &Value,
+    name: &str,
+) {
     assert_eq!(reader.state_dict(), &ckpt.state_dict, "{name}");
     assert_eq!(reader.byte_order(), ckpt.byte_order(), "{name}");
     assert_eq!(reader.entries().len(), info["entries"].as_array().unwrap().len(), "{name}");
@@ -219,11 +224,13 @@ fn state_dict_pickle(tensors: &[(String, u32)]) -> Vec<u8> {
 }
 
 fn big_checkpoint(tensors: usize, numel: u32) -> Vec<u8> {
-    let names: Vec<(String, u32)> = (0..tensors).map(|i| (format!("layer.{i}.weight"), numel)).collect();
+    let names: Vec<(String, u32)> =
+        (0..tensors).map(|i| (format!("layer.{i}.weight"), numel)).collect();
     let mut entries = vec![("big/data.pkl".to_string(), state_dict_pickle(&names))];
     entries.push(("big/byteorder".into(), b"little".to_vec()));
     for i in 0..tensors {
-        let data: Vec<u8> = (0..numel).flat_map(|k| ((k as f32) + i as f32).to_le_bytes()).collect();
+        let data: Vec<u8> =
+            (0..numel).flat_map(|k| ((k as f32) + i as f32).to_le_bytes()).collect();
         entries.push((format!("big/data/{i}"), data));
     }
     entries.push(("big/version".into(), b"3\n".to_vec()));
@@ -283,9 +290,14 @@ fn read_safetensors(path: &Path) -> Vec<(String, String, Vec<u64>, Vec<u8>)> {
         .into_iter()
         .filter(|(k, _)| k != "__metadata__")
         .map(|(k, v)| {
-            let o: Vec<usize> =
-                v["data_offsets"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
-            let shape = v["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+            let o: Vec<usize> = v["data_offsets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as usize)
+                .collect();
+            let shape =
+                v["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
             (k, v["dtype"].as_str().unwrap().to_string(), shape, data[o[0]..o[1]].to_vec())
         })
         .collect()
@@ -301,13 +313,21 @@ fn every_vector_converts_to_tensorizer_and_safetensors() {
         let reader = CheckpointReader::open(dir().join(&name)).unwrap();
         // Tensorizer, through the library and the CLI.
         let out = dir_out.path().join(format!("{name}.tensors"));
-        let done =
-            tensorizer_native::convert::checkpoint_to_tensorizer(&reader, &out, &WriteOptions::default(), |_| {})
-                .unwrap();
+        let done = tensorizer_native::convert::checkpoint_to_tensorizer(
+            &reader,
+            &out,
+            &WriteOptions::default(),
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(done.tensors, want.len(), "{name}");
         let skipped = ckpt.entries().len() - want.len();
         assert_eq!(done.skipped.len(), skipped, "{name}");
-        let back = Reader::<LocalFile>::open(&out, ReadOptions { verify_hash: true, ..Default::default() }).unwrap();
+        let back = Reader::<LocalFile>::open(
+            &out,
+            ReadOptions { verify_hash: true, ..Default::default() },
+        )
+        .unwrap();
         assert_eq!(back.entries().len(), want.len(), "{name}");
         for (k, (i, flat, data)) in want.iter().enumerate() {
             let e = &back.entries()[k];
@@ -322,17 +342,25 @@ fn every_vector_converts_to_tensorizer_and_safetensors() {
         let cli_out = dir_out.path().join(format!("{name}.cli.tensors"));
         let run = tzr(&["convert", s(&dir().join(&name)), s(&cli_out)]);
         assert!(run.status.success(), "{name}: {}", String::from_utf8_lossy(&run.stderr));
-        assert_eq!(std::fs::read(&cli_out).unwrap().len(), std::fs::read(&out).unwrap().len(), "{name}");
+        assert_eq!(
+            std::fs::read(&cli_out).unwrap().len(),
+            std::fs::read(&out).unwrap().len(),
+            "{name}"
+        );
         if skipped > 0 {
             assert!(String::from_utf8_lossy(&run.stderr).contains("not a tensor"), "{name}");
         }
         // safetensors: every dtype it can name.
         let st = dir_out.path().join(format!("{name}.safetensors"));
         let supported = want.iter().all(|(i, _, _)| {
-            tensorizer_native::convert::safetensors::safetensors_dtype(reader.tensor(*i).unwrap().dtype).is_some()
+            tensorizer_native::convert::safetensors::safetensors_dtype(
+                reader.tensor(*i).unwrap().dtype,
+            )
+            .is_some()
         });
         let result = tensorizer_native::convert::checkpoint_to_safetensors(&reader, &st, |_| {});
-        let run = tzr(&["convert", s(&dir().join(&name)), s(&dir_out.path().join("cli.safetensors"))]);
+        let run =
+            tzr(&["convert", s(&dir().join(&name)), s(&dir_out.path().join("cli.safetensors"))]);
         if !supported {
             let err = result.unwrap_err().to_string();
             assert!(err.contains("safetensors has no dtype"), "{err}");
@@ -380,9 +408,15 @@ fn hostile_vectors_fail_cleanly_with_exit_code_3() {
             let run = tzr(&args);
             let stderr = String::from_utf8_lossy(&run.stderr);
             assert_eq!(run.status.code(), Some(3), "{args:?}: {stderr}");
-            assert!(stderr.starts_with("tzr: ") && !stderr.contains("panicked"), "{args:?}: {stderr}");
+            assert!(
+                stderr.starts_with("tzr: ") && !stderr.contains("panicked"),
+                "{args:?}: {stderr}"
+            );
         }
-        assert!(std::fs::read_dir(out.path()).unwrap().next().is_none(), "{name}: no output left behind");
+        assert!(
+            std::fs::read_dir(out.path()).unwrap().next().is_none(),
+            "{name}: no output left behind"
+        );
     }
     let legacy = tzr(&["inspect", s(&dir().join("hostile_legacy.pt"))]);
     assert!(String::from_utf8_lossy(&legacy.stderr).contains("weights_only=True"));
@@ -394,7 +428,12 @@ fn inspect_shows_views_and_storages() {
     let run = tzr(&["inspect", s(&file)]);
     assert!(run.status.success());
     let text = String::from_utf8(run.stdout).unwrap();
-    assert!(text.contains("torch.save checkpoint") && text.contains("transposed") && text.contains("[1, 6]"), "{text}");
+    assert!(
+        text.contains("torch.save checkpoint")
+            && text.contains("transposed")
+            && text.contains("[1, 6]"),
+        "{text}"
+    );
     let run = tzr(&["inspect", "--json", s(&file)]);
     let json: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(json["format"], "torch-checkpoint");
@@ -403,12 +442,14 @@ fn inspect_shows_views_and_storages() {
     assert_eq!(column["stride"], serde_json::json!([6]));
     assert_eq!(column["storage_offset"], 2);
     assert_eq!(column["contiguous"], false);
-    let tied: Vec<_> = rows.iter().filter(|r| r["name"].as_str().unwrap().starts_with("tied_")).collect();
+    let tied: Vec<_> =
+        rows.iter().filter(|r| r["name"].as_str().unwrap().starts_with("tied_")).collect();
     assert!(tied.iter().all(|r| r["storage"] == tied[0]["storage"]));
     // Nested values and non-tensor leaves.
     let run = tzr(&["inspect", "--json", s(&dir().join("nested.pt"))]);
     let json: Value = serde_json::from_slice(&run.stdout).unwrap();
-    let lr = json["tensors"].as_array().unwrap().iter().find(|r| r["name"] == "optimizer.lr").unwrap();
+    let lr =
+        json["tensors"].as_array().unwrap().iter().find(|r| r["name"] == "optimizer.lr").unwrap();
     assert_eq!((lr["kind"].as_str(), lr["value"].as_f64()), (Some("float"), Some(0.125)));
     // Verify: every zip entry.
     let run = tzr(&["verify", "--json", s(&dir().join("big_endian.pt"))]);
@@ -417,8 +458,12 @@ fn inspect_shows_views_and_storages() {
     assert_eq!(json["ok"], true);
     assert!(json["zip_entries"].as_u64().unwrap() >= 6);
     // --to must agree with the extension for tensorizer inputs.
-    let tensors = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors/v2_dtypes.tensors");
-    assert_eq!(tzr(&["convert", s(&tensors), "/tmp/unused.tensors", "--to", "safetensors"]).status.code(), Some(2));
+    let tensors =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors/v2_dtypes.tensors");
+    assert_eq!(
+        tzr(&["convert", s(&tensors), "/tmp/unused.tensors", "--to", "safetensors"]).status.code(),
+        Some(2)
+    );
 }
 
 /// A checkpoint of `views` float32 tensors, each `numel` elements expanded
@@ -487,15 +532,28 @@ fn expanded_views_cannot_blow_a_small_checkpoint_up_on_conversion() {
     let input = dir.path().join("small.pt");
     std::fs::write(&input, expanded_checkpoint(4, 1 << 18)).unwrap(); // 4 × 1 MiB
     let dst = dir.path().join("small.tensors");
-    let done = convert::convert(s(&input), &dst, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+    let done =
+        convert::convert(s(&input), &dst, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
     assert_eq!(done.bytes, 4 << 20);
     let tight = ConvertOptions { max_output_bytes: Some((4 << 20) - 1), ..Default::default() };
     let err = convert::convert(s(&input), &dst, &tight, |_, _| Ok(())).unwrap_err();
     assert!(err.to_string().contains("max_output_bytes"), "{err}");
     let exact = ConvertOptions { max_output_bytes: Some(4 << 20), ..Default::default() };
     convert::convert(s(&input), &dst, &exact, |_, _| Ok(())).unwrap();
-    let o = tzr(&["convert", "--max-output-bytes", "1048576", s(&input), s(&dir.path().join("cli.tensors"))]);
+    let o = tzr(&[
+        "convert",
+        "--max-output-bytes",
+        "1048576",
+        s(&input),
+        s(&dir.path().join("cli.tensors")),
+    ]);
     assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-    let o = tzr(&["convert", "--max-output-bytes", "4194304", s(&input), s(&dir.path().join("cli.tensors"))]);
+    let o = tzr(&[
+        "convert",
+        "--max-output-bytes",
+        "4194304",
+        s(&input),
+        s(&dir.path().join("cli.tensors")),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

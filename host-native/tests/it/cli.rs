@@ -27,7 +27,10 @@ fn inspect_prints_a_table_and_json() {
     let out = tzr(&["inspect", "--json", path(&file)]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["data_version"], 2);
-    assert_eq!(json["tensors"].as_array().unwrap().len(), json["tensor_count"].as_u64().unwrap() as usize);
+    assert_eq!(
+        json["tensors"].as_array().unwrap().len(),
+        json["tensor_count"].as_u64().unwrap() as usize
+    );
     // Encrypted files can be inspected without a key.
     assert!(tzr(&["inspect", path(&vectors_dir().join("v3_enc_key.tensors"))]).status.success());
 }
@@ -40,17 +43,30 @@ fn verify_encrypt_decrypt_round_trip() {
     let enc = vectors_dir().join("v3_enc_key.tensors");
     assert_eq!(tzr(&["verify", path(&enc), "--key-file", path(&key)]).status.code(), Some(0));
     let pass = vectors_dir().join("v3_enc_pass.tensors");
-    assert_eq!(tzr(&["verify", path(&pass), "--passphrase-env", "TZR_TEST_PASS"]).status.code(), Some(0));
+    assert_eq!(
+        tzr(&["verify", path(&pass), "--passphrase-env", "TZR_TEST_PASS"]).status.code(),
+        Some(0)
+    );
 
     let plain = dir.path().join("plain.tensors");
-    assert_eq!(tzr(&["decrypt", path(&enc), path(&plain), "--key-file", path(&key)]).status.code(), Some(0));
+    assert_eq!(
+        tzr(&["decrypt", path(&enc), path(&plain), "--key-file", path(&key)]).status.code(),
+        Some(0)
+    );
     let out = tzr(&["verify", "--json", path(&plain)]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["ok"], true);
 
     let new_key = dir.path().join("new.key");
     let again = dir.path().join("again.tensors");
-    let out = tzr(&["encrypt", path(&plain), path(&again), "--generate-key", path(&new_key), "--tensorizer-layout"]);
+    let out = tzr(&[
+        "encrypt",
+        path(&plain),
+        path(&again),
+        "--generate-key",
+        path(&new_key),
+        "--tensorizer-layout",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(tzr(&["verify", path(&again), "--key-file", path(&new_key)]).status.code(), Some(0));
     // The wrong key is a verification failure (exit 1), not a crash.
@@ -115,14 +131,22 @@ fn bad_files_give_one_line_and_a_documented_exit_code() {
 /// them; tensorizer's format allows none): the freed bytes become padding,
 /// so every offset stays the same.
 fn file_without_hashes(dir: &Path) -> std::path::PathBuf {
-    use tensorizer_core::{Dtype, ElementType, File, TensorHeader, TensorSpec, WriterOptions, write};
+    use tensorizer_core::{
+        Dtype, ElementType, File, TensorHeader, TensorSpec, WriterOptions, write,
+    };
     let u8t = Dtype::from_element(ElementType::U8);
-    let specs = [TensorSpec::state_dict("bare", u8t.clone(), vec![3]), TensorSpec::state_dict("hashed", u8t, vec![2])];
-    let mut bytes = write::to_vec(&specs, &[&[1, 2, 3], &[4, 5]], &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let specs = [
+        TensorSpec::state_dict("bare", u8t.clone(), vec![3]),
+        TensorSpec::state_dict("hashed", u8t, vec![2]),
+    ];
+    let mut bytes =
+        write::to_vec(&specs, &[&[1, 2, 3], &[4, 5]], &WriterOptions::default(), None, || [0; 24])
+            .unwrap();
     let file = File::parse(&bytes).unwrap();
     let e = file.metadata.entries[0].clone();
     let range = e.header_offset as usize..e.data_offset as usize;
-    let (mut header, _) = TensorHeader::parse(&bytes[range.clone()], e.header_offset, false, false).unwrap();
+    let (mut header, _) =
+        TensorHeader::parse(&bytes[range.clone()], e.header_offset, false, false).unwrap();
     let full = header.unpadded_len().unwrap();
     header.hashes.clear();
     header.padding += full - header.unpadded_len().unwrap();
@@ -156,13 +180,17 @@ fn inspect_escapes_terminal_control_characters_in_names() {
     let dir = tempfile::tempdir().unwrap();
     let name = "evil\u{1b}]0;pwned\u{7}\u{1b}[2J\u{202e}txt";
     let spec = TensorSpec::state_dict(name, Dtype::from_element(ElementType::U8), vec![1]);
-    let bytes = write::to_vec(&[spec], &[&[1]], &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let bytes =
+        write::to_vec(&[spec], &[&[1]], &WriterOptions::default(), None, || [0; 24]).unwrap();
     let file = dir.path().join("evil.tensors");
     std::fs::write(&file, bytes).unwrap();
     let out = tzr(&["inspect", path(&file)]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'), "{text:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'),
+        "{text:?}"
+    );
     assert!(text.contains("evil\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{202e}txt"), "{text}");
     // JSON keeps the exact name (JSON escapes control characters itself).
     let out = tzr(&["inspect", "--json", path(&file)]);
@@ -198,8 +226,11 @@ fn output_that_cannot_be_written_is_a_failure() {
         (vec!["fingerprint", path(&flat)], 3),
         (vec!["diff", path(&flat), path(&list)], 2),
     ] {
-        let out =
-            Command::new(crate::common::tzr_bin()).args(&args).stdout(full.try_clone().unwrap()).output().unwrap();
+        let out = Command::new(crate::common::tzr_bin())
+            .args(&args)
+            .stdout(full.try_clone().unwrap())
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
         assert!(stderr.starts_with("tzr: could not write the output:"), "{args:?}: {stderr}");
@@ -209,7 +240,11 @@ fn output_that_cannot_be_written_is_a_failure() {
     // quietly, with SIGPIPE's conventional status.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = Command::new(crate::common::tzr_bin()).args(["inspect", path(&flat)]).stdout(writer).output().unwrap();
+    let out = Command::new(crate::common::tzr_bin())
+        .args(["inspect", path(&flat)])
+        .stdout(writer)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(141), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -22,7 +22,8 @@ fn stderr(out: &Output) -> String {
 /// A safetensors copy of a vector, made by `tzr convert`.
 fn safetensors_file(dir: &Path) -> PathBuf {
     let st = dir.join("m.safetensors");
-    let out = tzr(&["convert", "--quiet", path(&vectors_dir().join("v1_module.tensors")), path(&st)]);
+    let out =
+        tzr(&["convert", "--quiet", path(&vectors_dir().join("v1_module.tensors")), path(&st)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     st
 }
@@ -49,12 +50,23 @@ fn convert_writes_only_the_format_the_name_says() {
     }
     // A name without a known extension takes `--to`.
     let named = dir.path().join("b.weights");
-    assert_eq!(tzr(&["convert", "-q", path(&src), path(&named), "--to", "safetensors"]).status.code(), Some(0));
-    assert!(String::from_utf8(tzr(&["inspect", path(&named)]).stdout).unwrap().contains("safetensors"));
+    assert_eq!(
+        tzr(&["convert", "-q", path(&src), path(&named), "--to", "safetensors"]).status.code(),
+        Some(0)
+    );
+    assert!(
+        String::from_utf8(tzr(&["inspect", path(&named)]).stdout).unwrap().contains("safetensors")
+    );
     // encrypt and decrypt write tensorizer files: another format's name is refused.
     let key = dir.path().join("k.hex");
     std::fs::write(&key, TEST_KEY_HEX).unwrap();
-    let out = tzr(&["encrypt", path(&src), path(&dir.path().join("e.safetensors")), "--key-file", path(&key)]);
+    let out = tzr(&[
+        "encrypt",
+        path(&src),
+        path(&dir.path().join("e.safetensors")),
+        "--key-file",
+        path(&key),
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
@@ -77,7 +89,14 @@ fn writing_commands_end_with_one_summary_line() {
     let enc = dir.path().join("e.tensors");
     let out = tzr(&["encrypt", path(&src), path(&enc), "--key-file", path(&key)]);
     assert!(stderr(&out).starts_with("tzr: encrypted "), "{}", stderr(&out));
-    let out = tzr(&["decrypt", "--quiet", path(&enc), path(&dir.path().join("d.tensors")), "--key-file", path(&key)]);
+    let out = tzr(&[
+        "decrypt",
+        "--quiet",
+        path(&enc),
+        path(&dir.path().join("d.tensors")),
+        "--key-file",
+        path(&key),
+    ]);
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stderr.is_empty(), "--quiet: {}", stderr(&out));
     let out = tzr(&["copy", path(&src), path(&dir.path().join("c.tensors"))]);
@@ -91,9 +110,13 @@ fn inspect_and_verify_take_safetensors() {
     let out = tzr(&["inspect", path(&st)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(String::from_utf8(out.stdout).unwrap().contains("safetensors, "));
-    let json: serde_json::Value = serde_json::from_slice(&tzr(&["inspect", "--json", path(&st)]).stdout).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&tzr(&["inspect", "--json", path(&st)]).stdout).unwrap();
     assert_eq!(json["format"], "safetensors");
-    assert_eq!(json["tensors"].as_array().unwrap().len(), json["tensor_count"].as_u64().unwrap() as usize);
+    assert_eq!(
+        json["tensors"].as_array().unwrap().len(),
+        json["tensor_count"].as_u64().unwrap() as usize
+    );
     let out = tzr(&["verify", path(&st)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(String::from_utf8(out.stdout).unwrap().contains("no checksums"));
@@ -148,8 +171,9 @@ fn every_json_outcome_is_one_object_on_stdout() {
     ] {
         let out = tzr(&args);
         assert_ne!(out.status.code(), Some(0), "{args:?}");
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{args:?}: {e}: {:?}", String::from_utf8_lossy(&out.stdout)));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{args:?}: {e}: {:?}", String::from_utf8_lossy(&out.stdout))
+        });
         assert_eq!(json["ok"], false, "{args:?}");
         assert!(json["error"].as_str().is_some_and(|e| !e.is_empty()), "{args:?}");
         assert_eq!(json["exit_code"].as_i64(), out.status.code().map(i64::from), "{args:?}");

@@ -92,8 +92,10 @@ pub(crate) fn gcs() -> Option<(Server, CloudOptions)> {
 pub(crate) fn azurite() -> Option<(Server, CloudOptions)> {
     let env_bin = std::env::var("TZR_AZURITE").unwrap_or_default();
     let local = root().join("tests/cloud-servers/node_modules/.bin/azurite-blob");
-    let bin =
-        binary("azurite-blob (tests/cloud-servers.sh installs it)", &[env_bin.as_str(), &local.to_string_lossy()])?;
+    let bin = binary(
+        "azurite-blob (tests/cloud-servers.sh installs it)",
+        &[env_bin.as_str(), &local.to_string_lossy()],
+    )?;
     let python = python()?;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -153,8 +155,11 @@ impl Store {
 }
 
 fn load_all<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
-    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
-    reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect()).unwrap();
+    let mut bufs: Vec<Vec<u8>> =
+        reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+    reader
+        .load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect())
+        .unwrap();
     bufs
 }
 
@@ -163,7 +168,8 @@ fn vectors_round_trip(store: &Store) {
     for v in vectors().iter().filter(|v| !v.name().contains("long")) {
         let object = format!("vectors/{}", v.name());
         store.upload(&v.path, &object).unwrap();
-        let local = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
+        let local =
+            Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         let source = store.open(&object).unwrap();
         assert_eq!(source.name(), format!("{}://tzr/{object}", store.scheme));
         assert!(source.prefers_long_reads());
@@ -173,7 +179,9 @@ fn vectors_round_trip(store: &Store) {
         assert!(whole == bytes, "{}: the object is the file", v.name());
         for num_readers in [1, 4] {
             let source = store.open(&object).unwrap();
-            let remote = Reader::new(source, ReadOptions { key: v.key(), verify_hash: true, num_readers }).unwrap();
+            let remote =
+                Reader::new(source, ReadOptions { key: v.key(), verify_hash: true, num_readers })
+                    .unwrap();
             assert_eq!(load_all(&remote), load_all(&local), "{}", v.name());
         }
     }
@@ -185,7 +193,8 @@ fn multipart_and_abort(store: &Store) {
     let mut options = store.options.clone();
     options.part_size = MIN_PART_SIZE;
     let store = Store { scheme: store.scheme, options };
-    let data: Vec<u8> = (0..(13u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
+    let data: Vec<u8> =
+        (0..(13u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big");
     std::fs::write(&path, &data).unwrap();
@@ -194,7 +203,10 @@ fn multipart_and_abort(store: &Store) {
     assert_eq!(source.len(), data.len() as u64);
     let (mut a, mut b) = (vec![0u8; 3 << 20], vec![0u8; 5 << 20]);
     source.read_vectored_at(1 << 20, &mut [&mut a, &mut b]).unwrap();
-    assert!(a[..] == data[1 << 20..4 << 20] && b[..] == data[4 << 20..9 << 20], "one request fills both buffers");
+    assert!(
+        a[..] == data[1 << 20..4 << 20] && b[..] == data[4 << 20..9 << 20],
+        "one request fills both buffers"
+    );
     let err = source.read_exact_at(data.len() as u64 - 4, &mut [0u8; 8]).unwrap_err();
     assert!(err.to_string().contains(&format!("{}://tzr/big/blob", store.scheme)), "{err}");
 
@@ -213,7 +225,9 @@ fn multipart_and_abort(store: &Store) {
             Ok(n)
         }
     }
-    let err = store.upload_reader(&mut Failing { left: (MIN_PART_SIZE * 2) + 100 }, "big/failed").unwrap_err();
+    let err = store
+        .upload_reader(&mut Failing { left: (MIN_PART_SIZE * 2) + 100 }, "big/failed")
+        .unwrap_err();
     assert!(err.to_string().contains("the disk went away"), "{err}");
     let err = store.open("big/failed").err().expect("an aborted upload leaves no object");
     assert_eq!(err.store_kind(), Some(StoreErrorKind::NotFound), "{err}");
@@ -374,7 +388,8 @@ fn serve(client: TcpStream, answer: &Answer) {
 }
 
 fn vars(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> + use<> {
-    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let map: HashMap<String, String> =
+        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     move |name: &str| map.get(name).cloned()
 }
 
@@ -402,7 +417,10 @@ fn imds() -> Stand {
 fn aws_chain_reads_instance_metadata_v2() {
     let server = imds();
     let home = tempfile::tempdir().unwrap();
-    let var = vars(&[("HOME", home.path().display().to_string()), ("AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url())]);
+    let var = vars(&[
+        ("HOME", home.path().display().to_string()),
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url()),
+    ]);
     let found = cloud::aws_credential_chain_with(&var, None).unwrap().unwrap();
     assert_eq!(
         (found.key_id.as_str(), found.secret_key.as_str(), found.token.as_deref()),
@@ -410,17 +428,24 @@ fn aws_chain_reads_instance_metadata_v2() {
     );
     // A configured endpoint that does not answer is an error, not "no credentials".
     let closed = format!("http://127.0.0.1:{}", free_port());
-    let var = vars(&[("HOME", home.path().display().to_string()), ("AWS_EC2_METADATA_SERVICE_ENDPOINT", closed)]);
+    let var = vars(&[
+        ("HOME", home.path().display().to_string()),
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", closed),
+    ]);
     let err = cloud::aws_credential_chain_with(&var, None).unwrap_err().to_string();
     assert!(err.contains("instance metadata"), "{err}");
-    let var = vars(&[("HOME", home.path().display().to_string()), ("AWS_EC2_METADATA_DISABLED", "true".into())]);
+    let var = vars(&[
+        ("HOME", home.path().display().to_string()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]);
     assert_eq!(cloud::aws_credential_chain_with(&var, None).unwrap(), None);
 }
 
 #[test]
 fn aws_chain_reads_the_container_endpoint() {
-    let server = Stand::start(Arc::new(|method: &str, path: &str, headers: &HashMap<String, String>| {
-        match (method, path, headers.get("authorization").map(String::as_str)) {
+    let server = Stand::start(Arc::new(
+        |method: &str, path: &str, headers: &HashMap<String, String>| {
+            match (method, path, headers.get("authorization").map(String::as_str)) {
             ("GET", "/v2/credentials/abc", Some("ecs-secret-token")) => (
                 200,
                 r#"{"AccessKeyId":"ECSKEY","SecretAccessKey":"ecs-secret","Token":"ecs-token","Expiration":"2099-01-01T00:00:00Z"}"#.into(),
@@ -428,7 +453,8 @@ fn aws_chain_reads_the_container_endpoint() {
             ("GET", _, _) => (403, "no".into()),
             _ => (404, String::new()),
         }
-    }));
+        },
+    ));
     let home = tempfile::tempdir().unwrap();
     let token_file = home.path().join("token");
     std::fs::write(&token_file, "ecs-secret-token\n").unwrap();
@@ -457,7 +483,8 @@ fn aws_chain_prefers_profiles_to_the_container_and_metadata() {
         "[default]\naws_access_key_id = DEFAULTKEY\naws_secret_access_key = d\n\n[team]\naws_access_key_id = TEAMKEY\naws_secret_access_key = t\naws_session_token = tt\n",
     )
     .unwrap();
-    std::fs::write(home.path().join(".aws/config"), "[profile team]\nregion = eu-west-3\n").unwrap();
+    std::fs::write(home.path().join(".aws/config"), "[profile team]\nregion = eu-west-3\n")
+        .unwrap();
     let unreachable = format!("http://127.0.0.1:{}", free_port());
     let base = [
         ("HOME", home.path().display().to_string()),
@@ -474,8 +501,14 @@ fn aws_chain_prefers_profiles_to_the_container_and_metadata() {
     assert_eq!(profile.region.as_deref(), Some("eu-west-3"));
     // Environment keys come before every file.
     let mut env = team.clone();
-    env.extend([("AWS_ACCESS_KEY_ID", "ENVKEY".to_string()), ("AWS_SECRET_ACCESS_KEY", "e".to_string())]);
-    assert_eq!(cloud::aws_credential_chain_with(&vars(&env), None).unwrap().unwrap().key_id, "ENVKEY");
+    env.extend([
+        ("AWS_ACCESS_KEY_ID", "ENVKEY".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "e".to_string()),
+    ]);
+    assert_eq!(
+        cloud::aws_credential_chain_with(&vars(&env), None).unwrap().unwrap().key_id,
+        "ENVKEY"
+    );
 }
 
 /// `moto_server` on a loopback port (it answers STS too); stopped on drop.
@@ -506,8 +539,12 @@ fn aws_chain_exchanges_a_web_identity_token_at_sts() {
         ("AWS_ENDPOINT_URL_STS", format!("http://127.0.0.1:{}", moto.port)),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
     ];
-    let found = cloud::aws_credential_chain_with(&vars(&pairs), Some("us-east-1")).unwrap().unwrap();
-    assert!(!found.key_id.is_empty() && !found.secret_key.is_empty() && found.token.is_some(), "{found:?}");
+    let found =
+        cloud::aws_credential_chain_with(&vars(&pairs), Some("us-east-1")).unwrap().unwrap();
+    assert!(
+        !found.key_id.is_empty() && !found.secret_key.is_empty() && found.token.is_some(),
+        "{found:?}"
+    );
     // An unreadable token file is an error naming the variable.
     pairs[1].1 = home.path().join("missing").display().to_string();
     let err = cloud::aws_credential_chain_with(&vars(&pairs), None).unwrap_err().to_string();
@@ -570,23 +607,32 @@ fn real_model_through_every_store() {
         ),
         (
             Store { scheme: "az", options: az_options },
-            format!("http://127.0.0.1:{}/devstoreaccount1/tzr/model/minilm.tensors", az_server.port),
+            format!(
+                "http://127.0.0.1:{}/devstoreaccount1/tzr/model/minilm.tensors",
+                az_server.port
+            ),
         ),
     ];
     for (store, url) in &stores {
         let up = timed(|| store.upload(&model, "model/minilm.tensors").unwrap());
-        let mut line = format!("{}: {:.1} MB model: upload {up:.2} s", store.scheme, len as f64 / 1e6);
+        let mut line =
+            format!("{}: {:.1} MB model: upload {up:.2} s", store.scheme, len as f64 / 1e6);
         for num_readers in [1, 4] {
             let mut got = Vec::new();
             let secs = timed(|| {
                 let source = store.open("model/minilm.tensors").unwrap();
-                let remote =
-                    Reader::new(source, ReadOptions { verify_hash: true, num_readers, ..ReadOptions::default() })
-                        .unwrap();
+                let remote = Reader::new(
+                    source,
+                    ReadOptions { verify_hash: true, num_readers, ..ReadOptions::default() },
+                )
+                .unwrap();
                 got = load_all(&remote);
             });
             assert!(got == expected, "{}: the model read back differs", store.scheme);
-            line += &format!(", load ({num_readers} readers) {secs:.2} s = {:.0} MB/s", len as f64 / 1e6 / secs);
+            line += &format!(
+                ", load ({num_readers} readers) {secs:.2} s = {:.0} MB/s",
+                len as f64 / 1e6 / secs
+            );
         }
         if let Some(secs) = curl_seconds(url, len) {
             line += &format!(", curl GET {secs:.2} s = {:.0} MB/s", len as f64 / 1e6 / secs);

@@ -35,8 +35,11 @@ fn a_cold_file_loads_the_same_bytes_around_the_cache() {
         // 1.5 MiB + a few bytes: long enough to be read straight in.
         let n = (3 << 18) + i as usize * 3;
         let data: Vec<u8> = (0..n as u32).flat_map(|v| ((v ^ i) as u16).to_le_bytes()).collect();
-        let spec =
-            TensorSpec::state_dict(format!("w{i}").as_str(), Dtype::from_element(ElementType::BF16), vec![n as u64]);
+        let spec = TensorSpec::state_dict(
+            format!("w{i}").as_str(),
+            Dtype::from_element(ElementType::BF16),
+            vec![n as u64],
+        );
         tensors.push((spec, data));
         let small: Vec<u8> = (0..i + 1).map(|v| v as u8).collect();
         tensors.push((
@@ -53,11 +56,15 @@ fn a_cold_file_loads_the_same_bytes_around_the_cache() {
         let path = dir.path().join(format!("c{encrypted}.tensors"));
         let key = tensorizer_core::crypto::Key::from_bytes([9; 32]);
         let options = WriteOptions {
-            layout: WriterOptions { encryption: encrypted.then_some(None), ..WriterOptions::default() },
+            layout: WriterOptions {
+                encryption: encrypted.then_some(None),
+                ..WriterOptions::default()
+            },
             key: encrypted.then(|| key.clone()),
             num_writers: 2,
         };
-        let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+        let input: Vec<(TensorSpec, &[u8])> =
+            tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
         write_file(&path, &input, &options).unwrap();
         evict(&path);
         let read = ReadOptions {
@@ -109,7 +116,8 @@ fn a_cold_file_loads_the_same_bytes_around_the_cache() {
         std::fs::write(&path, &bytes).unwrap();
         evict(&path);
         let reader = Reader::open(&path, reader.options().clone()).unwrap();
-        let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+        let mut bufs: Vec<Vec<u8>> =
+            reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
         let jobs = bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
         assert!(reader.load_many(jobs).unwrap_err().to_string().contains("w0"));
     }

@@ -32,7 +32,8 @@ impl Vector {
 
 pub(crate) fn vectors() -> Vec<Vector> {
     let dir = vectors_dir();
-    let manifest: Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     manifest["vectors"]
         .as_array()
         .unwrap()
@@ -41,7 +42,8 @@ pub(crate) fn vectors() -> Vec<Vector> {
         .collect()
 }
 
-pub(crate) const TEST_KEY_HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+pub(crate) const TEST_KEY_HEX: &str =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 
 /// An unencrypted file of `specs` with every dtype string `from[i]`
 /// replaced by `to[i]` (same length) and its hashes recomputed: how tests
@@ -53,7 +55,8 @@ pub(crate) fn file_with_dtypes_patched(
     patches: &[(&[u8], &[u8])],
 ) -> Vec<u8> {
     use tensorizer_core::{WriterOptions, write};
-    let mut bytes = write::to_vec(specs, data, &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let mut bytes =
+        write::to_vec(specs, data, &WriterOptions::default(), None, || [0; 24]).unwrap();
     for (from, to) in patches {
         replace_all(&mut bytes, from, to);
     }
@@ -103,7 +106,11 @@ pub(crate) fn tzr_bin() -> PathBuf {
     // The test binary is target/<profile>/deps/it-<hash>; tzr is in target/<profile>.
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("tzr");
-    assert!(bin.is_file(), "{} is missing: build it with `cargo build -p tzr`, or set TZR_BIN", bin.display());
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p tzr`, or set TZR_BIN",
+        bin.display()
+    );
     bin
 }
 

@@ -11,7 +11,8 @@ fn vectors_survive_a_round_trip_through_safetensors() {
     let dir = tempfile::tempdir().unwrap();
     let mut converted = 0;
     for v in vectors() {
-        let reader = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
+        let reader =
+            Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         let st = dir.path().join(format!("{}.safetensors", v.name()));
         if tensorizer_to_safetensors(&reader, &st, |_| {}).is_err() {
             // Meta tensors, or dtypes safetensors lacks: refused, and nothing is left behind.
@@ -21,7 +22,9 @@ fn vectors_survive_a_round_trip_through_safetensors() {
         converted += 1;
         let back = dir.path().join(format!("{}.back.tensors", v.name()));
         safetensors_to_tensorizer(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
-        let again = Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+        let again =
+            Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() })
+                .unwrap();
         for (i, e) in reader.entries().iter().enumerate() {
             let j = again
                 .entries()
@@ -47,13 +50,20 @@ fn hostile_safetensors_headers_are_refused() {
         vec![1, 2, 3],
         u64::MAX.to_le_bytes().to_vec(),
         [&16u64.to_le_bytes()[..], b"{\"a\": 1}        "].concat(),
-        [&48u64.to_le_bytes()[..], br#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,99]}}"#.as_slice()].concat(),
+        [
+            &48u64.to_le_bytes()[..],
+            br#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,99]}}"#.as_slice(),
+        ]
+        .concat(),
     ];
     for (n, bytes) in cases.iter().enumerate() {
         let input = dir.path().join(format!("bad{n}.safetensors"));
         std::fs::write(&input, bytes).unwrap();
         let out = dir.path().join(format!("bad{n}.tensors"));
-        assert!(safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).is_err(), "case {n}");
+        assert!(
+            safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).is_err(),
+            "case {n}"
+        );
         assert!(!out.exists());
     }
 }
@@ -82,7 +92,8 @@ fn big_endian_tensors_are_swapped_into_safetensors() {
     // Back in tensorizer form the values are the same, stored little-endian.
     let back = dir.path().join("back.tensors");
     safetensors_to_tensorizer(&st, &back, &WriteOptions::default(), |_| {}).unwrap();
-    let again = Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+    let again =
+        Reader::open(&back, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
     assert_eq!(again.entries()[0].dtype.as_str(), "<f4");
     let mut out = vec![0; 12];
     again.load_into(0, &mut out).unwrap();
@@ -102,7 +113,8 @@ fn a_safetensors_header_with_a_repeated_name_is_refused() {
     let input = dir.path().join("dup.safetensors");
     std::fs::write(&input, safetensors_bytes(json, &[7, 9])).unwrap();
     let out = dir.path().join("dup.tensors");
-    let err = safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).unwrap_err();
+    let err =
+        safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).unwrap_err();
     assert!(err.to_string().contains("\"w\" appears more than once in the header"), "{err}");
     assert!(!out.exists());
 }
@@ -118,7 +130,8 @@ fn an_empty_tensor_listed_after_a_full_one_at_its_offset_is_read() {
     std::fs::write(&input, safetensors_bytes(json, &[7, 9])).unwrap();
     let out = dir.path().join("empty.tensors");
     safetensors_to_tensorizer(&input, &out, &WriteOptions::default(), |_| {}).unwrap();
-    let reader = Reader::open(&out, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+    let reader =
+        Reader::open(&out, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
     let names: Vec<String> = reader.entries().iter().map(|e| e.path.to_string()).collect();
     assert_eq!(names, ["b", "a"]);
 }
@@ -143,12 +156,16 @@ mod library {
     }
 
     fn threads(n: usize) -> ConvertOptions {
-        ConvertOptions { write: WriteOptions { num_writers: n, ..WriteOptions::default() }, ..Default::default() }
+        ConvertOptions {
+            write: WriteOptions { num_writers: n, ..WriteOptions::default() },
+            ..Default::default()
+        }
     }
 
     /// Every tensor of a tensorizer file, verified, by flat name.
     fn tensorizer_tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
-        let r = Reader::open(path, ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+        let r = Reader::open(path, ReadOptions { verify_hash: true, ..ReadOptions::default() })
+            .unwrap();
         (0..r.entries().len())
             .map(|i| {
                 let mut out = vec![0; r.entries()[i].nbytes() as usize];
@@ -161,7 +178,9 @@ mod library {
     #[test]
     fn checkpoints_convert_the_same_on_any_number_of_threads() {
         let dir = tempfile::tempdir().unwrap();
-        for name in ["views.pt", "big_endian.pt", "module.pt", "nested.pt", "params.pt", "dtypes.pt"] {
+        for name in
+            ["views.pt", "big_endian.pt", "module.pt", "nested.pt", "params.pt", "dtypes.pt"]
+        {
             let reader = CheckpointReader::open(torch(name)).unwrap();
             let mut want = Vec::new();
             for (i, e) in reader.entries().iter().enumerate() {
@@ -180,9 +199,19 @@ mod library {
             })
             .unwrap();
             convert::convert(s(&torch(name)), &four, &threads(4), |_, _| Ok(())).unwrap();
-            assert_eq!((done.from, done.to, done.tensors), (Format::TorchCheckpoint, Format::Tensorizer, want.len()));
-            assert_eq!(reports.last().copied(), Some((done.bytes, done.bytes)), "{name}: a final report");
-            assert!(std::fs::read(&one).unwrap() == std::fs::read(&four).unwrap(), "{name}: bytes depend on threads");
+            assert_eq!(
+                (done.from, done.to, done.tensors),
+                (Format::TorchCheckpoint, Format::Tensorizer, want.len())
+            );
+            assert_eq!(
+                reports.last().copied(),
+                Some((done.bytes, done.bytes)),
+                "{name}: a final report"
+            );
+            assert!(
+                std::fs::read(&one).unwrap() == std::fs::read(&four).unwrap(),
+                "{name}: bytes depend on threads"
+            );
             assert_eq!(tensorizer_tensors(&one), want, "{name}");
             // safetensors, where it can name every dtype; then back to tensorizer.
             let st = dir.path().join(format!("{name}.safetensors"));
@@ -212,24 +241,33 @@ mod library {
         std::fs::copy(torch("views.pt"), &pt).unwrap();
         // Output names do not lie: their extension names the format written.
         let tensors = dir.path().join("model.tensors");
-        let done = convert::convert(s(&pt), &tensors, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+        let done =
+            convert::convert(s(&pt), &tensors, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
         assert_eq!((done.from, done.to), (Format::TorchCheckpoint, Format::Tensorizer));
         let st = dir.path().join("model.weights");
         let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
         let done = convert::convert(s(&tensors), &st, &options, |_, _| Ok(())).unwrap();
         assert_eq!((done.from, done.to), (Format::Tensorizer, Format::Safetensors));
         let again = dir.path().join("again.tensors");
-        let done = convert::convert(s(&st), &again, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+        let done =
+            convert::convert(s(&st), &again, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
         assert_eq!((done.from, done.to), (Format::Safetensors, Format::Tensorizer));
         // Writing a checkpoint is refused, naming what can be written.
         let options = ConvertOptions { to: Some(Format::TorchCheckpoint), ..Default::default() };
-        let err = convert::convert(s(&st), &dir.path().join("x.pt"), &options, |_, _| Ok(())).unwrap_err();
+        let err = convert::convert(s(&st), &dir.path().join("x.pt"), &options, |_, _| Ok(()))
+            .unwrap_err();
         assert!(err.to_string().contains("cannot write torch.save checkpoints"), "{err}");
         // So is a name that says torch.save, or contradicts `to`.
-        let err = convert::convert(s(&st), &dir.path().join("x.pt"), &ConvertOptions::default(), |_, _| Ok(()));
+        let err = convert::convert(
+            s(&st),
+            &dir.path().join("x.pt"),
+            &ConvertOptions::default(),
+            |_, _| Ok(()),
+        );
         assert!(err.unwrap_err().to_string().contains("cannot write torch.save checkpoints"));
         let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
-        let err = convert::convert(s(&st), &dir.path().join("x.tensors"), &options, |_, _| Ok(())).unwrap_err();
+        let err = convert::convert(s(&st), &dir.path().join("x.tensors"), &options, |_, _| Ok(()))
+            .unwrap_err();
         assert!(err.to_string().contains("contradicts the name"), "{err}");
     }
 
@@ -256,10 +294,15 @@ mod library {
             std::fs::write(&input, padded_safetensors(n)).unwrap();
             assert_eq!(std::fs::read(&input).unwrap()[0], 0x80);
             let out = dir.path().join(format!("{name}.tensors"));
-            let done = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
+            let done = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(()))
+                .unwrap();
             assert_eq!((done.from, done.tensors), (Format::Safetensors, 1), "{name}");
             let got = tensorizer_tensors(&out);
-            assert_eq!(got, vec![("w".to_string(), vec![0, 0, 0x80, 0x3f, 0, 0, 0, 0x40])], "{name}");
+            assert_eq!(
+                got,
+                vec![("w".to_string(), vec![0, 0, 0x80, 0x3f, 0, 0, 0, 0x40])],
+                "{name}"
+            );
         }
     }
 
@@ -288,11 +331,16 @@ mod library {
         std::fs::write(&input, super::safetensors_bytes(json.as_bytes(), &[])).unwrap();
         drop(json);
         let out = dir.path().join("many.tensors");
-        let err = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(())).unwrap_err();
+        let err = convert::convert(s(&input), &out, &ConvertOptions::default(), |_, _| Ok(()))
+            .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("MAX_TENSORS") && text.contains(&n.to_string()), "{text}");
         assert!(!out.exists());
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written beside the input");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "nothing written beside the input"
+        );
     }
 
     #[test]
@@ -302,14 +350,16 @@ mod library {
         let dst = dir.path().join("out.weights");
         std::fs::write(&dst, b"old").unwrap();
         let listing = || {
-            let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            let mut names: Vec<_> =
+                std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
             names.sort();
             names
         };
         let before = listing();
         // A dtype safetensors lacks: refused before anything is written.
         let options = ConvertOptions { to: Some(Format::Safetensors), ..Default::default() };
-        let err = convert::convert(s(&torch("dtypes.pt")), &dst, &options, |_, _| Ok(())).unwrap_err();
+        let err =
+            convert::convert(s(&torch("dtypes.pt")), &dst, &options, |_, _| Ok(())).unwrap_err();
         assert!(err.to_string().contains("safetensors has no dtype"), "{err}");
         // Stopped by the progress callback once tensors are being written.
         for to in [Format::Tensorizer, Format::Safetensors] {
@@ -331,17 +381,25 @@ mod library {
 
     #[test]
     fn encrypted_tensorizer_inputs_need_their_key() {
-        let v = crate::common::vectors().into_iter().find(|v| v.name() == "v3_enc_key.tensors").unwrap();
+        let v = crate::common::vectors()
+            .into_iter()
+            .find(|v| v.name() == "v3_enc_key.tensors")
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let dst = dir.path().join("plain.tensors");
         let st = dir.path().join("plain.safetensors");
-        assert!(convert::convert(s(&v.path), &st, &ConvertOptions::default(), |_, _| Ok(())).is_err());
+        assert!(
+            convert::convert(s(&v.path), &st, &ConvertOptions::default(), |_, _| Ok(())).is_err()
+        );
         assert!(!st.exists());
         let options = ConvertOptions { key: v.key(), ..Default::default() };
         convert::convert(s(&v.path), &st, &options, |_, _| Ok(())).unwrap();
         convert::convert(s(&st), &dst, &ConvertOptions::default(), |_, _| Ok(())).unwrap();
-        let r =
-            Reader::open(&v.path, ReadOptions { key: v.key(), verify_hash: true, ..ReadOptions::default() }).unwrap();
+        let r = Reader::open(
+            &v.path,
+            ReadOptions { key: v.key(), verify_hash: true, ..ReadOptions::default() },
+        )
+        .unwrap();
         let want: Vec<(String, Vec<u8>)> = (0..r.entries().len())
             .map(|i| {
                 let mut out = vec![0; r.entries()[i].nbytes() as usize];
@@ -370,8 +428,10 @@ mod library {
         ] {
             let local = dir.path().join(format!("local-{out}"));
             let remote = dir.path().join(format!("remote-{out}"));
-            convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(())).unwrap();
-            let done = convert::convert(&server.url(file), &remote, &threads(2), |_, _| Ok(())).unwrap();
+            convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(()))
+                .unwrap();
+            let done =
+                convert::convert(&server.url(file), &remote, &threads(2), |_, _| Ok(())).unwrap();
             assert!(done.tensors > 0);
             assert!(std::fs::read(&local).unwrap() == std::fs::read(&remote).unwrap(), "{file}");
         }
@@ -388,10 +448,12 @@ mod library {
         let dir = tempfile::tempdir().unwrap();
         for (file, out) in [("torch/views.pt", "a.safetensors"), ("torch/params.pt", "b.tensors")] {
             let uri = format!("s3://models/{file}");
-            tensorizer_native::store::s3::upload(&vectors_dir().join(file), &uri, &options).unwrap();
+            tensorizer_native::store::s3::upload(&vectors_dir().join(file), &uri, &options)
+                .unwrap();
             let local = dir.path().join(format!("local-{out}"));
             let remote = dir.path().join(format!("remote-{out}"));
-            convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(())).unwrap();
+            convert::convert(s(&vectors_dir().join(file)), &local, &threads(2), |_, _| Ok(()))
+                .unwrap();
             let source = tensorizer_native::store::s3::open(&uri, &options).unwrap();
             convert::convert_source(source, &remote, &threads(2), |_, _| Ok(())).unwrap();
             assert!(std::fs::read(&local).unwrap() == std::fs::read(&remote).unwrap(), "{file}");

@@ -50,7 +50,11 @@ impl Knobs {
                 give_up_after: Some(Duration::from_secs(20)),
             },
             stall: Duration::from_millis(300),
-            limits: TransferLimits { min_rate: 8 << 10, rate_window: Duration::from_millis(300), deadline: None },
+            limits: TransferLimits {
+                min_rate: 8 << 10,
+                rate_window: Duration::from_millis(300),
+                deadline: None,
+            },
         }
     }
 }
@@ -80,7 +84,9 @@ const BIG_TENSORS: usize = 4;
 const BIG_TENSOR_BYTES: usize = 3 << 19;
 
 /// Opens an object through a proxy on the given port, under the knobs.
-type Opener = Arc<dyn Fn(u16, Knobs, Object) -> tensorizer_native::Result<Box<dyn RangeSource>> + Send + Sync>;
+type Opener = Arc<
+    dyn Fn(u16, Knobs, Object) -> tensorizer_native::Result<Box<dyn RangeSource>> + Send + Sync,
+>;
 
 /// One store holding both objects: its server's port and how to open them.
 struct Remote {
@@ -108,17 +114,24 @@ impl Remote {
         let started = Instant::now();
         let got = within(HANG, move || {
             let source = open(port, knobs, Object::Small)?;
-            let reader = Reader::new(source, ReadOptions { num_readers: 2, ..ReadOptions::default() })?;
+            let reader =
+                Reader::new(source, ReadOptions { num_readers: 2, ..ReadOptions::default() })?;
             load(&reader)
         });
-        Outcome { got, connections: proxy.connections.load(Ordering::Relaxed), elapsed: started.elapsed() }
+        Outcome {
+            got,
+            connections: proxy.connections.load(Ordering::Relaxed),
+            elapsed: started.elapsed(),
+        }
     }
 
     /// `fault` is survived: the bytes are the local reader's.
     fn survives(&self, what: &str, fault: Fault, knobs: Knobs) -> Outcome {
         let outcome = self.read(fault, knobs);
         match &outcome.got {
-            Ok(got) => assert!(*got == self.expected, "{} ({what}): the bytes read differ", self.name),
+            Ok(got) => {
+                assert!(*got == self.expected, "{} ({what}): the bytes read differ", self.name)
+            }
             Err(e) => panic!("{} ({what}): {e}", self.name),
         }
         outcome
@@ -127,13 +140,25 @@ impl Remote {
     /// `fault` is a typed error of `kind`, naming the object.
     fn fails(&self, what: &str, fault: Fault, knobs: Knobs, kind: StoreErrorKind) -> Outcome {
         let outcome = self.read(fault, knobs);
-        let Err(err) = &outcome.got else { panic!("{} ({what}): read through a permanent fault", self.name) };
+        let Err(err) = &outcome.got else {
+            panic!("{} ({what}): read through a permanent fault", self.name)
+        };
         let text = err.to_string();
         eprintln!("{} ({what}) after {:?}: {text}", self.name, outcome.elapsed);
         assert_eq!(err.store_kind(), Some(kind), "{} ({what}): {text}", self.name);
-        assert!(text.contains("faults"), "{} ({what}): the error names the object: {text}", self.name);
-        for internal in ["os error", "max_retries", "Error performing", "fill whole buffer", "http://"] {
-            assert!(!text.contains(internal), "{} ({what}): the error shows internals ({internal}): {text}", self.name);
+        assert!(
+            text.contains("faults"),
+            "{} ({what}): the error names the object: {text}",
+            self.name
+        );
+        for internal in
+            ["os error", "max_retries", "Error performing", "fill whole buffer", "http://"]
+        {
+            assert!(
+                !text.contains(internal),
+                "{} ({what}): the error shows internals ({internal}): {text}",
+                self.name
+            );
         }
         outcome
     }
@@ -145,7 +170,12 @@ impl Remote {
             ("first connection reset after 20 KiB", Fault::ResetFirstAfter(20 << 10)),
         ] {
             let outcome = self.survives(what, fault, Knobs::short());
-            assert!(outcome.connections > 1, "{} ({what}): {} connection(s)", self.name, outcome.connections);
+            assert!(
+                outcome.connections > 1,
+                "{} ({what}): {} connection(s)",
+                self.name,
+                outcome.connections
+            );
         }
     }
 
@@ -154,7 +184,12 @@ impl Remote {
     fn stalls(&self) {
         let what = "first connection silent after 96 KiB";
         let outcome = self.survives(what, Fault::StallFirstAfter(96 << 10), Knobs::short());
-        assert!(outcome.connections > 1, "{} ({what}): {} connection(s)", self.name, outcome.connections);
+        assert!(
+            outcome.connections > 1,
+            "{} ({what}): {} connection(s)",
+            self.name,
+            outcome.connections
+        );
         let mut knobs = Knobs::short();
         knobs.retry.attempts = 3;
         knobs.retry.give_up_after = Some(Duration::from_secs(5));
@@ -171,7 +206,12 @@ impl Remote {
         for first in [1, 3] {
             let what = format!("the first {first} connection(s) answered 503");
             let outcome = self.survives(&what, Fault::Status503First(first), Knobs::short());
-            assert!(outcome.connections > first, "{} ({what}): {} connection(s)", self.name, outcome.connections);
+            assert!(
+                outcome.connections > first,
+                "{} ({what}): {} connection(s)",
+                self.name,
+                outcome.connections
+            );
         }
         self.fails(
             "every connection answered 503",
@@ -191,7 +231,12 @@ impl Remote {
         let fault = Fault::Trickle { after: 64 << 10, chunk: 8 << 10, gap_ms: 10 };
         let outcome = self.survives("trickle", fault, knobs);
         let limit = knobs.retry.give_up_after.unwrap();
-        assert!(outcome.elapsed > limit, "{}: the trickle took {:?}, not past {limit:?}", self.name, outcome.elapsed);
+        assert!(
+            outcome.elapsed > limit,
+            "{}: the trickle took {:?}, not past {limit:?}",
+            self.name,
+            outcome.elapsed
+        );
     }
 
     /// Case 5: Every connection trickles (128 KiB every 10 ms) and is cut
@@ -217,11 +262,19 @@ impl Remote {
         let elapsed = started.elapsed();
         // Redis does not store the file's 8-byte end marker.
         let whole = got.len() + 8 >= self.big.len();
-        assert!(whole && self.big.starts_with(&got), "{} ({WHAT}): the bytes read differ", self.name);
+        assert!(
+            whole && self.big.starts_with(&got),
+            "{} ({WHAT}): the bytes read differ",
+            self.name
+        );
         let connections = proxy.connections.load(Ordering::Relaxed);
         assert!(connections >= 3, "{} ({WHAT}): {connections} connection(s) for 6 MiB", self.name);
         let limit = knobs.retry.give_up_after.unwrap();
-        assert!(elapsed > limit, "{} ({WHAT}): the read took {elapsed:?}, not past {limit:?}", self.name);
+        assert!(
+            elapsed > limit,
+            "{} ({WHAT}): the read took {elapsed:?}, not past {limit:?}",
+            self.name
+        );
         eprintln!("{} ({WHAT}): {elapsed:?}, {connections} connections", self.name);
     }
 
@@ -235,7 +288,8 @@ impl Remote {
 }
 
 fn load<S: RangeSource>(reader: &Reader<S>) -> tensorizer_native::Result<Vec<Vec<u8>>> {
-    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+    let mut bufs: Vec<Vec<u8>> =
+        reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
     reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect())?;
     Ok(bufs)
 }
@@ -254,7 +308,9 @@ fn models(dir: &Path) -> (PathBuf, PathBuf, Vec<Vec<u8>>, Vec<u8>) {
 fn model(dir: &Path, name: &str, count: usize, size: usize) -> PathBuf {
     let tensors: Vec<(TensorSpec, Vec<u8>)> = (0..count)
         .map(|i| {
-            let data: Vec<u8> = (0..size as u32).map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8).collect();
+            let data: Vec<u8> = (0..size as u32)
+                .map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8)
+                .collect();
             let spec = TensorSpec::state_dict(
                 format!("t{i}").as_str(),
                 Dtype::from_element(ElementType::U8),
@@ -263,7 +319,8 @@ fn model(dir: &Path, name: &str, count: usize, size: usize) -> PathBuf {
             (spec, data)
         })
         .collect();
-    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    let input: Vec<(TensorSpec, &[u8])> =
+        tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
     let path = dir.join(name);
     write_file(&path, &input, &WriteOptions::default()).unwrap();
     path
@@ -284,7 +341,8 @@ fn s3_reads_survive_resets_stalls_503s_and_trickles() {
         options.http.retry = knobs.retry;
         options.http.read_timeout = knobs.stall;
         options.http.limits = knobs.limits;
-        Ok(Box::new(s3::open(&format!("s3://faults/{}", object.name()), &options)?) as Box<dyn RangeSource>)
+        Ok(Box::new(s3::open(&format!("s3://faults/{}", object.name()), &options)?)
+            as Box<dyn RangeSource>)
     });
     Remote { name: "s3", port: moto.port, open, expected, big }.all();
 }
@@ -331,15 +389,23 @@ fn redis_servers_that_close_or_refuse_every_connection_are_errors_not_hangs() {
         Knobs::short(),
         StoreErrorKind::RetriesExhausted,
     );
-    assert!(outcome.connections > 1, "the closed connections were not retried: {}", outcome.connections);
+    assert!(
+        outcome.connections > 1,
+        "the closed connections were not retried: {}",
+        outcome.connections
+    );
     // A server that answers every command with a transient error.
     fn loading(_: &[Vec<u8>]) -> (Vec<u8>, bool) {
         (b"-LOADING Redis is loading the dataset in memory\r\n".to_vec(), false)
     }
     let fake = FakeRedis::start(loading, None);
     let remote = Remote { port: fake.port, ..remote };
-    let outcome =
-        remote.fails("every command answered LOADING", Fault::Pass, Knobs::short(), StoreErrorKind::RetriesExhausted);
+    let outcome = remote.fails(
+        "every command answered LOADING",
+        Fault::Pass,
+        Knobs::short(),
+        StoreErrorKind::RetriesExhausted,
+    );
     assert!(outcome.got.unwrap_err().to_string().contains("LOADING"));
     assert!(fake.commands.load(Ordering::Relaxed) > 1, "the LOADING answers were not retried");
 }

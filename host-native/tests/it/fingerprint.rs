@@ -8,10 +8,14 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use tensorizer_core::checkpoint::Checkpoint;
 use tensorizer_core::fingerprint::{DataHasher, to_hex};
-use tensorizer_core::{Dtype, ElementType, Fingerprint, TensorFingerprint, TensorSpec, WriterOptions, write};
+use tensorizer_core::{
+    Dtype, ElementType, Fingerprint, TensorFingerprint, TensorSpec, WriterOptions, write,
+};
 use tensorizer_native::convert::Format;
 use tensorizer_native::convert::checkpoint::CheckpointReader;
-use tensorizer_native::convert::fingerprint::{FingerprintOptions, fingerprint, fingerprint_source};
+use tensorizer_native::convert::fingerprint::{
+    FingerprintOptions, fingerprint, fingerprint_source,
+};
 use tensorizer_native::{MemorySource, ReadOptions, Reader, WriteOptions};
 
 use crate::checkpoint::expected;
@@ -34,8 +38,14 @@ fn torch_dir() -> std::path::PathBuf {
 }
 
 fn torch_vectors() -> Vec<String> {
-    let manifest: Value = serde_json::from_slice(&std::fs::read(torch_dir().join("manifest.json")).unwrap()).unwrap();
-    manifest["vectors"].as_array().unwrap().iter().map(|v| v["file"].as_str().unwrap().to_string()).collect()
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(torch_dir().join("manifest.json")).unwrap()).unwrap();
+    manifest["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["file"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -48,19 +58,30 @@ fn checkpoints_hash_their_views_as_contiguous_little_endian_bytes() {
         let records = expected(&ckpt)
             .into_iter()
             .map(|(i, flat, data)| {
-                let tensorizer_core::checkpoint::Leaf::Tensor(view) = &ckpt.entries()[i].value else { unreachable!() };
+                let tensorizer_core::checkpoint::Leaf::Tensor(view) = &ckpt.entries()[i].value
+                else {
+                    unreachable!()
+                };
                 let mut h = DataHasher::new();
                 h.update(&data);
-                TensorFingerprint { name: flat, dtype: view.dtype, shape: view.shape.clone(), data: Some(h.finish()) }
+                TensorFingerprint {
+                    name: flat,
+                    dtype: view.dtype,
+                    shape: view.shape.clone(),
+                    data: Some(h.finish()),
+                }
             })
             .collect();
         let want = Fingerprint::new(records).unwrap();
-        let got = fingerprint(s(&torch_dir().join(&name)), &FingerprintOptions::default(), |_, _| Ok(())).unwrap();
+        let got =
+            fingerprint(s(&torch_dir().join(&name)), &FingerprintOptions::default(), |_, _| Ok(()))
+                .unwrap();
         assert_eq!(got.format, Format::TorchCheckpoint);
         assert_eq!(got.fingerprint, want, "{name}");
         // One thread or many, the same.
         let one = FingerprintOptions { num_threads: 1, ..Default::default() };
-        let again = fingerprint_source(MemorySource::new(bytes, name.clone()), &one, |_, _| Ok(())).unwrap();
+        let again = fingerprint_source(MemorySource::new(bytes, name.clone()), &one, |_, _| Ok(()))
+            .unwrap();
         assert_eq!(again.fingerprint, want, "{name}");
     }
 }
@@ -73,7 +94,13 @@ fn every_format_gives_the_same_fingerprint() {
         let want = fp(&src);
         let reader = CheckpointReader::open(&src).unwrap();
         let tz = dir.path().join(format!("{name}.tensors"));
-        tensorizer_native::convert::checkpoint_to_tensorizer(&reader, &tz, &WriteOptions::default(), |_| {}).unwrap();
+        tensorizer_native::convert::checkpoint_to_tensorizer(
+            &reader,
+            &tz,
+            &WriteOptions::default(),
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(fp(&tz), want, "{name} as tensorizer");
         let st = dir.path().join(format!("{name}.safetensors"));
         // safetensors cannot name every dtype (dtypes.pt holds them all).
@@ -102,7 +129,8 @@ fn encrypted_files_fingerprint_as_their_plaintext() {
         let options = FingerprintOptions { key: v.key(), num_threads: 0 };
         let got = fingerprint(s(&v.path), &options, |_, _| Ok(())).unwrap();
         let plain = dir.path().join(v.name());
-        let reader = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
+        let reader =
+            Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         tensorizer_native::convert::write(
             tensorizer_native::convert::Input::Tensorizer(&reader),
             &plain,
@@ -117,7 +145,10 @@ fn encrypted_files_fingerprint_as_their_plaintext() {
     let enc = vectors_dir().join("v3_enc_key.tensors");
     let run = tzr(&["fingerprint", s(&enc), "--key-file", s(&key_file)]);
     assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
-    assert!(String::from_utf8_lossy(&run.stdout).starts_with(&fp(&dir.path().join("v3_enc_key.tensors"))));
+    assert!(
+        String::from_utf8_lossy(&run.stdout)
+            .starts_with(&fp(&dir.path().join("v3_enc_key.tensors")))
+    );
     let run = tzr(&["fingerprint", s(&enc)]);
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("--key-file"));
@@ -133,13 +164,17 @@ fn big_endian_tensorizer_data_hashes_as_little_endian() {
     ];
     let le = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let be = |v: &[f32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
-    let little = write::to_vec(&specs, &[&le(&f), &le(&c)], &WriterOptions::default(), None, || [0; 24]).unwrap();
+    let little =
+        write::to_vec(&specs, &[&le(&f), &le(&c)], &WriterOptions::default(), None, || [0; 24])
+            .unwrap();
     let patches: [(&[u8], &[u8]); 2] = [(b"<f4", b">f4"), (b"<c8", b">c8")];
     let big = file_with_dtypes_patched(&specs, &[&be(&f), &be(&c)], &patches);
     let of = |bytes: Vec<u8>| {
-        fingerprint_source(MemorySource::new(bytes, "m"), &FingerprintOptions::default(), |_, _| Ok(()))
-            .unwrap()
-            .fingerprint
+        fingerprint_source(MemorySource::new(bytes, "m"), &FingerprintOptions::default(), |_, _| {
+            Ok(())
+        })
+        .unwrap()
+        .fingerprint
     };
     assert_eq!(of(big), of(little));
 }
@@ -172,7 +207,11 @@ fn each_change_gives_another_fingerprint_and_its_diff_line() {
     one[5] ^= 1;
     let cases: Vec<(&str, Vec<Tensor<'_>>, &str)> = vec![
         ("same", base.clone(), ""),
-        ("element", vec![("layer.w", F32, vec![2, 3], one), base[1].clone()], "changed  layer.w  data"),
+        (
+            "element",
+            vec![("layer.w", F32, vec![2, 3], one), base[1].clone()],
+            "changed  layer.w  data",
+        ),
         (
             "dtype",
             vec![("layer.w", BF16, vec![2, 6], w.clone()), base[1].clone()],
@@ -188,7 +227,11 @@ fn each_change_gives_another_fingerprint_and_its_diff_line() {
             vec![("layer.w", F32, vec![3, 2], w.clone()), base[1].clone()],
             "changed  layer.w  shape [2, 3] -> [3, 2]",
         ),
-        ("added", [base.clone(), vec![("extra", F32, vec![], vec![0; 4])]].concat(), "added    extra  float32 []"),
+        (
+            "added",
+            [base.clone(), vec![("extra", F32, vec![], vec![0; 4])]].concat(),
+            "added    extra  float32 []",
+        ),
         ("removed", vec![base[0].clone()], "removed  layer.b  int64 [2]"),
     ];
     let fa = fp(&a);
@@ -230,7 +273,13 @@ fn fingerprint_json_lists_every_record() {
     assert_eq!(names, sorted);
     // Meta tensors have no data digest; the others have 64 hex digits.
     assert!(tensors.iter().any(|t| t["sha256"].is_null()));
-    assert!(tensors.iter().filter(|t| !t["sha256"].is_null()).all(|t| t["sha256"].as_str().unwrap().len() == 64));
+    assert!(
+        tensors.iter().filter(|t| !t["sha256"].is_null()).all(|t| t["sha256"]
+            .as_str()
+            .unwrap()
+            .len()
+            == 64)
+    );
     let text = tzr(&["fingerprint", s(&file)]);
     assert_eq!(String::from_utf8_lossy(&text.stdout), format!("{}  {}\n", fp(&file), s(&file)));
     // An empty data digest is SHA-256 of no bytes.
@@ -253,9 +302,15 @@ fn hostile_files_fail_with_one_line_and_no_panic() {
         std::fs::write(&path, content).unwrap();
         hostile.push(path);
     }
-    let manifest: Value = serde_json::from_slice(&std::fs::read(torch_dir().join("manifest.json")).unwrap()).unwrap();
-    hostile
-        .extend(manifest["hostile"].as_array().unwrap().iter().map(|h| torch_dir().join(h["file"].as_str().unwrap())));
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(torch_dir().join("manifest.json")).unwrap()).unwrap();
+    hostile.extend(
+        manifest["hostile"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| torch_dir().join(h["file"].as_str().unwrap())),
+    );
     hostile.push(dir.path().join("missing.tensors"));
     for h in &hostile {
         for (args, code) in [
@@ -267,7 +322,10 @@ fn hostile_files_fail_with_one_line_and_no_panic() {
             let run = tzr(&args);
             let stderr = String::from_utf8_lossy(&run.stderr);
             assert_eq!(run.status.code(), Some(code), "{args:?}: {stderr}");
-            assert!(stderr.starts_with("tzr: ") && stderr.lines().count() == 1, "{args:?}: {stderr}");
+            assert!(
+                stderr.starts_with("tzr: ") && stderr.lines().count() == 1,
+                "{args:?}: {stderr}"
+            );
             assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
             // Under --json the failure is one object on stdout; otherwise nothing.
             if args.contains(&"--json") {

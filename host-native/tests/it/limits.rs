@@ -99,7 +99,8 @@ fn a_pickle_one_byte_over_the_limit_is_refused_unread() {
 #[test]
 fn an_expanded_view_one_element_over_the_limit_is_refused() {
     let numel = (DEFAULT_MAX_EXPANDED_BYTES / 4 + 1) as u32;
-    let reader = CheckpointReader::new(MemorySource::new(expanded_checkpoint_of(&[numel]), "x.pt")).unwrap();
+    let reader =
+        CheckpointReader::new(MemorySource::new(expanded_checkpoint_of(&[numel]), "x.pt")).unwrap();
     let err = reader.nbytes(0).unwrap_err();
     let ok = matches!(err.format_error(), Some(tensorizer_core::Error::LimitExceeded { value, limit, .. })
         if *value == DEFAULT_MAX_EXPANDED_BYTES + 4 && *limit == DEFAULT_MAX_EXPANDED_BYTES);
@@ -116,7 +117,9 @@ fn a_conversion_one_element_over_its_output_bound_is_refused_before_writing() {
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("out.tensors");
     let input = MemorySource::new(expanded_checkpoint_of(&[half, half + 1]), "x.pt");
-    let err = convert_source(input, &dst, &ConvertOptions::default(), |_, _| Ok(())).unwrap_err().to_string();
+    let err = convert_source(input, &dst, &ConvertOptions::default(), |_, _| Ok(()))
+        .unwrap_err()
+        .to_string();
     let want = format!("would write {} bytes", DEFAULT_MIN_OUTPUT_BOUND + 4);
     assert!(err.contains(&want) && err.contains("max_output_bytes = 1073741824"), "{err}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written");

@@ -27,7 +27,8 @@ fn a_missing_file_names_no_byte_offset() {
 fn a_hash_mismatch_names_the_tensor_once() {
     let v = vector("v1_flat.tensors");
     let mut bytes = std::fs::read(&v.path).unwrap();
-    let reader = Reader::new(MemorySource::new(bytes.clone(), "flat"), ReadOptions::default()).unwrap();
+    let reader =
+        Reader::new(MemorySource::new(bytes.clone(), "flat"), ReadOptions::default()).unwrap();
     bytes[reader.entries()[0].data_offset as usize] ^= 1;
     let options = ReadOptions { verify_hash: true, ..ReadOptions::default() };
     let reader = Reader::new(MemorySource::new(bytes, "flat"), options).unwrap();
@@ -46,8 +47,12 @@ fn safetensors_bytes() -> Vec<u8> {
 
 #[test]
 fn a_safetensors_file_is_named_as_one() {
-    let err =
-        Reader::new(MemorySource::new(safetensors_bytes(), "x.safetensors"), ReadOptions::default()).err().unwrap();
+    let err = Reader::new(
+        MemorySource::new(safetensors_bytes(), "x.safetensors"),
+        ReadOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(matches!(err, Error::OtherFormat { .. }), "{err:?}");
     assert_eq!(err.to_string(), "x.safetensors is a safetensors file, not a tensorizer file");
     assert_eq!(err.location(), Some("x.safetensors"));
@@ -72,18 +77,22 @@ fn a_refused_safetensors_header_fills_offset_and_location() {
     std::fs::write(&path, bytes).unwrap();
     let out = dir.path().join("o.tensors");
     let options = tensorizer_native::convert::ConvertOptions::default();
-    let err = tensorizer_native::convert::convert(path.to_str().unwrap(), &out, &options, |_, _| Ok(())).unwrap_err();
+    let err =
+        tensorizer_native::convert::convert(path.to_str().unwrap(), &out, &options, |_, _| Ok(()))
+            .unwrap_err();
     assert!(matches!(err, Error::Safetensors { .. }), "{err:?}");
     assert!(err.offset().is_some() && err.location() == Some(path.to_str().unwrap()), "{err:?}");
 }
 
 fn wrong_key_reader(bytes: Vec<u8>, key: [u8; 32]) -> Reader<MemorySource> {
-    let options = ReadOptions { key: Some(KeySource::Key(Key::from_bytes(key))), ..ReadOptions::default() };
+    let options =
+        ReadOptions { key: Some(KeySource::Key(Key::from_bytes(key))), ..ReadOptions::default() };
     Reader::new(MemorySource::new(bytes, "enc"), options).unwrap()
 }
 
 fn load_all(reader: &Reader<MemorySource>) -> Result<(), Error> {
-    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+    let mut bufs: Vec<Vec<u8>> =
+        reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
     reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect())
 }
 
@@ -106,7 +115,8 @@ fn one_damaged_encrypted_tensor_is_not_a_wrong_key() {
         _ => unreachable!("v3_enc_key has a key"),
     };
     let mut bytes = std::fs::read(&v.path).unwrap();
-    let plain = Reader::new(MemorySource::new(bytes.clone(), "enc"), ReadOptions::default()).unwrap();
+    let plain =
+        Reader::new(MemorySource::new(bytes.clone(), "enc"), ReadOptions::default()).unwrap();
     let last = plain.entries().iter().rfind(|e| e.data_length > 0).unwrap().clone();
     bytes[last.data_offset as usize] ^= 1;
     let options = ReadOptions { key: Some(KeySource::Key(key)), ..ReadOptions::default() };

@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::source::TransferLimits;
-use tensorizer_native::store::redis::{RedisOptions, RedisSource, RetryPolicy, write_redis, write_redis_target};
-use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
+use tensorizer_native::store::redis::{
+    RedisOptions, RedisSource, RetryPolicy, write_redis, write_redis_target,
+};
+use tensorizer_native::{
+    Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file,
+};
 
 use crate::common::vectors;
 use crate::servers::{Drip, FakeRedis, Fault, FaultProxy, RedisServer, within};
@@ -67,7 +71,9 @@ fn read_resp(r: &mut impl BufRead) -> Resp {
 
 /// Key names matching `pattern`, sorted.
 fn keys(server: &RedisServer, pattern: &str) -> Vec<Vec<u8>> {
-    let Resp::Array(items) = cmd(server, &[b"KEYS", pattern.as_bytes()]) else { panic!("KEYS failed") };
+    let Resp::Array(items) = cmd(server, &[b"KEYS", pattern.as_bytes()]) else {
+        panic!("KEYS failed")
+    };
     let mut names: Vec<Vec<u8>> = items
         .into_iter()
         .map(|i| match i {
@@ -91,7 +97,9 @@ fn load<S: RangeSource>(reader: &Reader<S>) -> tensorizer_native::Result<Vec<Vec
     let mut bufs: Vec<Vec<u8>> = reader
         .entries()
         .iter()
-        .map(|e| if e.nbytes() <= LOAD_LIMIT { vec![0xAA; e.nbytes() as usize] } else { Vec::new() })
+        .map(
+            |e| if e.nbytes() <= LOAD_LIMIT { vec![0xAA; e.nbytes() as usize] } else { Vec::new() },
+        )
         .collect();
     let jobs = bufs
         .iter_mut()
@@ -123,15 +131,21 @@ fn write_seeded(dir: &std::path::Path, name: &str, sizes: &[usize], seed: u8) ->
         .iter()
         .enumerate()
         .map(|(i, &n)| {
-            let data: Vec<u8> =
-                (0..n as u32).map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8 ^ seed).collect();
+            let data: Vec<u8> = (0..n as u32)
+                .map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8 ^ seed)
+                .collect();
             (
-                TensorSpec::state_dict(format!("t{i}").as_str(), Dtype::from_element(ElementType::U8), vec![n as u64]),
+                TensorSpec::state_dict(
+                    format!("t{i}").as_str(),
+                    Dtype::from_element(ElementType::U8),
+                    vec![n as u64],
+                ),
                 data,
             )
         })
         .collect();
-    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    let input: Vec<(TensorSpec, &[u8])> =
+        tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
     write_file(dir.join(name), &input, &WriteOptions::default()).unwrap();
     std::fs::read(dir.join(name)).unwrap()
 }
@@ -142,13 +156,18 @@ fn every_vector_round_trips_through_redis() {
     for v in vectors() {
         let name = v.name();
         let file = std::fs::read(&v.path).unwrap();
-        let local = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
+        let local =
+            Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         let uri = server.uri(&format!("vectors/{name}"));
         write_redis(&uri, &local, false).unwrap();
 
         // The keys are the file without its 8-byte end marker, one header
         // key plus two keys per tensor.
-        assert_eq!(keys(&server, &format!("vectors/{name}:*")).len(), 1 + 2 * local.entries().len(), "{name}");
+        assert_eq!(
+            keys(&server, &format!("vectors/{name}:*")).len(),
+            1 + 2 * local.entries().len(),
+            "{name}"
+        );
         let source = open(&uri);
         assert_eq!(source.len(), file.len() as u64 - 8, "{name}");
         let mut all = vec![0u8; source.len() as usize];
@@ -163,7 +182,8 @@ fn every_vector_round_trips_through_redis() {
         }
         let options = ReadOptions { verify_hash: true, key: v.key(), ..ReadOptions::default() };
         assert!(
-            load(&tensorizer_native::store::open_reader(&uri, options).unwrap()).unwrap() == expected,
+            load(&tensorizer_native::store::open_reader(&uri, options).unwrap()).unwrap()
+                == expected,
             "{name} via open_uri"
         );
     }
@@ -189,7 +209,8 @@ fn keys_match_tensorizer_to_redis() {
     ];
     let file = std::fs::read(crate::common::vectors_dir().join("v4_meta.tensors")).unwrap();
     write_redis(&server.uri("tz/v4_meta"), &local("v4_meta.tensors"), false).unwrap();
-    let mut expected: Vec<Vec<u8>> = tensorizer.iter().map(|(k, _)| format!("tz/v4_meta:{k}").into_bytes()).collect();
+    let mut expected: Vec<Vec<u8>> =
+        tensorizer.iter().map(|(k, _)| format!("tz/v4_meta:{k}").into_bytes()).collect();
     expected.sort();
     assert_eq!(keys(&server, "tz/v4_meta:*"), expected);
     for (suffix, len) in tensorizer {
@@ -216,7 +237,9 @@ fn reads_span_key_boundaries() {
     let len = source.len();
     for key in &source.keys()[1..] {
         let b = key.offset;
-        for (start, end) in [(b - 1, b + 1), (b.saturating_sub(100), (b + 100).min(len)), (b - 1, b)] {
+        for (start, end) in
+            [(b - 1, b + 1), (b.saturating_sub(100), (b + 100).min(len)), (b - 1, b)]
+        {
             let mut buf = vec![0u8; (end - start) as usize];
             source.read_exact_at(start, &mut buf).unwrap();
             assert!(buf == file[start as usize..end as usize], "{start}..{end}");
@@ -239,7 +262,12 @@ fn reads_span_key_boundaries() {
     let dir = tempfile::tempdir().unwrap();
     let big = write_local(dir.path(), "big.tensors", &[20 << 20, 3, 5 << 20]);
     let uri = server.uri("big");
-    write_redis(&uri, &Reader::open(dir.path().join("big.tensors"), ReadOptions::default()).unwrap(), false).unwrap();
+    write_redis(
+        &uri,
+        &Reader::open(dir.path().join("big.tensors"), ReadOptions::default()).unwrap(),
+        false,
+    )
+    .unwrap();
     let source = open(&uri);
     let mut all = vec![0u8; source.len() as usize];
     source.read_exact_at(0, &mut all).unwrap();
@@ -252,7 +280,10 @@ fn missing_and_broken_layouts_are_clear_errors() {
     let uri = server.uri("nothing/here");
     let err = RedisSource::open(&uri, RedisOptions::default()).unwrap_err().to_string();
     assert!(err.contains("no keys under") && err.contains(&uri), "{err}");
-    let err = tensorizer_native::store::open_reader(&server.uri(""), ReadOptions::default()).err().unwrap().to_string();
+    let err = tensorizer_native::store::open_reader(&server.uri(""), ReadOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("no key prefix"), "{err}");
 
     // A missing data key: the gap is named by its byte range.
@@ -260,7 +291,10 @@ fn missing_and_broken_layouts_are_clear_errors() {
     write_redis(&uri, &local("v1_flat.tensors"), false).unwrap();
     assert_eq!(cmd(&server, &[b"DEL", b"gap:f32_2x3:262301"]), Resp::Int(1));
     let err = RedisSource::open(&uri, RedisOptions::default()).unwrap_err().to_string();
-    assert!(err.contains(&uri) && err.contains("bytes 262301..262325") && err.contains("missing"), "{err}");
+    assert!(
+        err.contains(&uri) && err.contains("bytes 262301..262325") && err.contains("missing"),
+        "{err}"
+    );
 
     // An extra key overlapping another; keys without an integer offset are ignored.
     let uri = server.uri("overlap");
@@ -279,7 +313,9 @@ fn missing_and_broken_layouts_are_clear_errors() {
 
     // A key of the wrong type.
     assert_eq!(cmd(&server, &[b"RPUSH", b"wrongtype:header:0", b"x"]), Resp::Int(1));
-    let err = RedisSource::open(&server.uri("wrongtype"), RedisOptions::default()).unwrap_err().to_string();
+    let err = RedisSource::open(&server.uri("wrongtype"), RedisOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("WRONGTYPE"), "{err}");
 }
 
@@ -322,7 +358,9 @@ fn overwrite_needs_force_and_replaces_all_or_nothing() {
 
     write_redis(&uri, &small, true).unwrap();
     assert_eq!(keys(&server, "model:*").len(), 5, "the larger file's keys are gone");
-    let reader = Reader::new(open(&uri), ReadOptions { verify_hash: true, ..ReadOptions::default() }).unwrap();
+    let reader =
+        Reader::new(open(&uri), ReadOptions { verify_hash: true, ..ReadOptions::default() })
+            .unwrap();
     assert_eq!(load(&reader).unwrap(), load(&small).unwrap());
 
     // A write that fails part-way leaves the previous file and no temporary keys.
@@ -332,7 +370,10 @@ fn overwrite_needs_force_and_replaces_all_or_nothing() {
     let err = write_redis(&uri, &failing, true).unwrap_err().to_string();
     assert!(err.contains("injected"), "{err}");
     assert_eq!(keys(&server, "model:*").len(), 5);
-    assert_eq!(load(&Reader::new(open(&uri), ReadOptions::default()).unwrap()).unwrap(), load(&small).unwrap());
+    assert_eq!(
+        load(&Reader::new(open(&uri), ReadOptions::default()).unwrap()).unwrap(),
+        load(&small).unwrap()
+    );
     assert!(keys(&server, "model.tmp-*").is_empty(), "temporary keys left behind");
 
     // The same when the source fails inside a value streamed in pieces.
@@ -354,10 +395,19 @@ fn a_read_cut_again_and_again_resumes_where_it_was_cut() {
     let dir = tempfile::tempdir().unwrap();
     let expected = write_local(dir.path(), "cut.tensors", &[8 << 20; 3]);
     let uri = server.uri("cut");
-    write_redis(&uri, &Reader::open(dir.path().join("cut.tensors"), ReadOptions::default()).unwrap(), false).unwrap();
+    write_redis(
+        &uri,
+        &Reader::open(dir.path().join("cut.tensors"), ReadOptions::default()).unwrap(),
+        false,
+    )
+    .unwrap();
     let proxy = FaultProxy::start(server.port, Fault::ResetEachAfter(3 << 20));
-    let options = RedisOptions { retry: RetryPolicy::new(2, Duration::from_millis(10)), ..RedisOptions::default() };
-    let source = RedisSource::open(&format!("redis://127.0.0.1:{}/cut", proxy.port), options).unwrap();
+    let options = RedisOptions {
+        retry: RetryPolicy::new(2, Duration::from_millis(10)),
+        ..RedisOptions::default()
+    };
+    let source =
+        RedisSource::open(&format!("redis://127.0.0.1:{}/cut", proxy.port), options).unwrap();
     let len = source.len() as usize;
     let got = within(Duration::from_secs(60), move || {
         let mut got = vec![0u8; len];
@@ -365,7 +415,10 @@ fn a_read_cut_again_and_again_resumes_where_it_was_cut() {
     })
     .unwrap();
     assert!(got == expected[..len], "the bytes read through the cuts differ");
-    assert!(proxy.connections.load(std::sync::atomic::Ordering::Relaxed) >= 8, "the proxy cut too little");
+    assert!(
+        proxy.connections.load(std::sync::atomic::Ordering::Relaxed) >= 8,
+        "the proxy cut too little"
+    );
 }
 
 #[test]
@@ -374,7 +427,12 @@ fn a_stalled_or_killed_server_is_an_error_not_a_hang() {
     let dir = tempfile::tempdir().unwrap();
     write_local(dir.path(), "big.tensors", &[4 << 20; 6]);
     let uri = server.uri("big");
-    write_redis(&uri, &Reader::open(dir.path().join("big.tensors"), ReadOptions::default()).unwrap(), false).unwrap();
+    write_redis(
+        &uri,
+        &Reader::open(dir.path().join("big.tensors"), ReadOptions::default()).unwrap(),
+        false,
+    )
+    .unwrap();
     let options = RedisOptions {
         retry: RetryPolicy::new(2, Duration::from_millis(10)),
         io_timeout: Duration::from_millis(300),
@@ -390,12 +448,17 @@ fn a_stalled_or_killed_server_is_an_error_not_a_hang() {
     let err = source.read_exact_at(1 << 20, &mut buf).unwrap_err().to_string();
     server.signal("CONT");
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
-    assert!(err.contains(&uri) && err.contains("sent nothing for a whole RedisOptions::io_timeout"), "{err}");
+    assert!(
+        err.contains(&uri) && err.contains("sent nothing for a whole RedisOptions::io_timeout"),
+        "{err}"
+    );
 
     // Killed while four readers load in a loop: the load fails, promptly.
-    let reader =
-        Reader::new(RedisSource::open(&uri, options).unwrap(), ReadOptions { num_readers: 4, ..Default::default() })
-            .unwrap();
+    let reader = Reader::new(
+        RedisSource::open(&uri, options).unwrap(),
+        ReadOptions { num_readers: 4, ..Default::default() },
+    )
+    .unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let outcome = loop {
@@ -407,7 +470,8 @@ fn a_stalled_or_killed_server_is_an_error_not_a_hang() {
     });
     std::thread::sleep(Duration::from_millis(300));
     server.kill();
-    let err = rx.recv_timeout(Duration::from_secs(30)).expect("the load hung after the server died");
+    let err =
+        rx.recv_timeout(Duration::from_secs(30)).expect("the load hung after the server died");
     assert!(err.contains(&uri) && err.contains("bytes "), "{err}");
 }
 
@@ -429,7 +493,9 @@ fn a_scan_that_never_ends_is_an_error_not_a_hang() {
     fn same_keys(args: &[Vec<u8>]) -> (Vec<u8>, bool) {
         match command_name(args).as_str() {
             "DBSIZE" => (b":2\r\n".to_vec(), false),
-            "SCAN" => (b"*2\r\n$1\r\n9\r\n*2\r\n$10\r\np:header:0\r\n$5\r\np:x:9\r\n".to_vec(), false),
+            "SCAN" => {
+                (b"*2\r\n$1\r\n9\r\n*2\r\n$10\r\np:header:0\r\n$5\r\np:x:9\r\n".to_vec(), false)
+            }
             _ => (b"$-1\r\n".to_vec(), false),
         }
     }
@@ -437,8 +503,9 @@ fn a_scan_that_never_ends_is_an_error_not_a_hang() {
         let fake = FakeRedis::start(answer, None);
         let uri = fake.uri("p");
         let started = Instant::now();
-        let err =
-            within(Duration::from_secs(20), move || RedisSource::open(&uri, RedisOptions::default()).unwrap_err());
+        let err = within(Duration::from_secs(20), move || {
+            RedisSource::open(&uri, RedisOptions::default()).unwrap_err()
+        });
         let text = err.to_string();
         assert!(text.contains(&fake.uri("p")) && text.contains("SCAN did not finish"), "{text}");
         assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
@@ -468,11 +535,18 @@ fn one_key_trickling(args: &[Vec<u8>]) -> (Vec<u8>, bool) {
 
 #[test]
 fn a_trickling_redis_server_is_cut_off_by_the_minimum_rate() {
-    let fake = FakeRedis::start(one_key_trickling, Some(Drip { bytes: 1, gap: Duration::from_millis(100) }));
+    let fake = FakeRedis::start(
+        one_key_trickling,
+        Some(Drip { bytes: 1, gap: Duration::from_millis(100) }),
+    );
     let uri = fake.uri("p");
     let options = RedisOptions {
         retry: RetryPolicy::new(2, Duration::from_millis(5)),
-        limits: TransferLimits { min_rate: 1 << 10, rate_window: Duration::from_secs(1), deadline: None },
+        limits: TransferLimits {
+            min_rate: 1 << 10,
+            rate_window: Duration::from_secs(1),
+            deadline: None,
+        },
         ..RedisOptions::default()
     };
     let started = Instant::now();
@@ -484,13 +558,22 @@ fn a_trickling_redis_server_is_cut_off_by_the_minimum_rate() {
     .unwrap_err();
     let text = err.to_string();
     assert!(err.store_kind() == Some(StoreErrorKind::TimedOut), "{err:?}");
-    assert!(text.contains(&fake.uri("p")) && text.contains("bytes 0..4000") && text.contains("min_rate"), "{text}");
+    assert!(
+        text.contains(&fake.uri("p"))
+            && text.contains("bytes 0..4000")
+            && text.contains("min_rate"),
+        "{text}"
+    );
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
 
     // A deadline is final.
     let uri = fake.uri("p");
     let options = RedisOptions {
-        limits: TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(500)), ..TransferLimits::default() },
+        limits: TransferLimits {
+            min_rate: 0,
+            deadline: Some(Duration::from_millis(500)),
+            ..TransferLimits::default()
+        },
         ..options
     };
     let started = Instant::now();
@@ -578,22 +661,31 @@ fn rediss_with_credentials_round_trips_and_refusals_are_clear() {
     assert_eq!(back, file[..back.len()]);
     // The same keys over plain TCP with the password alone (no user).
     let plain = target(&format!("redis://:s3cret%3A%40%2F@127.0.0.1:{}/secure", server.port));
-    let again = RedisSource::open_target(plain, RedisOptions::default(), &TlsOptions::default()).unwrap();
+    let again =
+        RedisSource::open_target(plain, RedisOptions::default(), &TlsOptions::default()).unwrap();
     assert_eq!(again.len(), source.len());
 
-    let quick = RedisOptions { retry: RetryPolicy::new(2, Duration::from_millis(10)), ..RedisOptions::default() };
+    let quick = RedisOptions {
+        retry: RetryPolicy::new(2, Duration::from_millis(10)),
+        ..RedisOptions::default()
+    };
     // A wrong password: refused at once, the password never shown.
     let wrong = target(&format!("rediss://:nope@127.0.0.1:{tls_port}/secure"));
     let err = RedisSource::open_target(wrong, quick, &trusted).unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("WRONGPASS") && text.contains("REDISCLI_AUTH") && !text.contains("nope"), "{text}");
+    assert!(
+        text.contains("WRONGPASS") && text.contains("REDISCLI_AUTH") && !text.contains("nope"),
+        "{text}"
+    );
     assert_eq!(err.store_kind(), Some(StoreErrorKind::PermissionDenied), "{text}");
     // No password: the server asks for one.
     let none = target(&format!("redis://127.0.0.1:{}/secure", server.port));
-    let text = RedisSource::open_target(none, quick, &TlsOptions::default()).unwrap_err().to_string();
+    let text =
+        RedisSource::open_target(none, quick, &TlsOptions::default()).unwrap_err().to_string();
     assert!(text.contains("NOAUTH"), "{text}");
     // A certificate signed by a CA nobody named: refused, said as such.
-    let untrusted = RedisSource::open_target(t.clone(), quick, &TlsOptions::ca_file(pki.path("server.pem")));
+    let untrusted =
+        RedisSource::open_target(t.clone(), quick, &TlsOptions::ca_file(pki.path("server.pem")));
     let text = untrusted.unwrap_err().to_string();
     assert!(text.contains("certificate"), "{text}");
     // Verification off (CAInfo(allow_untrusted=True)) still speaks TLS.

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::error::StoreErrorKind;
-use tensorizer_native::store::redis::{ClusterSource, RedisOptions, RetryPolicy, key_slot, write_cluster};
+use tensorizer_native::store::redis::{
+    ClusterSource, RedisOptions, RetryPolicy, key_slot, write_cluster,
+};
 use tensorizer_native::{RangeSource, ReadOptions, Reader, WriteOptions, write_file};
 
 use crate::servers::{binary, within};
@@ -48,8 +50,16 @@ impl Cluster {
         }
         let out = command.output().unwrap();
         let mut this = Self { ports: Vec::new(), dir };
-        assert!(out.status.success(), "redis-cluster.sh start: {}", String::from_utf8_lossy(&out.stderr));
-        this.ports = String::from_utf8(out.stdout).unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect();
+        assert!(
+            out.status.success(),
+            "redis-cluster.sh start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        this.ports = String::from_utf8(out.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
         Some(this)
     }
 
@@ -59,11 +69,21 @@ impl Cluster {
 
     /// The pid of the node on `port`.
     fn pid(&self, port: u16) -> String {
-        std::fs::read_to_string(self.dir.path().join(port.to_string()).join("redis.pid")).unwrap().trim().to_string()
+        std::fs::read_to_string(self.dir.path().join(port.to_string()).join("redis.pid"))
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     fn signal(&self, port: u16, signal: &str) {
-        assert!(Command::new("kill").arg(format!("-{signal}")).arg(self.pid(port)).status().unwrap().success());
+        assert!(
+            Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(self.pid(port))
+                .status()
+                .unwrap()
+                .success()
+        );
     }
 
     /// The port of the master serving `key`.
@@ -148,7 +168,9 @@ fn info(port: u16, section: &str) -> String {
 
 /// The keys on the node at `port` matching `pattern`.
 fn keys_on(port: u16, pattern: &str) -> Vec<Vec<u8>> {
-    let Resp::Array(items) = cmd(port, &[b"KEYS", pattern.as_bytes()]) else { panic!("KEYS failed") };
+    let Resp::Array(items) = cmd(port, &[b"KEYS", pattern.as_bytes()]) else {
+        panic!("KEYS failed")
+    };
     items
         .into_iter()
         .map(|i| match i {
@@ -165,15 +187,21 @@ fn write_local(dir: &Path, name: &str, sizes: &[usize], seed: u8) -> (PathBuf, V
         .iter()
         .enumerate()
         .map(|(i, &n)| {
-            let data: Vec<u8> =
-                (0..n as u32).map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8 ^ seed).collect();
+            let data: Vec<u8> = (0..n as u32)
+                .map(|b| (b.wrapping_mul(2654435761) >> 13) as u8 ^ i as u8 ^ seed)
+                .collect();
             (
-                TensorSpec::state_dict(format!("t{i}").as_str(), Dtype::from_element(ElementType::U8), vec![n as u64]),
+                TensorSpec::state_dict(
+                    format!("t{i}").as_str(),
+                    Dtype::from_element(ElementType::U8),
+                    vec![n as u64],
+                ),
                 data,
             )
         })
         .collect();
-    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    let input: Vec<(TensorSpec, &[u8])> =
+        tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
     let path = dir.join(name);
     write_file(&path, &input, &WriteOptions::default()).unwrap();
     let bytes = std::fs::read(&path).unwrap();
@@ -230,7 +258,10 @@ fn files_round_trip_and_spread_over_the_masters() {
                     let n = ((i * 524_287 + t * 31) % (3 << 20)).min(len - start) as usize;
                     let mut buf = vec![0u8; n];
                     source.read_exact_at(start, &mut buf).unwrap();
-                    assert!(buf == expected[start as usize..start as usize + n], "bytes {start}+{n}");
+                    assert!(
+                        buf == expected[start as usize..start as usize + n],
+                        "bytes {start}+{n}"
+                    );
                 }
             })
         })
@@ -250,15 +281,20 @@ fn files_round_trip_and_spread_over_the_masters() {
     }
 
     // Keys on every master, in many slots; the slot we compute is Redis's.
-    let per_node: Vec<usize> = cluster.ports.iter().map(|&p| keys_on(p, "models/a:*").len()).collect();
+    let per_node: Vec<usize> =
+        cluster.ports.iter().map(|&p| keys_on(p, "models/a:*").len()).collect();
     eprintln!("keys per master: {per_node:?}");
     assert_eq!(per_node.iter().sum::<usize>(), 1 + 2 * sizes().len(), "{per_node:?}");
     assert!(per_node.iter().filter(|&&n| n > 0).count() >= 2, "{per_node:?}");
-    let names: Vec<Vec<u8>> = cluster.ports.iter().flat_map(|&p| keys_on(p, "models/a:*")).collect();
+    let names: Vec<Vec<u8>> =
+        cluster.ports.iter().flat_map(|&p| keys_on(p, "models/a:*")).collect();
     let slots: std::collections::HashSet<u16> = names.iter().map(|n| key_slot(n)).collect();
     assert!(slots.len() > names.len() / 2, "{} keys in {} slots", names.len(), slots.len());
     for name in names.iter().take(10) {
-        assert_eq!(cmd(cluster.ports[0], &[b"CLUSTER", b"KEYSLOT", name]), Resp::Int(key_slot(name).into()));
+        assert_eq!(
+            cmd(cluster.ports[0], &[b"CLUSTER", b"KEYSLOT", name]),
+            Resp::Int(key_slot(name).into())
+        );
     }
     // No temporary key is left, and the marker is set.
     let all: usize = cluster.ports.iter().map(|&p| keys_on(p, "*").len()).sum();
@@ -277,9 +313,12 @@ fn files_round_trip_and_spread_over_the_masters() {
     assert!(put(&path2, &cluster.uri("m{x}"), false).unwrap_err().to_string().contains("one slot"));
     // A single server is not a cluster.
     let single = crate::servers::RedisServer::start().unwrap();
-    let err = ClusterSource::open(&format!("redis+cluster://127.0.0.1:{}/p", single.port), RedisOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = ClusterSource::open(
+        &format!("redis+cluster://127.0.0.1:{}/p", single.port),
+        RedisOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("not a cluster") && err.contains(&single.port.to_string()), "{err}");
 }
 
@@ -333,11 +372,17 @@ fn concurrent_writes_never_mix() {
         assert!(results.iter().any(Result::is_ok), "round {round}: {results:?}");
         for r in &results {
             if let Err(e) = r {
-                assert!(e.to_string().contains("another write to this prefix"), "round {round}: {e}");
+                assert!(
+                    e.to_string().contains("another write to this prefix"),
+                    "round {round}: {e}"
+                );
             }
         }
         let got = read_all(&open(&uri)).unwrap();
-        assert!(got == bytes_a[..bytes_a.len() - 8] || got == bytes_b[..bytes_b.len() - 8], "round {round}: a mix");
+        assert!(
+            got == bytes_a[..bytes_a.len() - 8] || got == bytes_b[..bytes_b.len() - 8],
+            "round {round}: a mix"
+        );
     }
     // Nothing but the file's keys and its marker is left (no lock, no temporary key).
     let all: usize = cluster.ports.iter().map(|&p| keys_on(p, "*").len()).sum();
@@ -345,7 +390,9 @@ fn concurrent_writes_never_mix() {
 
     // A lock held (a writer committing, or one that died committing) stops a write.
     let port = cluster.owner(b"race.tzr-generation");
-    let tag = (0..).map(|n: u32| n.to_string()).find(|n| key_slot(n.as_bytes()) == key_slot(b"race.tzr-generation"));
+    let tag = (0..)
+        .map(|n: u32| n.to_string())
+        .find(|n| key_slot(n.as_bytes()) == key_slot(b"race.tzr-generation"));
     let lock_key = format!("{{{}}}race.tzr-lock", tag.unwrap());
     ok(port, &[b"SET", lock_key.as_bytes(), b"someone"]);
     let err = put(&b, &uri, true).unwrap_err();
@@ -362,7 +409,9 @@ impl Cluster {
         let Resp::Array(ranges) = cmd(self.ports[0], &[b"CLUSTER", b"SLOTS"]) else { panic!() };
         for range in ranges {
             let Resp::Array(parts) = range else { panic!() };
-            let (Resp::Int(start), Resp::Int(end), Resp::Array(master)) = (&parts[0], &parts[1], &parts[2]) else {
+            let (Resp::Int(start), Resp::Int(end), Resp::Array(master)) =
+                (&parts[0], &parts[1], &parts[2])
+            else {
                 panic!()
             };
             if (*start..=*end).contains(&i64::from(slot)) {
@@ -411,7 +460,10 @@ fn reads_and_writes_follow_ask_and_moved_through_a_slot_migration() {
     assert_eq!(read_all(&source).unwrap(), expected);
     // Opening mid-way lists the key on the target and measures it there.
     assert_eq!(read_all(&open(&uri)).unwrap(), expected);
-    assert!(info(to, "commandstats").contains("cmdstat_asking:calls="), "no ASKING reached the target");
+    assert!(
+        info(to, "commandstats").contains("cmdstat_asking:calls="),
+        "no ASKING reached the target"
+    );
     // Writing mid-way follows ASK too (the temporary key goes to the
     // target, and is renamed there); the source opened before sees the change.
     put(&path, &uri, true).unwrap();
@@ -421,7 +473,9 @@ fn reads_and_writes_follow_ask_and_moved_through_a_slot_migration() {
     assert_eq!(read_all(&source).unwrap(), expected);
 
     // Done: every key of the slot moved, the slot assigned to the target (MOVED).
-    let Resp::Array(rest) = cmd(from, &[b"CLUSTER", b"GETKEYSINSLOT", slot_arg, b"1000"]) else { panic!() };
+    let Resp::Array(rest) = cmd(from, &[b"CLUSTER", b"GETKEYSINSLOT", slot_arg, b"1000"]) else {
+        panic!()
+    };
     for k in rest {
         let Resp::Bulk(Some(k)) = k else { panic!() };
         migrate(&k);
@@ -480,7 +534,8 @@ fn a_dead_or_stalled_node_is_a_typed_error_within_the_deadline() {
     assert!(message.contains(&format!("node 127.0.0.1:{victim}")), "{message}");
     assert_eq!(err.store_kind(), Some(StoreErrorKind::RetriesExhausted), "{message}");
     // Opening fails the same way.
-    let err = within(Duration::from_secs(20), move || ClusterSource::open(&uri, options).unwrap_err());
+    let err =
+        within(Duration::from_secs(20), move || ClusterSource::open(&uri, options).unwrap_err());
     assert!(err.to_string().contains(&format!("127.0.0.1:{victim}")), "{err}");
 }
 
@@ -494,7 +549,9 @@ fn tzr_copies_inspects_and_verifies_cluster_files() {
     let out = tzr(&["copy", path.to_str().unwrap(), &uri]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = tzr(&["verify", &uri]);
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("3 tensors verified"));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("3 tensors verified")
+    );
     let out = tzr(&["inspect", &uri]);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("3 tensors"));
     // Back to a local file: the same bytes (the end marker is rewritten).
@@ -507,7 +564,10 @@ fn tzr_copies_inspects_and_verifies_cluster_files() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // TLS is understood; nothing listens there.
     let out = tzr(&["inspect", "rediss+cluster://127.0.0.1:1/x"]);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("rediss+cluster://127.0.0.1:1/x"));
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("rediss+cluster://127.0.0.1:1/x")
+    );
 }
 
 #[test]
@@ -516,9 +576,10 @@ fn a_tls_cluster_with_a_password_round_trips() {
     use tensorizer_native::store::redis::{TlsOptions, write_cluster_target};
     let Some(pki) = crate::tls::Pki::make() else { return };
     let certs = pki.path("");
-    let Some(cluster) =
-        Cluster::start_with(&[("TZR_CLUSTER_TLS", certs.as_path()), ("TZR_CLUSTER_PASSWORD", Path::new("c1uster"))])
-    else {
+    let Some(cluster) = Cluster::start_with(&[
+        ("TZR_CLUSTER_TLS", certs.as_path()),
+        ("TZR_CLUSTER_PASSWORD", Path::new("c1uster")),
+    ]) else {
         return;
     };
     let target = |uri: &str| match Location::parse(uri).unwrap() {
@@ -527,14 +588,20 @@ fn a_tls_cluster_with_a_password_round_trips() {
     };
     let uri = format!("rediss+cluster://:c1uster@127.0.0.1:{}/secure/model", cluster.ports[0]);
     let trusted = TlsOptions::ca_file(pki.path("ca.pem"));
-    let local = Reader::open(crate::common::vectors_dir().join("v1_flat.tensors"), ReadOptions::default()).unwrap();
+    let local =
+        Reader::open(crate::common::vectors_dir().join("v1_flat.tensors"), ReadOptions::default())
+            .unwrap();
     write_cluster_target(target(&uri), &local, false, &RedisOptions::default(), &trusted).unwrap();
-    let source = ClusterSource::open_target(target(&uri), RedisOptions::default(), &trusted).unwrap();
+    let source =
+        ClusterSource::open_target(target(&uri), RedisOptions::default(), &trusted).unwrap();
     let file = std::fs::read(crate::common::vectors_dir().join("v1_flat.tensors")).unwrap();
     let mut back = vec![0u8; source.len() as usize];
     source.read_exact_at(0, &mut back).unwrap();
     assert_eq!(back, file[..back.len()]);
-    let quick = RedisOptions { retry: RetryPolicy::new(1, Duration::from_millis(10)), ..RedisOptions::default() };
+    let quick = RedisOptions {
+        retry: RetryPolicy::new(1, Duration::from_millis(10)),
+        ..RedisOptions::default()
+    };
     let wrong = format!("rediss+cluster://:nope@127.0.0.1:{}/secure/model", cluster.ports[0]);
     let err = ClusterSource::open_target(target(&wrong), quick, &trusted).unwrap_err();
     assert_eq!(err.store_kind(), Some(StoreErrorKind::PermissionDenied), "{err}");

@@ -27,8 +27,12 @@ impl Moto {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let env_bin = std::env::var("TZR_MOTO_SERVER").unwrap_or_default();
         let venv_bin = root.join(".venv-test/bin/moto_server");
-        let bin = crate::servers::binary("moto_server", &[env_bin.as_str(), &venv_bin.to_string_lossy()])?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().port();
+        let bin = crate::servers::binary(
+            "moto_server",
+            &[env_bin.as_str(), &venv_bin.to_string_lossy()],
+        )?;
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().port();
         let child = Command::new(bin)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
@@ -60,14 +64,21 @@ impl Moto {
             secret_access_key: Some("testing".into()),
             endpoint: Some(format!("http://127.0.0.1:{port}")),
             force_http: Some(true),
-            http: HttpOptions { retry: RetryPolicy::new(6, Duration::from_millis(5)), ..HttpOptions::default() },
+            http: HttpOptions {
+                retry: RetryPolicy::new(6, Duration::from_millis(5)),
+                ..HttpOptions::default()
+            },
             ..S3Options::default()
         }
     }
 
     /// The raw reply to a GET of `path`.
     pub(crate) fn get(&self, path: &str) -> String {
-        raw(self.port, &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")).unwrap()
+        raw(
+            self.port,
+            &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
+        )
+        .unwrap()
     }
 }
 
@@ -89,8 +100,11 @@ fn raw(port: u16, request: &str) -> Option<String> {
 }
 
 fn load_all<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
-    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
-    reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect()).unwrap();
+    let mut bufs: Vec<Vec<u8>> =
+        reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+    reader
+        .load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect())
+        .unwrap();
     bufs
 }
 
@@ -102,11 +116,14 @@ fn vectors_round_trip_through_s3() {
     for v in vectors().iter().filter(|v| !v.name().contains("long")) {
         let uri = format!("s3://models/vectors/{}", v.name());
         s3::upload(&v.path, &uri, &options).unwrap();
-        let local = Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
+        let local =
+            Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap();
         for num_readers in [1, 4] {
             let source = s3::open(&uri, &options).unwrap();
             assert_eq!(source.name(), uri, "messages name the s3:// URI, not the presigned URL");
-            let remote = Reader::new(source, ReadOptions { key: v.key(), verify_hash: true, num_readers }).unwrap();
+            let remote =
+                Reader::new(source, ReadOptions { key: v.key(), verify_hash: true, num_readers })
+                    .unwrap();
             assert_eq!(load_all(&remote), load_all(&local), "{}", v.name());
         }
     }
@@ -118,7 +135,8 @@ fn multipart_uploads_and_aborts_leave_nothing_partial() {
     moto.create_bucket("big");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("blob");
-    let data: Vec<u8> = (0..(23u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
+    let data: Vec<u8> =
+        (0..(23u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
     std::fs::write(&path, &data).unwrap();
     let mut options = moto.options(moto.port);
     options.part_size = Some(5 << 20);
@@ -137,12 +155,18 @@ fn multipart_uploads_and_aborts_leave_nothing_partial() {
     failing.http.retry.attempts = 1;
     std::fs::write(&path, vec![7u8; 12 << 20]).unwrap();
     let err = s3::upload(&path, "s3://big/blob", &failing).unwrap_err().to_string();
-    assert!(err.contains("s3://big/blob") && err.contains("part") && !err.contains("abort"), "{err}");
+    assert!(
+        err.contains("s3://big/blob") && err.contains("part") && !err.contains("abort"),
+        "{err}"
+    );
     let mut again = vec![0u8; data.len()];
     s3::open("s3://big/blob", &options).unwrap().read_exact_at(0, &mut again).unwrap();
     assert!(again == data, "a failed upload leaves the previous object intact");
     let uploads = moto.get("/big?uploads");
-    assert!(uploads.contains("ListMultipartUploadsResult") && !uploads.contains("<UploadId>"), "{uploads}");
+    assert!(
+        uploads.contains("ListMultipartUploadsResult") && !uploads.contains("<UploadId>"),
+        "{uploads}"
+    );
 }
 
 #[test]
@@ -155,7 +179,8 @@ fn missing_objects_and_buckets_are_clear_errors() {
     assert!(!err.contains("Signature"), "no credentials in messages: {err}");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), b"x").unwrap();
-    let err = s3::upload(&dir.path().join("f"), "s3://nobucket/f", &options).unwrap_err().to_string();
+    let err =
+        s3::upload(&dir.path().join("f"), "s3://nobucket/f", &options).unwrap_err().to_string();
     assert!(err.contains("NoSuchBucket"), "{err}");
 }
 
@@ -210,7 +235,8 @@ fn a_completed_upload_whose_reply_is_lost_is_a_success() {
     moto.create_bucket("lost");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("blob");
-    let data: Vec<u8> = (0..(11u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2246822519).to_le_bytes()).collect();
+    let data: Vec<u8> =
+        (0..(11u32 << 20) / 4).flat_map(|i| i.wrapping_mul(2246822519).to_le_bytes()).collect();
     std::fs::write(&path, &data).unwrap();
     let upload = |fault: Fault, uri: &str, attempts: u32| {
         let proxy = FaultProxy::start(moto.port, fault);
@@ -219,7 +245,10 @@ fn a_completed_upload_whose_reply_is_lost_is_a_success() {
         options.http.retry.attempts = attempts;
         let (path, uri) = (path.clone(), uri.to_string());
         let result = within(Duration::from_secs(60), move || s3::upload(&path, &uri, &options));
-        assert!(proxy.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 1, "no completion was lost");
+        assert!(
+            proxy.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+            "no completion was lost"
+        );
         result
     };
     let read = |uri: &str| {
@@ -245,11 +274,16 @@ fn a_completed_upload_whose_reply_is_lost_is_a_success() {
     let mut direct = moto.options(moto.port);
     direct.part_size = Some(5 << 20);
     s3::upload(&other_path, "s3://lost/kept", &direct).unwrap();
-    let err =
-        upload(Fault::LoseCompletion { forward: false, times: 100 }, "s3://lost/kept", 2).unwrap_err().to_string();
-    assert!(err.contains("s3://lost/kept") && err.contains("complete") && err.contains("ETag"), "{err}");
+    let err = upload(Fault::LoseCompletion { forward: false, times: 100 }, "s3://lost/kept", 2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("s3://lost/kept") && err.contains("complete") && err.contains("ETag"),
+        "{err}"
+    );
     assert!(read("s3://lost/kept") == other, "the previous object is kept");
-    let err =
-        upload(Fault::LoseCompletion { forward: false, times: 100 }, "s3://lost/none", 2).unwrap_err().to_string();
+    let err = upload(Fault::LoseCompletion { forward: false, times: 100 }, "s3://lost/none", 2)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("s3://lost/none") && err.contains("404"), "{err}");
 }

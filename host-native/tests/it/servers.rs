@@ -38,7 +38,9 @@ pub(crate) struct Nginx {
 
 impl Nginx {
     pub(crate) fn serve(root: &Path) -> Option<Self> {
-        Self::serve_block(&|port| format!("listen 127.0.0.1:{port}; root {}; location / {{ }}", root.display()))
+        Self::serve_block(&|port| {
+            format!("listen 127.0.0.1:{port}; root {}; location / {{ }}", root.display())
+        })
     }
 
     /// nginx with one `server { … }` block, `block(port)` inside the braces.
@@ -57,7 +59,8 @@ impl Nginx {
         );
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(bin).arg("-c").arg(&conf_path).arg("-p").arg(dir.path()).spawn().unwrap();
+        let child =
+            Command::new(bin).arg("-c").arg(&conf_path).arg("-p").arg(dir.path()).spawn().unwrap();
         // Owned from here on: dropping `server` kills and reaps nginx.
         let server = Self { child, port, _dir: dir };
         for _ in 0..100 {
@@ -177,7 +180,9 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
     {
         let mut buf = [0u8; 4096];
         let _ = client.read(&mut buf);
-        let _ = client.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let _ = client.write_all(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
         return;
     }
     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { return };
@@ -229,7 +234,13 @@ fn handle(mut client: TcpStream, upstream: u16, fault: Fault, n: usize, stop: Ar
 /// Writes `data`, the response bytes after the first `sent`, to `client`:
 /// at once, or in drips ([`Fault::Trickle`] past its `after`,
 /// [`Fault::TrickleThenReset`]).
-fn relay(client: &mut TcpStream, data: &[u8], sent: usize, fault: Fault, stop: &AtomicBool) -> std::io::Result<()> {
+fn relay(
+    client: &mut TcpStream,
+    data: &[u8],
+    sent: usize,
+    fault: Fault,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
     let (after, chunk, gap_ms) = match fault {
         Fault::Trickle { after, chunk, gap_ms } => (after, chunk, gap_ms),
         Fault::TrickleThenReset { chunk, gap_ms, .. } => (0, chunk, gap_ms),
@@ -252,7 +263,13 @@ fn relay(client: &mut TcpStream, data: &[u8], sent: usize, fault: Fault, stop: &
 /// end), and closes the client's connection instead of relaying the reply
 /// to the first `times` `CompleteMultipartUpload` requests (`POST
 /// ?uploadId=`), which it passes on only if `forward`.
-fn lose_completions(mut client: TcpStream, upstream: u16, forward: bool, times: usize, lost: &AtomicUsize) {
+fn lose_completions(
+    mut client: TcpStream,
+    upstream: u16,
+    forward: bool,
+    times: usize,
+    lost: &AtomicUsize,
+) {
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut byte = [0u8; 1];
     loop {
@@ -266,7 +283,9 @@ fn lose_completions(mut client: TcpStream, upstream: u16, forward: bool, times: 
         let text = String::from_utf8_lossy(&head).into_owned();
         let length = text
             .lines()
-            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+            .find_map(|l| {
+                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+            })
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(0);
         let mut body = vec![0u8; length];
@@ -374,7 +393,11 @@ fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &At
         let range = text.lines().find_map(|l| l.strip_prefix("range: bytes=")).and_then(|r| {
             let (a, b) = r.trim().split_once('-')?;
             let b = b.trim();
-            let last = if b.is_empty() { body.len() - 1 } else { b.parse::<usize>().ok()?.min(body.len() - 1) };
+            let last = if b.is_empty() {
+                body.len() - 1
+            } else {
+                b.parse::<usize>().ok()?.min(body.len() - 1)
+            };
             Some((a.parse::<usize>().ok()?, last))
         });
         let Some((start, end)) = range else { return };
@@ -383,7 +406,10 @@ fn serve_odd(mut client: TcpStream, body: &[u8], framing: Framing, requests: &At
         let mut out = if whole && matches!(framing, Framing::WholeAs200) {
             "HTTP/1.1 200 OK\r\n".to_string()
         } else {
-            format!("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\n", body.len())
+            format!(
+                "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\n",
+                body.len()
+            )
         };
         match framing {
             Framing::Chunked => {
@@ -432,11 +458,21 @@ impl RedisServer {
     /// is ready once its plain port answers `PING` (with `PONG`, or with
     /// `NOAUTH` when it wants a password).
     pub(crate) fn start_with(extra: &[&str]) -> Option<Self> {
-        let bin = binary("redis-server", &["/usr/bin/redis-server", "/usr/local/bin/redis-server"])?;
+        let bin =
+            binary("redis-server", &["/usr/bin/redis-server", "/usr/local/bin/redis-server"])?;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let child = Command::new(bin)
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(dir.path())
             .arg("--logfile")
@@ -472,7 +508,11 @@ impl RedisServer {
 
     /// Sends `signal` (`STOP`, `CONT`) to the server.
     pub(crate) fn signal(&self, signal: &str) {
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
         assert!(status.success(), "kill -{signal} failed");
     }
 
@@ -490,12 +530,16 @@ impl Drop for RedisServer {
 
 /// Runs `f` on its own thread and fails the test if it has not returned
 /// within `limit` (a hostile server must make a test fail, never hang it).
-pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("still running after {limit:?}: the call hangs"))
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("still running after {limit:?}: the call hangs"))
 }
 
 /// How [`SlowOrigin`] sends a body: `bytes` every `gap`.
@@ -529,7 +573,9 @@ impl SlowOrigin {
                         served += 1;
                         client.set_nonblocking(false).unwrap();
                         let (s, body) = (s.clone(), body.clone());
-                        std::thread::spawn(move || serve_slow(client, &body, drip, slow_from, chunked, &s));
+                        std::thread::spawn(move || {
+                            serve_slow(client, &body, drip, slow_from, chunked, &s)
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -549,7 +595,14 @@ impl Drop for SlowOrigin {
     }
 }
 
-fn serve_slow(mut client: TcpStream, body: &[u8], drip: Drip, slow_from: usize, chunked: bool, stop: &AtomicBool) {
+fn serve_slow(
+    mut client: TcpStream,
+    body: &[u8],
+    drip: Drip,
+    slow_from: usize,
+    chunked: bool,
+    stop: &AtomicBool,
+) {
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -562,16 +615,22 @@ fn serve_slow(mut client: TcpStream, body: &[u8], drip: Drip, slow_from: usize, 
             }
         }
         let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-        let Some((start, end)) = text.lines().find_map(|l| l.strip_prefix("range: bytes=")).and_then(|r| {
-            let (a, b) = r.trim().split_once('-')?;
-            let last = b.trim().parse::<usize>().map_or(body.len() - 1, |b| b.min(body.len() - 1));
-            Some((a.parse::<usize>().ok()?, last))
-        }) else {
+        let Some((start, end)) =
+            text.lines().find_map(|l| l.strip_prefix("range: bytes=")).and_then(|r| {
+                let (a, b) = r.trim().split_once('-')?;
+                let last =
+                    b.trim().parse::<usize>().map_or(body.len() - 1, |b| b.min(body.len() - 1));
+                Some((a.parse::<usize>().ok()?, last))
+            })
+        else {
             return;
         };
         let part = &body[start..=end];
-        let framing =
-            if chunked { "Transfer-Encoding: chunked".to_string() } else { format!("Content-Length: {}", part.len()) };
+        let framing = if chunked {
+            "Transfer-Encoding: chunked".to_string()
+        } else {
+            format!("Content-Length: {}", part.len())
+        };
         let out = format!(
             "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\nETag: \"slow\"\r\n{framing}\r\n\r\n",
             body.len()
@@ -653,7 +712,13 @@ impl Drop for FakeRedis {
     }
 }
 
-fn serve_fake_redis(client: TcpStream, answer: Answer, drip: Option<Drip>, stop: &AtomicBool, count: &AtomicUsize) {
+fn serve_fake_redis(
+    client: TcpStream,
+    answer: Answer,
+    drip: Option<Drip>,
+    stop: &AtomicBool,
+    count: &AtomicUsize,
+) {
     use std::io::BufRead;
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut out = client.try_clone().unwrap();
@@ -664,12 +729,18 @@ fn serve_fake_redis(client: TcpStream, answer: Answer, drip: Option<Drip>, stop:
         if input.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
-        let Some(n) = line.trim_end().strip_prefix('*').and_then(|n| n.parse::<usize>().ok()) else { return };
+        let Some(n) = line.trim_end().strip_prefix('*').and_then(|n| n.parse::<usize>().ok())
+        else {
+            return;
+        };
         let mut args = Vec::with_capacity(n);
         for _ in 0..n {
             line.clear();
             let _ = input.read_line(&mut line);
-            let Some(len) = line.trim_end().strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else { return };
+            let Some(len) = line.trim_end().strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
+            else {
+                return;
+            };
             let mut arg = vec![0u8; len + 2];
             if input.read_exact(&mut arg).is_err() {
                 return;

@@ -10,9 +10,13 @@ use proptest::prelude::*;
 use tensorizer_core::checkpoint::Leaf;
 use tensorizer_core::crypto::Key;
 use tensorizer_core::{Dtype, ElementType, KeySource, TensorSpec, WriterOptions};
-use tensorizer_native::read::slice::plan::{Index, MAX_SPANS, SpanPolicy, StridedView, gather, plan_spans};
+use tensorizer_native::read::slice::plan::{
+    Index, MAX_SPANS, SpanPolicy, StridedView, gather, plan_spans,
+};
 use tensorizer_native::source::Counted;
-use tensorizer_native::{CheckpointReader, LocalFile, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
+use tensorizer_native::{
+    CheckpointReader, LocalFile, RangeSource, ReadOptions, Reader, WriteOptions, write_file,
+};
 
 use crate::servers::Nginx;
 
@@ -22,7 +26,8 @@ use crate::servers::Nginx;
 /// storage position, row-major; `None` where indexing must fail.
 fn naive(view: &StridedView, index: &[Index]) -> Option<(Vec<u64>, Vec<u64>)> {
     let ndim = view.shape.len();
-    let consuming = index.iter().filter(|i| matches!(i, Index::At(_) | Index::Range { .. })).count();
+    let consuming =
+        index.iter().filter(|i| matches!(i, Index::At(_) | Index::Range { .. })).count();
     if consuming > ndim || index.iter().filter(|i| matches!(i, Index::Ellipsis)).count() > 1 {
         return None;
     }
@@ -57,8 +62,9 @@ fn naive(view: &StridedView, index: &[Index]) -> Option<(Vec<u64>, Vec<u64>)> {
                     return None;
                 }
                 let n = view.shape[d] as i64;
-                let bound =
-                    |v: Option<i64>, default: i64| v.map_or(default, |v| if v < 0 { (v + n).max(0) } else { v.min(n) });
+                let bound = |v: Option<i64>, default: i64| {
+                    v.map_or(default, |v| if v < 0 { (v + n).max(0) } else { v.min(n) })
+                };
                 let positions = (bound(start, 0)..bound(stop, n)).step_by(step as usize);
                 axes.push(positions.map(|p| p as u64 * view.stride[d]).collect());
                 d += 1;
@@ -77,7 +83,10 @@ fn naive(view: &StridedView, index: &[Index]) -> Option<(Vec<u64>, Vec<u64>)> {
 /// The bytes of `elements` of `itemsize` from `storage`, back to back.
 fn pick(storage: &[u8], elements: &[u64], itemsize: u64) -> Vec<u8> {
     let s = itemsize as usize;
-    elements.iter().flat_map(|&e| storage[e as usize * s..(e as usize + 1) * s].iter().copied()).collect()
+    elements
+        .iter()
+        .flat_map(|&e| storage[e as usize * s..(e as usize + 1) * s].iter().copied())
+        .collect()
 }
 
 /// The union of the elements' byte intervals, merged where they touch.
@@ -104,7 +113,10 @@ fn through_plan(
 ) -> Option<Vec<u8>> {
     let sliced = view.index(index).ok()?;
     let spans = plan_spans(&sliced, itemsize, policy).unwrap();
-    let data: Vec<u8> = spans.iter().flat_map(|s| storage[s.start as usize..s.end as usize].iter().copied()).collect();
+    let data: Vec<u8> = spans
+        .iter()
+        .flat_map(|s| storage[s.start as usize..s.end as usize].iter().copied())
+        .collect();
     let mut out = vec![0u8; (sliced.numel().unwrap() * itemsize) as usize];
     gather(&sliced, itemsize, &spans, &data, &mut out).unwrap();
     Some(out)
@@ -128,7 +140,11 @@ fn strided_view() -> impl Strategy<Value = StridedView> {
     proptest::collection::vec((0u64..6, 0u64..12), 0..4).prop_flat_map(|dims| {
         let shape: Vec<u64> = dims.iter().map(|d| d.0).collect();
         let stride: Vec<u64> = dims.iter().map(|d| d.1).collect();
-        (0u64..6).prop_map(move |offset| StridedView { shape: shape.clone(), stride: stride.clone(), offset })
+        (0u64..6).prop_map(move |offset| StridedView {
+            shape: shape.clone(),
+            stride: stride.clone(),
+            offset,
+        })
     })
 }
 
@@ -176,7 +192,10 @@ fn row_slices_of_contiguous_tensors_are_one_exact_span() {
     for (index, want) in [
         (vec![Index::range(10, 20)], 10 * 30 * 7 * 2..20 * 30 * 7 * 2),
         (vec![Index::At(-1), Index::range(3, 5)], (99 * 30 + 3) * 7 * 2..(99 * 30 + 5) * 7 * 2),
-        (vec![Index::At(4), Index::At(2), Index::range(1, 3)], ((4 * 30 + 2) * 7 + 1) * 2..((4 * 30 + 2) * 7 + 3) * 2),
+        (
+            vec![Index::At(4), Index::At(2), Index::range(1, 3)],
+            ((4 * 30 + 2) * 7 + 1) * 2..((4 * 30 + 2) * 7 + 3) * 2,
+        ),
     ] {
         let sliced = view.index(&index).unwrap();
         assert!(sliced.is_row_major());
@@ -191,7 +210,8 @@ const COLS: u64 = 3000;
 
 /// A 12 MB f32 matrix (six 2 MiB encryption chunks) and a small tensor.
 fn matrix_file(dir: &Path, encrypted: bool) -> (PathBuf, Vec<u8>, Option<Key>) {
-    let data: Vec<u8> = (0..ROWS * COLS * 4).map(|b| (b.wrapping_mul(2654435761) >> 11) as u8).collect();
+    let data: Vec<u8> =
+        (0..ROWS * COLS * 4).map(|b| (b.wrapping_mul(2654435761) >> 11) as u8).collect();
     let small: Vec<u8> = (0..24u8).collect();
     let specs = [
         TensorSpec::state_dict("small", Dtype::from_element(ElementType::I16), vec![3, 4]),
@@ -204,12 +224,21 @@ fn matrix_file(dir: &Path, encrypted: bool) -> (PathBuf, Vec<u8>, Option<Key>) {
         num_writers: 2,
     };
     let path = dir.join(format!("m{encrypted}.tensors"));
-    write_file(&path, &[(specs[0].clone(), small.as_slice()), (specs[1].clone(), data.as_slice())], &options).unwrap();
+    write_file(
+        &path,
+        &[(specs[0].clone(), small.as_slice()), (specs[1].clone(), data.as_slice())],
+        &options,
+    )
+    .unwrap();
     (path, data, encrypted.then_some(key))
 }
 
 fn open_counted(path: &Path, key: Option<&Key>) -> Reader<Counted<LocalFile>> {
-    let options = ReadOptions { num_readers: 3, verify_hash: false, key: key.map(|k| KeySource::Key(k.clone())) };
+    let options = ReadOptions {
+        num_readers: 3,
+        verify_hash: false,
+        key: key.map(|k| KeySource::Key(k.clone())),
+    };
     Reader::new(Counted::new(LocalFile::open(path).unwrap()), options).unwrap()
 }
 
@@ -246,11 +275,23 @@ fn tensorizer_slices_equal_the_full_tensor_indexed() {
         let full = StridedView::contiguous(&[ROWS, COLS]).unwrap();
         for index in matrix_indexes() {
             let (_, elements) = naive(&full, &index).unwrap();
-            assert!(read_slice(&reader, 1, &index) == pick(&data, &elements, 4), "{encrypted} {index:?}");
+            assert!(
+                read_slice(&reader, 1, &index) == pick(&data, &elements, 4),
+                "{encrypted} {index:?}"
+            );
         }
-        assert_eq!(read_slice(&reader, 0, &[Index::At(1), Index::range(1, 3)]), vec![10, 11, 12, 13]);
+        assert_eq!(
+            read_slice(&reader, 0, &[Index::At(1), Index::range(1, 3)]),
+            vec![10, 11, 12, 13]
+        );
         // Byte ranges, including ones crossing chunk boundaries.
-        for range in [0..1, 5..(2 << 20) + 3, (4 << 20) - 1..(4 << 20) + 1, 12_000_000 - 9..12_000_000, 77..77] {
+        for range in [
+            0..1,
+            5..(2 << 20) + 3,
+            (4 << 20) - 1..(4 << 20) + 1,
+            12_000_000 - 9..12_000_000,
+            77..77,
+        ] {
             let mut out = vec![0u8; (range.end - range.start) as usize];
             reader.read_tensor_range(1, range.clone(), &mut out).unwrap();
             assert!(out == data[range.start as usize..range.end as usize], "{encrypted} {range:?}");
@@ -325,13 +366,22 @@ fn slices_over_http_read_only_their_spans() {
     let (_, _, key) = matrix_file(dir.path(), true);
     let Some(nginx) = Nginx::serve(dir.path()) else { return };
     for (file, key) in [("mfalse.tensors", None), ("mtrue.tensors", key.as_ref())] {
-        let source = tensorizer_native::open_uri(&nginx.url(file), tensorizer_native::Intent::ReadAll).unwrap();
-        let options = ReadOptions { num_readers: 4, verify_hash: false, key: key.map(|k| KeySource::Key(k.clone())) };
+        let source =
+            tensorizer_native::open_uri(&nginx.url(file), tensorizer_native::Intent::ReadAll)
+                .unwrap();
+        let options = ReadOptions {
+            num_readers: 4,
+            verify_hash: false,
+            key: key.map(|k| KeySource::Key(k.clone())),
+        };
         let reader = Reader::new(Counted::new(source), options).unwrap();
         let full = StridedView::contiguous(&[ROWS, COLS]).unwrap();
         for index in matrix_indexes() {
             let (_, elements) = naive(&full, &index).unwrap();
-            assert!(read_slice(&reader, 1, &index) == pick(&data, &elements, 4), "{file} {index:?}");
+            assert!(
+                read_slice(&reader, 1, &index) == pick(&data, &elements, 4),
+                "{file} {index:?}"
+            );
         }
         let before = (reader.source().bytes(), reader.source().requests());
         read_slice(&reader, 1, &[Index::range(10, 20)]);
@@ -399,7 +449,11 @@ fn checkpoint_slices_equal_the_whole_tensor_indexed() {
                 assert_eq!(got.unwrap().shape, shape);
                 let mut out = vec![0xAAu8; elements.len() * itemsize as usize];
                 reader.read_slice(i, &index, &mut out).unwrap();
-                assert!(out == pick(&whole, &elements, itemsize), "{name} {} {index:?}", entry.path);
+                assert!(
+                    out == pick(&whole, &elements, itemsize),
+                    "{name} {} {index:?}",
+                    entry.path
+                );
                 checked += 1;
             }
         }
@@ -409,15 +463,19 @@ fn checkpoint_slices_equal_the_whole_tensor_indexed() {
 
 #[test]
 fn a_checkpoint_row_slice_reads_only_its_rows() {
-    let reader =
-        CheckpointReader::new(Counted::new(LocalFile::open(torch_vectors().join("views.pt")).unwrap())).unwrap();
+    let reader = CheckpointReader::new(Counted::new(
+        LocalFile::open(torch_vectors().join("views.pt")).unwrap(),
+    ))
+    .unwrap();
     // The largest contiguous tensor with at least 4 rows.
     let (i, view) = reader
         .entries()
         .iter()
         .enumerate()
         .filter_map(|(i, e)| match &e.value {
-            Leaf::Tensor(v) if v.is_contiguous() && v.shape.len() >= 2 && v.shape[0] >= 4 => Some((i, v.clone())),
+            Leaf::Tensor(v) if v.is_contiguous() && v.shape.len() >= 2 && v.shape[0] >= 4 => {
+                Some((i, v.clone()))
+            }
             _ => None,
         })
         .max_by_key(|(_, v)| v.numel())

@@ -11,7 +11,9 @@ use tensorizer_core::{Dtype, ElementType, TensorSpec};
 use tensorizer_native::device::staging::{HostEngine, StagingOptions, load_staged};
 use tensorizer_native::store::redis::{RedisOptions, RedisSource, write_redis};
 use tensorizer_native::store::s3;
-use tensorizer_native::{Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file};
+use tensorizer_native::{
+    Error, MemorySource, RangeSource, ReadOptions, Reader, WriteOptions, write_file,
+};
 
 use crate::common::{vectors, write_tensors};
 
@@ -27,7 +29,11 @@ fn expected<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
 }
 
 /// Every tensor of `reader` through the ring; returns the outputs and the engine's counters.
-fn staged<S: RangeSource>(reader: &Reader<S>, options: &StagingOptions, latency: Duration) -> (Vec<Vec<u8>>, Stats) {
+fn staged<S: RangeSource>(
+    reader: &Reader<S>,
+    options: &StagingOptions,
+    latency: Duration,
+) -> (Vec<Vec<u8>>, Stats) {
     let all: Vec<usize> = (0..reader.entries().len()).collect();
     let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
     let engine = HostEngine::new(&sizes).unwrap().with_latency(latency);
@@ -73,11 +79,17 @@ fn every_vector_matches_load_into() {
 }
 
 /// A file with one 12 MiB tensor, a 3 MiB one and many small ones.
-fn write_model(dir: &std::path::Path, encrypted: bool) -> (std::path::PathBuf, Option<tensorizer_core::KeySource>) {
+fn write_model(
+    dir: &std::path::Path,
+    encrypted: bool,
+) -> (std::path::PathBuf, Option<tensorizer_core::KeySource>) {
     let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
     for (name, n) in [("big", 3u32 << 20), ("mid", 3 << 18)] {
         let data: Vec<u8> = (0..n).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
-        tensors.push((TensorSpec::state_dict(name, Dtype::from_element(ElementType::F32), vec![u64::from(n)]), data));
+        tensors.push((
+            TensorSpec::state_dict(name, Dtype::from_element(ElementType::F32), vec![u64::from(n)]),
+            data,
+        ));
     }
     for i in 0..200u32 {
         let data: Vec<u8> = (0..i % 23).flat_map(|v| (v as u16 ^ i as u16).to_le_bytes()).collect();
@@ -95,7 +107,8 @@ fn write_model(dir: &std::path::Path, encrypted: bool) -> (std::path::PathBuf, O
         key: encrypted.then(|| key.clone()),
         num_writers: 2,
     };
-    let input: Vec<(TensorSpec, &[u8])> = tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
+    let input: Vec<(TensorSpec, &[u8])> =
+        tensors.iter().map(|(s, d)| (s.clone(), d.as_slice())).collect();
     write_file(&path, &input, &options).unwrap();
     (path, encrypted.then(|| tensorizer_core::KeySource::Key(key)))
 }
@@ -105,7 +118,8 @@ fn big_tensors_split_across_buffers_and_small_ones_share() {
     let dir = tempfile::tempdir().unwrap();
     for encrypted in [false, true] {
         let (path, key) = write_model(dir.path(), encrypted);
-        let reader = Reader::open(&path, ReadOptions { num_readers: 4, verify_hash: true, key }).unwrap();
+        let reader =
+            Reader::open(&path, ReadOptions { num_readers: 4, verify_hash: true, key }).unwrap();
         let want = expected(&reader);
         // 4 MiB buffers: the 12 MiB tensor takes at least three, and with
         // encryption every piece is whole 2 MiB chunks.
@@ -114,7 +128,11 @@ fn big_tensors_split_across_buffers_and_small_ones_share() {
             assert!(got == want, "encrypted={encrypted}, {threads} threads: bytes differ");
             // (Each buffer has two 4 KiB blocks of room for reads around
             // the page cache.)
-            assert_eq!((stats.buffers, stats.bytes), (3, 3 * ((4 << 20) + 8192)), "memory is the ring: {stats:?}");
+            assert_eq!(
+                (stats.buffers, stats.bytes),
+                (3, 3 * ((4 << 20) + 8192)),
+                "memory is the ring: {stats:?}"
+            );
         }
     }
 }
@@ -128,7 +146,11 @@ fn a_cold_file_stages_the_same_bytes_around_the_cache() {
         let n = (5 << 19) + 7 * i as usize + 1;
         let data: Vec<u8> = (0..n as u32).flat_map(|v| (v ^ (i << 9)).to_le_bytes()).collect();
         tensors.push((
-            TensorSpec::state_dict(format!("w{i}").as_str(), Dtype::from_element(ElementType::F32), vec![n as u64]),
+            TensorSpec::state_dict(
+                format!("w{i}").as_str(),
+                Dtype::from_element(ElementType::F32),
+                vec![n as u64],
+            ),
             data,
         ));
         let small: Vec<u8> = (0..3 * i + 1).map(|v| v as u8).collect();
@@ -144,16 +166,24 @@ fn a_cold_file_stages_the_same_bytes_around_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     for encrypted in [false, true] {
         let path = dir.path().join(format!("cold{encrypted}.tensors"));
-        let key = write_tensors(&path, &tensors, encrypted.then(|| tensorizer_core::crypto::Key::from_bytes([3; 32])));
+        let key = write_tensors(
+            &path,
+            &tensors,
+            encrypted.then(|| tensorizer_core::crypto::Key::from_bytes([3; 32])),
+        );
         crate::cold::evict(&path);
-        let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+        let reader =
+            Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
         // Where O_DIRECT is not allowed (tmpfs) the ring reads through the
         // cache, and the bytes must be the same all the same.
         let direct = reader.source().is_cold();
         for (buffers, len) in [(4, 4 << 20), (3, 2 << 20)] {
             let (got, stats) = staged(&reader, &ring(buffers, len, 3), Duration::from_millis(1));
             for ((i, got), (spec, want)) in got.iter().enumerate().zip(&tensors) {
-                assert!(got == want, "encrypted={encrypted}, {buffers} x {len}: tensor {i} ({spec:?}) differs");
+                assert!(
+                    got == want,
+                    "encrypted={encrypted}, {buffers} x {len}: tensor {i} ({spec:?}) differs"
+                );
             }
             assert_eq!(stats.violations, 0, "{stats:?}");
             if direct {
@@ -207,25 +237,38 @@ fn reads_around_the_cache_keep_their_contract_and_land_at_their_shift() {
     let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
     for i in 0..5u32 {
         let n = (1 << 20) + 13 * i as usize + 3;
-        let data: Vec<u8> = (0..n as u32).flat_map(|v| (v.wrapping_mul(2654435761) ^ i).to_le_bytes()).collect();
+        let data: Vec<u8> =
+            (0..n as u32).flat_map(|v| (v.wrapping_mul(2654435761) ^ i).to_le_bytes()).collect();
         tensors.push((
-            TensorSpec::state_dict(format!("w{i}").as_str(), Dtype::from_element(ElementType::F32), vec![n as u64]),
+            TensorSpec::state_dict(
+                format!("w{i}").as_str(),
+                Dtype::from_element(ElementType::F32),
+                vec![n as u64],
+            ),
             data,
         ));
     }
     for encrypted in [false, true] {
         let path = dir.path().join(format!("m{encrypted}.tensors"));
-        let key = write_tensors(&path, &tensors, encrypted.then(|| tensorizer_core::crypto::Key::from_bytes([5; 32])));
+        let key = write_tensors(
+            &path,
+            &tensors,
+            encrypted.then(|| tensorizer_core::crypto::Key::from_bytes([5; 32])),
+        );
         let source = ColdMemory {
             inner: MemorySource::new(std::fs::read(&path).unwrap(), "cold.tensors"),
             uncached_reads: Default::default(),
         };
-        let reader = Reader::new(source, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+        let reader =
+            Reader::new(source, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
         for (buffers, len) in [(4, 4 << 20), (3, 3 << 20), (5, 1 << 20)] {
             let before = reader.source().uncached_reads.load(std::sync::atomic::Ordering::Relaxed);
             let (got, stats) = staged(&reader, &ring(buffers, len, 3), Duration::ZERO);
             for (i, (got, (_, want))) in got.iter().zip(&tensors).enumerate() {
-                assert!(got == want, "encrypted={encrypted}, {buffers} x {len}: tensor {i} differs");
+                assert!(
+                    got == want,
+                    "encrypted={encrypted}, {buffers} x {len}: tensor {i} differs"
+                );
             }
             assert_eq!(stats.violations, 0, "{stats:?}");
             let after = reader.source().uncached_reads.load(std::sync::atomic::Ordering::Relaxed);
@@ -239,9 +282,13 @@ fn a_verified_load_gets_long_buffers() {
     use tensorizer_native::device::staging::{DEFAULT_BUFFER_LEN, LONG_BUFFER_LEN};
     let dir = tempfile::tempdir().unwrap();
     let (path, key) = write_model(dir.path(), false);
-    let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: false, key }).unwrap();
+    let reader =
+        Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: false, key }).unwrap();
     let plain = StagingOptions::for_reader(&reader);
-    assert_eq!((plain.buffers, plain.buffer_len, plain.verify_hash), (5, DEFAULT_BUFFER_LEN, false));
+    assert_eq!(
+        (plain.buffers, plain.buffer_len, plain.verify_hash),
+        (5, DEFAULT_BUFFER_LEN, false)
+    );
     let verified = StagingOptions::for_load(&reader, true);
     assert_eq!((verified.buffer_len, verified.verify_hash), (LONG_BUFFER_LEN, true));
 }
@@ -250,19 +297,25 @@ fn a_verified_load_gets_long_buffers() {
 fn memory_is_bounded_by_the_ring_not_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let (path, key) = write_model(dir.path(), false);
-    let reader = Reader::open(&path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
+    let reader =
+        Reader::open(&path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
     let model: u64 = reader.entries().iter().map(|e| e.data_length).sum();
     let (got, stats) = staged(&reader, &ring(2, 1 << 20, 2), Duration::ZERO);
     assert_eq!(got, expected(&reader));
     assert_eq!(stats.buffers, 2);
-    assert!((stats.bytes as u64) * 6 < model, "{} bytes of buffers for a {model}-byte model", stats.bytes);
+    assert!(
+        (stats.bytes as u64) * 6 < model,
+        "{} bytes of buffers for a {model}-byte model",
+        stats.bytes
+    );
 }
 
 #[test]
 fn slow_copies_make_buffers_wait_and_nothing_is_overwritten_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let (path, key) = write_model(dir.path(), true);
-    let reader = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+    let reader =
+        Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
     let (got, stats) = staged(&reader, &ring(2, 2 << 20, 3), Duration::from_millis(15));
     assert!(got == expected(&reader), "bytes differ");
     assert!(stats.blocked > 0, "a 2-buffer ring with slow copies must wait: {stats:?}");
@@ -319,7 +372,8 @@ fn failing_load(
     let engine = HostEngine::new(&sizes).unwrap().with_latency(Duration::from_millis(5));
     let all: Vec<usize> = (0..sizes.len()).collect();
     let options = StagingOptions { verify_hash, ..ring(2, 2 << 20, 3) };
-    let err = load_staged(&reader, &all, &engine, &options).expect_err("a tampered file must not load");
+    let err =
+        load_staged(&reader, &all, &engine, &options).expect_err("a tampered file must not load");
     let violations = engine.violations();
     (err, violations, engine.into_outputs())
 }
@@ -340,7 +394,10 @@ fn a_tampered_encrypted_chunk_is_a_decryption_error_with_or_without_verify() {
             assert!(msg.contains("tampered.tensors"), "the error names the file: {msg}");
             let name = if i == 0 { "big" } else { "small.3" };
             assert!(msg.contains(name), "the error names the tensor: {msg}");
-            assert_eq!(violations, 0, "no buffer refilled while a copy was in flight after the error");
+            assert_eq!(
+                violations, 0,
+                "no buffer refilled while a copy was in flight after the error"
+            );
         }
     }
 }
@@ -351,19 +408,26 @@ fn a_hash_mismatch_is_a_typed_error_naming_the_tensor() {
     let (path, _) = write_model(dir.path(), false);
     // A bit of the second piece of the 12 MiB tensor (2 MiB buffers).
     let (err, violations, _) = failing_load(flipped(&path, 0, (2 << 20) + 5), None, true);
-    assert!(matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. })), "{err}");
+    assert!(
+        matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. })),
+        "{err}"
+    );
     assert!(err.is_verification_failure());
     assert!(err.to_string().contains("big"), "{err}");
     assert_eq!(violations, 0);
     // A small tensor sharing a buffer with others.
     let (err, _, _) = failing_load(flipped(&path, 9, 0), None, true);
-    assert!(matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. })), "{err}");
+    assert!(
+        matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("small.7"), "{err}");
 }
 
 #[test]
 fn a_passphrase_vector_and_a_key_vector_stage_over_http_verified() {
-    let encrypted: Vec<_> = vectors().into_iter().filter(|v| v.key().is_some() && !v.name().contains("long")).collect();
+    let encrypted: Vec<_> =
+        vectors().into_iter().filter(|v| v.key().is_some() && !v.name().contains("long")).collect();
     assert!(!encrypted.is_empty());
     let dir = tempfile::tempdir().unwrap();
     for v in &encrypted {
@@ -372,7 +436,8 @@ fn a_passphrase_vector_and_a_key_vector_stage_over_http_verified() {
     let Some(nginx) = crate::servers::Nginx::serve(dir.path()) else { return };
     for v in &encrypted {
         let options = ReadOptions { num_readers: 2, verify_hash: true, key: v.key() };
-        let remote = tensorizer_native::store::open_reader(&nginx.url(&v.name()), options.clone()).unwrap();
+        let remote =
+            tensorizer_native::store::open_reader(&nginx.url(&v.name()), options.clone()).unwrap();
         let (got, _) = staged(&remote, &ring(2, 2 << 20, 2), Duration::ZERO);
         assert!(got == expected(&Reader::open(&v.path, options).unwrap()), "{}", v.name());
     }
@@ -403,7 +468,8 @@ fn over_redis_the_ring_gives_the_same_bytes_encrypted_and_verified() {
     let local = Reader::open(&path, read.clone()).unwrap();
     let uri = server.uri("staging/model");
     write_redis(&uri, &local, false).unwrap();
-    let remote = Reader::new(RedisSource::open(&uri, RedisOptions::default()).unwrap(), read).unwrap();
+    let remote =
+        Reader::new(RedisSource::open(&uri, RedisOptions::default()).unwrap(), read).unwrap();
     let (got, stats) = staged(&remote, &ring(3, 4 << 20, 3), Duration::ZERO);
     assert!(got == expected(&local), "bytes differ");
     assert_eq!(stats.violations, 0);
@@ -417,7 +483,8 @@ fn expected_plain(path: &std::path::Path) -> Vec<Vec<u8>> {
 fn a_subset_in_any_order_lands_in_its_destinations() {
     let dir = tempfile::tempdir().unwrap();
     let (path, key) = write_model(dir.path(), false);
-    let reader = Reader::open(&path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
+    let reader =
+        Reader::open(&path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
     let want = expected(&reader);
     let pick = [150usize, 0, 7, 1, 42];
     let sizes: Vec<u64> = pick.iter().map(|&i| reader.entries()[i].nbytes()).collect();
@@ -438,7 +505,8 @@ fn over_http_the_ring_gives_the_same_bytes() {
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
     let options = ReadOptions { num_readers: 3, verify_hash: true, key: key.clone() };
     let remote = tensorizer_native::store::open_reader(&nginx.url(&name), options).unwrap();
-    let local = Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
+    let local =
+        Reader::open(&path, ReadOptions { num_readers: 3, verify_hash: true, key }).unwrap();
     let (got, stats) = staged(&remote, &ring(3, 4 << 20, 3), Duration::ZERO);
     assert!(got == expected(&local), "bytes differ");
     assert_eq!(stats.violations, 0);
@@ -451,7 +519,9 @@ fn over_http_the_ring_gives_the_same_bytes() {
 fn cuda_device_or_skip(what: &str) -> Option<tensorizer_native::device::cuda::Device> {
     match tensorizer_native::device::cuda::Device::open(0) {
         Ok(d) => Some(d),
-        Err(e) if std::env::var_os("TZR_REQUIRE_GPU").is_some() => panic!("TZR_REQUIRE_GPU is set: {e}"),
+        Err(e) if std::env::var_os("TZR_REQUIRE_GPU").is_some() => {
+            panic!("TZR_REQUIRE_GPU is set: {e}")
+        }
         Err(e) => {
             eprintln!("skipping {what}: {e}");
             None
@@ -470,7 +540,9 @@ fn cuda_round_trip_or_skip() {
         if v.name().contains("long") {
             continue;
         }
-        let reader = Reader::open(&v.path, ReadOptions { num_readers: 2, verify_hash: true, key: v.key() }).unwrap();
+        let reader =
+            Reader::open(&v.path, ReadOptions { num_readers: 2, verify_hash: true, key: v.key() })
+                .unwrap();
         let want = expected(&reader);
         let all: Vec<usize> = (0..want.len()).collect();
         let options = StagingOptions { buffer_len: 4 << 20, ..StagingOptions::for_reader(&reader) };
@@ -493,13 +565,21 @@ fn cuda_tampered_files_are_typed_errors_or_skip() {
         let (path, key) = write_model(dir.path(), encrypted);
         let read = ReadOptions { num_readers: 3, verify_hash: true, key };
         let bytes = flipped(&path, 0, (6 << 20) + 17);
-        let reader = Reader::new(MemorySource::new(bytes, "tampered.tensors"), read.clone()).unwrap();
+        let reader =
+            Reader::new(MemorySource::new(bytes, "tampered.tensors"), read.clone()).unwrap();
         let all: Vec<usize> = (0..reader.entries().len()).collect();
         let options = StagingOptions { buffer_len: 4 << 20, ..StagingOptions::for_reader(&reader) };
-        let err = cuda::load_to_device(&device, &reader, &all, &options).err().expect("a tampered file must not load");
-        let want_decryption = matches!(err.format_error(), Some(tensorizer_core::Error::Decryption));
-        let want_hash = matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. }));
-        assert!(if encrypted { want_decryption } else { want_hash }, "encrypted={encrypted}: {err}");
+        let err = cuda::load_to_device(&device, &reader, &all, &options)
+            .err()
+            .expect("a tampered file must not load");
+        let want_decryption =
+            matches!(err.format_error(), Some(tensorizer_core::Error::Decryption));
+        let want_hash =
+            matches!(err.format_error(), Some(tensorizer_core::Error::HashMismatch { .. }));
+        assert!(
+            if encrypted { want_decryption } else { want_hash },
+            "encrypted={encrypted}: {err}"
+        );
         // The intact file loads right after, through the same pool.
         let reader = Reader::open(&path, read).unwrap();
         let want = expected(&reader);
@@ -512,7 +592,8 @@ fn cuda_tampered_files_are_typed_errors_or_skip() {
 
 /// A file of `TZR_STAGING_MIB` MiB (default 256) in 64 tensors.
 fn throughput_file() -> (tempfile::TempDir, std::path::PathBuf, usize) {
-    let mib: usize = std::env::var("TZR_STAGING_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let mib: usize =
+        std::env::var("TZR_STAGING_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.tensors");
     let per = (mib << 20) / 64;
@@ -542,14 +623,20 @@ fn throughput_file() -> (tempfile::TempDir, std::path::PathBuf, usize) {
 fn staging_throughput() {
     let (_dir, path, mib) = throughput_file();
     for verify in [false, true] {
-        let reader = Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() }).unwrap();
+        let reader =
+            Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() })
+                .unwrap();
         let sizes: Vec<u64> = reader.entries().iter().map(|e| e.nbytes()).collect();
         let all: Vec<usize> = (0..sizes.len()).collect();
         let gbs = |t: std::time::Duration| (mib << 20) as f64 / t.as_secs_f64() / 1e9;
         for _ in 0..2 {
             let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n as usize]).collect();
             let t = std::time::Instant::now();
-            reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect()).unwrap();
+            reader
+                .load_many(
+                    bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect(),
+                )
+                .unwrap();
             let direct = t.elapsed();
             let engine = HostEngine::new(&sizes).unwrap();
             let t = std::time::Instant::now();
@@ -576,13 +663,20 @@ fn cuda_throughput() {
     let Some(device) = cuda_device_or_skip("the CUDA throughput measurement") else { return };
     let (_dir, path, mib) = throughput_file();
     for verify in [false, true] {
-        let reader = Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() }).unwrap();
+        let reader =
+            Reader::open(&path, ReadOptions { verify_hash: verify, ..ReadOptions::default() })
+                .unwrap();
         let all: Vec<usize> = (0..reader.entries().len()).collect();
         for _ in 0..3 {
             let t = std::time::Instant::now();
-            let loaded = cuda::load_to_device(&device, &reader, &all, &StagingOptions::for_reader(&reader)).unwrap();
+            let loaded =
+                cuda::load_to_device(&device, &reader, &all, &StagingOptions::for_reader(&reader))
+                    .unwrap();
             let took = t.elapsed();
-            println!("{mib} MiB to device, verify={verify}: {:.2} GB/s", (mib << 20) as f64 / took.as_secs_f64() / 1e9);
+            println!(
+                "{mib} MiB to device, verify={verify}: {:.2} GB/s",
+                (mib << 20) as f64 / took.as_secs_f64() / 1e9
+            );
             drop(loaded);
         }
     }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::store::http::{HttpOptions, RetryPolicy};
-use tensorizer_native::{Error, Intent, Location, RangeSource, StoreOptions, open_sink, open_source};
+use tensorizer_native::{
+    Error, Intent, Location, RangeSource, StoreOptions, open_sink, open_source,
+};
 
 use crate::common::vectors;
 use crate::s3::Moto;
@@ -16,7 +18,10 @@ use crate::servers::{Fault, FaultProxy, Nginx, RedisServer, within};
 fn options(intent: Intent) -> StoreOptions {
     let mut options = StoreOptions::default();
     options.intent = intent;
-    options.http = HttpOptions { retry: RetryPolicy::new(2, Duration::from_millis(5)), ..HttpOptions::default() };
+    options.http = HttpOptions {
+        retry: RetryPolicy::new(2, Duration::from_millis(5)),
+        ..HttpOptions::default()
+    };
     options
 }
 
@@ -54,7 +59,12 @@ fn http_failures_are_typed_and_name_the_url() {
     let peek = options(Intent::Peek);
     let (kind, text) = kind_of(open(&nginx.url("missing.bin"), &peek));
     assert_eq!(kind, Some(StoreErrorKind::NotFound), "{text}");
-    assert!(text.contains(&nginx.url("missing.bin")) && text.contains("404") && text.contains("bytes 0-"), "{text}");
+    assert!(
+        text.contains(&nginx.url("missing.bin"))
+            && text.contains("404")
+            && text.contains("bytes 0-"),
+        "{text}"
+    );
     let (kind, text) = kind_of(open(&nginx.url("secret/f.bin"), &peek));
     assert_eq!(kind, Some(StoreErrorKind::PermissionDenied), "{text}");
     let (kind, text) = kind_of(open(&nginx.url("norange/f.bin"), &peek));
@@ -83,7 +93,9 @@ fn without_an_etag_the_date_and_the_size_are_pinned() {
     let path = dir.path().join("f.bin");
     let root = dir.path().display().to_string();
     // nginx with `etag off`: ranges and Last-Modified, no ETag.
-    let Some(nginx) = Nginx::serve_block(&|port| format!("listen 127.0.0.1:{port}; root {root}; etag off;")) else {
+    let Some(nginx) =
+        Nginx::serve_block(&|port| format!("listen 127.0.0.1:{port}; root {root}; etag off;"))
+    else {
         return;
     };
     let url = nginx.url("f.bin");
@@ -110,7 +122,11 @@ fn without_an_etag_the_date_and_the_size_are_pinned() {
             }
             None => {
                 source.read_exact_at(1 << 20, &mut buf).unwrap();
-                assert_eq!(buf, new[1 << 20..(1 << 20) + 4096], "undetectable without hashes (spec 14)");
+                assert_eq!(
+                    buf,
+                    new[1 << 20..(1 << 20) + 4096],
+                    "undetectable without hashes (spec 14)"
+                );
             }
         }
     }
@@ -179,7 +195,8 @@ fn redis_sinks_and_sources_go_through_one_location() {
     let (kind, text) = kind_of(open(&uri, &StoreOptions::default()));
     assert_eq!(kind, Some(StoreErrorKind::NotFound), "{text}");
     open_sink(&location, &StoreOptions::default()).unwrap().put_file(&v.path).unwrap();
-    let (kind, text) = kind_of(open_sink(&location, &StoreOptions::default()).unwrap().put_file(&v.path));
+    let (kind, text) =
+        kind_of(open_sink(&location, &StoreOptions::default()).unwrap().put_file(&v.path));
     assert_eq!(kind, Some(StoreErrorKind::AlreadyExists), "{text}");
     let source = open(&uri, &StoreOptions::default()).unwrap();
     let original = std::fs::read(&v.path).unwrap();

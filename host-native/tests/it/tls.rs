@@ -19,7 +19,8 @@ use crate::servers::{Nginx, binary};
 
 /// Every CA variable, removed from the child's environment before the one
 /// under test is set.
-const CA_VARS: [&str; 5] = ["AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"];
+const CA_VARS: [&str; 5] =
+    ["AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"];
 
 /// A private CA and a certificate it signed for 127.0.0.1, in a temporary
 /// directory: `ca.pem`, `server.pem`, `server.key`, and `cadir/` holding
@@ -34,7 +35,11 @@ impl Pki {
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| {
             let out = Command::new(&openssl).args(args).current_dir(dir.path()).output().unwrap();
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
         run(&[
@@ -44,7 +49,12 @@ impl Pki {
         ]
         .concat());
         // (`req -x509` adds the default v3_ca extensions: CA:TRUE.)
-        run(&[&["req"], &ec[..], &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat());
+        run(&[
+            &["req"],
+            &ec[..],
+            &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
+        ]
+        .concat());
         std::fs::write(
             dir.path().join("ext.cnf"),
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n",
@@ -75,7 +85,11 @@ impl Pki {
             .unwrap();
         let hash = String::from_utf8(hash.stdout).unwrap();
         std::fs::create_dir(dir.path().join("cadir")).unwrap();
-        std::fs::copy(dir.path().join("ca.pem"), dir.path().join("cadir").join(format!("{}.0", hash.trim()))).unwrap();
+        std::fs::copy(
+            dir.path().join("ca.pem"),
+            dir.path().join("cadir").join(format!("{}.0", hash.trim())),
+        )
+        .unwrap();
         Some(Self { dir })
     }
 
@@ -95,7 +109,9 @@ impl Pki {
 
 /// nginx serving `root` over HTTPS with the test CA's certificate.
 fn https_nginx(pki: &Pki, root: &Path) -> Option<Nginx> {
-    Nginx::serve_block(&|port| format!("{} root {}; location / {{ }}", pki.listen(port), root.display()))
+    Nginx::serve_block(&|port| {
+        format!("{} root {}; location / {{ }}", pki.listen(port), root.display())
+    })
 }
 
 fn https_url(nginx: &Nginx, file: &str) -> String {
@@ -108,15 +124,20 @@ fn options(tls: TlsOptions) -> HttpOptions {
 }
 
 fn load_all<S: RangeSource>(reader: &Reader<S>) -> Vec<Vec<u8>> {
-    let mut bufs: Vec<Vec<u8>> = reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
-    reader.load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect()).unwrap();
+    let mut bufs: Vec<Vec<u8>> =
+        reader.entries().iter().map(|e| vec![0; e.nbytes() as usize]).collect();
+    reader
+        .load_many(bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect())
+        .unwrap();
     bufs
 }
 
 /// The local copy's tensors of the vector `name`.
 fn local_tensors(name: &str) -> Vec<Vec<u8>> {
     let v = vectors().into_iter().find(|v| v.name() == name).unwrap();
-    load_all(&Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap())
+    load_all(
+        &Reader::open(&v.path, ReadOptions { key: v.key(), ..ReadOptions::default() }).unwrap(),
+    )
 }
 
 /// A plain (unencrypted) vector to read over the network.
@@ -144,10 +165,15 @@ fn a_private_ca_is_refused_by_default_and_at_once() {
         let started = std::time::Instant::now();
         let tls = TlsOptions { default_roots: roots, ..TlsOptions::default() };
         let err = HttpSource::open(&url, options(tls)).unwrap_err();
-        let Some(TlsError::Untrusted { detail, .. }) = untrusted(&err) else { panic!("not a TLS refusal: {err}") };
+        let Some(TlsError::Untrusted { detail, .. }) = untrusted(&err) else {
+            panic!("not a TLS refusal: {err}")
+        };
         assert!(detail.contains("UnknownIssuer"), "{detail}");
         let text = err.to_string();
-        assert!(text.contains(&url) && text.contains("CURL_CA_BUNDLE") && text.contains("CAInfo"), "{text}");
+        assert!(
+            text.contains(&url) && text.contains("CURL_CA_BUNDLE") && text.contains("CAInfo"),
+            "{text}"
+        );
         // Not retried with backoff (6 attempts would take over 3 s).
         assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
     }
@@ -163,11 +189,16 @@ fn a_named_ca_file_or_directory_is_trusted() {
     let by_dir = TlsOptions { ca_dirs: vec![pki.path("cadir")], ..TlsOptions::default() };
     for tls in [by_file, by_dir, TlsOptions::insecure()] {
         let source = HttpSource::open(&https_url(&nginx, &name), options(tls.clone())).unwrap();
-        let reader = Reader::new(source, ReadOptions { verify_hash: true, num_readers: 4, key: None }).unwrap();
+        let reader =
+            Reader::new(source, ReadOptions { verify_hash: true, num_readers: 4, key: None })
+                .unwrap();
         assert_eq!(load_all(&reader), expected, "{tls:?}");
     }
     // The server's own certificate is not a CA: naming it is not enough.
-    let err = HttpSource::open(&https_url(&nginx, &name), options(TlsOptions::ca_file(pki.path("server.pem"))));
+    let err = HttpSource::open(
+        &https_url(&nginx, &name),
+        options(TlsOptions::ca_file(pki.path("server.pem"))),
+    );
     assert!(untrusted(&err.unwrap_err()).is_some());
 }
 
@@ -175,14 +206,20 @@ fn a_named_ca_file_or_directory_is_trusted() {
 fn unusable_ca_paths_are_typed_errors_naming_the_path() {
     let Some(pki) = Pki::make() else { return };
     let missing = pki.path("missing.pem");
-    let err = HttpSource::open("https://127.0.0.1:9/x", options(TlsOptions::ca_file(&missing))).unwrap_err();
+    let err = HttpSource::open("https://127.0.0.1:9/x", options(TlsOptions::ca_file(&missing)))
+        .unwrap_err();
     match &err {
-        Error::Tls(TlsError::Unreadable { path, origin: CaOrigin::Options, .. }) => assert_eq!(path, &missing),
+        Error::Tls(TlsError::Unreadable { path, origin: CaOrigin::Options, .. }) => {
+            assert_eq!(path, &missing)
+        }
         other => panic!("{other:?}"),
     }
     assert!(err.to_string().contains("missing.pem"), "{err}");
     // A key is PEM but not a certificate.
-    let err = HttpSource::open("https://127.0.0.1:9/x", options(TlsOptions::ca_file(pki.path("server.key"))));
+    let err = HttpSource::open(
+        "https://127.0.0.1:9/x",
+        options(TlsOptions::ca_file(pki.path("server.key"))),
+    );
     assert!(matches!(err, Err(Error::Tls(TlsError::NoCertificates { .. }))), "{err:?}");
 }
 
@@ -198,7 +235,8 @@ fn in_child(uri: &str, expect: &str, vars: &[(&str, &Path)], extra: &[(&str, Str
     cmd.envs(extra.iter().map(|(k, v)| (*k, v.as_str())));
     cmd.env("TZR_TLS_CHILD_URI", uri).env("TZR_TLS_CHILD_EXPECT", expect);
     let out = cmd.output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("1 passed"), "{vars:?} {expect}: {text}");
 }
 
@@ -208,7 +246,9 @@ fn in_child(uri: &str, expect: &str, vars: &[(&str, &Path)], extra: &[(&str, Str
 /// error about the path `VAR` names).
 #[test]
 fn env_child() {
-    let (Ok(uri), Ok(expect)) = (std::env::var("TZR_TLS_CHILD_URI"), std::env::var("TZR_TLS_CHILD_EXPECT")) else {
+    let (Ok(uri), Ok(expect)) =
+        (std::env::var("TZR_TLS_CHILD_URI"), std::env::var("TZR_TLS_CHILD_EXPECT"))
+    else {
         return;
     };
     match (tensorizer_native::store::open_reader(&uri, ReadOptions::default()), expect.as_str()) {
@@ -239,7 +279,12 @@ fn the_ca_variables_are_honoured_in_order() {
     // AWS_CA_BUNDLE is boto's: plain HTTPS ignores it.
     in_child(&url, "untrusted", &[("AWS_CA_BUNDLE", &ca)], none);
     // The first variable set decides, even when a later one would work.
-    in_child(&url, "env:REQUESTS_CA_BUNDLE", &[("REQUESTS_CA_BUNDLE", &bad), ("CURL_CA_BUNDLE", &ca)], none);
+    in_child(
+        &url,
+        "env:REQUESTS_CA_BUNDLE",
+        &[("REQUESTS_CA_BUNDLE", &bad), ("CURL_CA_BUNDLE", &ca)],
+        none,
+    );
     in_child(&url, "ok", &[("CURL_CA_BUNDLE", &ca), ("SSL_CERT_FILE", &bad)], none);
     // Plain http:// needs no CA: a variable naming a missing file does not matter there.
     let Some(plain) = Nginx::serve(&vectors_dir()) else { return };
@@ -290,6 +335,11 @@ fn s3_over_https_with_a_private_ca() {
     let (ca, bad) = (pki.path("ca.pem"), pki.path("missing.pem"));
     in_child(&uri, "ok", &[("AWS_CA_BUNDLE", &ca), ("REQUESTS_CA_BUNDLE", &bad)], &env);
     in_child(&uri, "ok", &[("CURL_CA_BUNDLE", &ca)], &env);
-    in_child(&uri, "env:AWS_CA_BUNDLE", &[("AWS_CA_BUNDLE", &bad), ("REQUESTS_CA_BUNDLE", &ca)], &env);
+    in_child(
+        &uri,
+        "env:AWS_CA_BUNDLE",
+        &[("AWS_CA_BUNDLE", &bad), ("REQUESTS_CA_BUNDLE", &ca)],
+        &env,
+    );
     in_child(&uri, "untrusted", &[], &env);
 }

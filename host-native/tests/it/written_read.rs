@@ -17,12 +17,15 @@ use std::path::Path;
 use proptest::prelude::*;
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::dtype::all_element_types;
-use tensorizer_core::{Dtype, ElementType, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType};
+use tensorizer_core::{
+    Dtype, ElementType, KdfParams, KeySource, PathComponent, TensorPath, TensorSpec, TensorType,
+};
 use tensorizer_core::{MetadataEntry, WriterOptions};
 use tensorizer_native::convert::safetensors::{SafetensorsFile, flat_name};
 use tensorizer_native::convert::{ConvertOptions, Format, convert_source};
 use tensorizer_native::{
-    FileWriter, LocalFile, MemorySource, RangeSource as _, ReadOptions, Reader, WriteOptions, write_file,
+    FileWriter, LocalFile, MemorySource, RangeSource as _, ReadOptions, Reader, WriteOptions,
+    write_file,
 };
 
 use crate::checkpoint::zip_of;
@@ -74,8 +77,14 @@ fn shape() -> impl Strategy<Value = Vec<u64>> {
 }
 
 fn tensors() -> impl Strategy<Value = Vec<Gen>> {
-    let one =
-        (path(), prop::sample::select(all_element_types()), shape(), prop::bool::weighted(0.15), 0u16..3, any::<u8>());
+    let one = (
+        path(),
+        prop::sample::select(all_element_types()),
+        shape(),
+        prop::bool::weighted(0.15),
+        0u16..3,
+        any::<u8>(),
+    );
     prop::collection::vec(one, 0..6).prop_map(|items| {
         let mut names = std::collections::HashSet::new();
         items
@@ -143,7 +152,8 @@ const PASSPHRASE: &[u8] = b"correct horse";
 
 /// The write options and the matching read key.
 fn options(crypt: Crypt, tensorizer_layout: bool) -> (WriteOptions, Option<KeySource>) {
-    let layout = if tensorizer_layout { WriterOptions::tensorizer() } else { WriterOptions::default() };
+    let layout =
+        if tensorizer_layout { WriterOptions::tensorizer() } else { WriterOptions::default() };
     let mut w = WriteOptions { layout, key: None, num_writers: 2 };
     let read = match crypt {
         Crypt::None => None,
@@ -155,7 +165,9 @@ fn options(crypt: Crypt, tensorizer_layout: bool) -> (WriteOptions, Option<KeySo
         }
         Crypt::Passphrase => {
             let pass = Passphrase::new(PASSPHRASE.to_vec());
-            w.key = Some(Key::derive(pass.expose_secret(), &cheap_kdf(), &KdfLimits::default()).unwrap());
+            w.key = Some(
+                Key::derive(pass.expose_secret(), &cheap_kdf(), &KdfLimits::default()).unwrap(),
+            );
             w.layout.encryption = Some(Some(cheap_kdf()));
             Some(KeySource::Passphrase(pass, KdfLimits::default()))
         }
@@ -169,7 +181,8 @@ type Seen = (String, TensorSpec, Option<Vec<u8>>);
 
 /// Opens a tensorizer file under the default limits, verifying every hash.
 fn read_tensorizer(path: &Path, key: Option<KeySource>) -> (u32, Vec<Seen>) {
-    let reader = Reader::open(path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
+    let reader =
+        Reader::open(path, ReadOptions { num_readers: 2, verify_hash: true, key }).unwrap();
     let seen = (0..reader.entries().len())
         .map(|i| {
             let spec = reader.spec(i).unwrap();
@@ -242,7 +255,11 @@ fn refused(err: &tensorizer_native::Error, dir: &Path) -> std::result::Result<()
 }
 
 /// Compares what a reader saw with what was written, by name.
-fn same(seen: &[Seen], want: &[(String, TensorSpec, Vec<u8>)], exact_spec: bool) -> Result<(), TestCaseError> {
+fn same(
+    seen: &[Seen],
+    want: &[(String, TensorSpec, Vec<u8>)],
+    exact_spec: bool,
+) -> Result<(), TestCaseError> {
     prop_assert_eq!(seen.len(), want.len());
     for (name, spec, data) in want {
         let got = seen.iter().find(|s| &s.0 == name);
@@ -262,13 +279,19 @@ fn same(seen: &[Seen], want: &[(String, TensorSpec, Vec<u8>)], exact_spec: bool)
 }
 
 /// The native writer, whole (`write_file`) or incremental (`FileWriter::open` + `append`).
-fn native(tensors: &[Gen], crypt: Crypt, tensorizer_layout: bool, incremental: bool) -> Result<(), TestCaseError> {
+fn native(
+    tensors: &[Gen],
+    crypt: Crypt,
+    tensorizer_layout: bool,
+    incremental: bool,
+) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("out.tensors");
     let (w, key) = options(crypt, tensorizer_layout);
     let specs: Vec<TensorSpec> = tensors.iter().map(Gen::spec).collect();
     let data: Vec<Vec<u8>> = tensors.iter().map(Gen::data).collect();
-    let pairs: Vec<(TensorSpec, &[u8])> = specs.iter().cloned().zip(data.iter().map(Vec::as_slice)).collect();
+    let pairs: Vec<(TensorSpec, &[u8])> =
+        specs.iter().cloned().zip(data.iter().map(Vec::as_slice)).collect();
     let written = if incremental {
         FileWriter::open(&dst, &w).and_then(|mut f| {
             f.append(&pairs, 2)?;
@@ -284,31 +307,49 @@ fn native(tensors: &[Gen], crypt: Crypt, tensorizer_layout: bool, incremental: b
     prop_assert_eq!(version, expected_version(&specs, !matches!(crypt, Crypt::None)));
     // A zero-size meta tensor stores what a zero-size tensor stores: the
     // file cannot tell them apart, and reads it back as a plain one.
-    let stored = |s: &TensorSpec| TensorSpec { meta: s.meta && s.dtype.nbytes(&s.shape) != Some(0), ..s.clone() };
-    let want: Vec<_> = specs.iter().zip(data).map(|(s, d)| (s.path.to_string(), stored(s), d)).collect();
+    let stored = |s: &TensorSpec| TensorSpec {
+        meta: s.meta && s.dtype.nbytes(&s.shape) != Some(0),
+        ..s.clone()
+    };
+    let want: Vec<_> =
+        specs.iter().zip(data).map(|(s, d)| (s.path.to_string(), stored(s), d)).collect();
     same(&seen, &want, true)?;
 
     // The same file converted to tensorizer (re-encrypted or not) and to safetensors.
     let bytes = std::fs::read(&dst).unwrap();
     let (_, read_key) = options(crypt, tensorizer_layout);
-    for (to, crypt_out) in
-        [(Format::Tensorizer, Crypt::Passphrase), (Format::Tensorizer, Crypt::None), (Format::Safetensors, Crypt::None)]
-    {
+    for (to, crypt_out) in [
+        (Format::Tensorizer, Crypt::Passphrase),
+        (Format::Tensorizer, Crypt::None),
+        (Format::Safetensors, Crypt::None),
+    ] {
         let out = tempfile::tempdir().unwrap();
         let name = if to == Format::Safetensors { "out.safetensors" } else { "out.tensors" };
         let target = out.path().join(name);
         let (write, key) = options(crypt_out, false);
-        let opts = ConvertOptions { to: Some(to), write, key: read_key.clone(), max_output_bytes: None };
-        match convert_source(MemorySource::new(bytes.clone(), "in.tensors"), &target, &opts, |_, _| Ok(())) {
+        let opts =
+            ConvertOptions { to: Some(to), write, key: read_key.clone(), max_output_bytes: None };
+        match convert_source(
+            MemorySource::new(bytes.clone(), "in.tensors"),
+            &target,
+            &opts,
+            |_, _| Ok(()),
+        ) {
             Err(e) => refused(&e, out.path())?,
             Ok(_) if to == Format::Tensorizer => {
                 let (version, seen) = read_tensorizer(&target, key);
                 let stored: Vec<TensorSpec> = want.iter().map(|w| w.1.clone()).collect();
-                prop_assert_eq!(version, expected_version(&stored, !matches!(crypt_out, Crypt::None)));
+                prop_assert_eq!(
+                    version,
+                    expected_version(&stored, !matches!(crypt_out, Crypt::None))
+                );
                 same(&seen, &want, true)?;
             }
             Ok(_) => {
-                let flat: Vec<_> = want.iter().map(|(_, s, d)| (flat_name(&s.path), s.clone(), d.clone())).collect();
+                let flat: Vec<_> = want
+                    .iter()
+                    .map(|(_, s, d)| (flat_name(&s.path), s.clone(), d.clone()))
+                    .collect();
                 same(&read_safetensors(&target), &flat, false)?;
             }
         }
@@ -323,7 +364,11 @@ fn safetensors_bytes(tensors: &[Gen]) -> (Vec<u8>, Vec<Gen>) {
     let mut kept = Vec::new();
     let mut data = Vec::new();
     for t in tensors {
-        let Some((dtype, shape)) = tensorizer_core::safetensors::to_safetensors(t.element, &t.shape) else { continue };
+        let Some((dtype, shape)) =
+            tensorizer_core::safetensors::to_safetensors(t.element, &t.shape)
+        else {
+            continue;
+        };
         let t = Gen { meta: false, ..t.clone() };
         let d = t.data();
         let at = data.len() as u64;
@@ -435,8 +480,10 @@ fn to_tensorizer(
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("out.tensors");
     let (write, key) = options(crypt, tensorizer_layout);
-    let opts = ConvertOptions { to: Some(Format::Tensorizer), write, key: None, max_output_bytes: None };
-    let converted = match convert_source(MemorySource::new(input, name), &dst, &opts, |_, _| Ok(())) {
+    let opts =
+        ConvertOptions { to: Some(Format::Tensorizer), write, key: None, max_output_bytes: None };
+    let converted = match convert_source(MemorySource::new(input, name), &dst, &opts, |_, _| Ok(()))
+    {
         Err(e) => return refused(&e, dir.path()),
         Ok(c) => c,
     };
@@ -444,7 +491,13 @@ fn to_tensorizer(
     let (version, seen) = read_tensorizer(&dst, key);
     let specs: Vec<TensorSpec> = kept
         .iter()
-        .map(|t| TensorSpec::state_dict(TensorPath::Plain(t.flat()), Dtype::from_element(t.element), t.shape.clone()))
+        .map(|t| {
+            TensorSpec::state_dict(
+                TensorPath::Plain(t.flat()),
+                Dtype::from_element(t.element),
+                t.shape.clone(),
+            )
+        })
         .collect();
     prop_assert_eq!(version, expected_version(&specs, !matches!(crypt, Crypt::None)));
     let seen: Vec<Seen> = seen.into_iter().map(|(_, s, d)| (flat_name(&s.path), s, d)).collect();

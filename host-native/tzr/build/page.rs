@@ -66,17 +66,21 @@ const SCRUBBED_ENV: &[&str] = &[
 /// Prefixes of the environment scrubbed as [`SCRUBBED_ENV`]: per-profile
 /// and per-target settings of the outer build, and the feature and
 /// package variables cargo sets for this script.
-const SCRUBBED_PREFIXES: &[&str] = &["CARGO_PROFILE_", "CARGO_TARGET_", "CARGO_FEATURE_", "CARGO_CFG_"];
+const SCRUBBED_PREFIXES: &[&str] =
+    &["CARGO_PROFILE_", "CARGO_TARGET_", "CARGO_FEATURE_", "CARGO_CFG_"];
 
 /// How to build tzr without the page (every default feature but it).
-const WITHOUT_PAGE: &str = "cargo install --path host-native/tzr --no-default-features --features http,s3,redis,cloud";
+const WITHOUT_PAGE: &str =
+    "cargo install --path host-native/tzr --no-default-features --features http,s3,redis,cloud";
 
 /// Builds the page into `$OUT_DIR`, or fails the build saying what is
 /// missing and how to get it.
 pub(crate) fn main() {
     println!("cargo::rerun-if-env-changed={PREBUILT_ENV}");
     if let Err(message) = build() {
-        eprintln!("\nerror: tzr's inspector page (cargo feature `view-page`) could not be built:\n{message}\n");
+        eprintln!(
+            "\nerror: tzr's inspector page (cargo feature `view-page`) could not be built:\n{message}\n"
+        );
         std::process::exit(1);
     }
 }
@@ -97,18 +101,23 @@ fn build() -> Result<(), String> {
 
 /// Copies a built page's files from `dir`.
 fn copy_prebuilt(dir: &Path, page: &Path) -> Result<(), String> {
-    let files = PAGE_FILES.iter().map(|f| f.to_string()).chain(PKG_FILES.iter().map(|f| format!("pkg/{f}")));
+    let files = PAGE_FILES
+        .iter()
+        .map(|f| f.to_string())
+        .chain(PKG_FILES.iter().map(|f| format!("pkg/{f}")));
     for rel in files {
         let from = dir.join(&rel);
         println!("cargo::rerun-if-changed={}", from.display());
-        fs::copy(&from, page.join(&rel)).map_err(|e| format!("{PREBUILT_ENV}={}: {}", dir.display(), io(&from, e)))?;
+        fs::copy(&from, page.join(&rel))
+            .map_err(|e| format!("{PREBUILT_ENV}={}: {}", dir.display(), io(&from, e)))?;
     }
     Ok(())
 }
 
 /// Compiles the wasm module, makes its glue and copies the page's files.
 fn compile(out: &Path, page: &Path) -> Result<(), String> {
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?);
+    let manifest =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?);
     let root = manifest.join("../..");
     let wasm_crate = root.join("host-wasm");
     if !wasm_crate.join("Cargo.toml").is_file() {
@@ -118,7 +127,9 @@ fn compile(out: &Path, page: &Path) -> Result<(), String> {
             wasm_crate.display()
         ));
     }
-    for input in ["host-wasm/src", "host-wasm/Cargo.toml", "host-wasm/wasm-release.toml", "format-core/src"] {
+    for input in
+        ["host-wasm/src", "host-wasm/Cargo.toml", "host-wasm/wasm-release.toml", "format-core/src"]
+    {
         println!("cargo::rerun-if-changed={}", root.join(input).display());
     }
     for input in ["format-core/Cargo.toml", "Cargo.toml", "Cargo.lock"] {
@@ -143,7 +154,8 @@ fn compile(out: &Path, page: &Path) -> Result<(), String> {
         // Cargo's messages are not this script's output (which cargo parses).
         .stdout(std::io::stderr());
     scrub_env(&mut cmd);
-    let status = cmd.status().map_err(|e| format!("could not run {}: {e}", Path::new(&cargo).display()))?;
+    let status =
+        cmd.status().map_err(|e| format!("could not run {}: {e}", Path::new(&cargo).display()))?;
     if !status.success() {
         return Err(format!(
             "`cargo build --target {WASM_TARGET} -p tensorizer-wasm --profile wasm-release` (in {}) failed ({status}); \
@@ -201,7 +213,9 @@ fn check_target() -> Result<(), String> {
 fn nested_target_dir(out: &Path) -> PathBuf {
     let build = out.ancestors().nth(2);
     match (build, out.ancestors().nth(4)) {
-        (Some(b), Some(target)) if b.file_name().is_some_and(|n| n == "build") => target.join("view-page"),
+        (Some(b), Some(target)) if b.file_name().is_some_and(|n| n == "build") => {
+            target.join("view-page")
+        }
         _ => out.join("view-page"),
     }
 }
@@ -216,8 +230,9 @@ fn scrub_env(cmd: &mut Command) {
             cmd.env_remove(key);
         }
         if key == "RUSTC_WORKSPACE_WRAPPER" {
-            let clippy =
-                Path::new(&value).file_name().is_some_and(|n| n.to_string_lossy().starts_with("clippy-driver"));
+            let clippy = Path::new(&value)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("clippy-driver"));
             if !clippy {
                 cmd.env_remove(key);
             }
@@ -234,7 +249,9 @@ fn write_index(out: &Path, page: &Path) -> Result<(), String> {
     let mut src = String::from("/// The inspector page's files: path in the page, bytes.\n");
     src.push_str("pub(crate) static PAGE: &[(&str, &[u8])] = &[\n");
     for rel in &files {
-        src.push_str(&format!("    ({rel:?}, include_bytes!(concat!(env!(\"OUT_DIR\"), \"/page/{rel}\"))),\n"));
+        src.push_str(&format!(
+            "    ({rel:?}, include_bytes!(concat!(env!(\"OUT_DIR\"), \"/page/{rel}\"))),\n"
+        ));
     }
     src.push_str("];\n");
     let index = out.join("page.rs");

@@ -19,7 +19,8 @@ pub(crate) type Source = Box<dyn RangeSource>;
 
 /// Whether `source` starts like a torch checkpoint (zip or legacy).
 pub(crate) fn is_checkpoint(source: &Source) -> Result<bool, Failure> {
-    let mut head = vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
+    let mut head =
+        vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
     source.read_exact_at(0, &mut head)?;
     Ok(checkpoint::looks_like_checkpoint(&head, source.len()).is_some())
 }
@@ -63,7 +64,9 @@ fn leaf_json(leaf: &Leaf) -> (&'static str, Value) {
     match leaf {
         Leaf::None => ("none", Value::Null),
         Leaf::Bool(b) => ("bool", Value::from(*b)),
-        Leaf::Int(i) => ("int", i64::try_from(*i).map_or_else(|_| Value::from(i.to_string()), Value::from)),
+        Leaf::Int(i) => {
+            ("int", i64::try_from(*i).map_or_else(|_| Value::from(i.to_string()), Value::from))
+        }
         Leaf::Float(x) => ("float", Value::from(*x)),
         Leaf::Str(s) => ("str", Value::from(s.clone())),
         Leaf::Bytes(b) => ("bytes", Value::from(hex::encode(b))),

@@ -19,12 +19,15 @@ pub(crate) fn run(input: &str, output: &str, force: bool, quiet: bool) -> Outcom
     // Refuse a destination this build cannot write, or one that is taken,
     // before a byte is read.
     let sink = open_sink(&to, &options).map_err(|e| match e.store_kind() {
-        Some(StoreErrorKind::AlreadyExists) => Failure::Usage(format!("{output} exists; pass --force to replace it")),
+        Some(StoreErrorKind::AlreadyExists) => {
+            Failure::Usage(format!("{output} exists; pass --force to replace it"))
+        }
         _ => Failure::Error(e),
     })?;
     // Parsing the header and index first refuses anything that is not a
     // tensorizer file before a byte is written.
-    let reader = Reader::new(tensorizer_native::open_source(&from, &options)?, ReadOptions::default())?;
+    let reader =
+        Reader::new(tensorizer_native::open_source(&from, &options)?, ReadOptions::default())?;
     if let Location::Local(path) = &from
         && !to.is_local()
         && !matches!(to, Location::Redis(_) | Location::RedisCluster(_))

@@ -40,8 +40,14 @@ fn total_bytes(reader: &AnyReader) -> u64 {
     reader.entries().iter().map(|e| e.data_length).sum()
 }
 
-pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option<usize>) -> Outcome {
-    let source = tensorizer_native::open_uri(&file.to_string_lossy(), tensorizer_native::Intent::ReadAll)?;
+pub(crate) fn verify(
+    file: &Path,
+    key: &KeyArgs,
+    json: bool,
+    num_readers: Option<usize>,
+) -> Outcome {
+    let source =
+        tensorizer_native::open_uri(&file.to_string_lossy(), tensorizer_native::Intent::ReadAll)?;
     if crate::checkpoint::is_checkpoint(&source)? {
         return crate::checkpoint::verify(file, source, json);
     }
@@ -88,13 +94,21 @@ pub(crate) fn verify(file: &Path, key: &KeyArgs, json: bool, num_readers: Option
             eprintln!("tzr: tensor {:?} has no hashes: read, but not verified", r.name);
         }
         if !failures.is_empty() {
-            eprintln!("tzr: {shown}: {verified} of {} tensors verified, {} failed", results.len(), failures.len());
+            eprintln!(
+                "tzr: {shown}: {verified} of {} tensors verified, {} failed",
+                results.len(),
+                failures.len()
+            );
         }
         if failures.is_empty() {
             let what = if unchecked.is_empty() {
                 format!("all {verified} tensors verified")
             } else {
-                format!("{verified} of {} tensors verified, {} with no hashes", results.len(), unchecked.len())
+                format!(
+                    "{verified} of {} tensors verified, {} with no hashes",
+                    results.len(),
+                    unchecked.len()
+                )
             };
             out!(
                 "{}: {what} ({} in {:.2} s)",
@@ -146,14 +160,26 @@ impl Writing<'_> {
 /// Streams every tensor of `reader` into a new tensorizer file, hashing
 /// (and encrypting) on several threads. An OUTPUT whose extension names
 /// another format is refused first.
-fn rewrite(reader: &AnyReader, writing: &Writing<'_>, options: WriteOptions, verb: &str) -> Outcome {
-    let to = Format::for_output(writing.output, Some(Format::Tensorizer)).map_err(|e| Failure::Usage(e.to_string()))?;
+fn rewrite(
+    reader: &AnyReader,
+    writing: &Writing<'_>,
+    options: WriteOptions,
+    verb: &str,
+) -> Outcome {
+    let to = Format::for_output(writing.output, Some(Format::Tensorizer))
+        .map_err(|e| Failure::Usage(e.to_string()))?;
     let started = Instant::now();
     let bar = progress::bytes(total_bytes(reader), verb);
-    let converted = convert::write(convert::Input::Tensorizer(reader), writing.output, to, &options, |done, _| {
-        bar.set_position(done);
-        Ok(())
-    });
+    let converted = convert::write(
+        convert::Input::Tensorizer(reader),
+        writing.output,
+        to,
+        &options,
+        |done, _| {
+            bar.set_position(done);
+            Ok(())
+        },
+    );
     bar.finish_and_clear();
     writing.done(verb, &converted?, started);
     Ok(())
@@ -168,11 +194,16 @@ pub(crate) fn encrypt(
 ) -> Outcome {
     let reader = open(input, &KeyArgs::default(), None)?;
     if reader.is_encrypted() {
-        return Err(Failure::Usage(format!("{}: already encrypted; decrypt it first", input.display())));
+        return Err(Failure::Usage(format!(
+            "{}: already encrypted; decrypt it first",
+            input.display()
+        )));
     }
     let (key, params) = match (generate, key.given()) {
         (Some(path), _) => (generate_key_file(path)?, None),
-        (None, true) => key.for_writing(kdf)?.ok_or_else(|| Failure::Usage("no key given".into()))?,
+        (None, true) => {
+            key.for_writing(kdf)?.ok_or_else(|| Failure::Usage("no key given".into()))?
+        }
         (None, false) => {
             return Err(Failure::Usage(
                 "give --key-file, --passphrase-env VAR, --passphrase or --generate-key FILE".into(),
@@ -188,7 +219,12 @@ pub(crate) fn decrypt(input: &Path, writing: &Writing<'_>, key: &KeyArgs) -> Out
         return Err(Failure::Usage("give --key-file, --passphrase-env VAR or --passphrase".into()));
     }
     let reader = open(input, key, None)?;
-    rewrite(&reader, writing, WriteOptions { layout: writing.layout.clone(), key: None, num_writers: 0 }, "decrypted")
+    rewrite(
+        &reader,
+        writing,
+        WriteOptions { layout: writing.layout.clone(), key: None, num_writers: 0 },
+        "decrypted",
+    )
 }
 
 /// `tzr convert`: any input the library recognises by its first bytes
@@ -211,7 +247,8 @@ pub(crate) fn convert(
     // Refused before anything is read: the name decides the format.
     let to = Format::for_output(output, to).map_err(|e| Failure::Usage(e.to_string()))?;
     let started = Instant::now();
-    let source = tensorizer_native::open_uri(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
+    let source =
+        tensorizer_native::open_uri(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
     let options = ConvertOptions {
         to: Some(to),
         write: WriteOptions { layout: writing.layout.clone(), key: None, num_writers: 0 },
@@ -227,7 +264,9 @@ pub(crate) fn convert(
     bar.finish_and_clear();
     let done = done?;
     if done.flattened {
-        eprintln!("tzr: note: nested keys mix strings and ints at one level; tensors are named with flat dotted paths");
+        eprintln!(
+            "tzr: note: nested keys mix strings and ints at one level; tensors are named with flat dotted paths"
+        );
     }
     for name in &done.skipped {
         eprintln!("tzr: note: skipped {:?}: not a tensor", crate::text::printable(name));

@@ -16,7 +16,11 @@ use crate::text::{human, printable};
 use crate::{Failure, Outcome, progress};
 
 /// Fingerprints `file`, with a progress bar on a terminal.
-fn compute(file: &Path, key: &KeyArgs, num_threads: Option<usize>) -> Result<Fingerprinted, Failure> {
+fn compute(
+    file: &Path,
+    key: &KeyArgs,
+    num_threads: Option<usize>,
+) -> Result<Fingerprinted, Failure> {
     let name = file.to_string_lossy();
     let source = open_uri(&name, Intent::ReadAll)?;
     if !key.given() && is_encrypted_tensorizer(&source)? {
@@ -25,7 +29,8 @@ fn compute(file: &Path, key: &KeyArgs, num_threads: Option<usize>) -> Result<Fin
             file.display()
         )));
     }
-    let options = FingerprintOptions { key: key.for_reading()?, num_threads: num_threads.unwrap_or(0) };
+    let options =
+        FingerprintOptions { key: key.for_reading()?, num_threads: num_threads.unwrap_or(0) };
     let bar = progress::bytes(0, "fingerprinting");
     let done = fingerprint::fingerprint_source(source, &options, |done, total| {
         bar.set_length(total);
@@ -50,7 +55,12 @@ fn is_encrypted_tensorizer(source: &crate::checkpoint::Source) -> Result<bool, F
 
 /// `tzr fingerprint FILE`: `HEX  FILE`, as `sha256sum` prints, or JSON
 /// with every record.
-pub(crate) fn run(file: &Path, key: &KeyArgs, json_out: bool, num_threads: Option<usize>) -> Outcome {
+pub(crate) fn run(
+    file: &Path,
+    key: &KeyArgs,
+    json_out: bool,
+    num_threads: Option<usize>,
+) -> Outcome {
     let started = Instant::now();
     let done = compute(file, key, num_threads)?;
     for name in &done.skipped {
@@ -102,7 +112,12 @@ fn change_line(c: &Change<'_>) -> String {
         Change::Added(t) => format!("added    {}  {}", printable(&t.name), describe(t)),
         Change::Removed(t) => format!("removed  {}  {}", printable(&t.name), describe(t)),
         Change::Renamed { from, to } => {
-            format!("renamed  {} -> {}  {}", printable(&from.name), printable(&to.name), describe(to))
+            format!(
+                "renamed  {} -> {}  {}",
+                printable(&from.name),
+                printable(&to.name),
+                describe(to)
+            )
         }
         Change::Changed { a, b, difference } => {
             format!("changed  {}  {}", printable(&a.name), what_changed(a, b, difference))

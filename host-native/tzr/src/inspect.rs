@@ -45,7 +45,10 @@ impl Report {
         members.extend(self.header.members());
         members.push(("by_dtype", Value::Object(by_dtype)));
         members.push(("totals", self.totals.to_json()));
-        let rows = self.tensors.iter().map(|r| serde_json::to_value(Ordered(r.members())).unwrap_or_default());
+        let rows = self
+            .tensors
+            .iter()
+            .map(|r| serde_json::to_value(Ordered(r.members())).unwrap_or_default());
         members.push(("tensors", Value::Array(rows.collect())));
         Ordered(members)
     }
@@ -93,7 +96,13 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     let mut modules: Vec<_> = totals.by_module.iter().collect();
     modules.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then_with(|| a.0.cmp(b.0)));
     for (module, t) in modules.iter().take(MAX_MODULES) {
-        out!("  {:<18} {:>8} {:>16} {:>12}", printable(module), t.tensors, t.params, human(t.bytes));
+        out!(
+            "  {:<18} {:>8} {:>16} {:>12}",
+            printable(module),
+            t.tensors,
+            t.params,
+            human(t.bytes)
+        );
     }
     if modules.len() > MAX_MODULES {
         out!("  ({} more modules; --json lists all)", modules.len() - MAX_MODULES);

@@ -47,8 +47,8 @@ impl KeyArgs {
 
     fn passphrase_bytes(&self, confirm: bool) -> Result<Option<Passphrase>, Failure> {
         if let Some(var) = &self.passphrase_env {
-            let value =
-                std::env::var(var).map_err(|_| Failure::Usage(format!("environment variable {var} is not set")))?;
+            let value = std::env::var(var)
+                .map_err(|_| Failure::Usage(format!("environment variable {var} is not set")))?;
             if value.is_empty() {
                 return Err(Failure::Usage(format!("environment variable {var} is empty")));
             }
@@ -57,11 +57,13 @@ impl KeyArgs {
         if !self.passphrase {
             return Ok(None);
         }
-        let first = rpassword::prompt_password("Passphrase: ")
-            .map_err(|e| Failure::Usage(format!("cannot read a passphrase from the terminal: {e}")))?;
+        let first = rpassword::prompt_password("Passphrase: ").map_err(|e| {
+            Failure::Usage(format!("cannot read a passphrase from the terminal: {e}"))
+        })?;
         if confirm {
-            let again = rpassword::prompt_password("Repeat passphrase: ")
-                .map_err(|e| Failure::Usage(format!("cannot read a passphrase from the terminal: {e}")))?;
+            let again = rpassword::prompt_password("Repeat passphrase: ").map_err(|e| {
+                Failure::Usage(format!("cannot read a passphrase from the terminal: {e}"))
+            })?;
             if again != first {
                 return Err(Failure::Usage("the passphrases do not match".into()));
             }
@@ -82,7 +84,10 @@ impl KeyArgs {
 
     /// The key to encrypt with, and the KDF parameters to record when it
     /// came from a passphrase.
-    pub(crate) fn for_writing(&self, preset: KdfPreset) -> Result<Option<(Key, Option<KdfParams>)>, Failure> {
+    pub(crate) fn for_writing(
+        &self,
+        preset: KdfPreset,
+    ) -> Result<Option<(Key, Option<KdfParams>)>, Failure> {
         if let Some(path) = &self.key_file {
             return Ok(Some((read_key_file(path)?, None)));
         }
@@ -92,7 +97,8 @@ impl KeyArgs {
         let (opslimit, memlimit) = preset.costs();
         let salt = tensorizer_native::write::random_bytes::<SALT_LEN>()?.to_vec();
         let params = KdfParams::argon2id(opslimit, memlimit, salt);
-        let limits = KdfLimits { max_memlimit: memlimit, max_opslimit: opslimit, ..KdfLimits::default() };
+        let limits =
+            KdfLimits { max_memlimit: memlimit, max_opslimit: opslimit, ..KdfLimits::default() };
         let key = tensorizer_native::kernels::kdf::derive(pass.expose_secret(), &params, &limits)
             .map_err(|e| Failure::Usage(format!("key derivation failed: {e}")))?;
         Ok(Some((key, Some(params))))
@@ -100,8 +106,8 @@ impl KeyArgs {
 }
 
 fn read_key_file(path: &Path) -> Result<Key, Failure> {
-    let raw =
-        std::fs::read(path).map_err(|e| Failure::Usage(format!("{}: cannot read key file: {e}", path.display())))?;
+    let raw = std::fs::read(path)
+        .map_err(|e| Failure::Usage(format!("{}: cannot read key file: {e}", path.display())))?;
     let text = std::str::from_utf8(&raw).map(str::trim).unwrap_or("");
     let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
         hex::decode(text).unwrap_or_default()
@@ -109,7 +115,10 @@ fn read_key_file(path: &Path) -> Result<Key, Failure> {
         raw
     };
     Key::from_slice(&bytes).map_err(|_| {
-        Failure::Usage(format!("{}: a key file must hold exactly 32 bytes or 64 hex digits", path.display()))
+        Failure::Usage(format!(
+            "{}: a key file must hold exactly 32 bytes or 64 hex digits",
+            path.display()
+        ))
     })
 }
 
@@ -118,12 +127,10 @@ pub(crate) fn generate_key_file(path: &Path) -> Result<Key, Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let key = Key::from_bytes(tensorizer_native::write::random_bytes::<32>()?);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Failure::Usage(format!("{}: cannot create key file: {e}", path.display())))?;
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(
+            |e| Failure::Usage(format!("{}: cannot create key file: {e}", path.display())),
+        )?;
     writeln!(f, "{}", hex::encode(key.expose_secret()))
         .map_err(|e| Failure::Usage(format!("{}: cannot write key file: {e}", path.display())))?;
     Ok(key)

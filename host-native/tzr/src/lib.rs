@@ -323,19 +323,26 @@ where
                 Err(failure) => report_failure(&failure, json, 2),
             };
         }
-        Command::Fingerprint { file, key, json, num_readers } => fingerprint::run(&file, &key, json, num_readers),
+        Command::Fingerprint { file, key, json, num_readers } => {
+            fingerprint::run(&file, &key, json, num_readers)
+        }
         Command::Inspect { file, json } => inspect::run(&file, json),
-        Command::Verify { file, key, json, num_readers } => crypt::verify(&file, &key, json, num_readers),
+        Command::Verify { file, key, json, num_readers } => {
+            crypt::verify(&file, &key, json, num_readers)
+        }
         Command::Encrypt { input, output, key, generate_key, kdf, layout } => {
-            let writing = crypt::Writing { output: &output, layout: layout.options(), quiet: cli.quiet };
+            let writing =
+                crypt::Writing { output: &output, layout: layout.options(), quiet: cli.quiet };
             crypt::encrypt(&input, &writing, &key, generate_key.as_deref(), kdf)
         }
         Command::Decrypt { input, output, key, layout } => {
-            let writing = crypt::Writing { output: &output, layout: layout.options(), quiet: cli.quiet };
+            let writing =
+                crypt::Writing { output: &output, layout: layout.options(), quiet: cli.quiet };
             crypt::decrypt(&input, &writing, &key)
         }
         Command::Convert { input, output, key, layout, to, max_output_bytes } => {
-            let writing = crypt::Writing { output: &output, layout: layout.options(), quiet: cli.quiet };
+            let writing =
+                crypt::Writing { output: &output, layout: layout.options(), quiet: cli.quiet };
             crypt::convert(&input, &writing, &key, to, max_output_bytes)
         }
         Command::Copy { input, output, force } => copy::run(&input, &output, force, cli.quiet),

@@ -17,7 +17,8 @@ pub(crate) type Source = Box<dyn RangeSource>;
 
 /// Whether `source` starts like a safetensors file.
 pub(crate) fn is_safetensors(source: &Source) -> Result<bool, Failure> {
-    let mut head = vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
+    let mut head =
+        vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
     source.read_exact_at(0, &mut head)?;
     Ok(matches!(sniff_format(&head, source.len()), Some(Sniffed::Safetensors { .. })))
 }
@@ -27,12 +28,17 @@ pub(crate) fn is_safetensors(source: &Source) -> Result<bool, Failure> {
 fn header(file: &Path, source: &Source) -> Result<st::Header, Failure> {
     let invalid = |f: &tensorizer_core::scan::Finding| {
         let at = f.offset.map(|o| format!(" (byte {o}, {})", f.rule)).unwrap_or_default();
-        Failure::Error(Error::Invalid(format!("{}: not a valid safetensors file: {}{at}", file.display(), f.message)))
+        Failure::Error(Error::Invalid(format!(
+            "{}: not a valid safetensors file: {}{at}",
+            file.display(),
+            f.message
+        )))
     };
     let mut prefix = [0u8; PREFIX_LEN as usize];
     source.read_exact_at(0, &mut prefix)?;
     let n = st::header_len(&prefix, source.len()).map_err(|f| invalid(&f))?;
-    let mut raw = vec![0u8; usize::try_from(n).map_err(|_| Error::Invalid("header too long".into()))?];
+    let mut raw =
+        vec![0u8; usize::try_from(n).map_err(|_| Error::Invalid("header too long".into()))?];
     source.read_exact_at(PREFIX_LEN, &mut raw)?;
     let header = st::parse(&raw, source.len());
     match header.refusal(summary_refuses) {
@@ -60,8 +66,11 @@ pub(crate) fn inspect(file: &Path, source: Source, json_out: bool) -> Outcome {
             .collect();
         let metadata: serde_json::Map<String, Value> =
             header.metadata.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-        let findings: Vec<Value> =
-            header.findings.iter().map(|f| json!({"rule": f.rule.to_string(), "message": f.message})).collect();
+        let findings: Vec<Value> = header
+            .findings
+            .iter()
+            .map(|f| json!({"rule": f.rule.to_string(), "message": f.message}))
+            .collect();
         let report = json!({
             "file": name, "format": "safetensors", "header_bytes": header.header_len,
             "data_start": header.data_start(), "data_bytes": data_bytes(&header), "file_bytes": source.len(),
@@ -86,7 +95,13 @@ pub(crate) fn inspect(file: &Path, source: Source, json_out: bool) -> Outcome {
     }
     for t in &header.tensors {
         let bytes = t.data_offsets.1.saturating_sub(t.data_offsets.0);
-        out!("  {:<48} {:<6} {:<20} {:>10}", printable(&t.name), t.dtype, format!("{:?}", t.shape), human(bytes));
+        out!(
+            "  {:<48} {:<6} {:<20} {:>10}",
+            printable(&t.name),
+            t.dtype,
+            format!("{:?}", t.shape),
+            human(bytes)
+        );
     }
     Ok(())
 }

@@ -39,7 +39,13 @@ impl FailOn {
 
 fn finding_line(f: &Finding) -> String {
     let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
-    format!("{} {}{at}: {}\n    fix: {}", f.rule, f.severity, crate::text::printable(&f.message), f.remediation)
+    format!(
+        "{} {}{at}: {}\n    fix: {}",
+        f.rule,
+        f.severity,
+        crate::text::printable(&f.message),
+        f.remediation
+    )
 }
 
 /// What scanning one file gave: the scan, or why it could not be done.
@@ -109,7 +115,8 @@ fn failure_json(name: &str, message: &str) -> serde_json::Value {
 /// The document printed for `files` (one file: that file's report, as
 /// before; several: `{"files": [...], "valid": ...}` and one SARIF run).
 fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<String> {
-    let tool = sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: None };
+    let tool =
+        sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: None };
     let json_of = |(name, o): &(String, Outcome)| match o {
         Ok(s) => sarif::scan_json(name, s),
         Err(e) => failure_json(name, e),
@@ -125,10 +132,14 @@ fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<S
             let runs: Vec<(String, Result<&[Finding], &str>)> = files
                 .iter()
                 .map(|(n, o)| {
-                    (sarif::artifact_uri(n), o.as_ref().map(|s| s.findings.as_slice()).map_err(String::as_str))
+                    (
+                        sarif::artifact_uri(n),
+                        o.as_ref().map(|s| s.findings.as_slice()).map_err(String::as_str),
+                    )
                 })
                 .collect();
-            let refs: Vec<(&str, Result<&[Finding], &str>)> = runs.iter().map(|(u, r)| (u.as_str(), *r)).collect();
+            let refs: Vec<(&str, Result<&[Finding], &str>)> =
+                runs.iter().map(|(u, r)| (u.as_str(), *r)).collect();
             sarif::to_sarif_many(&tool, &refs).to_string()
         }
     })
@@ -151,7 +162,8 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
     let mut files: Vec<(String, Outcome)> = Vec::new();
     for (name, in_dir) in listed {
         let outcome = scan_one(&name);
-        let unknown = outcome.as_ref().is_ok_and(|s| s.format == tensorizer_core::scan::Format::Unknown);
+        let unknown =
+            outcome.as_ref().is_ok_and(|s| s.format == tensorizer_core::scan::Format::Unknown);
         if !((in_dir || models_only) && unknown) {
             files.push((name, outcome));
         }
@@ -168,7 +180,10 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
                     let n = s.findings.len();
                     let first_message = crate::text::printable(&first.message);
                     let plural = if n == 1 { "" } else { "s" };
-                    eprintln!("tzr: {name}: {n} finding{plural}; first: {} {first_message}", first.rule);
+                    eprintln!(
+                        "tzr: {name}: {n} finding{plural}; first: {} {first_message}",
+                        first.rule
+                    );
                     status = status.max(1);
                 }
             }
@@ -196,7 +211,11 @@ mod tests {
     fn scan_vector(path: &str) -> tensorizer_core::Scan {
         let path = format!("{}/../../tests/vectors/{path}", env!("CARGO_MANIFEST_DIR"));
         let source = open_uri(&path, Intent::ReadAll).unwrap();
-        scan(&mut Positioned(source.as_ref()), &ScanOptions { name: Some(&path), ..ScanOptions::default() }).unwrap()
+        scan(
+            &mut Positioned(source.as_ref()),
+            &ScanOptions { name: Some(&path), ..ScanOptions::default() },
+        )
+        .unwrap()
     }
 
     #[test]

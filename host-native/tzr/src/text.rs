@@ -5,12 +5,15 @@
 /// are shown escaped, as `\u{1b}`; everything else as it is.
 pub(crate) fn printable(s: &str) -> String {
     let hostile = |c: char| {
-        c.is_control() || matches!(c, '\u{200e}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        c.is_control()
+            || matches!(c, '\u{200e}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
     if !s.chars().any(hostile) {
         return s.to_string();
     }
-    s.chars().map(|c| if hostile(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+    s.chars()
+        .map(|c| if hostile(c) { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// Bytes in binary units.

@@ -85,7 +85,9 @@ struct Site {
 impl Site {
     /// `path` with the leading `/SECRET` removed, if it has it.
     fn strip_secret<'a>(&self, path: &'a str) -> Option<&'a str> {
-        path.strip_prefix('/')?.strip_prefix(self.secret.as_str()).filter(|rest| rest.starts_with('/'))
+        path.strip_prefix('/')?
+            .strip_prefix(self.secret.as_str())
+            .filter(|rest| rest.starts_with('/'))
     }
 
     /// Whether a `Host` header names the address served.
@@ -100,7 +102,8 @@ impl Site {
 /// A fresh random path segment (hex).
 fn new_secret() -> Result<String, Error> {
     let mut bytes = [0u8; SECRET_BYTES];
-    getrandom::fill(&mut bytes).map_err(|e| Error::Invalid(format!("no randomness for the URL: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::Invalid(format!("no randomness for the URL: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -124,7 +127,8 @@ pub(crate) fn run(args: &ViewArgs) -> Outcome {
             (Some(path), local_link(&secret, target))
         }
     };
-    let listener = TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| io_error("127.0.0.1", e))?;
+    let listener =
+        TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| io_error("127.0.0.1", e))?;
     let addr = listener.local_addr().map_err(|e| io_error("127.0.0.1", e))?;
     let url = format!("http://{addr}{link}");
     out!("{url}");
@@ -145,7 +149,8 @@ pub(crate) fn run(args: &ViewArgs) -> Outcome {
 /// `target` as the local file to serve: it must be a regular file.
 fn local_file(target: &str) -> Result<PathBuf, Error> {
     let path = PathBuf::from(target);
-    let meta = std::fs::metadata(&path).map_err(|e| Error::Invalid(format!("{target}: {}", open_reason(&e))))?;
+    let meta = std::fs::metadata(&path)
+        .map_err(|e| Error::Invalid(format!("{target}: {}", open_reason(&e))))?;
     if !meta.is_file() {
         return Err(Error::Invalid(format!("{target}: not a regular file")));
     }
@@ -165,7 +170,10 @@ fn open_reason(e: &std::io::Error) -> String {
 /// `/SECRET/file/NAME`: `url` is that path, `name` the path as given (the
 /// page shows it, and titles itself with its last component).
 fn local_link(secret: &str, target: &str) -> String {
-    let name = Path::new(target).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
+    let name = Path::new(target)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
     let url = format!("/{secret}/file/{}", encode(&name));
     format!("/{secret}/?url={}&name={}", encode(&url), encode(target))
 }
@@ -275,14 +283,20 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
     let Some(req) = read_request(&stream)? else { return Ok(()) };
     let mut out = std::io::BufWriter::new(stream);
     if !req.host.as_deref().is_some_and(|h| site.is_own_host(h)) {
-        return status(&mut out, "421 Misdirected Request", "this server answers only for its own address");
+        return status(
+            &mut out,
+            "421 Misdirected Request",
+            "this server answers only for its own address",
+        );
     }
     if req.method != "GET" && req.method != "HEAD" {
         return status(&mut out, "405 Method Not Allowed", "only GET and HEAD");
     }
     let head_only = req.method == "HEAD";
     let path = decode(&req.path);
-    let Some(path) = site.strip_secret(&path) else { return status(&mut out, "404 Not Found", "not found") };
+    let Some(path) = site.strip_secret(&path) else {
+        return status(&mut out, "404 Not Found", "not found");
+    };
     let (body, content_type) = match (path.strip_prefix("/file/"), &site.file) {
         (Some(_), Some(file)) => match File::open(file) {
             Ok(f) => (Body::File(f), "application/octet-stream"),
@@ -307,11 +321,18 @@ fn handle(stream: TcpStream, site: &Site) -> std::io::Result<()> {
             return out.flush();
         }
     };
-    write!(out, "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n", end - start)?;
+    write!(
+        out,
+        "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n",
+        end - start
+    )?;
     if code.starts_with("206") {
         write!(out, "Content-Range: bytes {start}-{}/{len}\r\n", end - 1)?;
     }
-    write!(out, "Accept-Ranges: bytes\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n")?;
+    write!(
+        out,
+        "Accept-Ranges: bytes\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+    )?;
     write!(out, "Cross-Origin-Resource-Policy: same-origin\r\n")?;
     write!(out, "Connection: close\r\n\r\n")?;
     if !head_only {
@@ -554,27 +575,43 @@ mod tests {
             String::new(),
         ] {
             let head = get(Some(&bad), &file_path);
-            assert!(head.starts_with("HTTP/1.1 421") || head.starts_with("HTTP/1.1 403"), "Host {bad:?}: {head}");
+            assert!(
+                head.starts_with("HTTP/1.1 421") || head.starts_with("HTTP/1.1 403"),
+                "Host {bad:?}: {head}"
+            );
         }
         let head = get(None, &file_path);
-        assert!(head.starts_with("HTTP/1.1 421") || head.starts_with("HTTP/1.1 403"), "no Host: {head}");
-        for good in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")] {
+        assert!(
+            head.starts_with("HTTP/1.1 421") || head.starts_with("HTTP/1.1 403"),
+            "no Host: {head}"
+        );
+        for good in
+            [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")]
+        {
             let head = get(Some(&good), &file_path);
             assert!(head.starts_with("HTTP/1.1 200"), "Host {good:?}: {head}");
             assert!(!head.to_ascii_lowercase().contains("access-control-allow"), "{head}");
         }
         // Without the per-run secret segment, or with another, nothing is served.
         let host = format!("127.0.0.1:{port}");
-        for path in ["/file/model.tensors", "/index.html", "/", "/00000000000000000000000000000000/file/model.tensors"]
-        {
+        for path in [
+            "/file/model.tensors",
+            "/index.html",
+            "/",
+            "/00000000000000000000000000000000/file/model.tensors",
+        ] {
             let head = get(Some(&host), path);
             assert!(head.starts_with("HTTP/1.1 404"), "{path}: {head}");
         }
         assert_eq!(base.len(), 2 + 2 * SECRET_BYTES);
         assert_ne!(new_secret().unwrap(), new_secret().unwrap());
         for method in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
-            let head =
-                send(addr, &format!("{method} {file_path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"));
+            let head = send(
+                addr,
+                &format!(
+                    "{method} {file_path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"
+                ),
+            );
             assert!(head.starts_with("HTTP/1.1 405"), "{method}: {head}");
             assert!(!head.to_ascii_lowercase().contains("access-control-allow"), "{head}");
         }
@@ -600,7 +637,10 @@ mod tests {
         assert_eq!(body, b"\0asm");
         let file = format!("{base}file/model.tensors");
         let (head, body) = get(addr, &file, Some("bytes=100-199"));
-        assert!(head.starts_with("HTTP/1.1 206") && head.contains("Content-Range: bytes 100-199/5000"), "{head}");
+        assert!(
+            head.starts_with("HTTP/1.1 206") && head.contains("Content-Range: bytes 100-199/5000"),
+            "{head}"
+        );
         assert_eq!(body, &data[100..200]);
         let (head, body) = get(addr, &file, None);
         assert!(head.starts_with("HTTP/1.1 200"));

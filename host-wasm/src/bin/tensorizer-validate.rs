@@ -8,6 +8,11 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env = |name: &str| std::env::var(name).ok();
-    let code = tensorizer_wasm::cli::run(&args, &env, &mut std::io::stdout().lock(), &mut std::io::stderr().lock());
+    let code = tensorizer_wasm::cli::run(
+        &args,
+        &env,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    );
     ExitCode::from(code)
 }

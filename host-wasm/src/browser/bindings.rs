@@ -52,13 +52,13 @@ impl JsSource {
         if !((0.0..=MAX_SAFE_INTEGER).contains(&len) && len.fract() == 0.0) {
             return Err(JsValue::from_str("the file length must be a whole number of bytes"));
         }
-        let inner = match source.dyn_into::<web_sys::Blob>() {
-            Ok(b) => Inner::Blob(b),
-            Err(v) => Inner::Read(
-                v.dyn_into::<Function>()
-                    .map_err(|_| JsValue::from_str("the source must be a Blob or a read function"))?,
-            ),
-        };
+        let inner =
+            match source.dyn_into::<web_sys::Blob>() {
+                Ok(b) => Inner::Blob(b),
+                Err(v) => Inner::Read(v.dyn_into::<Function>().map_err(|_| {
+                    JsValue::from_str("the source must be a Blob or a read function")
+                })?),
+            };
         Ok(Self { inner, len: len as u64 })
     }
 }
@@ -72,9 +72,15 @@ impl AsyncSource for JsSource {
         let fail = |v: JsValue| ReadError { offset, message: message(&v) };
         let end = offset.saturating_add(len as u64) as f64;
         let promise = match &self.inner {
-            Inner::Blob(b) => b.slice_with_f64_and_f64(offset as f64, end).map_err(fail)?.array_buffer(),
+            Inner::Blob(b) => {
+                b.slice_with_f64_and_f64(offset as f64, end).map_err(fail)?.array_buffer()
+            }
             Inner::Read(f) => {
-                let v = f.call2(&JsValue::NULL, &JsValue::from_f64(offset as f64), &JsValue::from_f64(len as f64));
+                let v = f.call2(
+                    &JsValue::NULL,
+                    &JsValue::from_f64(offset as f64),
+                    &JsValue::from_f64(len as f64),
+                );
                 Promise::resolve(&v.map_err(fail)?)
             }
         };
@@ -82,8 +88,10 @@ impl AsyncSource for JsSource {
         let bytes = Uint8Array::new(&value);
         let n = bytes.length() as usize;
         let mut out = Vec::new();
-        out.try_reserve_exact(n)
-            .map_err(|_| ReadError { offset, message: format!("cannot allocate {n} bytes for the read") })?;
+        out.try_reserve_exact(n).map_err(|_| ReadError {
+            offset,
+            message: format!("cannot allocate {n} bytes for the read"),
+        })?;
         out.resize(n, 0);
         bytes.copy_to(&mut out);
         Ok(out)
@@ -110,21 +118,32 @@ pub async fn inspect(source: JsValue, len: f64, name: String) -> Result<String, 
 /// tensorizer file, read from their tensor headers (nearby headers in one
 /// read), as a JSON array.
 #[wasm_bindgen(js_name = storedHashes)]
-pub async fn stored_hashes(source: JsValue, len: f64, from: u32, count: u32) -> Result<String, JsValue> {
+pub async fn stored_hashes(
+    source: JsValue,
+    len: f64,
+    from: u32,
+    count: u32,
+) -> Result<String, JsValue> {
     let mut src = JsSource::new(source, len)?;
     let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
     let Opened::Tensorizer(ins) = opened else {
         return Ok("[]".to_string());
     };
-    let rows = read_hashes(&mut src, &ins, from as usize, count as usize).await.map_err(|e| reject(&e))?;
+    let rows =
+        read_hashes(&mut src, &ins, from as usize, count as usize).await.map_err(|e| reject(&e))?;
     serde_json::to_string(&rows).map_err(|e| JsValue::from_str(&e.to_string()))
 }
 
 /// A key file's bytes or a passphrase as a key source.
-fn key_source(key: Option<Vec<u8>>, passphrase: Option<String>) -> Result<Option<KeySource>, JsValue> {
+fn key_source(
+    key: Option<Vec<u8>>,
+    passphrase: Option<String>,
+) -> Result<Option<KeySource>, JsValue> {
     Ok(match (key, passphrase) {
         (Some(raw), _) => Some(KeySource::Key(crate::cli::parse_key(&raw).ok_or_else(|| {
-            JsValue::from_str("the key file must hold the 32-byte key: 32 raw bytes or 64 hex digits")
+            JsValue::from_str(
+                "the key file must hold the 32-byte key: 32 raw bytes or 64 hex digits",
+            )
         })?)),
         (None, Some(p)) if !p.is_empty() => {
             Some(KeySource::Passphrase(Passphrase::new(p.into_bytes()), KdfLimits::default()))
@@ -146,13 +165,23 @@ impl RandomAccess for SyncSource {
         self.len
     }
 
-    fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), tensorizer_core::ReadError> {
+    fn read_exact_at(
+        &mut self,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), tensorizer_core::ReadError> {
         let fail = |message: String| tensorizer_core::ReadError { offset, message };
         let v = self
             .read
-            .call2(&JsValue::NULL, &JsValue::from_f64(offset as f64), &JsValue::from_f64(buf.len() as f64))
+            .call2(
+                &JsValue::NULL,
+                &JsValue::from_f64(offset as f64),
+                &JsValue::from_f64(buf.len() as f64),
+            )
             .map_err(|e| fail(message(&e)))?;
-        let bytes = v.dyn_into::<Uint8Array>().map_err(|_| fail("the read function returned no Uint8Array".into()))?;
+        let bytes = v
+            .dyn_into::<Uint8Array>()
+            .map_err(|_| fail("the read function returned no Uint8Array".into()))?;
         if bytes.length() as usize != buf.len() {
             return Err(fail(format!("asked for {} bytes, got {}", buf.len(), bytes.length())));
         }
@@ -193,9 +222,15 @@ pub async fn fingerprint(
     let opened = open(&mut src, &ParseLimits::default()).await.map_err(|e| reject(&e))?;
     let format = opened.format();
     let mut progress = |done: u64, total: u64| {
-        let _ = on_progress.call2(&JsValue::NULL, &JsValue::from_f64(done as f64), &JsValue::from_f64(total as f64));
+        let _ = on_progress.call2(
+            &JsValue::NULL,
+            &JsValue::from_f64(done as f64),
+            &JsValue::from_f64(total as f64),
+        );
     };
-    let done = super::fingerprint::fingerprint(src, &opened, key, &mut progress).await.map_err(|e| reject(&e))?;
+    let done = super::fingerprint::fingerprint(src, &opened, key, &mut progress)
+        .await
+        .map_err(|e| reject(&e))?;
     Ok(done.to_json(format).to_string())
 }
 
@@ -205,11 +240,14 @@ pub async fn fingerprint(
 #[wasm_bindgen]
 pub fn diff(a: &str, b: &str) -> Result<String, JsValue> {
     let parse = |text: &str, which: &str| {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| JsValue::from_str(&e.to_string()))?;
         match fingerprint_from_json(&v) {
             Some(Ok(fp)) => Ok(fp),
             Some(Err(e)) => Err(JsValue::from_str(&format!("fingerprint {which}: {e}"))),
-            None => Err(JsValue::from_str(&format!("fingerprint {which} is not a fingerprint's JSON"))),
+            None => {
+                Err(JsValue::from_str(&format!("fingerprint {which} is not a fingerprint's JSON")))
+            }
         }
     };
     let (a, b) = (parse(a, "a")?, parse(b, "b")?);
@@ -228,13 +266,19 @@ impl Events for JsEvents {
             obj.insert("line".into(), error_line(e).into());
         }
         // A throwing callback must not stop the run.
-        let _ =
-            self.on_tensor.call2(&JsValue::NULL, &JsValue::from_f64(index as f64), &JsValue::from_str(&v.to_string()));
+        let _ = self.on_tensor.call2(
+            &JsValue::NULL,
+            &JsValue::from_f64(index as f64),
+            &JsValue::from_str(&v.to_string()),
+        );
     }
 
     fn progress(&mut self, done: u64, total: u64) {
-        let _ =
-            self.on_progress.call2(&JsValue::NULL, &JsValue::from_f64(done as f64), &JsValue::from_f64(total as f64));
+        let _ = self.on_progress.call2(
+            &JsValue::NULL,
+            &JsValue::from_f64(done as f64),
+            &JsValue::from_f64(total as f64),
+        );
     }
 }
 
@@ -264,10 +308,13 @@ pub async fn verify(
     let mut events = JsEvents { on_tensor, on_progress };
     let shard = Shard { index: shard as usize, count: shards.max(1) as usize };
     if !matches!(opened, Opened::Tensorizer(_)) && shard.index > 0 {
-        return Ok(
-            serde_json::to_string(&crate::report::VerifySummary { ok: true, ..Default::default() }).unwrap_or_default()
-        );
+        return Ok(serde_json::to_string(&crate::report::VerifySummary {
+            ok: true,
+            ..Default::default()
+        })
+        .unwrap_or_default());
     }
-    let summary = verify_all(src, &opened, key, shard, &mut events).await.map_err(|e| reject(&e))?;
+    let summary =
+        verify_all(src, &opened, key, shard, &mut events).await.map_err(|e| reject(&e))?;
     serde_json::to_string(&summary).map_err(|e| JsValue::from_str(&e.to_string()))
 }

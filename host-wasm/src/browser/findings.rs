@@ -40,7 +40,9 @@ impl<R: RandomAccess> RandomAccess for Blocks<R> {
 
     fn read_exact_at(&mut self, offset: u64, out: &mut [u8]) -> Result<(), ReadError> {
         let n = out.len();
-        let end = offset.checked_add(n as u64).ok_or(ReadError { offset, message: "offset overflows".into() })?;
+        let end = offset
+            .checked_add(n as u64)
+            .ok_or(ReadError { offset, message: "offset overflows".into() })?;
         if offset >= self.at && end <= self.at.saturating_add(self.buf.len() as u64) {
             let s = (offset - self.at) as usize;
             out.copy_from_slice(&self.buf[s..s + n]);
@@ -94,14 +96,18 @@ mod tests {
             ("hostile_os_system.pt", vector("torch/hostile_os_system.pt")),
             ("cut.tensors", vector("v1_flat.tensors")[..1000].to_vec()),
         ] {
-            let direct = scan(&mut SliceSource::new(&bytes), &ScanOptions { name: Some(name), ..Default::default() });
+            let direct = scan(
+                &mut SliceSource::new(&bytes),
+                &ScanOptions { name: Some(name), ..Default::default() },
+            );
             let want = sarif::scan_json(name, &direct.unwrap());
             let got = scan_report(SliceSource::new(&bytes), name).unwrap();
             assert_eq!(got["findings"], want["findings"], "{name}");
             assert_eq!(got["format"], want["format"], "{name}");
             assert!(got["reads"].as_u64().unwrap() <= 3, "{name}: {}", got["reads"]);
         }
-        let clean = scan_report(SliceSource::new(&vector("v1_flat.tensors")), "v1_flat.tensors").unwrap();
+        let clean =
+            scan_report(SliceSource::new(&vector("v1_flat.tensors")), "v1_flat.tensors").unwrap();
         assert_eq!(clean["valid"], true);
     }
 }

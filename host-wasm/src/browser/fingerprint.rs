@@ -55,7 +55,12 @@ struct Hashing<'p, S, P> {
 
 impl<S: AsyncSource, P: FnMut(u64, u64)> Hashing<'_, S, P> {
     /// Feeds `len` bytes at `at` to `hasher`, a piece at a time.
-    async fn range(&mut self, at: u64, len: u64, hasher: &mut DataHasher) -> Result<(), ValidateError> {
+    async fn range(
+        &mut self,
+        at: u64,
+        len: u64,
+        hasher: &mut DataHasher,
+    ) -> Result<(), ValidateError> {
         let piece = (PIECE_LEN as u64).min(len).max(1);
         if (self.buf.len() as u64) < piece {
             drop(std::mem::take(&mut self.buf));
@@ -82,7 +87,9 @@ impl<S: AsyncSource, P: FnMut(u64, u64)> Hashing<'_, S, P> {
 fn no_torch_name(name: &str, dtype: &str) -> ValidateError {
     ValidateError::invalid(
         None,
-        format!("tensor {name:?}: dtype {dtype} is not a torch dtype this build knows; it cannot be fingerprinted"),
+        format!(
+            "tensor {name:?}: dtype {dtype} is not a torch dtype this build knows; it cannot be fingerprinted"
+        ),
     )
 }
 
@@ -98,7 +105,8 @@ pub async fn fingerprint<S: AsyncSource>(
     key: Option<KeySource>,
     progress: &mut impl FnMut(u64, u64),
 ) -> Result<Fingerprinted, ValidateError> {
-    let mut h = Hashing { w: Window::new(src, WINDOW), buf: Vec::new(), done: 0, total: 0, progress };
+    let mut h =
+        Hashing { w: Window::new(src, WINDOW), buf: Vec::new(), done: 0, total: 0, progress };
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     // Data bytes as tzr counts them: each tensor's, tied views once each.
@@ -113,17 +121,21 @@ pub async fn fingerprint<S: AsyncSource>(
             let mut keys = key.map(Keys::new);
             for (i, e) in entries.iter().enumerate() {
                 let name = e.path.dotted_name();
-                let element = e.dtype.element().ok_or_else(|| no_torch_name(&name, e.dtype.as_str()))?;
+                let element =
+                    e.dtype.element().ok_or_else(|| no_torch_name(&name, e.dtype.as_str()))?;
                 bytes = bytes.saturating_add(e.data_length);
                 let data = if e.is_meta() {
                     None
                 } else {
-                    let raw = h.w.read_vec(e.header_offset, e.header_len(), "a tensor header").await?;
+                    let raw =
+                        h.w.read_vec(e.header_offset, e.header_len(), "a tensor header").await?;
                     // The verifier decrypts each piece in place; its own
                     // hash checks are not consulted (tzr verify does that).
                     let mut v = TensorVerifier::new(ins, i, &raw, keys.as_mut(), PIECE_LEN)?;
-                    let mut hasher = e.dtype.swap_unit().map_or_else(DataHasher::new, DataHasher::swapping);
-                    let mut piece = zeroed(v.max_piece_len().max(1), e.data_offset, "a data piece")?;
+                    let mut hasher =
+                        e.dtype.swap_unit().map_or_else(DataHasher::new, DataHasher::swapping);
+                    let mut piece =
+                        zeroed(v.max_piece_len().max(1), e.data_offset, "a data piece")?;
                     while let Some((at, n)) = v.next_piece() {
                         let p = &mut piece[..n];
                         h.w.read_into(at, p).await?;
@@ -133,7 +145,12 @@ pub async fn fingerprint<S: AsyncSource>(
                     }
                     Some(hasher.finish())
                 };
-                records.push(TensorFingerprint { name, dtype: element, shape: e.shape.clone(), data });
+                records.push(TensorFingerprint {
+                    name,
+                    dtype: element,
+                    shape: e.shape.clone(),
+                    data,
+                });
             }
         }
         Opened::Safetensors(s) => {
@@ -141,11 +158,14 @@ pub async fn fingerprint<S: AsyncSource>(
             for r in &s.tensors {
                 // The torch shape: a packed dtype's header counts its values
                 // (F4 [.., 2k] is float4_e2m1fn_x2 [.., k]), as tzr reads it.
-                let (element, shape) = tensorizer_core::safetensors::from_safetensors(&r.dtype, &r.shape)
-                    .ok_or_else(|| no_torch_name(&r.name, &r.dtype))?;
+                let (element, shape) =
+                    tensorizer_core::safetensors::from_safetensors(&r.dtype, &r.shape)
+                        .ok_or_else(|| no_torch_name(&r.name, &r.dtype))?;
                 bytes = bytes.saturating_add(r.data_length);
                 let mut hasher = DataHasher::new();
-                let at = r.data_offset.ok_or_else(|| ValidateError::usage("a safetensors row without an offset"))?;
+                let at = r
+                    .data_offset
+                    .ok_or_else(|| ValidateError::usage("a safetensors row without an offset"))?;
                 h.range(at, r.data_length, &mut hasher).await?;
                 records.push(TensorFingerprint {
                     name: r.name.clone(),
@@ -175,7 +195,8 @@ pub async fn fingerprint<S: AsyncSource>(
                     skipped.push(name);
                     continue;
                 };
-                let bad = |why: &str| ValidateError::invalid(None, format!("tensor {name:?}: {why}"));
+                let bad =
+                    |why: &str| ValidateError::invalid(None, format!("tensor {name:?}: {why}"));
                 let storage = match ranges[view.storage].clone() {
                     Some(r) => r,
                     None => {
@@ -190,7 +211,10 @@ pub async fn fingerprint<S: AsyncSource>(
                     return Err(bad("the view reaches past its storage"));
                 }
                 let item = u64::from(view.dtype.size());
-                let len = view.numel().and_then(|n| n.checked_mul(item)).ok_or_else(|| bad("the size overflows"))?;
+                let len = view
+                    .numel()
+                    .and_then(|n| n.checked_mul(item))
+                    .ok_or_else(|| bad("the size overflows"))?;
                 bytes = bytes.saturating_add(len);
                 let mut hasher = hasher_for(view.dtype, big);
                 let at = storage.start + span.start;
@@ -198,9 +222,11 @@ pub async fn fingerprint<S: AsyncSource>(
                     h.range(at, len, &mut hasher).await?;
                 } else {
                     // A strided or expanded view: gathered whole.
-                    let data = h.w.read_vec(at, span.end - span.start, "a tensor view's storage").await?;
+                    let data =
+                        h.w.read_vec(at, span.end - span.start, "a tensor view's storage").await?;
                     let mut out = zeroed(len, at, "a gathered tensor view")?;
-                    view.gather(&data, &mut out).ok_or_else(|| bad("the view does not fit its storage"))?;
+                    view.gather(&data, &mut out)
+                        .ok_or_else(|| bad("the view does not fit its storage"))?;
                     hasher.update(&out);
                     h.tick(data.len() as u64);
                 }

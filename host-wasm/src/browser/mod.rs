@@ -74,7 +74,8 @@ mod tests {
         let mut src = MemSource(bytes.clone());
         let opened = block_on_ready(open::open(&mut src, &ParseLimits::default())).unwrap()?;
         let mut log = Log::default();
-        let s = block_on_ready(verify(MemSource(bytes), &opened, key, Shard::ALL, &mut log)).unwrap()?;
+        let s = block_on_ready(verify(MemSource(bytes), &opened, key, Shard::ALL, &mut log))
+            .unwrap()?;
         Ok((s, log))
     }
 
@@ -99,7 +100,11 @@ mod tests {
             }
             // Header and index: the first read, and the index's rest if longer.
             let index_end = 73 + v["metadata_index_length"].as_u64().unwrap();
-            assert!(s.reads <= 2 && s.bytes_read <= index_end.max(open::FIRST_READ), "{name}: {}", s.bytes_read);
+            assert!(
+                s.reads <= 2 && s.bytes_read <= index_end.max(open::FIRST_READ),
+                "{name}: {}",
+                s.bytes_read
+            );
         }
     }
 
@@ -137,7 +142,10 @@ mod tests {
         let key = Key::from_bytes(core::array::from_fn(|i| i as u8));
         let (s, _) = run_verify(vector("v3_enc_key.tensors"), Some(KeySource::Key(key))).unwrap();
         assert!(s.ok && s.verified == 5);
-        let pass = KeySource::Passphrase(Passphrase::new(b"test-passphrase-not-secret".to_vec()), KdfLimits::default());
+        let pass = KeySource::Passphrase(
+            Passphrase::new(b"test-passphrase-not-secret".to_vec()),
+            KdfLimits::default(),
+        );
         let (s, _) = run_verify(vector("v3_enc_pass.tensors"), Some(pass)).unwrap();
         assert!(s.ok, "{s:?}");
         let wrong = KeySource::Key(Key::from_bytes([7; 32]));
@@ -153,15 +161,22 @@ mod tests {
         assert_eq!(assign(&[7, 7, 7], 1), [0, 0, 0]);
         let bytes = vector("v2_dtypes.tensors");
         let opened =
-            block_on_ready(open::open(&mut MemSource(bytes.clone()), &ParseLimits::default())).unwrap().unwrap();
+            block_on_ready(open::open(&mut MemSource(bytes.clone()), &ParseLimits::default()))
+                .unwrap()
+                .unwrap();
         let mut seen = Vec::new();
         let mut verified = 0;
         for index in 0..3 {
             let mut log = Log::default();
-            let s =
-                block_on_ready(verify(MemSource(bytes.clone()), &opened, None, Shard { index, count: 3 }, &mut log))
-                    .unwrap()
-                    .unwrap();
+            let s = block_on_ready(verify(
+                MemSource(bytes.clone()),
+                &opened,
+                None,
+                Shard { index, count: 3 },
+                &mut log,
+            ))
+            .unwrap()
+            .unwrap();
             assert!(s.ok);
             verified += s.verified;
             seen.extend(log.0.iter().map(|(i, _)| *i));
@@ -175,7 +190,8 @@ mod tests {
     fn stored_hashes_come_from_tensor_headers() {
         let bytes = vector("v1_flat.tensors");
         let mut src = Counted::new(MemSource(bytes));
-        let Opened::Tensorizer(ins) = block_on_ready(open::open(&mut src, &ParseLimits::default())).unwrap().unwrap()
+        let Opened::Tensorizer(ins) =
+            block_on_ready(open::open(&mut src, &ParseLimits::default())).unwrap().unwrap()
         else {
             panic!()
         };
@@ -194,7 +210,8 @@ mod tests {
     fn truncated_and_foreign_files_give_one_line_with_an_offset() {
         let bytes = vector("v1_flat.tensors");
         for cut in [0, 3, 40, 73, 1000, bytes.len() - 9] {
-            let e = summary(bytes[..cut].to_vec()).and_then(|_| run_verify(bytes[..cut].to_vec(), None).map(|_| ()));
+            let e = summary(bytes[..cut].to_vec())
+                .and_then(|_| run_verify(bytes[..cut].to_vec(), None).map(|_| ()));
             let e = e.unwrap_err();
             let line = error_line(&e);
             assert!(line.contains("byte") && !line.contains('\n'), "cut {cut}: {line}");
@@ -214,16 +231,28 @@ mod tests {
             assert!(v.ok, "{name}: {v:?}");
             assert_eq!(log.0.len(), s.tensor_count);
         }
-        for hostile in ["torch/hostile_eval.pt", "torch/hostile_legacy.pt", "torch/hostile_deflated.pt"] {
+        for hostile in
+            ["torch/hostile_eval.pt", "torch/hostile_legacy.pt", "torch/hostile_deflated.pt"]
+        {
             let e = summary(vector(hostile)).unwrap_err();
             assert!(!error_line(&e).contains('\n'), "{hostile}");
         }
     }
 
-    fn fingerprint_of(bytes: Vec<u8>, key: Option<KeySource>) -> Result<fingerprint::Fingerprinted, ValidateError> {
-        let opened = block_on_ready(open::open(&mut MemSource(bytes.clone()), &ParseLimits::default())).unwrap()?;
+    fn fingerprint_of(
+        bytes: Vec<u8>,
+        key: Option<KeySource>,
+    ) -> Result<fingerprint::Fingerprinted, ValidateError> {
+        let opened =
+            block_on_ready(open::open(&mut MemSource(bytes.clone()), &ParseLimits::default()))
+                .unwrap()?;
         let mut last = (0, 0);
-        let done = block_on_ready(fingerprint::fingerprint(MemSource(bytes), &opened, key, &mut |d, t| last = (d, t)));
+        let done = block_on_ready(fingerprint::fingerprint(
+            MemSource(bytes),
+            &opened,
+            key,
+            &mut |d, t| last = (d, t),
+        ));
         let done = done.unwrap()?;
         assert_eq!(last.0, last.1, "progress ends at the total");
         Ok(done)
@@ -235,10 +264,16 @@ mod tests {
         // (structured names, meta tensors, encrypted), checkpoints (every
         // dtype, big-endian, strided views).
         for (name, want) in [
-            ("v1_nested.tensors", "ebaf9023de26ee1d5cb791ca2143b039cd6732dc83f5499ad3cc328ac00436d4"),
+            (
+                "v1_nested.tensors",
+                "ebaf9023de26ee1d5cb791ca2143b039cd6732dc83f5499ad3cc328ac00436d4",
+            ),
             ("v4_meta.tensors", "00d8feb8b8c8e34cce75dbf721999af7f9a285f5f8132d36e161b267ccafef2e"),
             ("torch/dtypes.pt", "bf9e9b63d0c2029e0d80578157250d404e1c718903ee6d54836d904e39ec0789"),
-            ("torch/big_endian.pt", "4973bd95d9aec59c299445b07d512efdb3d6ccb528ba9d6c71c43dad0b8d431e"),
+            (
+                "torch/big_endian.pt",
+                "4973bd95d9aec59c299445b07d512efdb3d6ccb528ba9d6c71c43dad0b8d431e",
+            ),
             ("torch/views.pt", "649097fb9ed9a76428ae346d2acaddbbd92e923ba9d70857613c2eacf02252ad"),
         ] {
             let got = fingerprint_of(vector(name), None).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -246,7 +281,10 @@ mod tests {
         }
         let key = Key::from_bytes(core::array::from_fn(|i| i as u8));
         let got = fingerprint_of(vector("v3_enc_key.tensors"), Some(KeySource::Key(key))).unwrap();
-        assert_eq!(got.fingerprint.hex(), "047a04e4fafea16c5d9379c38b4e4c33663d308cb0a4a2806e72bbae0d36659c");
+        assert_eq!(
+            got.fingerprint.hex(),
+            "047a04e4fafea16c5d9379c38b4e4c33663d308cb0a4a2806e72bbae0d36659c"
+        );
         assert_eq!(fingerprint_of(vector("v3_enc_key.tensors"), None).unwrap_err().exit_code(), 2);
         // The worked example of spec §21.4, as a safetensors file.
         let json = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}}"#;
@@ -254,9 +292,14 @@ mod tests {
         f.extend_from_slice(json);
         f.extend_from_slice(&[0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 7, 0, 0, 0, 0, 0, 0, 0]);
         let got = fingerprint_of(f.clone(), None).unwrap();
-        let opened = block_on_ready(open::open(&mut MemSource(f), &ParseLimits::default())).unwrap().unwrap();
+        let opened = block_on_ready(open::open(&mut MemSource(f), &ParseLimits::default()))
+            .unwrap()
+            .unwrap();
         assert_eq!(opened.format(), opened.summary("").format);
-        assert_eq!(got.fingerprint.hex(), "eaee47bb4a4bb4a0ec23fd6fa9796776e0b8caeded42c31c0a5d364cb927ed30");
+        assert_eq!(
+            got.fingerprint.hex(),
+            "eaee47bb4a4bb4a0ec23fd6fa9796776e0b8caeded42c31c0a5d364cb927ed30"
+        );
         assert_eq!(got.to_json("safetensors")["data_bytes"], 16);
     }
 

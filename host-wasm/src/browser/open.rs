@@ -35,13 +35,18 @@ pub enum Opened {
 }
 
 /// Reads the first bytes, tells the format, and reads its header and index.
-pub async fn open<S: AsyncSource>(src: &mut S, limits: &ParseLimits) -> Result<Opened, ValidateError> {
+pub async fn open<S: AsyncSource>(
+    src: &mut S,
+    limits: &ParseLimits,
+) -> Result<Opened, ValidateError> {
     let len = src.len();
     let head = read_exact(src, 0, len.min(FIRST_READ), "the first bytes").await?;
     // The core's one test: the strict safetensors test wins over the
     // one-byte legacy pickle test.
     match sniff_format(&head, len) {
-        Some(Sniffed::Tensorizer) => return open_tensorizer(src, head, limits).await.map(Opened::Tensorizer),
+        Some(Sniffed::Tensorizer) => {
+            return open_tensorizer(src, head, limits).await.map(Opened::Tensorizer);
+        }
         Some(Sniffed::TorchZip | Sniffed::LegacyTorch) => {
             return torch::open(src, &head).await.map(|i| Opened::Torch(Box::new(i)));
         }
@@ -51,12 +56,17 @@ pub async fn open<S: AsyncSource>(src: &mut S, limits: &ParseLimits) -> Result<O
                 Some(j) => j.to_vec(),
                 None => read_exact(src, at, n, "the safetensors header").await?,
             };
-            return safetensors::summarize(&json, "", len).map(|s| Opened::Safetensors(Box::new(s)));
+            return safetensors::summarize(&json, "", len)
+                .map(|s| Opened::Safetensors(Box::new(s)));
         }
         None => {}
     }
     if len < MAGIC.len() as u64 && MAGIC.starts_with(&head) {
-        return Err(tensorizer_core::Error::Truncated { offset: len, needed: MAGIC.len() as u64 - len }.into());
+        return Err(tensorizer_core::Error::Truncated {
+            offset: len,
+            needed: MAGIC.len() as u64 - len,
+        }
+        .into());
     }
     Err(ValidateError::invalid(
         Some(0),

@@ -28,7 +28,8 @@ pub fn summarize(json: &[u8], file: &str, file_len: u64) -> Result<Summary, Vali
     let header = st::parse(json, file_len);
     if let Some(f) = header.refusal(summary_refuses) {
         let at = f.offset.unwrap_or(PREFIX_LEN);
-        let mut e = ValidateError::invalid(Some(at), format!("malformed at byte {at}: {}", f.message));
+        let mut e =
+            ValidateError::invalid(Some(at), format!("malformed at byte {at}: {}", f.message));
         e.rule = Some(f.rule);
         return Err(e);
     }

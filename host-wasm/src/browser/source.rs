@@ -29,7 +29,8 @@ pub trait AsyncSource {
     }
 
     /// Reads exactly `len` bytes at `offset`; fewer is an error.
-    fn read(&mut self, offset: u64, len: usize) -> impl Future<Output = Result<Vec<u8>, ReadError>>;
+    fn read(&mut self, offset: u64, len: usize)
+    -> impl Future<Output = Result<Vec<u8>, ReadError>>;
 }
 
 /// Counts the reads and bytes that pass through to a source.
@@ -129,7 +130,12 @@ impl<S: AsyncSource> Window<S> {
     }
 
     /// `len` bytes at `offset`, in a new buffer reserved fallibly.
-    pub async fn read_vec(&mut self, offset: u64, len: u64, what: &str) -> Result<Vec<u8>, ValidateError> {
+    pub async fn read_vec(
+        &mut self,
+        offset: u64,
+        len: u64,
+        what: &str,
+    ) -> Result<Vec<u8>, ValidateError> {
         let mut v = crate::validate::zeroed(len, offset, what)?;
         self.read_into(offset, &mut v).await?;
         Ok(v)

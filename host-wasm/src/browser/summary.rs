@@ -118,7 +118,9 @@ pub fn field(label: &str, value: impl Into<serde_json::Value>) -> (String, serde
 /// offset appended when the message does not already name it.
 pub fn error_line(e: &ValidateError) -> String {
     match e.offset {
-        Some(at) if !e.message.contains(&format!("byte {at}")) => format!("{} (at byte {at})", e.message),
+        Some(at) if !e.message.contains(&format!("byte {at}")) => {
+            format!("{} (at byte {at})", e.message)
+        }
         _ => e.message.clone(),
     }
 }
@@ -153,7 +155,12 @@ fn push_u64(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Appends a column: `"key":[item,item,...]`.
-fn push_column<T>(out: &mut Vec<u8>, key: &str, rows: &[T], mut item: impl FnMut(&mut Vec<u8>, &T)) {
+fn push_column<T>(
+    out: &mut Vec<u8>,
+    key: &str,
+    rows: &[T],
+    mut item: impl FnMut(&mut Vec<u8>, &T),
+) {
     out.push(b',');
     push_str(out, key);
     out.extend_from_slice(b":[");
@@ -258,8 +265,10 @@ mod tests {
             kind: "PARAM".into(),
             meta: i == 1,
         };
-        let rows =
-            vec![row(0, "a.b", None), row(1, "x[0]\"q\u{1}", Some(vec!["x".into(), 0.into(), "q\"\u{1}".into()]))];
+        let rows = vec![
+            row(0, "a.b", None),
+            row(1, "x[0]\"q\u{1}", Some(vec!["x".into(), 0.into(), "q\"\u{1}".into()])),
+        ];
         let s = Summary {
             summary_version: SUMMARY_VERSION,
             format: "tensorizer",
@@ -269,7 +278,9 @@ mod tests {
             encrypted: false,
             tensor_count: 2,
             data_bytes: 48,
-            totals: totals(&rows, |r| Cow::Borrowed(tensorizer_core::totals::top_module_of_name(&r.name))),
+            totals: totals(&rows, |r| {
+                Cow::Borrowed(tensorizer_core::totals::top_module_of_name(&r.name))
+            }),
             tensors: rows,
             verify: "",
             reads: 1,

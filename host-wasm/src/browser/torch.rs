@@ -7,7 +7,8 @@
 use std::ops::Range;
 
 use tensorizer_core::checkpoint::{
-    Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, StateDict, ZipEntry, check_storage_len, sniff, zip,
+    Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, StateDict, ZipEntry,
+    check_storage_len, sniff, zip,
 };
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::totals::top_module;
@@ -157,7 +158,8 @@ impl Index {
             let item = u64::from(v.dtype.size());
             let bytes = v.numel().and_then(|n| n.checked_mul(item)).unwrap_or(u64::MAX);
             let offset = v.storage_offset.saturating_mul(item);
-            let strides = if v.is_contiguous() { String::new() } else { format!(", stride {:?}", v.stride) };
+            let strides =
+                if v.is_contiguous() { String::new() } else { format!(", stride {:?}", v.stride) };
             let (name, path) = name_and_path(&e.path);
             paths.push(&e.path);
             rows.push(Row {
@@ -194,7 +196,8 @@ impl Index {
         if values > 0 {
             header.push(field("non-tensor entries", values as u64));
         }
-        let data_bytes = self.state_dict.storages.iter().map(|s| s.byte_len).fold(0u64, u64::saturating_add);
+        let data_bytes =
+            self.state_dict.storages.iter().map(|s| s.byte_len).fold(0u64, u64::saturating_add);
         Summary {
             summary_version: super::summary::SUMMARY_VERSION,
             format: "torch",

@@ -71,10 +71,13 @@ pub async fn verify<S: AsyncSource>(
 ) -> Result<VerifySummary, ValidateError> {
     let mut summary = VerifySummary::default();
     match opened {
-        Opened::Tensorizer(ins) => verify_tensorizer(src, ins, key, shard, events, &mut summary).await?,
+        Opened::Tensorizer(ins) => {
+            verify_tensorizer(src, ins, key, shard, events, &mut summary).await?
+        }
         Opened::Torch(index) => verify_torch(src, index, events, &mut summary).await?,
         Opened::Safetensors(s) => {
-            let none = TensorVerification { status: Status::Unverified, checks: Vec::new(), error: None };
+            let none =
+                TensorVerification { status: Status::Unverified, checks: Vec::new(), error: None };
             for r in &s.tensors {
                 events.tensor(r.index, &none);
                 summary.unverified += 1;
@@ -107,15 +110,22 @@ async fn verify_tensorizer<S: AsyncSource>(
 ) -> Result<(), ValidateError> {
     let entries = &ins.metadata.entries;
     let lengths: Vec<u64> = entries.iter().map(|e| e.data_length).collect();
-    let mine: Vec<bool> = assign(&lengths, shard.count).into_iter().map(|s| s == shard.index).collect();
+    let mine: Vec<bool> =
+        assign(&lengths, shard.count).into_iter().map(|s| s == shard.index).collect();
     if !ins.header.has_crypt_info() && key.is_some() {
         return Err(ValidateError::usage("a key was given but the file is not encrypted"));
     }
     if ins.header.has_crypt_info() && key.is_none() && entries.iter().any(|e| e.data_length > 0) {
-        return Err(ValidateError::usage("the file is encrypted: give a key file or passphrase to verify it"));
+        return Err(ValidateError::usage(
+            "the file is encrypted: give a key file or passphrase to verify it",
+        ));
     }
-    let total =
-        entries.iter().zip(&mine).filter(|(_, m)| **m).map(|(e, _)| e.data_length).fold(0u64, u64::saturating_add);
+    let total = entries
+        .iter()
+        .zip(&mine)
+        .filter(|(_, m)| **m)
+        .map(|(e, _)| e.data_length)
+        .fold(0u64, u64::saturating_add);
     let mut keys = key.map(Keys::new);
     let mut w = Window::new(src, WINDOW);
     let mut buf: Vec<u8> = Vec::new();
@@ -132,7 +142,8 @@ async fn verify_tensorizer<S: AsyncSource>(
                 while let Some((at, n)) = v.next_piece() {
                     let piece = &mut buf[..n];
                     w.read_into(at, piece).await?;
-                    summary.data_bytes_checked = summary.data_bytes_checked.saturating_add(n as u64);
+                    summary.data_bytes_checked =
+                        summary.data_bytes_checked.saturating_add(n as u64);
                     events.progress(summary.data_bytes_checked, total);
                     if let Err(e) = v.update(piece) {
                         failure = Some(e);
@@ -203,8 +214,14 @@ async fn verify_torch<S: AsyncSource>(
         let Leaf::Tensor(v) = &e.value else { continue };
         let own = results[index.storage_entries[v.storage]].clone();
         let outcome = match own.or_else(|| shared.clone()) {
-            None => TensorVerification { status: Status::Verified, checks: vec!["crc32"], error: None },
-            Some(err) => TensorVerification { status: Status::Failed, checks: vec!["crc32"], error: Some(err) },
+            None => {
+                TensorVerification { status: Status::Verified, checks: vec!["crc32"], error: None }
+            }
+            Some(err) => TensorVerification {
+                status: Status::Failed,
+                checks: vec!["crc32"],
+                error: Some(err),
+            },
         };
         count(summary, &outcome);
         events.tensor(row, &outcome);
@@ -240,7 +257,8 @@ pub async fn stored_hashes<S: AsyncSource>(
     from: usize,
     count: usize,
 ) -> Result<Vec<StoredHashes>, ValidateError> {
-    let entries = ins.metadata.entries.get(from..from.saturating_add(count).min(ins.metadata.entries.len()));
+    let entries =
+        ins.metadata.entries.get(from..from.saturating_add(count).min(ins.metadata.entries.len()));
     let entries = entries.unwrap_or_default();
     let mut out = Vec::with_capacity(entries.len());
     let mut i = 0;
@@ -250,7 +268,10 @@ pub async fn stored_hashes<S: AsyncSource>(
         let mut j = i + 1;
         while let Some(e) = entries.get(j) {
             let e_end = e.header_offset.saturating_add(e.header_len());
-            if e.header_offset < end || e.header_offset - end > HEADER_GAP || e_end - start > HEADER_READ {
+            if e.header_offset < end
+                || e.header_offset - end > HEADER_GAP
+                || e_end - start > HEADER_READ
+            {
                 break;
             }
             end = e_end;
@@ -267,7 +288,9 @@ pub async fn stored_hashes<S: AsyncSource>(
                     for v in &rec.header.hashes {
                         match v {
                             HashValue::Crc32(c) => h.crc32 = Some(format!("{c:08x}")),
-                            HashValue::Sha256(d) => h.sha256 = Some(d.iter().map(|b| format!("{b:02x}")).collect()),
+                            HashValue::Sha256(d) => {
+                                h.sha256 = Some(d.iter().map(|b| format!("{b:02x}")).collect())
+                            }
                         }
                     }
                     h

@@ -18,7 +18,11 @@ impl<S: RangeSource> CheckpointReader<S> {
     pub fn slice_view(&self, i: usize, index: &[Index]) -> Result<StridedView> {
         let view = self.tensor(i)?;
         self.nbytes(i)?;
-        let whole = StridedView { shape: view.shape.clone(), stride: view.stride.clone(), offset: view.storage_offset };
+        let whole = StridedView {
+            shape: view.shape.clone(),
+            stride: view.stride.clone(),
+            offset: view.storage_offset,
+        };
         whole.index(index)
     }
 
@@ -45,7 +49,10 @@ impl<S: RangeSource> CheckpointReader<S> {
         let range = self.storage_range(storage)?;
         let spans = plan_spans(&view, itemsize, SpanPolicy::for_source(self.source()))?;
         if spans.last().is_some_and(|s| s.end > range.end - range.start) {
-            return Err(invalid(format!("{}: slice of entry {i} reaches past its storage", self.source().name())));
+            return Err(invalid(format!(
+                "{}: slice of entry {i} reaches past its storage",
+                self.source().name()
+            )));
         }
         let threads = default_readers();
         let none = |_: u64, _: &mut [u8]| Ok(());
@@ -53,7 +60,15 @@ impl<S: RangeSource> CheckpointReader<S> {
             read_spans(self.source(), range.start, &spans, PIECE_LEN as u64, threads, out, none)?;
         } else {
             let mut data = vec![0u8; usize::try_from(spans_len(&spans)?).map_err(|_| overflow())?];
-            read_spans(self.source(), range.start, &spans, PIECE_LEN as u64, threads, &mut data, none)?;
+            read_spans(
+                self.source(),
+                range.start,
+                &spans,
+                PIECE_LEN as u64,
+                threads,
+                &mut data,
+                none,
+            )?;
             gather(&view, itemsize, &spans, &data, out)?;
         }
         if self.byte_order() == tensorizer_core::dtype::ByteOrder::Big {

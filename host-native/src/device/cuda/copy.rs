@@ -71,7 +71,12 @@ impl CudaEngine {
     /// Copies into `dsts` (destination `j` receives the `j`-th tensor
     /// loaded) on `origin`, or, when `extra_streams` is above 0, on that
     /// many new streams ordered after the work already on `origin`.
-    pub fn new(device: &Device, origin: &Stream, dsts: Vec<DeviceRange>, extra_streams: usize) -> Result<Self> {
+    pub fn new(
+        device: &Device,
+        origin: &Stream,
+        dsts: Vec<DeviceRange>,
+        extra_streams: usize,
+    ) -> Result<Self> {
         device.bind()?;
         let streams = if extra_streams == 0 {
             vec![origin.0.clone()]
@@ -120,7 +125,12 @@ impl CopyEngine for CudaEngine {
         }
     }
 
-    fn copy_async(&self, slot: usize, buffer: &StagingBuffer, copies: &[Copy]) -> Result<Arc<CudaEvent>> {
+    fn copy_async(
+        &self,
+        slot: usize,
+        buffer: &StagingBuffer,
+        copies: &[Copy],
+    ) -> Result<Arc<CudaEvent>> {
         let buffer = buffer.get()?;
         self.device.bind()?;
         let stream = &self.streams[slot % self.streams.len()];

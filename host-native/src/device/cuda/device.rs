@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUstream};
-use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice, result};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice, result,
+};
 
 use crate::error::{Error, Result};
 use crate::memory::HUGE_PAGE;
@@ -116,8 +118,11 @@ impl Device {
     /// registered (99 ms in 4 KiB pages). Where registering fails, the
     /// driver's allocation.
     pub(crate) fn alloc_pinned(&self, len: usize, huge: bool) -> Result<PinnedBuffer> {
-        let registered =
-            if REGISTER_REFUSED.load(Ordering::Relaxed) { None } else { Registered::new(&self.ctx, len, huge) };
+        let registered = if REGISTER_REFUSED.load(Ordering::Relaxed) {
+            None
+        } else {
+            Registered::new(&self.ctx, len, huge)
+        };
         let memory = match registered {
             Some(r) => HostMemory::Registered(r),
             None => HostMemory::Driver(self.alloc_driver_pinned(len)?),
@@ -130,8 +135,9 @@ impl Device {
         // it quickly for hashing and decryption.
         // SAFETY: the memory is uninitialised after this call, and is
         // zeroed below before any slice of it is formed.
-        let mut slice =
-            guard("allocating pinned host memory", || unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len, 0) })?;
+        let mut slice = guard("allocating pinned host memory", || unsafe {
+            self.ctx.alloc_pinned_with_flags::<u8>(len, 0)
+        })?;
         let ptr = guard("allocating pinned host memory", || slice.as_mut_ptr())?;
         // SAFETY: `ptr` points to `len` writable bytes owned by `slice`,
         // and no copy from them is in flight yet.
@@ -140,7 +146,11 @@ impl Device {
     }
 
     /// Allocates `len` zeroed bytes of device memory on `stream`.
-    pub(crate) fn alloc_zeros(&self, stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<u8>> {
+    pub(crate) fn alloc_zeros(
+        &self,
+        stream: &Arc<CudaStream>,
+        len: usize,
+    ) -> Result<CudaSlice<u8>> {
         guard("allocating device memory", || stream.alloc_zeros::<u8>(len.max(1)))
     }
 }
@@ -294,7 +304,9 @@ impl PinnedBuffer {
             // SAFETY: `ptr..ptr + len` is mapped, initialised (zeroed by
             // the kernel, then only written through slices) and owned by
             // this buffer, borrowed mutably here; no copy reads it (settled).
-            HostMemory::Registered(r) => Ok(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }),
+            HostMemory::Registered(r) => {
+                Ok(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) })
+            }
             HostMemory::Driver(s) => guard("mapping pinned memory", || s.as_mut_slice()),
         }
     }
@@ -336,10 +348,17 @@ impl DeviceRange {
     }
 
     /// A view of memory we allocated.
-    pub(crate) fn of_slice(slice: &CudaSlice<u8>, stream: &CudaStream, start: u64, len: u64) -> Result<Self> {
+    pub(crate) fn of_slice(
+        slice: &CudaSlice<u8>,
+        stream: &CudaStream,
+        start: u64,
+        len: u64,
+    ) -> Result<Self> {
         let total = slice.len() as u64;
         if start.checked_add(len).is_none_or(|end| end > total) {
-            return Err(Error::Invalid(format!("device view {start}+{len} outside a {total}-byte allocation")));
+            return Err(Error::Invalid(format!(
+                "device view {start}+{len} outside a {total}-byte allocation"
+            )));
         }
         let (base, _sync) = slice.device_ptr(stream);
         Ok(Self { ptr: base + start, len })
@@ -358,7 +377,10 @@ impl DeviceRange {
     fn at(&self, offset: u64, n: usize) -> Result<CUdeviceptr> {
         match offset.checked_add(n as u64) {
             Some(end) if end <= self.len => Ok(self.ptr + offset),
-            _ => Err(Error::Invalid(format!("copy of {n} bytes at {offset} past a {}-byte device range", self.len))),
+            _ => Err(Error::Invalid(format!(
+                "copy of {n} bytes at {offset} past a {}-byte device range",
+                self.len
+            ))),
         }
     }
 }
@@ -397,19 +419,26 @@ pub(crate) fn copy_htod(
     offset: u64,
 ) -> Result<()> {
     let bytes = buffer.bytes()?;
-    let src =
-        bytes.get(src.clone()).ok_or_else(|| Error::Invalid(format!("copy source {src:?} outside the buffer")))?;
+    let src = bytes
+        .get(src.clone())
+        .ok_or_else(|| Error::Invalid(format!("copy source {src:?} outside the buffer")))?;
     let to = dst.at(offset, src.len())?;
     // SAFETY: `to..to + src.len()` lies inside `dst` (checked above), which
     // its creator vouched for; `src` is page-locked memory that stays
     // allocated and unwritten until the event recorded after this copy
     // completes (`PinnedBuffer` waits for it before `bytes_mut` and drop).
-    guard("copying to the device", || unsafe { result::memcpy_htod_async(to, src, stream.cu_stream()) })
+    guard("copying to the device", || unsafe {
+        result::memcpy_htod_async(to, src, stream.cu_stream())
+    })
 }
 
 /// Records the event that marks every copy queued so far on `stream` out
 /// of `buffer`.
-pub(crate) fn mark(device: &Device, stream: &CudaStream, buffer: &PinnedBuffer) -> Result<Arc<CudaEvent>> {
+pub(crate) fn mark(
+    device: &Device,
+    stream: &CudaStream,
+    buffer: &PinnedBuffer,
+) -> Result<Arc<CudaEvent>> {
     let event = Arc::new(device.record(stream)?);
     if let Ok(mut p) = buffer.pending.lock() {
         *p = Some(event.clone());
@@ -422,7 +451,9 @@ pub(crate) fn zero(stream: &CudaStream, dst: &DeviceRange, len: u64) -> Result<(
     let n = usize::try_from(len).map_err(|_| Error::Invalid(format!("cannot zero {len} bytes")))?;
     let to = dst.at(0, n)?;
     // SAFETY: `to..to + n` lies inside `dst` (checked above).
-    guard("zeroing device memory", || unsafe { result::memset_d8_async(to, 0, n, stream.cu_stream()) })
+    guard("zeroing device memory", || unsafe {
+        result::memset_d8_async(to, 0, n, stream.cu_stream())
+    })
 }
 
 /// Waits on the host for `event`.

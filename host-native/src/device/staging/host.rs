@@ -51,9 +51,9 @@ impl HostEngine {
         let outputs = sizes
             .iter()
             .map(|&n| {
-                usize::try_from(n)
-                    .map(|n| Mutex::new(vec![0u8; n]))
-                    .map_err(|_| Error::Invalid(format!("a {n}-byte destination does not fit in memory")))
+                usize::try_from(n).map(|n| Mutex::new(vec![0u8; n])).map_err(|_| {
+                    Error::Invalid(format!("a {n}-byte destination does not fit in memory"))
+                })
             })
             .collect::<Result<_>>()?;
         Ok(Self {
@@ -75,7 +75,10 @@ impl HostEngine {
 
     /// The destinations' bytes.
     pub fn into_outputs(self) -> Vec<Vec<u8>> {
-        self.outputs.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner())).collect()
+        self.outputs
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+            .collect()
     }
 
     /// Staging buffers allocated so far.
@@ -122,15 +125,23 @@ impl CopyEngine for HostEngine {
 
     fn copy_async(&self, _slot: usize, buffer: &HostBuffer, copies: &[Copy]) -> Result<HostTicket> {
         for c in copies {
-            let src = buffer.bytes[buffer.at..buffer.at + buffer.len]
-                .get(c.src.clone())
-                .ok_or_else(|| Error::Invalid(format!("copy source {:?} outside the buffer", c.src)))?;
-            let out = self.outputs.get(c.dst).ok_or_else(|| Error::Invalid(format!("no destination {}", c.dst)))?;
+            let src =
+                buffer.bytes[buffer.at..buffer.at + buffer.len].get(c.src.clone()).ok_or_else(
+                    || Error::Invalid(format!("copy source {:?} outside the buffer", c.src)),
+                )?;
+            let out = self
+                .outputs
+                .get(c.dst)
+                .ok_or_else(|| Error::Invalid(format!("no destination {}", c.dst)))?;
             let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
             let start = usize::try_from(c.dst_offset).unwrap_or(usize::MAX);
             let room = start.checked_add(src.len()).and_then(|end| out.get_mut(start..end));
             room.ok_or_else(|| {
-                Error::Invalid(format!("copy of {} bytes past the end of destination {}", src.len(), c.dst))
+                Error::Invalid(format!(
+                    "copy of {} bytes past the end of destination {}",
+                    src.len(),
+                    c.dst
+                ))
             })?
             .copy_from_slice(src);
         }
@@ -142,10 +153,13 @@ impl CopyEngine for HostEngine {
     }
 
     fn zero(&self, dst: usize, len: u64) -> Result<()> {
-        let out = self.outputs.get(dst).ok_or_else(|| Error::Invalid(format!("no destination {dst}")))?;
+        let out =
+            self.outputs.get(dst).ok_or_else(|| Error::Invalid(format!("no destination {dst}")))?;
         let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
         let len = usize::try_from(len).unwrap_or(usize::MAX);
-        out.get_mut(..len).ok_or_else(|| Error::Invalid(format!("zeroing past the end of destination {dst}")))?.fill(0);
+        out.get_mut(..len)
+            .ok_or_else(|| Error::Invalid(format!("zeroing past the end of destination {dst}")))?
+            .fill(0);
         Ok(())
     }
 

@@ -47,7 +47,11 @@ pub(super) struct Wanted<'a> {
 
 /// Plans the fills for `wanted` (any order) with buffers of `buffer_len`
 /// bytes. Tensors without stored data get no segment.
-pub(super) fn plan(mut wanted: Vec<Wanted<'_>>, buffer_len: usize, file: &str) -> Result<Vec<Fill>> {
+pub(super) fn plan(
+    mut wanted: Vec<Wanted<'_>>,
+    buffer_len: usize,
+    file: &str,
+) -> Result<Vec<Fill>> {
     wanted.sort_by_key(|w| w.entry.data_offset);
     let cap = buffer_len as u64;
     let mut fills: Vec<Fill> = Vec::new();
@@ -71,7 +75,8 @@ pub(super) fn plan(mut wanted: Vec<Wanted<'_>>, buffer_len: usize, file: &str) -
                     fills.extend(open.take());
                 }
             }
-            let fill = open.get_or_insert_with(|| Fill { start: pos, len: 0, segments: Vec::new() });
+            let fill =
+                open.get_or_insert_with(|| Fill { start: pos, len: 0, segments: Vec::new() });
             let buf_at = (pos - fill.start) as usize;
             let room = cap - buf_at as u64;
             let mut take = room.min(len - at);
@@ -106,12 +111,17 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                TensorSpec::state_dict(format!("t{i}").as_str(), Dtype::from_element(ElementType::U8), vec![n])
+                TensorSpec::state_dict(
+                    format!("t{i}").as_str(),
+                    Dtype::from_element(ElementType::U8),
+                    vec![n],
+                )
             })
             .collect();
         let data: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![1; n as usize]).collect();
         let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-        let bytes = write::to_vec(&specs, &refs, &WriterOptions::default(), None, || [0; 24]).unwrap();
+        let bytes =
+            write::to_vec(&specs, &refs, &WriterOptions::default(), None, || [0; 24]).unwrap();
         File::parse(&bytes).unwrap().metadata.entries
     }
 
@@ -122,7 +132,8 @@ mod tests {
     #[test]
     fn small_tensors_share_a_fill_and_large_ones_split() {
         let e = entries(&[100, 200, 5000, 50]);
-        let wanted = e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1 }).collect();
+        let wanted =
+            e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1 }).collect();
         let fills = plan(wanted, 2048, "f").unwrap();
         let s = shape(&fills);
         // t0 and t1 and the start of t2 share the first buffer.
@@ -142,7 +153,8 @@ mod tests {
     #[test]
     fn encrypted_pieces_start_at_chunk_boundaries() {
         let e = entries(&[300, 10_000]);
-        let wanted = e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1024 }).collect();
+        let wanted =
+            e.iter().enumerate().map(|(dst, entry)| Wanted { dst, entry, unit: 1024 }).collect();
         let fills = plan(wanted, 4096, "f").unwrap();
         for (dst, at, len) in shape(&fills).into_iter().flatten() {
             assert!(at.is_multiple_of(1024));

@@ -30,8 +30,8 @@ macro_rules! rotr24 {
         _mm256_shuffle_epi8(
             $x,
             _mm256_setr_epi8(
-                3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9, 10, 3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9,
-                10,
+                3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9, 10, 3, 4, 5, 6, 7, 0, 1, 2, 11,
+                12, 13, 14, 15, 8, 9, 10,
             ),
         )
     };
@@ -41,8 +41,8 @@ macro_rules! rotr16 {
         _mm256_shuffle_epi8(
             $x,
             _mm256_setr_epi8(
-                2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, 8, 9, 2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15,
-                8, 9,
+                2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, 8, 9, 2, 3, 4, 5, 6, 7, 0, 1, 10,
+                11, 12, 13, 14, 15, 8, 9,
             ),
         )
     };
@@ -155,7 +155,10 @@ fn fill_avx2(state: &mut Block, refb: &Block, next: &mut Block, xor: bool) {
         // SAFETY: word 4i..4i+4 of a 128-word block; unaligned loads.
         #[allow(unsafe_code)]
         let (a, b) = unsafe {
-            (_mm256_loadu_si256(state.as_ptr().add(4 * i).cast()), _mm256_loadu_si256(refb.as_ptr().add(4 * i).cast()))
+            (
+                _mm256_loadu_si256(state.as_ptr().add(4 * i).cast()),
+                _mm256_loadu_si256(refb.as_ptr().add(4 * i).cast()),
+            )
         };
         s[i] = _mm256_xor_si256(a, b);
         r[i] = s[i];
@@ -178,8 +181,16 @@ fn fill_avx2(state: &mut Block, refb: &Block, next: &mut Block, xor: bool) {
             s[8 * i + 7],
         ];
         round_rows!(a0, a1, b0, b1, c0, c1, d0, d1);
-        [s[8 * i], s[8 * i + 1], s[8 * i + 2], s[8 * i + 3], s[8 * i + 4], s[8 * i + 5], s[8 * i + 6], s[8 * i + 7]] =
-            [a0, b0, c0, d0, a1, b1, c1, d1];
+        [
+            s[8 * i],
+            s[8 * i + 1],
+            s[8 * i + 2],
+            s[8 * i + 3],
+            s[8 * i + 4],
+            s[8 * i + 5],
+            s[8 * i + 6],
+            s[8 * i + 7],
+        ] = [a0, b0, c0, d0, a1, b1, c1, d1];
     }
     for i in 0..4 {
         let [mut a0, mut a1, mut b0, mut b1, mut c0, mut c1, mut d0, mut d1] =

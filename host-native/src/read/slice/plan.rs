@@ -142,7 +142,10 @@ impl StridedView {
     /// `None`). Errors name the offending dimension.
     pub fn index(&self, index: &[Index]) -> Result<Self> {
         if index.len() > MAX_INDEX_ITEMS {
-            return Err(invalid(format!("an index of {} items is more than {MAX_INDEX_ITEMS}", index.len())));
+            return Err(invalid(format!(
+                "an index of {} items is more than {MAX_INDEX_ITEMS}",
+                index.len()
+            )));
         }
         if self.stride.len() != self.shape.len() {
             return Err(invalid("shape and strides differ in length"));
@@ -152,9 +155,12 @@ impl StridedView {
         if ellipses > 1 {
             return Err(invalid("an index can only have a single ellipsis ('...')"));
         }
-        let consuming = index.iter().filter(|i| matches!(i, Index::At(_) | Index::Range { .. })).count();
+        let consuming =
+            index.iter().filter(|i| matches!(i, Index::At(_) | Index::Range { .. })).count();
         if consuming > ndim {
-            return Err(invalid(format!("too many indices for a tensor of dimension {ndim}: {consuming} were given")));
+            return Err(invalid(format!(
+                "too many indices for a tensor of dimension {ndim}: {consuming} were given"
+            )));
         }
         let mut shape = Vec::with_capacity(ndim + index.len());
         let mut stride = Vec::with_capacity(ndim + index.len());
@@ -177,7 +183,9 @@ impl StridedView {
                     let size = self.shape[d];
                     let at = i128::from(i) + if i < 0 { i128::from(size) } else { 0 };
                     if at < 0 || at >= i128::from(size) {
-                        return Err(invalid(format!("index {i} is out of bounds for dimension {d} with size {size}")));
+                        return Err(invalid(format!(
+                            "index {i} is out of bounds for dimension {d} with size {size}"
+                        )));
                     }
                     let step = (at as u64).checked_mul(self.stride[d]).ok_or_else(overflow)?;
                     offset = offset.checked_add(step).ok_or_else(overflow)?;
@@ -185,7 +193,9 @@ impl StridedView {
                 }
                 Index::Range { start, stop, step } => {
                     if step < 1 {
-                        return Err(invalid(format!("slice step must be at least 1, got {step} (dimension {d})")));
+                        return Err(invalid(format!(
+                            "slice step must be at least 1, got {step} (dimension {d})"
+                        )));
                     }
                     let size = i128::from(self.shape[d]);
                     let bound = |v: Option<i64>, default: i128| match v {
@@ -195,7 +205,8 @@ impl StridedView {
                             (if v < 0 { v + size } else { v }).clamp(0, size)
                         }
                     };
-                    let (start, stop, step) = (bound(start, 0), bound(stop, size), i128::from(step));
+                    let (start, stop, step) =
+                        (bound(start, 0), bound(stop, size), i128::from(step));
                     let len = if stop > start { (stop - start + step - 1) / step } else { 0 };
                     // All three are within 0..=size (a u64) or a positive i64.
                     let (start, len, step) = (start as u64, len as u64, step as u64);
@@ -225,7 +236,11 @@ impl StridedView {
 /// so are the closest ones when more than `policy.max_spans` remain. A
 /// row-major slice is exactly one span of exactly its bytes; an empty view
 /// (or one of zero-sized elements) has none.
-pub fn plan_spans(view: &StridedView, itemsize: u64, policy: SpanPolicy) -> Result<Vec<Range<u64>>> {
+pub fn plan_spans(
+    view: &StridedView,
+    itemsize: u64,
+    policy: SpanPolicy,
+) -> Result<Vec<Range<u64>>> {
     let (gap, max_spans) = (policy.gap, policy.max_spans.max(1));
     let numel = view.numel().ok_or_else(overflow)?;
     if numel == 0 || itemsize == 0 {
@@ -351,7 +366,13 @@ pub fn align_spans(spans: &[Range<u64>], chunk: u64, len: u64) -> Vec<Range<u64>
 /// itemsize` bytes) from `data`, the bytes of `spans` back to back (any
 /// sorted, disjoint spans holding every element, such as
 /// [`plan_spans`]'s).
-pub fn gather(view: &StridedView, itemsize: u64, spans: &[Range<u64>], data: &[u8], out: &mut [u8]) -> Result<()> {
+pub fn gather(
+    view: &StridedView,
+    itemsize: u64,
+    spans: &[Range<u64>],
+    data: &[u8],
+    out: &mut [u8],
+) -> Result<()> {
     let numel = view.numel().ok_or_else(overflow)?;
     let size = usize::try_from(itemsize).map_err(|_| overflow())?;
     if numel.checked_mul(itemsize) != Some(out.len() as u64) {
@@ -405,7 +426,10 @@ pub fn gather(view: &StridedView, itemsize: u64, spans: &[Range<u64>], data: &[u
             Some(p) if step == itemsize => row.copy_from_slice(&data[p..p + row_bytes]),
             _ => {
                 for (k, element) in row.chunks_exact_mut(size).enumerate() {
-                    let at = (k as u64).checked_mul(step).and_then(|o| base.checked_add(o)).ok_or_else(overflow)?;
+                    let at = (k as u64)
+                        .checked_mul(step)
+                        .and_then(|o| base.checked_add(o))
+                        .ok_or_else(overflow)?;
                     let p = locate(at, itemsize).ok_or_else(missing)?;
                     element.copy_from_slice(&data[p..p + size]);
                 }
@@ -487,7 +511,11 @@ mod tests {
     #[test]
     fn ints_new_axes_and_negative_indices() {
         let v = view(&[2, 3, 4])
-            .index(&[Index::At(-1), Index::NewAxis, Index::Range { start: None, stop: None, step: 2 }])
+            .index(&[
+                Index::At(-1),
+                Index::NewAxis,
+                Index::Range { start: None, stop: None, step: 2 },
+            ])
             .unwrap();
         assert_eq!(v.shape, vec![1, 2, 4]);
         assert_eq!(v.stride, vec![0, 8, 1]);
@@ -503,7 +531,8 @@ mod tests {
     fn hostile_shapes_fail_cleanly() {
         let v = StridedView { shape: vec![u64::MAX, 2], stride: vec![u64::MAX, 1], offset: 5 };
         assert!(plan_spans(&v, 8, gap(0)).is_err());
-        let big = v.index(&[Index::Range { start: Some(1), stop: None, step: i64::MAX }, Index::At(0)]);
+        let big =
+            v.index(&[Index::Range { start: Some(1), stop: None, step: i64::MAX }, Index::At(0)]);
         assert!(big.is_err() || plan_spans(&big.unwrap(), 8, gap(0)).is_err());
         assert!(StridedView::contiguous(&[u64::MAX, u64::MAX]).is_err());
         // Zero-sized elements: nothing to read or copy.

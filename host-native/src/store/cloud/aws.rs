@@ -87,30 +87,45 @@ pub fn aws_credential_chain_with(
     let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
     match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
         (Some(key_id), Some(secret_key)) => {
-            return Ok(Some(AwsCredentials { key_id, secret_key, token: get("AWS_SESSION_TOKEN") }));
+            return Ok(Some(AwsCredentials {
+                key_id,
+                secret_key,
+                token: get("AWS_SESSION_TOKEN"),
+            }));
         }
         (Some(_), None) => {
-            return Err(Error::Invalid("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into()));
+            return Err(Error::Invalid(
+                "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into(),
+            ));
         }
         (None, Some(_)) => {
-            return Err(Error::Invalid("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not".into()));
+            return Err(Error::Invalid(
+                "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not".into(),
+            ));
         }
         (None, None) => {}
     }
-    if let (Some(token_file), Some(role_arn)) = (get("AWS_WEB_IDENTITY_TOKEN_FILE"), get("AWS_ROLE_ARN")) {
+    if let (Some(token_file), Some(role_arn)) =
+        (get("AWS_WEB_IDENTITY_TOKEN_FILE"), get("AWS_ROLE_ARN"))
+    {
         let region = region
             .map(str::to_string)
             .or_else(|| get("AWS_REGION"))
             .or_else(|| get("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|| "us-east-1".into());
-        let endpoint = get("AWS_ENDPOINT_URL_STS").unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
+        let endpoint = get("AWS_ENDPOINT_URL_STS")
+            .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
         let session = get("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "tensorizer-rs".into());
         return web_identity(&endpoint, &token_file, &role_arn, &session).map(Some);
     }
     if let Some(profile) = read_aws_profile(var, None)? {
         match (profile.access_key_id, profile.secret_access_key) {
             (Some(key_id), Some(secret_key)) => {
-                return Ok(Some(AwsCredentials { key_id, secret_key, token: profile.session_token }));
+                return Ok(Some(AwsCredentials {
+                    key_id,
+                    secret_key,
+                    token: profile.session_token,
+                }));
             }
             (None, None) => {}
             _ => {
@@ -155,7 +170,9 @@ fn http_client() -> Result<reqwest::Client> {
         .connect_timeout(CREDENTIAL_TIMEOUT)
         .timeout(CREDENTIAL_TIMEOUT)
         .build()
-        .map_err(|e| Error::Invalid(format!("cannot build an HTTP client for AWS credentials: {e}")))
+        .map_err(|e| {
+            Error::Invalid(format!("cannot build an HTTP client for AWS credentials: {e}"))
+        })
 }
 
 /// Sends `request`, returning the body of a 2xx answer.
@@ -175,7 +192,12 @@ async fn fetch(request: reqwest::RequestBuilder) -> std::result::Result<String, 
 
 /// `AssumeRoleWithWebIdentity` at `endpoint` (an unsigned request: the token
 /// is the proof).
-fn web_identity(endpoint: &str, token_file: &str, role_arn: &str, session: &str) -> Result<AwsCredentials> {
+fn web_identity(
+    endpoint: &str,
+    token_file: &str,
+    role_arn: &str,
+    session: &str,
+) -> Result<AwsCredentials> {
     let token = read_token(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE")?;
     let body = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("Action", "AssumeRoleWithWebIdentity")
@@ -190,9 +212,12 @@ fn web_identity(endpoint: &str, token_file: &str, role_arn: &str, session: &str)
         .header("content-type", "application/x-www-form-urlencoded")
         .header("accept", "application/xml")
         .body(body);
-    let fail = |why: String| Error::Invalid(format!("web identity credentials from {endpoint} for {role_arn}: {why}"));
+    let fail = |why: String| {
+        Error::Invalid(format!("web identity credentials from {endpoint} for {role_arn}: {why}"))
+    };
     let xml = block_on(fetch(request))?.map_err(fail)?;
-    let found = web_identity_credentials(&xml).map_err(|e| fail(format!("not the expected answer: {e}")))?;
+    let found = web_identity_credentials(&xml)
+        .map_err(|e| fail(format!("not the expected answer: {e}")))?;
     Ok(AwsCredentials {
         key_id: found.access_key_id,
         secret_key: found.secret_access_key,
@@ -222,7 +247,8 @@ fn web_identity_credentials(xml: &str) -> std::result::Result<StsCredentials, qu
     struct RoleResult {
         credentials: StsCredentials,
     }
-    quick_xml::de::from_str::<Response>(xml).map(|r| r.assume_role_with_web_identity_result.credentials)
+    quick_xml::de::from_str::<Response>(xml)
+        .map(|r| r.assume_role_with_web_identity_result.credentials)
 }
 
 /// The container credentials endpoint's JSON answer.
@@ -233,9 +259,13 @@ fn container_credentials(url: &str, token: Option<&str>) -> Result<AwsCredential
     }
     let fail = |why: String| Error::Invalid(format!("container credentials from {url}: {why}"));
     let text = block_on(fetch(request))?.map_err(fail)?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
     let field = |name: &str| {
-        json.get(name).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| fail(format!("no {name:?}")))
+        json.get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| fail(format!("no {name:?}")))
     };
     Ok(AwsCredentials {
         key_id: field("AccessKeyId")?,
@@ -246,17 +276,26 @@ fn container_credentials(url: &str, token: Option<&str>) -> Result<AwsCredential
 
 /// IMDSv2 through `object_store`'s instance credential provider.
 fn instance_metadata(endpoint: &str) -> Result<AwsCredentials> {
-    let fail = |why: String| Error::Invalid(format!("instance metadata credentials from {endpoint}: {why}"));
+    let fail = |why: String| {
+        Error::Invalid(format!("instance metadata credentials from {endpoint}: {why}"))
+    };
     super::install_tls();
     let store = AmazonS3Builder::new()
         .with_bucket_name("unused")
         .with_metadata_endpoint(endpoint)
-        .with_client_options(ClientOptions::new().with_timeout(IMDS_TIMEOUT).with_connect_timeout(IMDS_TIMEOUT))
-        .with_retry(RetryConfig { max_retries: 1, retry_timeout: IMDS_TIMEOUT * 2, ..Default::default() })
+        .with_client_options(
+            ClientOptions::new().with_timeout(IMDS_TIMEOUT).with_connect_timeout(IMDS_TIMEOUT),
+        )
+        .with_retry(RetryConfig {
+            max_retries: 1,
+            retry_timeout: IMDS_TIMEOUT * 2,
+            ..Default::default()
+        })
         .build()
         .map_err(|e| fail(e.to_string()))?;
     let provider = store.credentials().clone();
-    let credential = block_on(async move { provider.get_credential().await })?.map_err(|e| fail(e.to_string()))?;
+    let credential = block_on(async move { provider.get_credential().await })?
+        .map_err(|e| fail(e.to_string()))?;
     Ok(AwsCredentials {
         key_id: credential.key_id.clone(),
         secret_key: credential.secret_key.clone(),
@@ -277,10 +316,18 @@ mod tests {
             _ => None,
         };
         let found = aws_credential_chain_with(&var, None).unwrap().unwrap();
-        assert_eq!((found.key_id.as_str(), found.secret_key.as_str(), found.token.as_deref()), ("K", "S", None));
+        assert_eq!(
+            (found.key_id.as_str(), found.secret_key.as_str(), found.token.as_deref()),
+            ("K", "S", None)
+        );
         assert!(!format!("{found:?}").contains("\"S\""));
         let half = |name: &str| (name == "AWS_ACCESS_KEY_ID").then(|| "K".to_string());
-        assert!(aws_credential_chain_with(&half, None).unwrap_err().to_string().contains("AWS_SECRET_ACCESS_KEY"));
+        assert!(
+            aws_credential_chain_with(&half, None)
+                .unwrap_err()
+                .to_string()
+                .contains("AWS_SECRET_ACCESS_KEY")
+        );
     }
 
     #[test]

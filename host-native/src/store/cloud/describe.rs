@@ -19,7 +19,9 @@ pub(super) fn describe(e: &object_store::Error) -> String {
             if let Some(code) = between(body, "<Code>", "</Code>") {
                 what += &format!(" ({code})");
             }
-            if let Some(message) = between(body, "<Message>", "</Message>").and_then(|m| m.lines().next()) {
+            if let Some(message) =
+                between(body, "<Message>", "</Message>").and_then(|m| m.lines().next())
+            {
                 what += &format!(": {}", message.trim());
             } else if !body.trim().is_empty() && !body.trim_start().starts_with('<') {
                 what += &format!(": {}", first_line(body));
@@ -52,7 +54,8 @@ pub(super) fn transient(e: &object_store::Error) -> bool {
 /// for an empty object (HTTP 416; Azurite a 206 with `Content-Range: bytes
 /// 0--1/0`; `object_store`'s in-memory store its own range check).
 pub(super) fn unsatisfiable(e: &object_store::Error) -> bool {
-    const SIGNS: [&str; 4] = ["Range Not Satisfiable", "InvalidRange", "CONTENT_RANGE", "Wanted range starting at"];
+    const SIGNS: [&str; 4] =
+        ["Range Not Satisfiable", "InvalidRange", "CONTENT_RANGE", "Wanted range starting at"];
     let text = e.to_string();
     matches!(e, object_store::Error::Generic { .. })
         && (status_in(&text) == Some(416) || SIGNS.iter().any(|sign| text.contains(sign)))
@@ -101,28 +104,48 @@ mod tests {
                      does not exist.\nRequestId:1</Message>\n</Error>"
                 .into(),
         };
-        assert_eq!(describe(&e), "the store answered 404 Not Found (BlobNotFound): The specified blob does not exist.");
+        assert_eq!(
+            describe(&e),
+            "the store answered 404 Not Found (BlobNotFound): The specified blob does not exist."
+        );
     }
 
     #[test]
     fn only_failures_of_the_moment_are_worth_a_retry() {
         let status = |code: &str| {
-            generic(&format!("Error performing GET http://h/o in 1ms - Server returned non-2xx status code: {code}: "))
+            generic(&format!(
+                "Error performing GET http://h/o in 1ms - Server returned non-2xx status code: {code}: "
+            ))
         };
-        assert!(transient(&status("503 Service Unavailable")) && transient(&status("429 Too Many Requests")));
-        assert!(!transient(&status("400 Bad Request")) && !transient(&status("416 Range Not Satisfiable")));
-        assert!(transient(&generic("Error performing GET http://h/o in 10s - HTTP error: error sending request")));
+        assert!(
+            transient(&status("503 Service Unavailable"))
+                && transient(&status("429 Too Many Requests"))
+        );
+        assert!(
+            !transient(&status("400 Bad Request"))
+                && !transient(&status("416 Range Not Satisfiable"))
+        );
+        assert!(transient(&generic(
+            "Error performing GET http://h/o in 10s - HTTP error: error sending request"
+        )));
         assert!(!transient(&generic("Received non-partial response when range requested")));
-        assert!(!transient(&object_store::Error::NotFound { path: "o".into(), source: "gone".into() }));
+        assert!(!transient(&object_store::Error::NotFound {
+            path: "o".into(),
+            source: "gone".into()
+        }));
         assert!(unsatisfiable(&status("416 Range Not Satisfiable")));
-        assert!(unsatisfiable(&generic("Failed to parse value for CONTENT_RANGE header: \"bytes 0--1/0\"")));
+        assert!(unsatisfiable(&generic(
+            "Failed to parse value for CONTENT_RANGE header: \"bytes 0--1/0\""
+        )));
         assert!(!unsatisfiable(&status("503 Service Unavailable")));
     }
 
     #[test]
     fn other_errors_keep_their_text() {
         assert_eq!(describe(&generic("the disk went away")), "Generic S error: the disk went away");
-        let e = generic("Error performing GET http://h/o in 10s - HTTP error: error sending request\nmore");
+        let e = generic(
+            "Error performing GET http://h/o in 10s - HTTP error: error sending request\nmore",
+        );
         assert_eq!(describe(&e), "HTTP error: error sending request");
     }
 }

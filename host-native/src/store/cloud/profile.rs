@@ -46,7 +46,10 @@ impl std::fmt::Debug for AwsProfile {
 /// `~/.aws/config`), looking variables up with `var`. The credentials file
 /// wins for keys. `Ok(None)` when neither file has the profile; a file that
 /// exists but cannot be read is an error.
-pub fn read_aws_profile(var: &dyn Fn(&str) -> Option<String>, profile: Option<&str>) -> Result<Option<AwsProfile>> {
+pub fn read_aws_profile(
+    var: &dyn Fn(&str) -> Option<String>,
+    profile: Option<&str>,
+) -> Result<Option<AwsProfile>> {
     let nonempty = |name: &str| var(name).filter(|v| !v.trim().is_empty());
     let name = profile
         .map(str::to_string)
@@ -55,20 +58,23 @@ pub fn read_aws_profile(var: &dyn Fn(&str) -> Option<String>, profile: Option<&s
         .unwrap_or_else(|| "default".to_string());
     let home = nonempty("HOME");
     let path = |var_name: &str, file: &str| {
-        nonempty(var_name).or_else(|| home.as_ref().map(|h| format!("{}/.aws/{file}", h.trim_end_matches('/'))))
+        nonempty(var_name)
+            .or_else(|| home.as_ref().map(|h| format!("{}/.aws/{file}", h.trim_end_matches('/'))))
     };
     let mut found = None::<AwsProfile>;
     // The config file first, so that the credentials file overrides it.
-    for (path, is_config) in
-        [(path("AWS_CONFIG_FILE", "config"), true), (path("AWS_SHARED_CREDENTIALS_FILE", "credentials"), false)]
-    {
+    for (path, is_config) in [
+        (path("AWS_CONFIG_FILE", "config"), true),
+        (path("AWS_SHARED_CREDENTIALS_FILE", "credentials"), false),
+    ] {
         let Some(path) = path else { continue };
         let Some(text) = read_small(&path)? else { continue };
         for (section, entries) in parse_ini(&text) {
             if !section_is(&section, &name, is_config) {
                 continue;
             }
-            let profile = found.get_or_insert_with(|| AwsProfile { name: name.clone(), ..Default::default() });
+            let profile = found
+                .get_or_insert_with(|| AwsProfile { name: name.clone(), ..Default::default() });
             for (key, value) in entries {
                 let slot = match key.to_ascii_lowercase().as_str() {
                     "aws_access_key_id" => &mut profile.access_key_id,
@@ -91,7 +97,9 @@ fn section_is(section: &str, name: &str, is_config: bool) -> bool {
     if !is_config || section == "default" {
         return section == name;
     }
-    section.strip_prefix("profile").is_some_and(|rest| rest.starts_with(char::is_whitespace) && rest.trim() == name)
+    section
+        .strip_prefix("profile")
+        .is_some_and(|rest| rest.starts_with(char::is_whitespace) && rest.trim() == name)
 }
 
 /// The file's text; `None` when it does not exist.
@@ -120,7 +128,9 @@ fn parse_ini(text: &str) -> Vec<(String, Vec<(String, String)>)> {
         }
         if let Some(inner) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             sections.push((inner.trim().to_string(), Vec::new()));
-        } else if let (false, Some((key, value)), Some(last)) = (indented, line.split_once('='), sections.last_mut()) {
+        } else if let (false, Some((key, value)), Some(last)) =
+            (indented, line.split_once('='), sections.last_mut())
+        {
             last.1.push((key.trim().to_string(), value.trim().to_string()));
         }
     }
@@ -133,11 +143,13 @@ mod tests {
 
     #[test]
     fn sections_and_profiles() {
-        let text =
-            "# c\n[default]\naws_access_key_id = A\n\n[profile dev]\nregion = eu-west-1\ns3 =\n  endpoint_url = x\n";
+        let text = "# c\n[default]\naws_access_key_id = A\n\n[profile dev]\nregion = eu-west-1\ns3 =\n  endpoint_url = x\n";
         let parsed = parse_ini(text);
         assert_eq!(parsed[0], ("default".into(), vec![("aws_access_key_id".into(), "A".into())]));
-        assert_eq!(parsed[1].1, vec![("region".into(), "eu-west-1".into()), ("s3".into(), "".into())]);
+        assert_eq!(
+            parsed[1].1,
+            vec![("region".into(), "eu-west-1".into()), ("s3".into(), "".into())]
+        );
         assert!(section_is("profile dev", "dev", true));
         assert!(!section_is("profile dev", "dev", false));
         assert!(section_is("default", "default", true));
@@ -149,7 +161,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let creds = dir.path().join("credentials");
         let config = dir.path().join("config");
-        std::fs::write(&creds, "[dev]\naws_access_key_id = K\naws_secret_access_key = S\n").unwrap();
+        std::fs::write(&creds, "[dev]\naws_access_key_id = K\naws_secret_access_key = S\n")
+            .unwrap();
         std::fs::write(&config, "[profile dev]\naws_access_key_id = OLD\nregion = r1\n").unwrap();
         let (creds, config) = (creds.display().to_string(), config.display().to_string());
         let var = move |name: &str| match name {

@@ -62,13 +62,17 @@ pub(super) fn open_gcs(
     let authorization = match opts.gcs_anonymous {
         true => None,
         false => {
-            let token = opts.gcs_bearer_token.clone().or_else(|| std::env::var("GOOGLE_BEARER_TOKEN").ok());
-            let Some(authorization) = token.as_deref().and_then(Authorization::bearer) else { return Ok(None) };
+            let token =
+                opts.gcs_bearer_token.clone().or_else(|| std::env::var("GOOGLE_BEARER_TOKEN").ok());
+            let Some(authorization) = token.as_deref().and_then(Authorization::bearer) else {
+                return Ok(None);
+            };
             Some(authorization)
         }
     };
     let base = gcs_base_url(opts).unwrap_or_else(|| GCS_URL.to_string());
-    let url = format!("{}/{}/{}", base.trim_end_matches('/'), encode(bucket), encode(path.as_ref()));
+    let url =
+        format!("{}/{}/{}", base.trim_end_matches('/'), encode(bucket), encode(path.as_ref()));
     direct(&url, name, opts, authorization)
 }
 

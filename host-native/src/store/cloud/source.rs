@@ -82,9 +82,16 @@ struct Body {
 impl CloudSource {
     /// Opens `path` in `store` with one ranged `GET` (see [`CloudReadOptions`]).
     /// `name` is used in messages.
-    pub fn open(store: Arc<dyn ObjectStore>, path: Path, name: String, options: &CloudReadOptions) -> Result<Self> {
+    pub fn open(
+        store: Arc<dyn ObjectStore>,
+        path: Path,
+        name: String,
+        options: &CloudReadOptions,
+    ) -> Result<Self> {
         let client = ObjectClient { store, path };
-        Ok(Self { ranged: Ranged::open(client, name, options.limits, options.retry, options.read_all)? })
+        Ok(Self {
+            ranged: Ranged::open(client, name, options.limits, options.retry, options.read_all)?,
+        })
     }
 
     /// The object's ETag when it was opened, if the store gave one.
@@ -96,7 +103,12 @@ impl CloudSource {
 impl ObjectClient {
     /// Runs `future` to completion, within what is left of `pace`'s
     /// deadline (a failure naming `span` when it passes).
-    fn within<T>(&self, pace: &Pace, span: &Span<'_>, future: impl Future<Output = Attempt<T>>) -> Attempt<T> {
+    fn within<T>(
+        &self,
+        pace: &Pace,
+        span: &Span<'_>,
+        future: impl Future<Output = Attempt<T>>,
+    ) -> Attempt<T> {
         let outcome = match pace.time_left() {
             // The timer is made inside the runtime (tokio's needs one).
             Some(left) => block_on(async move { tokio::time::timeout(left, future).await })
@@ -140,18 +152,30 @@ impl ObjectClient {
                 last_modified: Some(result.meta.last_modified.to_rfc3339()),
             },
         };
-        Attempt::Ok(Response { head, body: Body { stream: result.into_stream(), leftover: None, pace } })
+        Attempt::Ok(Response {
+            head,
+            body: Body { stream: result.into_stream(), leftover: None, pace },
+        })
     }
 
     /// The opening of an object whose ranged `GET` was refused as
     /// unsatisfiable (`failed`): an empty object, if a `HEAD` says so.
-    async fn empty(&self, failed: object_store::Error, span: &Span<'_>, pace: Pace) -> Attempt<Response<Body>> {
+    async fn empty(
+        &self,
+        failed: object_store::Error,
+        span: &Span<'_>,
+        pace: Pace,
+    ) -> Attempt<Response<Body>> {
         let head = GetOptions { head: true, ..Default::default() };
         match self.store.get_opts(&self.path, head).await.map(|r| r.meta) {
             Ok(meta) if meta.size == 0 => {
-                let validators = Validators { etag: meta.e_tag, last_modified: Some(meta.last_modified.to_rfc3339()) };
+                let validators = Validators {
+                    etag: meta.e_tag,
+                    last_modified: Some(meta.last_modified.to_rfc3339()),
+                };
                 let head = Head { range: Some((0..0, 0)), validators };
-                let body = Body { stream: futures_util::stream::empty().boxed(), leftover: None, pace };
+                let body =
+                    Body { stream: futures_util::stream::empty().boxed(), leftover: None, pace };
                 Attempt::Ok(Response { head, body })
             }
             _ => Attempt::Final(store_error(span.name, None, failed)),
@@ -187,7 +211,13 @@ impl ObjectClient {
                     match next {
                         Some(Ok(chunk)) => chunk,
                         // A broken body: the bytes still missing are asked for again.
-                        Some(Err(e)) => return Attempt::Retry(store_error(span.name, Some((span.start, span.len)), e)),
+                        Some(Err(e)) => {
+                            return Attempt::Retry(store_error(
+                                span.name,
+                                Some((span.start, span.len)),
+                                e,
+                            ));
+                        }
                         None => {
                             let why = "the object ended early";
                             return Attempt::Final(span.io(io::ErrorKind::UnexpectedEof, why));
@@ -225,7 +255,14 @@ impl Transport for ObjectClient {
         self.within(&deadline, span, self.request(ask, span, pace))
     }
 
-    fn fill(&self, body: &mut Body, bufs: &mut [&mut [u8]], done: &mut u64, stop: u64, span: &Span<'_>) -> Attempt<()> {
+    fn fill(
+        &self,
+        body: &mut Body,
+        bufs: &mut [&mut [u8]],
+        done: &mut u64,
+        stop: u64,
+        span: &Span<'_>,
+    ) -> Attempt<()> {
         match block_on(self.receive(body, bufs, done, stop, span)) {
             Ok(outcome) => outcome,
             Err(e) => Attempt::Final(e),
@@ -277,8 +314,8 @@ mod tests {
     use futures_util::stream::{self, BoxStream};
     use object_store::memory::InMemory;
     use object_store::{
-        CopyOptions, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStoreExt, PutMultipartOptions,
-        PutOptions, PutPayload, PutResult,
+        CopyOptions, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStoreExt,
+        PutMultipartOptions, PutOptions, PutPayload, PutResult,
     };
 
     use super::*;
@@ -315,7 +352,12 @@ mod tests {
 
     #[async_trait::async_trait]
     impl ObjectStore for Faulty {
-        async fn put_opts(&self, p: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
+        async fn put_opts(
+            &self,
+            p: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
             self.inner.put_opts(p, payload, opts).await
         }
         async fn put_multipart_opts(
@@ -325,7 +367,11 @@ mod tests {
         ) -> object_store::Result<Box<dyn MultipartUpload>> {
             self.inner.put_multipart_opts(p, opts).await
         }
-        async fn get_opts(&self, p: &Path, options: GetOptions) -> object_store::Result<object_store::GetResult> {
+        async fn get_opts(
+            &self,
+            p: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
             let ranged = options.range.is_some();
             let mut result = self.inner.get_opts(p, options).await?;
             if self.no_etag {
@@ -339,7 +385,8 @@ mod tests {
             }
             // Irrefutable unless object_store's "fs" feature is on.
             #[allow(irrefutable_let_patterns)]
-            let GetResultPayload::Stream(body) = std::mem::replace(&mut result.payload, empty()) else {
+            let GetResultPayload::Stream(body) = std::mem::replace(&mut result.payload, empty())
+            else {
                 unreachable!("InMemory streams")
             };
             let body: Vec<u8> = body.map(|c| c.unwrap().to_vec()).concat().await;
@@ -348,11 +395,18 @@ mod tests {
                     let sent = Bytes::from(body[..n].to_vec());
                     let broken = async move {
                         tokio::time::sleep(pause).await;
-                        Err(object_store::Error::Generic { store: "Faulty", source: "connection reset".into() })
+                        Err(object_store::Error::Generic {
+                            store: "Faulty",
+                            source: "connection reset".into(),
+                        })
                     };
-                    GetResultPayload::Stream(stream::iter([Ok(sent)]).chain(stream::once(broken)).boxed())
+                    GetResultPayload::Stream(
+                        stream::iter([Ok(sent)]).chain(stream::once(broken)).boxed(),
+                    )
                 }
-                Fault::BreakAfter(..) => GetResultPayload::Stream(stream::iter([Ok(Bytes::from(body))]).boxed()),
+                Fault::BreakAfter(..) => {
+                    GetResultPayload::Stream(stream::iter([Ok(Bytes::from(body))]).boxed())
+                }
                 Fault::Stall => GetResultPayload::Stream(stream::pending().boxed()),
             };
             Ok(result)
@@ -363,13 +417,24 @@ mod tests {
         ) -> BoxStream<'static, object_store::Result<Path>> {
             self.inner.delete_stream(locations)
         }
-        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
             self.inner.list(prefix)
         }
-        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<ListResult> {
             self.inner.list_with_delimiter(prefix).await
         }
-        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: CopyOptions,
+        ) -> object_store::Result<()> {
             self.inner.copy_opts(from, to, options).await
         }
     }
@@ -386,7 +451,13 @@ mod tests {
     /// A store holding an object of `len` bytes at "o", whose ranged
     /// bodies after the first `clean` have `fault`.
     fn store(len: usize, fault: Fault, clean: u32) -> Arc<Faulty> {
-        let store = Arc::new(Faulty { inner: InMemory::new(), fault, clean, gets: AtomicU32::new(0), no_etag: false });
+        let store = Arc::new(Faulty {
+            inner: InMemory::new(),
+            fault,
+            clean,
+            gets: AtomicU32::new(0),
+            no_etag: false,
+        });
         block_on(store.put(&Path::from("o"), PutPayload::from(pattern(len)))).unwrap().unwrap();
         store
     }
@@ -397,7 +468,12 @@ mod tests {
 
     /// A source over an object of `len` bytes in a store with `fault`,
     /// opened (for the prefix only) without one.
-    fn faulty(len: usize, fault: Fault, limits: TransferLimits, retry: RetryPolicy) -> (Arc<Faulty>, CloudSource) {
+    fn faulty(
+        len: usize,
+        fault: Fault,
+        limits: TransferLimits,
+        retry: RetryPolicy,
+    ) -> (Arc<Faulty>, CloudSource) {
         let store = store(len, fault, 1);
         let source = open(&store, CloudReadOptions { limits, retry, read_all: false }).unwrap();
         (store, source)
@@ -411,8 +487,11 @@ mod tests {
         // 7 MiB past the prefix take longer than give_up_after, yet each
         // brought progress.
         let fault = Fault::BreakAfter(3 << 19, Duration::from_millis(60));
-        let retry =
-            RetryPolicy { attempts: 2, give_up_after: Some(Duration::from_millis(200)), ..RetryPolicy::default() };
+        let retry = RetryPolicy {
+            attempts: 2,
+            give_up_after: Some(Duration::from_millis(200)),
+            ..RetryPolicy::default()
+        };
         let (store, source) = faulty(8 << 20, fault, TransferLimits::default(), retry);
         let mut buf = vec![0u8; 8 << 20];
         let started = Instant::now();
@@ -424,7 +503,8 @@ mod tests {
 
     #[test]
     fn a_stalled_read_runs_out_of_attempts_or_time() {
-        let limits = TransferLimits { min_rate: 1, rate_window: Duration::from_millis(30), deadline: None };
+        let limits =
+            TransferLimits { min_rate: 1, rate_window: Duration::from_millis(30), deadline: None };
         let retry = RetryPolicy {
             attempts: 3,
             backoff: Duration::from_millis(1),
@@ -436,10 +516,17 @@ mod tests {
         let err = source.read_exact_at(P + 100, &mut [0u8; 10]).unwrap_err();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(err.to_string().contains("gave up after 3 failed attempts"), "{err}");
-        assert!(err.to_string().contains(&format!("mem://o (bytes {}-{})", P + 100, P + 109)), "{err}");
+        assert!(
+            err.to_string().contains(&format!("mem://o (bytes {}-{})", P + 100, P + 109)),
+            "{err}"
+        );
         assert_eq!(store.gets.load(Ordering::Relaxed), 1 + 3);
         // Without an attempt limit, give_up_after ends it.
-        let retry = RetryPolicy { attempts: 1000, give_up_after: Some(Duration::from_millis(150)), ..retry };
+        let retry = RetryPolicy {
+            attempts: 1000,
+            give_up_after: Some(Duration::from_millis(150)),
+            ..retry
+        };
         let (_, source) = faulty(len, Fault::Stall, limits, retry);
         let started = Instant::now();
         let err = source.read_exact_at(P, &mut [0u8; 10]).unwrap_err();
@@ -459,7 +546,9 @@ mod tests {
     fn opening_is_one_request_that_a_whole_read_continues() {
         let len = 3 << 20;
         let store = store(len, Fault::BreakAfter(usize::MAX, Duration::ZERO), 0);
-        let source = open(&store, CloudReadOptions { read_all: true, ..CloudReadOptions::default() }).unwrap();
+        let source =
+            open(&store, CloudReadOptions { read_all: true, ..CloudReadOptions::default() })
+                .unwrap();
         assert_eq!((source.len(), store.gets.load(Ordering::Relaxed)), (len as u64, 1));
         // The header comes from the prefix, the rest from the same response.
         let mut header = [0u8; 73];
@@ -485,7 +574,9 @@ mod tests {
         // the rest, and the read takes what the parked body still had.
         let len = 4 << 20;
         let store = store(len, Fault::BreakAfter(3 << 19, Duration::ZERO), 0);
-        let source = open(&store, CloudReadOptions { read_all: true, ..CloudReadOptions::default() }).unwrap();
+        let source =
+            open(&store, CloudReadOptions { read_all: true, ..CloudReadOptions::default() })
+                .unwrap();
         let mut all = vec![0u8; len];
         source.read_exact_at(0, &mut all).unwrap();
         assert_eq!(all, pattern(len));
@@ -495,8 +586,13 @@ mod tests {
 
     #[test]
     fn a_stalled_opening_fails_in_bounded_time() {
-        let limits = TransferLimits { min_rate: 1, rate_window: Duration::from_millis(30), deadline: None };
-        let retry = RetryPolicy { attempts: 2, backoff: Duration::from_millis(1), ..RetryPolicy::default() };
+        let limits =
+            TransferLimits { min_rate: 1, rate_window: Duration::from_millis(30), deadline: None };
+        let retry = RetryPolicy {
+            attempts: 2,
+            backoff: Duration::from_millis(1),
+            ..RetryPolicy::default()
+        };
         let store = store(4096, Fault::Stall, 0);
         let started = Instant::now();
         let err = open(&store, CloudReadOptions { limits, retry, read_all: true }).err().unwrap();
@@ -504,7 +600,8 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert_eq!(store.gets.load(Ordering::Relaxed), 2);
         // A deadline bounds the opening too.
-        let limits = TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(50)), ..limits };
+        let limits =
+            TransferLimits { min_rate: 0, deadline: Some(Duration::from_millis(50)), ..limits };
         let err = open(&store, CloudReadOptions { limits, retry, read_all: false }).err().unwrap();
         assert_eq!(err.store_kind(), Some(StoreErrorKind::TimedOut), "{err}");
         assert!(err.to_string().contains("deadline"), "{err}");
@@ -514,25 +611,39 @@ mod tests {
     fn an_empty_object_opens_empty() {
         let store = store(0, Fault::BreakAfter(usize::MAX, Duration::ZERO), 0);
         for read_all in [false, true] {
-            let source = open(&store, CloudReadOptions { read_all, ..CloudReadOptions::default() }).unwrap();
+            let source =
+                open(&store, CloudReadOptions { read_all, ..CloudReadOptions::default() }).unwrap();
             assert_eq!(source.len(), 0);
             source.read_exact_at(0, &mut []).unwrap();
             assert!(source.read_exact_at(0, &mut [0u8; 1]).is_err());
         }
-        let missing =
-            CloudSource::open(store.clone(), Path::from("nope"), "mem://nope".into(), &CloudReadOptions::default());
+        let missing = CloudSource::open(
+            store.clone(),
+            Path::from("nope"),
+            "mem://nope".into(),
+            &CloudReadOptions::default(),
+        );
         assert_eq!(missing.err().unwrap().store_kind(), Some(StoreErrorKind::NotFound));
     }
 
     #[test]
     fn without_an_etag_the_date_and_the_size_are_pinned() {
         let len = P as usize + 4096;
-        let put = |store: &Faulty, len| block_on(store.inner.put(&Path::from("o"), PutPayload::from(pattern(len))));
+        let put = |store: &Faulty, len| {
+            block_on(store.inner.put(&Path::from("o"), PutPayload::from(pattern(len))))
+        };
         let clean = Fault::BreakAfter(usize::MAX, Duration::ZERO);
-        let store =
-            Arc::new(Faulty { inner: InMemory::new(), fault: clean, clean: 0, gets: AtomicU32::new(0), no_etag: true });
+        let store = Arc::new(Faulty {
+            inner: InMemory::new(),
+            fault: clean,
+            clean: 0,
+            gets: AtomicU32::new(0),
+            no_etag: true,
+        });
         // Replaced by an object of the same size (a new date), and by one a byte shorter.
-        for (replacement, what) in [(len, "the store gives no ETag; last modified"), (len - 1, "bytes long, is now")] {
+        for (replacement, what) in
+            [(len, "the store gives no ETag; last modified"), (len - 1, "bytes long, is now")]
+        {
             put(&store, len).unwrap().unwrap();
             let source = open(&store, CloudReadOptions::default()).unwrap();
             assert!(source.etag().is_none());

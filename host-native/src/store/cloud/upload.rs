@@ -8,7 +8,10 @@ use std::io::{self, Read};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-use super::{CloudOptions, MIN_PART_SIZE, azure_name, azure_store, block_on, gcs_store, object_path, store_error};
+use super::{
+    CloudOptions, MIN_PART_SIZE, azure_name, azure_store, block_on, gcs_store, object_path,
+    store_error,
+};
 use crate::error::{Error, Result, file_err};
 
 /// Opens the file to upload and takes its length.
@@ -24,9 +27,21 @@ pub(super) fn open_file(from: &std::path::Path) -> Result<(File, u64)> {
 
 /// Uploads everything `reader` yields to `gs://bucket/object`. A read error
 /// aborts the upload: no object is left behind.
-pub fn upload_gcs_reader(reader: &mut dyn Read, bucket: &str, object: &str, opts: &CloudOptions) -> Result<()> {
+pub fn upload_gcs_reader(
+    reader: &mut dyn Read,
+    bucket: &str,
+    object: &str,
+    opts: &CloudOptions,
+) -> Result<()> {
     let name = format!("gs://{bucket}/{object}");
-    upload(&gcs_store(bucket, opts, opts.retry())?, &name, &object_path(&name, object)?, reader, None, opts)
+    upload(
+        &gcs_store(bucket, opts, opts.retry())?,
+        &name,
+        &object_path(&name, object)?,
+        reader,
+        None,
+        opts,
+    )
 }
 
 /// Uploads everything `reader` yields to blob `blob` of `container`. A read
@@ -39,7 +54,14 @@ pub fn upload_azure_reader(
     opts: &CloudOptions,
 ) -> Result<()> {
     let name = azure_name(account, container, blob);
-    upload(&azure_store(account, container, opts, opts.retry())?, &name, &object_path(&name, blob)?, reader, None, opts)
+    upload(
+        &azure_store(account, container, opts, opts.retry())?,
+        &name,
+        &object_path(&name, blob)?,
+        reader,
+        None,
+        opts,
+    )
 }
 
 /// Reads up to `want` bytes (fewer only at the end of `reader`).
@@ -63,7 +85,10 @@ pub(super) fn upload(
         move |e: io::Error| Error::Io {
             file: name.to_string(),
             offset: at,
-            source: io::Error::new(e.kind(), format!("reading the data to upload at byte {at}: {e}")),
+            source: io::Error::new(
+                e.kind(),
+                format!("reading the data to upload at byte {at}: {e}"),
+            ),
         }
     };
     let first = read_part(reader, part_size).map_err(source_err(0))?;
@@ -72,11 +97,21 @@ pub(super) fn upload(
         None => first.len() < part_size,
     };
     if small {
-        block_on(store.put(path, PutPayload::from(first)))?.map_err(|e| store_error(name, None, e))?;
+        block_on(store.put(path, PutPayload::from(first)))?
+            .map_err(|e| store_error(name, None, e))?;
         return Ok(());
     }
-    let mut upload = block_on(store.put_multipart(path))?.map_err(|e| store_error(name, None, e))?;
-    let result = send_parts(&mut *upload, name, reader, first, part_size, opts.parts_in_flight.max(1), source_err);
+    let mut upload =
+        block_on(store.put_multipart(path))?.map_err(|e| store_error(name, None, e))?;
+    let result = send_parts(
+        &mut *upload,
+        name,
+        reader,
+        first,
+        part_size,
+        opts.parts_in_flight.max(1),
+        source_err,
+    );
     match result {
         Ok(()) => match block_on(upload.complete())? {
             Ok(_) => Ok(()),
@@ -107,14 +142,20 @@ where
     F: FnOnce(io::Error) -> Error,
 {
     let runtime = super::runtime()?;
-    let mut pending: VecDeque<(u64, tokio::task::JoinHandle<object_store::Result<()>>)> = VecDeque::new();
-    let wait = |(at, handle): (u64, tokio::task::JoinHandle<object_store::Result<()>>)| -> Result<()> {
-        match block_on(handle)? {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(store_error(name, None, e)),
-            Err(e) => Err(Error::Io { file: name.to_string(), offset: at, source: io::Error::other(e) }),
-        }
-    };
+    let mut pending: VecDeque<(u64, tokio::task::JoinHandle<object_store::Result<()>>)> =
+        VecDeque::new();
+    let wait =
+        |(at, handle): (u64, tokio::task::JoinHandle<object_store::Result<()>>)| -> Result<()> {
+            match block_on(handle)? {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(store_error(name, None, e)),
+                Err(e) => Err(Error::Io {
+                    file: name.to_string(),
+                    offset: at,
+                    source: io::Error::other(e),
+                }),
+            }
+        };
     let mut part = first;
     let mut at = 0u64;
     let outcome = loop {

@@ -56,7 +56,9 @@ impl Answer {
     }
 
     fn of_ureq(resp: &ureq::http::Response<ureq::Body>) -> Self {
-        Self::new(resp.status().as_u16(), |name| resp.headers().get(name).and_then(|v| v.to_str().ok()))
+        Self::new(resp.status().as_u16(), |name| {
+            resp.headers().get(name).and_then(|v| v.to_str().ok())
+        })
     }
 
     fn new<'h>(status: u16, header: impl Fn(&str) -> Option<&'h str>) -> Self {
@@ -116,13 +118,19 @@ impl HttpClient {
     }
 
     /// `GET` of `range` through ureq, within what is left of `pace`'s deadline.
-    fn ureq_get(&self, range: &str, pace: &Pace) -> Result<ureq::http::Response<ureq::Body>, io::Error> {
+    fn ureq_get(
+        &self,
+        range: &str,
+        pace: &Pace,
+    ) -> Result<ureq::http::Response<ureq::Body>, io::Error> {
         let mut request = self.agent.get(&self.url).header("Range", range);
         if let Some(authorization) = &self.options.authorization {
             request = request.header("Authorization", authorization.value());
         }
         let request = match pace.time_left() {
-            Some(left) => request.config().timeout_global(Some(left.max(Duration::from_millis(1)))).build(),
+            Some(left) => {
+                request.config().timeout_global(Some(left.max(Duration::from_millis(1)))).build()
+            }
             None => request,
         };
         request.call().map_err(|e| self.transport(e))
@@ -138,16 +146,26 @@ impl HttpClient {
     /// is not there, `401`/`403` that access is refused, `412` that it
     /// changed, `408`/`429`/`5xx` are worth retrying, anything else is final.
     fn unless_partial<T>(&self, status: u16, span: &Span<'_>) -> Option<Attempt<T>> {
-        let typed = |kind, why: &str| Some(Attempt::Final(span.store(kind, format!("HTTP {status}{why}"))));
+        let typed =
+            |kind, why: &str| Some(Attempt::Final(span.store(kind, format!("HTTP {status}{why}"))));
         match status {
             206 => None,
-            200 => {
-                typed(StoreErrorKind::RangeNotSupported, ": the server ignores Range requests (answered 200, not 206)")
-            }
+            200 => typed(
+                StoreErrorKind::RangeNotSupported,
+                ": the server ignores Range requests (answered 200, not 206)",
+            ),
             404 | 410 => typed(StoreErrorKind::NotFound, ""),
-            401 | 403 => typed(StoreErrorKind::PermissionDenied, ": check the credentials or the URL's signature"),
-            412 => typed(StoreErrorKind::Changed, ": the object changed during the load (open it again)"),
-            408 | 429 | 500..=599 => Some(Attempt::Retry(span.io(io::ErrorKind::Other, format!("HTTP {status}")))),
+            401 | 403 => typed(
+                StoreErrorKind::PermissionDenied,
+                ": check the credentials or the URL's signature",
+            ),
+            412 => typed(
+                StoreErrorKind::Changed,
+                ": the object changed during the load (open it again)",
+            ),
+            408 | 429 | 500..=599 => {
+                Some(Attempt::Retry(span.io(io::ErrorKind::Other, format!("HTTP {status}"))))
+            }
             _ => Some(Attempt::Final(span.io(io::ErrorKind::Other, format!("HTTP {status}")))),
         }
     }
@@ -158,7 +176,12 @@ impl HttpClient {
     /// request on ureq), else through ureq. A server that answers a request
     /// for all of the object with `200` is asked for the prefix only: only
     /// a bounded request tells whether it honours `Range` at all.
-    fn opening(&self, end: Option<u64>, span: &Span<'_>, mut pace: Pace) -> Attempt<Response<Paced<Body>>> {
+    fn opening(
+        &self,
+        end: Option<u64>,
+        span: &Span<'_>,
+        mut pace: Pace,
+    ) -> Attempt<Response<Paced<Body>>> {
         if let Some(wire) = self.direct() {
             match wire.get_range(0, end, &mut pace) {
                 Ok(resp) if !(300..400).contains(&resp.status) => {
@@ -203,7 +226,12 @@ impl HttpClient {
     }
 
     /// `GET` of `range`.
-    fn ranged(&self, range: &std::ops::Range<u64>, span: &Span<'_>, mut pace: Pace) -> Attempt<Response<Paced<Body>>> {
+    fn ranged(
+        &self,
+        range: &std::ops::Range<u64>,
+        span: &Span<'_>,
+        mut pace: Pace,
+    ) -> Attempt<Response<Paced<Body>>> {
         // A span is never empty.
         let (start, end) = (range.start, range.end.saturating_sub(1));
         let (answer, body) = 'sent: {
@@ -212,7 +240,9 @@ impl HttpClient {
                     Ok(resp) => break 'sent (Answer::of_wire(&resp), Body::Wire(resp.body)),
                     Err(wire::WireError::Io(e)) => return self.broken(span, e, &pace),
                     // Not a failure of the server: ask again through ureq.
-                    Err(wire::WireError::Unsupported) => self.wire_off.store(true, Ordering::Relaxed),
+                    Err(wire::WireError::Unsupported) => {
+                        self.wire_off.store(true, Ordering::Relaxed)
+                    }
                 }
             }
             match self.ureq_get(&format!("bytes={start}-{end}"), &pace) {
@@ -263,7 +293,12 @@ impl Transport for HttpClient {
 /// Reads from `reader` into `bufs`, taken as one run of bytes, from
 /// position `*done` up to `stop`, advancing `*done` as bytes arrive. A body
 /// that ends first is an `UnexpectedEof` error.
-fn fill(reader: &mut impl Read, bufs: &mut [&mut [u8]], done: &mut u64, stop: u64) -> io::Result<()> {
+fn fill(
+    reader: &mut impl Read,
+    bufs: &mut [&mut [u8]],
+    done: &mut u64,
+    stop: u64,
+) -> io::Result<()> {
     let mut base = 0u64;
     for buf in bufs.iter_mut() {
         let len = buf.len() as u64;

@@ -31,7 +31,8 @@ const HEAD_CHUNK: usize = 8 << 10;
 const MAX_IDLE: usize = 64;
 
 /// Proxy variables that ureq honours; any of them set keeps requests on ureq.
-const PROXY_VARS: [&str; 6] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"];
+const PROXY_VARS: [&str; 6] =
+    ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"];
 
 /// Where and how to send range requests for one URL.
 pub(crate) struct Wire {
@@ -87,13 +88,20 @@ impl Wire {
         let (authority, target) = rest.split_at(split);
         let target = target.split('#').next().unwrap_or_default();
         let printable = |s: &str| s.bytes().all(|b| b.is_ascii_graphic());
-        if authority.is_empty() || authority.contains('@') || !printable(authority) || !printable(target) {
+        if authority.is_empty()
+            || authority.contains('@')
+            || !printable(authority)
+            || !printable(target)
+        {
             return None;
         }
         // A port is present if a ':' follows the last ']' (IPv6 literals).
         let host_end = authority.rfind(']').map_or(0, |i| i + 1);
-        let connect_to =
-            if authority[host_end..].contains(':') { authority.to_string() } else { format!("{authority}:80") };
+        let connect_to = if authority[host_end..].contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
         let target = if target.is_empty() {
             "/".to_string()
         } else if target.starts_with('?') {
@@ -107,13 +115,18 @@ impl Wire {
             target,
             read_timeout,
             connect_timeout,
-            extra: authorization.map(|a| format!("Authorization: {}\r\n", a.value())).unwrap_or_default(),
+            extra: authorization
+                .map(|a| format!("Authorization: {}\r\n", a.value()))
+                .unwrap_or_default(),
             idle: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
     fn connect(&self) -> io::Result<TcpStream> {
-        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{} resolves to no address", self.authority));
+        let mut last = io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} resolves to no address", self.authority),
+        );
         for addr in self.connect_to.to_socket_addrs()? {
             match TcpStream::connect_timeout(&addr, self.connect_timeout) {
                 Ok(s) => {
@@ -134,7 +147,12 @@ impl Wire {
     /// the server). The response head counts against `pace` (the caller
     /// paces the body), and the socket timeouts are shortened to the time
     /// `pace` has left.
-    pub(crate) fn get_range(&self, start: u64, end: Option<u64>, pace: &mut Pace) -> Result<Response, WireError> {
+    pub(crate) fn get_range(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        pace: &mut Pace,
+    ) -> Result<Response, WireError> {
         let end = end.map(|e| e.to_string()).unwrap_or_default();
         let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nRange: bytes={start}-{end}\r\nUser-Agent: tensorizer-rs/{}\r\n\
@@ -155,9 +173,17 @@ impl Wire {
         self.exchange(stream, request.as_bytes(), pace)
     }
 
-    fn exchange(&self, mut stream: TcpStream, request: &[u8], pace: &mut Pace) -> Result<Response, WireError> {
+    fn exchange(
+        &self,
+        mut stream: TcpStream,
+        request: &[u8],
+        pace: &mut Pace,
+    ) -> Result<Response, WireError> {
         let timeout = Some(pace.io_timeout(self.read_timeout));
-        stream.set_read_timeout(timeout).and_then(|()| stream.set_write_timeout(timeout)).map_err(WireError::Io)?;
+        stream
+            .set_read_timeout(timeout)
+            .and_then(|()| stream.set_write_timeout(timeout))
+            .map_err(WireError::Io)?;
         stream.write_all(request).map_err(WireError::Io)?;
         let mut head = Vec::with_capacity(HEAD_CHUNK);
         loop {
@@ -176,8 +202,15 @@ impl Wire {
             pace.progress(n).map_err(WireError::Io)?;
             head.truncate(filled + n);
             if n == 0 {
-                let why = if filled == 0 { io::ErrorKind::ConnectionAborted } else { io::ErrorKind::UnexpectedEof };
-                return Err(WireError::Io(io::Error::new(why, "connection closed before a complete response head")));
+                let why = if filled == 0 {
+                    io::ErrorKind::ConnectionAborted
+                } else {
+                    io::ErrorKind::UnexpectedEof
+                };
+                return Err(WireError::Io(io::Error::new(
+                    why,
+                    "connection closed before a complete response head",
+                )));
             }
             let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut parsed = httparse::Response::new(&mut slots);
@@ -190,13 +223,19 @@ impl Wire {
                     let headers: Vec<(String, String)> = parsed
                         .headers
                         .iter()
-                        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).trim().to_string()))
+                        .map(|h| {
+                            (
+                                h.name.to_ascii_lowercase(),
+                                String::from_utf8_lossy(h.value).trim().to_string(),
+                            )
+                        })
                         .collect();
                     let find = |name: &str| find_header(&headers, name);
                     if find("transfer-encoding").is_some() {
                         return Err(WireError::Unsupported); // chunked response
                     }
-                    let Some(length) = find("content-length").and_then(|v| v.parse::<u64>().ok()) else {
+                    let Some(length) = find("content-length").and_then(|v| v.parse::<u64>().ok())
+                    else {
                         return Err(WireError::Unsupported); // response without Content-Length
                     };
                     let close = find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
@@ -219,7 +258,12 @@ impl Wire {
 /// Errors that a server's closing of an idle keep-alive connection gives on
 /// its next use.
 fn stale(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe)
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+    )
 }
 
 impl Response {
@@ -292,7 +336,10 @@ mod tests {
     #[test]
     fn takes_only_plain_http_urls_it_can_send() {
         let w = wire("http://127.0.0.1:8080/b/k.tensors?X-Amz-Signature=ab").unwrap();
-        assert_eq!((w.authority.as_str(), w.connect_to.as_str()), ("127.0.0.1:8080", "127.0.0.1:8080"));
+        assert_eq!(
+            (w.authority.as_str(), w.connect_to.as_str()),
+            ("127.0.0.1:8080", "127.0.0.1:8080")
+        );
         assert_eq!(w.target, "/b/k.tensors?X-Amz-Signature=ab");
         let w = wire("HTTP://[::1]/x#frag").unwrap();
         assert_eq!((w.connect_to.as_str(), w.target.as_str()), ("[::1]:80", "/x"));
@@ -341,7 +388,10 @@ mod tests {
                             Ok(n) => body += n,
                         }
                     }
-                    assert!(body as u64 <= length && body <= sent, "{body} of {length}, {sent} sent");
+                    assert!(
+                        body as u64 <= length && body <= sent,
+                        "{body} of {length}, {sent} sent"
+                    );
                     Ok((resp.status, body))
                 }
                 Err(WireError::Io(e)) => Err(e.to_string()),
@@ -360,18 +410,28 @@ mod tests {
             b"\r\n",
         ]
         .concat();
-        let many_headers = [&b"HTTP/1.1 206 P\r\n"[..], &b"A: b\r\n".repeat(MAX_HEADERS + 1), b"\r\n"].concat();
+        let many_headers =
+            [&b"HTTP/1.1 206 P\r\n"[..], &b"A: b\r\n".repeat(MAX_HEADERS + 1), b"\r\n"].concat();
         type Outcome = Result<(u16, usize), &'static str>;
         let cases: Vec<(&[u8], Outcome)> = vec![
             (b"", Err("connection closed before a complete response head")),
-            (b"HTTP/1.1 206 Partial Content\r\nContent-Le", Err("connection closed before a complete response head")),
+            (
+                b"HTTP/1.1 206 Partial Content\r\nContent-Le",
+                Err("connection closed before a complete response head"),
+            ),
             (&huge_head, Err("unsupported")),
             (&many_headers, Err("unsupported")),
             (b"SSH-2.0-OpenSSH\r\n\r\n", Err("unsupported")),
             (b"HTTP/1.1 206 P\r\n\r\nabc", Err("unsupported")),
-            (b"HTTP/1.1 206 P\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", Err("unsupported")),
+            (
+                b"HTTP/1.1 206 P\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                Err("unsupported"),
+            ),
             (b"HTTP/1.1 206 P\r\nContent-Length: -1\r\n\r\nabc", Err("unsupported")),
-            (b"HTTP/1.1 206 P\r\nContent-Length: 99999999999999999999\r\n\r\nabc", Err("unsupported")),
+            (
+                b"HTTP/1.1 206 P\r\nContent-Length: 99999999999999999999\r\n\r\nabc",
+                Err("unsupported"),
+            ),
             // A length the body never reaches: what came, no more.
             (b"HTTP/1.1 206 P\r\nContent-Length: 18446744073709551615\r\n\r\nabc", Ok((206, 3))),
             // More body than the length: the length.
@@ -381,7 +441,12 @@ mod tests {
         let outcomes = survives(cases.iter().map(|(r, _)| r.to_vec()).collect());
         for ((response, expected), got) in cases.iter().zip(outcomes) {
             let expected = expected.map_err(str::to_string);
-            assert_eq!(got, expected, "{:?}", String::from_utf8_lossy(&response[..response.len().min(60)]));
+            assert_eq!(
+                got,
+                expected,
+                "{:?}",
+                String::from_utf8_lossy(&response[..response.len().min(60)])
+            );
         }
     }
 
@@ -395,7 +460,8 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let prefixes: [&[u8]; 4] = [b"", b"HTTP/1.1 206 P\r\n", b"HTTP/1.1 206 P\r\nContent-Length: ", b"HTTP/1.1 "];
+        let prefixes: [&[u8]; 4] =
+            [b"", b"HTTP/1.1 206 P\r\n", b"HTTP/1.1 206 P\r\nContent-Length: ", b"HTTP/1.1 "];
         let alphabet = b"HTTP/1.1 206\r\n:Content-Length: 0123456789abc\r\n\r\n\0\xff";
         let responses = (0..300)
             .map(|_| {

@@ -39,7 +39,8 @@ impl Transport for Mem {
             Ask::Range { range, .. } => range.start..range.end.min(len),
         };
         let bytes = data[range.start as usize..range.end as usize].to_vec();
-        let head = Head { range: Some((range, len)), validators: self.validators.lock().unwrap().clone() };
+        let head =
+            Head { range: Some((range, len)), validators: self.validators.lock().unwrap().clone() };
         Attempt::Ok(Response { head, body: MemBody { bytes, at: 0, break_after } })
     }
 
@@ -55,7 +56,9 @@ impl Transport for Mem {
             if body.at >= body.break_after {
                 return Attempt::Retry(span.io(io::ErrorKind::ConnectionReset, "reset"));
             }
-            let n = ((stop - *done) as usize).min(body.bytes.len() - body.at).min(body.break_after - body.at);
+            let n = ((stop - *done) as usize)
+                .min(body.bytes.len() - body.at)
+                .min(body.break_after - body.at);
             if n == 0 {
                 return Attempt::Final(span.io(io::ErrorKind::UnexpectedEof, "short body"));
             }
@@ -75,7 +78,12 @@ fn pattern(len: usize) -> Vec<u8> {
 
 /// A policy of `attempts` with no waits.
 fn quick(attempts: u32) -> RetryPolicy {
-    RetryPolicy { attempts, backoff: Duration::ZERO, max_backoff: Duration::ZERO, give_up_after: None }
+    RetryPolicy {
+        attempts,
+        backoff: Duration::ZERO,
+        max_backoff: Duration::ZERO,
+        give_up_after: None,
+    }
 }
 
 fn open(len: usize, break_after: usize, all: bool, attempts: u32) -> Ranged<Mem> {
@@ -91,7 +99,8 @@ fn open_as(
     attempts: u32,
     etag: Option<&str>,
 ) -> Ranged<Mem> {
-    let validators = Validators { etag: etag.map(str::to_string), last_modified: Some("then".into()) };
+    let validators =
+        Validators { etag: etag.map(str::to_string), last_modified: Some("then".into()) };
     let mem = Mem {
         data: Mutex::new(pattern(len)),
         validators: Mutex::new(validators),
@@ -151,7 +160,13 @@ fn another_version_is_a_changed_error() {
     let cases: [Case; 4] = [
         (Some("v1"), Some("v2"), "then", len, "ETag differs: was \"v1\", is now \"v2\""),
         (Some("v1"), Some("v1"), "then", len + 1, "it was 1052672 bytes long, is now 1052673"),
-        (None, None, "later", len, "the server sends no ETag; Last-Modified was \"then\", is now \"later\""),
+        (
+            None,
+            None,
+            "later",
+            len,
+            "the server sends no ETag; Last-Modified was \"then\", is now \"later\"",
+        ),
         (None, None, "then", len - 1, "it was 1052672 bytes long, is now 1052671"),
     ];
     for (opened, etag, last_modified, now, what) in cases {

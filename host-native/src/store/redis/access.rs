@@ -44,7 +44,10 @@ impl Access {
         } else {
             None
         };
-        let password = target.password.clone().or_else(|| std::env::var(PASSWORD_VAR).ok().filter(|p| !p.is_empty()));
+        let password = target
+            .password
+            .clone()
+            .or_else(|| std::env::var(PASSWORD_VAR).ok().filter(|p| !p.is_empty()));
         Ok(Self { tls, username: target.username.clone(), password })
     }
 

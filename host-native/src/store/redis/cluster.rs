@@ -45,7 +45,8 @@ impl NodeFault {
     /// Whether another attempt may succeed: as for one server, and also
     /// while the cluster is down (a failover) or keeps redirecting.
     pub(crate) fn is_transient(&self) -> bool {
-        self.fault.is_transient() || matches!(&self.fault, Fault::Server(m) if m.starts_with("CLUSTERDOWN"))
+        self.fault.is_transient()
+            || matches!(&self.fault, Fault::Server(m) if m.starts_with("CLUSTERDOWN"))
     }
 }
 
@@ -107,7 +108,13 @@ impl Cluster {
     ) -> Result<Self, NodeFault> {
         let seed = Node { host: host.to_string(), port };
         let map = Self::ask_slots(&seed, &options, &access, until)?;
-        Ok(Self { seed, options, access, map: RwLock::new(Arc::new(map)), pools: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            seed,
+            options,
+            access,
+            map: RwLock::new(Arc::new(map)),
+            pools: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The current slot map.
@@ -133,13 +140,21 @@ impl Cluster {
         until: Option<Instant>,
     ) -> Result<SlotMap, NodeFault> {
         let fail = |f| NodeFault::new(node, f);
-        let mut conn =
-            Conn::connect(&node.host, node.port, options.connect_timeout, options.io_timeout, access).map_err(fail)?;
+        let mut conn = Conn::connect(
+            &node.host,
+            node.port,
+            options.connect_timeout,
+            options.io_timeout,
+            access,
+        )
+        .map_err(fail)?;
         conn.pace(Pace::new(&options.limits, until)).map_err(fail)?;
         let reply = match conn.call(&[b"CLUSTER", b"SLOTS"]) {
-            Err(Fault::Server(m)) if m.contains("cluster support disabled") => Err(Fault::Protocol(format!(
-                "{m}: this is a single Redis server, not a cluster (use redis://, not redis+cluster://)"
-            ))),
+            Err(Fault::Server(m)) if m.contains("cluster support disabled") => {
+                Err(Fault::Protocol(format!(
+                    "{m}: this is a single Redis server, not a cluster (use redis://, not redis+cluster://)"
+                )))
+            }
             other => other,
         };
         SlotMap::parse(reply.map_err(fail)?, node).map_err(fail)
@@ -160,13 +175,18 @@ impl Cluster {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| NodeFault::new(&self.seed, Fault::Protocol("no node to ask".into()))))
+        Err(last.unwrap_or_else(|| {
+            NodeFault::new(&self.seed, Fault::Protocol("no node to ask".into()))
+        }))
     }
 
     /// Where a command for `slot` goes now.
     pub(crate) fn owner(&self, slot: u16) -> Result<Node, NodeFault> {
         self.map().owner(slot).cloned().ok_or_else(|| {
-            NodeFault::new(&self.seed, Fault::Server(format!("CLUSTERDOWN no master serves slot {slot}")))
+            NodeFault::new(
+                &self.seed,
+                Fault::Server(format!("CLUSTERDOWN no master serves slot {slot}")),
+            )
         })
     }
 
@@ -185,7 +205,8 @@ impl Cluster {
             Some(c) => c,
             None => {
                 let o = &self.options;
-                Conn::connect(&node.host, node.port, o.connect_timeout, o.io_timeout, &self.access).map_err(fail)?
+                Conn::connect(&node.host, node.port, o.connect_timeout, o.io_timeout, &self.access)
+                    .map_err(fail)?
             }
         };
         conn.pace(Pace::new(&self.options.limits, until)).map_err(fail)?;
@@ -247,13 +268,16 @@ impl Cluster {
         until: Option<Instant>,
         mut read: impl FnMut(usize, &mut Conn) -> Result<(), Fault>,
     ) -> Result<(), NodeFault> {
-        let mut pending: Vec<(usize, Option<Node>)> = (0..commands.len()).map(|i| (i, None)).collect();
+        let mut pending: Vec<(usize, Option<Node>)> =
+            (0..commands.len()).map(|i| (i, None)).collect();
         for round in 0..=MAX_REDIRECTS {
             let Some(&(first, _)) = pending.first() else { return Ok(()) };
             if round == MAX_REDIRECTS {
                 let slot = commands[first].slot;
                 let node = self.owner(slot)?;
-                let why = format!("TRYAGAIN slot {slot} was still redirected after {MAX_REDIRECTS} tries");
+                let why = format!(
+                    "TRYAGAIN slot {slot} was still redirected after {MAX_REDIRECTS} tries"
+                );
                 return Err(NodeFault::new(&node, Fault::Server(why)));
             }
             let mut groups: BTreeMap<Route, Vec<usize>> = BTreeMap::new();
@@ -329,7 +353,12 @@ fn is_redirect(message: &str) -> bool {
 /// `fresh` with the owners that `MOVED` replies put in `before` kept for
 /// the slots still pending (a node asked for `CLUSTER SLOTS` may not know
 /// of the move yet).
-fn redirected(fresh: &SlotMap, before: &SlotMap, commands: &[Command], pending: &[(usize, Option<Node>)]) -> SlotMap {
+fn redirected(
+    fresh: &SlotMap,
+    before: &SlotMap,
+    commands: &[Command],
+    pending: &[(usize, Option<Node>)],
+) -> SlotMap {
     let mut map = fresh.clone();
     for (i, _) in pending {
         let slot = commands[*i].slot;

@@ -13,8 +13,8 @@ use super::fault::Fault;
 use super::resp::Reply;
 use super::slots::key_slot;
 use super::{
-    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisTarget, fault_error, key_offset,
-    read_resuming, scan, tile,
+    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisTarget, fault_error,
+    key_offset, read_resuming, scan, tile,
 };
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::source::RangeSource;
@@ -41,7 +41,9 @@ pub(crate) fn parse_uri(uri: &str) -> Result<RedisTarget> {
 /// The error for a fault of `node` while reading `offset..offset + len`.
 pub(crate) fn node_error(uri: &str, offset: u64, len: u64, f: NodeFault) -> Error {
     match &f.fault {
-        Fault::Changed(_) => Error::store(uri, Some(offset..offset + len.max(1)), StoreErrorKind::Changed, f),
+        Fault::Changed(_) => {
+            Error::store(uri, Some(offset..offset + len.max(1)), StoreErrorKind::Changed, f)
+        }
         _ => fault_error(uri, offset, len, f.fault.kind(), f),
     }
 }
@@ -88,10 +90,22 @@ impl ClusterSource {
         let until = deadline(&options.limits);
         let target = || Target { location: uri, range: None };
         let cluster = retry(&options.retry, target(), || {
-            to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, access.clone(), until))
+            to_attempt(
+                uri,
+                0,
+                0,
+                Cluster::connect(&addr.host, addr.port, options, access.clone(), until),
+            )
         })?;
-        let mut this =
-            Self { uri: uri.to_string(), addr, cluster, options, keys: Vec::new(), len: 0, generation: None };
+        let mut this = Self {
+            uri: uri.to_string(),
+            addr,
+            cluster,
+            options,
+            keys: Vec::new(),
+            len: 0,
+            generation: None,
+        };
         let (found, generation) = retry(&options.retry, target(), || {
             let result = this.list_keys(until);
             if let Err(f) = &result {
@@ -149,24 +163,34 @@ impl ClusterSource {
     /// Every key under the prefix on every master with its length, and
     /// the generation marker read before and after; listed again when the
     /// marker or the slot map changed meanwhile.
-    fn list_keys(&self, until: Option<Instant>) -> Result<(Vec<RedisKey>, Option<Vec<u8>>), NodeFault> {
+    fn list_keys(
+        &self,
+        until: Option<Instant>,
+    ) -> Result<(Vec<RedisKey>, Option<Vec<u8>>), NodeFault> {
         let mut before = self.generation(until)?;
         for _ in 0..LIST_TRIES {
             let map = self.cluster.map();
             let mut keys: Vec<RedisKey> = scan_cluster(&self.cluster, &self.addr, until)?
                 .into_iter()
-                .filter_map(|name| key_offset(&name).map(|offset| RedisKey { name, offset, len: 0 }))
+                .filter_map(|name| {
+                    key_offset(&name).map(|offset| RedisKey { name, offset, len: 0 })
+                })
                 .collect();
             for batch in keys.chunks_mut(PIPELINE) {
-                let commands: Vec<Command> =
-                    batch.iter().map(|k| Command::keyed(vec![b"STRLEN".to_vec(), k.name.clone()])).collect();
+                let commands: Vec<Command> = batch
+                    .iter()
+                    .map(|k| Command::keyed(vec![b"STRLEN".to_vec(), k.name.clone()]))
+                    .collect();
                 let replies = self.cluster.run(&commands, until)?;
                 for (k, reply) in batch.iter_mut().zip(replies) {
                     let node = || self.cluster.owner(key_slot(&k.name));
                     k.len = match reply {
                         Ok(Reply::Int(n)) if n >= 0 => n as u64,
                         Err(m) => {
-                            return Err(NodeFault::new(&node()?, Fault::Server(format!("{m} (key {})", k.display()))));
+                            return Err(NodeFault::new(
+                                &node()?,
+                                Fault::Server(format!("{m} (key {})", k.display())),
+                            ));
                         }
                         other => {
                             let node = node()?;
@@ -183,7 +207,9 @@ impl ClusterSource {
             }
             before = after;
         }
-        let why = format!("the file or the cluster's slots changed {LIST_TRIES} times while the keys were listed");
+        let why = format!(
+            "the file or the cluster's slots changed {LIST_TRIES} times while the keys were listed"
+        );
         Err(NodeFault::new(&self.cluster.owner(0)?, Fault::Changed(why)))
     }
 
@@ -192,21 +218,33 @@ impl ClusterSource {
     /// bytes), pipelined per master, then the generation marker, which
     /// must not have changed since the source was opened; a round's bytes
     /// count as done only then.
-    fn fetch(&self, offset: u64, buf: &mut [u8], done: &mut usize, until: Option<Instant>) -> Result<(), NodeFault> {
+    fn fetch(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        done: &mut usize,
+        until: Option<Instant>,
+    ) -> Result<(), NodeFault> {
         while *done < buf.len() {
             let round_end = buf.len().min(done.saturating_add(ROUND_BYTES));
             let mut commands = Vec::new();
             let mut pieces = Vec::new();
             let mut planned = *done;
-            let mut k = self.keys.partition_point(|k| k.offset <= offset + planned as u64).saturating_sub(1);
+            let mut k = self
+                .keys
+                .partition_point(|k| k.offset <= offset + planned as u64)
+                .saturating_sub(1);
             while planned < round_end && commands.len() < PIPELINE {
                 let at = offset + planned as u64;
-                let Some(key) = self.keys.get(k).filter(|key| key.offset <= at && at < key.offset + key.len) else {
+                let Some(key) =
+                    self.keys.get(k).filter(|key| key.offset <= at && at < key.offset + key.len)
+                else {
                     let why = format!("no key holds byte {at}");
                     return Err(NodeFault::new(&self.cluster.owner(0)?, Fault::Protocol(why)));
                 };
                 let within = at - key.offset;
-                let n = (key.len - within).min(MAX_GETRANGE).min((round_end - planned) as u64) as usize;
+                let n =
+                    (key.len - within).min(MAX_GETRANGE).min((round_end - planned) as u64) as usize;
                 let last = within + n as u64 - 1;
                 commands.push(Command::keyed(vec![
                     b"GETRANGE".to_vec(),
@@ -252,8 +290,9 @@ impl ClusterSource {
             Err(e) => return Err(e),
         };
         if now != self.generation {
-            let show =
-                |g: &Option<Vec<u8>>| g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned());
+            let show = |g: &Option<Vec<u8>>| {
+                g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned())
+            };
             let marker = self.addr.generation_key();
             let node = self.cluster.owner(key_slot(&marker))?;
             let why = format!(
@@ -291,7 +330,12 @@ pub(crate) fn scan_cluster(
 }
 
 /// Maps a cluster result to a retry decision naming `offset..offset + len`.
-pub(crate) fn to_attempt<T>(uri: &str, offset: u64, len: u64, result: Result<T, NodeFault>) -> Attempt<T> {
+pub(crate) fn to_attempt<T>(
+    uri: &str,
+    offset: u64,
+    len: u64,
+    result: Result<T, NodeFault>,
+) -> Attempt<T> {
     match result {
         Ok(v) => Attempt::Ok(v),
         Err(f) => {
@@ -308,13 +352,20 @@ impl RangeSource for ClusterSource {
     }
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        read_resuming(&self.uri, self.len, &self.options, offset, buf, |buf, done, until, start, len| {
-            let result = self.fetch(offset, buf, done, until);
-            if let Err(f) = &result {
-                self.cluster.forget(f, until);
-            }
-            to_attempt(&self.uri, start, len, result)
-        })
+        read_resuming(
+            &self.uri,
+            self.len,
+            &self.options,
+            offset,
+            buf,
+            |buf, done, until, start, len| {
+                let result = self.fetch(offset, buf, done, until);
+                if let Err(f) = &result {
+                    self.cluster.forget(f, until);
+                }
+                to_attempt(&self.uri, start, len, result)
+            },
+        )
     }
 
     fn name(&self) -> &str {

@@ -78,9 +78,17 @@ pub fn write_cluster_target<S: RangeSource>(
             "{uri}: the prefix holds '{{': on a cluster a hash tag would put every key of the file in one slot"
         )));
     }
-    let options = RedisOptions { limits: TransferLimits { min_rate: 0, deadline: None, ..options.limits }, ..*options };
+    let options = RedisOptions {
+        limits: TransferLimits { min_rate: 0, deadline: None, ..options.limits },
+        ..*options
+    };
     let cluster = retry(&options.retry, Target { location: uri, range: None }, || {
-        to_attempt(uri, 0, 0, Cluster::connect(&addr.host, addr.port, options, access.clone(), None))
+        to_attempt(
+            uri,
+            0,
+            0,
+            Cluster::connect(&addr.host, addr.port, options, access.clone(), None),
+        )
     })?;
     write_keys(&Masters(cluster), uri, &addr, reader, force)
 }
@@ -142,7 +150,8 @@ impl Link for Masters {
     }
 
     fn discard(&self, temp: &[Vec<u8>]) {
-        let commands: Vec<Command> = temp.iter().map(|t| Command::keyed(vec![b"DEL".to_vec(), t.clone()])).collect();
+        let commands: Vec<Command> =
+            temp.iter().map(|t| Command::keyed(vec![b"DEL".to_vec(), t.clone()])).collect();
         for chunk in commands.chunks(PIPELINE) {
             let _ = self.0.run(chunk, None);
         }
@@ -178,8 +187,15 @@ fn run_all(
         for (command, reply) in chunk.iter().zip(replies) {
             let good = matches!(&reply, Ok(r) if ok(r));
             if !good {
-                let key = command.args.get(1).map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
-                let node = cluster.owner(command.slot).map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+                let key = command
+                    .args
+                    .get(1)
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .unwrap_or_default();
+                let node = cluster
+                    .owner(command.slot)
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "?".into());
                 return Err(Error::Invalid(format!(
                     "{uri}: {what} of key {key:?} on node {node} answered {reply:?}; the prefix may now hold a \
                      partial file, which readers refuse: write it again"
@@ -200,12 +216,14 @@ const LOCK_SUFFIX: &str = ".tzr-lock";
 const COMMIT_LOCK_TTL: Duration = Duration::from_secs(300);
 
 /// Releases the lock `KEYS[1]` if it still holds `ARGV[1]`.
-const UNLOCK: &[u8] = b"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const UNLOCK: &[u8] =
+    b"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// If the lock `KEYS[2]` still holds `ARGV[1]`, sets the marker `KEYS[1]`
 /// to it and releases the lock (one slot: the lock is tagged into the
 /// marker's slot).
-const FINISH: &[u8] = b"if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) \
+const FINISH: &[u8] =
+    b"if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) \
 redis.call('DEL', KEYS[2]) return 1 end return 0";
 
 /// Steps 2 to 4 of [`write_cluster`], under the commit lock: taken with
@@ -224,11 +242,18 @@ fn commit(
 ) -> Result<()> {
     let marker = addr.generation_key();
     let slot = key_slot(&marker);
-    let tag = tag_for_slot(slot).ok_or_else(|| Error::Invalid(format!("{uri}: no hash tag for a slot")))?;
+    let tag = tag_for_slot(slot)
+        .ok_or_else(|| Error::Invalid(format!("{uri}: no hash tag for a slot")))?;
     let lock = format!("{tag}{}{LOCK_SUFFIX}", addr.prefix).into_bytes();
     let ttl = COMMIT_LOCK_TTL.as_millis().to_string().into_bytes();
-    let acquire =
-        Command::keyed(vec![b"SET".to_vec(), lock.clone(), generation.to_vec(), b"NX".to_vec(), b"PX".to_vec(), ttl]);
+    let acquire = Command::keyed(vec![
+        b"SET".to_vec(),
+        lock.clone(),
+        generation.to_vec(),
+        b"NX".to_vec(),
+        b"PX".to_vec(),
+        ttl,
+    ]);
     let until = Instant::now().checked_add(COMMIT_LOCK_TTL / 2);
     match cluster.run(&[acquire], None).map_err(|f| node_error(uri, 0, 0, f))?.pop() {
         Some(Ok(Reply::Status(s))) if s == b"OK" => {}
@@ -245,19 +270,27 @@ fn commit(
                 ),
             ));
         }
-        other => return Err(Error::Invalid(format!("{uri}: SET NX of the commit lock answered {other:?}"))),
+        other => {
+            return Err(Error::Invalid(format!(
+                "{uri}: SET NX of the commit lock answered {other:?}"
+            )));
+        }
     }
     // Listed again now, under the lock, so that keys written since go too.
-    let existing = scan_cluster(cluster, addr, None::<Instant>).map_err(|f| node_error(uri, 0, 0, f))?;
+    let existing =
+        scan_cluster(cluster, addr, None::<Instant>).map_err(|f| node_error(uri, 0, 0, f))?;
     if !force && !existing.is_empty() {
         // Nothing was changed: the lock can go at once.
-        let unlock =
-            Command { slot, args: vec![b"EVAL".to_vec(), UNLOCK.to_vec(), b"1".to_vec(), lock, generation.to_vec()] };
+        let unlock = Command {
+            slot,
+            args: vec![b"EVAL".to_vec(), UNLOCK.to_vec(), b"1".to_vec(), lock, generation.to_vec()],
+        };
         let _ = cluster.run(&[unlock], None);
         return Err(refuse(uri, addr, existing.len()));
     }
     let status_ok = |r: &Reply| matches!(r, Reply::Status(s) if s == b"OK");
-    let writing = Command::keyed(vec![b"SET".to_vec(), marker.clone(), [WRITING, generation].concat()]);
+    let writing =
+        Command::keyed(vec![b"SET".to_vec(), marker.clone(), [WRITING, generation].concat()]);
     run_all(cluster, uri, end, &[writing], "SET", until, status_ok)?;
     let keep: HashSet<&Vec<u8>> = finals.iter().collect();
     let mut commands: Vec<Command> = existing
@@ -266,14 +299,25 @@ fn commit(
         .map(|name| Command::keyed(vec![b"DEL".to_vec(), name]))
         .collect();
     run_all(cluster, uri, end, &commands, "DEL", until, |r| matches!(r, Reply::Int(_)))?;
-    commands =
-        temp.iter().zip(finals).map(|(t, f)| Command::keyed(vec![b"RENAME".to_vec(), t.clone(), f.clone()])).collect();
+    commands = temp
+        .iter()
+        .zip(finals)
+        .map(|(t, f)| Command::keyed(vec![b"RENAME".to_vec(), t.clone(), f.clone()]))
+        .collect();
     run_all(cluster, uri, end, &commands, "RENAME", until, status_ok)?;
-    commands = finals.iter().map(|f| Command::keyed(vec![b"PERSIST".to_vec(), f.clone()])).collect();
+    commands =
+        finals.iter().map(|f| Command::keyed(vec![b"PERSIST".to_vec(), f.clone()])).collect();
     run_all(cluster, uri, end, &commands, "PERSIST", until, |r| *r == Reply::Int(1))?;
     let finish = Command {
         slot,
-        args: vec![b"EVAL".to_vec(), FINISH.to_vec(), b"2".to_vec(), marker, lock, generation.to_vec()],
+        args: vec![
+            b"EVAL".to_vec(),
+            FINISH.to_vec(),
+            b"2".to_vec(),
+            marker,
+            lock,
+            generation.to_vec(),
+        ],
     };
     run_all(cluster, uri, end, &[finish], "the final marker", until, |r| *r == Reply::Int(1))
 }

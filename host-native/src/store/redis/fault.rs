@@ -32,7 +32,9 @@ impl Fault {
             Self::Io(e) => !too_slow(e).is_some_and(|t| t.deadline),
             Self::Protocol(_) | Self::Changed(_) | Self::Denied(_) => false,
             // The server is starting, busy with a script, or failing over.
-            Self::Server(m) => ["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN"].iter().any(|p| m.starts_with(p)),
+            Self::Server(m) => {
+                ["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN"].iter().any(|p| m.starts_with(p))
+            }
         }
     }
 
@@ -51,7 +53,9 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io(e) if too_slow(e).is_some() => write!(f, "{e}"),
-            Self::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Self::Io(e)
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+            {
                 f.write_str("the server sent nothing for a whole RedisOptions::io_timeout")
             }
             Self::Io(e) => write!(f, "{e}"),

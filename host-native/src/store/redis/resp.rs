@@ -71,7 +71,8 @@ impl Conn {
         io_timeout: Duration,
         access: &Access,
     ) -> Result<Self, Fault> {
-        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address"));
+        let mut last =
+            io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address"));
         for addr in (host, port).to_socket_addrs()? {
             match TcpStream::connect_timeout(&addr, connect_timeout) {
                 Ok(s) => {
@@ -79,7 +80,8 @@ impl Conn {
                     s.set_write_timeout(Some(io_timeout))?;
                     s.set_nodelay(true)?;
                     let inner = access.wrap(host, s)?;
-                    let stream = BufReader::with_capacity(64 << 10, Paced { inner, pace: Pace::off() });
+                    let stream =
+                        BufReader::with_capacity(64 << 10, Paced { inner, pace: Pace::off() });
                     let mut conn = Self { stream, queued: Vec::new(), io_timeout };
                     conn.authenticate(access)?;
                     return Ok(conn);
@@ -204,7 +206,10 @@ fn read_line(r: &mut impl BufRead) -> Result<Vec<u8>, Fault> {
             Err(e) => return Err(e.into()),
         };
         if available.is_empty() {
-            return Err(Fault::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection")));
+            return Err(Fault::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            )));
         }
         let (take, done) = match available.iter().position(|&b| b == b'\n') {
             Some(i) => (i + 1, true),
@@ -269,7 +274,9 @@ fn expect_crlf(r: &mut impl Read) -> Result<(), Fault> {
 /// Reads one reply; a top-level error reply is `Err(Fault::Server)`.
 pub(crate) fn read_reply(r: &mut impl BufRead) -> Result<Reply, Fault> {
     match read_value(r, 0)? {
-        Reply::Error(m) if ["WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|p| m.starts_with(p)) => Err(Fault::Denied(m)),
+        Reply::Error(m) if ["WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|p| m.starts_with(p)) => {
+            Err(Fault::Denied(m))
+        }
         Reply::Error(m) => Err(Fault::Server(m)),
         reply => Ok(reply),
     }
@@ -336,7 +343,10 @@ pub(crate) fn read_bulk_into(r: &mut impl BufRead, buf: &mut [u8]) -> Result<usi
             Ok(dest.len())
         }
         Some((b'-', rest)) => Err(Fault::Server(String::from_utf8_lossy(rest).into_owned())),
-        _ => Err(protocol(format!("{:?} where a bulk reply was expected", String::from_utf8_lossy(&line)))),
+        _ => Err(protocol(format!(
+            "{:?} where a bulk reply was expected",
+            String::from_utf8_lossy(&line)
+        ))),
     }
 }
 
@@ -359,8 +369,13 @@ mod tests {
         assert_eq!(parse(b"*-1\r\n").unwrap(), Reply::Array(None));
         let scan = parse(b"*2\r\n$1\r\n0\r\n*2\r\n$3\r\na:1\r\n-ERR x\r\n").unwrap();
         let items = vec![Reply::Bulk(Some(b"a:1".to_vec())), Reply::Error("ERR x".into())];
-        assert_eq!(scan, Reply::Array(Some(vec![Reply::Bulk(Some(b"0".to_vec())), Reply::Array(Some(items))])));
-        assert!(matches!(parse(b"-LOADING wait\r\n"), Err(f @ Fault::Server(_)) if f.is_transient()));
+        assert_eq!(
+            scan,
+            Reply::Array(Some(vec![Reply::Bulk(Some(b"0".to_vec())), Reply::Array(Some(items))]))
+        );
+        assert!(
+            matches!(parse(b"-LOADING wait\r\n"), Err(f @ Fault::Server(_)) if f.is_transient())
+        );
         assert!(matches!(parse(b"-ERR no\r\n"), Err(f @ Fault::Server(_)) if !f.is_transient()));
     }
 
@@ -379,10 +394,16 @@ mod tests {
             b"+OK\n",
             b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
         ] {
-            assert!(matches!(parse(bad), Err(Fault::Protocol(_))), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                matches!(parse(bad), Err(Fault::Protocol(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         // A claimed length the server never sends: an early end, not a big allocation.
-        assert!(matches!(parse(b"$1000000\r\nabc"), Err(Fault::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof));
+        assert!(
+            matches!(parse(b"$1000000\r\nabc"), Err(Fault::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof)
+        );
         assert!(matches!(parse(b"+OK"), Err(Fault::Io(_))));
         let long_line = [b"+".as_slice(), &vec![b'a'; MAX_LINE + 10], b"\r\n"].concat();
         assert!(matches!(parse(&long_line), Err(Fault::Protocol(_))));
@@ -398,8 +419,17 @@ mod tests {
         assert!(matches!(too_long, Err(Fault::Protocol(m)) if m.contains("at most 4")));
         let huge = read_bulk_into(&mut Cursor::new(b"$4611686018427387903\r\n"), &mut buf);
         assert!(matches!(huge, Err(Fault::Protocol(_))));
-        assert!(matches!(read_bulk_into(&mut Cursor::new(b"$-1\r\n"), &mut buf), Err(Fault::Protocol(_))));
-        assert!(matches!(read_bulk_into(&mut Cursor::new(b"-ERR wrong\r\n"), &mut buf), Err(Fault::Server(_))));
-        assert!(matches!(read_bulk_into(&mut Cursor::new(b"$4\r\nab"), &mut buf), Err(Fault::Io(_))));
+        assert!(matches!(
+            read_bulk_into(&mut Cursor::new(b"$-1\r\n"), &mut buf),
+            Err(Fault::Protocol(_))
+        ));
+        assert!(matches!(
+            read_bulk_into(&mut Cursor::new(b"-ERR wrong\r\n"), &mut buf),
+            Err(Fault::Server(_))
+        ));
+        assert!(matches!(
+            read_bulk_into(&mut Cursor::new(b"$4\r\nab"), &mut buf),
+            Err(Fault::Io(_))
+        ));
     }
 }

@@ -77,8 +77,14 @@ impl Server {
     /// A new connection.
     fn connect(&self) -> Result<Conn, NodeFault> {
         let o = &self.options;
-        Conn::connect(&self.node.host, self.node.port, o.connect_timeout, o.io_timeout, &self.access)
-            .map_err(|f| NodeFault::new(&self.node, f))
+        Conn::connect(
+            &self.node.host,
+            self.node.port,
+            o.connect_timeout,
+            o.io_timeout,
+            &self.access,
+        )
+        .map_err(|f| NodeFault::new(&self.node, f))
     }
 }
 
@@ -107,7 +113,8 @@ impl Link for Server {
 
     fn existing(&self, uri: &str, addr: &RedisTarget) -> Result<Vec<Vec<u8>>> {
         let mut conn = self.conn(&self.node).map_err(|f| node_error(uri, 0, 0, f))?;
-        let names = scan(&mut conn, addr).map_err(|f| node_error(uri, 0, 0, NodeFault::new(&self.node, f)))?;
+        let names = scan(&mut conn, addr)
+            .map_err(|f| node_error(uri, 0, 0, NodeFault::new(&self.node, f)))?;
         self.put(&self.node, conn);
         Ok(names)
     }
@@ -137,7 +144,9 @@ impl Link for Server {
         commit(&mut conn, addr, temp, finals, generation, force).map_err(|e| match e {
             Commit::Fault(f) => fault_error(uri, 0, end, f.kind(), f),
             Commit::Exists(n) => refuse(uri, addr, n),
-            Commit::Aborted(why) => Error::Invalid(format!("{uri}: the write was abandoned, nothing changed: {why}")),
+            Commit::Aborted(why) => {
+                Error::Invalid(format!("{uri}: the write was abandoned, nothing changed: {why}"))
+            }
         })?;
         self.put(&self.node, conn);
         Ok(())
@@ -219,13 +228,17 @@ fn commit(
         }
     }
     match conn.reply() {
-        Ok(Reply::Array(None)) => Err(Commit::Aborted("a temporary key changed or expired during the write".into())),
+        Ok(Reply::Array(None)) => {
+            Err(Commit::Aborted("a temporary key changed or expired during the write".into()))
+        }
         Ok(Reply::Array(Some(results))) => match results.iter().find_map(|r| match r {
             Reply::Error(m) => Some(m),
             _ => None,
         }) {
             // Not expected: every renamed key was watched and exists.
-            Some(m) => Err(Commit::Fault(Fault::Server(format!("a command of the transaction failed: {m}")))),
+            Some(m) => Err(Commit::Fault(Fault::Server(format!(
+                "a command of the transaction failed: {m}"
+            )))),
             None => Ok(()),
         },
         Ok(other) => Err(Commit::Fault(Fault::Protocol(format!("EXEC answered {other:?}")))),

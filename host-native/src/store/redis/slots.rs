@@ -132,7 +132,9 @@ impl SlotMap {
         let mut nodes: Vec<Node> = Vec::new();
         let mut owner = vec![UNSERVED; SLOTS];
         for range in ranges {
-            let Reply::Array(Some(parts)) = range else { return Err(bad("a slot range that is not a list")) };
+            let Reply::Array(Some(parts)) = range else {
+                return Err(bad("a slot range that is not a list"));
+            };
             let mut parts = parts.into_iter();
             let (Some(Reply::Int(start)), Some(Reply::Int(end)), Some(Reply::Array(Some(master)))) =
                 (parts.next(), parts.next(), parts.next())
@@ -144,10 +146,15 @@ impl SlotMap {
                 _ => return Err(bad(&format!("slots {start}..={end}, outside 0..{SLOTS}"))),
             };
             let mut master = master.into_iter();
-            let (Some(Reply::Bulk(Some(host))), Some(Reply::Int(port))) = (master.next(), master.next()) else {
+            let (Some(Reply::Bulk(Some(host))), Some(Reply::Int(port))) =
+                (master.next(), master.next())
+            else {
                 return Err(bad("a master without host and port"));
             };
-            let port = u16::try_from(port).ok().filter(|&p| p != 0).ok_or_else(|| bad(&format!("port {port}")))?;
+            let port = u16::try_from(port)
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| bad(&format!("port {port}")))?;
             let host = String::from_utf8(host).map_err(|_| bad("a host name that is not UTF-8"))?;
             // "?" marks an endpoint the node does not know: nobody to ask.
             if host == "?" {
@@ -181,7 +188,10 @@ impl SlotMap {
         for (new, &old) in order.iter().enumerate() {
             renumber[old] = new as u16;
         }
-        let owner = owner.into_iter().map(|o| renumber.get(o as usize).copied().unwrap_or(UNSERVED)).collect();
+        let owner = owner
+            .into_iter()
+            .map(|o| renumber.get(o as usize).copied().unwrap_or(UNSERVED))
+            .collect();
         let nodes = order.into_iter().map(|i| nodes[i].clone()).collect();
         Self { nodes, owner }
     }
@@ -306,19 +316,27 @@ mod tests {
         ] {
             assert!(matches!(SlotMap::parse(bad, &node(1)), Err(Fault::Protocol(_))));
         }
-        assert!(matches!(SlotMap::parse(Reply::Array(Some(vec![])), &node(1)), Err(Fault::Server(_))));
+        assert!(matches!(
+            SlotMap::parse(Reply::Array(Some(vec![])), &node(1)),
+            Err(Fault::Server(_))
+        ));
     }
 
     #[test]
     fn parses_redirects() {
         let from = node(7000);
-        assert_eq!(Redirect::parse("MOVED 3999 127.0.0.1:6381", &from), Some(Redirect::Moved(3999, node(6381))));
+        assert_eq!(
+            Redirect::parse("MOVED 3999 127.0.0.1:6381", &from),
+            Some(Redirect::Moved(3999, node(6381)))
+        );
         assert_eq!(Redirect::parse("ASK 3999 :6381", &from), Some(Redirect::Ask(3999, node(6381))));
         assert_eq!(
             Redirect::parse("MOVED 1 [::1]:6381", &from),
             Some(Redirect::Moved(1, Node { host: "::1".into(), port: 6381 }))
         );
-        for bad in ["MOVED 16384 h:1", "MOVED x h:1", "MOVED 1 h", "MOVED 1 h:0", "ERR 1 h:1", "MOVED"] {
+        for bad in
+            ["MOVED 16384 h:1", "MOVED x h:1", "MOVED 1 h", "MOVED 1 h:0", "ERR 1 h:1", "MOVED"]
+        {
             assert_eq!(Redirect::parse(bad, &from), None, "{bad}");
         }
     }

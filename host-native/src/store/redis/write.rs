@@ -55,7 +55,9 @@ pub fn key_layout<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<L
     let index_end = reader.header().metadata_range().end;
     let first = entries.first().map_or(index_end, |e| e.header_offset);
     if first < index_end || index_end < FileHeader::LEN as u64 {
-        return Err(Error::Invalid(format!("{uri}: the first tensor header (byte {first}) lies inside the index")));
+        return Err(Error::Invalid(format!(
+            "{uri}: the first tensor header (byte {first}) lies inside the index"
+        )));
     }
     let mut keys = vec![LayoutKey { suffix: b"header:0".to_vec(), offset: 0, len: first }];
     let mut end = first;
@@ -68,7 +70,9 @@ pub fn key_layout<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<L
                 e.path.to_string()
             )));
         }
-        for (offset, len) in [(e.header_offset, e.data_offset - e.header_offset), (e.data_offset, e.data_length)] {
+        for (offset, len) in
+            [(e.header_offset, e.data_offset - e.header_offset), (e.data_offset, e.data_length)]
+        {
             let mut suffix = name.clone();
             suffix.push(b':');
             suffix.extend_from_slice(offset.to_string().as_bytes());
@@ -76,7 +80,10 @@ pub fn key_layout<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<L
         }
         end = e.data_end();
         if end == u64::MAX || end > reader.source().len() {
-            return Err(Error::Invalid(format!("{uri}: tensor {:?} ends past the file", e.path.to_string())));
+            return Err(Error::Invalid(format!(
+                "{uri}: tensor {:?} ends past the file",
+                e.path.to_string()
+            )));
         }
     }
     Ok(keys)
@@ -141,7 +148,10 @@ pub(super) trait Link {
 
 /// The error for a prefix that already holds `existing` keys.
 pub(super) fn refuse(uri: &str, addr: &RedisTarget, existing: usize) -> Error {
-    let why = format!("it already holds a file ({existing} keys under {}:); pass force to replace it", addr.prefix);
+    let why = format!(
+        "it already holds a file ({existing} keys under {}:); pass force to replace it",
+        addr.prefix
+    );
     Error::store(uri, None, StoreErrorKind::AlreadyExists, why)
 }
 
@@ -163,7 +173,8 @@ pub(super) fn write_keys<S: RangeSource, L: Link>(
         return Err(refuse(uri, addr, existing.len()));
     }
     let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| Error::Invalid(format!("no randomness for a temporary key name: {e}")))?;
+    getrandom::fill(&mut random)
+        .map_err(|e| Error::Invalid(format!("no randomness for a temporary key name: {e}")))?;
     let generation = hex::encode(random);
     let finals: Vec<Vec<u8>> = keys.iter().map(|k| k.name(&addr.prefix)).collect();
     let temp = finals
@@ -191,7 +202,13 @@ fn set_error(uri: &str, keys: &[LayoutKey], i: usize, node: &Node, f: Fault) -> 
         ""
     };
     let name = String::from_utf8_lossy(&k.suffix);
-    fault_error(uri, k.offset, k.len, f.kind(), format!("writing key {name:?} on node {node}: {f}{hint}"))
+    fault_error(
+        uri,
+        k.offset,
+        k.len,
+        f.kind(),
+        format!("writing key {name:?} on node {node}: {f}{hint}"),
+    )
 }
 
 /// `SET`s on one node whose replies are still to be read.
@@ -212,7 +229,14 @@ struct Redo {
 }
 
 /// Reads every reply pending on `node`.
-fn drain(link: &impl Link, uri: &str, keys: &[LayoutKey], node: &Node, p: &mut Pending, redo: &mut Redo) -> Result<()> {
+fn drain(
+    link: &impl Link,
+    uri: &str,
+    keys: &[LayoutKey],
+    node: &Node,
+    p: &mut Pending,
+    redo: &mut Redo,
+) -> Result<()> {
     let first = p.keys.first().map_or(0, |&(i, _)| i);
     p.conn.flush().map_err(|f| set_error(uri, keys, first, node, f))?;
     for (i, asked) in p.keys.drain(..) {
@@ -260,7 +284,8 @@ fn upload<S: RangeSource>(
         let Some(&(first, _)) = queue.first() else { return Ok(()) };
         if round == MAX_REDIRECTS {
             let node = link.owner(&temp[first]).map_err(|f| node_error(uri, 0, 0, f))?;
-            let why = Fault::Server(format!("TRYAGAIN still redirected after {MAX_REDIRECTS} tries"));
+            let why =
+                Fault::Server(format!("TRYAGAIN still redirected after {MAX_REDIRECTS} tries"));
             return Err(set_error(uri, keys, first, &node, why));
         }
         let mut nodes: HashMap<Node, Pending> = HashMap::new();

@@ -134,7 +134,8 @@ pub fn parse_s3cfg(text: &str) -> S3Cfg {
             "secret_key" => cfg.secret_key = value,
             "host_base" => cfg.host_base = value,
             "use_https" => {
-                cfg.use_https = value.map(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"))
+                cfg.use_https = value
+                    .map(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"))
             }
             _ => {}
         }
@@ -166,7 +167,8 @@ impl S3Options {
         if object.credentials.is_none()
             && self.access_key_id.is_none()
             && self.secret_access_key.is_none()
-            && let Some(found) = crate::store::cloud::aws_credential_chain(Some(object.bucket.region()))?
+            && let Some(found) =
+                crate::store::cloud::aws_credential_chain(Some(object.bucket.region()))?
         {
             object.credentials = Some(credentials(found.key_id, found.secret_key, found.token));
         }
@@ -191,31 +193,46 @@ impl S3Options {
         let (bucket, key) = (bucket.to_string(), key.to_string());
         // A URL path resolves these segments, so it cannot name such a key.
         if key.split('/').any(|segment| segment == "." || segment == "..") {
-            return Err(Error::Invalid(format!("{uri}: S3 keys with `.` or `..` path segments are not supported")));
+            return Err(Error::Invalid(format!(
+                "{uri}: S3 keys with `.` or `..` path segments are not supported"
+            )));
         }
         let cfg = match (&self.config_path, home) {
             (Some(path), _) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::Invalid(format!("{uri}: cannot read the S3 config file {}: {e}", path.display()))
+                    Error::Invalid(format!(
+                        "{uri}: cannot read the S3 config file {}: {e}",
+                        path.display()
+                    ))
                 })?;
                 parse_s3cfg(&text)
             }
-            (None, Some(home)) => {
-                std::fs::read_to_string(home.join(".s3cfg")).map(|t| parse_s3cfg(&t)).unwrap_or_default()
-            }
+            (None, Some(home)) => std::fs::read_to_string(home.join(".s3cfg"))
+                .map(|t| parse_s3cfg(&t))
+                .unwrap_or_default(),
             (None, None) => S3Cfg::default(),
         };
         let pick = |explicit: &Option<String>, vllm: &str, from_cfg: &Option<String>, aws: &str| {
             explicit.clone().or_else(|| env(vllm)).or_else(|| from_cfg.clone()).or_else(|| env(aws))
         };
-        let access = pick(&self.access_key_id, "S3_ACCESS_KEY_ID", &cfg.access_key, "AWS_ACCESS_KEY_ID");
-        let secret = pick(&self.secret_access_key, "S3_SECRET_ACCESS_KEY", &cfg.secret_key, "AWS_SECRET_ACCESS_KEY");
+        let access =
+            pick(&self.access_key_id, "S3_ACCESS_KEY_ID", &cfg.access_key, "AWS_ACCESS_KEY_ID");
+        let secret = pick(
+            &self.secret_access_key,
+            "S3_SECRET_ACCESS_KEY",
+            &cfg.secret_key,
+            "AWS_SECRET_ACCESS_KEY",
+        );
         let credentials = match (access, secret) {
-            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {
-                Some(credentials(a, s, self.session_token.clone().or_else(|| env("AWS_SESSION_TOKEN"))))
-            }
+            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => Some(credentials(
+                a,
+                s,
+                self.session_token.clone().or_else(|| env("AWS_SESSION_TOKEN")),
+            )),
             (Some(a), None) if !a.is_empty() => {
-                return Err(Error::Invalid(format!("{uri}: an S3 access key id was given but no secret access key")));
+                return Err(Error::Invalid(format!(
+                    "{uri}: an S3 access key id was given but no secret access key"
+                )));
             }
             _ => None,
         };
@@ -241,13 +258,15 @@ impl S3Options {
             .or_else(|| env("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|| "us-east-1".to_string());
         let (secure, host) = (url.scheme() == "https", url.host_str().unwrap_or_default());
-        let dns_bucket = bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && (3..=63).contains(&bucket.len());
+        let dns_bucket =
+            bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && (3..=63).contains(&bucket.len());
         let style = match host.ends_with(".amazonaws.com") && dns_bucket {
             true => UrlStyle::VirtualHost,
             false => UrlStyle::Path,
         };
-        let trust = self.http.tls.resolve_for(Service::S3, secure, &|name| env(name).map(PathBuf::from))?;
+        let trust =
+            self.http.tls.resolve_for(Service::S3, secure, &|name| env(name).map(PathBuf::from))?;
         let endpoint = url.origin().ascii_serialization();
         let bucket = Bucket::new(url, style, bucket, region)
             .map_err(|e| Error::Invalid(format!("{uri}: invalid S3 endpoint {endpoint}: {e}")))?;
@@ -301,7 +320,9 @@ fn endpoint_url(uri: &str, endpoint: &str, allow_http: bool, force_http: bool) -
 pub(super) mod tests {
     use super::*;
 
-    pub(in super::super) fn env_from(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    pub(in super::super) fn env_from(
+        vars: &'static [(&'static str, &'static str)],
+    ) -> impl Fn(&str) -> Option<String> {
         move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
     }
 
@@ -316,7 +337,11 @@ pub(super) mod tests {
         .unwrap();
         let none = S3Options::default();
         let home = Some(dir.path());
-        let env = env_from(&[("AWS_ACCESS_KEY_ID", "aws"), ("AWS_SECRET_ACCESS_KEY", "aws-s"), ("AWS_REGION", "eu")]);
+        let env = env_from(&[
+            ("AWS_ACCESS_KEY_ID", "aws"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-s"),
+            ("AWS_REGION", "eu"),
+        ]);
         let o = none.resolve_uri_with("s3://b/k", false, &env, home).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().key(), "cfg-key");
         assert_eq!(o.endpoint(), "http://minio.local:9000");
@@ -329,10 +354,18 @@ pub(super) mod tests {
         ]);
         let o = none.resolve_uri_with("s3://b/k", false, &vllm, home).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().key(), "v");
-        assert_eq!(o.endpoint(), "http://127.0.0.1:9", "vLLM's endpoint variable outranks the config file");
+        assert_eq!(
+            o.endpoint(),
+            "http://127.0.0.1:9",
+            "vLLM's endpoint variable outranks the config file"
+        );
         let aws_endpoint = env_from(&[("AWS_ENDPOINT_URL", "http://aws.local")]);
         let o = none.resolve_uri_with("s3://b/k", false, &aws_endpoint, home).unwrap();
-        assert_eq!(o.endpoint(), "http://minio.local:9000", "the config file outranks AWS_ENDPOINT_URL");
+        assert_eq!(
+            o.endpoint(),
+            "http://minio.local:9000",
+            "the config file outranks AWS_ENDPOINT_URL"
+        );
         // No config file: the AWS variables, then tensorizer's defaults.
         let o = none.resolve_uri_with("s3://b/k", true, &env, None).unwrap();
         assert_eq!(o.credentials.as_ref().unwrap().key(), "aws");
@@ -344,7 +377,10 @@ pub(super) mod tests {
         let http = S3Options { endpoint: Some("http://h".into()), ..S3Options::default() };
         assert!(http.resolve_uri_with("s3://b/k", false, &|_| None, None).is_err());
         let forced = S3Options { force_http: Some(true), ..http };
-        assert_eq!(forced.resolve_uri_with("s3://b/k", false, &|_| None, None).unwrap().endpoint(), "http://h");
+        assert_eq!(
+            forced.resolve_uri_with("s3://b/k", false, &|_| None, None).unwrap().endpoint(),
+            "http://h"
+        );
         assert!(parse_s3_uri("s3://bucket").is_err() && parse_s3_uri("s3:///k").is_err());
     }
 }

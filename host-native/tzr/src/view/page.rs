@@ -79,7 +79,9 @@ impl Page {
         }
         let file = match self {
             #[cfg(feature = "view-page")]
-            Self::Embedded => embedded::PAGE.iter().find(|(p, _)| *p == rel).map(|(_, bytes)| Body::Bytes(bytes)),
+            Self::Embedded => {
+                embedded::PAGE.iter().find(|(p, _)| *p == rel).map(|(_, bytes)| Body::Bytes(bytes))
+            }
             Self::Dir(root) => {
                 let file = rel.split('/').fold(root.clone(), |p, part| p.join(part));
                 if !file.is_file() {
@@ -151,7 +153,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("index.html"), "x").unwrap();
         let err = Page::find(Some(dir.path())).err().unwrap().to_string();
-        assert!(err.contains("not a built inspector page") && err.contains("--write-page"), "{err}");
+        assert!(
+            err.contains("not a built inspector page") && err.contains("--write-page"),
+            "{err}"
+        );
         std::fs::create_dir(dir.path().join("pkg")).unwrap();
         std::fs::write(dir.path().join(BUILT_MARKER), b"\0asm").unwrap();
         assert!(Page::find(Some(dir.path())).is_ok());
@@ -163,10 +168,19 @@ mod tests {
     #[test]
     fn the_embedded_page_is_whole_and_can_be_written_out() {
         let page = Page::Embedded;
-        for f in ["index.html", "app.js", "remote.js", "worker.js", "style.css", "pkg/tensorizer_wasm.js"] {
+        for f in [
+            "index.html",
+            "app.js",
+            "remote.js",
+            "worker.js",
+            "style.css",
+            "pkg/tensorizer_wasm.js",
+        ] {
             assert!(page.get(&format!("/{f}")).is_some(), "{f}");
         }
-        let Some((Body::Bytes(wasm), "application/wasm")) = page.get(BUILT_MARKER) else { panic!("no {BUILT_MARKER}") };
+        let Some((Body::Bytes(wasm), "application/wasm")) = page.get(BUILT_MARKER) else {
+            panic!("no {BUILT_MARKER}")
+        };
         assert!(wasm.starts_with(b"\0asm"));
         let dir = tempfile::tempdir().unwrap();
         write(dir.path()).unwrap();
