@@ -220,10 +220,10 @@ class _Routed:
     destinations land on the CPU, every native call is recorded."""
 
     def __init__(self, monkeypatch: Any) -> None:
-        from tensorizer_rs import _cuda, _deserializer, _native
+        from tensorizer_rs import _cuda, _loader, _native
 
         self.calls: list[dict[str, Any]] = []
-        resolve = _deserializer._resolve_device
+        resolve = _loader.resolve_device
 
         def fake_resolve(device: Any) -> Any:
             if device is not None and torch.device(device).type == "cuda":
@@ -242,7 +242,7 @@ class _Routed:
             _standin(reader, indices, tensors, verify_hash, streams)
 
         monkeypatch.setattr(_native, "cuda_available", lambda: True)
-        monkeypatch.setattr(_deserializer, "_resolve_device", fake_resolve)
+        monkeypatch.setattr(_loader, "resolve_device", fake_resolve)
         monkeypatch.setattr(_cuda, "destinations", on_cpu)
         monkeypatch.setattr(_cuda, "_reader_load", load)
         monkeypatch.setattr(_cuda, "_device_context", lambda device: contextlib.nullcontext())

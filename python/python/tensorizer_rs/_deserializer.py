@@ -6,22 +6,21 @@ import contextlib
 import io
 import os
 import types
-import warnings
 import operator
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _cuda, _distributed, _dtypes, _memory, _native
-from ._cooperative import _Copies, _CooperativeLoading
+from . import _args, _distributed, _dtypes, _modules, _native, _redis_export
 from ._crypt import CryptographyError, DecryptionParams
-from ._meta import _MetaTensors
-from ._modules import _gc_paused, _ModuleLoading
-from ._receipt import _Receipts
-from ._redis_export import _RedisExport
+from ._loader import Loader, MmapFallbackWarning
+from ._modules import gc_paused
+from ._receipt import LoadReceipt
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
+
+__all__ = ["MmapFallbackWarning", "TensorDeserializer"]
 
 
 #: A lazy deserializer read in file order loads ahead in windows of at most
@@ -37,45 +36,7 @@ _TENSOR_TYPES = tuple(TensorType)
 _Entry = _native.Entry
 
 
-def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
-    """(torch dtype, item size, requires grad) of a stored dtype string."""
-    t = _dtypes.torch_dtype(dtype)
-    return t, t.itemsize, _dtypes.is_float_like(t)
-
-
-def _resolve_device(device: Any) -> Any:
-    import torch
-
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("CUDA was requested but is not available")
-    return device
-
-
-
-class MmapFallbackWarning(UserWarning):
-    """``mmap=True`` could not map some tensors and copied them instead (the
-    message says how many and why). Given once per deserializer;
-    ``mmap="auto"`` copies silently."""
-
-
-def _frozen(fd: int) -> str | None:
-    """Why the open file `fd` cannot change while mapped, or None (asked of
-    the same open file through /proc, so a path replaced since cannot
-    mislead it)."""
-    try:
-        return _native.file_frozen(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None
-
 class TensorDeserializer(
-    _MetaTensors,
-    _ModuleLoading,
-    _Receipts,
-    _RedisExport,
-    _CooperativeLoading,
     Mapping[Any, Any],
     contextlib.AbstractContextManager["TensorDeserializer"],
 ):
@@ -201,47 +162,30 @@ class TensorDeserializer(
                 encryption=encryption, mmap=mmap, meta_tensors=meta_tensors, max_meta_bytes=max_meta_bytes,
                 cooperative=group is not None,
             )
-            self._meta_bytes = 0  # zero-filled meta bytes handed out so far
-            self._mmap_warned = False  # MmapFallbackWarning given (once)
-            self._closed = False
             source, name = _source_of(file_obj)
             # A rank of a cooperative load reads its share only, and a sharded
             # load its shards: a URI is opened without asking for all of it.
-            self._reader: Any = _native.NativeReader(
-                source, options, name=name, partial=group is not None or self._partial_open
-            )
-            self._init_receipts()
-            reader = self._reader
+            self._loader = loader = Loader(source, options, name, group is not None or self._partial_open)
+            reader = loader.reader
             version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
             if encrypted and not options.decrypts:
                 raise CryptographyError("Tensor is encrypted, but decryption was not requested")
             self._version = version
             self.total_file_bytes = tensor_size
-            with _gc_paused():
+            with gc_paused():
                 entries = self._index()
             self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
             self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
             self.read_bytes = 0
             self.total_compressed_tensor_bytes = 0
-            # Opt-in zero-copy loads from a private, copy-on-write memory map of
-            # a local, unencrypted file (unsafe against in-place rewrites).
-            # mmap="auto" maps only a file that provably cannot change (§23.6).
-            self._map: Any = None
-            if options.mmap != "off" and not encrypted and isinstance(source, str) and os.path.isfile(source):
-                import mmap as _mmap
-
-                with open(source, "rb") as f:
-                    frozen = options.mmap == "on" or _frozen(f.fileno()) is not None
-                    if frozen and os.fstat(f.fileno()).st_size > 0:
-                        self._map = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
         # Every tensor of an eagerly loaded file with flat names, by name: the
         # mapping's reads go straight to it (BENCHMARKS.md, case b).
         self._flat: dict[Any, Any] | None = None
         if not options.lazy_load:
-            self._load(self._selected, options.verify_hash, group)
+            loader.load(self._selected, options.verify(None), group)
             self._last_yielded = len(self._selected) - 1
             if self._plain_names:
-                cache = self._cache
+                cache = loader.cache
                 self._flat = dict(zip(self._structure, [cache[e.index] for e in self._selected]))
             self.total_tensor_bytes = sum(e.data_length for e in self._selected)
 
@@ -249,7 +193,7 @@ class TensorDeserializer(
         """Reads the index into typed entries, selects those the options'
         ``filter_func`` keeps and builds the nested structure of their names."""
         filter_func = self._options.filter_func
-        entries: list[_Entry] = self._reader.entries(_TENSOR_TYPES)
+        entries: list[_Entry] = self._loader.reader.entries(_TENSOR_TYPES)
         self._all = entries
         self._selected = entries if filter_func is None else [e for e in entries if filter_func(e.name)]
         self._structure: dict[Any, Any] = {}
@@ -270,9 +214,6 @@ class TensorDeserializer(
                 if isinstance(layer, _Entry):
                     raise ValueError(f"Conflicting tensor paths at {e.name!r}")
             layer[path[-1]] = e
-        self._cache: dict[int, Any] = {}
-        # Indices loaded without checking their hashes (see _load).
-        self._unverified: set[int] = set()
         self._positions: dict[int, int] | None = None
         self._last_yielded = -1
         return entries
@@ -285,253 +226,46 @@ class TensorDeserializer(
             self._positions = {e.index: k for k, e in enumerate(self._selected)}
         return self._positions[index]
 
-    # -- loading --------------------------------------------------------------
+    # -- the loader ------------------------------------------------------------
+
+    @property
+    def _reader(self) -> Any:
+        """The native reader (None once closed)."""
+        return self._loader.reader
+
+    @property
+    def _cache(self) -> dict[int, Any]:
+        """Loaded tensors by file index."""
+        return self._loader.cache
+
+    @property
+    def _map(self) -> Any:
+        """The private memory map ``mmap=`` hands out views of, or None."""
+        return self._loader.map
+
+    @property
+    def _device(self) -> Any:
+        """The ``torch.device`` tensors go to (tensorizer's private name,
+        which its own tests read)."""
+        return self._loader.device
 
     @property
     def _file_flags(self) -> _FileFeatureFlags:
         """The header's feature flags (tensorizer's private name)."""
         return self._file_header.feature_flags
 
-    @property
-    def _device(self) -> Any:
-        return _resolve_device(self._options.device)
-
-    def _cast_to(self, stored: Any) -> Any:
-        """The dtype a tensor stored as `stored` becomes, or None to keep
-        it. ``dtype=`` applies as ``Module.to(dtype)`` applies it: to
-        floating-point tensors for a floating-point dtype, to complex ones
-        for a complex dtype; integer and bool tensors keep theirs
-        (tensorizer casts every non-bool tensor, so complex values lose
-        their imaginary part and int64 positions are rounded: spec §11.1)."""
-        target = self._options.dtype
-        if target is None or stored == target:
-            return None
-        if (stored.is_floating_point and target.is_floating_point) or (stored.is_complex and target.is_complex):
-            return target
-        return None
-
-    def _verify(self, verify_hash: object) -> bool:
-        """A call's ``verify_hash``: the constructor's when None, else its
-        truth value (as tensorizer tests it)."""
-        return bool(self._options.verify(verify_hash))
-
-    def _check_open(self) -> None:
-        if self._reader is None:
-            raise RuntimeError("the deserializer is closed")
-
-    def _load(self, entries: list[_Entry], verify_hash: bool | None, group: Any = None) -> None:
-        """Loads every entry not yet cached, in one parallel native call;
-        with a process `group`, cooperatively with its other ranks (a
-        collective call: ``_distributed``). With `verify_hash`, entries
-        loaded earlier without it are checked too (tensorizer checks
-        nothing for tensors it already holds)."""
-        with _gc_paused():
-            if verify_hash and self._unverified:
-                self._verify_loaded(entries)
-            todo = [e for e in entries if e.index not in self._cache]
-            try:
-                self._load_now(entries, verify_hash, group)
-            except Exception:
-                self._note_failed(todo)
-                raise
-            self._note_loaded(todo, bool(verify_hash))
-            if not verify_hash:
-                self._unverified.update(e.index for e in todo)
-
-    def _verify_loaded(self, entries: list[_Entry]) -> None:
-        """Checks the stored hashes of `entries` loaded earlier without
-        checking, reading their bytes from the file again (one tensor at a
-        time); raises ``HashMismatchError`` naming the first that fails."""
-        stale = [e for e in entries if e.index in self._unverified]
-        if not stale:
-            return
-        self._check_open()
-        metas = [e for e in stale if e.is_meta]
-        if metas:
-            self._check_meta_headers(metas, True)
-        for e in stale:
-            if not e.is_meta:
-                scratch = np.empty(e.nbytes, dtype=np.uint8)
-                self._reader.load_into([e.index], [scratch], True)
-            self._unverified.discard(e.index)
-        self._note_loaded(stale, True)
-
-    def _load_now(self, entries: list[_Entry], verify_hash: bool | None, group: Any = None) -> None:
-        import torch
-
-        todo = [e for e in entries if e.index not in self._cache]
-        if group is not None:
-            # Collective: every rank takes part, even one with nothing new.
-            self._check_open()
-            self._load_shared(todo, verify_hash, group)
-            return
-        if not todo:
-            return
-        self._check_open()
-        device = self._device
-        # Which way each tensor goes is planned natively (read/plan.rs);
-        # this method carries the plan out.
-        if device.type == "cpu":
-            destination = "cpu"
-        elif device.type == "cuda" and _cuda.native_enabled():
-            destination = "staged"
-        else:
-            destination = "other"
-        mapped = self._map is not None and not verify_hash
-        plan = self._reader.plan_load([e.index for e in todo], destination, mapped)
-        by_index = {e.index: e for e in todo}
-        if self._options.mmap == "on" and not self._mmap_warned:
-            self._warn_copied(todo, plan, device, verify_hash)
-        metas = [by_index[i] for i in plan.meta]
-        if metas:
-            self._claim_meta_bytes(metas, self._meta_nbytes_torch)
-            self._check_meta_headers(metas, bool(verify_hash))
-        if plan.mapped:
-            self._load_mapped([by_index[i] for i in plan.mapped])
-        staged_on_device = [by_index[i] for i in plan.staged]
-        if staged_on_device:
-            # Native staging ring: pinned buffers, async copies into tensors
-            # allocated here (one each, or carved from one allocation), on
-            # torch's current stream; decrypted and verified on the way
-            # (spec §19, _cuda.py).
-            dev = _cuda.load(self._reader, staged_on_device, device, verify_hash)
-            for e, t in zip(staged_on_device, dev):
-                grad = _dtypes.is_float_like(t.dtype)
-                target = self._cast_to(t.dtype)
-                if target is not None:
-                    t = t.to(target)
-                self._cache[e.index] = torch.nn.Parameter(t, requires_grad=grad)
-        pin = device.type == "cuda"
-        small = [by_index[i] for i in plan.small]
-        large = [by_index[i] for i in plan.large]
-        copies = self._read_copies(small, large, plan, pin, verify_hash)
-        self._adopt_copies(large, copies, device, pin)
-        for e in metas:
-            self._cache[e.index] = self._meta_tensor(e, device)
-        if pin and large:
-            torch.cuda.synchronize(device)
-
-    def _warn_copied(self, todo: list[_Entry], plan: Any, device: Any, verify_hash: bool | None) -> None:
-        """Warns (once per deserializer) that ``mmap=True`` copied tensors
-        of `todo` the load `plan` could not map, and why."""
-        skipped = set(plan.mapped) | set(plan.meta)
-        copied = [e for e in todo if e.index not in skipped and e.data_length > 0]
-        if not copied:
-            return
-        self._mmap_warned = True
-        if self._reader.encrypted:
-            why = "the file is encrypted (decrypted data cannot be a view of the file)"
-        elif self._map is None:
-            why = "the file is not a local, non-empty file that can be memory-mapped"
-        elif verify_hash:
-            why = "verify_hash=True reads every byte from the file to check it"
-        elif device.type != "cpu":
-            why = f"the tensors go to {device}, and only CPU tensors can be views of the map"
-        else:
-            why = (
-                "their data is not aligned to their element size in the file (files written with "
-                'layout="tensorizer" can have such offsets; the default layout aligns them)'
-            )
-        nbytes = sum(e.data_length for e in copied)
-        warnings.warn(
-            f"mmap=True: {len(copied)} of {len(todo)} tensors ({nbytes} bytes) were copied, not mapped: {why}",
-            MmapFallbackWarning,
-            stacklevel=5,
-        )
-
-    def _read_copies(self, small: list[_Entry], large: list[_Entry], plan: Any, pin: bool, verify_hash: bool | None) -> _Copies:
-        """Reads `large` (each into memory of its own, starting
-        ``plan.large_leads[k]`` bytes into it) and `small` (into the arenas
-        of `plan`, the load plan over them) into host memory of the kind the
-        plan chose (``plan.huge_pages``)."""
-        import torch
-
-        staged = [_memory.staging_tensor(e, pin, lead, plan.huge_pages) for e, lead in zip(large, plan.large_leads)]
-        if large:
-            buffers = [t.reshape(-1).view(torch.uint8).numpy() for t in staged]
-            self._reader.load_into([e.index for e in large], buffers, verify_hash)
-        # Each arena: one buffer and one native call.
-        carved: list[tuple[Any, list[_Entry], list[int]]] = []
-        if small:
-            carved = _memory.fill_arenas(self._reader, small, plan.arenas, verify_hash, plan.huge_pages)
-        return staged, carved
-
-    def _adopt_copies(self, large: list[_Entry], copies: _Copies, device: Any, pin: bool) -> None:
-        """Makes the tensors of `copies` (``_read_copies`` of `large` and
-        some small entries, or the same memory filled by another rank) and
-        caches them: moved to `device` and cast to ``dtype=`` as asked."""
-        import torch
-
-        staged, carved = copies
-        Parameter = torch.nn.Parameter
-        for e, t in zip(large, staged):
-            grad = _dtypes.is_float_like(t.dtype)  # of the stored dtype, before any cast
-            if device.type != "cpu":
-                t = t.to(device, non_blocking=pin)
-            target = self._cast_to(t.dtype)
-            if target is not None:
-                t = t.to(target)
-            self._cache[e.index] = Parameter(t, requires_grad=grad)
-        # Each packed tensor gets a storage of its own over its piece of the
-        # arena (torch.frombuffer), as if allocated alone; one native loop
-        # per arena makes them (carve.rs), unless a dtype cast follows.
-        cache = self._cache
-        cast = self._options.dtype
-        if cast is None:
-            for raw, members, offsets in carved:
-                made = _native.carve(
-                    members, raw, offsets, _carve_kind, torch.frombuffer, torch.empty,
-                    torch.Tensor._make_subclass, Parameter,
-                )
-                cache.update(zip([e.index for e in members], made))
-        else:
-            for raw, members, offsets in carved:
-                for e, offset in zip(members, offsets):
-                    dtype, itemsize, grad = _carve_kind(e.dtype)
-                    n = e.data_length
-                    if n:
-                        t = torch.frombuffer(raw, dtype=dtype, count=n // itemsize, offset=offset).view(e.shape)
-                    else:
-                        t = torch.empty(e.shape, dtype=dtype)
-                    target = self._cast_to(dtype)
-                    if target is not None:
-                        t = t.to(target)
-                    cache[e.index] = Parameter(t, requires_grad=grad)
-
-    def _load_mapped(self, mapped: list[_Entry]) -> None:
-        """Views straight into the memory map for `mapped` (entries the
-        load plan found aligned to their element size)."""
-        import torch
-
-        # Parse each header once: the index and the headers must agree.
-        self._reader.module_indices([e.index for e in mapped])
-        self._note_mapped(mapped)
-        made = _native.carve(
-            mapped, self._map, [e.data_offset for e in mapped], _carve_kind, torch.frombuffer, torch.empty,
-            torch.Tensor._make_subclass, torch.nn.Parameter,
-        )
-        cache = self._cache
-        if self._options.dtype is None:
-            cache.update(zip([e.index for e in mapped], made))
-        else:
-            for e, t in zip(mapped, made):
-                target = self._cast_to(t.dtype)
-                if target is not None:
-                    t = torch.nn.Parameter(t.detach().to(target), requires_grad=t.requires_grad)
-                cache[e.index] = t
-
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:
             batch = self._read_ahead(e)
             try:
-                self._load(batch, self._options.verify_hash)
+                self._loader.load(batch, self._options.verify(None))
             except Exception:
                 # A bad tensor further on is not this read's business: it
                 # fails when it is itself asked for.
                 if len(batch) == 1:
                     raise
-                self._forget_failed(batch)
-                self._load([e], self._options.verify_hash)
+                self._loader.book.forget_failed(batch)
+                self._loader.load([e], self._options.verify(None))
         return self._cache[e.index]
 
     def _read_ahead(self, e: _Entry) -> list[_Entry]:
@@ -578,7 +312,7 @@ class TensorDeserializer(
     def _view(self, node: Any) -> Any:
         if isinstance(node, _Entry):
             return self._tensor(node)
-        self._load(list(self._leaves(node)), self._options.verify_hash)
+        self._loader.load(list(self._leaves(node)), self._options.verify(None))
         return _fold(node, lambda e: self._cache[e.index], types.MappingProxyType)
 
     # -- Mapping ----------------------------------------------------------------
@@ -658,7 +392,7 @@ class TensorDeserializer(
             return out
 
         wanted = [e for e in self._leaves(node) if filter_func is None or filter_func(e.name)]
-        self._load(wanted, self._options.verify_hash)
+        self._loader.load(wanted, self._options.verify(None))
         result = _fold(node, leaf, branch)
         if result is _SKIP:
             result = {}
@@ -706,7 +440,7 @@ class TensorDeserializer(
         positions, entries = self._pending(filter_func, num_tensors)
         if not entries:
             return
-        self._load(entries, self._verify(verify_hash))
+        self._loader.load(entries, self._options.verify(verify_hash))
         indices = self._reader.module_indices([e.index for e in entries]) if self._reader else [0] * len(entries)
         cache = self._cache
         for pos, e, idx in zip(positions, entries, indices):
@@ -728,7 +462,7 @@ class TensorDeserializer(
         positions, entries = self._pending(filter_func, num_tensors)
         if not entries:
             return
-        self._check_open()
+        self._loader.check_open()
         # As tensorizer: the arrays before the first opaque tensor are
         # yielded, then the opaque one raises (unless allow_raw_data).
         kinds = []
@@ -746,27 +480,8 @@ class TensorDeserializer(
         if not entries:
             assert refusal is not None
             raise refusal
-        verify = self._verify(verify_hash)
-        metas = [e for e in entries if e.is_meta]
-        if metas:
-            self._claim_meta_bytes(metas, lambda e: e.nbytes)
-            self._check_meta_headers(metas, verify)
-        arrays: list[np.ndarray[Any, Any]] = []
-        for e, (np_dtype, _) in zip(entries, kinds):
-            if not e.is_meta:
-                arrays.append(np.empty(e.shape, dtype=np_dtype))
-            elif self._options.meta_tensors == "zeros":
-                arrays.append(np.zeros(e.shape, dtype=np_dtype))  # calloc: lazily zeroed pages
-            else:
-                arrays.append(np.broadcast_to(np.zeros((), dtype=np_dtype), e.shape))
-        stored = [(e.index, a.reshape(-1).view(np.uint8)) for e, a in zip(entries, arrays) if not e.is_meta]
-        if stored:
-            try:
-                self._reader.load_into([i for i, _ in stored], [b for _, b in stored], verify)
-            except Exception:
-                self._note_failed(entries)
-                raise
-        self._note_loaded(entries, verify)
+        verify = self._options.verify(verify_hash)
+        arrays = self._loader.load_arrays(entries, [k for k, _ in kinds], verify)
         indices = self._reader.module_indices([e.index for e in entries])
         for pos, e, idx, arr, (_, torch_name) in zip(positions, entries, indices, arrays, kinds):
             self._last_yielded = pos
@@ -774,15 +489,68 @@ class TensorDeserializer(
         if refusal is not None:
             raise refusal
 
+    # -- modules, Redis, receipts -------------------------------------------
+
+    def load_into_module(
+        self,
+        m: Any,
+        filter_func: FilterFuncType | None = None,
+        verify_hash: bool | None = None,
+        *,
+        strict: bool = False,
+        process_group: Any = None,
+    ) -> int:
+        """Registers every PARAM and BUFFER entry on the submodule its name
+        points to (``"0.weight"`` → module ``"0"``, attribute ``weight``);
+        returns how many. The tensors are inserted as loaded: no copies.
+
+        ``strict=True`` (ours; tensorizer's behaviour is the default) first
+        checks the names and shapes against the module, as
+        ``torch.nn.Module.load_state_dict(strict=True)`` does, and raises
+        :class:`StrictLoadError` before loading or changing anything when
+        the module has parameters or persistent buffers the loaded entries
+        lack (``missing_keys``), entries name no parameter or buffer of the
+        module (``unexpected_keys``), or shapes differ.
+
+        ``process_group``: tensors not loaded yet are loaded cooperatively
+        with the other ranks of this ``torch.distributed`` group, each
+        reading a share of the bytes (spec §24); a collective call, which
+        every rank of the group makes with the same arguments."""
+        verify = self._options.verify(verify_hash)
+        return _modules.load_into_module(
+            self._loader, self._selected, m, filter_func, verify, strict, process_group
+        )
+
+    def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
+        """Checks a module's tensors against the stored hashes, without
+        reading tensor data from the file."""
+        return _modules.verify_module(self._loader, self._selected, m)
+
+    def to_redis(self, redis_client: Any, key_prefix: str, force: bool = False) -> None:
+        """Stores the file under ``key_prefix`` in tensorizer's Redis layout,
+        readable with ``redis://host:port/<key_prefix>``: the header and
+        index in ``{prefix}:header:0``, then each tensor's header and data
+        under ``{prefix}:{name}:{byte offset}``.
+
+        As in tensorizer, a tensor whose header key already exists is
+        skipped unless ``force`` is true, and every tensor of the file is
+        stored, whatever ``filter_func`` selected. ``redis_client`` is a
+        ``redis.Redis`` (anything with ``set`` and ``exists``).
+        """
+        self._loader.check_open()
+        _redis_export.to_redis(self._loader.reader, redis_client, key_prefix, force)
+
+    @property
+    def receipt(self) -> LoadReceipt:
+        """What this deserializer has loaded, checked and read so far (a
+        snapshot: an eager deserializer's is complete once constructed; a
+        lazy one's grows as tensors are read). Ours; tensorizer has none."""
+        return self._loader.book.receipt(self._loader.reader, self._all, self._selected)
+
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
-        self._note_closing()
-        self._closed = True
-        self._reader = None
-        # Tensors already handed out keep the mapping alive through their
-        # buffer references; only ours is dropped here.
-        self._map = None
+        self._loader.close()
 
     def __exit__(self, *exc: Any) -> None:
         self.close()

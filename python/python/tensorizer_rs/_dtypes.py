@@ -41,6 +41,20 @@ def dtype_string(dtype: torch.dtype) -> str:
     return f"{order}V{size}{OPAQUE_DTYPE_SEP}{dtype}"
 
 
+def cast_target(target: Any, stored: Any) -> Any:
+    """The dtype a tensor stored as `stored` becomes under ``dtype=target``,
+    or None to keep it. The cast applies as ``Module.to(dtype)`` applies it:
+    to floating-point tensors for a floating-point dtype, to complex ones
+    for a complex dtype; integer and bool tensors keep theirs (tensorizer
+    casts every non-bool tensor, so complex values lose their imaginary
+    part and int64 positions are rounded: spec §11.1)."""
+    if target is None or stored == target:
+        return None
+    if (stored.is_floating_point and target.is_floating_point) or (stored.is_complex and target.is_complex):
+        return target
+    return None
+
+
 def numpy_dtype_string(dtype: np.dtype[Any]) -> str:
     """The string stored for a numpy array's dtype."""
     s = dtype.str

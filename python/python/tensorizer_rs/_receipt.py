@@ -95,96 +95,89 @@ class LoadReceipt:
         return f"LoadReceipt({counts}, bytes_by_source={dict(self.bytes_by_source)!r})"
 
 
-class _Receipts:
-    """``TensorDeserializer``'s bookkeeping behind ``receipt`` (a mixin).
+class ReceiptBook:
+    """One load's bookkeeping behind ``TensorDeserializer.receipt``.
 
-    The loading code reports what it did through ``_note_*``; nothing here
-    reads tensor data.
+    The loader reports what it did through ``note_*``; nothing here reads
+    tensor data.
     """
 
-    _reader: Any
-    _all: list[_Entry]
-    _selected: list[_Entry]
-
-    def _init_receipts(self) -> None:
-        self._r_loaded: set[int] = set()
-        self._r_verified: set[int] = set()
+    def __init__(self, origin: str) -> None:
+        self._loaded: set[int] = set()
+        self._verified: set[int] = set()
         # Loaded with verification; whether anything was there to check
         # is looked up (header reads) only when a receipt is made while the
         # reader is open: never on the load path, never at close.
-        self._r_checked: set[int] = set()
-        self._r_failed: set[int] = set()
-        self._r_mmap_bytes = 0
-        self._r_origin: str = self._reader.origin
-        self._r_read = 0  # the native count when the reader was closed
-        self._r_own = 0  # bytes read by _resolve_checked, not by loads
+        self._checked: set[int] = set()
+        self._failed: set[int] = set()
+        self._mmap_bytes = 0
+        self._origin = origin
+        self._read = 0  # the native count when the reader was closed
+        self._own = 0  # bytes read by _resolve_checked, not by loads
 
-    def _note_loaded(self, entries: Iterable[_Entry], verified: bool) -> None:
+    def note_loaded(self, entries: Iterable[_Entry], verified: bool) -> None:
         """`entries` are loaded; with `verified`, they were checked against
         whatever the file stores for them (the reader says if anything)."""
         indices = [e.index for e in entries]
         if not indices:
             return
-        self._r_loaded.update(indices)
-        self._r_failed.difference_update(indices)
+        self._loaded.update(indices)
+        self._failed.difference_update(indices)
         if verified:
-            self._r_checked.update(i for i in indices if i not in self._r_verified)
+            self._checked.update(i for i in indices if i not in self._verified)
 
-    def _resolve_checked(self) -> None:
+    def _resolve_checked(self, reader: Any) -> None:
         """Sorts the tensors loaded with verification into verified (their
         file stores hashes or MACs) and not."""
-        if not self._r_checked:
+        if not self._checked:
             return
-        indices = sorted(self._r_checked)
-        before = self._reader.bytes_read()[0]
-        vouched = self._reader.vouched(indices)
-        self._r_own += self._reader.bytes_read()[0] - before
-        self._r_verified.update(i for i, v in zip(indices, vouched) if v)
-        self._r_checked.clear()
+        indices = sorted(self._checked)
+        before = reader.bytes_read()[0]
+        vouched = reader.vouched(indices)
+        self._own += reader.bytes_read()[0] - before
+        self._verified.update(i for i, v in zip(indices, vouched) if v)
+        self._checked.clear()
 
-    def _note_failed(self, entries: Iterable[_Entry]) -> None:
-        self._r_failed.update(e.index for e in entries if e.index not in self._r_loaded)
+    def note_failed(self, entries: Iterable[_Entry]) -> None:
+        self._failed.update(e.index for e in entries if e.index not in self._loaded)
 
-    def _forget_failed(self, entries: Iterable[_Entry]) -> None:
+    def forget_failed(self, entries: Iterable[_Entry]) -> None:
         """A failed batch is retried one tensor at a time: only those that
         fail on their own stay failed."""
-        self._r_failed.difference_update(e.index for e in entries)
+        self._failed.difference_update(e.index for e in entries)
 
-    def _note_mapped(self, entries: Iterable[_Entry]) -> None:
-        self._r_mmap_bytes += sum(e.data_length for e in entries)
+    def note_mapped(self, entries: Iterable[_Entry]) -> None:
+        self._mmap_bytes += sum(e.data_length for e in entries)
 
-    def _note_closing(self) -> None:
-        if getattr(self, "_reader", None) is not None and hasattr(self, "_r_read"):
-            self._r_read = self._reader.bytes_read()[0]
+    def note_closing(self, reader: Any) -> None:
+        self._read = reader.bytes_read()[0]
 
-    @property
-    def receipt(self) -> LoadReceipt:
-        """What this deserializer has loaded, checked and read so far (a
-        snapshot: an eager deserializer's is complete once constructed; a
-        lazy one's grows as tensors are read). Ours; tensorizer has none."""
-        selected = {e.index for e in self._selected}
-        entries = self._all
+    def receipt(self, reader: Any, entries: list[_Entry], selected: list[_Entry]) -> LoadReceipt:
+        """The receipt now: `entries` every tensor of the file, `selected`
+        those the filter kept; `reader` the open reader, or None after
+        close."""
+        chosen = {e.index for e in selected}
 
         def names(keep: Any) -> tuple[TensorName, ...]:
             return tuple(e.name for e in entries if keep(e.index))
 
-        if self._reader is not None:
-            self._resolve_checked()
-            self._r_read = self._reader.bytes_read()[0]
-        read = self._r_read - self._r_own
+        if reader is not None:
+            self._resolve_checked(reader)
+            self._read = reader.bytes_read()[0]
+        read = self._read - self._own
         # After close, tensors loaded with verification that were never
         # looked up count as verified: their check ran and passed; only a
         # header storing no hashes (no known writer writes one) would make
         # that check empty, and telling needs the header read again.
-        loaded, failed = self._r_loaded, self._r_failed
-        verified = self._r_verified | self._r_checked
-        sources = {self._r_origin: read}
-        if self._r_mmap_bytes:
-            sources["mmap"] = self._r_mmap_bytes
+        loaded, failed = self._loaded, self._failed
+        verified = self._verified | self._checked
+        sources = {self._origin: read}
+        if self._mmap_bytes:
+            sources["mmap"] = self._mmap_bytes
         return LoadReceipt(
             expected=names(lambda i: True),
             loaded=names(loaded.__contains__),
-            skipped_by_filter=names(lambda i: i not in selected),
+            skipped_by_filter=names(lambda i: i not in chosen),
             verified=names(lambda i: i in loaded and i in verified),
             unverified=names(lambda i: i in loaded and i not in verified),
             failed=names(failed.__contains__),

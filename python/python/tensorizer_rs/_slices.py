@@ -272,16 +272,16 @@ def deserializer_slice(d: Any, key: Any) -> TensorSlice:
         node = node[part]
     if not isinstance(node, _native.Entry):
         raise KeyError(f"{key!r} is a group of tensors, not one tensor; get_slice takes a tensor's full path")
-    d._check_open()
+    d._loader.check_open()
     stored = torch_dtype(node.dtype)
     backend: _Backend
     if node.is_meta:
         entry = node
-        backend = ZerosBackend(node.shape, lambda shape: d._meta_slice(entry, shape))
+        backend = ZerosBackend(node.shape, lambda shape: d._loader.meta_slice(entry, shape))
     else:
-        backend = ReaderBackend(d._reader, node.index, d._options.verify_hash)
-    device = d._device
-    target = d._cast_to(stored)
+        backend = ReaderBackend(d._reader, node.index, d._options.verify(None))
+    device = d._loader.device
+    target = d._loader.cast_to(stored)
 
     def finish(t: torch.Tensor) -> torch.Tensor:
         if device.type != "cpu":
