@@ -37,7 +37,7 @@ pub fn staging_huge_pages() -> bool {
 }
 
 /// One transparent huge page (x86-64, arm64 with 4 KiB base pages).
-pub(crate) const HUGE_PAGE: usize = 2 << 20;
+pub const HUGE_PAGE: usize = 2 << 20;
 
 /// Below this many bytes a destination is not faulted in ahead
 /// ([`prefault`]): the call would cost more than it saves.

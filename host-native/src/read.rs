@@ -60,6 +60,20 @@ impl Default for ReadOptions {
     }
 }
 
+impl ReadOptions {
+    /// Whether one load call checks hashes: see [`call_verifies`].
+    pub fn verify(&self, call: Option<bool>) -> bool {
+        call_verifies(call, self.verify_hash)
+    }
+}
+
+/// Whether a load call checks hashes: its own `verify_hash` when it gives
+/// one, else the one its reader (or deserializer) was opened with. The one
+/// place this default is decided; every front end asks it.
+pub fn call_verifies(call: Option<bool>, opened_with: bool) -> bool {
+    call.unwrap_or(opened_with)
+}
+
 /// An open tensorizer file: header and index parsed, tensors read on demand.
 pub struct Reader<S: RangeSource = LocalFile> {
     source: S,

@@ -202,65 +202,44 @@ impl RangeSource for MemorySource {
     }
 }
 
-impl<T: RangeSource + ?Sized> RangeSource for Box<T> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
+/// `Box<T>` and `Arc<T>` read as the `T` they hold. Every method forwards,
+/// those with defaults too, so that a source's own overrides still apply.
+macro_rules! forward_range_source {
+    ($($pointer:ident)::+) => {
+        impl<T: RangeSource + ?Sized> RangeSource for $($pointer)::+<T> {
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
 
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        (**self).read_exact_at(offset, buf)
-    }
+            fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+                (**self).read_exact_at(offset, buf)
+            }
 
-    fn name(&self) -> &str {
-        (**self).name()
-    }
+            fn name(&self) -> &str {
+                (**self).name()
+            }
 
-    fn prefers_long_reads(&self) -> bool {
-        (**self).prefers_long_reads()
-    }
+            fn prefers_long_reads(&self) -> bool {
+                (**self).prefers_long_reads()
+            }
 
-    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
-        (**self).read_vectored_at(offset, bufs)
-    }
+            fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+                (**self).read_vectored_at(offset, bufs)
+            }
 
-    fn is_cold(&self) -> bool {
-        (**self).is_cold()
-    }
+            fn is_cold(&self) -> bool {
+                (**self).is_cold()
+            }
 
-    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        (**self).read_uncached_at(offset, buf)
-    }
+            fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+                (**self).read_uncached_at(offset, buf)
+            }
+        }
+    };
 }
 
-impl<T: RangeSource + ?Sized> RangeSource for std::sync::Arc<T> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        (**self).read_exact_at(offset, buf)
-    }
-
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-
-    fn prefers_long_reads(&self) -> bool {
-        (**self).prefers_long_reads()
-    }
-
-    fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
-        (**self).read_vectored_at(offset, bufs)
-    }
-
-    fn is_cold(&self) -> bool {
-        (**self).is_cold()
-    }
-
-    fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        (**self).read_uncached_at(offset, buf)
-    }
-}
+forward_range_source!(Box);
+forward_range_source!(std::sync::Arc);
 
 /// A source that counts the requests it serves and the bytes they move,
 /// forwarding everything (vectored reads stay one request).

@@ -44,7 +44,7 @@ use std::path::Path;
 pub use crate::store::retry::{
     DEFAULT_GIVE_UP_AFTER, DEFAULT_MAX_BACKOFF, RETRIES_VAR, RETRY_GIVE_UP_VAR, RetryPolicy,
 };
-pub use location::{Location, REDIS_DEFAULT_PORT, RedisTarget};
+pub use location::{Location, REDIS_DEFAULT_PORT, RedisTarget, UPLOADED_SCHEMES};
 
 use crate::error::{Error, Result};
 use crate::read::ReadOptions;

@@ -60,7 +60,7 @@ fn load_arenas(
             at = offset + len;
         }
     }
-    let verify = verify_hash.unwrap_or(inner.options().verify_hash);
+    let verify = inner.options().verify(verify_hash);
     py.detach(|| inner.load_many_with(jobs, verify)).map_err(to_py)
 }
 

@@ -86,7 +86,7 @@ fn ring_options(
     buffer_len: Option<usize>,
     ring: Option<usize>,
 ) -> StagingOptions {
-    let verify_hash = verify_hash.unwrap_or(reader.inner.options().verify_hash);
+    let verify_hash = reader.inner.options().verify(verify_hash);
     let mut options = StagingOptions::for_load(&reader.inner, verify_hash);
     options.buffer_len = buffer_len.unwrap_or(options.buffer_len);
     options.buffers = ring.unwrap_or(options.buffers);
@@ -107,8 +107,9 @@ fn cuda_available() -> bool {
     }
 }
 
-/// Most copy streams of our own a load may ask for.
-const MAX_STREAMS: usize = 16;
+/// Most copy streams of our own a load may ask for (Python's
+/// `TENSORIZER_RS_CUDA_STREAMS` check asks `_native.MAX_CUDA_STREAMS`).
+pub(crate) const MAX_STREAMS: usize = 16;
 
 /// Loads tensors `indices[k]` of `reader` into `tensors[k]`: contiguous
 /// CUDA tensors of one device, of exactly each tensor's size in bytes

@@ -54,7 +54,8 @@ mod _native {
     use crate::remote::RemoteOptions;
     #[pymodule_export]
     use crate::source::{
-        NativeSource, file_frozen, location_scheme, s3_presign, s3cfg_values, upload,
+        NativeSource, file_frozen, location_is_redis, location_scheme, s3_presign, s3cfg_values,
+        upload,
     };
     #[pymodule_export]
     use crate::writer::{NativeWriter, WriteSpec};
@@ -69,6 +70,11 @@ mod _native {
         m.add("ARENA_ALIGN", tensorizer_native::read::plan::ARENA_ALIGN)?;
         m.add("HUGE_PAGE_MIN", tensorizer_native::read::plan::HUGE_PAGE_MIN)?;
         m.add("ALLOCATION_ALIGN", tensorizer_native::read::plan::ALLOCATION_ALIGN)?;
+        m.add("HUGE_PAGE", tensorizer_native::memory::HUGE_PAGE)?;
+        m.add("MAX_CUDA_STREAMS", crate::cuda::MAX_STREAMS)?;
+        let uploaded =
+            pyo3::types::PyTuple::new(m.py(), tensorizer_native::store::UPLOADED_SCHEMES)?;
+        m.add("UPLOADED_SCHEMES", uploaded)?;
         m.add("TruncatedError", crate::errors::truncated_type(m.py())?)?;
         m.add("CheckpointUnpicklingError", crate::errors::unpickling_type(m.py())?)?;
         crate::errors::detail_defaults(m)?;

@@ -176,7 +176,7 @@ impl LoadOptions {
     /// Whether a call checks hashes: its own `verify_hash` (by truth), or
     /// the constructor's when it passes none.
     pub(crate) fn verify(&self, call: Option<bool>) -> bool {
-        call.unwrap_or(self.verify_hash)
+        tensorizer_native::read::call_verifies(call, self.verify_hash)
     }
 }
 

@@ -274,7 +274,7 @@ impl NativeReader {
             ));
         }
         let mut held = Held::acquire(&buffers, true)?;
-        let verify = verify_hash.unwrap_or(self.inner.options().verify_hash);
+        let verify = self.inner.options().verify(verify_hash);
         let slices = held.slices_mut();
         let jobs: Vec<(usize, &mut [u8])> = indices.into_iter().zip(slices).collect();
         py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
@@ -354,56 +354,5 @@ impl NativeReader {
             pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows")
         })?;
         Ok((plan.shares, plan.local))
-    }
-
-    /// Loads tensors `indices[k]` into one writable buffer, each at
-    /// `offsets[k]` (ascending, non-overlapping, each tensor's stored size),
-    /// with the GIL released: one buffer hand-off for a whole arena.
-    #[pyo3(signature = (indices, buffer, offsets, verify_hash=None))]
-    fn load_into_arena(
-        &self,
-        py: Python<'_>,
-        indices: Vec<usize>,
-        buffer: Bound<'_, PyAny>,
-        offsets: Vec<usize>,
-        verify_hash: Option<bool>,
-    ) -> PyResult<()> {
-        if indices.len() != offsets.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "one offset per tensor index is required",
-            ));
-        }
-        let entries = self.inner.entries();
-        let mut held = Held::acquire(&[buffer], true)?;
-        let mut slices = held.slices_mut();
-        let mut rest: &mut [u8] =
-            slices.pop().ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no buffer"))?;
-        let mut at = 0usize;
-        let mut jobs: Vec<(usize, &mut [u8])> = Vec::with_capacity(indices.len());
-        for (&i, &offset) in indices.iter().zip(&offsets) {
-            let entry = entries
-                .get(i)
-                .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
-            let len = usize::try_from(entry.data_length).map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err("tensor too large for this platform")
-            })?;
-            let skip = offset.checked_sub(at).ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err(
-                    "offsets must be ascending and must not overlap",
-                )
-            })?;
-            if skip.checked_add(len).is_none_or(|end| end > rest.len()) {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "tensor {i} at offset {offset} ({len} bytes) does not fit the buffer"
-                )));
-            }
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
-            let (piece, tail) = tail.split_at_mut(len);
-            jobs.push((i, piece));
-            rest = tail;
-            at = offset + len;
-        }
-        let verify = verify_hash.unwrap_or(self.inner.options().verify_hash);
-        py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
     }
 }

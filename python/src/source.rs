@@ -163,3 +163,10 @@ pub(crate) fn upload(
 pub(crate) fn location_scheme(uri: PathBuf) -> PyResult<&'static str> {
     Ok(location(&uri)?.scheme())
 }
+
+/// Whether `uri` names a Redis key (`redis://`, `rediss://`, or either
+/// `+cluster`); false for anything else, malformed URIs included.
+#[pyfunction]
+pub(crate) fn location_is_redis(uri: PathBuf) -> bool {
+    location(&uri).is_ok_and(|l| l.is_redis())
+}

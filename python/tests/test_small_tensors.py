@@ -77,7 +77,7 @@ def test_what_users_do_next(tmp_path):
 
 
 def test_arena_loads_refuse_bad_offsets(tmp_path):
-    """NativeReader.load_into_arena checks offsets against the buffer."""
+    """load_arenas checks offsets against each arena."""
     import numpy as np
 
     sd = {"a": torch.arange(4, dtype=torch.int32), "b": torch.arange(3, dtype=torch.int64)}
@@ -85,13 +85,14 @@ def test_arena_loads_refuse_bad_offsets(tmp_path):
     write_with(tz, path, lambda s: s.write_state_dict(sd))
     reader = tz._native.NativeReader(str(path))
     buf = np.zeros(128, dtype=np.uint8)
-    reader.load_into_arena([0, 1], buf, [0, 64])
+    load = tz._native.load_arenas
+    load(reader, [[0, 1]], [buf], [[0, 64]])
     assert buf[:16].view(np.int32).tolist() == [0, 1, 2, 3]
     assert buf[64:88].view(np.int64).tolist() == [0, 1, 2]
     for offsets in ([0, 8], [64, 0], [0, 120]):  # overlapping, descending, past the end
         with pytest.raises(ValueError):
-            reader.load_into_arena([0, 1], buf, offsets)
+            load(reader, [[0, 1]], [buf], [offsets])
     with pytest.raises(ValueError):
-        reader.load_into_arena([0, 1], buf, [0])
+        load(reader, [[0, 1]], [buf], [[0]])
     with pytest.raises(IndexError):
-        reader.load_into_arena([7], buf, [0])
+        load(reader, [[7]], [buf], [[0]])

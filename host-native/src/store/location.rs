@@ -236,6 +236,18 @@ impl Location {
         matches!(self, Self::Local(_))
     }
 
+    /// Whether this is a Redis key or a Redis Cluster's (TLS or not).
+    pub fn is_redis(&self) -> bool {
+        matches!(self, Self::Redis(_) | Self::RedisCluster(_))
+    }
+
+    /// Whether a file written here is written whole to a local temporary
+    /// file first and uploaded as one object when it is closed (the object
+    /// stores: S3, GCS, Azure: [`UPLOADED_SCHEMES`]).
+    pub fn is_uploaded(&self) -> bool {
+        UPLOADED_SCHEMES.contains(&self.scheme())
+    }
+
     /// The scheme name (`"file"` for a local path, `"az"` for every Azure
     /// form).
     pub fn scheme(&self) -> &'static str {
@@ -253,6 +265,10 @@ impl Location {
         }
     }
 }
+
+/// The schemes of the locations a written file is uploaded to on close
+/// ([`Location::is_uploaded`]), as [`Location::scheme`] names them.
+pub const UPLOADED_SCHEMES: [&str; 3] = ["s3", "gs", "az"];
 
 /// `bucket/key` split at the first `/`; both non-empty.
 fn bucket_and_key(rest: &str) -> Option<(String, String)> {
@@ -392,6 +408,24 @@ mod tests {
             assert!(Location::parse(bad).is_err(), "{bad}");
         }
         assert!(matches!(Location::parse("ftp://h/f"), Err(Error::Unsupported { .. })));
+    }
+
+    #[test]
+    fn names_its_kind_once() {
+        let kinds = |uri: &str| {
+            let l = Location::parse(uri).unwrap();
+            (l.is_redis(), l.is_uploaded())
+        };
+        for uri in ["redis://h/p", "REDIS://h/p", "rediss://h/p", "redis+cluster://h/p"] {
+            assert_eq!(kinds(uri), (true, false), "{uri}");
+        }
+        for uri in ["s3://b/k", "gs://b/k", "az://acct/c/b", "abfs://c@acct.dfs.core.windows.net/b"]
+        {
+            assert_eq!(kinds(uri), (false, true), "{uri}");
+        }
+        for uri in ["/tmp/f", "https://h/f", "http://h/f"] {
+            assert_eq!(kinds(uri), (false, false), "{uri}");
+        }
     }
 
     #[test]

@@ -47,7 +47,7 @@ ALLOC_MODES = ("per_tensor", "carved")
 #: and cuBLAS expect of a tensor's start; torch's allocator gives 512).
 VIEW_ALIGN = _native.DEVICE_VIEW_ALIGN
 #: Most copy streams of our own (the native call refuses more).
-MAX_STREAMS = 16
+MAX_STREAMS = _native.MAX_CUDA_STREAMS
 
 _OFF = ("0", "false", "no", "off")
 

@@ -38,7 +38,7 @@ ALLOCATION_ALIGN = _native.ALLOCATION_ALIGN
 #: of it and is mapped in whole multiples of it, so that every byte of it
 #: can be backed by huge pages (a region that starts or ends inside a 2 MiB
 #: frame gets 4 KiB pages there, which fault about 3x slower).
-HUGE_PAGE = 2 << 20
+HUGE_PAGE = _native.HUGE_PAGE
 
 
 def _round_up(n: int, align: int) -> int:

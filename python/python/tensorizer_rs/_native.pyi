@@ -27,6 +27,7 @@ __all__ = [
     "RemoteOptions",
     "upload",
     "location_scheme",
+    "location_is_redis",
     "ObjectChangedError",
     "RangeNotSupportedError",
     "s3_presign",
@@ -41,6 +42,9 @@ __all__ = [
     "__version__",
     "DEFAULT_READERS",
     "HUGE_PAGE_MIN",
+    "HUGE_PAGE",
+    "MAX_CUDA_STREAMS",
+    "UPLOADED_SCHEMES",
     "LoadPlan",
     "slice_shape",
     "checkpoint_slice_shape",
@@ -71,6 +75,12 @@ ARENA_BYTES: int
 ARENA_ALIGN: int
 HUGE_PAGE_MIN: int
 ALLOCATION_ALIGN: int
+#: One transparent huge page.
+HUGE_PAGE: int
+#: Most copy streams of our own a CUDA load may ask for.
+MAX_CUDA_STREAMS: int
+#: Schemes a written file is uploaded to, whole, on close.
+UPLOADED_SCHEMES: tuple[str, ...]
 
 class FormatError(ValueError):
     offset: int | None
@@ -106,6 +116,7 @@ def upload(
     overwrite: bool = True,
 ) -> None: ...
 def location_scheme(uri: str | PathLike[str]) -> str: ...
+def location_is_redis(uri: str | PathLike[str]) -> bool: ...
 def file_frozen(path: str | PathLike[str]) -> str | None: ...
 def s3cfg_values(text: str) -> tuple[bool, str | None, str | None, str | None, bool | None]: ...
 def s3_presign(uri: str, expires: int, options: RemoteOptions | None = None) -> str: ...
@@ -352,9 +363,6 @@ class NativeReader:
     def load_into(self, indices: Sequence[int], buffers: Sequence[Any], verify_hash: bool | None = None) -> None: ...
     def plan_load(self, indices: list[int], destination: str, mapped: bool) -> LoadPlan: ...
     def plan_shares(self, indices: list[int], ranks: int) -> tuple[list[list[int]], list[int]]: ...
-    def load_into_arena(
-        self, indices: list[int], buffer: Any, offsets: list[int], verify_hash: bool | None = None
-    ) -> None: ...
 
 @final
 class WriteSpec:

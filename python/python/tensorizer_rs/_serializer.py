@@ -20,7 +20,6 @@ from .stream_io import RemoteUpload
 _TENSORIZER_INDEX = 256 * 1024
 _DEFAULT_ALIGNMENT = 64
 # Schemes a serializer writes to: a temporary file, uploaded on close.
-_UPLOADED = ("s3", "gs", "az")
 
 FileLike = Union[str, "os.PathLike[str]", io.BufferedIOBase, io.RawIOBase, Any]
 
@@ -89,7 +88,7 @@ class TensorSerializer:
         self._upload_uri: str | None = None
         # The scheme is parsed once, natively (``Location``).
         scheme = _native.location_scheme(file_obj) if isinstance(file_obj, str) and file_obj else "file"
-        if isinstance(file_obj, str) and scheme in _UPLOADED:
+        if isinstance(file_obj, str) and scheme in _native.UPLOADED_SCHEMES:
             # Written to a private temporary file, uploaded on close.
             self._upload_uri = file_obj
             self._tmpdir = tempfile.mkdtemp(prefix="tensorizer-rs-")

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # Object stores that streams opened for writing upload to on close.
-_UPLOADED = ("s3", "gs", "az")
+_UPLOADED = _native.UPLOADED_SCHEMES
 
 SEEK_SET = io.SEEK_SET
 SEEK_CUR = io.SEEK_CUR
@@ -403,12 +403,15 @@ class RedisStreamFile(RemoteStream):
         end: Optional[int] = None,
         buffer_size: Optional[int] = None,
     ) -> None:
-        # As tensorizer: the URI through urlparse, buffer_size applied to a
-        # socket's receive buffer (the same errors for the same values), a
-        # false begin is 0 and an end that bounds nothing is ignored.
-        from urllib.parse import urlparse
-
-        if urlparse(uri).scheme.lower() not in ("redis", "redis+cluster"):
+        # As tensorizer: only a Redis URI (which the native parser names),
+        # buffer_size applied to a socket's receive buffer (the same errors
+        # for the same values), a false begin is 0 and an end that bounds
+        # nothing is ignored.
+        if uri and not isinstance(uri, (str, bytes)):
+            # The error tensorizer's urlparse raises for anything else (a
+            # false value it takes as an empty URI: ValueError below).
+            raise AttributeError(f"uri must be a str, not {type(uri).__name__}")
+        if not isinstance(uri, str) or not _native.location_is_redis(uri):
             raise ValueError(f"Invalid Redis URI: {uri}")
         if buffer_size is not None:
             import socket
