@@ -43,6 +43,9 @@ const DIRECT_MIN: u64 = 64 << 10;
 /// Longest span one batched read covers.
 const BATCH_SPAN: u64 = 8 << 20;
 
+/// One tensor to load: its index and the buffer of exactly its size.
+type Job<'b> = (usize, &'b mut [u8]);
+
 /// How to read.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
@@ -339,8 +342,24 @@ impl<S: RangeSource> Reader<S> {
         if decrypts { e } else { Error::WrongKey { file: self.source.name().to_string() } }
     }
 
-    fn load_jobs(&self, mut jobs: Vec<(usize, &mut [u8])>, verify: bool) -> Result<()> {
-        for (i, out) in &jobs {
+    fn load_jobs(&self, mut jobs: Vec<Job<'_>>, verify: bool) -> Result<()> {
+        self.check_buffers(&jobs)?;
+        jobs.sort_by_key(|(i, _)| *i);
+        if self.reads_cold(jobs.iter().map(|(_, out)| out.len() as u64).sum()) {
+            return self.load_cold(jobs, verify);
+        }
+        if self.source.prefers_long_reads() {
+            return self.load_spans(jobs, verify);
+        }
+        let (batches, whole, mut large) = self.group_jobs(jobs);
+        let records = self.read_small_and_headers(batches, whole, &large, verify)?;
+        self.read_large(&mut large, &records, verify)?;
+        self.verify_large(&large, &records, verify)
+    }
+
+    /// Refuses a job whose buffer is not exactly its tensor's size.
+    fn check_buffers(&self, jobs: &[Job<'_>]) -> Result<()> {
+        for (i, out) in jobs {
             let entry = self.entry(*i)?;
             if out.len() as u64 != entry.nbytes() {
                 return Err(Error::Invalid(format!(
@@ -352,18 +371,22 @@ impl<S: RangeSource> Reader<S> {
                 )));
             }
         }
-        jobs.sort_by_key(|(i, _)| *i);
-        if self.reads_cold(jobs.iter().map(|(_, out)| out.len() as u64).sum()) {
-            return self.load_cold(jobs, verify);
-        }
-        if self.source.prefers_long_reads() {
-            return self.load_spans(jobs, verify);
-        }
-        let mut batches: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
-        let mut whole: Vec<(usize, &mut [u8])> = Vec::new();
-        let mut large: Vec<(usize, &mut [u8])> = Vec::new();
+        Ok(())
+    }
+
+    /// `jobs` (in file order) as batches of small tensors read together,
+    /// tensors read whole in one request each, and large tensors read
+    /// piece by piece.
+    #[allow(clippy::type_complexity)]
+    fn group_jobs<'b>(
+        &self,
+        jobs: Vec<Job<'b>>,
+    ) -> (Vec<Vec<Job<'b>>>, Vec<Job<'b>>, Vec<Job<'b>>) {
+        let entries = &self.metadata.entries;
+        let mut batches: Vec<Vec<Job<'b>>> = Vec::new();
+        let (mut whole, mut large) = (Vec::new(), Vec::new());
         for (i, out) in jobs {
-            let e = &self.metadata.entries[i];
+            let e = &entries[i];
             let span = e.header_len().saturating_add(e.data_length);
             if span > PIECE_LEN as u64 {
                 large.push((i, out));
@@ -379,85 +402,94 @@ impl<S: RangeSource> Reader<S> {
             // in such gaps), and within BATCH_SPAN of its start.
             let fits = batches.last().is_some_and(|b| match (b.first(), b.last()) {
                 (Some((first, _)), Some((last, _))) => {
-                    let gap = e.header_offset.checked_sub(self.metadata.entries[*last].data_end());
+                    let gap = e.header_offset.checked_sub(entries[*last].data_end());
                     gap.is_some_and(|g| g <= records::HEADER_GAP)
-                        && e.data_end() - self.metadata.entries[*first].header_offset <= BATCH_SPAN
+                        && e.data_end() - entries[*first].header_offset <= BATCH_SPAN
                 }
                 _ => false,
             });
-            if fits {
-                if let Some(b) = batches.last_mut() {
-                    b.push((i, out));
-                }
-            } else {
-                batches.push(vec![(i, out)]);
+            match batches.last_mut() {
+                Some(b) if fits => b.push((i, out)),
+                _ => batches.push(vec![(i, out)]),
             }
         }
-        let threads = self.options.num_readers;
+        (batches, whole, large)
+    }
 
-        // Phase 1: small tensors in batches, tensors of at most a piece (or
-        // with at least DIRECT_MIN of data) whole, straight into their
-        // buffers with no second pass, and the headers of large ones.
+    /// Phase 1: small tensors in batches, tensors of at most a piece (or
+    /// with at least DIRECT_MIN of data) whole, straight into their
+    /// buffers with no second pass, and the headers of `large` ones.
+    fn read_small_and_headers(
+        &self,
+        batches: Vec<Vec<Job<'_>>>,
+        whole: Vec<Job<'_>>,
+        large: &[Job<'_>],
+        verify: bool,
+    ) -> Result<Vec<Option<TensorRecord>>> {
+        enum Work<'a, 'b> {
+            Batch(Vec<Job<'b>>),
+            Whole(usize, &'b mut [u8]),
+            Header(usize, &'a mut Option<TensorRecord>),
+        }
         let mut records: Vec<Option<TensorRecord>> = vec![None; large.len()];
-        {
-            enum Work<'a, 'b> {
-                Batch(Vec<(usize, &'b mut [u8])>),
-                Whole(usize, &'b mut [u8]),
-                Header(usize, &'a mut Option<TensorRecord>),
+        let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
+        work.extend(whole.into_iter().map(|(i, out)| Work::Whole(i, out)));
+        work.extend(
+            large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)),
+        );
+        for_each(self.options.num_readers, work, |w| match w {
+            Work::Batch(members) => self.read_batch(members, verify),
+            Work::Whole(i, out) => self.read_whole(i, out, verify),
+            Work::Header(i, slot) => {
+                *slot = Some(self.record(i)?);
+                Ok(())
             }
-            let mut work: Vec<Work<'_, '_>> = batches.into_iter().map(Work::Batch).collect();
-            work.extend(whole.into_iter().map(|(i, out)| Work::Whole(i, out)));
-            work.extend(
-                large.iter().zip(records.iter_mut()).map(|((i, _), slot)| Work::Header(*i, slot)),
-            );
-            for_each(threads, work, |w| match w {
-                Work::Batch(members) => self.read_batch(members, verify),
-                Work::Whole(i, out) => self.read_whole(i, out, verify),
-                Work::Header(i, slot) => {
-                    *slot = Some(self.record(i)?);
-                    Ok(())
-                }
-            })?;
-        }
+        })?;
+        Ok(records)
+    }
 
-        // Phase 2: the data of large tensors, piece by piece, decrypting as
-        // it lands; a tensor that is one piece is also verified right away,
-        // by the same thread while its data is still in cache.
+    /// Phase 2: the data of `large` tensors (their `records` read in phase
+    /// 1), piece by piece, decrypting as it lands; a tensor that is one
+    /// piece is also verified right away, by the same thread while its data
+    /// is still in cache. A single box larger than a piece (no known writer
+    /// makes one) is opened whole once all its pieces are in.
+    fn read_large(
+        &self,
+        large: &mut [Job<'_>],
+        records: &[Option<TensorRecord>],
+        verify: bool,
+    ) -> Result<()> {
         let mut keys = Vec::with_capacity(large.len());
         for record in records.iter().flatten() {
             keys.push(self.key_for(record)?);
         }
-        {
-            let mut pieces = Vec::new();
-            for (((i, out), record), key) in large.iter_mut().zip(&records).zip(&keys) {
-                let Some(record) = record else { continue };
-                let entry = &self.metadata.entries[*i];
-                let cipher = record.cipher().map_err(self.tensor_err(entry))?;
-                let check = (verify && verify_inline(out.len(), cipher.as_ref())).then_some(record);
-                for (n, piece) in out.chunks_mut(PIECE_LEN).enumerate() {
-                    pieces.push((entry, cipher, key.as_ref(), check, n, piece));
-                }
+        let mut pieces = Vec::new();
+        for (((i, out), record), key) in large.iter_mut().zip(records).zip(&keys) {
+            let Some(record) = record else { continue };
+            let entry = &self.metadata.entries[*i];
+            let cipher = record.cipher().map_err(self.tensor_err(entry))?;
+            let check = (verify && verify_inline(out.len(), cipher.as_ref())).then_some(record);
+            for (n, piece) in out.chunks_mut(PIECE_LEN).enumerate() {
+                pieces.push((entry, cipher, key.as_ref(), check, n, piece));
             }
-            for_each(threads, pieces, |(entry, cipher, key, check, n, piece)| {
-                let offset = (n * PIECE_LEN) as u64;
-                crate::memory::prefault(piece);
-                self.source.read_exact_at(entry.data_offset + offset, piece)?;
-                if let (Some(cipher), Some(key)) = (cipher, key)
-                    && piecewise(&cipher)
-                {
-                    decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
-                }
-                if let Some(record) = check {
-                    record
-                        .verify_with(piece, crate::kernels::digest::kernel())
-                        .map_err(self.tensor_err(entry))?;
-                }
-                Ok(())
-            })?;
         }
-        // A single box larger than a piece (no known writer makes one) is
-        // opened whole once all its pieces are in.
-        for (((i, out), record), key) in large.iter_mut().zip(&records).zip(&keys) {
+        for_each(self.options.num_readers, pieces, |(entry, cipher, key, check, n, piece)| {
+            let offset = (n * PIECE_LEN) as u64;
+            crate::memory::prefault(piece);
+            self.source.read_exact_at(entry.data_offset + offset, piece)?;
+            if let (Some(cipher), Some(key)) = (cipher, key)
+                && piecewise(&cipher)
+            {
+                decrypt_piece(&cipher, key, offset, piece).map_err(self.tensor_err(entry))?;
+            }
+            if let Some(record) = check {
+                record
+                    .verify_with(piece, crate::kernels::digest::kernel())
+                    .map_err(self.tensor_err(entry))?;
+            }
+            Ok(())
+        })?;
+        for (((i, out), record), key) in large.iter_mut().zip(records).zip(&keys) {
             let entry = &self.metadata.entries[*i];
             let Some(record) = record else { continue };
             if let (Some(cipher), Some(key)) =
@@ -467,22 +499,30 @@ impl<S: RangeSource> Reader<S> {
                 decrypt_piece(&cipher, key, 0, out).map_err(self.tensor_err(entry))?;
             }
         }
-
-        // Phase 3: hashes of large tensors not verified in phase 2, one
-        // tensor per thread.
-        if verify {
-            let work: Vec<_> = large.iter().zip(&records).collect();
-            for_each(threads, work, |((i, out), record)| {
-                let entry = &self.metadata.entries[*i];
-                match record {
-                    Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => r
-                        .verify_with(out, crate::kernels::digest::kernel())
-                        .map_err(self.tensor_err(entry)),
-                    _ => Ok(()),
-                }
-            })?;
-        }
         Ok(())
+    }
+
+    /// Phase 3: with `verify`, the hashes of `large` tensors not verified
+    /// in phase 2, one tensor per thread.
+    fn verify_large(
+        &self,
+        large: &[Job<'_>],
+        records: &[Option<TensorRecord>],
+        verify: bool,
+    ) -> Result<()> {
+        if !verify {
+            return Ok(());
+        }
+        let work: Vec<_> = large.iter().zip(records).collect();
+        for_each(self.options.num_readers, work, |((i, out), record)| {
+            let entry = &self.metadata.entries[*i];
+            match record {
+                Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => r
+                    .verify_with(out, crate::kernels::digest::kernel())
+                    .map_err(self.tensor_err(entry)),
+                _ => Ok(()),
+            }
+        })
     }
 
     /// Tensor `i` (header and data at most [`PIECE_LEN`]) read with one

@@ -163,24 +163,76 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
     options: &StagingOptions,
 ) -> Result<()> {
     let name = reader.source().name();
-    let entries = reader.entries();
     if options.buffers == 0 || options.buffer_len == 0 {
         return Err(Error::Invalid(format!(
             "{name}: the staging ring needs at least one buffer of at least one byte"
         )));
     }
-    if let Some(&bad) = tensors.iter().find(|&&i| i >= entries.len()) {
+    if let Some(&bad) = tensors.iter().find(|&&i| i >= reader.entries().len()) {
         return Err(Error::Invalid(format!("{name}: no tensor number {bad}")));
     }
     let threads = options.threads.clamp(1, options.buffers);
+    let records = read_records(reader, tensors, threads)?;
+    let (keys, fills) = plan_fills(reader, tensors, &records, options.buffer_len)?;
+    zero_unstored(reader, tensors, &records, engine, options.verify_hash)?;
+    let hashing = records
+        .iter()
+        .map(|r| Hashing {
+            done: 0,
+            hasher: options.verify_hash.then(|| r.hasher_with(crate::kernels::digest::kernel())),
+        })
+        .collect();
+    let mut run = Run {
+        reader,
+        tensors,
+        records: &records,
+        keys: &keys,
+        fills: &fills,
+        engine,
+        verify: options.verify_hash,
+        cold: reader.reads_cold(fills.iter().map(|f| f.len as u64).sum()),
+        slots: Vec::new(),
+        buffer_len: 0,
+        hashing: Mutex::new(hashing),
+        hashed: Condvar::new(),
+        next_fill: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        first_error: Mutex::new(None),
+    };
+    run.make_ring(options.buffers);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(fills.len()) {
+            scope.spawn(|| run.work());
+        }
+    });
+    run.finish()
+}
 
-    // Headers first: the plan needs each tensor's encryption chunk size.
+/// The headers of `tensors`, read on `threads` threads (the plan needs
+/// each tensor's encryption chunk size).
+fn read_records<S: RangeSource>(
+    reader: &Reader<S>,
+    tensors: &[usize],
+    threads: usize,
+) -> Result<Vec<TensorRecord>> {
     let mut records: Vec<Option<TensorRecord>> = vec![None; tensors.len()];
     for_each(threads, records.iter_mut().zip(tensors).collect(), |(slot, &i)| {
         *slot = Some(reader.record(i)?);
         Ok(())
     })?;
-    let records: Vec<TensorRecord> = records.into_iter().flatten().collect();
+    Ok(records.into_iter().flatten().collect())
+}
+
+/// Each tensor's key, and the fills of the staging buffers: a buffer holds
+/// at least one encryption chunk of every tensor that needs more than one
+/// buffer (up to MAX_BUFFER_LEN), and at least `buffer_len` bytes.
+fn plan_fills<S: RangeSource>(
+    reader: &Reader<S>,
+    tensors: &[usize],
+    records: &[TensorRecord],
+    buffer_len: usize,
+) -> Result<(Vec<Option<Key>>, Vec<plan::Fill>)> {
+    let (name, entries) = (reader.source().name(), reader.entries());
     let mut keys: Vec<Option<Key>> = Vec::with_capacity(records.len());
     let mut wanted = Vec::with_capacity(records.len());
     for (dst, (record, &i)) in records.iter().zip(tensors).enumerate() {
@@ -197,8 +249,6 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         keys.push(reader.key_for(record)?);
         wanted.push(plan::Wanted { dst, entry, unit: cipher.map_or(1, |c| c.chunk_size) });
     }
-    // A buffer holds at least one encryption chunk of every tensor that
-    // needs more than one buffer (up to MAX_BUFFER_LEN).
     let chunk = wanted
         .iter()
         .filter(|w| w.unit > 1)
@@ -206,82 +256,32 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         .filter(|&need| need <= MAX_BUFFER_LEN as u64)
         .max()
         .map_or(0, |need| need as usize);
-    let fills = plan::plan(wanted, options.buffer_len.max(chunk), name)?;
-    let cold = reader.reads_cold(fills.iter().map(|f| f.len as u64).sum());
+    let fills = plan::plan(wanted, buffer_len.max(chunk), name)?;
+    Ok((keys, fills))
+}
 
-    // Tensors without stored data: zero-filled, their hashes checked over nothing.
+/// Tensors without stored data: zero-filled, their hashes (with `verify`)
+/// checked over nothing.
+fn zero_unstored<S: RangeSource, E: CopyEngine>(
+    reader: &Reader<S>,
+    tensors: &[usize],
+    records: &[TensorRecord],
+    engine: &E,
+    verify: bool,
+) -> Result<()> {
+    let name = reader.source().name();
     for (dst, (record, &i)) in records.iter().zip(tensors).enumerate() {
-        let entry = &entries[i];
+        let entry = &reader.entries()[i];
         if entry.data_length == 0 {
             if entry.nbytes() > 0 {
                 engine.zero(dst, entry.nbytes())?;
             }
-            if options.verify_hash {
+            if verify {
                 record.verify(&[]).map_err(|e| Error::tensor(name, entry.path.to_string(), e))?;
             }
         }
     }
-
-    let mut run = Run {
-        reader,
-        tensors,
-        records: &records,
-        keys: &keys,
-        fills: &fills,
-        engine,
-        verify: options.verify_hash,
-        cold,
-        slots: Vec::new(),
-        buffer_len: 0,
-        hashing: Mutex::new(
-            records
-                .iter()
-                .map(|r| Hashing {
-                    done: 0,
-                    hasher: options
-                        .verify_hash
-                        .then(|| r.hasher_with(crate::kernels::digest::kernel())),
-                })
-                .collect(),
-        ),
-        hashed: Condvar::new(),
-        next_fill: AtomicUsize::new(0),
-        failed: AtomicBool::new(false),
-        first_error: Mutex::new(None),
-    };
-    // No more buffers than fills, none longer than the longest fill (a
-    // small load pins little memory). Each buffer is allocated by the
-    // thread that first fills it: page-locked memory is slow to make, and
-    // so the first read waits for one allocation, not for the whole ring.
-    // Reads around the page cache start and end on block boundaries: room
-    // for the block before a fill's start and the rest of its last block
-    // (warm loads too, so that pooled buffers serve either kind).
-    let ring = options.buffers.min(fills.len().max(1));
-    let longest = fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
-    run.buffer_len = longest + 2 * DIRECT_BLOCK as usize;
-    for k in 0..ring {
-        run.slots.push((Mutex::new(Slot { buffer: None, ticket: None, turn: k }), Condvar::new()));
-    }
-    std::thread::scope(|scope| {
-        for _ in 0..threads.min(fills.len()) {
-            scope.spawn(|| run.work());
-        }
-    });
-    // Every copy finishes before the buffers go away, even after an error.
-    let mut result = match run.first_error.into_inner() {
-        Ok(Some(e)) => Err(e),
-        _ => Ok(()),
-    };
-    for (slot, _) in run.slots {
-        let slot = slot.into_inner().unwrap_or_else(|p| p.into_inner());
-        if let Some(ticket) = slot.ticket {
-            let waited = engine.wait(ticket);
-            if result.is_ok() {
-                result = waited;
-            }
-        }
-    }
-    result
+    Ok(())
 }
 
 /// The shared state of one load.
@@ -312,6 +312,43 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<S: RangeSource, E: CopyEngine> Run<'_, S, E> {
+    /// The ring's slots: no more buffers than fills, none longer than the
+    /// longest fill (a small load pins little memory). Each buffer is
+    /// allocated by the thread that first fills it: page-locked memory is
+    /// slow to make, and so the first read waits for one allocation, not
+    /// for the whole ring. Reads around the page cache start and end on
+    /// block boundaries: room for the block before a fill's start and the
+    /// rest of its last block (warm loads too, so that pooled buffers
+    /// serve either kind).
+    fn make_ring(&mut self, buffers: usize) {
+        let ring = buffers.min(self.fills.len().max(1));
+        let longest = self.fills.iter().map(|f| f.len).max().unwrap_or(0).max(1);
+        self.buffer_len = longest + 2 * DIRECT_BLOCK as usize;
+        for k in 0..ring {
+            let slot = Slot { buffer: None, ticket: None, turn: k };
+            self.slots.push((Mutex::new(slot), Condvar::new()));
+        }
+    }
+
+    /// The load's outcome, once every copy has finished: the buffers must
+    /// outlive their copies, even after an error.
+    fn finish(self) -> Result<()> {
+        let mut result = match self.first_error.into_inner() {
+            Ok(Some(e)) => Err(e),
+            _ => Ok(()),
+        };
+        for (slot, _) in self.slots {
+            let slot = slot.into_inner().unwrap_or_else(|p| p.into_inner());
+            if let Some(ticket) = slot.ticket {
+                let waited = self.engine.wait(ticket);
+                if result.is_ok() {
+                    result = waited;
+                }
+            }
+        }
+        result
+    }
+
     /// One reader thread: takes fill numbers in order until none are left
     /// or a thread failed.
     fn work(&self) {
