@@ -141,6 +141,44 @@ impl StridedView {
     /// `torch.Tensor.__getitem__` with ints, slices of step ≥ 1, `...` and
     /// `None`). Errors name the offending dimension.
     pub fn index(&self, index: &[Index]) -> Result<Self> {
+        let consuming = self.check_index(index)?;
+        let ndim = self.shape.len();
+        let mut shape = Vec::with_capacity(ndim + index.len());
+        let mut stride = Vec::with_capacity(ndim + index.len());
+        let mut offset = self.offset;
+        let mut d = 0usize;
+        for item in index {
+            match *item {
+                Index::Ellipsis => {
+                    shape.extend_from_slice(&self.shape[d..d + ndim - consuming]);
+                    stride.extend_from_slice(&self.stride[d..d + ndim - consuming]);
+                    d += ndim - consuming;
+                }
+                Index::NewAxis => {
+                    shape.push(1);
+                    stride.push(0);
+                }
+                Index::At(i) => {
+                    offset = offset.checked_add(self.at(d, i)?).ok_or_else(overflow)?;
+                    d += 1;
+                }
+                Index::Range { start, stop, step } => {
+                    let (len, step, skip) = self.range(d, start, stop, step)?;
+                    offset = offset.checked_add(skip).ok_or_else(overflow)?;
+                    shape.push(len);
+                    stride.push(step);
+                    d += 1;
+                }
+            }
+        }
+        shape.extend_from_slice(&self.shape[d..]);
+        stride.extend_from_slice(&self.stride[d..]);
+        Ok(Self { shape, stride, offset })
+    }
+
+    /// Refuses an index this view cannot take; returns how many of its
+    /// items consume a dimension.
+    fn check_index(&self, index: &[Index]) -> Result<usize> {
         if index.len() > MAX_INDEX_ITEMS {
             return Err(invalid(format!(
                 "an index of {} items is more than {MAX_INDEX_ITEMS}",
@@ -162,71 +200,56 @@ impl StridedView {
                 "too many indices for a tensor of dimension {ndim}: {consuming} were given"
             )));
         }
-        let mut shape = Vec::with_capacity(ndim + index.len());
-        let mut stride = Vec::with_capacity(ndim + index.len());
-        let mut offset = self.offset;
-        let mut d = 0usize;
-        for item in index {
-            match *item {
-                Index::Ellipsis => {
-                    for _ in 0..ndim - consuming {
-                        shape.push(self.shape[d]);
-                        stride.push(self.stride[d]);
-                        d += 1;
-                    }
-                }
-                Index::NewAxis => {
-                    shape.push(1);
-                    stride.push(0);
-                }
-                Index::At(i) => {
-                    let size = self.shape[d];
-                    let at = i128::from(i) + if i < 0 { i128::from(size) } else { 0 };
-                    if at < 0 || at >= i128::from(size) {
-                        return Err(invalid(format!(
-                            "index {i} is out of bounds for dimension {d} with size {size}"
-                        )));
-                    }
-                    let step = (at as u64).checked_mul(self.stride[d]).ok_or_else(overflow)?;
-                    offset = offset.checked_add(step).ok_or_else(overflow)?;
-                    d += 1;
-                }
-                Index::Range { start, stop, step } => {
-                    if step < 1 {
-                        return Err(invalid(format!(
-                            "slice step must be at least 1, got {step} (dimension {d})"
-                        )));
-                    }
-                    let size = i128::from(self.shape[d]);
-                    let bound = |v: Option<i64>, default: i128| match v {
-                        None => default,
-                        Some(v) => {
-                            let v = i128::from(v);
-                            (if v < 0 { v + size } else { v }).clamp(0, size)
-                        }
-                    };
-                    let (start, stop, step) =
-                        (bound(start, 0), bound(stop, size), i128::from(step));
-                    let len = if stop > start { (stop - start + step - 1) / step } else { 0 };
-                    // All three are within 0..=size (a u64) or a positive i64.
-                    let (start, len, step) = (start as u64, len as u64, step as u64);
-                    if len > 0 {
-                        let skip = start.checked_mul(self.stride[d]).ok_or_else(overflow)?;
-                        offset = offset.checked_add(skip).ok_or_else(overflow)?;
-                    }
-                    shape.push(len);
-                    stride.push(if len > 1 {
-                        self.stride[d].checked_mul(step).ok_or_else(overflow)?
-                    } else {
-                        self.stride[d]
-                    });
-                    d += 1;
-                }
-            }
+        Ok(consuming)
+    }
+
+    /// The elements skipped by taking position `i` (negative: from the end)
+    /// of dimension `d`.
+    fn at(&self, d: usize, i: i64) -> Result<u64> {
+        let size = self.shape[d];
+        let at = i128::from(i) + if i < 0 { i128::from(size) } else { 0 };
+        if at < 0 || at >= i128::from(size) {
+            return Err(invalid(format!(
+                "index {i} is out of bounds for dimension {d} with size {size}"
+            )));
         }
-        shape.extend_from_slice(&self.shape[d..]);
-        stride.extend_from_slice(&self.stride[d..]);
-        Ok(Self { shape, stride, offset })
+        (at as u64).checked_mul(self.stride[d]).ok_or_else(overflow)
+    }
+
+    /// (length, stride, elements skipped) of dimension `d` sliced
+    /// `start:stop:step`, bounds clamped as Python clamps them.
+    fn range(
+        &self,
+        d: usize,
+        start: Option<i64>,
+        stop: Option<i64>,
+        step: i64,
+    ) -> Result<(u64, u64, u64)> {
+        if step < 1 {
+            return Err(invalid(format!(
+                "slice step must be at least 1, got {step} (dimension {d})"
+            )));
+        }
+        let size = i128::from(self.shape[d]);
+        let bound = |v: Option<i64>, default: i128| match v {
+            None => default,
+            Some(v) => {
+                let v = i128::from(v);
+                (if v < 0 { v + size } else { v }).clamp(0, size)
+            }
+        };
+        let (start, stop, step) = (bound(start, 0), bound(stop, size), i128::from(step));
+        let len = if stop > start { (stop - start + step - 1) / step } else { 0 };
+        // All three are within 0..=size (a u64) or a positive i64.
+        let (start, len, step) = (start as u64, len as u64, step as u64);
+        let skip =
+            if len > 0 { start.checked_mul(self.stride[d]).ok_or_else(overflow)? } else { 0 };
+        let stride = if len > 1 {
+            self.stride[d].checked_mul(step).ok_or_else(overflow)?
+        } else {
+            self.stride[d]
+        };
+        Ok((len, stride, skip))
     }
 }
 
@@ -247,9 +270,21 @@ pub fn plan_spans(
         return Ok(Vec::new());
     }
     let base = view.offset.checked_mul(itemsize).ok_or_else(overflow)?;
-    // The set of bytes depends neither on the order of the dimensions nor
-    // on those of size 1 or stride 0: plan over the others, largest stride
-    // first, with contiguous neighbours merged.
+    let mut outer = outer_dims(view, itemsize)?;
+    // The highest byte, checked once: every offset below stays under it.
+    let mut end = base.checked_add(itemsize).ok_or_else(overflow)?;
+    for &(n, s) in &outer {
+        end = end.checked_add((n - 1).checked_mul(s).ok_or_else(overflow)?).ok_or_else(overflow)?;
+    }
+    let run = run_length(&mut outer, itemsize, gap);
+    let spans = merge_runs(run_starts(&outer, base), run, gap);
+    Ok(cap_spans(spans, max_spans))
+}
+
+/// The (count, byte stride) of the dimensions that matter, largest stride
+/// first, contiguous neighbours merged: the set of bytes depends neither
+/// on the order of the dimensions nor on those of size 1 or stride 0.
+fn outer_dims(view: &StridedView, itemsize: u64) -> Result<Vec<(u64, u64)>> {
     let mut dims: Vec<(u64, u64)> = Vec::with_capacity(view.shape.len());
     for (&n, &s) in view.shape.iter().zip(&view.stride) {
         if n > 1 && s > 0 {
@@ -267,23 +302,30 @@ pub fn plan_spans(
             _ => outer.push((n, s)),
         }
     }
-    // The highest byte, checked once: every offset below stays under it.
-    let mut end = base.checked_add(itemsize).ok_or_else(overflow)?;
-    for &(n, s) in &outer {
-        end = end.checked_add((n - 1).checked_mul(s).ok_or_else(overflow)?).ok_or_else(overflow)?;
-    }
-    // Each run is read as one interval: an element, or a whole inner block
-    // when its pieces are back to back, closer than `gap`, or too many.
+    Ok(outer)
+}
+
+/// The length of each run read as one interval: an element, or a whole
+/// inner block when its pieces are back to back, closer than `gap`, or too
+/// many. The inner dimensions it covers are popped off `outer` (whose end
+/// the caller has checked for overflow).
+fn run_length(outer: &mut Vec<(u64, u64)>, itemsize: u64, gap: u64) -> u64 {
     let mut run = itemsize;
     while let Some(&(n, s)) = outer.last() {
         let count = outer.iter().try_fold(1u64, |a, &(n, _)| a.checked_mul(n));
         if s <= run.saturating_add(gap) || count.is_none_or(|c| c > MAX_RUNS) {
-            run += (n - 1) * s; // ≤ end − base, checked above
+            run += (n - 1) * s;
             outer.pop();
         } else {
             break;
         }
     }
+    run
+}
+
+/// Where each run starts, sorted: every combination of the `outer`
+/// dimensions' positions from `base` (at most MAX_RUNS of them).
+fn run_starts(outer: &[(u64, u64)], base: u64) -> Vec<u64> {
     let count = outer.iter().map(|&(n, _)| n).product::<u64>() as usize;
     let mut starts = Vec::with_capacity(count);
     let mut at = vec![0u64; outer.len()];
@@ -309,6 +351,12 @@ pub fn plan_spans(
     if !starts.is_sorted() {
         starts.sort_unstable();
     }
+    starts
+}
+
+/// Runs of `run` bytes at `starts` as spans, those closer than `gap`
+/// merged.
+fn merge_runs(starts: Vec<u64>, run: u64, gap: u64) -> Vec<Range<u64>> {
     let mut spans: Vec<Range<u64>> = Vec::new();
     for start in starts {
         let stop = start + run;
@@ -317,27 +365,32 @@ pub fn plan_spans(
             _ => spans.push(start..stop),
         }
     }
-    if spans.len() > max_spans {
-        let mut gaps: Vec<u64> = spans.windows(2).map(|w| w[1].start - w[0].end).collect();
-        let merge = spans.len() - max_spans;
-        let (_, &mut widest, _) = gaps.select_nth_unstable(merge - 1);
-        // Every gap narrower than `widest`, and as many equal to it as
-        // make up the count (ties would otherwise merge everything).
-        let mut ties = merge - spans.windows(2).filter(|w| w[1].start - w[0].end < widest).count();
-        let mut merged: Vec<Range<u64>> = Vec::with_capacity(max_spans);
-        for span in spans {
-            match merged.last_mut() {
-                Some(last) if span.start - last.end < widest => last.end = span.end,
-                Some(last) if span.start - last.end == widest && ties > 0 => {
-                    ties -= 1;
-                    last.end = span.end;
-                }
-                _ => merged.push(span),
-            }
-        }
-        spans = merged;
+    spans
+}
+
+/// `spans` with the closest ones merged until at most `max_spans` remain.
+fn cap_spans(spans: Vec<Range<u64>>, max_spans: usize) -> Vec<Range<u64>> {
+    if spans.len() <= max_spans {
+        return spans;
     }
-    Ok(spans)
+    let mut gaps: Vec<u64> = spans.windows(2).map(|w| w[1].start - w[0].end).collect();
+    let merge = spans.len() - max_spans;
+    let (_, &mut widest, _) = gaps.select_nth_unstable(merge - 1);
+    // Every gap narrower than `widest`, and as many equal to it as make up
+    // the count (ties would otherwise merge everything).
+    let mut ties = merge - spans.windows(2).filter(|w| w[1].start - w[0].end < widest).count();
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(max_spans);
+    for span in spans {
+        match merged.last_mut() {
+            Some(last) if span.start - last.end < widest => last.end = span.end,
+            Some(last) if span.start - last.end == widest && ties > 0 => {
+                ties -= 1;
+                last.end = span.end;
+            }
+            _ => merged.push(span),
+        }
+    }
+    merged
 }
 
 /// Total bytes of `spans`.
