@@ -84,44 +84,12 @@ impl DeserializerOptions {
         let _ = (plaid_mode, plaid_mode_buffers);
         let lazy_load = lazy_load.is_truthy()?;
         check_cooperative(lazy_load, cooperative)?;
-        let (key, passphrase) = match encryption {
-            None => (None, None),
-            Some(e) => {
-                let params = py.import("tensorizer_rs._crypt")?.getattr("DecryptionParams")?;
-                if !e.is_instance(&params)? {
-                    return Err(ArgError::Type(
-                        "encryption must be a DecryptionParams object or None".into(),
-                    )
-                    .into());
-                }
-                let args = e.call_method0("native_args")?.cast_into::<PyDict>()?;
-                let get = |name| -> PyResult<Option<Vec<u8>>> {
-                    match args.get_item(name)? {
-                        Some(v) if !v.is_none() => Ok(Some(v.extract()?)),
-                        _ => Ok(None),
-                    }
-                };
-                (get("key")?, get("passphrase")?)
-            }
-        };
+        let (key, passphrase) = key_args(encryption)?;
         let readers = num_readers.map(int_arg).transpose()?;
-        if let Some(d) = dtype.as_ref().map(|d| d.bind(py))
-            && !is_torch_dtype(d)?
-        {
-            let kind = d.get_type().name()?;
-            return Err(PyTypeError::new_err(format!(
-                "dtype must be a torch.dtype or None, not {kind}"
-            )));
-        }
-        if let Some(f) = filter_func.as_ref().map(|f| f.bind(py))
-            && !f.is_callable()
-        {
-            let kind = f.get_type().name()?;
-            return Err(PyTypeError::new_err(format!(
-                "filter_func must be a callable that takes a tensor's name and returns whether to load it, or None, \
-                 not {kind}"
-            )));
-        }
+        check_dtype_and_filter(
+            dtype.as_ref().map(|d| d.bind(py)),
+            filter_func.as_ref().map(|f| f.bind(py)),
+        )?;
         let meta_text = meta_tensors
             .cast::<PyString>()
             .ok()
@@ -247,4 +215,52 @@ impl DeserializerOptions {
             truth(self.decrypts)
         )
     }
+}
+
+/// A raw key and a passphrase, either or both absent.
+type KeyArgs = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The key and passphrase of a `DecryptionParams` (`None`: neither).
+fn key_args(encryption: Option<&Bound<'_, PyAny>>) -> PyResult<KeyArgs> {
+    let Some(e) = encryption else { return Ok((None, None)) };
+    let params = e.py().import("tensorizer_rs._crypt")?.getattr("DecryptionParams")?;
+    if !e.is_instance(&params)? {
+        return Err(
+            ArgError::Type("encryption must be a DecryptionParams object or None".into()).into()
+        );
+    }
+    let args = e.call_method0("native_args")?.cast_into::<PyDict>()?;
+    let get = |name| -> PyResult<Option<Vec<u8>>> {
+        match args.get_item(name)? {
+            Some(v) if !v.is_none() => Ok(Some(v.extract()?)),
+            _ => Ok(None),
+        }
+    };
+    Ok((get("key")?, get("passphrase")?))
+}
+
+/// Refuses a `dtype` that is not a torch dtype and a `filter_func` that
+/// cannot be called.
+fn check_dtype_and_filter(
+    dtype: Option<&Bound<'_, PyAny>>,
+    filter_func: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    if let Some(d) = dtype
+        && !is_torch_dtype(d)?
+    {
+        let kind = d.get_type().name()?;
+        return Err(PyTypeError::new_err(format!(
+            "dtype must be a torch.dtype or None, not {kind}"
+        )));
+    }
+    if let Some(f) = filter_func
+        && !f.is_callable()
+    {
+        let kind = f.get_type().name()?;
+        return Err(PyTypeError::new_err(format!(
+            "filter_func must be a callable that takes a tensor's name and returns whether to load it, or None, \
+             not {kind}"
+        )));
+    }
+    Ok(())
 }
