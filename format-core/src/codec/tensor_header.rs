@@ -111,22 +111,7 @@ impl TensorHeader {
         has_crypt_info: bool,
     ) -> Result<(Self, HeaderLayout)> {
         let total = bytes.len();
-        if total as u64 > MAX_TENSOR_HEADER_LEN {
-            return Err(Error::limit(
-                offset,
-                "tensor header length",
-                total as u64,
-                MAX_TENSOR_HEADER_LEN,
-            ));
-        }
-        let mut c = Cursor::new(bytes, offset);
-        let size = c.u64()?;
-        if size != total as u64 {
-            return Err(Error::HeaderMismatch { offset, field: "header size" });
-        }
-        let Some(body_end) = total.checked_sub(8).filter(|&e| e >= 8) else {
-            return Err(Error::malformed(offset, "tensor header too short"));
-        };
+        let body_end = body_end(bytes, offset)?;
         let mut c = Cursor::new(&bytes[..body_end], offset);
         c.u64()?;
         let module_index = c.u16()?;
@@ -148,53 +133,10 @@ impl TensorHeader {
         let shape = parse_shape(&mut c, long_dims)?;
 
         let mut layout = HeaderLayout { len: total, ..HeaderLayout::default() };
-        let block_len = c.u16()?;
-        let block_start = c.position();
-        let block = c.take(block_len.into())?;
-        let mut h = Cursor::new(block, offset + block_start as u64);
-        let count = h.u8()?;
-        let mut hashes = Vec::with_capacity(usize::from(count).min(block.len() / 2));
-        for _ in 0..count {
-            let at = h.offset();
-            let kind = h.u8()?;
-            let len = h.u8()?;
-            let value_start = block_start + h.position();
-            let value = h.take(len.into())?;
-            let hash = match (kind, value.len()) {
-                (HASH_CRC32, 4) => {
-                    HashValue::Crc32(u32::from_le_bytes([value[0], value[1], value[2], value[3]]))
-                }
-                (HASH_SHA256, 32) => {
-                    let mut d = [0u8; 32];
-                    d.copy_from_slice(value);
-                    HashValue::Sha256(d)
-                }
-                (HASH_CRC32 | HASH_SHA256, _) => {
-                    return Err(Error::malformed(at, "hash value has the wrong length"));
-                }
-                _ => return Err(Error::malformed(at, "unknown hash type")),
-            };
-            layout.hash_values.push(value_start..value_start + value.len());
-            hashes.push(hash);
-        }
-        // Writers size the block exactly; leftover bytes mean a damaged count.
-        if h.remaining() != 0 {
-            return Err(Error::malformed(h.offset(), "hash block longer than its entries"));
-        }
+        let hashes = parse_hashes(&mut c, offset, &mut layout)?;
 
-        let crypt_info = if has_crypt_info {
-            let start = c.position();
-            let len = c.u64()?;
-            let body_at = c.offset();
-            let body = c.take(len)?;
-            let info = CryptInfo::parse(body, body_at)?;
-            let end = c.position();
-            layout.crypt_info = Some(start..end);
-            layout.macs = mac_range(&info, start);
-            Some(info)
-        } else {
-            None
-        };
+        let crypt_info =
+            if has_crypt_info { Some(parse_crypt_info(&mut c, &mut layout)?) } else { None };
         let padding = c.remaining() as u64;
         let tail_at = offset + body_end as u64;
         let mut tail = Cursor::new(&bytes[body_end..], tail_at);
@@ -318,4 +260,82 @@ fn mac_range(info: &CryptInfo, start: usize) -> Option<Range<usize>> {
         pos += usize::try_from(chunk.encoded_len()).unwrap_or(usize::MAX / 2);
     }
     None
+}
+
+/// Where a header's body ends (before its trailing data length), once its
+/// size field is checked against `bytes`, the whole header.
+fn body_end(bytes: &[u8], offset: u64) -> Result<usize> {
+    let total = bytes.len();
+    if total as u64 > MAX_TENSOR_HEADER_LEN {
+        return Err(Error::limit(
+            offset,
+            "tensor header length",
+            total as u64,
+            MAX_TENSOR_HEADER_LEN,
+        ));
+    }
+    let size = Cursor::new(bytes, offset).u64()?;
+    if size != total as u64 {
+        return Err(Error::HeaderMismatch { offset, field: "header size" });
+    }
+    total
+        .checked_sub(8)
+        .filter(|&e| e >= 8)
+        .ok_or_else(|| Error::malformed(offset, "tensor header too short"))
+}
+
+/// The hash block at `c` (a length-prefixed count of hashes), each value's
+/// place recorded in `layout`; `offset` is the header's.
+fn parse_hashes(
+    c: &mut Cursor<'_>,
+    offset: u64,
+    layout: &mut HeaderLayout,
+) -> Result<Vec<HashValue>> {
+    let block_len = c.u16()?;
+    let block_start = c.position();
+    let block = c.take(block_len.into())?;
+    let mut h = Cursor::new(block, offset + block_start as u64);
+    let count = h.u8()?;
+    let mut hashes = Vec::with_capacity(usize::from(count).min(block.len() / 2));
+    for _ in 0..count {
+        let at = h.offset();
+        let kind = h.u8()?;
+        let len = h.u8()?;
+        let value_start = block_start + h.position();
+        let value = h.take(len.into())?;
+        let hash = match (kind, value.len()) {
+            (HASH_CRC32, 4) => {
+                HashValue::Crc32(u32::from_le_bytes([value[0], value[1], value[2], value[3]]))
+            }
+            (HASH_SHA256, 32) => {
+                let mut d = [0u8; 32];
+                d.copy_from_slice(value);
+                HashValue::Sha256(d)
+            }
+            (HASH_CRC32 | HASH_SHA256, _) => {
+                return Err(Error::malformed(at, "hash value has the wrong length"));
+            }
+            _ => return Err(Error::malformed(at, "unknown hash type")),
+        };
+        layout.hash_values.push(value_start..value_start + value.len());
+        hashes.push(hash);
+    }
+    // Writers size the block exactly; leftover bytes mean a damaged count.
+    if h.remaining() != 0 {
+        return Err(Error::malformed(h.offset(), "hash block longer than its entries"));
+    }
+    Ok(hashes)
+}
+
+/// The crypt-info block at `c` (length-prefixed), its place and its MACs'
+/// recorded in `layout`.
+fn parse_crypt_info(c: &mut Cursor<'_>, layout: &mut HeaderLayout) -> Result<CryptInfo> {
+    let start = c.position();
+    let len = c.u64()?;
+    let body_at = c.offset();
+    let body = c.take(len)?;
+    let info = CryptInfo::parse(body, body_at)?;
+    layout.crypt_info = Some(start..c.position());
+    layout.macs = mac_range(&info, start);
+    Ok(info)
 }
