@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Builds the tensorizer-rs wheel: stripped, for CPython's stable ABI (one
+# Builds the tensorizer-rs wheel: for CPython's stable ABI (one
 # wheel for 3.11 and newer), tagged with the oldest manylinux its symbols
 # allow, with the full `tzr` inside (the `tzr` script runs it through the
 # extension module). Checks it with `auditwheel show` and prints the
 # wheel's path last.
 #
-#   python/build-wheel.sh                 the release profile, linked against
+#   python/build-wheel.sh                 the release profile (stripped), linked against
 #                                         this machine's glibc (manylinux_2_34 on
 #                                         Debian 12)
 #   python/build-wheel.sh --zig           the release profile linked by zig
 #                                         (PyPI's ziglang) for manylinux_2_28,
 #                                         which installs where vLLM's wheels do
 #   python/build-wheel.sh --profile dev   the workspace's debug build, packed
-#                                         (what CI tests: no second compile)
+#                                         as it is (what CI tests: with
+#                                         PYO3_CONFIG_FILE set as for the
+#                                         workspace build, nothing recompiles)
 #
 # maturin and auditwheel come from $TZR_WHEEL_VENV (default
 # target/wheel-venv, made here), pinned in python/build-requirements.txt.
@@ -44,7 +46,9 @@ fi
 out="$target/wheels"
 mkdir -p "$out"
 rm -f "$out"/tensorizer_rs-*.whl
-"$venv/bin/maturin" build --locked --quiet --profile "$profile" --strip "${zig[@]}" \
+# No --strip: the release profile strips, and the dev build is packed as
+# built (stripping is a different profile to cargo, so it would recompile).
+"$venv/bin/maturin" build --locked --quiet --profile "$profile" "${zig[@]}" \
     -m python/Cargo.toml -i "$venv/bin/python" -o "$out" >&2
 wheel="$(ls "$out"/tensorizer_rs-*.whl)"
 "$venv/bin/auditwheel" show "$wheel" >&2

@@ -124,6 +124,12 @@ LINTED=(bash "$ROOT/tests/linted.sh")
 # A fresh machine builds everything once: incremental compilation only
 # costs time here.
 export CARGO_INCREMENTAL=0
+# pyo3's view of the interpreter, in one file for the workspace build and
+# for maturin alike (maturin takes a PYO3_CONFIG_FILE already set): with one
+# value for both, the wheel step packs this build instead of recompiling
+# pyo3 and the extension, and the test lanes do not recompile them back.
+export PYO3_CONFIG_FILE="$ROOT/target/pyo3-config.txt"
+bash python/pyo3-config.sh "$VENV/bin/python" "$PYO3_CONFIG_FILE"
 
 # tzr's build script compiles the inspector page (host-wasm for
 # wasm32-unknown-unknown, in target/view-page, linted too) beside the rest.
