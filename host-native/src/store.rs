@@ -28,6 +28,8 @@
 pub mod cloud;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(any(feature = "s3", feature = "cloud"))]
+mod ini;
 mod location;
 #[cfg(any(feature = "http", feature = "cloud"))]
 pub(crate) mod ranged;

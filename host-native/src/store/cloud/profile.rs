@@ -69,7 +69,7 @@ pub fn read_aws_profile(
     ] {
         let Some(path) = path else { continue };
         let Some(text) = read_small(&path)? else { continue };
-        for (section, entries) in parse_ini(&text) {
+        for (section, entries) in crate::store::ini::sections(&text) {
             if !section_is(&section, &name, is_config) {
                 continue;
             }
@@ -116,40 +116,12 @@ fn read_small(path: &str) -> Result<Option<String>> {
     Ok(Some(text))
 }
 
-/// Sections of an INI text and their `key = value` entries. Comments (`#`,
-/// `;`) and indented sub-keys (`s3 =` blocks) are skipped.
-fn parse_ini(text: &str) -> Vec<(String, Vec<(String, String)>)> {
-    let mut sections: Vec<(String, Vec<(String, String)>)> = Vec::new();
-    for line in text.lines() {
-        let indented = line.starts_with([' ', '\t']);
-        let line = line.trim();
-        if line.is_empty() || line.starts_with(['#', ';']) {
-            continue;
-        }
-        if let Some(inner) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            sections.push((inner.trim().to_string(), Vec::new()));
-        } else if let (false, Some((key, value)), Some(last)) =
-            (indented, line.split_once('='), sections.last_mut())
-        {
-            last.1.push((key.trim().to_string(), value.trim().to_string()));
-        }
-    }
-    sections
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sections_and_profiles() {
-        let text = "# c\n[default]\naws_access_key_id = A\n\n[profile dev]\nregion = eu-west-1\ns3 =\n  endpoint_url = x\n";
-        let parsed = parse_ini(text);
-        assert_eq!(parsed[0], ("default".into(), vec![("aws_access_key_id".into(), "A".into())]));
-        assert_eq!(
-            parsed[1].1,
-            vec![("region".into(), "eu-west-1".into()), ("s3".into(), "".into())]
-        );
         assert!(section_is("profile dev", "dev", true));
         assert!(!section_is("profile dev", "dev", false));
         assert!(section_is("default", "default", true));

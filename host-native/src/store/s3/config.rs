@@ -110,34 +110,25 @@ pub struct S3Cfg {
     pub use_https: Option<bool>,
 }
 
-/// Parses an s3cmd config file: `key = value` (or `key: value`) lines of
-/// its `[default]` section; comments and other sections are skipped, an
-/// empty value is absent.
+/// Parses an s3cmd config file with the crate's INI reader: the entries of
+/// its `[default]` section(s); an empty value is absent.
 pub fn parse_s3cfg(text: &str) -> S3Cfg {
     let mut cfg = S3Cfg::default();
-    let mut in_default = false;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            in_default = line == "[default]";
-            cfg.has_default |= in_default;
-            continue;
-        }
-        if !in_default || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=').or_else(|| line.split_once(':')) else { continue };
-        let v = v.trim().to_string();
-        let value = (!v.is_empty()).then_some(v);
-        match k.trim() {
-            "access_key" => cfg.access_key = value,
-            "secret_key" => cfg.secret_key = value,
-            "host_base" => cfg.host_base = value,
-            "use_https" => {
-                cfg.use_https = value
-                    .map(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"))
+    for (_, entries) in crate::store::ini::sections(text).iter().filter(|(s, _)| s == "default") {
+        cfg.has_default = true;
+        for (key, value) in entries {
+            let value = (!value.is_empty()).then(|| value.clone());
+            match key.as_str() {
+                "access_key" => cfg.access_key = value,
+                "secret_key" => cfg.secret_key = value,
+                "host_base" => cfg.host_base = value,
+                "use_https" => {
+                    cfg.use_https = value.map(|v| {
+                        matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1")
+                    })
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
     cfg
