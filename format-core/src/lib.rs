@@ -27,10 +27,7 @@ mod tensor_type;
 pub mod totals;
 pub mod write;
 
-pub use checkpoint::{
-    Checkpoint, Container as CheckpointContainer, ContainerKind, Entry as CheckpointEntry, Leaf,
-    StateDict, StorageInfo, TensorView,
-};
+pub use checkpoint::{Checkpoint, StateDict};
 pub use codec::crypt_info::{CryptChunk, CryptInfo, KdfParams};
 pub use codec::file_header::{FileHeader, MAX_VERSION};
 pub use codec::metadata::{Metadata, MetadataEntry};

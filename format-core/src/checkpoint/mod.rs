@@ -39,7 +39,9 @@ use core::ops::Range;
 pub use archive::{Archive, Record, Records, SNIFF_LEN, sniff};
 pub use globals::Global;
 pub use pickle::{Node, NodeId, Pickle, StorageRef, TensorNode};
-pub use state_dict::{Container, ContainerKind, Entry, Leaf, StateDict, StorageInfo, TensorView};
+pub use state_dict::{
+    Container, ContainerKind, Leaf, StateDict, StateDictEntry, StorageInfo, TensorView,
+};
 pub use zip::{CentralDirectory, DirectoryLocation, EndRecord, ZipEntry};
 
 use crate::dtype::ByteOrder;
@@ -125,7 +127,7 @@ impl<'data> Checkpoint<'data> {
     }
 
     /// The state-dict entries, in order.
-    pub fn entries(&self) -> &[Entry] {
+    pub fn entries(&self) -> &[StateDictEntry] {
         &self.state_dict.entries
     }
 

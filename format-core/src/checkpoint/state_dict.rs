@@ -149,7 +149,7 @@ pub enum Leaf {
 
 /// One flattened entry: the path of keys (and list indices) leading to it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub struct StateDictEntry {
     /// Its path; a top-level key `"layer.weight"` is a plain name.
     pub path: TensorPath,
     /// What it holds.
@@ -191,7 +191,7 @@ pub struct Container {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateDict {
     /// Every leaf, in insertion order, depth first.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<StateDictEntry>,
     /// Every storage referenced.
     pub storages: Vec<StorageInfo>,
     /// Every container below the root, in the same depth-first order
@@ -380,7 +380,7 @@ impl Flattener<'_> {
             }
         };
         let path = self.current_path("a leaf at the root of the state dict")?;
-        self.out.entries.push(Entry { path, value });
+        self.out.entries.push(StateDictEntry { path, value });
         Ok(())
     }
 

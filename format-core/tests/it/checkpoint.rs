@@ -500,7 +500,7 @@ fn a_storage_without_its_entry_is_corrupt() {
 
 #[test]
 fn containers_are_recorded_in_order_with_their_kinds() {
-    use tensorizer_core::ContainerKind;
+    use tensorizer_core::checkpoint::ContainerKind;
     // {"a": [5], "b": (), "c": 7}
     let mut p = vec![0x80, 2, b'}'];
     p.extend_from_slice(b"X\x01\x00\x00\x00a]K\x05as");

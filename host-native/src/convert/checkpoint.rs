@@ -9,12 +9,12 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use tensorizer_core::checkpoint::{
-    Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, SNIFF_LEN, StateDict, StorageInfo,
-    TensorView, ZipEntry, check_storage_len, sniff, zip,
+    Archive, CentralDirectory, EndRecord, Leaf, Pickle, Records, SNIFF_LEN, StateDict,
+    StateDictEntry, StorageInfo, TensorView, ZipEntry, check_storage_len, sniff, zip,
 };
 use tensorizer_core::dtype::ByteOrder;
 use tensorizer_core::hash::TensorHasher;
-use tensorizer_core::{CheckpointEntry, ElementType, HashKind, HashValue};
+use tensorizer_core::{ElementType, HashKind, HashValue};
 
 use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each};
@@ -236,7 +236,7 @@ impl<S: RangeSource> CheckpointReader<S> {
     }
 
     /// Every entry (tensors and other leaves) in `torch.load` order.
-    pub fn entries(&self) -> &[CheckpointEntry] {
+    pub fn entries(&self) -> &[StateDictEntry] {
         &self.state_dict.entries
     }
 
