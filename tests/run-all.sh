@@ -180,6 +180,9 @@ lane_python() {
     # Fetches zipslicer's sdist from PyPI (cached under target/, SHA-256
     # checked; prints SKIPPED without network) and runs its tests unmodified.
     "$VENV/bin/python" python/tests/upstream/run_zipslicer.py
+    step "python: --load-format tensorizer_rs with the published vLLM 0.33.0"
+    # After the tests: vLLM's wheel is in target/releases by then.
+    "$VENV/bin/python" tests/vllm-plugin-smoke.py "$WHEEL"
 }
 
 lane_wasi() {

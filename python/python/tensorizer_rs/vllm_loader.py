@@ -1,0 +1,188 @@
+"""``vllm serve MODEL --load-format tensorizer_rs``: a vLLM model loader
+over ``TensorDeserializer`` (the one native load path).
+
+vLLM builds the model as usual, then this loader hands the file's tensors
+to the model's own ``load_weights`` (the protocol every vLLM model
+implements: name and tensor pairs, mapped onto its layers, fused and
+sharded as the model needs), loaded straight onto the model's device. The
+base ``load_model`` runs around it, so ``process_weights_after_loading``
+still runs. ``get_all_weights`` gives the same pairs (vLLM's in-place weight
+reload asks for it).
+
+``--model-loader-extra-config`` is a JSON object; its keys are ``KEYS``
+(anything else is refused, naming the known ones). Keys and passphrases
+come from a file or an environment variable, never the command line.
+
+This module imports vLLM: it is imported by ``vllm_plugin.register`` only
+in processes where vLLM is already loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from vllm.model_executor.model_loader import base_loader  # type: ignore[import-not-found]
+
+from . import _deserializer
+from ._crypt import DecryptionParams
+
+#: The name passed to ``--load-format``.
+LOAD_FORMAT = "tensorizer_rs"
+
+#: Every key ``--model-loader-extra-config`` may hold, with its meaning.
+KEYS: Mapping[str, str] = {
+    "uri": "the file: a path or an http(s)://, s3://, gs://, az:// or redis:// URI; "
+    "with tensor parallelism, one file per rank named by {rank} or a %-format such as %02d",
+    "verify_hash": "check every tensor's stored hashes as it loads (default false)",
+    "num_readers": "parallel reads (default: chosen from the number of CPU cores)",
+    "mmap": 'false (default), true or "auto": tensors as views of a memory map of a local file',
+    "key_file": "a file holding the 32-byte encryption key",
+    "key_env": "an environment variable holding the encryption key, hex-encoded",
+    "passphrase_file": "a file holding the passphrase (one line)",
+    "passphrase_env": "an environment variable holding the passphrase",
+}
+
+
+class ConfigError(ValueError):
+    """``--model-loader-extra-config`` cannot be used; the message says why
+    in one line."""
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """The loader's settings, checked once (``from_extra``)."""
+
+    uri: str
+    verify_hash: bool = False
+    num_readers: int | None = None
+    mmap: bool | Literal["auto"] = False
+    encryption: DecryptionParams | None = None
+
+    @classmethod
+    def from_extra(cls, extra: Any) -> LoaderConfig:
+        """Checks vLLM's ``model_loader_extra_config`` (a mapping)."""
+        if not isinstance(extra, Mapping):
+            raise ConfigError(
+                f"--model-loader-extra-config for {LOAD_FORMAT} must be a JSON object with "
+                f'at least "uri", not {type(extra).__name__}'
+            )
+        unknown = sorted(set(extra) - set(KEYS))
+        if unknown:
+            raise ConfigError(
+                f"--model-loader-extra-config: unknown key(s) {', '.join(map(repr, unknown))} "
+                f"for {LOAD_FORMAT}; the known keys are {', '.join(KEYS)}"
+            )
+        uri = extra.get("uri")
+        if not isinstance(uri, str) or not uri:
+            raise ConfigError(f'--model-loader-extra-config: "uri" is required ({KEYS["uri"]})')
+        mmap = extra.get("mmap", False)
+        if mmap not in (True, False, "auto"):
+            raise ConfigError(f'--model-loader-extra-config: "mmap" is {KEYS["mmap"]}, not {mmap!r}')
+        readers = extra.get("num_readers")
+        if readers is not None and (not isinstance(readers, int) or isinstance(readers, bool) or readers < 1):
+            raise ConfigError(f'--model-loader-extra-config: "num_readers" must be a whole number ≥ 1, not {readers!r}')
+        verify = extra.get("verify_hash", False)
+        if not isinstance(verify, bool):
+            raise ConfigError(f'--model-loader-extra-config: "verify_hash" must be true or false, not {verify!r}')
+        return cls(uri, verify, readers, mmap, _encryption(extra))
+
+    def uri_for(self, rank: int) -> str:
+        """The file tensor-parallel rank `rank` loads."""
+        if "{rank}" in self.uri:
+            return self.uri.replace("{rank}", str(rank))
+        # A %d directive (%d, %02d, ...), as vLLM's tensorizer loader takes
+        # it; other % signs (percent-encoding) are left alone.
+        return re.sub(r"%(0?\d*)d", lambda m: format(rank, m.group(1) + "d"), self.uri, count=1)
+
+
+def _encryption(extra: Mapping[str, Any]) -> DecryptionParams | None:
+    """The decryption parameters the key_*/passphrase_* keys name, or None."""
+    given = [k for k in ("key_file", "key_env", "passphrase_file", "passphrase_env") if extra.get(k)]
+    if len(given) > 1:
+        raise ConfigError(f"--model-loader-extra-config: give one of {', '.join(given)}, not several")
+    if not given:
+        return None
+    name, where = given[0], str(extra[given[0]])
+    if name.endswith("_env"):
+        value = os.environ.get(where)
+        if not value:
+            raise ConfigError(f"--model-loader-extra-config: {name}: the environment variable {where} is not set")
+        secret = value.strip().encode()
+    else:
+        try:
+            with open(where, "rb") as f:
+                secret = f.read()
+        except OSError as e:
+            raise ConfigError(f"--model-loader-extra-config: {name}: cannot read {where}: {e.strerror}") from None
+    if name.startswith("passphrase"):
+        return DecryptionParams.from_string(secret.decode().rstrip("\r\n"))
+    key = bytes.fromhex(secret.decode()) if name == "key_env" else secret
+    return DecryptionParams.from_key(key)
+
+
+def _tensor_parallel_rank() -> int:
+    """This process's tensor-parallel rank (0 outside a parallel group)."""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank  # type: ignore[import-not-found]
+
+        return int(get_tensor_model_parallel_rank())
+    except (AssertionError, ImportError, RuntimeError):
+        return 0
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    """Where the model's weights live (the CPU for a model on the meta
+    device or with no parameters)."""
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return torch.device("cpu")
+
+
+class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
+    """vLLM's loader for ``--load-format tensorizer_rs``."""
+
+    def __init__(self, load_config: Any) -> None:
+        super().__init__(load_config)
+        self.config = LoaderConfig.from_extra(load_config.model_loader_extra_config or {})
+
+    def _open(self, device: Any, *, lazy: bool = False) -> _deserializer.TensorDeserializer:
+        c = self.config
+        return _deserializer.TensorDeserializer(
+            c.uri_for(_tensor_parallel_rank()),
+            device=device,
+            lazy_load=lazy,
+            verify_hash=c.verify_hash,
+            num_readers=c.num_readers,
+            encryption=c.encryption,
+            mmap=c.mmap,
+        )
+
+    def download_model(self, model_config: Any) -> None:
+        """Checks that the file opens (its header and index read)."""
+        with self._open("cpu", lazy=True):
+            pass
+
+    def get_all_weights(self, model_config: Any, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor of the file, by name, on the model's device."""
+        with self._open(_device_of(model)) as d:
+            for name, tensor in d.items():
+                yield str(name), tensor
+
+    def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
+        """The file's tensors through the model's own ``load_weights``."""
+        model.load_weights(self.get_all_weights(model_config, model))  # type: ignore[operator]
+
+
+def register() -> None:
+    """Registers ``TensorizerRsLoader`` as ``--load-format tensorizer_rs``
+    (once: a second call finds it registered)."""
+    from vllm.model_executor import model_loader  # type: ignore[import-not-found]
+
+    if model_loader._LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is not TensorizerRsLoader:
+        model_loader.register_model_loader(LOAD_FORMAT)(TensorizerRsLoader)

@@ -1,0 +1,149 @@
+"""``--load-format tensorizer_rs`` with the real vLLM 0.33.0: the wheel
+pip-installed beside vLLM, found by vLLM's own plugin loading.
+
+    python tests/vllm-plugin-smoke.py WHEEL
+
+Run with the test environment's interpreter. The environment is
+target/vllm-venv (kept between runs): vLLM and the small packages its
+loader registry imports, pinned in tests/vllm-requirements.txt and
+installed with --no-deps (vLLM's wheel from target/releases when a test
+already fetched it), torch and numpy borrowed from the test environment
+through a path entry, and WHEEL installed over whatever was there. Then,
+inside it: vLLM's ``load_general_plugins()`` runs our entry point, its
+``get_model_loader`` gives our loader, which loads a file through a
+model's ``load_weights`` protocol (vLLM's models need a GPU and a model
+config to build; the protocol is what the loader talks to), yields every
+tensor from ``get_all_weights``, decrypts with a key from the environment,
+picks the file of its tensor-parallel rank, and refuses bad configuration
+in one line. Without network it prints SKIPPED.
+"""
+
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "target" / "vllm-venv"
+RELEASES = ROOT / "target" / "releases"
+
+INSIDE = r'''
+import json, os, tempfile, torch
+import tensorizer_rs
+from tensorizer_rs import TensorSerializer, EncryptionParams
+from vllm.config.load import LoadConfig
+from vllm.plugins import load_general_plugins
+from vllm.model_executor.model_loader import get_model_loader
+
+assert "site-packages" in tensorizer_rs.__file__, tensorizer_rs.__file__
+load_general_plugins()
+load_general_plugins()  # idempotent
+
+
+class Tiny(torch.nn.Module):
+    """vLLM's weight-loading protocol: load_weights(pairs) -> names loaded."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+        self.norm = torch.nn.LayerNorm(3)
+
+    def load_weights(self, weights):
+        params = dict(self.named_parameters())
+        done = set()
+        for name, tensor in weights:
+            params[name].data.copy_(tensor)
+            done.add(name)
+        return done
+
+
+def loader(extra):
+    return get_model_loader(LoadConfig(load_format="tensorizer_rs", model_loader_extra_config=extra))
+
+
+tmp = tempfile.mkdtemp()
+source = Tiny()
+sd = {k: v.detach().clone() for k, v in source.state_dict().items()}
+plain = os.path.join(tmp, "model-rank-00.tensors")
+with TensorSerializer(plain) as s:
+    s.write_state_dict(sd)
+key = EncryptionParams.random()
+secret = os.path.join(tmp, "secret.tensors")
+with TensorSerializer(secret, encryption=key) as s:
+    s.write_state_dict(sd)
+
+l = loader({"uri": os.path.join(tmp, "model-rank-%02d.tensors"), "num_readers": 2, "verify_hash": True})
+assert type(l).__name__ == "TensorizerRsLoader", type(l)
+print("ok: vLLM's plugin loading registered --load-format tensorizer_rs")
+l.download_model(None)
+model = Tiny()
+l.load_weights(model, None)
+assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: the weights load through the model's load_weights, rank 0's file by %02d")
+names = sorted(n for n, _ in l.get_all_weights(None, Tiny()))
+assert names == sorted(sd), names
+print("ok: get_all_weights yields every tensor")
+
+os.environ["TZR_SMOKE_KEY"] = key.key.hex()
+model = Tiny()
+loader({"uri": secret, "key_env": "TZR_SMOKE_KEY"}).load_weights(model, None)
+assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: an encrypted file with its key from an environment variable")
+
+def refused(extra, words):
+    try:
+        loader(extra)
+    except ValueError as e:
+        message = str(e)
+        assert "\n" not in message and all(w in message for w in words), message
+        return
+    raise AssertionError(f"accepted {extra}")
+
+refused({"uri": plain, "tensorizer_uri": plain}, ["unknown key", "'tensorizer_uri'", "uri, verify_hash"])
+refused({}, ['"uri" is required'])
+refused({"uri": plain, "mmap": "yes"}, ['"mmap"'])
+refused({"uri": plain, "key_env": "NOT_SET_ANYWHERE"}, ["NOT_SET_ANYWHERE", "not set"])
+print("ok: bad configuration is refused in one line, naming the known keys")
+try:
+    loader({"uri": os.path.join(tmp, "missing.tensors")}).download_model(None)
+    raise AssertionError("a missing file opened")
+except FileNotFoundError:
+    print("ok: download_model names a missing file")
+'''
+
+
+def run(args: list, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(args, text=True, capture_output=True, **kw)
+
+
+def install(wheel: Path) -> None:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True)
+    (Path(site.stdout.strip()) / "borrowed-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+    cached = sorted(RELEASES.glob("vllm-0.33.0-*.whl"))
+    done = run(pip + [*map(str, cached), "-r", str(ROOT / "tests" / "vllm-requirements.txt")], timeout=900)
+    if done.returncode != 0:
+        if "Could not find a version" in done.stderr or "NewConnectionError" in done.stderr:
+            print(f"SKIPPED: vLLM could not be installed (no network?): {done.stderr.strip().splitlines()[-1]}")
+            raise SystemExit(0)
+        raise SystemExit(f"vllm-plugin-smoke: pip failed\n{done.stderr}")
+    subprocess.run(pip + ["--force-reinstall", str(wheel)], check=True, timeout=300)
+
+
+def main() -> None:
+    wheel = Path(sys.argv[1]).resolve()
+    install(wheel)
+    env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
+    done = run([str(VENV / "bin" / "python"), "-c", textwrap.dedent(INSIDE)], env=env, cwd=VENV, timeout=600)
+    print(done.stdout, end="")
+    if done.returncode != 0:
+        raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
+    print("vllm-plugin-smoke: every check passed")
+
+
+if __name__ == "__main__":
+    main()
