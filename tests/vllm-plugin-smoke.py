@@ -48,6 +48,7 @@ class Tiny(torch.nn.Module):
         super().__init__()
         self.proj = torch.nn.Linear(4, 3)
         self.norm = torch.nn.LayerNorm(3)
+        self.scale = torch.nn.Parameter(torch.rand(3))  # the top module's own
 
     def load_weights(self, weights):
         params = dict(self.named_parameters())
@@ -84,6 +85,14 @@ print("ok: the weights load through the model's load_weights, rank 0's file by %
 names = sorted(n for n, _ in l.get_all_weights(None, Tiny()))
 assert names == sorted(sd), names
 print("ok: get_all_weights yields every tensor")
+
+module_file = os.path.join(tmp, "module.tensors")
+with TensorSerializer(module_file) as s:
+    s.write_module(source)  # the top module's own tensors are named ".weight" and so on
+model = Tiny()
+loader({"uri": module_file}).load_weights(model, None)
+assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: a file written by write_module, its top-level names without the leading dot")
 
 os.environ["TZR_SMOKE_KEY"] = key.key.hex()
 model = Tiny()

@@ -169,10 +169,15 @@ class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
             pass
 
     def get_all_weights(self, model_config: Any, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every tensor of the file, by name, on the model's device."""
-        with self._open(_device_of(model)) as d:
+        """Every tensor of the file, by name, on the model's device, read in
+        file order a window at a time (a whole model is never held twice on
+        the device: the model's ``load_weights`` copies each one in before
+        the next window is read). The top module's own tensors, which
+        ``write_module`` names ``.name``, come without the leading dot, as
+        the model's ``named_parameters`` names them."""
+        with self._open(_device_of(model), lazy=True) as d:
             for name, tensor in d.items():
-                yield str(name), tensor
+                yield str(name).removeprefix("."), tensor
 
     def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
         """The file's tensors through the model's own ``load_weights``."""
