@@ -1,0 +1,79 @@
+//! Plain `http://` range reads through both transports of the HTTP source,
+//! in one run against the same server and object: `wire` (the hand-written
+//! HTTP/1.1 client, bodies read from the socket into the caller's buffers)
+//! and ureq (the library that carries TLS, proxies and redirects).
+//!
+//! Run (nginx serving a file on 127.0.0.1, see spec/ "Protocol libraries"):
+//! `TZR_BENCH_URL=http://127.0.0.1:PORT/FILE cargo bench -p tensorizer-native --bench http_stacks`
+//! (`TZR_BENCH_READERS`, default one per core; `TZR_BENCH_REPS`, default 7).
+//!
+//! Each contender reads the whole object as a load does: N threads, each
+//! filling its contiguous share of one pre-faulted buffer with one
+//! `read_exact_at` (one range request per thread). ureq is chosen by putting user info in the URL
+//! (`wire` leaves such URLs to ureq; nginx ignores the credentials). The
+//! contenders alternate, one untimed round first; medians are reported.
+
+use std::time::{Duration, Instant};
+
+use tensorizer_native::RangeSource;
+use tensorizer_native::default_readers;
+use tensorizer_native::store::http::{HttpOptions, HttpSource};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `http://user:pass@host/...`: the same object, read through ureq.
+fn through_ureq(url: &str) -> String {
+    url.replacen("http://", "http://bench:bench@", 1)
+}
+
+/// Reads all of `src` into `buf` with `readers` threads, one span each
+/// (as a load cuts its tensors); the time taken.
+fn load(src: &HttpSource, buf: &mut [u8], readers: usize) -> Duration {
+    let share = buf.len().div_ceil(readers);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for (i, part) in buf.chunks_mut(share).enumerate() {
+            s.spawn(move || src.read_exact_at((i * share) as u64, part).expect("range read"));
+        }
+    });
+    start.elapsed()
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn main() {
+    let Ok(url) = std::env::var("TZR_BENCH_URL") else {
+        eprintln!("http_stacks: set TZR_BENCH_URL to an http:// URL served on 127.0.0.1; skipped");
+        return;
+    };
+    let readers = env_usize("TZR_BENCH_READERS", default_readers());
+    let reps = env_usize("TZR_BENCH_REPS", 7);
+    let options = HttpOptions { read_all: true, ..HttpOptions::default() };
+    let urls = [("wire", url.clone()), ("ureq", through_ureq(&url))];
+    let sources: Vec<HttpSource> =
+        urls.iter().map(|(_, u)| HttpSource::open(u, options.clone()).expect("open")).collect();
+    let len = usize::try_from(sources[0].len()).expect("object fits in memory");
+    let mut buf = vec![1u8; len];
+    let mut times = vec![Vec::new(), Vec::new()];
+    for rep in 0..=reps {
+        for (k, src) in sources.iter().enumerate() {
+            let t = load(src, &mut buf, readers);
+            if rep > 0 {
+                times[k].push(t);
+            }
+        }
+    }
+    let gbps = |d: Duration| len as f64 / d.as_secs_f64() / 1e9;
+    let medians: Vec<Duration> = times.into_iter().map(median).collect();
+    println!("{len} bytes, {readers} readers, {reps} reps, one range per reader");
+    for ((name, _), m) in urls.iter().zip(&medians) {
+        println!("{name:5} median {:8.1} ms  {:6.2} GB/s", m.as_secs_f64() * 1e3, gbps(*m));
+    }
+    let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
+    println!("ureq / wire time: {ratio:.2}");
+}
