@@ -534,6 +534,99 @@ mod tests {
         }
     }
 
+    fn json_of(path: &str) -> (u8, serde_json::Value) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(&args(&["--json", path]), &|_| None, &mut out, &mut err);
+        (code, serde_json::from_slice(&out).unwrap())
+    }
+
+    #[test]
+    fn torch_checkpoints_report_tensor_rows_and_totals() {
+        let dir = format!("{}/../tests/vectors/torch", env!("CARGO_MANIFEST_DIR"));
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(format!("{dir}/manifest.json")).unwrap())
+                .unwrap();
+        for vector in manifest["vectors"].as_array().unwrap() {
+            let path = format!("{dir}/{}", vector["file"].as_str().unwrap());
+            let (code, v) = json_of(&path);
+            assert_eq!(code, 0, "{path}: {v}");
+            let want: Vec<_> = vector["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "tensor")
+                .collect();
+            let rows = v["tensor_rows"].as_array().unwrap();
+            assert_eq!(rows.len(), want.len(), "{path}");
+            let bytes = std::fs::read(&path).unwrap();
+            let checkpoint = tensorizer_core::checkpoint::Checkpoint::parse(&bytes).unwrap();
+            let mut data_bytes = 0;
+            let tensors =
+                checkpoint.entries().iter().enumerate().filter(|(_, e)| {
+                    matches!(e.value, tensorizer_core::checkpoint::Leaf::Tensor(_))
+                });
+            for ((i, _), (row, want)) in tensors.zip(rows.iter().zip(&want)) {
+                assert_eq!(row["path"], want["path"], "{path}");
+                assert_eq!((&row["dtype"], &row["shape"]), (&want["dtype"], &want["shape"]));
+                // The row's data offset is where the checkpoint reader finds
+                // the tensor's first byte.
+                let (view, data) = checkpoint.tensor_bytes(i).unwrap();
+                let at = row["data_offset"].as_u64().unwrap() as usize;
+                let n = row["data_length"].as_u64().unwrap() as usize;
+                assert_eq!(&bytes[at..at + n.min(data.len())], &data[..n.min(data.len())]);
+                assert_eq!(
+                    row["bytes"].as_u64(),
+                    view.numel().map(|e| e * u64::from(view.dtype.size()))
+                );
+                data_bytes += n as u64;
+            }
+            let by_dtype = v["by_dtype"].as_object().unwrap();
+            let counted: u64 = by_dtype.values().map(|t| t["tensors"].as_u64().unwrap()).sum();
+            assert_eq!(counted, want.len() as u64, "{path}");
+            assert_eq!(v["data_bytes"], data_bytes, "{path}");
+        }
+        // A checkpoint whose pickle calls a function has findings and no rows.
+        let (code, v) = json_of(&format!("{dir}/hostile_os_system.pt"));
+        assert_eq!(code, 1);
+        assert_eq!(v["tensor_rows"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn safetensors_files_report_tensor_rows_and_totals() {
+        let json = r#"{"m.a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"n.b":{"dtype":"BF16","shape":[1],"data_offsets":[8,10]}}"#;
+        let json = format!("{json:<width$}", width = json.len().next_multiple_of(8));
+        let mut st = (json.len() as u64).to_le_bytes().to_vec();
+        st.extend_from_slice(json.as_bytes());
+        st.extend_from_slice(&[0; 10]);
+        let (code, v) = json_of(&scratch("rows.safetensors", &st));
+        assert_eq!(code, 0, "{v}");
+        let rows = v["tensor_rows"].as_array().unwrap();
+        let start = 8 + json.len() as u64;
+        let shown: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap(),
+                    r["module"].as_str().unwrap(),
+                    r["dtype"].as_str().unwrap(),
+                    r["dtype_string"].as_str().unwrap(),
+                    r["data_offset"].as_u64().unwrap(),
+                    r["data_length"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("m.a", "m", "float32", "F32", start, 8),
+                ("n.b", "n", "bfloat16", "BF16", start + 8, 2)
+            ]
+        );
+        assert_eq!(v["by_dtype"]["float32"]["tensors"], 1);
+        assert_eq!(v["by_dtype"]["bfloat16"]["data_bytes"], 2);
+        assert_eq!(v["data_bytes"], 10);
+    }
+
     #[test]
     fn runs_natively_on_a_vector() {
         let path = format!("{}/../tests/vectors/v4_meta.tensors", env!("CARGO_MANIFEST_DIR"));

@@ -125,7 +125,7 @@ fn hostile_limits() -> Limits {
 // ---- every vector ----------------------------------------------------------
 
 fn check_report(report: &Value, vector: &Value) {
-    assert_eq!(report["report_version"], 3);
+    assert_eq!(report["report_version"], 4);
     assert_eq!(report["format"], "tensorizer");
     assert_eq!(report["file"], format!("/in/{}", vector["file"].as_str().unwrap()));
     assert_eq!(report["file_bytes"], vector["size"]);
