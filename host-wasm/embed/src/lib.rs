@@ -168,7 +168,12 @@ pub struct Request {
 impl Request {
     /// `--json /in/NAME` over `dir`.
     pub fn new(dir: impl Into<PathBuf>, file_name: impl Into<String>) -> Self {
-        Self { dir: dir.into(), file_name: file_name.into(), args: vec!["--json".into()], env: Vec::new() }
+        Self {
+            dir: dir.into(),
+            file_name: file_name.into(),
+            args: vec!["--json".into()],
+            env: Vec::new(),
+        }
     }
 
     /// Replaces the validator options.
@@ -212,8 +217,10 @@ impl Validator {
     /// Compiles the module at `path` (`tensorizer-validate.wasm`).
     pub fn from_file(path: impl AsRef<Path>) -> anyhow::Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read the module {}", path.display()))?;
-        Self::from_binary(&bytes).with_context(|| format!("cannot load the module {}", path.display()))
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read the module {}", path.display()))?;
+        Self::from_binary(&bytes)
+            .with_context(|| format!("cannot load the module {}", path.display()))
     }
 
     /// Compiles a module from its bytes.
@@ -230,7 +237,12 @@ impl Validator {
     }
 
     /// `--json /in/FILE_NAME` with `dir` preopened read-only.
-    pub fn validate(&self, dir: &Path, file_name: &str, limits: &Limits) -> anyhow::Result<Outcome> {
+    pub fn validate(
+        &self,
+        dir: &Path,
+        file_name: &str,
+        limits: &Limits,
+    ) -> anyhow::Result<Outcome> {
         self.run(&Request::new(dir, file_name), limits)
     }
 
@@ -246,7 +258,9 @@ impl Validator {
         let began = Instant::now();
         let name = &request.file_name;
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) {
-            bail!("file name {name:?} must be a single path component inside the preopened directory");
+            bail!(
+                "file name {name:?} must be a single path component inside the preopened directory"
+            );
         }
         check_regular_files(request)?;
         // A missing file costs no fuel here; the guest reports it (exit 2).
@@ -264,7 +278,8 @@ impl Validator {
             .map_err(anyhow::Error::from)
             .with_context(|| format!("cannot preopen {}", request.dir.display()))?
             .build_p1();
-        let mut store = Store::new(&self.engine, Host { wasi, limiter: Limiter::new(limits.memory_bytes) });
+        let mut store =
+            Store::new(&self.engine, Host { wasi, limiter: Limiter::new(limits.memory_bytes) });
         store.limiter(|host| &mut host.limiter);
         store.set_fuel(fuel)?;
         store.set_epoch_deadline(deadline_ticks(limits.wall_clock.saturating_sub(began.elapsed())));
@@ -282,26 +297,46 @@ impl Validator {
                         Err(error) => Err(error),
                     },
                     // Initial memory over the limit, most likely; classified below.
-                    Err(error) if store.data().limiter.memory_refused => Ok(Ended::NotStarted(error)),
+                    Err(error) if store.data().limiter.memory_refused => {
+                        Ok(Ended::NotStarted(error))
+                    }
                     Err(error) => Err(error.context("cannot instantiate the module")),
                 };
-                let _ = done.send((result, store.data().limiter.memory_refused, store.get_fuel().unwrap_or(0)));
+                let _ = done.send((
+                    result,
+                    store.data().limiter.memory_refused,
+                    store.get_fuel().unwrap_or(0),
+                ));
             })
             .context("cannot start the guest thread")?;
-        let waited =
-            finished.recv_timeout(limits.wall_clock.saturating_sub(began.elapsed()).saturating_add(WATCHDOG_GRACE));
+        let waited = finished.recv_timeout(
+            limits.wall_clock.saturating_sub(began.elapsed()).saturating_add(WATCHDOG_GRACE),
+        );
         let elapsed = began.elapsed();
         let stdout = String::from_utf8_lossy(&stdout.contents()).into_owned();
         let stderr = String::from_utf8_lossy(&stderr.contents()).into_owned();
         let (result, memory_refused, fuel_left) = match waited {
             Ok((result, memory_refused, fuel_left)) => (result?, memory_refused, fuel_left),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let trap = "the wall-clock bound passed while the module was blocked in a host call".to_owned();
+                let trap =
+                    "the wall-clock bound passed while the module was blocked in a host call"
+                        .to_owned();
                 let (report_json, fuel_used) = (None, 0);
                 let (kind, exit_code, trap) = (Kind::Timeout, None, Some(trap));
-                return Ok(Outcome { kind, exit_code, report_json, stdout, stderr, trap, fuel_used, elapsed });
+                return Ok(Outcome {
+                    kind,
+                    exit_code,
+                    report_json,
+                    stdout,
+                    stderr,
+                    trap,
+                    fuel_used,
+                    elapsed,
+                });
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the guest thread ended without a result"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                bail!("the guest thread ended without a result")
+            }
         };
         let fuel_used = fuel.saturating_sub(fuel_left);
         let report_json = serde_json::from_str(&stdout).ok();
@@ -324,7 +359,8 @@ impl Drop for Validator {
 fn check_regular_files(request: &Request) -> anyhow::Result<()> {
     let guest_prefix = format!("{GUEST_DIR}/");
     let named = request.args.iter().filter_map(|arg| {
-        let value = if arg.starts_with("--") { arg.split_once('=').map(|(_, v)| v)? } else { arg.as_str() };
+        let value =
+            if arg.starts_with("--") { arg.split_once('=').map(|(_, v)| v)? } else { arg.as_str() };
         value.strip_prefix(&guest_prefix)
     });
     for rel in std::iter::once(request.file_name.as_str()).chain(named) {
@@ -332,7 +368,11 @@ fn check_regular_files(request: &Request) -> anyhow::Result<()> {
         if let Ok(meta) = std::fs::metadata(&path)
             && !meta.is_file()
         {
-            bail!("{} is not a regular file ({:?}): refused before the run", path.display(), meta.file_type());
+            bail!(
+                "{} is not a regular file ({:?}): refused before the run",
+                path.display(),
+                meta.file_type()
+            );
         }
     }
     Ok(())
@@ -369,7 +409,9 @@ impl Ended {
             Self::Exit(2) if memory_refused => (Kind::MemoryLimit, Some(2), None),
             Self::Exit(2) => (Kind::CannotScan, Some(2), None),
             Self::Exit(code) => (Kind::Crashed, Some(code), None),
-            Self::Trap(Trap::OutOfFuel, error) => (Kind::OutOfFuel, None, Some(format!("{error:#}"))),
+            Self::Trap(Trap::OutOfFuel, error) => {
+                (Kind::OutOfFuel, None, Some(format!("{error:#}")))
+            }
             Self::Trap(Trap::Interrupt, error) => (Kind::Timeout, None, Some(format!("{error:#}"))),
             Self::Trap(_, error) | Self::Other(error) | Self::NotStarted(error) => {
                 let kind = if memory_refused { Kind::MemoryLimit } else { Kind::Crashed };
@@ -385,7 +427,8 @@ impl Ended {
 /// `current epoch + ticks` cannot overflow (2^48 ticks are 89,000 years).
 fn deadline_ticks(wall_clock: Duration) -> u64 {
     const MAX_TICKS: u128 = 1 << 48;
-    let ticks = wall_clock.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).saturating_add(1).min(MAX_TICKS);
+    let ticks =
+        wall_clock.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).saturating_add(1).min(MAX_TICKS);
     u64::try_from(ticks).unwrap_or(1 << 48)
 }
 
@@ -411,7 +454,12 @@ fn spawn_epoch_thread(engine: &Engine, stop: Arc<AtomicBool>) -> anyhow::Result<
 
 /// Compiles `module_path` and runs it once: `--json` on
 /// `dir/file_name`. To check many files, build one [`Validator`] and reuse it.
-pub fn validate(module_path: &Path, dir: &Path, file_name: &str, limits: &Limits) -> anyhow::Result<Outcome> {
+pub fn validate(
+    module_path: &Path,
+    dir: &Path,
+    file_name: &str,
+    limits: &Limits,
+) -> anyhow::Result<Outcome> {
     Validator::from_file(module_path)?.validate(dir, file_name, limits)
 }
 

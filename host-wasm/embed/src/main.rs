@@ -52,28 +52,39 @@ fn parse(args: Vec<OsString>) -> Result<Cli, String> {
     while let Some(arg) = args.next() {
         let text = arg.to_str().map(str::to_owned);
         let mut value = |name: &str| -> Result<String, String> {
-            args.next().and_then(|v| v.into_string().ok()).ok_or_else(|| format!("{name} needs a value"))
+            args.next()
+                .and_then(|v| v.into_string().ok())
+                .ok_or_else(|| format!("{name} needs a value"))
         };
         match text.as_deref() {
             Some("-h" | "--help") => return Err(String::new()),
-            Some("--fuel") => fuel = Some(value("--fuel")?.parse().map_err(|e| format!("--fuel: {e}"))?),
+            Some("--fuel") => {
+                fuel = Some(value("--fuel")?.parse().map_err(|e| format!("--fuel: {e}"))?)
+            }
             Some("--memory") => {
-                limits.memory_bytes = value("--memory")?.parse().map_err(|e| format!("--memory: {e}"))?;
+                limits.memory_bytes =
+                    value("--memory")?.parse().map_err(|e| format!("--memory: {e}"))?;
             }
             Some("--timeout") => {
-                let secs: f64 = value("--timeout")?.parse().map_err(|e| format!("--timeout: {e}"))?;
-                limits.wall_clock = Duration::try_from_secs_f64(secs).map_err(|e| format!("--timeout {secs}: {e}"))?;
+                let secs: f64 =
+                    value("--timeout")?.parse().map_err(|e| format!("--timeout: {e}"))?;
+                limits.wall_clock = Duration::try_from_secs_f64(secs)
+                    .map_err(|e| format!("--timeout {secs}: {e}"))?;
             }
             Some("--env") => env.push(value("--env")?),
             Some("--") => {
-                let rest = args.by_ref().map(|a| a.into_string().map_err(|a| format!("not UTF-8: {a:?}")));
+                let rest =
+                    args.by_ref().map(|a| a.into_string().map_err(|a| format!("not UTF-8: {a:?}")));
                 validator_args = Some(rest.collect::<Result<Vec<_>, _>>()?);
             }
-            Some(flag) if flag.starts_with('-') && flag.len() > 1 => return Err(format!("unknown option {flag}")),
+            Some(flag) if flag.starts_with('-') && flag.len() > 1 => {
+                return Err(format!("unknown option {flag}"));
+            }
             _ => positional.push(PathBuf::from(arg)),
         }
     }
-    let [module, file]: [PathBuf; 2] = positional.try_into().map_err(|_| "expected MODULE.wasm and FILE".to_owned())?;
+    let [module, file]: [PathBuf; 2] =
+        positional.try_into().map_err(|_| "expected MODULE.wasm and FILE".to_owned())?;
     let validator_args = validator_args.unwrap_or_else(|| vec!["--json".to_owned()]);
     Ok(Cli { fuel, limits, env, module, file, validator_args })
 }
@@ -104,11 +115,9 @@ fn run(cli: &Cli) -> anyhow::Result<u8> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let name = cli
-        .file
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| anyhow::anyhow!("FILE {} must end in a UTF-8 file name", cli.file.display()))?;
+    let name = cli.file.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        anyhow::anyhow!("FILE {} must end in a UTF-8 file name", cli.file.display())
+    })?;
     let mut request = Request::new(dir, name).args(cli.validator_args.iter().cloned());
     for var in &cli.env {
         let value = std::env::var(var).map_err(|e| anyhow::anyhow!("--env {var}: {e}"))?;
@@ -134,17 +143,24 @@ fn run(cli: &Cli) -> anyhow::Result<u8> {
         Kind::Clean | Kind::Findings | Kind::CannotScan => {
             u8::try_from(outcome.exit_code.unwrap_or(2)).unwrap_or(EXIT_CRASHED)
         }
-        Kind::OutOfFuel => {
-            stopped(format!("stopped: out of fuel after {} units (raise --fuel)", outcome.fuel_used), EXIT_OUT_OF_FUEL)
-        }
+        Kind::OutOfFuel => stopped(
+            format!("stopped: out of fuel after {} units (raise --fuel)", outcome.fuel_used),
+            EXIT_OUT_OF_FUEL,
+        ),
         Kind::Timeout => stopped(
-            format!("stopped: wall-clock limit of {:?} reached (raise --timeout)", limits.wall_clock),
+            format!(
+                "stopped: wall-clock limit of {:?} reached (raise --timeout)",
+                limits.wall_clock
+            ),
             EXIT_TIMEOUT,
         ),
         Kind::MemoryLimit => stopped(
             format!("memory limit of {} bytes reached (raise --memory)", limits.memory_bytes),
             EXIT_MEMORY_LIMIT,
         ),
-        Kind::Crashed => stopped(format!("the module crashed (exit {:?}): {trap}", outcome.exit_code), EXIT_CRASHED),
+        Kind::Crashed => stopped(
+            format!("the module crashed (exit {:?}): {trap}", outcome.exit_code),
+            EXIT_CRASHED,
+        ),
     })
 }

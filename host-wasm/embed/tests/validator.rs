@@ -44,8 +44,22 @@ fn wasm_path() -> &'static Path {
         let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
             .current_dir(&root)
             .env_remove("CARGO_TARGET_DIR")
-            .args(["build", "-p", "tensorizer-wasm", "--target", "wasm32-wasip1", "--bin", "tensorizer-validate"])
-            .args(["--config", "host-wasm/wasm-release.toml", "--profile", "wasm-release", "--target-dir"])
+            .args([
+                "build",
+                "-p",
+                "tensorizer-wasm",
+                "--target",
+                "wasm32-wasip1",
+                "--bin",
+                "tensorizer-validate",
+            ])
+            .args([
+                "--config",
+                "host-wasm/wasm-release.toml",
+                "--profile",
+                "wasm-release",
+                "--target-dir",
+            ])
             .arg(&target)
             .status()
             .expect("run cargo to build the validator");
@@ -69,7 +83,12 @@ fn manifest() -> &'static Value {
 }
 
 fn vector(name: &str) -> &'static Value {
-    manifest()["vectors"].as_array().unwrap().iter().find(|v| v["file"] == name).expect("vector in manifest")
+    manifest()["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["file"] == name)
+        .expect("vector in manifest")
 }
 
 fn u64_of(value: &Value) -> u64 {
@@ -130,7 +149,10 @@ fn check_report(report: &Value, vector: &Value) {
     assert_eq!(report["file"], format!("/in/{}", vector["file"].as_str().unwrap()));
     assert_eq!(report["file_bytes"], vector["size"]);
     assert_eq!(report["tensor_count"], vector["tensor_count"]);
-    assert_eq!(report["tensor_rows"].as_array().unwrap().len() as u64, u64_of(&vector["tensor_count"]));
+    assert_eq!(
+        report["tensor_rows"].as_array().unwrap().len() as u64,
+        u64_of(&vector["tensor_count"])
+    );
     assert_eq!(report["data_bytes"], vector["tensor_data_bytes"]);
     assert!(report.get("error").is_none(), "{report}");
     // The embedding contract: `valid`, `format`, `tensors` (a count) and `findings`.
@@ -147,7 +169,11 @@ fn every_vector_inspects_valid() {
     for vector in all {
         let name = vector["file"].as_str().unwrap();
         let outcome = validator().validate(&vectors(), name, &Limits::default()).unwrap();
-        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Clean, Some(0)), "{name}: {outcome:?}");
+        assert_eq!(
+            (outcome.kind, outcome.exit_code),
+            (Kind::Clean, Some(0)),
+            "{name}: {outcome:?}"
+        );
         assert_eq!(outcome.stderr, "");
         check_report(outcome.report_json.as_ref().expect("JSON on stdout"), vector);
         assert!(outcome.fuel_used > 0);
@@ -172,7 +198,11 @@ fn every_vector_verifies_valid() {
             request.args(["--verify", "--json", "--key-file", "/in/test.key"])
         };
         let outcome = run(&request, &Limits::default());
-        assert_eq!((outcome.kind, outcome.exit_code), (Kind::Clean, Some(0)), "{name}: {outcome:?}");
+        assert_eq!(
+            (outcome.kind, outcome.exit_code),
+            (Kind::Clean, Some(0)),
+            "{name}: {outcome:?}"
+        );
         let report = outcome.report_json.as_ref().expect("JSON on stdout");
         check_report(report, vector);
         assert_eq!(report["verification"]["ok"], true);
@@ -205,17 +235,25 @@ fn truncated_copies_are_findings() {
     let tensors = vector(FLAT)["tensors"].as_array().unwrap();
     let first_header = usize::try_from(u64_of(&tensors[0]["header_offset"])).unwrap();
     let last = tensors.last().unwrap();
-    let last_data = usize::try_from(u64_of(&last["data_offset"]) + u64_of(&last["data_length"]) / 2).unwrap();
+    let last_data =
+        usize::try_from(u64_of(&last["data_offset"]) + u64_of(&last["data_length"]) / 2).unwrap();
     for cut in [0, 4, 40, 72, 73, 73 + 1000, first_header - 1, first_header + 10, last_data] {
         for verify in [false, true] {
             let args: &[&str] = if verify { &["--json", "--verify"] } else { &["--json"] };
             let outcome = hostile(&data[..cut], args, &hostile_limits());
-            assert_eq!((outcome.kind, outcome.exit_code), (Kind::Findings, Some(1)), "cut {cut}: {outcome:?}");
+            assert_eq!(
+                (outcome.kind, outcome.exit_code),
+                (Kind::Findings, Some(1)),
+                "cut {cut}: {outcome:?}"
+            );
             let doc = outcome.report_json.as_ref().expect("a report");
             let first = &doc["findings"][0];
             let want = if cut < 5 { "FMT-001" } else { "TZR-004" };
             assert_eq!(first["rule"], want, "cut {cut}: {doc}");
-            assert!(first["offset"].is_u64() && first["remediation"].is_string(), "cut {cut}: {doc}");
+            assert!(
+                first["offset"].is_u64() && first["remediation"].is_string(),
+                "cut {cut}: {doc}"
+            );
             assert!(one_line(&outcome).contains(want), "{}", outcome.stderr);
         }
     }
@@ -237,8 +275,14 @@ fn hostile_checkpoints_are_findings_and_sarif_lists_them() {
     let report = outcome.report_json.expect("a report");
     assert_eq!(report["format"], "torch-zip");
     let findings = report["findings"].as_array().unwrap();
-    assert!(findings.iter().any(|f| f["rule"] == "PKL-001" && f["message"].as_str().unwrap().contains("posix.system")));
-    let outcome = run(&Request::new(&torch, "hostile_os_system.pt").args(["--sarif"]), &Limits::default());
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["rule"] == "PKL-001"
+                && f["message"].as_str().unwrap().contains("posix.system"))
+    );
+    let outcome =
+        run(&Request::new(&torch, "hostile_os_system.pt").args(["--sarif"]), &Limits::default());
     assert_eq!(outcome.exit_code, Some(1));
     let log = outcome.report_json.expect("a SARIF log");
     assert_eq!(log["version"], "2.1.0");
@@ -257,7 +301,10 @@ fn bad_option_is_a_usage_error() {
 #[test]
 fn file_name_must_stay_in_the_preopen() {
     for name in ["../v1_flat.tensors", "a/b", "", ".."] {
-        assert!(validator().run(&Request::new(vectors(), name), &Limits::default()).is_err(), "{name}");
+        assert!(
+            validator().run(&Request::new(vectors(), name), &Limits::default()).is_err(),
+            "{name}"
+        );
     }
 }
 
@@ -319,8 +366,10 @@ fn grown_file(scratch: &Scratch, columns: u32) -> String {
         (u64_of(&t["header_offset"]), u64_of(&t["data_offset"]), u64_of(&t["data_length"]));
     let payload = 16 * u64::from(columns);
     let mut data = std::fs::read(vectors().join(FLAT)).unwrap();
-    let (ho, dof) = (usize::try_from(header_offset).unwrap(), usize::try_from(data_offset).unwrap());
-    let offsets: Vec<u8> = [header_offset, data_offset, data_length].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let (ho, dof) =
+        (usize::try_from(header_offset).unwrap(), usize::try_from(data_offset).unwrap());
+    let offsets: Vec<u8> =
+        [header_offset, data_offset, data_length].iter().flat_map(|x| x.to_le_bytes()).collect();
     let pos = 73 + data[73..ho].windows(24).position(|w| w == offsets).expect("index entry");
     let (old_dims, new_dims) = (dims(4, 4), dims(4, columns));
     assert_eq!(data[pos - 8..pos], old_dims);
@@ -337,7 +386,12 @@ fn grown_file(scratch: &Scratch, columns: u32) -> String {
     let path = scratch.0.join("grown.tensors");
     std::fs::write(&path, &data).unwrap();
     // Zeros as a sparse tail: payload + 8 trailing bytes, as tensorizer writes.
-    std::fs::File::options().write(true).open(&path).unwrap().set_len(data_offset + payload + 8).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(data_offset + payload + 8)
+        .unwrap();
     "grown.tensors".to_owned()
 }
 
@@ -400,8 +454,16 @@ fn binary_prints_the_report_and_exits_with_its_status() {
     let cases: [(&[&str], i32, &str); 5] = [
         (&[wasm, flat, "--", "--verify", "--json"], 0, ""),
         (&["--fuel", "100000", wasm, flat], 10, "out of fuel after 100000 units"),
-        (&["--memory", &memory, wasm, big.to_str().unwrap()], 12, "memory limit of 8388608 bytes reached"),
-        (&["--timeout", "0.1", wasm, grown.to_str().unwrap(), "--", "--verify"], 11, "wall-clock limit of 100ms"),
+        (
+            &["--memory", &memory, wasm, big.to_str().unwrap()],
+            12,
+            "memory limit of 8388608 bytes reached",
+        ),
+        (
+            &["--timeout", "0.1", wasm, grown.to_str().unwrap(), "--", "--verify"],
+            11,
+            "wall-clock limit of 100ms",
+        ),
         (&[wasm], 2, "expected MODULE.wasm and FILE"),
     ];
     let children: Vec<_> = cases.iter().map(|(args, ..)| spawn_host(args)).collect();
@@ -488,4 +550,49 @@ fn fifos_are_refused_within_the_wall_clock() {
         let error = result.expect_err("a FIFO is refused");
         assert!(format!("{error:#}").contains("not a regular file"), "{request:?}: {error:#}");
     }
+}
+
+#[test]
+fn torch_and_safetensors_reports_have_tensor_rows() {
+    let torch = vectors().join("torch");
+    let outcome = run(&Request::new(&torch, "params.pt").args(["--json"]), &Limits::default());
+    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+    let report = outcome.report_json.expect("a report");
+    let rows = report["tensor_rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{report}");
+    assert_eq!(rows.len() as u64, u64_of(&report["tensors"]));
+    let counted: u64 =
+        report["by_dtype"].as_object().unwrap().values().map(|t| u64_of(&t["tensors"])).sum();
+    assert_eq!(counted, rows.len() as u64);
+    let scratch = Scratch::new();
+    let json = br#"{"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}    "#;
+    let mut st = (json.len() as u64).to_le_bytes().to_vec();
+    st.extend_from_slice(json);
+    st.extend_from_slice(&[0; 4]);
+    scratch.write("m.safetensors", &st);
+    let outcome =
+        run(&Request::new(&scratch.0, "m.safetensors").args(["--json"]), &Limits::default());
+    let report = outcome.report_json.expect("a report");
+    assert_eq!(report["tensor_rows"][0]["dtype"], "float16", "{report}");
+    assert_eq!(report["by_dtype"]["float16"]["data_bytes"], 4);
+}
+
+#[test]
+fn many_files_give_one_document_and_the_worst_status() {
+    // The host refuses anything but regular files under the preopen, so
+    // directories are walked in the native tests (host-wasm/src/cli.rs).
+    let scratch = Scratch::new();
+    std::fs::copy(vectors().join("torch/hostile_os_system.pt"), scratch.0.join("x.bin")).unwrap();
+    std::fs::copy(vectors().join("v1_flat.tensors"), scratch.0.join("flat")).unwrap();
+    let outcome =
+        run(&Request::new(&scratch.0, "flat").args(["--json", "/in/x.bin"]), &hostile_limits());
+    assert_eq!(outcome.exit_code, Some(1), "{outcome:?}");
+    let doc = outcome.report_json.expect("one document");
+    let files: Vec<&str> =
+        doc["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert_eq!(files, ["/in/x.bin", "/in/flat"]);
+    assert_eq!(doc["valid"], false);
+    let outcome =
+        run(&Request::new(&scratch.0, "flat").args(["--sarif", "/in/flat"]), &Limits::default());
+    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
 }
