@@ -25,6 +25,8 @@ pub mod sniff;
 pub mod source;
 mod tensor_type;
 pub mod totals;
+#[cfg(feature = "std")]
+pub mod walk;
 pub mod write;
 
 pub use checkpoint::{Checkpoint, StateDict};

@@ -12,10 +12,12 @@ use alloc::vec::Vec;
 
 use serde_json::{Map, Value};
 
+use crate::checkpoint::TensorView;
 use crate::codec::file_header::FileHeader;
 use crate::codec::metadata::MetadataEntry;
 use crate::path::{PathComponent, TensorPath};
-use crate::totals::{Totals, top_module};
+use crate::safetensors::TensorInfo;
+use crate::totals::{Totals, top_module, top_module_of_name};
 
 /// JSON members in the order they are shown.
 pub type Members = Vec<(&'static str, Value)>;
@@ -88,6 +90,63 @@ impl TensorRow {
             meta: e.is_meta(),
             header_offset: e.header_offset,
             data_offset: e.data_offset,
+        }
+    }
+
+    /// The row for the `index`th tensor of a safetensors header whose data
+    /// area starts at `data_start`. A safetensors file holds a flat state
+    /// dict: every row is a `STATE_DICT` tensor, its stored bytes are its
+    /// in-memory bytes, and `header_offset` is where its name is written.
+    pub fn of_safetensors(index: usize, t: &TensorInfo, data_start: u64) -> Self {
+        let stored = t.data_offsets.1.saturating_sub(t.data_offsets.0);
+        let element = crate::safetensors::dtype(&t.dtype).and_then(|d| d.element);
+        Self {
+            index,
+            name: t.name.clone(),
+            path: alloc::vec![Value::from(t.name.as_str())],
+            module: top_module_of_name(&t.name).to_string(),
+            tensor_type: String::from("STATE_DICT"),
+            dtype: element.map_or_else(|| t.dtype.clone(), |e| e.torch_name().to_string()),
+            dtype_string: t.dtype.clone(),
+            shape: t.shape.clone(),
+            bytes: stored,
+            data_length: stored,
+            meta: false,
+            header_offset: t.offset,
+            data_offset: data_start.saturating_add(t.data_offsets.0),
+        }
+    }
+
+    /// The row for the `index`th tensor of a `torch.save` zip checkpoint:
+    /// `path` as the state dict names it, `view` of a storage whose zip
+    /// entry has its local header at `local` and its data at `data_start`.
+    /// `data_length` is the storage bytes the view spans; `bytes` its
+    /// elements times the item size (more than `data_length` for an
+    /// expanded view).
+    pub fn of_torch(
+        index: usize,
+        path: &TensorPath,
+        view: &TensorView,
+        local: u64,
+        data_start: u64,
+    ) -> Self {
+        let size = u64::from(view.dtype.size());
+        let times = |n: Option<u64>| n.and_then(|n| n.checked_mul(size)).unwrap_or(u64::MAX);
+        let skip = view.storage_offset.saturating_mul(size);
+        Self {
+            index,
+            name: path.to_string(),
+            path: path_json(path),
+            module: top_module(path).into_owned(),
+            tensor_type: String::from("STATE_DICT"),
+            dtype: view.dtype.torch_name().to_string(),
+            dtype_string: view.dtype.torch_name().to_string(),
+            shape: view.shape.clone(),
+            bytes: times(view.numel()),
+            data_length: times(view.extent()),
+            meta: false,
+            header_offset: local,
+            data_offset: data_start.saturating_add(skip),
         }
     }
 

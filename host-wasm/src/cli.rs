@@ -9,7 +9,7 @@ use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::{KeySource, layout::KEY_LEN};
 
-use tensorizer_core::scan::{Finding, RuleId, ScanOptions, sarif};
+use tensorizer_core::scan::{Finding, Format, RuleId, ScanOptions, sarif};
 
 use crate::error::{EXIT_CANNOT_SCAN, EXIT_OK, ErrorKind, ValidateError, one_line};
 use crate::report::{ErrorReport, REPORT_VERSION, Report, Status};
@@ -25,9 +25,14 @@ tensorizer-validate: scan a model file (tensorizer, safetensors, torch.save zip,
 legacy torch or bare pickle) and report every finding
 
 Usage:
-  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR] FILE
+  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR] PATH...
   tensorizer-validate validate ...   (the same; `validate` is kept as an alias)
   tensorizer-validate --help | --version
+
+Each PATH is a file or a directory (walked recursively; its files whose
+bytes are no known format are left out). With more than one file, --json
+prints {files: [...], valid: ...}, --sarif one run for all, and the
+exit status is the worst of any file.
 
 The format is told from the bytes, never the name. Pickles (inside a
 torch.save archive or bare) are walked without executing anything: every
@@ -84,8 +89,8 @@ pub struct ValidateArgs {
     pub key: KeyArg,
     /// `--json` or `--sarif`.
     pub output: Output,
-    /// The file.
-    pub path: String,
+    /// The files and directories, in the order given.
+    pub paths: Vec<String>,
 }
 
 /// A parsed command line.
@@ -113,13 +118,11 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
         None => return Err(usage("no FILE given".into())),
     }
     let mut out = ValidateArgs::default();
-    let mut path = None;
+    let mut paths = Vec::new();
     let mut options_done = false;
     while let Some(arg) = it.next() {
         if options_done || !arg.starts_with("--") || arg == "-" {
-            if path.replace(arg.clone()).is_some() {
-                return Err(usage("more than one FILE given".into()));
-            }
+            paths.push(arg.clone());
             continue;
         }
         let (name, inline) = match arg.split_once('=') {
@@ -159,7 +162,10 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
             _ => return Err(usage(format!("unknown option {:?}", one_line(arg)))),
         }
     }
-    out.path = path.ok_or_else(|| usage("no FILE given".into()))?;
+    if paths.is_empty() {
+        return Err(usage("no FILE given".into()));
+    }
+    out.paths = paths;
     Ok(Command::Validate(out))
 }
 
@@ -250,16 +256,132 @@ pub fn run(
         }
         Command::Validate(a) => a,
     };
-    let shown = one_line(&args.path);
+    let paths: Vec<std::path::PathBuf> = args.paths.iter().map(Into::into).collect();
+    let listed = match tensorizer_core::walk::expand(&paths) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGRAM}: cannot list the files: {}", one_line(&e.to_string()));
+            return EXIT_CANNOT_SCAN;
+        }
+    };
+    if tensorizer_core::walk::is_many(&paths, &listed) {
+        return run_many(&args, &listed, env, out, err);
+    }
+    run_one(&args, &listed[0].name, env, out, err)
+}
+
+/// Scans the files `listed` and prints one document for all of them;
+/// returns the worst exit status.
+fn run_many(
+    args: &ValidateArgs,
+    listed: &[tensorizer_core::walk::Listed],
+    env: &dyn Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    let mut files: Vec<(String, Result<Report, ValidateError>)> = Vec::new();
+    for l in listed {
+        let result =
+            key_source(&args.key, env).and_then(|key| scan_file(&l.name, args.verify, key));
+        if l.in_dir && result.as_ref().is_ok_and(|r| r.is(Format::Unknown)) {
+            continue;
+        }
+        files.push((l.name.clone(), result));
+    }
+    let mut worst = EXIT_OK;
+    for (name, result) in &files {
+        let code = match result {
+            Ok(report) => {
+                if let Some(first) = report.findings.first() {
+                    let n = report.findings.len();
+                    let _ = writeln!(
+                        err,
+                        "{PROGRAM}: {}: {n} finding{}; first: {} {}",
+                        one_line(name),
+                        if n == 1 { "" } else { "s" },
+                        first.rule,
+                        first.message
+                    );
+                }
+                exit_code(report)
+            }
+            Err(e) => {
+                let _ = writeln!(err, "{PROGRAM}: {}: {e}", one_line(name));
+                e.exit_code()
+            }
+        };
+        worst = worst.max(code);
+    }
+    let text = match args.output {
+        Output::Text => files
+            .iter()
+            .map(|(name, r)| match r {
+                Ok(report) => text_report(report),
+                Err(e) => format!("{}\n  could not scan: {e}\n", one_line(name)),
+            })
+            .collect::<String>(),
+        Output::Json => {
+            let docs: Vec<serde_json::Value> = files
+                .iter()
+                .map(|(name, r)| match r {
+                    Ok(report) => serde_json::to_value(report).unwrap_or_default(),
+                    Err(e) => serde_json::to_value(ErrorReport::new(name, e)).unwrap_or_default(),
+                })
+                .collect();
+            serde_json::json!({"files": docs, "valid": worst == EXIT_OK}).to_string()
+        }
+        Output::Sarif => {
+            let owned: Vec<(String, Result<Vec<Finding>, String>)> = files
+                .iter()
+                .map(|(name, r)| {
+                    let found = r.as_ref().map(report_findings).map_err(|e| e.message.clone());
+                    (sarif::artifact_uri(name), found)
+                })
+                .collect();
+            let refs: Vec<(&str, Result<&[Finding], &str>)> = owned
+                .iter()
+                .map(|(u, r)| (u.as_str(), r.as_ref().map(Vec::as_slice).map_err(String::as_str)))
+                .collect();
+            sarif::to_sarif_many(&tool(), &refs).to_string()
+        }
+    };
+    if let Err(e) = write_report(out, text.trim_end_matches('\n')) {
+        let _ = writeln!(err, "{PROGRAM}: cannot write the report: {}", one_line(&e.to_string()));
+        return EXIT_CANNOT_SCAN;
+    }
+    worst
+}
+
+/// Opens and scans one file (verifying with `verify`).
+fn scan_file(path: &str, verify: bool, key: Option<KeySource>) -> Result<Report, ValidateError> {
+    let mut src = FileSource::open(path).map_err(|e| ValidateError {
+        kind: ErrorKind::Io,
+        offset: None,
+        message: one_line(&format!("cannot open: {e}")),
+        rule: None,
+    })?;
+    validate(&mut src, path, verify, key)
+}
+
+/// Scans one file and prints its own document (the layout of a single
+/// FILE).
+fn run_one(
+    args: &ValidateArgs,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    let shown = one_line(path);
     let fail = |e: ValidateError, out: &mut dyn Write, err: &mut dyn Write| {
         let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
         let doc = match args.output {
             Output::Text => None,
             Output::Json => {
-                Some(serde_json::to_string(&ErrorReport::new(&args.path, &e)).unwrap_or_default())
+                Some(serde_json::to_string(&ErrorReport::new(path, &e)).unwrap_or_default())
             }
             Output::Sarif => Some(
-                sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(&args.path), &e.message)
+                sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(path), &e.message)
                     .to_string(),
             ),
         };
@@ -272,19 +394,7 @@ pub fn run(
         Ok(k) => k,
         Err(e) => return fail(e, out, err),
     };
-    let mut src = match FileSource::open(&args.path) {
-        Ok(s) => s,
-        Err(e) => {
-            let e = ValidateError {
-                kind: ErrorKind::Io,
-                offset: None,
-                message: one_line(&format!("cannot open: {e}")),
-                rule: None,
-            };
-            return fail(e, out, err);
-        }
-    };
-    match validate(&mut src, &args.path, args.verify, key) {
+    match scan_file(path, args.verify, key) {
         Ok(report) => {
             let code = exit_code(&report);
             if let Some(first) = report.findings.first() {
@@ -299,7 +409,7 @@ pub fn run(
             }
             let text = match args.output {
                 Output::Json => serde_json::to_string(&report).unwrap_or_default(),
-                Output::Sarif => sarif_log(&report, &args.path).to_string(),
+                Output::Sarif => sarif_log(&report, path).to_string(),
                 Output::Text => text_report(&report),
             };
             // A report cut short (stdout closed, a host's output limit) must
@@ -325,7 +435,12 @@ pub fn tool() -> sarif::Tool<'static> {
 
 /// The SARIF log of a report: its findings, verification failures included.
 pub fn sarif_log(report: &Report, path: &str) -> serde_json::Value {
-    let findings: Vec<Finding> = report
+    sarif::to_sarif(&tool(), &sarif::artifact_uri(path), &report_findings(report))
+}
+
+/// A report's findings as the core's (for SARIF).
+fn report_findings(report: &Report) -> Vec<Finding> {
+    report
         .findings
         .iter()
         .map(|f| {
@@ -335,8 +450,7 @@ pub fn sarif_log(report: &Report, path: &str) -> serde_json::Value {
             out.tensor = f.tensor.clone();
             out
         })
-        .collect();
-    sarif::to_sarif(&tool(), &sarif::artifact_uri(path), &findings)
+        .collect()
 }
 
 /// Bytes of the report written at a time: hosts may refuse one very large
@@ -458,7 +572,7 @@ mod tests {
             verify: true,
             key: KeyArg::KeyFile("/k".into()),
             output: Output::Json,
-            path: "/in/f".into(),
+            paths: vec!["/in/f".into()],
         };
         let c = parse_args(&args(&["--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
         assert_eq!(c, Command::Validate(want.clone()));
@@ -470,13 +584,12 @@ mod tests {
         assert!(matches!(c, Command::Validate(ValidateArgs { output: Output::Sarif, .. })));
         let c = parse_args(&args(&["validate", "--passphrase-env", "P", "--", "--odd"])).unwrap();
         assert!(
-            matches!(c, Command::Validate(ValidateArgs { path, key: KeyArg::PassphraseEnv(v), .. })
-            if path == "--odd" && v == "P")
+            matches!(c, Command::Validate(ValidateArgs { paths, key: KeyArg::PassphraseEnv(v), .. })
+            if paths == ["--odd"] && v == "P")
         );
         for bad in [
             &["validate"][..],
             &["--bogus", "f"],
-            &["a", "b"],
             &["--key-file"],
             &["--key-file", "k", "--passphrase-env", "P", "f"],
             &["--json", "--sarif", "f"],
@@ -532,6 +645,147 @@ mod tests {
                 assert!(err.contains("cannot write the report"), "{err}");
             }
         }
+    }
+
+    fn json_of(path: &str) -> (u8, serde_json::Value) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(&args(&["--json", path]), &|_| None, &mut out, &mut err);
+        (code, serde_json::from_slice(&out).unwrap())
+    }
+
+    #[test]
+    fn torch_checkpoints_report_tensor_rows_and_totals() {
+        let dir = format!("{}/../tests/vectors/torch", env!("CARGO_MANIFEST_DIR"));
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(format!("{dir}/manifest.json")).unwrap())
+                .unwrap();
+        for vector in manifest["vectors"].as_array().unwrap() {
+            let path = format!("{dir}/{}", vector["file"].as_str().unwrap());
+            let (code, v) = json_of(&path);
+            assert_eq!(code, 0, "{path}: {v}");
+            let want: Vec<_> = vector["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "tensor")
+                .collect();
+            let rows = v["tensor_rows"].as_array().unwrap();
+            assert_eq!(rows.len(), want.len(), "{path}");
+            let bytes = std::fs::read(&path).unwrap();
+            let checkpoint = tensorizer_core::checkpoint::Checkpoint::parse(&bytes).unwrap();
+            let mut data_bytes = 0;
+            let tensors =
+                checkpoint.entries().iter().enumerate().filter(|(_, e)| {
+                    matches!(e.value, tensorizer_core::checkpoint::Leaf::Tensor(_))
+                });
+            for ((i, _), (row, want)) in tensors.zip(rows.iter().zip(&want)) {
+                assert_eq!(row["path"], want["path"], "{path}");
+                assert_eq!((&row["dtype"], &row["shape"]), (&want["dtype"], &want["shape"]));
+                // The row's data offset is where the checkpoint reader finds
+                // the tensor's first byte.
+                let (view, data) = checkpoint.tensor_bytes(i).unwrap();
+                let at = row["data_offset"].as_u64().unwrap() as usize;
+                let n = row["data_length"].as_u64().unwrap() as usize;
+                assert_eq!(&bytes[at..at + n.min(data.len())], &data[..n.min(data.len())]);
+                assert_eq!(
+                    row["bytes"].as_u64(),
+                    view.numel().map(|e| e * u64::from(view.dtype.size()))
+                );
+                data_bytes += n as u64;
+            }
+            let by_dtype = v["by_dtype"].as_object().unwrap();
+            let counted: u64 = by_dtype.values().map(|t| t["tensors"].as_u64().unwrap()).sum();
+            assert_eq!(counted, want.len() as u64, "{path}");
+            assert_eq!(v["data_bytes"], data_bytes, "{path}");
+        }
+        // A checkpoint whose pickle calls a function has findings and no rows.
+        let (code, v) = json_of(&format!("{dir}/hostile_os_system.pt"));
+        assert_eq!(code, 1);
+        assert_eq!(v["tensor_rows"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn safetensors_files_report_tensor_rows_and_totals() {
+        let json = r#"{"m.a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"n.b":{"dtype":"BF16","shape":[1],"data_offsets":[8,10]}}"#;
+        let json = format!("{json:<width$}", width = json.len().next_multiple_of(8));
+        let mut st = (json.len() as u64).to_le_bytes().to_vec();
+        st.extend_from_slice(json.as_bytes());
+        st.extend_from_slice(&[0; 10]);
+        let (code, v) = json_of(&scratch("rows.safetensors", &st));
+        assert_eq!(code, 0, "{v}");
+        let rows = v["tensor_rows"].as_array().unwrap();
+        let start = 8 + json.len() as u64;
+        let shown: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap(),
+                    r["module"].as_str().unwrap(),
+                    r["dtype"].as_str().unwrap(),
+                    r["dtype_string"].as_str().unwrap(),
+                    r["data_offset"].as_u64().unwrap(),
+                    r["data_length"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("m.a", "m", "float32", "F32", start, 8),
+                ("n.b", "n", "bfloat16", "BF16", start + 8, 2)
+            ]
+        );
+        assert_eq!(v["by_dtype"]["float32"]["tensors"], 1);
+        assert_eq!(v["by_dtype"]["bfloat16"]["data_bytes"], 2);
+        assert_eq!(v["data_bytes"], 10);
+    }
+
+    #[test]
+    fn many_paths_and_directories_give_one_document_and_the_worst_status() {
+        let dir = format!("{}/../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        let walked = std::env::temp_dir().join(format!("tzr-validate-many-{}", std::process::id()));
+        std::fs::create_dir_all(walked.join("sub")).unwrap();
+        std::fs::copy(format!("{dir}/torch/hostile_os_system.pt"), walked.join("sub/a.bin"))
+            .unwrap();
+        std::fs::copy(format!("{dir}/v1_flat.tensors"), walked.join("b.txt")).unwrap();
+        std::fs::write(walked.join("README.md"), b"# not a model").unwrap();
+        let walked = walked.to_string_lossy().into_owned();
+        let flat = format!("{dir}/v1_flat.tensors");
+        let run_on = |argv: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(&args(argv), &|_| None, &mut out, &mut err);
+            (code, String::from_utf8(out).unwrap())
+        };
+        // A directory: its model files by content, sorted; the README is left out.
+        let (code, out) = run_on(&["--json", &walked]);
+        assert_eq!(code, 1);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let names: Vec<_> = v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["file"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, [format!("{walked}/b.txt"), format!("{walked}/sub/a.bin")]);
+        assert_eq!(v["files"][1]["findings"][0]["rule"], "PKL-001");
+        assert_eq!(v["valid"], false);
+        // A file that cannot be opened makes the worst status 2; JSON still covers it.
+        let (code, out) = run_on(&["--json", &flat, "/nonexistent/x.pt"]);
+        assert_eq!(code, 2);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (v["files"][0]["valid"].as_bool(), v["files"][1]["format"].is_null()),
+            (Some(true), true)
+        );
+        // Clean files only: 0; SARIF has one run with both artifacts.
+        let (code, out) = run_on(&["--sarif", &flat, &format!("{dir}/v4_meta.tensors")]);
+        assert_eq!(code, 0);
+        let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(log["runs"].as_array().unwrap().len(), 1, "{log}");
+        let (code, out) = run_on(&[&flat, &walked]);
+        assert_eq!(code, 1);
+        assert_eq!(out.matches("tensorizer data version").count(), 2, "{out}");
+        std::fs::remove_dir_all(&walked).unwrap();
     }
 
     #[test]

@@ -7,13 +7,15 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tensorizer_core::MetadataEntry;
 use tensorizer_core::scan::{Finding, Findings, Format, RuleId, Scan};
-use tensorizer_core::totals::{Totals, top_module_of_name};
+use tensorizer_core::totals::Totals;
 
 use crate::error::ValidateError;
 
-/// Version of the report layout. 3: `format` and `findings`; the fields
-/// only a tensorizer file has are `null` for other formats.
-pub const REPORT_VERSION: u32 = 3;
+/// Version of the report layout. 4: safetensors and torch zip files have
+/// tensor rows, and `by_dtype` uses torch's dtype names for every format;
+/// 3: `format` and `findings`, the fields only a tensorizer file has are
+/// `null` for other formats.
+pub const REPORT_VERSION: u32 = 4;
 
 /// The whole report: file header, totals, one row per tensor, and the
 /// verification summary when `--verify` was given.
@@ -49,13 +51,15 @@ pub struct Report {
     /// Number of tensors (the same as `tensors`; kept from version 1).
     pub tensor_count: u64,
     /// Stored data bytes over all tensors (tensorizer: the header's total,
-    /// meta tensors count 0; safetensors: the data area).
+    /// meta tensors count 0; safetensors: the data area; torch zip: the
+    /// rows' `data_length`s).
     pub data_bytes: u64,
     /// Length of the metadata index (tensorizer files only).
     pub metadata_index_bytes: Option<u64>,
     /// Totals per dtype (torch's name), sorted by name.
     pub by_dtype: BTreeMap<String, DtypeTotal>,
-    /// One row per tensor, in file order.
+    /// One row per tensor, in file order (tensorizer, safetensors, and a
+    /// torch zip whose state dict the checkpoint reader reads).
     pub tensor_rows: Vec<TensorRow>,
     /// The verification summary; `null` without `--verify`.
     pub verification: Option<VerifySummary>,
@@ -123,15 +127,15 @@ impl Report {
     /// The report for a scan whose file is not a tensorizer file (or whose
     /// tensorizer index did not parse).
     pub fn from_scan(scan: &Scan, file: &str) -> Self {
+        let rows = scan_rows(scan);
         let mut totals = Totals::new();
-        let mut data_bytes = 0;
-        if let Some(h) = &scan.safetensors {
-            for t in &h.tensors {
-                let n = t.data_offsets.1.saturating_sub(t.data_offsets.0);
-                totals.add(top_module_of_name(&t.name), &t.dtype, &t.shape, n, n);
-            }
-            data_bytes = scan.file_len.saturating_sub(h.data_start());
+        for r in &rows {
+            totals.add(&r.module, &r.dtype, &r.shape, r.bytes, r.data_length);
         }
+        let data_bytes = match &scan.safetensors {
+            Some(h) => scan.file_len.saturating_sub(h.data_start()),
+            None => rows.iter().fold(0u64, |n, r| n.saturating_add(r.data_length)),
+        };
         let by_dtype = dtype_totals(&totals);
         Self {
             report_version: REPORT_VERSION,
@@ -150,7 +154,10 @@ impl Report {
             data_bytes,
             metadata_index_bytes: None,
             by_dtype,
-            tensor_rows: Vec::new(),
+            tensor_rows: rows
+                .into_iter()
+                .map(|row| TensorRow { row, verification: None })
+                .collect(),
             verification: None,
         }
         .with_findings(&scan.findings)
@@ -208,6 +215,22 @@ impl Report {
     pub fn is(&self, format: Format) -> bool {
         self.format == format.as_str()
     }
+}
+
+/// The core's rows for a scan's safetensors header or torch checkpoint
+/// (none for other formats, or when they did not parse).
+fn scan_rows(scan: &Scan) -> Vec<tensorizer_core::report::TensorRow> {
+    use tensorizer_core::report::TensorRow as Row;
+    if let Some(h) = &scan.safetensors {
+        let start = h.data_start();
+        return h
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Row::of_safetensors(i, t, start))
+            .collect();
+    }
+    scan.torch_rows.clone().unwrap_or_default()
 }
 
 /// The report's `by_dtype` from the core's totals (the sums every host's

@@ -149,7 +149,7 @@ def key_args(vector: dict, tmp: Path) -> tuple[list[str], dict[str, str], Path]:
 
 
 def assert_matches_manifest(report: dict, vector: dict) -> None:
-    assert report["report_version"] == 3
+    assert report["report_version"] == 4
     assert report["file"] == f"/in/{vector['file']}"
     assert report["format"] == "tensorizer"
     assert report["findings"] == []

@@ -107,6 +107,10 @@ pub struct Scan {
     pub tensorizer: Option<tensorizer::Index>,
     /// A safetensors file's header, when it parsed.
     pub safetensors: Option<crate::safetensors::Header>,
+    /// A torch zip checkpoint's tensors, when the checkpoint reader reads
+    /// its `data.pkl` (a pickle with any global off the reader's list has
+    /// none).
+    pub torch_rows: Option<Vec<crate::report::TensorRow>>,
 }
 
 impl Scan {
@@ -132,6 +136,7 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
         file_len,
         tensorizer: None,
         safetensors: None,
+        torch_rows: None,
     };
     match classify(head, file_len) {
         Classified::Tensorizer => {
@@ -141,7 +146,8 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
         }
         Classified::Zip => {
             out.format = Format::TorchZip;
-            out.tensors = zip::scan(src, &mut findings)?;
+            let z = zip::scan(src, &mut findings)?;
+            (out.tensors, out.torch_rows) = (z.tensors, z.rows);
         }
         Classified::Safetensors { header_len } => {
             out.format = Format::Safetensors;
@@ -171,7 +177,8 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
             // the end; a protocol 0 pickle has no header at all.
             if zip::has_end_record(src)? {
                 out.format = Format::TorchZip;
-                out.tensors = zip::scan(src, &mut findings)?;
+                let z = zip::scan(src, &mut findings)?;
+                (out.tensors, out.torch_rows) = (z.tensors, z.rows);
             } else if let Some((n, found)) = pickle::guess(src, head)? {
                 out.format = Format::Pickle;
                 out.tensors = n;

@@ -9,11 +9,13 @@ use alloc::vec::Vec;
 use super::pickle::{walk, walk_growing};
 use super::{Finding, Findings, RuleId, read_vec, shown};
 use crate::checkpoint::zip::{LOCAL_HEADER_LEN, ZIP64_EOCD_LEN, tail_start};
+use crate::checkpoint::{Leaf, Pickle, StateDict};
 use crate::error::Result;
 use crate::layout::{
     MAX_INFLATE_RATIO, MAX_PICKLE_LEN, MAX_SCANNED_PICKLE_BYTES, MAX_SCANNED_PICKLES,
     MAX_ZIP_CENTRAL_DIRECTORY_LEN, MAX_ZIP_ENTRIES,
 };
+use crate::report::TensorRow;
 use crate::source::RandomAccess;
 
 const EOCD_SIG: [u8; 4] = *b"PK\x05\x06";
@@ -96,8 +98,26 @@ struct Entry {
     data: Option<(u64, u64)>,
 }
 
-/// Scans a ZIP archive; returns the tensor rebuild calls its pickles make.
-pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> Result<u64> {
+/// What a ZIP scan found besides its findings.
+#[derive(Debug, Clone, Default)]
+pub struct Scanned {
+    /// Tensor rebuild calls its pickles make.
+    pub tensors: u64,
+    /// One row per tensor of the state dict in `<folder>/data.pkl`, when
+    /// the checkpoint reader reads it (see [`torch_rows`]).
+    pub rows: Option<Vec<TensorRow>>,
+}
+
+/// Scans a ZIP archive.
+pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> Result<Scanned> {
+    let tensors = scan_tensors(src, findings)?;
+    Ok(Scanned { tensors: tensors.0, rows: tensors.1 })
+}
+
+fn scan_tensors<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    findings: &mut Findings,
+) -> Result<(u64, Option<Vec<TensorRow>>)> {
     let len = src.len();
     let (tail, tail_at) = read_tail(src)?;
     let Some(end) = find_end(&tail, tail_at) else {
@@ -106,7 +126,7 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
             Some(0),
             "no end-of-central-directory record in the last 65,557 bytes",
         ));
-        return Ok(0);
+        return Ok((0, None));
     };
     for at in other_ends(&tail, tail_at, end.offset) {
         let m = format!(
@@ -136,10 +156,10 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
     }
     if end.disk != 0 && end.disk != 0xFFFF {
         findings.push(Finding::new(RuleId::ZipStructure, Some(end.offset), "a multi-disk archive"));
-        return Ok(0);
+        return Ok((0, None));
     }
     let Some(dir) = directory(src, &tail, tail_at, end, findings)? else {
-        return Ok(0);
+        return Ok((0, None));
     };
     let entries = central(src, &dir, findings)?;
     let entries = locals(src, entries, dir.offset, findings)?;
@@ -155,7 +175,8 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, findings: &mut Findings) -> R
             .spanning(first),
         );
     }
-    pickles(src, &entries, findings)
+    let tensors = pickles(src, &entries, findings)?;
+    Ok((tensors, torch_rows(src, &entries)?))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -574,4 +595,55 @@ fn pickles<R: RandomAccess + ?Sized>(
         ));
     }
     Ok(tensors)
+}
+
+/// The state dict's tensors as rows, read by the checkpoint reader
+/// ([`Pickle::parse`], [`StateDict::from_pickle`]) from the archive's one
+/// `<folder>/data.pkl` (stored, or deflated within the scan's limits).
+/// `None` when there is no such pickle, it holds anything the reader
+/// refuses (any global off its list: the scan's findings say why), or a
+/// storage it views has no located entry.
+fn torch_rows<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    entries: &[Entry],
+) -> Result<Option<Vec<TensorRow>>> {
+    let mut pkls = entries
+        .iter()
+        .filter(|e| e.name.ends_with("/data.pkl") && !e.name[..e.name.len() - 9].contains('/'));
+    let (Some(e), None) = (pkls.next(), pkls.next()) else { return Ok(None) };
+    let Some((start, end)) = e.data else { return Ok(None) };
+    let bytes = match e.method {
+        0 if end - start <= MAX_PICKLE_LEN => read_vec(src, start, end - start, "a pickle")?,
+        8 => match inflated(src, e, start, end)? {
+            Ok(data) => data,
+            Err(_) => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let Ok(state) = Pickle::parse(&bytes, start).and_then(|p| StateDict::from_pickle(&p)) else {
+        return Ok(None);
+    };
+    let folder = &e.name[..e.name.len() - "data.pkl".len()];
+    let mut places = Vec::with_capacity(state.storages.len());
+    for s in &state.storages {
+        let name = format!("{folder}data/{}", s.key);
+        let place =
+            entries.iter().find(|x| x.name == name).and_then(|x| Some((x.local, x.data?.0)));
+        let Some(place) = place else { return Ok(None) };
+        places.push(place);
+    }
+    let rows = state
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.value {
+            Leaf::Tensor(v) => Some((&entry.path, v)),
+            _ => None,
+        })
+        .enumerate()
+        .map(|(i, (path, v))| {
+            let (local, data) = places[v.storage];
+            TensorRow::of_torch(i, path, v, local, data)
+        })
+        .collect();
+    Ok(Some(rows))
 }

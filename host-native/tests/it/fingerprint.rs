@@ -352,3 +352,36 @@ fn remote_sources_give_the_local_fingerprint() {
         assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
     }
 }
+
+#[test]
+fn many_paths_and_directories_fingerprint_every_model_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("nested");
+    std::fs::create_dir(&sub).unwrap();
+    let flat = vectors_dir().join("v1_flat.tensors");
+    // Named for what it is not: files are chosen by content.
+    std::fs::copy(&flat, sub.join("weights.txt")).unwrap();
+    std::fs::copy(torch_dir().join("dtypes.pt"), dir.path().join("a.bin")).unwrap();
+    std::fs::write(dir.path().join("README.md"), b"# not a model").unwrap();
+    let missing = dir.path().join("missing.tensors");
+    let (a, w) = (dir.path().join("a.bin"), sub.join("weights.txt"));
+    // Text: one line per model file, sorted; the README is left out.
+    let run = tzr(&["fingerprint", s(dir.path())]);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let want = format!("{}  {}\n{}  {}\n", fp(&a), s(&a), fp(&w), s(&w));
+    assert_eq!(String::from_utf8_lossy(&run.stdout), want);
+    // JSON covers every file, a failure included; the worst status wins.
+    let run = tzr(&["fingerprint", "--json", s(dir.path()), s(&flat), s(&missing)]);
+    assert_eq!(run.status.code(), Some(3), "{}", String::from_utf8_lossy(&run.stderr));
+    let doc: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let files = doc["files"].as_array().unwrap();
+    let shown: Vec<_> = files.iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert_eq!(shown, [s(&a), s(&w), s(&flat), s(&missing)]);
+    assert_eq!(files[2]["fingerprint"], fp(&flat));
+    assert_eq!((&files[3]["ok"], &files[3]["exit_code"]), (&Value::from(false), &Value::from(3)));
+    assert_eq!(doc["ok"], false);
+    // A named file that is no model is fingerprinted (and fails) as before.
+    let run = tzr(&["fingerprint", s(&dir.path().join("README.md")), s(&flat)]);
+    assert_eq!(run.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&run.stdout), format!("{}  {}\n", fp(&flat), s(&flat)));
+}

@@ -68,19 +68,83 @@ pub(crate) fn run(
     }
     let fp = &done.fingerprint;
     if json_out {
-        let mut report = fingerprint_json(fp);
-        if let Value::Object(o) = &mut report {
-            o.insert("file".into(), file.display().to_string().into());
-            o.insert("format".into(), done.format.name().into());
-            o.insert("data_bytes".into(), done.bytes.into());
-            o.insert("seconds".into(), started.elapsed().as_secs_f64().into());
-            o.insert("skipped".into(), json!(done.skipped));
-        }
+        let report = report_json(file, &done, started);
         out!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         out!("{}  {}", fp.hex(), printable(&file.display().to_string()));
     }
     Ok(())
+}
+
+/// One file's JSON report: the fingerprint's records and where they came
+/// from.
+fn report_json(file: &Path, done: &Fingerprinted, started: Instant) -> Value {
+    let mut report = fingerprint_json(&done.fingerprint);
+    if let Value::Object(o) = &mut report {
+        o.insert("file".into(), file.display().to_string().into());
+        o.insert("format".into(), done.format.name().into());
+        o.insert("data_bytes".into(), done.bytes.into());
+        o.insert("seconds".into(), started.elapsed().as_secs_f64().into());
+        o.insert("skipped".into(), json!(done.skipped));
+    }
+    report
+}
+
+/// Whether a file found in a directory holds a format `tzr fingerprint`
+/// reads, told from its bytes (a file that cannot be opened counts as one:
+/// its failure is reported).
+fn is_model(name: &str) -> bool {
+    open_uri(name, Intent::ReadAll).map_or(true, |s| tensorizer_native::convert::sniff(&s).is_ok())
+}
+
+/// `tzr fingerprint PATH...` over many files (directories walked, their
+/// files chosen by content): `HEX  FILE` per file, or one JSON document
+/// `{"files": [...], "ok": ...}` covering every file, a failure as
+/// `{"file", "ok": false, "error", "exit_code"}`. Returns the worst exit
+/// status of any file.
+pub(crate) fn run_many(
+    listed: &[tensorizer_core::walk::Listed],
+    key: &KeyArgs,
+    json_out: bool,
+    num_threads: Option<usize>,
+) -> u8 {
+    let (mut worst, mut reports) = (0u8, Vec::new());
+    for l in listed.iter().filter(|l| !l.in_dir || is_model(&l.name)) {
+        let started = Instant::now();
+        let file = Path::new(&l.name);
+        match compute(file, key, num_threads) {
+            Ok(done) if json_out => reports.push(report_json(file, &done, started)),
+            Ok(done) => {
+                if let Err(e) =
+                    write_line(&format!("{}  {}", done.fingerprint.hex(), printable(&l.name)))
+                {
+                    return crate::output_failed(&e, 3);
+                }
+            }
+            Err(failure) => {
+                let code = failure.exit_code();
+                worst = worst.max(code);
+                let message = failure.message().unwrap_or_default();
+                eprintln!("tzr: {}: {}", printable(&l.name), printable(&message));
+                reports.push(
+                    json!({"file": l.name, "ok": false, "error": message, "exit_code": code}),
+                );
+            }
+        }
+    }
+    if json_out {
+        let doc = json!({"files": reports, "ok": worst == 0});
+        if let Err(e) = write_line(&serde_json::to_string_pretty(&doc).unwrap_or_default()) {
+            return crate::output_failed(&e, 3);
+        }
+    }
+    worst
+}
+
+fn write_line(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|()| out.flush())
 }
 
 /// `dtype [shape]`, e.g. `float32 [384, 384]`.

@@ -30,7 +30,7 @@ mod text;
 mod view;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 use tensorizer_native::Error;
@@ -185,8 +185,12 @@ enum Command {
     /// same weights give the same digest whether they are stored as
     /// tensorizer, safetensors or torch.save. Prints `HEX  FILE`.
     Fingerprint {
-        /// The file (a path or URI).
-        file: PathBuf,
+        /// The files (paths or URIs) and directories (walked recursively;
+        /// their files are chosen by content). With more than one file,
+        /// `--json` prints `{"files": [...], "ok": ...}` and the exit
+        /// status is the worst of any file.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
         /// Key for an encrypted tensorizer file.
         #[command(flatten)]
         key: keys::KeyArgs,
@@ -323,8 +327,18 @@ where
                 Err(failure) => report_failure(&failure, json, 2),
             };
         }
-        Command::Fingerprint { file, key, json, num_readers } => {
-            fingerprint::run(&file, &key, json, num_readers)
+        Command::Fingerprint { files, key, json, num_readers } => {
+            let listed = match tensorizer_core::walk::expand(&files) {
+                Ok(l) => l,
+                Err(e) => {
+                    let failure = Failure::Usage(format!("cannot list the files: {e}"));
+                    return report_failure(&failure, json, 2);
+                }
+            };
+            if tensorizer_core::walk::is_many(&files, &listed) {
+                return fingerprint::run_many(&listed, &key, json, num_readers);
+            }
+            fingerprint::run(Path::new(&listed[0].name), &key, json, num_readers)
         }
         Command::Inspect { file, json } => inspect::run(&file, json),
         Command::Verify { file, key, json, num_readers } => {
@@ -372,7 +386,7 @@ impl Command {
 
 impl Failure {
     /// The exit code (see [`EXIT_CODES`]).
-    fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Self::Verification => 1,
             Self::Usage(_) => 2,
@@ -383,7 +397,7 @@ impl Failure {
 
     /// The message to print, if the failure has not been reported yet (a
     /// failed verification has printed its own report).
-    fn message(&self) -> Option<String> {
+    pub(crate) fn message(&self) -> Option<String> {
         match self {
             Self::Verification => None,
             Self::Usage(m) => Some(m.clone()),
@@ -410,7 +424,7 @@ fn report_failure(failure: &Failure, json: bool, exit_code: u8) -> u8 {
 
 /// Reports a failed write of standard output and gives the exit code:
 /// `code`, or 141 without a message for a closed pipe.
-fn output_failed(e: &std::io::Error, code: u8) -> u8 {
+pub(crate) fn output_failed(e: &std::io::Error, code: u8) -> u8 {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         return 141;
     }

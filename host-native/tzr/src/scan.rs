@@ -3,7 +3,7 @@
 //! findings at or above `--fail-on` (default `error`), 1 such findings, 2
 //! could not scan.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use tensorizer_core::scan::{Finding, ScanOptions, Severity, sarif, scan};
 use tensorizer_native::source::Positioned;
@@ -55,40 +55,6 @@ fn scan_one(name: &str) -> Outcome {
     let source = open_uri(name, Intent::ReadAll).map_err(|e| e.to_string())?;
     let options = ScanOptions { name: Some(name), ..ScanOptions::default() };
     scan(&mut Positioned(source.as_ref()), &options).map_err(|e| e.to_string())
-}
-
-/// The files `paths` name, each once: a directory's files, recursively and
-/// sorted, and every other path (a file, a URI) as given.
-fn expand(paths: &[PathBuf]) -> std::io::Result<Vec<(String, bool)>> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut found = Vec::new();
-            walk_dir(p, &mut found)?;
-            found.sort();
-            out.extend(found.into_iter().map(|f| (f.to_string_lossy().into_owned(), true)));
-        } else {
-            out.push((p.to_string_lossy().into_owned(), false));
-        }
-    }
-    // A file named twice (or named and found in a directory) is scanned
-    // and reported once: SARIF's artifacts must be unique.
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|(name, _)| seen.insert(name.clone()));
-    Ok(out)
-}
-
-fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            walk_dir(&entry.path(), out)?;
-        } else if kind.is_file() {
-            out.push(entry.path());
-        }
-    }
-    Ok(())
 }
 
 fn text_block(name: &str, outcome: &Outcome) -> String {
@@ -151,16 +117,16 @@ fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<S
 /// `models_only`, anywhere), a file whose bytes are no format the scanner
 /// knows (only `FMT-001`) is not a model file and is left out.
 pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_only: bool) -> u8 {
-    let listed = match expand(paths) {
+    let listed = match tensorizer_core::walk::expand(paths) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("tzr: cannot list the files to scan: {e}");
             return 2;
         }
     };
-    let many = paths.len() != 1 || listed.len() != 1 || listed[0].1;
+    let many = tensorizer_core::walk::is_many(paths, &listed);
     let mut files: Vec<(String, Outcome)> = Vec::new();
-    for (name, in_dir) in listed {
+    for tensorizer_core::walk::Listed { name, in_dir } in listed {
         let outcome = scan_one(&name);
         let unknown =
             outcome.as_ref().is_ok_and(|s| s.format == tensorizer_core::scan::Format::Unknown);

@@ -144,7 +144,7 @@ fn hostile_limits() -> Limits {
 // ---- every vector ----------------------------------------------------------
 
 fn check_report(report: &Value, vector: &Value) {
-    assert_eq!(report["report_version"], 3);
+    assert_eq!(report["report_version"], 4);
     assert_eq!(report["format"], "tensorizer");
     assert_eq!(report["file"], format!("/in/{}", vector["file"].as_str().unwrap()));
     assert_eq!(report["file_bytes"], vector["size"]);
@@ -550,4 +550,49 @@ fn fifos_are_refused_within_the_wall_clock() {
         let error = result.expect_err("a FIFO is refused");
         assert!(format!("{error:#}").contains("not a regular file"), "{request:?}: {error:#}");
     }
+}
+
+#[test]
+fn torch_and_safetensors_reports_have_tensor_rows() {
+    let torch = vectors().join("torch");
+    let outcome = run(&Request::new(&torch, "params.pt").args(["--json"]), &Limits::default());
+    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+    let report = outcome.report_json.expect("a report");
+    let rows = report["tensor_rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{report}");
+    assert_eq!(rows.len() as u64, u64_of(&report["tensors"]));
+    let counted: u64 =
+        report["by_dtype"].as_object().unwrap().values().map(|t| u64_of(&t["tensors"])).sum();
+    assert_eq!(counted, rows.len() as u64);
+    let scratch = Scratch::new();
+    let json = br#"{"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}    "#;
+    let mut st = (json.len() as u64).to_le_bytes().to_vec();
+    st.extend_from_slice(json);
+    st.extend_from_slice(&[0; 4]);
+    scratch.write("m.safetensors", &st);
+    let outcome =
+        run(&Request::new(&scratch.0, "m.safetensors").args(["--json"]), &Limits::default());
+    let report = outcome.report_json.expect("a report");
+    assert_eq!(report["tensor_rows"][0]["dtype"], "float16", "{report}");
+    assert_eq!(report["by_dtype"]["float16"]["data_bytes"], 4);
+}
+
+#[test]
+fn many_files_give_one_document_and_the_worst_status() {
+    // The host refuses anything but regular files under the preopen, so
+    // directories are walked in the native tests (host-wasm/src/cli.rs).
+    let scratch = Scratch::new();
+    std::fs::copy(vectors().join("torch/hostile_os_system.pt"), scratch.0.join("x.bin")).unwrap();
+    std::fs::copy(vectors().join("v1_flat.tensors"), scratch.0.join("flat")).unwrap();
+    let outcome =
+        run(&Request::new(&scratch.0, "flat").args(["--json", "/in/x.bin"]), &hostile_limits());
+    assert_eq!(outcome.exit_code, Some(1), "{outcome:?}");
+    let doc = outcome.report_json.expect("one document");
+    let files: Vec<&str> =
+        doc["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert_eq!(files, ["/in/x.bin", "/in/flat"]);
+    assert_eq!(doc["valid"], false);
+    let outcome =
+        run(&Request::new(&scratch.0, "flat").args(["--sarif", "/in/flat"]), &Limits::default());
+    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
 }
