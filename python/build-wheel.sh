@@ -11,10 +11,12 @@
 #   python/build-wheel.sh --zig           the release profile linked by zig
 #                                         (PyPI's ziglang) for manylinux_2_28,
 #                                         which installs where vLLM's wheels do
-#   python/build-wheel.sh --profile dev   the workspace's debug build, packed
-#                                         as it is (what CI tests: with
-#                                         PYO3_CONFIG_FILE set as for the
-#                                         workspace build, nothing recompiles)
+#   python/build-wheel.sh --profile dev   the debug profile (what CI tests:
+#                                         the extension and the crates under
+#                                         it rebuild with the extension's own
+#                                         features; pyo3 and the rest are the
+#                                         workspace build's when
+#                                         PYO3_CONFIG_FILE is set as for it)
 #
 # maturin and auditwheel come from $TZR_WHEEL_VENV (default
 # target/wheel-venv, made here), pinned in python/build-requirements.txt.
@@ -46,8 +48,8 @@ fi
 out="$target/wheels"
 mkdir -p "$out"
 rm -f "$out"/tensorizer_rs-*.whl
-# No --strip: the release profile strips, and the dev build is packed as
-# built (stripping is a different profile to cargo, so it would recompile).
+# No --strip: the release profile strips, and for the dev profile it would
+# be one more profile to cargo, rebuilding more.
 "$venv/bin/maturin" build --locked --quiet --profile "$profile" "${zig[@]}" \
     -m python/Cargo.toml -i "$venv/bin/python" -o "$out" >&2
 wheel="$(ls "$out"/tensorizer_rs-*.whl)"

@@ -126,8 +126,10 @@ LINTED=(bash "$ROOT/tests/linted.sh")
 export CARGO_INCREMENTAL=0
 # pyo3's view of the interpreter, in one file for the workspace build and
 # for maturin alike (maturin takes a PYO3_CONFIG_FILE already set): with one
-# value for both, the wheel step packs this build instead of recompiling
-# pyo3 and the extension, and the test lanes do not recompile them back.
+# value for both, pyo3 is built once: the wheel step rebuilds only the
+# extension and the crates under it (maturin builds it alone, without the
+# features other workspace members add), and the Rust lane does not then
+# rebuild pyo3 and the extension's tests.
 export PYO3_CONFIG_FILE="$ROOT/target/pyo3-config.txt"
 bash python/pyo3-config.sh "$VENV/bin/python" "$PYO3_CONFIG_FILE"
 

@@ -104,7 +104,7 @@ pub struct Scanned {
     /// Tensor rebuild calls its pickles make.
     pub tensors: u64,
     /// One row per tensor of the state dict in `<folder>/data.pkl`, when
-    /// the checkpoint reader reads it (see [`torch_rows`]).
+    /// the checkpoint reader reads it (see `torch_rows`).
     pub rows: Option<Vec<TensorRow>>,
 }
 
