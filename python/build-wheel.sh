@@ -12,11 +12,10 @@
 #                                         (PyPI's ziglang) for manylinux_2_28,
 #                                         which installs where vLLM's wheels do
 #   python/build-wheel.sh --profile dev   the debug profile (what CI tests:
-#                                         the extension and the crates under
-#                                         it rebuild with the extension's own
-#                                         features; pyo3 and the rest are the
-#                                         workspace build's when
-#                                         PYO3_CONFIG_FILE is set as for it)
+#                                         after `cargo build --workspace`
+#                                         with PYO3_CONFIG_FILE set alike,
+#                                         only the extension's own crate
+#                                         recompiles)
 #
 # maturin and auditwheel come from $TZR_WHEEL_VENV (default
 # target/wheel-venv, made here), pinned in python/build-requirements.txt.

@@ -126,9 +126,9 @@ LINTED=(bash "$ROOT/tests/linted.sh")
 export CARGO_INCREMENTAL=0
 # pyo3's view of the interpreter, in one file for the workspace build and
 # for maturin alike (maturin takes a PYO3_CONFIG_FILE already set): with one
-# value for both, pyo3 is built once: the wheel step rebuilds only the
-# extension and the crates under it (maturin builds it alone, without the
-# features other workspace members add), and the Rust lane does not then
+# value for both, pyo3 is built once: the wheel step recompiles only the
+# extension's own crate (python/Cargo.toml asks for the core's defaults,
+# which the workspace build turns on), and the Rust lane does not then
 # rebuild pyo3 and the extension's tests.
 export PYO3_CONFIG_FILE="$ROOT/target/pyo3-config.txt"
 bash python/pyo3-config.sh "$VENV/bin/python" "$PYO3_CONFIG_FILE"
@@ -144,8 +144,8 @@ await apt
 await pip
 await npm
 
-# The wheel users install, packed from this same build (stripped; maturin
-# and auditwheel from the venv): its extension recompiles, nothing else.
+# The wheel users install, packed from this same build (maturin and
+# auditwheel from the venv): its extension's crate recompiles, nothing else.
 step "the wheel: packed from the debug build, checked by auditwheel"
 WHEEL="$("${LINTED[@]}" env TZR_WHEEL_VENV="$VENV" bash python/build-wheel.sh --profile dev | tail -1)"
 
