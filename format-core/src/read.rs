@@ -149,6 +149,25 @@ impl TensorRecord {
             || (self.header.data_length > 0 && matches!(self.cipher(), Ok(Some(_))))
     }
 
+    /// The record of a tensor stored without a header of its own (a
+    /// safetensors tensor): `entry`'s name, dtype and shape, no hashes, no
+    /// encryption. Verifying it always passes; there is nothing to decrypt.
+    pub fn bare(entry: &MetadataEntry) -> Self {
+        let header = TensorHeader {
+            module_index: 0,
+            tensor_type: entry.tensor_type,
+            path: entry.path.clone(),
+            dtype: entry.dtype.clone(),
+            shape: entry.shape.clone(),
+            long_dims: entry.long_dims,
+            hashes: Vec::new(),
+            crypt_info: None,
+            padding: 0,
+            data_length: entry.data_length,
+        };
+        Self { header, layout: HeaderLayout::default(), hashable_header: Vec::new() }
+    }
+
     /// Starts hash verification; feed it the plaintext.
     pub fn hasher(&self) -> TensorHasher {
         TensorHasher::for_header(&self.header, &self.hashable_header)

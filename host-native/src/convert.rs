@@ -24,7 +24,6 @@ pub mod checkpoint;
 pub mod fingerprint;
 pub mod safetensors;
 
-use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -41,7 +40,9 @@ use tensorizer_core::{
 };
 
 use crate::convert::checkpoint::CheckpointReader;
-use crate::convert::safetensors::{SafetensorsFile, flat_name, safetensors_dtype, swap_bytes};
+use crate::convert::safetensors::{
+    SafetensorsFile, StoredTensor, flat_name, safetensors_dtype, swap_bytes,
+};
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each_index};
 use crate::read::{ReadOptions, Reader};
@@ -642,39 +643,20 @@ fn paths_fit(items: &[Item], options: &WriteOptions) -> bool {
     }
 }
 
-/// The safetensors header (its length, the JSON, padded to 8 bytes) for
-/// `items` stored back to back in order.
+/// The safetensors header for `items` stored back to back in order
+/// ([`safetensors::safetensors_header`](crate::convert::safetensors::safetensors_header), with safetensors' torch metadata).
 fn safetensors_header(src: &str, items: &[Item]) -> Result<Vec<u8>> {
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
-    let mut names = HashSet::new();
-    let mut offset = 0u64;
-    for t in items {
-        let name = flat_name(&t.spec.path);
-        if !names.insert(name.clone()) {
-            return Err(Error::Invalid(format!(
-                "{src}: tensor {name:?}: two tensors flatten to this name"
-            )));
-        }
-        // Checked when the items were planned (`plan`).
-        let (dtype, shape) = t
-            .spec
-            .dtype
-            .element()
-            .and_then(|e| to_safetensors(e, &t.spec.shape))
-            .unwrap_or(("?", Vec::new()));
-        header.insert(
-            name,
-            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + t.len]}),
-        );
-        offset += t.len;
-    }
-    let mut json = serde_json::to_vec(&serde_json::Value::Object(header))
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    while json.len() % 8 != 0 {
-        json.push(b' ');
-    }
-    Ok([&(json.len() as u64).to_le_bytes()[..], &json].concat())
+    let tensors: Vec<StoredTensor> = items
+        .iter()
+        .map(|t| StoredTensor {
+            name: flat_name(&t.spec.path),
+            // Checked when the items were planned (`plan`).
+            element: t.spec.dtype.element().unwrap_or(tensorizer_core::ElementType::U8),
+            shape: t.spec.shape.clone(),
+        })
+        .collect();
+    let torch = [("format".to_string(), "pt".to_string())];
+    crate::convert::safetensors::safetensors_header(src, &tensors, &torch)
 }
 
 /// Streams `item`'s data, as the output stores it, through `f` in pieces;

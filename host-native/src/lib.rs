@@ -14,7 +14,7 @@ pub mod write;
 pub use convert::checkpoint::CheckpointReader;
 pub use error::{Error, Result};
 pub use parallel::default_readers;
-pub use read::{ReadOptions, Reader};
+pub use read::{Layout, ReadOptions, Reader};
 pub use source::{Intent, LocalFile, MemorySource, RangeSource};
 pub use store::{Location, Sink, StoreOptions, open_sink, open_source, open_uri};
 pub use write::{FileWriter, WriteOptions, write_file};

@@ -22,6 +22,7 @@ mod cold;
 pub mod pack;
 pub mod plan;
 mod records;
+pub mod safetensors;
 pub mod share;
 pub mod slice;
 mod spans;
@@ -80,7 +81,7 @@ pub fn call_verifies(call: Option<bool>, opened_with: bool) -> bool {
 /// An open tensorizer file: header and index parsed, tensors read on demand.
 pub struct Reader<S: RangeSource = LocalFile> {
     source: S,
-    header: FileHeader,
+    layout: Layout,
     metadata: Metadata,
     by_name: HashMap<TensorPath, usize>,
     options: ReadOptions,
@@ -88,6 +89,22 @@ pub struct Reader<S: RangeSource = LocalFile> {
     /// held while deriving, so a key is derived once however many threads
     /// want it.
     keys: Mutex<KeyRing>,
+}
+
+/// What a reader reads: the file's format and what its header says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// A tensorizer file, with its file header.
+    Tensorizer(FileHeader),
+    /// A safetensors file: where its data starts, and its `__metadata__`
+    /// (string values, in file order). Its tensors have no hashes and no
+    /// encryption.
+    Safetensors {
+        /// Where the data section starts.
+        data_start: u64,
+        /// `__metadata__`'s string values, in file order.
+        metadata: Vec<(String, String)>,
+    },
 }
 
 impl Reader<LocalFile> {
@@ -100,6 +117,16 @@ impl Reader<LocalFile> {
 /// The most bytes [`Reader::wrong_key_or`] reads to tell a wrong key from
 /// a damaged tensor.
 pub const WRONG_KEY_PROBE_MAX: u64 = 64 << 20;
+
+/// The error for a key given to read a file that is not encrypted.
+fn key_for_plaintext(file: String) -> Error {
+    Error::format(
+        file,
+        tensorizer_core::Error::Encryption {
+            reason: "a key was given but the file is not encrypted",
+        },
+    )
+}
 
 /// The error for a file without the tensorizer magic: what else it is,
 /// when its first bytes say ([`tensorizer_core::sniff_format`]).
@@ -133,7 +160,9 @@ impl<S: RangeSource> Reader<S> {
         let mut head = vec![0u8; FileHeader::LEN.min(source.len() as usize)];
         source.read_exact_at(0, &mut head)?;
         let header = match FileHeader::parse(&head) {
-            Err(tensorizer_core::Error::NotTensorizer) => return Err(not_tensorizer(&source)),
+            Err(tensorizer_core::Error::NotTensorizer) => {
+                return Self::other_format(source, options);
+            }
             parsed => parsed.map_err(fmt)?,
         };
         let available = source.len().saturating_sub(FileHeader::LEN as u64);
@@ -150,25 +179,69 @@ impl<S: RangeSource> Reader<S> {
         // A missing key is reported when an encrypted tensor is read, so
         // that an encrypted file can still be inspected without one.
         if !header.has_crypt_info() && options.key.is_some() {
-            return Err(fmt(tensorizer_core::Error::Encryption {
-                reason: "a key was given but the file is not encrypted",
-            }));
+            return Err(key_for_plaintext(name.clone()));
         }
-        let by_name =
-            metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
-        Ok(Self {
-            source,
-            header,
-            metadata,
-            by_name,
-            options,
-            keys: Mutex::new(KeyRing::default()),
-        })
+        Ok(Self::assemble(source, Layout::Tensorizer(header), metadata, options))
     }
 
-    /// The file header.
-    pub fn header(&self) -> &FileHeader {
-        &self.header
+    /// A reader over a file without the tensorizer magic: a safetensors
+    /// file, or the error naming what else it is.
+    fn other_format(source: S, options: ReadOptions) -> Result<Self> {
+        let mut head =
+            vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
+        source.read_exact_at(0, &mut head)?;
+        if !matches!(
+            tensorizer_core::sniff_format(&head, source.len()),
+            Some(tensorizer_core::Sniffed::Safetensors { .. })
+        ) {
+            return Err(not_tensorizer(&source));
+        }
+        if options.key.is_some() {
+            return Err(key_for_plaintext(source.name().to_string()));
+        }
+        let header = safetensors::SafetensorsHeader::read(&source)?;
+        let metadata = Metadata { entries: header.index_entries() };
+        let layout =
+            Layout::Safetensors { data_start: header.data_start, metadata: header.metadata };
+        Ok(Self::assemble(source, layout, metadata, options))
+    }
+
+    fn assemble(source: S, layout: Layout, metadata: Metadata, options: ReadOptions) -> Self {
+        let by_name =
+            metadata.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect();
+        Self { source, layout, metadata, by_name, options, keys: Mutex::new(KeyRing::default()) }
+    }
+
+    /// The file's format and header.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The tensorizer file header; `None` for a safetensors file.
+    pub fn header(&self) -> Option<&FileHeader> {
+        match &self.layout {
+            Layout::Tensorizer(header) => Some(header),
+            Layout::Safetensors { .. } => None,
+        }
+    }
+
+    /// Bytes of tensor data the file holds (a tensorizer header's count).
+    pub fn tensor_size(&self) -> u64 {
+        match &self.layout {
+            Layout::Tensorizer(header) => header.tensor_size,
+            Layout::Safetensors { .. } => self.metadata.entries.iter().map(|e| e.data_length).sum(),
+        }
+    }
+
+    /// Parses tensor `entry`'s header bytes `raw` (none for a safetensors
+    /// tensor) and checks them against its index entry.
+    pub(crate) fn parse_record(&self, entry: &MetadataEntry, raw: &[u8]) -> Result<TensorRecord> {
+        match &self.layout {
+            Layout::Tensorizer(header) => {
+                TensorRecord::parse(entry, raw, header).map_err(self.tensor_err(entry))
+            }
+            Layout::Safetensors { .. } => Ok(TensorRecord::bare(entry)),
+        }
     }
 
     /// Every tensor's index entry, in file order.
@@ -188,7 +261,7 @@ impl<S: RangeSource> Reader<S> {
 
     /// Whether tensor data is encrypted (a key is needed to load it).
     pub fn is_encrypted(&self) -> bool {
-        self.header.has_crypt_info()
+        self.header().is_some_and(FileHeader::has_crypt_info)
     }
 
     /// The options this reader was opened with.
@@ -216,7 +289,7 @@ impl<S: RangeSource> Reader<S> {
         let entry = self.entry(i)?;
         let mut raw = vec![0u8; entry.header_len() as usize];
         self.source.read_exact_at(entry.header_offset, &mut raw)?;
-        TensorRecord::parse(entry, &raw, &self.header).map_err(self.tensor_err(entry))
+        self.parse_record(entry, &raw)
     }
 
     /// The writer input that reproduces tensor `i` (reads its header for
@@ -578,8 +651,7 @@ impl<S: RangeSource> Reader<S> {
         out: &mut [u8],
         verify: bool,
     ) -> Result<()> {
-        let record =
-            TensorRecord::parse(entry, raw, &self.header).map_err(self.tensor_err(entry))?;
+        let record = self.parse_record(entry, raw)?;
         if entry.is_meta() {
             out.fill(0);
             if verify {

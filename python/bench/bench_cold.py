@@ -36,7 +36,11 @@ Rows:
 * ``mmap="auto"`` on a copy of our file in an ext4 image loop-mounted
   read-only (root only; the views of §23.6), and on the writable original
   (where it copies).
-* ``tensorizer 2.12.1`` on its own file; ``safetensors load_file``.
+* ``tensorizer 2.12.1`` on its own file; ``safetensors load_file`` with
+  its default backend (views of a map of the file, faulted in by the
+  touches) and with ``backend="pread"`` (private copies);
+  ``tensorizer_rs.safetensors``'s ``load_file`` on the same file (private
+  copies: the file is writable, spec §26.3), locally and over HTTP.
 * Over HTTP, from nginx on 127.0.0.1 serving the same files (cold: nginx
   reads them from the disk): ``curl`` to /dev/null (the HTTP limit), ours
   on our file and tensorizer on its own.
@@ -90,6 +94,9 @@ CONTENDERS = {
     "rs-auto": 'tensorizer_rs mmap="auto", own file (writable: copies)',
     "tensorizer": "tensorizer 2.12.1, its file",
     "safetensors": "safetensors load_file",
+    "safetensors-pread": 'safetensors load_file(backend="pread")',
+    "rs-st": "tensorizer_rs.safetensors load_file, the safetensors file",
+    "rs-st-http": "tensorizer_rs.safetensors load_file, the safetensors file over HTTP (nginx)",
     "curl-http": "curl to /dev/null over HTTP (nginx)",
     "rs-http": "tensorizer_rs, own file over HTTP (nginx)",
     "tensorizer-http": "tensorizer 2.12.1, its file over HTTP (nginx)",
@@ -97,7 +104,7 @@ CONTENDERS = {
     "tensorizer-s3": "tensorizer 2.12.1, its file over S3 (moto)",
 }
 #: Contenders that load from nginx on 127.0.0.1, serving the files' folder.
-HTTP = ("curl-http", "rs-http", "tensorizer-http")
+HTTP = ("curl-http", "rs-http", "tensorizer-http", "rs-st-http")
 #: Contenders that load from moto_server on 127.0.0.1 (which holds the
 #: objects in its own memory: the server is never cold).
 S3 = ("rs-s3", "tensorizer-s3")
@@ -107,7 +114,8 @@ S3_BUCKET = "models"
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
     "rs-own-4k": "own", "rs-own-huge": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
-    "tensorizer": "theirs", "safetensors": "st", "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
+    "tensorizer": "theirs", "safetensors": "st", "safetensors-pread": "st", "rs-st": "st", "rs-st-http": "st",
+    "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
     "rs-s3": "own", "tensorizer-s3": "theirs",
 }  # fmt: skip
 
@@ -215,7 +223,12 @@ def worker(kind: str, path: str) -> dict:
         torch.empty(1, device=target)  # the CUDA context, before the clock as imports are
         torch.cuda.synchronize()
     finish = _touch_tensors if target == "cpu" else lambda ts: _on_device(ts, target)
-    if kind.startswith("rs-"):
+    if kind in ("rs-st", "rs-st-http"):
+        from tensorizer_rs.safetensors.torch import load_file as rs_load_file
+
+        start = time.perf_counter()
+        n = finish(rs_load_file(path, device=target).values())
+    elif kind.startswith("rs-"):
         import tensorizer_rs
 
         if kind in ("rs-own-4k", "rs-own-huge"):
@@ -253,11 +266,12 @@ def worker(kind: str, path: str) -> dict:
         start = time.perf_counter()
         d = tensorizer.TensorDeserializer(path, device=target)
         n = finish(d.values())
-    elif kind == "safetensors":
+    elif kind in ("safetensors", "safetensors-pread"):
         from safetensors.torch import load_file
 
+        backend = "pread" if kind == "safetensors-pread" else "mmap"
         start = time.perf_counter()
-        n = finish(load_file(path, device=target).values())
+        n = finish(load_file(path, device=target, backend=backend).values())
     else:
         raise SystemExit(f"unknown contender {kind!r}")
     return {"s": time.perf_counter() - start, "bytes": n}

@@ -19,6 +19,7 @@ mod load_options;
 mod options;
 mod reader;
 mod remote;
+mod safetensors;
 mod slices;
 mod source;
 mod writer;
@@ -82,6 +83,7 @@ mod _native {
         crate::carve::register(m)?;
         crate::arenas::register(m)?;
         crate::convert::register(m)?;
+        crate::safetensors::register(m)?;
         crate::fingerprint::register(m)?;
         crate::cuda::register(m)?;
         crate::dtypes::register(m)?;

@@ -9,7 +9,8 @@ use tensorizer_native::read::plan::Destination;
 use tensorizer_native::read::share::plan_shares;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{
-    Intent, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers, open_uri,
+    Intent, Layout, Location, MemorySource, RangeSource, ReadOptions, Reader, default_readers,
+    open_uri,
 };
 
 use crate::buffers::Held;
@@ -153,28 +154,46 @@ impl NativeReader {
         self.origin
     }
 
-    /// The file's data version.
+    /// The file's format: `"tensorizer"` or `"safetensors"`.
     #[getter]
-    fn version(&self) -> u32 {
-        self.inner.header().version
+    fn format(&self) -> &'static str {
+        match self.inner.layout() {
+            Layout::Tensorizer(_) => "tensorizer",
+            Layout::Safetensors { .. } => "safetensors",
+        }
     }
 
-    /// The header's feature flags.
+    /// The file's data version (`None` for a safetensors file).
+    #[getter]
+    fn version(&self) -> Option<u32> {
+        self.inner.header().map(|h| h.version)
+    }
+
+    /// The header's feature flags (0 for a safetensors file).
     #[getter]
     fn flags(&self) -> u8 {
-        self.inner.header().flags
+        self.inner.header().map_or(0, |h| h.flags)
     }
 
-    /// Bytes of tensor data the header declares.
+    /// Bytes of tensor data the file holds.
     #[getter]
     fn tensor_size(&self) -> u64 {
-        self.inner.header().tensor_size
+        self.inner.tensor_size()
     }
 
     /// Whether the file's tensors are encrypted.
     #[getter]
     fn encrypted(&self) -> bool {
-        self.inner.header().has_crypt_info()
+        self.inner.is_encrypted()
+    }
+
+    /// A safetensors file's `__metadata__` (`None` for a tensorizer file).
+    #[getter]
+    fn safetensors_metadata(&self) -> Option<Vec<(String, String)>> {
+        match self.inner.layout() {
+            Layout::Tensorizer(_) => None,
+            Layout::Safetensors { metadata, .. } => Some(metadata.clone()),
+        }
     }
 
     /// Up to `n` raw bytes of the file at `offset` (fewer only at the end).

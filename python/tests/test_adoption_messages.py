@@ -74,15 +74,13 @@ def test_mmap_auto_and_mappable_files_stay_silent(tmp_path):
         TensorDeserializer(str(path), device="cpu", mmap=True)
 
 
-def test_a_safetensors_file_is_named_with_the_call_that_loads_it(tmp_path):
+def test_a_safetensors_file_loads_through_the_same_reader(tmp_path):
+    # One load path: the reader takes safetensors files too (spec §26).
     path = tmp_path / "x.safetensors"
-    save_file({"w": torch.zeros(4)}, str(path))
-    with pytest.raises(_native.FormatError) as err:
-        TensorDeserializer(str(path))
-    message = str(err.value)
-    assert "is a safetensors file, not a tensorizer file" in message, message
-    assert "safetensors.torch.load_file" in message and "tensorizer_rs.convert" in message
-    assert err.value.location == str(path)
+    save_file({"w": torch.arange(4.0), "b": torch.ones(2, dtype=torch.bfloat16)}, str(path))
+    with TensorDeserializer(str(path), device="cpu", filter_func=lambda n: n == "w") as d:
+        assert list(d) == ["w"] and torch.equal(d["w"], torch.arange(4.0))
+        assert d._file_header.version_number is None
 
 
 def test_a_torch_save_file_is_named(tmp_path):

@@ -51,10 +51,7 @@ impl<S: RangeSource> Reader<S> {
                 let e = self.entry(i)?;
                 let from = (e.header_offset - start) as usize;
                 let to = (e.data_offset - start) as usize;
-                out.push(
-                    TensorRecord::parse(e, &scratch[from..to], &self.header)
-                        .map_err(self.tensor_err(e))?,
-                );
+                out.push(self.parse_record(e, &scratch[from..to])?);
             }
             k = next;
         }

@@ -134,3 +134,24 @@ pub(crate) fn write_tensors(
     tensorizer_native::write_file(path, &input, &options).unwrap();
     key.map(KeySource::Key)
 }
+
+/// A source that asks for long reads, as network sources do, over any other.
+pub(crate) struct LongReads<S>(pub(crate) S);
+
+impl<S: tensorizer_native::RangeSource> tensorizer_native::RangeSource for LongReads<S> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> tensorizer_native::Result<()> {
+        self.0.read_exact_at(offset, buf)
+    }
+
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn prefers_long_reads(&self) -> bool {
+        true
+    }
+}

@@ -18,6 +18,7 @@ mod read_write;
 mod redis;
 mod redis_cluster;
 mod s3;
+mod safetensors_read;
 mod servers;
 mod slices;
 mod staging;

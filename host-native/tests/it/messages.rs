@@ -46,19 +46,6 @@ fn safetensors_bytes() -> Vec<u8> {
 }
 
 #[test]
-fn a_safetensors_file_is_named_as_one() {
-    let err = Reader::new(
-        MemorySource::new(safetensors_bytes(), "x.safetensors"),
-        ReadOptions::default(),
-    )
-    .err()
-    .unwrap();
-    assert!(matches!(err, Error::OtherFormat { .. }), "{err:?}");
-    assert_eq!(err.to_string(), "x.safetensors is a safetensors file, not a tensorizer file");
-    assert_eq!(err.location(), Some("x.safetensors"));
-}
-
-#[test]
 fn bytes_of_no_format_are_named_so() {
     let source = MemorySource::new(vec![7u8; 300], "random.bin");
     let err = tensorizer_native::convert::sniff(&source).unwrap_err();

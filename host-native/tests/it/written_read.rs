@@ -195,7 +195,7 @@ fn read_tensorizer(path: &Path, key: Option<KeySource>) -> (u32, Vec<Seen>) {
             (e.path.to_string(), spec, data)
         })
         .collect();
-    (reader.header().version, seen)
+    (reader.header().expect("a tensorizer file").version, seen)
 }
 
 fn read_safetensors(path: &Path) -> Vec<Seen> {
@@ -241,7 +241,7 @@ const REASONS: &[&str] = &[
     "safetensors has no dtype for",
     "safetensors cannot store a 0-dimensional",
     "meta tensors (no data) cannot be stored in safetensors",
-    "two tensors flatten to this name",
+    "two tensors have this name (after flattening)",
 ];
 
 /// Checks a refusal: it names a known reason, and nothing was left in `dir`

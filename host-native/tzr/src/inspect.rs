@@ -9,8 +9,8 @@ use tensorizer_core::report::{self, HeaderSummary, Members, TensorRow};
 use tensorizer_core::totals::Totals;
 use tensorizer_native::{Intent, ReadOptions, Reader, open_uri};
 
-use crate::Outcome;
 use crate::text::{human, printable};
+use crate::{Failure, Outcome};
 
 /// Most top-level modules the text output lists (largest first).
 const MAX_MODULES: usize = 50;
@@ -66,9 +66,13 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     let reader = Reader::new(source, ReadOptions::default())?;
     let entries = reader.entries();
     let file_bytes = tensorizer_native::RangeSource::len(reader.source());
+    // safetensors files went to their own inspector above.
+    let Some(header) = reader.header() else {
+        return Err(Failure::Usage(format!("{}: not a tensorizer file", file.display())));
+    };
     let report = Report {
         file: file.display().to_string(),
-        header: HeaderSummary::of(reader.header(), entries.len(), file_bytes),
+        header: HeaderSummary::of(header, entries.len(), file_bytes),
         totals: report::totals(entries),
         tensors: entries.iter().enumerate().map(|(i, e)| TensorRow::of(i, e)).collect(),
     };

@@ -28,10 +28,11 @@ class _FileFeatureFlags(enum.IntFlag):
 
 @dataclasses.dataclass
 class _FileHeader:
-    """The file header as tensorizer's ``TensorDeserializer._file_header``."""
+    """The file header as tensorizer's ``TensorDeserializer._file_header``
+    (``version_number`` is ``None`` for a safetensors file)."""
 
     __slots__ = ("version_number", "feature_flags", "tensor_size", "tensor_count")
-    version_number: int
+    version_number: int | None
     feature_flags: _FileFeatureFlags
     tensor_size: int
     tensor_count: int

@@ -52,7 +52,12 @@ pub struct LayoutKey {
 pub fn key_layout<S: RangeSource>(uri: &str, reader: &Reader<S>) -> Result<Vec<LayoutKey>> {
     let mut entries: Vec<_> = reader.entries().iter().collect();
     entries.sort_by_key(|e| e.header_offset);
-    let index_end = reader.header().metadata_range().end;
+    let Some(header) = reader.header() else {
+        return Err(Error::Invalid(format!(
+            "{uri}: only tensorizer files have a Redis layout; convert it first (tzr convert)"
+        )));
+    };
+    let index_end = header.metadata_range().end;
     let first = entries.first().map_or(index_end, |e| e.header_offset);
     if first < index_end || index_end < FileHeader::LEN as u64 {
         return Err(Error::Invalid(format!(
