@@ -121,6 +121,9 @@ s = tensorizer.TensorSerializer("theirs.tensors"); s.write_state_dict(sd); s.clo
 with tensorizer_rs.TensorDeserializer("theirs.tensors", device="cpu", verify_hash=True) as d:
     assert all(torch.equal(d[k], v) for k, v in sd.items())
 assert tensorizer.__file__ != tensorizer_rs.__file__
+from tensorizer_rs.safetensors.torch import load_file, save_file
+save_file(sd, "ours.safetensors")
+assert all(torch.equal(load_file("ours.safetensors")[k], v) for k, v in sd.items())
 """
 
 
@@ -128,7 +131,7 @@ def check_round_trip(python: Path, env: dict[str, str], tmp: Path) -> None:
     work = tmp / "round-trip"
     work.mkdir()
     run([str(python), "-c", ROUND_TRIP], env, work)
-    check(True, "the real tensorizer reads our file, and we read its file")
+    check(True, "the real tensorizer reads our file, and we read its file; safetensors' API round-trips")
 
 
 def check_no_toolchain_build(tmp: Path) -> None:

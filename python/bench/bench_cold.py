@@ -40,7 +40,11 @@ Rows:
   its default backend (views of a map of the file, faulted in by the
   touches) and with ``backend="pread"`` (private copies);
   ``tensorizer_rs.safetensors``'s ``load_file`` on the same file (private
-  copies: the file is writable, spec §26.3), locally and over HTTP.
+  copies: the file is writable, spec §26.3), locally and over HTTP;
+  fastsafetensors (``fastsafe_open``, CPU, no GDS) and Run:ai's model
+  streamer (``SafetensorsStreamer``) on it, each tensor cloned out of the
+  loader's buffers as a caller keeping them must (run the script with the
+  Python of ``contenders-requirements.txt``'s environment for these).
 * Over HTTP, from nginx on 127.0.0.1 serving the same files (cold: nginx
   reads them from the disk): ``curl`` to /dev/null (the HTTP limit), ours
   on our file and tensorizer on its own.
@@ -96,6 +100,8 @@ CONTENDERS = {
     "safetensors": "safetensors load_file",
     "safetensors-pread": 'safetensors load_file(backend="pread")',
     "rs-st": "tensorizer_rs.safetensors load_file, the safetensors file",
+    "fastsafetensors": "fastsafetensors 0.5.0 (CPU, nogds), the safetensors file",
+    "runai": "Run:ai model streamer 0.17.1, the safetensors file",
     "rs-st-http": "tensorizer_rs.safetensors load_file, the safetensors file over HTTP (nginx)",
     "curl-http": "curl to /dev/null over HTTP (nginx)",
     "rs-http": "tensorizer_rs, own file over HTTP (nginx)",
@@ -114,7 +120,8 @@ S3_BUCKET = "models"
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
     "rs-own-4k": "own", "rs-own-huge": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
-    "tensorizer": "theirs", "safetensors": "st", "safetensors-pread": "st", "rs-st": "st", "rs-st-http": "st",
+    "tensorizer": "theirs", "safetensors": "st", "safetensors-pread": "st", "rs-st": "st",
+    "fastsafetensors": "st", "runai": "st", "rs-st-http": "st",
     "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
     "rs-s3": "own", "tensorizer-s3": "theirs",
 }  # fmt: skip
@@ -266,6 +273,21 @@ def worker(kind: str, path: str) -> dict:
         start = time.perf_counter()
         d = tensorizer.TensorDeserializer(path, device=target)
         n = finish(d.values())
+    elif kind == "fastsafetensors":
+        from fastsafetensors import fastsafe_open
+
+        start = time.perf_counter()
+        with fastsafe_open(filenames=[path], nogds=True, device=target) as f:
+            # Clones: the file buffer (and the tensors over it) is freed at
+            # close, and the caller keeps the tensors.
+            n = finish([f.get_tensor(k).clone() for k in f.keys()])
+    elif kind == "runai":
+        from runai_model_streamer import SafetensorsStreamer
+
+        start = time.perf_counter()
+        with SafetensorsStreamer() as streamer:
+            streamer.stream_file(path, device=target)
+            n = finish([t.clone() for _, t in streamer.get_tensors()])
     elif kind in ("safetensors", "safetensors-pread"):
         from safetensors.torch import load_file
 
