@@ -46,10 +46,16 @@ pub struct Rule {
     pub description: &'static str,
     /// What to do about it.
     pub remediation: &'static str,
+    /// Whether a finding of it means loading (or using) the file runs code
+    /// the file chose: the fact `tzr view` and the browser inspector lead
+    /// with.
+    pub executes_code: bool,
 }
 
 macro_rules! rules {
-    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $sev:ident, $desc:literal, $fix:literal; )*) => {
+    (@exec) => { false };
+    (@exec executes_code) => { true };
+    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $sev:ident $(+ $exec:ident)?, $desc:literal, $fix:literal; )*) => {
         /// A rule's identity. [`RuleId::as_str`] is its stable id.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[non_exhaustive]
@@ -59,7 +65,13 @@ macro_rules! rules {
 
         /// Every rule, in id order.
         pub const RULES: &[Rule] = &[
-            $( Rule { id: RuleId::$variant, severity: Severity::$sev, description: $desc, remediation: $fix }, )*
+            $( Rule {
+                id: RuleId::$variant,
+                severity: Severity::$sev,
+                description: $desc,
+                remediation: $fix,
+                executes_code: rules!(@exec $($exec)?),
+            }, )*
         ];
 
         impl RuleId {
@@ -191,7 +203,7 @@ rules! {
     /// A compressed entry.
     ZipCompressed = "ZIP-006", Warning,
         "An entry is compressed; torch.save stores entries uncompressed (a deflated pickle is inflated and scanned, within the zip-bomb limits).",
-        "Save the checkpoint again with torch.save, or unpack and scan the entry.";
+        "Nothing to unpack: a deflated pickle was inflated and scanned (its findings are listed; another method is PKL-005); save the checkpoint again with torch.save to store it as torch does.";
     /// An encrypted entry.
     ZipEncrypted = "ZIP-007", Error,
         "An entry is encrypted (ZIP general-purpose flag bit 0); it cannot be scanned.",
@@ -209,11 +221,11 @@ rules! {
         "The archive holds more than one end-of-central-directory record (readers searching from the start and from the end see different archives).",
         "Save the checkpoint again; torch.save writes one end record.";
     /// A global that is not on the allow-list.
-    PklGlobal = "PKL-001", Error,
+    PklGlobal = "PKL-001", Error + executes_code,
         "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",
         "Load with torch.load(weights_only=True) or convert to safetensors in a sandbox; never unpickle it as is.";
     /// A call of a callable not on the allow-list.
-    PklCall = "PKL-002", Error,
+    PklCall = "PKL-002", Error + executes_code,
         "The pickle calls (REDUCE, NEWOBJ, INST, OBJ) or rebuilds (BUILD) an object with a callable not on the allow-list: loading it runs that code.",
         "Do not load it; if the source is trusted, convert it in a sandbox and scan the result.";
     /// The pickle cannot be walked.
@@ -226,10 +238,10 @@ rules! {
         "Strip the trailing bytes or save the object again.";
     /// A pickle was not scanned in full.
     PklNotScanned = "PKL-005", Error,
-        "A pickle was not scanned in full: above the scan limits, compressed, or encrypted.",
+        "A pickle was not scanned in full: above the scan limits, compressed by a method other than deflate, encrypted, or in a tar archive.",
         "Scan it unpacked, or save the checkpoint again uncompressed.";
     /// STACK_GLOBAL on operands that are not literal strings.
-    PklComputedGlobal = "PKL-006", Error,
+    PklComputedGlobal = "PKL-006", Error + executes_code,
         "The pickle imports a global whose module or name is computed at load time (STACK_GLOBAL on values earlier opcodes made, not literal strings).",
         "Do not load it: no writer computes a global's name; it hides what the pickle imports from scanners.";
     /// An object weights_only refuses whose rebuilding runs no code outside its library.
@@ -248,6 +260,12 @@ impl RuleId {
     /// The rule's default severity.
     pub fn severity(self) -> Severity {
         self.rule().severity
+    }
+
+    /// Whether a finding of this rule means loading the file runs code
+    /// (see [`Rule::executes_code`]).
+    pub fn executes_code(self) -> bool {
+        self.rule().executes_code
     }
 
     /// What to do about a finding of this rule.
@@ -298,7 +316,7 @@ mod tests {
                 l.starts_with("| `") && l.split('|').nth(1).is_some_and(|c| c.contains('-'))
             })
             .map(|l| l.trim_matches('|').split(" | ").map(|c| String::from(c.trim())).collect())
-            .filter(|cells: &Vec<String>| cells.len() == 4)
+            .filter(|cells: &Vec<String>| cells.len() == 5)
             .collect();
         let want: Vec<Vec<String>> = RULES
             .iter()
@@ -306,6 +324,7 @@ mod tests {
                 [
                     std::format!("`{}`", r.id),
                     r.severity.as_str().into(),
+                    (if r.executes_code { "yes" } else { "no" }).into(),
                     r.description.into(),
                     r.remediation.into(),
                 ]

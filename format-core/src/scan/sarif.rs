@@ -38,6 +38,7 @@ pub fn rules() -> Vec<Value> {
                 "fullDescription": { "text": r.description },
                 "help": { "text": r.remediation },
                 "defaultConfiguration": { "level": r.severity.as_str() },
+                "properties": { "executesCode": r.executes_code },
             })
         })
         .collect()
@@ -125,12 +126,14 @@ pub fn to_sarif_many(
     })
 }
 
-/// A finding as the JSON reports write it: `rule`, `severity`, `offset`,
-/// `length`, `tensor`, `message`, `remediation`, `count`.
+/// A finding as the JSON reports write it: `rule`, `severity`,
+/// `executes_code` (its rule's), `offset`, `length`, `tensor`, `message`,
+/// `remediation`, `count`.
 pub fn finding_json(f: &Finding) -> Value {
     json!({
         "rule": f.rule.as_str(),
         "severity": f.severity.as_str(),
+        "executes_code": f.rule.executes_code(),
         "offset": f.offset,
         "length": f.length,
         "tensor": f.tensor,
@@ -190,6 +193,18 @@ mod tests {
         let r = &run["results"][0];
         assert_eq!(r["ruleId"], "PKL-001");
         assert_eq!(r["level"], "error");
+        let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
+        let exec: Vec<&str> = rules
+            .iter()
+            .filter(|d| d["properties"]["executesCode"] == true)
+            .map(|d| d["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(exec, ["PKL-001", "PKL-002", "PKL-006"]);
+        assert_eq!(
+            finding_json(&Finding::new(RuleId::PklComputedGlobal, None, ""))["executes_code"],
+            true
+        );
+        assert_eq!(finding_json(&Finding::new(RuleId::PklInert, None, ""))["executes_code"], false);
         assert_eq!(
             run["tool"]["driver"]["rules"][r["ruleIndex"].as_u64().unwrap() as usize]["id"],
             "PKL-001"
