@@ -234,6 +234,11 @@ pub const MAX_SCANNED_PICKLE_BYTES: u64 = 4 * MAX_PICKLE_LEN;
 /// its first bytes match no format (such a pickle has no header).
 pub const MAX_PICKLE_GUESS_LEN: u64 = 16 * 1024 * 1024;
 
+/// Longest sharded checkpoint index (`*.index.json`) the scanner reads: a
+/// real one holds a tensor name and a file name per tensor (DeepSeek-V3's
+/// 91,000 tensors make about 9 MB).
+pub const MAX_SHARD_INDEX_LEN: u64 = 64 * 1024 * 1024;
+
 /// Most pickles read one after another from a bare pickle file (a legacy
 /// `torch.save` stream holds five).
 pub const MAX_PICKLES_PER_STREAM: u64 = 16;

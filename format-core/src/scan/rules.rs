@@ -220,6 +220,30 @@ rules! {
     ZipTwoEnds = "ZIP-010", Error,
         "The archive holds more than one end-of-central-directory record (readers searching from the start and from the end see different archives).",
         "Save the checkpoint again; torch.save writes one end record.";
+    /// A shard index that cannot be read as one.
+    IdxMalformed = "IDX-001", Error,
+        "A sharded checkpoint's index (model.safetensors.index.json, pytorch_model.bin.index.json) is not JSON, has no weight_map object, or maps a tensor to something that is not a file name.",
+        "Write the index again from the shards (save_pretrained writes it); loaders refuse it.";
+    /// A shard index above the size limit.
+    IdxLimit = "IDX-002", Error,
+        "A shard index is larger than MAX_SHARD_INDEX_LEN (64 MiB); it and its shards were not checked against each other.",
+        "Check where the index came from: a real one lists a few bytes per tensor.";
+    /// A shard the index names is missing.
+    IdxMissingShard = "IDX-003", Error,
+        "A shard the index names is not in the index's folder (a loader fails, or finds another file).",
+        "Download the missing shard again, or the whole model.";
+    /// A model file beside the index that it does not name.
+    IdxUnnamedShard = "IDX-004", Warning,
+        "A model file of the shards' format in the index's folder is not named by the index (a loader never reads it: a stale or planted file). It is scanned on its own.",
+        "Delete the file if it is not part of the model, or write the index again.";
+    /// A tensor mapped to a shard that does not hold it.
+    IdxTensorNotInShard = "IDX-005", Error,
+        "The index maps a tensor to a shard that does not hold it (a loader fails, or leaves the tensor unloaded).",
+        "Write the index again from the shards, or download the model again.";
+    /// A shard path leaving the index's folder.
+    IdxPathEscape = "IDX-006", Error,
+        "A shard path leaves the index's folder (a .. component, an absolute path, a drive letter): a loader reads a file outside the model.",
+        "Do not load the model; an index names files beside it only.";
     /// A global that is not on the allow-list.
     PklGlobal = "PKL-001", Error + executes_code,
         "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",

@@ -6,7 +6,7 @@ extern crate std;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::layout::MAX_FINDINGS_PER_RULE;
@@ -244,6 +244,12 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
         b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R\x8c\x06system\x93.".to_vec(),
         None,
     ));
+    c.push((RuleId::IdxMalformed, b"{\"weight_map\": 5}".to_vec(), Some("m.index.json")));
+    c.push((
+        RuleId::IdxPathEscape,
+        b"{\"weight_map\": {\"w\": \"../../x.bin\"}}".to_vec(),
+        Some("pytorch_model.bin.index.json"),
+    ));
     c.push((RuleId::PklInert, b"\x80\x02cargparse\nNamespace\n)\x81}b.".to_vec(), None));
     c.push((
         RuleId::PklNotScanned,
@@ -282,6 +288,17 @@ fn every_rule_has_a_crafted_file_that_triggers_it() {
     assert_eq!(rule_for_error(&mismatch), RuleId::TzrHashMismatch);
     assert_eq!(rule_for_error(&Error::Encryption { reason: "x" }), RuleId::TzrEncryption);
     covered.extend([RuleId::TzrHashMismatch, RuleId::TzrAuthFailed, RuleId::TzrEncryption]);
+    // A shard index's shards are compared with what the host found beside
+    // it; the size limit is `shards`' own test.
+    let index = super::shards::parse(
+        b"{\"weight_map\": {\"w\": \"a\", \"v\": \"b\"}}",
+        &mut Findings::default(),
+    );
+    let found =
+        BTreeMap::from([("b".into(), super::shards::Shard::Present(Some(BTreeSet::new())))]);
+    let checked = super::shards::check(&index.unwrap(), &found, &["c".into()]);
+    covered.extend(checked.iter().map(|f| f.rule));
+    covered.insert(RuleId::IdxLimit);
     let all: BTreeSet<RuleId> = RULES.iter().map(|r| r.id).collect();
     assert_eq!(covered, all);
 }

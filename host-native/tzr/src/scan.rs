@@ -3,9 +3,10 @@
 //! findings at or above `--fail-on` (default `error`), 1 such findings, 2
 //! could not scan.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tensorizer_core::scan::{Finding, ScanOptions, Severity, sarif, scan};
+use tensorizer_core::walk::Scanned;
 use tensorizer_native::source::Positioned;
 use tensorizer_native::{Intent, open_uri};
 
@@ -48,22 +49,24 @@ fn finding_line(f: &Finding) -> String {
     )
 }
 
-/// What scanning one file gave: the scan, or why it could not be done.
-type Outcome = Result<tensorizer_core::Scan, String>;
-
-fn scan_one(name: &str) -> Outcome {
+/// Scans one file: the scan, or why it could not be done.
+fn scan_one(name: &str) -> Result<tensorizer_core::Scan, String> {
     let source = open_uri(name, Intent::ReadAll).map_err(|e| e.to_string())?;
     let options = ScanOptions { name: Some(name), ..ScanOptions::default() };
     scan(&mut Positioned(source.as_ref()), &options).map_err(|e| e.to_string())
 }
 
-fn text_block(name: &str, outcome: &Outcome) -> String {
-    let scanned = match outcome {
+fn text_block(file: &Scanned) -> String {
+    let name = &file.name;
+    let scanned = match &file.outcome {
         Ok(s) => s,
         Err(e) => return format!("{name}\n  could not scan: {e}"),
     };
     let (format, tensors, len) = (scanned.format.as_str(), scanned.tensors, scanned.file_len);
     let mut s = format!("{name}\n  {format}, {tensors} tensors, {len} bytes");
+    if let Some(index) = &file.model {
+        s.push_str(&format!("\n  a shard of {index}"));
+    }
     if scanned.findings.is_empty() {
         s.push_str("\n  no findings");
     }
@@ -74,33 +77,22 @@ fn text_block(name: &str, outcome: &Outcome) -> String {
     s
 }
 
-fn failure_json(name: &str, message: &str) -> serde_json::Value {
-    serde_json::json!({"file": name, "format": null, "valid": false, "tensors": 0, "findings": [], "error": message})
-}
-
 /// The document printed for `files` (one file: that file's report, as
 /// before; several: `{"files": [...], "valid": ...}` and one SARIF run).
-fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<String> {
+fn document(files: &[Scanned], output: Output, many: bool) -> String {
     let tool =
         sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: None };
-    let json_of = |(name, o): &(String, Outcome)| match o {
-        Ok(s) => sarif::scan_json(name, s),
-        Err(e) => failure_json(name, e),
-    };
-    Some(match output {
-        Output::Text => files.iter().map(|(n, o)| text_block(n, o)).collect::<Vec<_>>().join("\n"),
-        Output::Json if !many => json_of(&files[0]).to_string(),
-        Output::Json => {
-            let valid = files.iter().all(|(_, o)| o.as_ref().is_ok_and(|s| s.findings.is_empty()));
-            serde_json::json!({"files": files.iter().map(json_of).collect::<Vec<_>>(), "valid": valid}).to_string()
-        }
+    match output {
+        Output::Text => files.iter().map(text_block).collect::<Vec<_>>().join("\n"),
+        Output::Json if !many => files[0].json().to_string(),
+        Output::Json => tensorizer_core::walk::many_json(files).to_string(),
         Output::Sarif => {
             let runs: Vec<(String, Result<&[Finding], &str>)> = files
                 .iter()
-                .map(|(n, o)| {
+                .map(|f| {
                     (
-                        sarif::artifact_uri(n),
-                        o.as_ref().map(|s| s.findings.as_slice()).map_err(String::as_str),
+                        sarif::artifact_uri(&f.name),
+                        f.outcome.as_ref().map(|s| s.findings.as_slice()).map_err(String::as_str),
                     )
                 })
                 .collect();
@@ -108,34 +100,26 @@ fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<S
                 runs.iter().map(|(u, r)| (u.as_str(), *r)).collect();
             sarif::to_sarif_many(&tool, &refs).to_string()
         }
-    })
+    }
 }
 
-/// Scans every file `paths` name (directories recursively); returns the
-/// worst exit status: 2 when a file could not be scanned, 1 when one has
-/// a finding at or above `fail_on`, else 0. In a directory (or with
-/// `models_only`, anywhere), a file whose bytes are no format the scanner
-/// knows (only `FMT-001`) is not a model file and is left out.
+/// Scans every file `paths` name (directories recursively, a shard index
+/// with its shards: `walk::scan_paths`); returns the worst exit status: 2
+/// when a file could not be scanned, 1 when one has a finding at or above
+/// `fail_on`, else 0. In a directory (or with `models_only`, anywhere), a
+/// file whose bytes are no format the scanner knows (only `FMT-001`) is
+/// not a model file and is left out.
 pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_only: bool) -> u8 {
-    let listed = match tensorizer_core::walk::expand(paths) {
-        Ok(l) => l,
+    let files = match tensorizer_core::walk::scan_paths(paths, models_only, scan_one) {
+        Ok(f) => f,
         Err(e) => {
             eprintln!("tzr: cannot list the files to scan: {e}");
             return 2;
         }
     };
-    let many = tensorizer_core::walk::is_many(paths, &listed);
-    let mut files: Vec<(String, Outcome)> = Vec::new();
-    for tensorizer_core::walk::Listed { name, in_dir } in listed {
-        let outcome = scan_one(&name);
-        let unknown =
-            outcome.as_ref().is_ok_and(|s| s.format == tensorizer_core::scan::Format::Unknown);
-        if !((in_dir || models_only) && unknown) {
-            files.push((name, outcome));
-        }
-    }
+    let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].name) != paths[0];
     let mut status = 0u8;
-    for (name, outcome) in &files {
+    for Scanned { name, outcome, .. } in &files {
         match outcome {
             Err(e) => {
                 eprintln!("tzr: {name}: {e}");
@@ -155,17 +139,18 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
             }
         }
     }
-    let text = if files.is_empty() { None } else { document(&files, output, many) };
-    if let Some(text) = text {
-        use std::io::Write as _;
-        let mut stdout = std::io::stdout().lock();
-        if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return 141;
-            }
-            eprintln!("tzr: could not write the output: {e}");
-            return 2;
+    if files.is_empty() {
+        return status;
+    }
+    use std::io::Write as _;
+    let text = document(&files, output, many);
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return 141;
         }
+        eprintln!("tzr: could not write the output: {e}");
+        return 2;
     }
     status
 }
@@ -189,6 +174,27 @@ mod tests {
         assert!(FailOn::Error.fails(Severity::Error) && !FailOn::Error.fails(Severity::Warning));
         assert!(FailOn::Warning.fails(Severity::Warning) && !FailOn::Warning.fails(Severity::Note));
         assert!(FailOn::Note.fails(Severity::Note) && FailOn::Note.fails(Severity::Error));
+    }
+
+    #[test]
+    fn a_shard_index_is_scanned_with_its_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let vectors = format!("{}/../../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(format!("{vectors}/torch/params.pt"), dir.path().join("a.bin")).unwrap();
+        let index = r#"{"weight_map": {"w": "a.bin", "v": "b.bin"}}"#;
+        std::fs::write(dir.path().join("pytorch_model.bin.index.json"), index).unwrap();
+        let files = tensorizer_core::walk::scan_paths(
+            &[dir.path().join("pytorch_model.bin.index.json")],
+            false,
+            scan_one,
+        )
+        .unwrap();
+        let rules: Vec<&str> =
+            files[0].outcome.as_ref().unwrap().findings.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(rules, ["IDX-003", "IDX-005"], "{files:?}");
+        assert_eq!(files[1].model.as_deref(), Some(files[0].name.as_str()));
+        let status = run(&[dir.path().to_path_buf()], Output::Json, FailOn::Error, false);
+        assert_eq!(status, 1);
     }
 
     #[test]
