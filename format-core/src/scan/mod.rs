@@ -27,6 +27,7 @@ pub mod pickle;
 pub mod rules;
 pub mod sarif;
 pub mod shards;
+pub mod suppress;
 pub mod tensorizer;
 pub mod zip;
 
@@ -124,6 +125,12 @@ impl Scan {
     /// Whether nothing was found.
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty()
+    }
+
+    /// Whether every finding is suppressed (or there is none): the JSON
+    /// reports' `valid`.
+    pub fn is_valid(&self) -> bool {
+        self.findings.iter().all(|f| f.suppressed.is_some())
     }
 
     /// The names of the tensors the file holds, when its format lists

@@ -272,6 +272,10 @@ rules! {
     PklInert = "PKL-007", Warning,
         "The pickle rebuilds an object torch.load(weights_only=True) refuses but whose rebuilding runs only its own library's code: a whole torch.nn module, a numpy array, scalar or dtype, an argparse.Namespace.",
         "Save the state_dict instead, or load with weights_only=True after torch.serialization.add_safe_globals for that class.";
+    /// A suppression entry that matched no finding.
+    UnusedSuppression = "SUP-001", Note,
+        "An entry of the suppression file (.tzrscan.toml, --ignore) matched no finding in the files scanned.",
+        "Delete the entry if what it accepted is gone, or fix its rule or path glob.";
 }
 
 impl RuleId {

@@ -54,7 +54,7 @@ impl Scanned {
 /// The report of a scan over many files: `{"files": [each file's
 /// [`Scanned::json`]], "valid": every file scanned with no findings}`.
 pub fn many_json(files: &[Scanned]) -> Value {
-    let valid = files.iter().all(|f| f.outcome.as_ref().is_ok_and(|s| s.findings.is_empty()));
+    let valid = files.iter().all(|f| f.outcome.as_ref().is_ok_and(Scan::is_valid));
     let reports: Vec<Value> = files.iter().map(Scanned::json).collect();
     json!({"files": reports, "valid": valid})
 }

@@ -5,8 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
+use tensorizer_core::scan::suppress::{self, Suppression};
 use tensorizer_core::scan::{Finding, ScanOptions, Severity, sarif, scan};
 use tensorizer_core::walk::Scanned;
+
+use crate::suppressions::Loaded;
 use tensorizer_native::source::Positioned;
 use tensorizer_native::{Intent, open_uri};
 
@@ -40,8 +43,12 @@ impl FailOn {
 
 fn finding_line(f: &Finding) -> String {
     let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
+    let accepted = f
+        .suppressed
+        .as_ref()
+        .map_or_else(String::new, |why| format!(" (suppressed: {})", crate::text::printable(why)));
     format!(
-        "{} {}{at}: {}\n    fix: {}",
+        "{} {}{at}{accepted}: {}\n    fix: {}",
         f.rule,
         f.severity,
         crate::text::printable(&f.message),
@@ -77,15 +84,34 @@ fn text_block(file: &Scanned) -> String {
     s
 }
 
+/// The suppression file in use and its notes (unused entries).
+type Notes<'a> = Option<(&'a str, Vec<Finding>)>;
+
 /// The document printed for `files` (one file: that file's report, as
-/// before; several: `{"files": [...], "valid": ...}` and one SARIF run).
-fn document(files: &[Scanned], output: Output, many: bool) -> String {
+/// before; several: `{"files": [...], "valid": ...}` and one SARIF run),
+/// with the suppression file's notes: `suppressions` (`file`, `notes`) in
+/// JSON, tool configuration notifications in SARIF, lines in text.
+fn document(files: &[Scanned], output: Output, many: bool, notes: &Notes<'_>) -> String {
     let tool =
         sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: None };
+    let with_notes = |mut v: serde_json::Value| {
+        if let Some((file, notes)) = notes {
+            let notes: Vec<_> = notes.iter().map(sarif::finding_json).collect();
+            v["suppressions"] = serde_json::json!({"file": file, "notes": notes});
+        }
+        v.to_string()
+    };
     match output {
-        Output::Text => files.iter().map(text_block).collect::<Vec<_>>().join("\n"),
-        Output::Json if !many => files[0].json().to_string(),
-        Output::Json => tensorizer_core::walk::many_json(files).to_string(),
+        Output::Text => {
+            let mut blocks: Vec<String> = files.iter().map(text_block).collect();
+            if let Some((file, notes)) = notes.as_ref().filter(|(_, n)| !n.is_empty()) {
+                let lines: Vec<String> = notes.iter().map(finding_line).collect();
+                blocks.push(format!("{file}\n  {}", lines.join("\n  ")));
+            }
+            blocks.join("\n")
+        }
+        Output::Json if !many => with_notes(files[0].json()),
+        Output::Json => with_notes(tensorizer_core::walk::many_json(files)),
         Output::Sarif => {
             let runs: Vec<(String, Result<&[Finding], &str>)> = files
                 .iter()
@@ -98,7 +124,11 @@ fn document(files: &[Scanned], output: Output, many: bool) -> String {
                 .collect();
             let refs: Vec<(&str, Result<&[Finding], &str>)> =
                 runs.iter().map(|(u, r)| (u.as_str(), *r)).collect();
-            sarif::to_sarif_many(&tool, &refs).to_string()
+            let mut log = sarif::to_sarif_many(&tool, &refs);
+            if let Some((file, notes)) = notes {
+                sarif::add_config_notes(&mut log, &sarif::artifact_uri(file), notes);
+            }
+            log.to_string()
         }
     }
 }
@@ -108,15 +138,23 @@ fn document(files: &[Scanned], output: Output, many: bool) -> String {
 /// when a file could not be scanned, 1 when one has a finding at or above
 /// `fail_on`, else 0. In a directory (or with `models_only`, anywhere), a
 /// file whose bytes are no format the scanner knows (only `FMT-001`) is
-/// not a model file and is left out.
-pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_only: bool) -> u8 {
-    let files = match tensorizer_core::walk::scan_paths(paths, models_only, scan_one) {
+/// not a model file and is left out. Findings `suppressions` cover are
+/// reported as suppressed and fail nothing; its unused entries are notes.
+pub(crate) fn run(
+    paths: &[PathBuf],
+    output: Output,
+    fail_on: FailOn,
+    models_only: bool,
+    suppressions: Option<&Loaded>,
+) -> u8 {
+    let mut files = match tensorizer_core::walk::scan_paths(paths, models_only, scan_one) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("tzr: cannot list the files to scan: {e}");
             return 2;
         }
     };
+    let notes = suppressions.map(|s| (s.path.as_str(), suppress_all(&s.entries, &mut files)));
     let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].name) != paths[0];
     let mut status = 0u8;
     for Scanned { name, outcome, .. } in &files {
@@ -126,7 +164,8 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
                 status = 2;
             }
             Ok(s) => {
-                if let Some(first) = s.findings.iter().find(|f| fail_on.fails(f.severity)) {
+                let fails = |f: &&Finding| f.suppressed.is_none() && fail_on.fails(f.severity);
+                if let Some(first) = s.findings.iter().find(fails) {
                     let n = s.findings.len();
                     let first_message = crate::text::printable(&first.message);
                     let plural = if n == 1 { "" } else { "s" };
@@ -139,11 +178,17 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
             }
         }
     }
+    if let Some((file, notes)) = &notes {
+        for n in notes.iter().filter(|n| fail_on.fails(n.severity)) {
+            eprintln!("tzr: {file}: {} {}", n.rule, n.message);
+            status = status.max(1);
+        }
+    }
     if files.is_empty() {
         return status;
     }
     use std::io::Write as _;
-    let text = document(&files, output, many);
+    let text = document(&files, output, many, &notes);
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -153,6 +198,18 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
         return 2;
     }
     status
+}
+
+/// Marks what `entries` cover in every file; the notes for entries that
+/// covered nothing.
+fn suppress_all(entries: &[Suppression], files: &mut [Scanned]) -> Vec<Finding> {
+    let mut used = vec![0; entries.len()];
+    for f in files.iter_mut() {
+        if let Ok(s) = &mut f.outcome {
+            suppress::apply(entries, &mut used, &f.name, &mut s.findings);
+        }
+    }
+    suppress::unused(entries, &used)
 }
 
 #[cfg(test)]
@@ -193,7 +250,7 @@ mod tests {
             files[0].outcome.as_ref().unwrap().findings.iter().map(|f| f.rule.as_str()).collect();
         assert_eq!(rules, ["IDX-003", "IDX-005"], "{files:?}");
         assert_eq!(files[1].model.as_deref(), Some(files[0].name.as_str()));
-        let status = run(&[dir.path().to_path_buf()], Output::Json, FailOn::Error, false);
+        let status = run(&[dir.path().to_path_buf()], Output::Json, FailOn::Error, false, None);
         assert_eq!(status, 1);
     }
 
