@@ -23,6 +23,7 @@
 mod allow;
 pub(crate) mod buffer;
 pub(crate) mod finding;
+pub mod gguf;
 pub mod pickle;
 pub mod rules;
 pub mod sarif;
@@ -62,13 +63,15 @@ pub enum Format {
     TorchTar,
     /// A sharded checkpoint's index (`*.index.json`, [`shards`]).
     ShardIndex,
+    /// A GGUF file (llama.cpp's format, [`gguf`]).
+    Gguf,
     /// None of the above.
     Unknown,
 }
 
 impl Format {
     /// The name reports use: `tensorizer`, `safetensors`, `torch-zip`,
-    /// `torch-legacy`, `pickle`, `torch-tar`, `shard-index`, `unknown`.
+    /// `torch-legacy`, `pickle`, `torch-tar`, `shard-index`, `gguf`, `unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Tensorizer => "tensorizer",
@@ -78,6 +81,7 @@ impl Format {
             Self::Pickle => "pickle",
             Self::TorchTar => "torch-tar",
             Self::ShardIndex => "shard-index",
+            Self::Gguf => "gguf",
             Self::Unknown => "unknown",
         }
     }
@@ -119,6 +123,8 @@ pub struct Scan {
     /// A shard index's map, when it parsed (its shards are checked by the
     /// host, [`shards::check`]).
     pub shard_index: Option<shards::ShardIndex>,
+    /// A GGUF file's header, when it parsed.
+    pub gguf: Option<crate::gguf::Header>,
 }
 
 impl Scan {
@@ -137,6 +143,9 @@ impl Scan {
     /// them and they were read (a shard index checks its map against them).
     pub fn tensor_names(&self) -> Option<alloc::collections::BTreeSet<String>> {
         use alloc::string::ToString as _;
+        if let Some(h) = &self.gguf {
+            return Some(h.tensors.iter().map(|t| t.name.clone()).collect());
+        }
         if let Some(i) = &self.tensorizer {
             return Some(i.metadata.entries.iter().map(|e| e.path.to_string()).collect());
         }
@@ -174,7 +183,15 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
         safetensors: None,
         torch_rows: None,
         shard_index: None,
+        gguf: None,
     };
+    if head.starts_with(crate::gguf::MAGIC) {
+        out.format = Format::Gguf;
+        out.gguf = gguf::scan(src, &mut findings)?;
+        out.tensors = out.gguf.as_ref().map_or(0, |h| h.tensors.len() as u64);
+        out.findings = findings.finish();
+        return Ok(out);
+    }
     match classify(head, file_len) {
         Classified::Tensorizer => {
             out.format = Format::Tensorizer;
@@ -258,6 +275,7 @@ fn promised(name: &str) -> Option<&'static [Format]> {
             &[Format::TorchZip, Format::TorchLegacy, Format::Pickle, Format::TorchTar]
         }
         "pkl" | "pickle" => &[Format::Pickle, Format::TorchLegacy],
+        "gguf" => &[Format::Gguf],
         _ => return None,
     })
 }

@@ -244,6 +244,30 @@ rules! {
     IdxPathEscape = "IDX-006", Error,
         "A shard path leaves the index's folder (a .. component, an absolute path, a drive letter): a loader reads a file outside the model.",
         "Do not load the model; an index names files beside it only.";
+    /// The GGUF header cannot be read.
+    GgufHeader = "GGUF-001", Error,
+        "The GGUF header cannot be read: truncated, a version other than 2 or 3, a value type GGUF does not define, a count or length above a limit, a bad general.alignment.",
+        "Convert the model again with llama.cpp's tools; loaders refuse it.";
+    /// A tensor's type or shape cannot be sized.
+    GgufTensorType = "GGUF-002", Error,
+        "A GGUF tensor has a ggml type ggml does not define, a first dimension that is not a whole number of its type's blocks, or a size that overflows.",
+        "Convert the model again; llama.cpp refuses the tensor.";
+    /// A tensor's data ends past the end of the file.
+    GgufPastEnd = "GGUF-003", Error,
+        "A GGUF tensor's data ends past the end of the file.",
+        "Download the file again and compare its size with the source.";
+    /// Two tensors' data overlap.
+    GgufOverlap = "GGUF-004", Error,
+        "Two GGUF tensors' data ranges overlap (one tensor's bytes are read as another's).",
+        "Convert the model again; writers never share bytes between tensors.";
+    /// A tensor's data offset is not aligned.
+    GgufMisaligned = "GGUF-005", Error,
+        "A GGUF tensor's data offset is not a multiple of general.alignment (32 by default); llama.cpp refuses the file.",
+        "Convert the model again with llama.cpp's tools.";
+    /// A chat template with code-execution patterns.
+    GgufChatTemplate = "GGUF-006", Error + executes_code,
+        "A Jinja chat template's code reaches for Python internals or the OS (__class__, __globals__, __subclasses__, import, os., popen, ...): rendering it can run code where the template engine is not sandboxed.",
+        "Do not serve the model with its template; replace tokenizer.chat_template with a known-good template.";
     /// A global that is not on the allow-list.
     PklGlobal = "PKL-001", Error + executes_code,
         "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",

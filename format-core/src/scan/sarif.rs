@@ -226,7 +226,7 @@ mod tests {
             .filter(|d| d["properties"]["executesCode"] == true)
             .map(|d| d["id"].as_str().unwrap())
             .collect();
-        assert_eq!(exec, ["PKL-001", "PKL-002", "PKL-006"]);
+        assert_eq!(exec, ["GGUF-006", "PKL-001", "PKL-002", "PKL-006"]);
         assert_eq!(
             finding_json(&Finding::new(RuleId::PklComputedGlobal, None, ""))["executes_code"],
             true

@@ -250,6 +250,22 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
         b"{\"weight_map\": {\"w\": \"../../x.bin\"}}".to_vec(),
         Some("pytorch_model.bin.index.json"),
     ));
+    {
+        use crate::gguf::tests::{gguf, gstr};
+        c.push((RuleId::GgufHeader, b"GGUF\x01\0\0\0".to_vec(), Some("m.gguf")));
+        let t = |dims: &'static [u64], ty, off| [("t", dims, ty, off)];
+        c.push((RuleId::GgufTensorType, gguf(&[], &t(&[3], 8, 0), &[]), None));
+        c.push((RuleId::GgufPastEnd, gguf(&[], &t(&[8], 0, 0), &[0; 31]), None));
+        c.push((RuleId::GgufMisaligned, gguf(&[], &t(&[1], 0, 4), &[0; 8]), None));
+        let two = [("a", &[8u64][..], 0, 0), ("b", &[8u64][..], 0, 0)];
+        c.push((RuleId::GgufOverlap, gguf(&[], &two, &[0; 32]), None));
+        let evil = gstr("{{ cycler.__init__.__globals__.os.popen('id').read() }}");
+        c.push((
+            RuleId::GgufChatTemplate,
+            gguf(&[("tokenizer.chat_template", 8, evil)], &[], &[]),
+            None,
+        ));
+    }
     c.push((RuleId::PklInert, b"\x80\x02cargparse\nNamespace\n)\x81}b.".to_vec(), None));
     c.push((
         RuleId::PklNotScanned,
