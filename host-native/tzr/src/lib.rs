@@ -21,6 +21,7 @@ mod checkpoint;
 mod copy;
 mod crypt;
 mod fingerprint;
+mod gguf;
 mod inspect;
 mod keys;
 mod progress;
@@ -77,7 +78,9 @@ enum Command {
     /// A tensorizer file shows its data version, flags and every tensor's
     /// dtype, shape, size and offsets; a safetensors file its header; a
     /// torch.save checkpoint its entries, dtypes, shapes, strides, storages
-    /// and offsets. Encrypted tensorizer files are inspected without a key.
+    /// and offsets; a GGUF file its metadata and tensor infos (ggml type,
+    /// dimensions innermost first, size). Encrypted tensorizer files are
+    /// inspected without a key.
     Inspect {
         /// The file (a path or URI).
         file: PathBuf,
