@@ -234,6 +234,34 @@ pub const MAX_SCANNED_PICKLE_BYTES: u64 = 4 * MAX_PICKLE_LEN;
 /// its first bytes match no format (such a pickle has no header).
 pub const MAX_PICKLE_GUESS_LEN: u64 = 16 * 1024 * 1024;
 
+// ---- GGUF headers (see `crate::gguf`) ------------------------------------
+
+/// Most metadata key/value pairs a GGUF header may declare (real models
+/// have a few dozen).
+pub const MAX_GGUF_KVS: u64 = 1 << 20;
+
+/// Longest GGUF string (a key, a value, an array element): a chat
+/// template is kilobytes.
+pub const MAX_GGUF_STRING_LEN: u64 = 16 * 1024 * 1024;
+
+/// Most elements of one GGUF array (a tokenizer's vocabulary and merges
+/// are a few hundred thousand).
+pub const MAX_GGUF_ARRAY_LEN: u64 = 1 << 24;
+
+/// Deepest nesting of GGUF arrays of arrays.
+pub const MAX_GGUF_ARRAY_DEPTH: usize = 4;
+
+/// Most dimensions of a GGUF tensor (ggml's `GGML_MAX_DIMS`).
+pub const MAX_GGUF_DIMS: u64 = 4;
+
+/// Longest GGUF header (metadata and tensor infos) read.
+pub const MAX_GGUF_HEADER_LEN: u64 = 256 * 1024 * 1024;
+
+/// Longest sharded checkpoint index (`*.index.json`) the scanner reads: a
+/// real one holds a tensor name and a file name per tensor (DeepSeek-V3's
+/// 91,000 tensors make about 9 MB).
+pub const MAX_SHARD_INDEX_LEN: u64 = 64 * 1024 * 1024;
+
 /// Most pickles read one after another from a bare pickle file (a legacy
 /// `torch.save` stream holds five).
 pub const MAX_PICKLES_PER_STREAM: u64 = 16;

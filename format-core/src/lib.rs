@@ -13,6 +13,7 @@ pub mod crypto;
 pub mod dtype;
 pub mod error;
 pub mod fingerprint;
+pub mod gguf;
 pub mod hash;
 pub mod layout;
 pub mod path;

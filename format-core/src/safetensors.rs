@@ -11,6 +11,7 @@
 //! unknown dtypes, sizes that disagree with shapes, a bad `__metadata__`,
 //! repeated names.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -205,14 +206,15 @@ pub fn summary_refuses(rule: RuleId) -> bool {
 /// The header length a file of `file_len` bytes starting with `prefix`
 /// declares (its first [`PREFIX_LEN`] bytes), or the [`RuleId::StHeaderLimit`]
 /// finding that refuses it: a file too short to hold the length, a length
-/// over [`MAX_SAFETENSORS_HEADER`] or past the end of the file.
-pub fn header_len(prefix: &[u8], file_len: u64) -> core::result::Result<u64, Finding> {
+/// over [`MAX_SAFETENSORS_HEADER`] or past the end of the file (boxed: a
+/// finding is large beside a length).
+pub fn header_len(prefix: &[u8], file_len: u64) -> core::result::Result<u64, Box<Finding>> {
     let Some(n) = prefix.get(..PREFIX_LEN as usize).and_then(|b| <[u8; 8]>::try_from(b).ok())
     else {
         let m = format!(
             "the file is {file_len} bytes long, shorter than the {PREFIX_LEN}-byte header length"
         );
-        return Err(Finding::new(RuleId::StHeaderLimit, Some(0), m).spanning(file_len));
+        return Err(Box::new(Finding::new(RuleId::StHeaderLimit, Some(0), m).spanning(file_len)));
     };
     let n = u64::from_le_bytes(n);
     let why = if n > MAX_SAFETENSORS_HEADER {
@@ -222,8 +224,8 @@ pub fn header_len(prefix: &[u8], file_len: u64) -> core::result::Result<u64, Fin
     } else {
         return Ok(n);
     };
-    Err(Finding::new(RuleId::StHeaderLimit, Some(0), format!("the header length {n} is {why}"))
-        .spanning(PREFIX_LEN))
+    let m = format!("the header length {n} is {why}");
+    Err(Box::new(Finding::new(RuleId::StHeaderLimit, Some(0), m).spanning(PREFIX_LEN)))
 }
 
 /// One top-level member of the JSON object: the key's and the value's
@@ -550,7 +552,7 @@ pub fn scan<R: RandomAccess + ?Sized>(
 ) -> Result<Option<Header>> {
     let len = src.len();
     if let Err(f) = self::header_len(&header_len.to_le_bytes(), len) {
-        findings.push(f);
+        findings.push(*f);
         return Ok(None);
     }
     let json = read_vec(src, PREFIX_LEN, header_len, "the safetensors header")?;

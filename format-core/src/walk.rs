@@ -2,7 +2,12 @@
 //! (`tzr scan`, `tzr fingerprint`, the WASI validator): each path once, a
 //! directory's regular files recursively and in sorted order. Which of a
 //! directory's files are models is told afterwards from their bytes, by
-//! the command (never from their names).
+//! the command (never from their names). [`scan_paths`] scans them as
+//! models: a sharded checkpoint's index with its shards.
+
+mod models;
+
+pub use models::{Scanned, many_json, scan_paths};
 
 use alloc::string::String;
 use alloc::vec::Vec;

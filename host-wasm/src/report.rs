@@ -94,6 +94,8 @@ pub struct FindingItem {
     pub rule: &'static str,
     /// `error`, `warning` or `note`.
     pub severity: &'static str,
+    /// Whether its rule means loading the file runs code (spec §22.3).
+    pub executes_code: bool,
     /// Absolute byte offset, when there is one.
     pub offset: Option<u64>,
     /// Bytes spanned from `offset`, when known.
@@ -113,6 +115,7 @@ impl From<&Finding> for FindingItem {
         Self {
             rule: f.rule.as_str(),
             severity: f.severity.as_str(),
+            executes_code: f.rule.executes_code(),
             offset: f.offset,
             length: f.length,
             tensor: f.tensor.as_deref().map(crate::error::one_line),

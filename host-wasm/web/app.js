@@ -666,14 +666,11 @@ async function startScan() {
 }
 
 /**
- * Rules whose findings mean loading the file runs code (a global off the
- * allow-list imported, or called); tzr view's CODE_RULES is the same list.
+ * Leads the page with a warning when the scan found code that loading would
+ * run: the first finding whose rule the core marks `executes_code`.
  */
-const CODE_RULES = new Set(['PKL-001', 'PKL-002']);
-
-/** Leads the page with a warning when the scan found code that loading would run. */
 function renderDanger() {
-  const first = state.scan?.findings?.find((f) => CODE_RULES.has(f.rule));
+  const first = state.scan?.findings?.find((f) => f.executes_code);
   const el = $('danger');
   el.hidden = !first;
   el.textContent = first

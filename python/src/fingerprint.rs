@@ -16,6 +16,7 @@ use crate::source::NativeSource;
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint_file, m)?)?;
     m.add_function(wrap_pyfunction!(scan_file, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_paths, m)?)?;
     Ok(())
 }
 
@@ -24,16 +25,40 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// --json` prints. Nothing in the file is executed.
 #[pyfunction]
 fn scan_file(py: Python<'_>, path: String) -> PyResult<String> {
-    let scanned = py.detach(|| -> Result<_, tensorizer_native::Error> {
-        let source = tensorizer_native::open_uri(&path, tensorizer_native::Intent::ReadAll)?;
-        let options =
-            tensorizer_core::scan::ScanOptions { name: Some(&path), ..Default::default() };
-        let mut positioned = tensorizer_native::source::Positioned(source.as_ref());
-        tensorizer_core::scan::scan(&mut positioned, &options)
-            .map_err(|e| tensorizer_native::Error::Invalid(format!("{path}: {e}")))
-    });
-    let scanned = scanned.map_err(crate::errors::to_py)?;
+    let scanned = py.detach(|| scan_native(&path)).map_err(crate::errors::to_py)?;
     Ok(tensorizer_core::scan::sarif::scan_json(&path, &scanned).to_string())
+}
+
+fn scan_native(path: &str) -> Result<tensorizer_core::Scan, tensorizer_native::Error> {
+    let source = tensorizer_native::open_uri(path, tensorizer_native::Intent::ReadAll)?;
+    let options = tensorizer_core::scan::ScanOptions { name: Some(path), ..Default::default() };
+    let mut positioned = tensorizer_native::source::Positioned(source.as_ref());
+    tensorizer_core::scan::scan(&mut positioned, &options)
+        .map_err(|e| tensorizer_native::Error::Invalid(format!("{path}: {e}")))
+}
+
+/// Scans every file `paths` name as `tzr scan` does
+/// (`tensorizer_core::walk::scan_paths`: directories walked, a shard index
+/// with its shards, files of no known format found in a directory left
+/// out); returns `{"files": [...], "valid": ...}` as JSON. The first file
+/// that could not be read raises its error.
+#[pyfunction]
+fn scan_paths(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<String> {
+    let files = py.detach(|| {
+        let mut first_error = None;
+        let files = tensorizer_core::walk::scan_paths(&paths, false, |name| {
+            scan_native(name).map_err(|e| {
+                let text = e.to_string();
+                first_error.get_or_insert(e);
+                text
+            })
+        });
+        files.map(|f| first_error.map_or(Ok(f), Err))
+    });
+    let files = files
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?
+        .map_err(crate::errors::to_py)?;
+    Ok(tensorizer_core::walk::many_json(&files).to_string())
 }
 
 /// A file's fingerprint and its records.

@@ -102,3 +102,26 @@ def test_scan_takes_a_directory_or_a_list(tmp_path):
         assert json.loads(out.stdout) == tensorizer_rs.scan([tmp_path, evil])
     # One file: the single report, as before.
     assert tensorizer_rs.scan(evil)["file"] == str(evil)
+
+
+def test_a_shard_index_is_one_model_with_its_shards(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "m-1.safetensors"))
+    save_file({"z": torch.zeros(2)}, str(tmp_path / "old.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(
+        json.dumps(
+            {"weight_map": {"a": "m-1.safetensors", "b": "m-1.safetensors", "c": "/etc/m.safetensors"}}
+        )
+    )
+    want = {index: ["m-1.safetensors", "model.safetensors.index.json"]}
+    want[tmp_path] = [*want[index], "old.safetensors"]
+    for given, names in want.items():
+        doc = tensorizer_rs.scan(given)
+        reports = {Path(r["file"]).name: r for r in doc["files"]}
+        assert sorted(reports) == names, reports
+        got = reports["model.safetensors.index.json"]
+        assert got["format"] == "shard-index" and not doc["valid"]
+        assert [f["rule"] for f in got["findings"]] == ["IDX-004", "IDX-005", "IDX-006"], got
+        assert reports["m-1.safetensors"]["model"] == got["file"]

@@ -43,6 +43,32 @@ def test_sarif_output_is_valid_sarif_2_1_0(paths, status):
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] == (status != 2)
 
 
+def test_suppressed_findings_are_marked_and_unused_entries_are_notes(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    (tmp_path / ".tzrscan.toml").write_text(
+        "[[ignore]]\nrule = \"PKL-001\"\npath = \"hostile_*.pt\"\nreason = \"a test payload\"\n"
+        "[[ignore]]\nrule = \"PKL-002\"\npath = \"**/torch/hostile_os_system.pt\"\nreason = \"same\"\n"
+        "[[ignore]]\nrule = \"ST-007\"\npath = \"*.safetensors\"\nreason = \"stale\"\n"
+    )
+    run = lambda *a: subprocess.run([str(TZR), "scan", *map(str, a)], capture_output=True, text=True, cwd=tmp_path)
+    out = run("--sarif", EVIL)
+    assert out.returncode == 0, out.stderr
+    log = json.loads(out.stdout)
+    jsonschema.Draft4Validator(json.loads(SCHEMA.read_text())).validate(log)
+    results = log["runs"][0]["results"]
+    assert results and all(r["suppressions"][0]["justification"] in ("a test payload", "same") for r in results)
+    (note,) = log["runs"][0]["invocations"][0]["toolConfigurationNotifications"]
+    assert note["descriptor"]["id"] == "SUP-001" and "ST-007" in note["message"]["text"]
+    report = json.loads(run("--json", EVIL).stdout)
+    assert report["valid"] and all(f["suppressed"] for f in report["findings"])
+    assert [n["rule"] for n in report["suppressions"]["notes"]] == ["SUP-001"]
+    assert run("--fail-on", "note", EVIL).returncode == 1
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[ignore]]\nrule = \"PKL-001\"\npath = \"*\"\n")
+    out = run("--ignore", bad, EVIL)
+    assert out.returncode == 2 and "reason (a string) is required" in out.stderr
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 

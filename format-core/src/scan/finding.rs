@@ -29,6 +29,9 @@ pub struct Finding {
     /// How many findings of one cause this one stands for (1, or more when
     /// [`Findings::finish`] collapsed them).
     pub count: u64,
+    /// Why the finding is accepted, when a suppression entry covers it
+    /// ([`super::suppress`]): it is reported, and fails nothing.
+    pub suppressed: Option<alloc::sync::Arc<str>>,
 }
 
 impl Finding {
@@ -43,6 +46,7 @@ impl Finding {
             message: message.into(),
             remediation: rule.remediation(),
             count: 1,
+            suppressed: None,
         }
     }
 

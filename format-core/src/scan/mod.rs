@@ -23,9 +23,12 @@
 mod allow;
 pub(crate) mod buffer;
 pub(crate) mod finding;
+pub mod gguf;
 pub mod pickle;
 pub mod rules;
 pub mod sarif;
+pub mod shards;
+pub mod suppress;
 pub mod tensorizer;
 pub mod zip;
 
@@ -58,13 +61,17 @@ pub enum Format {
     Pickle,
     /// A tar archive (torch's oldest save format), not scanned inside.
     TorchTar,
+    /// A sharded checkpoint's index (`*.index.json`, [`shards`]).
+    ShardIndex,
+    /// A GGUF file (llama.cpp's format, [`gguf`]).
+    Gguf,
     /// None of the above.
     Unknown,
 }
 
 impl Format {
     /// The name reports use: `tensorizer`, `safetensors`, `torch-zip`,
-    /// `torch-legacy`, `pickle`, `torch-tar`, `unknown`.
+    /// `torch-legacy`, `pickle`, `torch-tar`, `shard-index`, `gguf`, `unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Tensorizer => "tensorizer",
@@ -73,6 +80,8 @@ impl Format {
             Self::TorchLegacy => "torch-legacy",
             Self::Pickle => "pickle",
             Self::TorchTar => "torch-tar",
+            Self::ShardIndex => "shard-index",
+            Self::Gguf => "gguf",
             Self::Unknown => "unknown",
         }
     }
@@ -111,12 +120,48 @@ pub struct Scan {
     /// its `data.pkl` (a pickle with any global off the reader's list has
     /// none).
     pub torch_rows: Option<Vec<crate::report::TensorRow>>,
+    /// A shard index's map, when it parsed (its shards are checked by the
+    /// host, [`shards::check`]).
+    pub shard_index: Option<shards::ShardIndex>,
+    /// A GGUF file's header, when it parsed.
+    pub gguf: Option<crate::gguf::Header>,
 }
 
 impl Scan {
     /// Whether nothing was found.
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty()
+    }
+
+    /// Whether every finding is suppressed (or there is none): the JSON
+    /// reports' `valid`.
+    pub fn is_valid(&self) -> bool {
+        self.findings.iter().all(|f| f.suppressed.is_some())
+    }
+
+    /// The names of the tensors the file holds, when its format lists
+    /// them and they were read (a shard index checks its map against them).
+    pub fn tensor_names(&self) -> Option<alloc::collections::BTreeSet<String>> {
+        use alloc::string::ToString as _;
+        if let Some(h) = &self.gguf {
+            return Some(h.tensors.iter().map(|t| t.name.clone()).collect());
+        }
+        if let Some(i) = &self.tensorizer {
+            return Some(i.metadata.entries.iter().map(|e| e.path.to_string()).collect());
+        }
+        if let Some(h) = &self.safetensors {
+            return Some(h.tensors.iter().map(|t| t.name.clone()).collect());
+        }
+        self.torch_rows.as_ref().map(|rows| rows.iter().map(|r| r.name.clone()).collect())
+    }
+
+    /// Adds `more` (a shard index's [`shards::check`]) to the findings,
+    /// sorted as a scan sorts them.
+    pub fn add_findings(&mut self, more: Vec<Finding>) {
+        let mut all = Findings::default();
+        all.extend(core::mem::take(&mut self.findings));
+        all.extend(more);
+        self.findings = all.finish();
     }
 }
 
@@ -137,7 +182,16 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
         tensorizer: None,
         safetensors: None,
         torch_rows: None,
+        shard_index: None,
+        gguf: None,
     };
+    if head.starts_with(crate::gguf::MAGIC) {
+        out.format = Format::Gguf;
+        out.gguf = gguf::scan(src, &mut findings)?;
+        out.tensors = out.gguf.as_ref().map_or(0, |h| h.tensors.len() as u64);
+        out.findings = findings.finish();
+        return Ok(out);
+    }
     match classify(head, file_len) {
         Classified::Tensorizer => {
             out.format = Format::Tensorizer;
@@ -179,6 +233,10 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
                 out.format = Format::TorchZip;
                 let z = zip::scan(src, &mut findings)?;
                 (out.tensors, out.torch_rows) = (z.tensors, z.rows);
+            } else if shards::sniff(head) {
+                out.format = Format::ShardIndex;
+                out.shard_index = shards::scan(src, &mut findings)?;
+                out.tensors = out.shard_index.as_ref().map_or(0, |i| i.weight_map.len() as u64);
             } else if let Some((n, found)) = pickle::guess(src, head)? {
                 out.format = Format::Pickle;
                 out.tensors = n;
@@ -217,6 +275,7 @@ fn promised(name: &str) -> Option<&'static [Format]> {
             &[Format::TorchZip, Format::TorchLegacy, Format::Pickle, Format::TorchTar]
         }
         "pkl" | "pickle" => &[Format::Pickle, Format::TorchLegacy],
+        "gguf" => &[Format::Gguf],
         _ => return None,
     })
 }

@@ -46,10 +46,16 @@ pub struct Rule {
     pub description: &'static str,
     /// What to do about it.
     pub remediation: &'static str,
+    /// Whether a finding of it means loading (or using) the file runs code
+    /// the file chose: the fact `tzr view` and the browser inspector lead
+    /// with.
+    pub executes_code: bool,
 }
 
 macro_rules! rules {
-    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $sev:ident, $desc:literal, $fix:literal; )*) => {
+    (@exec) => { false };
+    (@exec executes_code) => { true };
+    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $sev:ident $(+ $exec:ident)?, $desc:literal, $fix:literal; )*) => {
         /// A rule's identity. [`RuleId::as_str`] is its stable id.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[non_exhaustive]
@@ -59,7 +65,13 @@ macro_rules! rules {
 
         /// Every rule, in id order.
         pub const RULES: &[Rule] = &[
-            $( Rule { id: RuleId::$variant, severity: Severity::$sev, description: $desc, remediation: $fix }, )*
+            $( Rule {
+                id: RuleId::$variant,
+                severity: Severity::$sev,
+                description: $desc,
+                remediation: $fix,
+                executes_code: rules!(@exec $($exec)?),
+            }, )*
         ];
 
         impl RuleId {
@@ -191,7 +203,7 @@ rules! {
     /// A compressed entry.
     ZipCompressed = "ZIP-006", Warning,
         "An entry is compressed; torch.save stores entries uncompressed (a deflated pickle is inflated and scanned, within the zip-bomb limits).",
-        "Save the checkpoint again with torch.save, or unpack and scan the entry.";
+        "Nothing to unpack: a deflated pickle was inflated and scanned (its findings are listed; another method is PKL-005); save the checkpoint again with torch.save to store it as torch does.";
     /// An encrypted entry.
     ZipEncrypted = "ZIP-007", Error,
         "An entry is encrypted (ZIP general-purpose flag bit 0); it cannot be scanned.",
@@ -208,12 +220,60 @@ rules! {
     ZipTwoEnds = "ZIP-010", Error,
         "The archive holds more than one end-of-central-directory record (readers searching from the start and from the end see different archives).",
         "Save the checkpoint again; torch.save writes one end record.";
+    /// A shard index that cannot be read as one.
+    IdxMalformed = "IDX-001", Error,
+        "A sharded checkpoint's index (model.safetensors.index.json, pytorch_model.bin.index.json) is not JSON, has no weight_map object, or maps a tensor to something that is not a file name.",
+        "Write the index again from the shards (save_pretrained writes it); loaders refuse it.";
+    /// A shard index above the size limit.
+    IdxLimit = "IDX-002", Error,
+        "A shard index is larger than MAX_SHARD_INDEX_LEN (64 MiB); it and its shards were not checked against each other.",
+        "Check where the index came from: a real one lists a few bytes per tensor.";
+    /// A shard the index names is missing.
+    IdxMissingShard = "IDX-003", Error,
+        "A shard the index names is not in the index's folder (a loader fails, or finds another file).",
+        "Download the missing shard again, or the whole model.";
+    /// A model file beside the index that it does not name.
+    IdxUnnamedShard = "IDX-004", Warning,
+        "A model file of the shards' format in the index's folder is not named by the index (a loader never reads it: a stale or planted file). It is scanned on its own.",
+        "Delete the file if it is not part of the model, or write the index again.";
+    /// A tensor mapped to a shard that does not hold it.
+    IdxTensorNotInShard = "IDX-005", Error,
+        "The index maps a tensor to a shard that does not hold it (a loader fails, or leaves the tensor unloaded).",
+        "Write the index again from the shards, or download the model again.";
+    /// A shard path leaving the index's folder.
+    IdxPathEscape = "IDX-006", Error,
+        "A shard path leaves the index's folder (a .. component, an absolute path, a drive letter): a loader reads a file outside the model.",
+        "Do not load the model; an index names files beside it only.";
+    /// The GGUF header cannot be read.
+    GgufHeader = "GGUF-001", Error,
+        "The GGUF header cannot be read: truncated, a version other than 2 or 3, a value type GGUF does not define, a count or length above a limit, a bad general.alignment.",
+        "Convert the model again with llama.cpp's tools; loaders refuse it.";
+    /// A tensor's type or shape cannot be sized.
+    GgufTensorType = "GGUF-002", Error,
+        "A GGUF tensor has a ggml type ggml does not define, a first dimension that is not a whole number of its type's blocks, or a size that overflows.",
+        "Convert the model again; llama.cpp refuses the tensor.";
+    /// A tensor's data ends past the end of the file.
+    GgufPastEnd = "GGUF-003", Error,
+        "A GGUF tensor's data ends past the end of the file.",
+        "Download the file again and compare its size with the source.";
+    /// Two tensors' data overlap.
+    GgufOverlap = "GGUF-004", Error,
+        "Two GGUF tensors' data ranges overlap (one tensor's bytes are read as another's).",
+        "Convert the model again; writers never share bytes between tensors.";
+    /// A tensor's data offset is not aligned.
+    GgufMisaligned = "GGUF-005", Error,
+        "A GGUF tensor's data offset is not a multiple of general.alignment (32 by default); llama.cpp refuses the file.",
+        "Convert the model again with llama.cpp's tools.";
+    /// A chat template with code-execution patterns.
+    GgufChatTemplate = "GGUF-006", Error + executes_code,
+        "A Jinja chat template's code reaches for Python internals or the OS (__class__, __globals__, __subclasses__, import, os., popen, ...): rendering it can run code where the template engine is not sandboxed.",
+        "Do not serve the model with its template; replace tokenizer.chat_template with a known-good template.";
     /// A global that is not on the allow-list.
-    PklGlobal = "PKL-001", Error,
+    PklGlobal = "PKL-001", Error + executes_code,
         "The pickle imports a global that is not on the state-dict allow-list (loading it imports that module).",
         "Load with torch.load(weights_only=True) or convert to safetensors in a sandbox; never unpickle it as is.";
     /// A call of a callable not on the allow-list.
-    PklCall = "PKL-002", Error,
+    PklCall = "PKL-002", Error + executes_code,
         "The pickle calls (REDUCE, NEWOBJ, INST, OBJ) or rebuilds (BUILD) an object with a callable not on the allow-list: loading it runs that code.",
         "Do not load it; if the source is trusted, convert it in a sandbox and scan the result.";
     /// The pickle cannot be walked.
@@ -226,16 +286,20 @@ rules! {
         "Strip the trailing bytes or save the object again.";
     /// A pickle was not scanned in full.
     PklNotScanned = "PKL-005", Error,
-        "A pickle was not scanned in full: above the scan limits, compressed, or encrypted.",
+        "A pickle was not scanned in full: above the scan limits, compressed by a method other than deflate, encrypted, or in a tar archive.",
         "Scan it unpacked, or save the checkpoint again uncompressed.";
     /// STACK_GLOBAL on operands that are not literal strings.
-    PklComputedGlobal = "PKL-006", Error,
+    PklComputedGlobal = "PKL-006", Error + executes_code,
         "The pickle imports a global whose module or name is computed at load time (STACK_GLOBAL on values earlier opcodes made, not literal strings).",
         "Do not load it: no writer computes a global's name; it hides what the pickle imports from scanners.";
     /// An object weights_only refuses whose rebuilding runs no code outside its library.
     PklInert = "PKL-007", Warning,
         "The pickle rebuilds an object torch.load(weights_only=True) refuses but whose rebuilding runs only its own library's code: a whole torch.nn module, a numpy array, scalar or dtype, an argparse.Namespace.",
         "Save the state_dict instead, or load with weights_only=True after torch.serialization.add_safe_globals for that class.";
+    /// A suppression entry that matched no finding.
+    UnusedSuppression = "SUP-001", Note,
+        "An entry of the suppression file (.tzrscan.toml, --ignore) matched no finding in the files scanned.",
+        "Delete the entry if what it accepted is gone, or fix its rule or path glob.";
 }
 
 impl RuleId {
@@ -248,6 +312,12 @@ impl RuleId {
     /// The rule's default severity.
     pub fn severity(self) -> Severity {
         self.rule().severity
+    }
+
+    /// Whether a finding of this rule means loading the file runs code
+    /// (see [`Rule::executes_code`]).
+    pub fn executes_code(self) -> bool {
+        self.rule().executes_code
     }
 
     /// What to do about a finding of this rule.
@@ -298,7 +368,7 @@ mod tests {
                 l.starts_with("| `") && l.split('|').nth(1).is_some_and(|c| c.contains('-'))
             })
             .map(|l| l.trim_matches('|').split(" | ").map(|c| String::from(c.trim())).collect())
-            .filter(|cells: &Vec<String>| cells.len() == 4)
+            .filter(|cells: &Vec<String>| cells.len() == 5)
             .collect();
         let want: Vec<Vec<String>> = RULES
             .iter()
@@ -306,6 +376,7 @@ mod tests {
                 [
                     std::format!("`{}`", r.id),
                     r.severity.as_str().into(),
+                    (if r.executes_code { "yes" } else { "no" }).into(),
                     r.description.into(),
                     r.remediation.into(),
                 ]

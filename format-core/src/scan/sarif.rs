@@ -38,6 +38,7 @@ pub fn rules() -> Vec<Value> {
                 "fullDescription": { "text": r.description },
                 "help": { "text": r.remediation },
                 "defaultConfiguration": { "level": r.severity.as_str() },
+                "properties": { "executesCode": r.executes_code },
             })
         })
         .collect()
@@ -64,6 +65,11 @@ fn result(f: &Finding, artifact_uri: &str) -> Value {
     });
     if let (true, Value::Object(o)) = (f.count > 1, &mut out) {
         o.insert("occurrenceCount".into(), f.count.into());
+    }
+    if let (Some(why), Value::Object(o)) = (&f.suppressed, &mut out) {
+        let suppression =
+            json!({ "kind": "external", "status": "accepted", "justification": &**why });
+        o.insert("suppressions".into(), json!([suppression]));
     }
     if let (Some(t), Value::Object(o)) = (&f.tensor, &mut out) {
         o.insert("properties".into(), json!({ "tensor": t }));
@@ -125,29 +131,53 @@ pub fn to_sarif_many(
     })
 }
 
-/// A finding as the JSON reports write it: `rule`, `severity`, `offset`,
-/// `length`, `tensor`, `message`, `remediation`, `count`.
+/// Adds `notes` (findings about the tool's configuration, such as unused
+/// suppressions) to `log`'s invocation as `toolConfigurationNotifications`
+/// located at `config_uri`.
+pub fn add_config_notes(log: &mut Value, config_uri: &str, notes: &[Finding]) {
+    let notes: Vec<Value> = notes
+        .iter()
+        .map(|f| {
+            json!({
+                "level": f.severity.as_str(),
+                "descriptor": { "id": f.rule.as_str() },
+                "message": { "text": f.message },
+                "locations": [ { "physicalLocation": { "artifactLocation": { "uri": config_uri } } } ],
+            })
+        })
+        .collect();
+    if !notes.is_empty() {
+        log["runs"][0]["invocations"][0]["toolConfigurationNotifications"] = Value::Array(notes);
+    }
+}
+
+/// A finding as the JSON reports write it: `rule`, `severity`,
+/// `executes_code` (its rule's), `offset`, `length`, `tensor`, `message`,
+/// `remediation`, `count`, `suppressed` (the reason, or null).
 pub fn finding_json(f: &Finding) -> Value {
     json!({
         "rule": f.rule.as_str(),
         "severity": f.severity.as_str(),
+        "executes_code": f.rule.executes_code(),
         "offset": f.offset,
         "length": f.length,
         "tensor": f.tensor,
         "message": f.message,
         "remediation": f.remediation,
         "count": f.count,
+        "suppressed": f.suppressed.as_deref(),
     })
 }
 
 /// The JSON report of a scan that `tzr scan --json` prints and Python's
 /// `tensorizer_rs.scan` returns: `file`, `format`, `valid` (no findings),
-/// `tensors`, `file_bytes` and `findings` (each as [`finding_json`]).
+/// `tensors`, `file_bytes` and `findings` (each as [`finding_json`]);
+/// `valid` when every finding is suppressed (or there is none).
 pub fn scan_json(file: &str, scanned: &super::Scan) -> Value {
     json!({
         "file": file,
         "format": scanned.format.as_str(),
-        "valid": scanned.findings.is_empty(),
+        "valid": scanned.is_valid(),
         "tensors": scanned.tensors,
         "file_bytes": scanned.file_len,
         "findings": scanned.findings.iter().map(finding_json).collect::<Vec<_>>(),
@@ -190,6 +220,18 @@ mod tests {
         let r = &run["results"][0];
         assert_eq!(r["ruleId"], "PKL-001");
         assert_eq!(r["level"], "error");
+        let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
+        let exec: Vec<&str> = rules
+            .iter()
+            .filter(|d| d["properties"]["executesCode"] == true)
+            .map(|d| d["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(exec, ["GGUF-006", "PKL-001", "PKL-002", "PKL-006"]);
+        assert_eq!(
+            finding_json(&Finding::new(RuleId::PklComputedGlobal, None, ""))["executes_code"],
+            true
+        );
+        assert_eq!(finding_json(&Finding::new(RuleId::PklInert, None, ""))["executes_code"], false);
         assert_eq!(
             run["tool"]["driver"]["rules"][r["ruleIndex"].as_u64().unwrap() as usize]["id"],
             "PKL-001"

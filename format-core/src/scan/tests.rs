@@ -6,7 +6,7 @@ extern crate std;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::layout::MAX_FINDINGS_PER_RULE;
@@ -244,6 +244,28 @@ fn cases() -> Vec<(RuleId, Vec<u8>, Option<&'static str>)> {
         b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R\x8c\x06system\x93.".to_vec(),
         None,
     ));
+    c.push((RuleId::IdxMalformed, b"{\"weight_map\": 5}".to_vec(), Some("m.index.json")));
+    c.push((
+        RuleId::IdxPathEscape,
+        b"{\"weight_map\": {\"w\": \"../../x.bin\"}}".to_vec(),
+        Some("pytorch_model.bin.index.json"),
+    ));
+    {
+        use crate::gguf::tests::{gguf, gstr};
+        c.push((RuleId::GgufHeader, b"GGUF\x01\0\0\0".to_vec(), Some("m.gguf")));
+        let t = |dims: &'static [u64], ty, off| [("t", dims, ty, off)];
+        c.push((RuleId::GgufTensorType, gguf(&[], &t(&[3], 8, 0), &[]), None));
+        c.push((RuleId::GgufPastEnd, gguf(&[], &t(&[8], 0, 0), &[0; 31]), None));
+        c.push((RuleId::GgufMisaligned, gguf(&[], &t(&[1], 0, 4), &[0; 8]), None));
+        let two = [("a", &[8u64][..], 0, 0), ("b", &[8u64][..], 0, 0)];
+        c.push((RuleId::GgufOverlap, gguf(&[], &two, &[0; 32]), None));
+        let evil = gstr("{{ cycler.__init__.__globals__.os.popen('id').read() }}");
+        c.push((
+            RuleId::GgufChatTemplate,
+            gguf(&[("tokenizer.chat_template", 8, evil)], &[], &[]),
+            None,
+        ));
+    }
     c.push((RuleId::PklInert, b"\x80\x02cargparse\nNamespace\n)\x81}b.".to_vec(), None));
     c.push((
         RuleId::PklNotScanned,
@@ -282,6 +304,20 @@ fn every_rule_has_a_crafted_file_that_triggers_it() {
     assert_eq!(rule_for_error(&mismatch), RuleId::TzrHashMismatch);
     assert_eq!(rule_for_error(&Error::Encryption { reason: "x" }), RuleId::TzrEncryption);
     covered.extend([RuleId::TzrHashMismatch, RuleId::TzrAuthFailed, RuleId::TzrEncryption]);
+    // A shard index's shards are compared with what the host found beside
+    // it; the size limit is `shards`' own test.
+    let index = super::shards::parse(
+        b"{\"weight_map\": {\"w\": \"a\", \"v\": \"b\"}}",
+        &mut Findings::default(),
+    );
+    let found =
+        BTreeMap::from([("b".into(), super::shards::Shard::Present(Some(BTreeSet::new())))]);
+    let checked = super::shards::check(&index.unwrap(), &found, &["c".into()]);
+    covered.extend(checked.iter().map(|f| f.rule));
+    covered.insert(RuleId::IdxLimit);
+    // An unused suppression entry is a note about the suppression file.
+    let entry = super::suppress::Suppression::new("PKL-001", "*", "reviewed").unwrap();
+    covered.extend(super::suppress::unused(&[entry], &[0]).iter().map(|f| f.rule));
     let all: BTreeSet<RuleId> = RULES.iter().map(|r| r.id).collect();
     assert_eq!(covered, all);
 }

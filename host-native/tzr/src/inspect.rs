@@ -63,6 +63,9 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
     if crate::safetensors::is_safetensors(&source)? {
         return crate::safetensors::inspect(file, source, json);
     }
+    if crate::gguf::is_gguf(&source)? {
+        return crate::gguf::inspect(file, source, json);
+    }
     let reader = Reader::new(source, ReadOptions::default())?;
     let entries = reader.entries();
     let file_bytes = tensorizer_native::RangeSource::len(reader.source());

@@ -21,11 +21,13 @@ mod checkpoint;
 mod copy;
 mod crypt;
 mod fingerprint;
+mod gguf;
 mod inspect;
 mod keys;
 mod progress;
 mod safetensors;
 mod scan;
+mod suppressions;
 mod text;
 mod view;
 
@@ -76,7 +78,9 @@ enum Command {
     /// A tensorizer file shows its data version, flags and every tensor's
     /// dtype, shape, size and offsets; a safetensors file its header; a
     /// torch.save checkpoint its entries, dtypes, shapes, strides, storages
-    /// and offsets. Encrypted tensorizer files are inspected without a key.
+    /// and offsets; a GGUF file its metadata and tensor infos (ggml type,
+    /// dimensions innermost first, size). Encrypted tensorizer files are
+    /// inspected without a key.
     Inspect {
         /// The file (a path or URI).
         file: PathBuf,
@@ -248,6 +252,12 @@ enum Command {
         /// Print SARIF 2.1.0 instead of text.
         #[arg(long)]
         sarif: bool,
+        /// The suppression file (default: `.tzrscan.toml` in the current
+        /// directory, when there is one): `[[ignore]]` entries of `rule`,
+        /// `path` glob and `reason`; what they cover is reported as
+        /// suppressed and fails nothing.
+        #[arg(long, value_name = "FILE")]
+        ignore: Option<PathBuf>,
     },
     /// Open a file (or none) in the browser inspector served on 127.0.0.1
     View(view::ViewArgs),
@@ -312,13 +322,20 @@ where
     };
     let json = cli.command.json();
     let outcome = match cli.command {
-        Command::Scan { files, json, sarif, fail_on, models_only } => {
+        Command::Scan { files, json, sarif, fail_on, models_only, ignore } => {
             let output = match (json, sarif) {
                 (true, _) => scan::Output::Json,
                 (_, true) => scan::Output::Sarif,
                 _ => scan::Output::Text,
             };
-            return scan::run(&files, output, fail_on, models_only);
+            let suppressions = match suppressions::load(ignore.as_deref()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("tzr: suppression file {e}");
+                    return 2;
+                }
+            };
+            return scan::run(&files, output, fail_on, models_only, suppressions.as_ref());
         }
         Command::Diff { a, b, key, json, num_readers } => {
             return match fingerprint::diff_files(&a, &b, &key, json, num_readers) {

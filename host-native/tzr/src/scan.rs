@@ -3,9 +3,13 @@
 //! findings at or above `--fail-on` (default `error`), 1 such findings, 2
 //! could not scan.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use tensorizer_core::scan::suppress::{self, Suppression};
 use tensorizer_core::scan::{Finding, ScanOptions, Severity, sarif, scan};
+use tensorizer_core::walk::Scanned;
+
+use crate::suppressions::Loaded;
 use tensorizer_native::source::Positioned;
 use tensorizer_native::{Intent, open_uri};
 
@@ -39,8 +43,12 @@ impl FailOn {
 
 fn finding_line(f: &Finding) -> String {
     let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
+    let accepted = f
+        .suppressed
+        .as_ref()
+        .map_or_else(String::new, |why| format!(" (suppressed: {})", crate::text::printable(why)));
     format!(
-        "{} {}{at}: {}\n    fix: {}",
+        "{} {}{at}{accepted}: {}\n    fix: {}",
         f.rule,
         f.severity,
         crate::text::printable(&f.message),
@@ -48,22 +56,24 @@ fn finding_line(f: &Finding) -> String {
     )
 }
 
-/// What scanning one file gave: the scan, or why it could not be done.
-type Outcome = Result<tensorizer_core::Scan, String>;
-
-fn scan_one(name: &str) -> Outcome {
+/// Scans one file: the scan, or why it could not be done.
+fn scan_one(name: &str) -> Result<tensorizer_core::Scan, String> {
     let source = open_uri(name, Intent::ReadAll).map_err(|e| e.to_string())?;
     let options = ScanOptions { name: Some(name), ..ScanOptions::default() };
     scan(&mut Positioned(source.as_ref()), &options).map_err(|e| e.to_string())
 }
 
-fn text_block(name: &str, outcome: &Outcome) -> String {
-    let scanned = match outcome {
+fn text_block(file: &Scanned) -> String {
+    let name = &file.name;
+    let scanned = match &file.outcome {
         Ok(s) => s,
         Err(e) => return format!("{name}\n  could not scan: {e}"),
     };
     let (format, tensors, len) = (scanned.format.as_str(), scanned.tensors, scanned.file_len);
     let mut s = format!("{name}\n  {format}, {tensors} tensors, {len} bytes");
+    if let Some(index) = &file.model {
+        s.push_str(&format!("\n  a shard of {index}"));
+    }
     if scanned.findings.is_empty() {
         s.push_str("\n  no findings");
     }
@@ -74,75 +84,88 @@ fn text_block(name: &str, outcome: &Outcome) -> String {
     s
 }
 
-fn failure_json(name: &str, message: &str) -> serde_json::Value {
-    serde_json::json!({"file": name, "format": null, "valid": false, "tensors": 0, "findings": [], "error": message})
-}
+/// The suppression file in use and its notes (unused entries).
+type Notes<'a> = Option<(&'a str, Vec<Finding>)>;
 
 /// The document printed for `files` (one file: that file's report, as
-/// before; several: `{"files": [...], "valid": ...}` and one SARIF run).
-fn document(files: &[(String, Outcome)], output: Output, many: bool) -> Option<String> {
+/// before; several: `{"files": [...], "valid": ...}` and one SARIF run),
+/// with the suppression file's notes: `suppressions` (`file`, `notes`) in
+/// JSON, tool configuration notifications in SARIF, lines in text.
+fn document(files: &[Scanned], output: Output, many: bool, notes: &Notes<'_>) -> String {
     let tool =
         sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: None };
-    let json_of = |(name, o): &(String, Outcome)| match o {
-        Ok(s) => sarif::scan_json(name, s),
-        Err(e) => failure_json(name, e),
-    };
-    Some(match output {
-        Output::Text => files.iter().map(|(n, o)| text_block(n, o)).collect::<Vec<_>>().join("\n"),
-        Output::Json if !many => json_of(&files[0]).to_string(),
-        Output::Json => {
-            let valid = files.iter().all(|(_, o)| o.as_ref().is_ok_and(|s| s.findings.is_empty()));
-            serde_json::json!({"files": files.iter().map(json_of).collect::<Vec<_>>(), "valid": valid}).to_string()
+    let with_notes = |mut v: serde_json::Value| {
+        if let Some((file, notes)) = notes {
+            let notes: Vec<_> = notes.iter().map(sarif::finding_json).collect();
+            v["suppressions"] = serde_json::json!({"file": file, "notes": notes});
         }
+        v.to_string()
+    };
+    match output {
+        Output::Text => {
+            let mut blocks: Vec<String> = files.iter().map(text_block).collect();
+            if let Some((file, notes)) = notes.as_ref().filter(|(_, n)| !n.is_empty()) {
+                let lines: Vec<String> = notes.iter().map(finding_line).collect();
+                blocks.push(format!("{file}\n  {}", lines.join("\n  ")));
+            }
+            blocks.join("\n")
+        }
+        Output::Json if !many => with_notes(files[0].json()),
+        Output::Json => with_notes(tensorizer_core::walk::many_json(files)),
         Output::Sarif => {
             let runs: Vec<(String, Result<&[Finding], &str>)> = files
                 .iter()
-                .map(|(n, o)| {
+                .map(|f| {
                     (
-                        sarif::artifact_uri(n),
-                        o.as_ref().map(|s| s.findings.as_slice()).map_err(String::as_str),
+                        sarif::artifact_uri(&f.name),
+                        f.outcome.as_ref().map(|s| s.findings.as_slice()).map_err(String::as_str),
                     )
                 })
                 .collect();
             let refs: Vec<(&str, Result<&[Finding], &str>)> =
                 runs.iter().map(|(u, r)| (u.as_str(), *r)).collect();
-            sarif::to_sarif_many(&tool, &refs).to_string()
+            let mut log = sarif::to_sarif_many(&tool, &refs);
+            if let Some((file, notes)) = notes {
+                sarif::add_config_notes(&mut log, &sarif::artifact_uri(file), notes);
+            }
+            log.to_string()
         }
-    })
+    }
 }
 
-/// Scans every file `paths` name (directories recursively); returns the
-/// worst exit status: 2 when a file could not be scanned, 1 when one has
-/// a finding at or above `fail_on`, else 0. In a directory (or with
-/// `models_only`, anywhere), a file whose bytes are no format the scanner
-/// knows (only `FMT-001`) is not a model file and is left out.
-pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_only: bool) -> u8 {
-    let listed = match tensorizer_core::walk::expand(paths) {
-        Ok(l) => l,
+/// Scans every file `paths` name (directories recursively, a shard index
+/// with its shards: `walk::scan_paths`); returns the worst exit status: 2
+/// when a file could not be scanned, 1 when one has a finding at or above
+/// `fail_on`, else 0. In a directory (or with `models_only`, anywhere), a
+/// file whose bytes are no format the scanner knows (only `FMT-001`) is
+/// not a model file and is left out. Findings `suppressions` cover are
+/// reported as suppressed and fail nothing; its unused entries are notes.
+pub(crate) fn run(
+    paths: &[PathBuf],
+    output: Output,
+    fail_on: FailOn,
+    models_only: bool,
+    suppressions: Option<&Loaded>,
+) -> u8 {
+    let mut files = match tensorizer_core::walk::scan_paths(paths, models_only, scan_one) {
+        Ok(f) => f,
         Err(e) => {
             eprintln!("tzr: cannot list the files to scan: {e}");
             return 2;
         }
     };
-    let many = tensorizer_core::walk::is_many(paths, &listed);
-    let mut files: Vec<(String, Outcome)> = Vec::new();
-    for tensorizer_core::walk::Listed { name, in_dir } in listed {
-        let outcome = scan_one(&name);
-        let unknown =
-            outcome.as_ref().is_ok_and(|s| s.format == tensorizer_core::scan::Format::Unknown);
-        if !((in_dir || models_only) && unknown) {
-            files.push((name, outcome));
-        }
-    }
+    let notes = suppressions.map(|s| (s.path.as_str(), suppress_all(&s.entries, &mut files)));
+    let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].name) != paths[0];
     let mut status = 0u8;
-    for (name, outcome) in &files {
+    for Scanned { name, outcome, .. } in &files {
         match outcome {
             Err(e) => {
                 eprintln!("tzr: {name}: {e}");
                 status = 2;
             }
             Ok(s) => {
-                if let Some(first) = s.findings.iter().find(|f| fail_on.fails(f.severity)) {
+                let fails = |f: &&Finding| f.suppressed.is_none() && fail_on.fails(f.severity);
+                if let Some(first) = s.findings.iter().find(fails) {
                     let n = s.findings.len();
                     let first_message = crate::text::printable(&first.message);
                     let plural = if n == 1 { "" } else { "s" };
@@ -155,19 +178,38 @@ pub(crate) fn run(paths: &[PathBuf], output: Output, fail_on: FailOn, models_onl
             }
         }
     }
-    let text = if files.is_empty() { None } else { document(&files, output, many) };
-    if let Some(text) = text {
-        use std::io::Write as _;
-        let mut stdout = std::io::stdout().lock();
-        if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return 141;
-            }
-            eprintln!("tzr: could not write the output: {e}");
-            return 2;
+    if let Some((file, notes)) = &notes {
+        for n in notes.iter().filter(|n| fail_on.fails(n.severity)) {
+            eprintln!("tzr: {file}: {} {}", n.rule, n.message);
+            status = status.max(1);
         }
     }
+    if files.is_empty() {
+        return status;
+    }
+    use std::io::Write as _;
+    let text = document(&files, output, many, &notes);
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return 141;
+        }
+        eprintln!("tzr: could not write the output: {e}");
+        return 2;
+    }
     status
+}
+
+/// Marks what `entries` cover in every file; the notes for entries that
+/// covered nothing.
+fn suppress_all(entries: &[Suppression], files: &mut [Scanned]) -> Vec<Finding> {
+    let mut used = vec![0; entries.len()];
+    for f in files.iter_mut() {
+        if let Ok(s) = &mut f.outcome {
+            suppress::apply(entries, &mut used, &f.name, &mut s.findings);
+        }
+    }
+    suppress::unused(entries, &used)
 }
 
 #[cfg(test)]
@@ -189,6 +231,27 @@ mod tests {
         assert!(FailOn::Error.fails(Severity::Error) && !FailOn::Error.fails(Severity::Warning));
         assert!(FailOn::Warning.fails(Severity::Warning) && !FailOn::Warning.fails(Severity::Note));
         assert!(FailOn::Note.fails(Severity::Note) && FailOn::Note.fails(Severity::Error));
+    }
+
+    #[test]
+    fn a_shard_index_is_scanned_with_its_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let vectors = format!("{}/../../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(format!("{vectors}/torch/params.pt"), dir.path().join("a.bin")).unwrap();
+        let index = r#"{"weight_map": {"w": "a.bin", "v": "b.bin"}}"#;
+        std::fs::write(dir.path().join("pytorch_model.bin.index.json"), index).unwrap();
+        let files = tensorizer_core::walk::scan_paths(
+            &[dir.path().join("pytorch_model.bin.index.json")],
+            false,
+            scan_one,
+        )
+        .unwrap();
+        let rules: Vec<&str> =
+            files[0].outcome.as_ref().unwrap().findings.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(rules, ["IDX-003", "IDX-005"], "{files:?}");
+        assert_eq!(files[1].model.as_deref(), Some(files[0].name.as_str()));
+        let status = run(&[dir.path().to_path_buf()], Output::Json, FailOn::Error, false, None);
+        assert_eq!(status, 1);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use tensorizer_core::scan::{RuleId, ScanOptions, scan};
+use tensorizer_core::scan::{ScanOptions, scan};
 use tensorizer_native::source::Positioned;
 use tensorizer_native::{Error, Intent, open_uri};
 
@@ -178,20 +178,16 @@ fn local_link(secret: &str, target: &str) -> String {
     format!("/{secret}/?url={}&name={}", encode(&url), encode(target))
 }
 
-/// Rules whose findings mean loading the file runs code: a global off the
-/// allow-list is imported, or called. The page keeps the same list
-/// (`CODE_RULES` in host-wasm/web/app.js).
-const CODE_RULES: [RuleId; 2] = [RuleId::PklGlobal, RuleId::PklCall];
-
-/// Scans `path`; for a file that would run code when loaded, the line that
-/// says so (with the first such finding). A file that cannot be scanned
-/// gets none here: the page reports it.
+/// Scans `path`; for a file that would run code when loaded (a finding of
+/// a rule that [executes code](tensorizer_core::scan::RuleId::executes_code)),
+/// the line that says so (with the first such finding). A file that cannot
+/// be scanned gets none here: the page reports it.
 fn code_warning(path: &Path) -> Option<String> {
     let name = path.to_string_lossy();
     let source = open_uri(&name, Intent::ReadAll).ok()?;
     let options = ScanOptions { name: Some(&name), ..ScanOptions::default() };
     let scanned = scan(&mut Positioned(source.as_ref()), &options).ok()?;
-    let first = scanned.findings.iter().find(|f| CODE_RULES.contains(&f.rule))?;
+    let first = scanned.findings.iter().find(|f| f.rule.executes_code())?;
     let count = scanned.findings.len();
     Some(format!(
         "This file would execute code when loaded: {} {} ({count} finding{}; `tzr scan` lists them)",
@@ -497,6 +493,13 @@ mod tests {
         assert!(line.contains("posix.system"), "{line}");
         assert_eq!(code_warning(&vector("v1_flat.tensors")), None);
         assert_eq!(code_warning(&vector("torch/params.pt")), None);
+        // A global whose name is computed at load time (PKL-006) alone.
+        let dir = tempfile::tempdir().unwrap();
+        let computed = dir.path().join("computed.pkl");
+        let p = b"\x80\x04\x8c\x0bcollections\x8c\x0bOrderedDict\x93)R\x8c\x06system\x93.";
+        std::fs::write(&computed, p).unwrap();
+        let line = code_warning(&computed).unwrap();
+        assert!(line.starts_with("This file would execute code when loaded: PKL-006 "), "{line}");
     }
 
     #[test]

@@ -90,11 +90,6 @@ def _scan_one(path: str) -> dict[str, Any]:
     return report
 
 
-def _files_under(directory: str) -> list[str]:
-    found = [os.path.join(root, name) for root, _, names in os.walk(directory) for name in names]
-    return sorted(f for f in found if os.path.isfile(f))
-
-
 def scan(path_or_uri: Union[PathLike, Sequence[PathLike]]) -> dict[str, Any]:
     """Scans model files with the core's scanner (spec §22), the same
     scanner as ``tzr scan`` and the WASI validator: the format told from
@@ -110,7 +105,12 @@ def scan(path_or_uri: Union[PathLike, Sequence[PathLike]]) -> dict[str, Any]:
     of paths, returns ``{"files": [each file's report], "valid": ...}`` as
     ``tzr scan --json`` does: directories are walked recursively in sorted
     order, each file told by its bytes, and files found there of no format
-    the scanner knows are left out; each file is reported once.
+    the scanner knows are left out; each file is reported once. A sharded
+    checkpoint's index (``*.index.json``, format ``"shard-index"``) is
+    scanned with the shards it names as one model, given alone too: the
+    shards' reports carry ``"model"`` (the index), the index's
+    ``"shards"``, and its findings say which shards are missing, unnamed,
+    outside its folder or not holding the tensors it maps to them.
 
     Raises:
         OSError: A file could not be read.
@@ -118,20 +118,12 @@ def scan(path_or_uri: Union[PathLike, Sequence[PathLike]]) -> dict[str, Any]:
     if isinstance(path_or_uri, (str, os.PathLike)):
         one = os.fspath(path_or_uri)
         if not os.path.isdir(one):
-            return _scan_one(one)
+            report = _scan_one(one)
+            if report["format"] != "shard-index":
+                return report
         paths: list[str] = [one]
     else:
         paths = [os.fspath(p) for p in path_or_uri]
-    files: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for p in paths:
-        found = [(f, True) for f in _files_under(p)] if os.path.isdir(p) else [(p, False)]
-        for name, in_dir in found:
-            if name in seen:
-                continue
-            seen.add(name)
-            report = _scan_one(name)
-            if not (in_dir and report["format"] == "unknown"):
-                files.append(report)
-    return {"files": files, "valid": all(r["valid"] for r in files)}
+    document: dict[str, Any] = json.loads(_native.scan_paths(paths))
+    return document
 

@@ -32,6 +32,7 @@ __all__ = [
     "RangeNotSupportedError",
     "s3_presign",
     "scan_file",
+    "scan_paths",
     "s3cfg_values",
     "file_frozen",
     "NativeWriter",
@@ -488,6 +489,7 @@ class ConversionReport:
 # -- fingerprints (python/src/fingerprint.rs) ----------------------------------
 
 def scan_file(path: str) -> str: ...
+def scan_paths(paths: list[str]) -> str: ...
 def fingerprint_file(
     src: str | PathLike[str] | NativeSource,
     *,

@@ -1,0 +1,167 @@
+//! Suppressions: findings a repository has reviewed and accepts, each
+//! entry a rule, a path glob and a reason (`.tzrscan.toml`, read by the
+//! host). A suppressed finding is still reported, marked with its reason
+//! (SARIF's `suppressions`), and no longer fails a scan; an entry that
+//! matched nothing is a [`RuleId::UnusedSuppression`] note, so stale
+//! entries do not pile up.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use super::{Finding, RuleId};
+
+/// Longest suppression file a host reads.
+pub const MAX_SUPPRESSION_FILE_LEN: u64 = 1024 * 1024;
+
+/// Most entries a suppression file may hold.
+pub const MAX_SUPPRESSIONS: usize = 10_000;
+
+/// Longest path glob of an entry, in bytes (a glob's match costs grow
+/// with its length and its `*`s).
+pub const MAX_SUPPRESSION_GLOB_LEN: usize = 1024;
+
+/// One entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suppression {
+    /// The rule it accepts.
+    pub rule: RuleId,
+    /// The files it covers ([`glob_match`]).
+    pub path: String,
+    /// Why the finding is accepted (required, not empty); shared by the
+    /// findings it covers.
+    pub reason: Arc<str>,
+}
+
+impl Suppression {
+    /// An entry, or why it is not one: an unknown rule, an empty reason,
+    /// a glob above [`MAX_SUPPRESSION_GLOB_LEN`].
+    pub fn new(rule: &str, path: &str, reason: &str) -> Result<Self, String> {
+        let rule = RuleId::from_id(rule).ok_or_else(|| format!("no rule {rule:?}"))?;
+        if reason.trim().is_empty() {
+            return Err("a reason is required".into());
+        }
+        if path.is_empty() || path.len() > MAX_SUPPRESSION_GLOB_LEN {
+            return Err(format!("the path glob must be 1 to {MAX_SUPPRESSION_GLOB_LEN} bytes"));
+        }
+        Ok(Self { rule, path: path.into(), reason: Arc::from(reason) })
+    }
+
+    /// Whether this entry covers `finding` in the file `file`.
+    pub fn covers(&self, file: &str, finding: &Finding) -> bool {
+        self.rule == finding.rule && path_matches(&self.path, file)
+    }
+}
+
+/// Whether `glob` names `file`. A glob with no `/` is matched against the
+/// file's last component (`*.pt` anywhere); otherwise against the whole
+/// path, both with any leading `./` dropped. `*` is any run within one
+/// component, `?` one character but `/`, `**` any run of components.
+pub fn path_matches(glob: &str, file: &str) -> bool {
+    let glob = glob.trim_start_matches("./");
+    let file = file.trim_start_matches("./");
+    let target = if glob.contains('/') { file } else { file.rsplit('/').next().unwrap_or(file) };
+    glob_match(glob.as_bytes(), target.as_bytes())
+}
+
+/// Matches `glob` against `s` (see [`path_matches`]).
+pub fn glob_match(glob: &[u8], s: &[u8]) -> bool {
+    match glob {
+        [] => s.is_empty(),
+        [b'*', b'*', b'/', rest @ ..] => {
+            glob_match(rest, s)
+                || (0..s.len()).any(|i| s[i] == b'/' && glob_match(rest, &s[i + 1..]))
+        }
+        [b'*', b'*', rest @ ..] => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
+        [b'*', rest @ ..] => {
+            let run = s.iter().position(|&b| b == b'/').unwrap_or(s.len());
+            (0..=run).any(|i| glob_match(rest, &s[i..]))
+        }
+        [b'?', rest @ ..] => s.first().is_some_and(|&b| b != b'/') && glob_match(rest, &s[1..]),
+        [c, rest @ ..] => s.first() == Some(c) && glob_match(rest, &s[1..]),
+    }
+}
+
+/// Marks the findings of `file` that an entry of `entries` covers (the
+/// first that does), counting each entry's use in `used`.
+pub fn apply(entries: &[Suppression], used: &mut [u64], file: &str, findings: &mut [Finding]) {
+    for f in findings.iter_mut().filter(|f| f.suppressed.is_none()) {
+        if let Some(i) = entries.iter().position(|e| e.covers(file, f)) {
+            f.suppressed = Some(entries[i].reason.clone());
+            if let Some(n) = used.get_mut(i) {
+                *n += 1;
+            }
+        }
+    }
+}
+
+/// One [`RuleId::UnusedSuppression`] note per entry that covered nothing
+/// (`used` as [`apply`] counted), naming it by its position (from 1).
+pub fn unused(entries: &[Suppression], used: &[u64]) -> Vec<Finding> {
+    entries
+        .iter()
+        .zip(used)
+        .enumerate()
+        .filter(|(_, (_, n))| **n == 0)
+        .map(|(i, (e, _))| {
+            let why =
+                format!("suppression {} ({} for {:?}) matched no finding", i + 1, e.rule, e.path);
+            Finding::new(RuleId::UnusedSuppression, None, why)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_components_and_basenames() {
+        let yes = [
+            ("*.pt", "models/a.pt"),
+            ("models/*.pt", "./models/a.pt"),
+            ("models/**/*.pt", "models/a.pt"),
+            ("models/**/*.pt", "models/x/y/a.pt"),
+            ("**", "a/b"),
+            ("a?c", "abc"),
+            ("models/a.pt", "models/a.pt"),
+        ];
+        for (g, f) in yes {
+            assert!(path_matches(g, f), "{g} {f}");
+        }
+        let no = [
+            ("models/*.pt", "models/x/a.pt"),
+            ("*.pt", "a.ptx"),
+            ("a?c", "a/c"),
+            ("models/a.pt", "other/models/a.pt"),
+        ];
+        for (g, f) in no {
+            assert!(!path_matches(g, f), "{g} {f}");
+        }
+    }
+
+    #[test]
+    fn entries_need_a_rule_and_a_reason_and_unused_ones_are_notes() {
+        assert!(Suppression::new("PKL-999", "*", "r").unwrap_err().contains("no rule"));
+        assert!(Suppression::new("PKL-007", "*", "  ").unwrap_err().contains("reason"));
+        let long = "a".repeat(MAX_SUPPRESSION_GLOB_LEN + 1);
+        assert!(Suppression::new("PKL-007", &long, "r").is_err());
+        let entries = [
+            Suppression::new("PKL-007", "legacy/*.pt", "a whole module, reviewed").unwrap(),
+            Suppression::new("PKL-001", "*.pt", "never used").unwrap(),
+        ];
+        let mut used = [0; 2];
+        let mut found = [
+            Finding::new(RuleId::PklInert, Some(1), "torch.nn.modules.linear.Linear"),
+            Finding::new(RuleId::PklTrailing, Some(2), "trailing"),
+        ];
+        apply(&entries, &mut used, "legacy/m.pt", &mut found);
+        assert_eq!(found[0].suppressed.as_deref(), Some("a whole module, reviewed"));
+        assert_eq!(found[1].suppressed, None);
+        let notes = unused(&entries, &used);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].rule, RuleId::UnusedSuppression);
+        assert!(notes[0].message.starts_with("suppression 2 (PKL-001"), "{}", notes[0].message);
+    }
+}
