@@ -119,6 +119,50 @@ try:
     raise AssertionError("a missing file opened")
 except FileNotFoundError:
     print("ok: download_model names a missing file")
+
+# Writing for vLLM: a Hugging Face folder becomes one file per rank, read by
+# our plugin and by vLLM's built-in tensorizer format on the real tensorizer
+# 2.10.1 (vLLM's pin). The ranks are taken in turn in this process.
+import tensorizer
+import tensorizer_rs.vllm
+from types import SimpleNamespace
+from safetensors.torch import save_file
+from vllm.model_executor.model_loader.tensorizer_loader import TensorizerLoader
+from tensorizer_rs import vllm_loader
+
+assert tensorizer.__version__ == "2.10.1" and "tensorizer_rs" not in tensorizer.__file__, tensorizer.__file__
+hf = os.path.join(tmp, "hf")
+os.mkdir(hf)
+save_file(sd, os.path.join(hf, "model.safetensors"))
+with open(os.path.join(tmp, "vllm.key"), "wb") as f:
+    f.write(key.key)
+plain_uri = os.path.join(tmp, "tp", "model-%02d.tensors")
+secret_uri = os.path.join(tmp, "tp", "secret-%02d.tensors")
+assert len(tensorizer_rs.vllm.serialize_for_tp(hf, plain_uri, 2)) == 2
+tensorizer_rs.vllm.serialize_for_tp(hf, secret_uri, 2, encryption=key)
+
+
+def built_in(uri, **extra):
+    l = get_model_loader(LoadConfig(load_format="tensorizer",
+                                    model_loader_extra_config={"tensorizer_config": {"tensorizer_uri": uri, **extra}}))
+    assert isinstance(l, TensorizerLoader), type(l)
+    l.tensorizer_config.verify_with_parallel_config(SimpleNamespace(tensor_parallel_size=2))
+    return l
+
+
+for rank in range(2):
+    vllm_loader._tensor_parallel_rank = lambda: rank  # what vLLM's tensor-parallel group answers
+    for extra in ({"uri": plain_uri}, {"uri": secret_uri, "key_file": os.path.join(tmp, "vllm.key")}):
+        model = Tiny()
+        loader(extra).load_weights(model, None)
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+    for uri, extra in ((plain_uri, {}), (secret_uri, {"encryption_keyfile": os.path.join(tmp, "vllm.key")})):
+        l = built_in(uri, **extra)
+        l.tensorizer_config.tensorizer_uri = uri % rank  # as its load_model does at tensor-parallel size > 1
+        model = Tiny()
+        l.load_weights(model, None)
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: serialize_for_tp's per-rank files load in our plugin and in vLLM's built-in tensorizer format (2.10.1)")
 '''
 
 

@@ -1,0 +1,239 @@
+"""Writing a model for vLLM: :func:`serialize_for_tp` and its command line,
+``python -m tensorizer_rs.vllm``.
+
+A Hugging Face model folder (``*.safetensors`` shards, or ``*.bin``/``*.pt``
+torch shards when there are none), a state dict or an ``nn.Module`` becomes
+one file per tensor-parallel rank, each holding every tensor under its
+Hugging Face name::
+
+    tensorizer_rs.vllm.serialize_for_tp("Qwen2-0.5B/", "s3://bucket/qwen-%02d.tensors", 2)
+
+    python -m tensorizer_rs.vllm Qwen2-0.5B/ s3://bucket/qwen-%02d.tensors --tp-size 2
+
+Both ``--load-format tensorizer_rs`` (``{"uri": OUT_URI}``) and vLLM's
+built-in ``--load-format tensorizer`` (``{"tensorizer_uri": OUT_URI}``)
+read them. vLLM's built-in format needs, at a tensor-parallel size above 1,
+a URI with a ``%0Nd`` directive (one digit N), which it formats with the
+rank, and it hands a file that vLLM did not write itself (Hugging Face
+names) to the model's ``load_weights`` whole: each rank's model cuts its
+own share. So every rank's file holds the full set.
+
+This module does not import vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._convert import convert
+from ._crypt import EncryptionParams
+from ._deserializer import TensorDeserializer
+from ._serializer import TensorSerializer
+
+__all__ = ["RANK_DIRECTIVE", "rank_uris", "serialize_for_tp", "weight_files"]
+
+#: The rank directive vLLM 0.33's tensorizer format recognises in a URI
+#: (``TensorizerConfig._is_sharded``): ``%0`` and one digit, then ``d``.
+RANK_DIRECTIVE = re.compile(r"%0\dd")
+#: Files of a model folder that hold training state, not weights (vLLM
+#: skips them too).
+_NOT_WEIGHTS = frozenset({"training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt"})
+#: tensorizer's own index reservation, the least an output reserves.
+_MIN_INDEX = 256 * 1024
+#: Index entry bytes besides the name, the dtype and the shape (spec §4.3),
+#: with the 4-byte tag of a versioned index.
+_ENTRY_FIXED = 33
+
+
+def rank_uris(out_uri: str, tp_size: int) -> list[str]:
+    """The file each rank reads: ``out_uri`` itself at size 1, else
+    ``out_uri`` with its ``%0Nd`` formatted with each rank.
+
+    Raises ``ValueError`` for a size below 1, a size above 1 without a
+    ``%0Nd`` directive (vLLM could not find the ranks' files), and a
+    directive at size 1 (vLLM reads the URI as written there, directive
+    and all)."""
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise ValueError(f"tp_size must be a whole number ≥ 1, not {tp_size!r}")
+    found = RANK_DIRECTIVE.findall(out_uri)
+    if tp_size == 1:
+        if found:
+            raise ValueError(
+                f"{out_uri!r}: at tensor-parallel size 1 vLLM reads the URI as written; give one without {found[0]}"
+            )
+        return [out_uri]
+    if len(found) != 1:
+        raise ValueError(
+            f"{out_uri!r}: at tensor-parallel size {tp_size} the URI needs one rank directive such as %02d "
+            "(vLLM's tensorizer format formats it with each rank)"
+        )
+    return [RANK_DIRECTIVE.sub(lambda m: m.group(0) % rank, out_uri) for rank in range(tp_size)]
+
+
+def weight_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """A Hugging Face model folder's weight files, as vLLM picks them: its
+    ``*.safetensors`` files, else ``*.bin``, else ``*.pt`` (not training
+    state such as ``optimizer.pt``); where the folder has the matching
+    ``*.index.json``, only the files its ``weight_map`` names."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise NotADirectoryError(f"{root}: not a model folder")
+    for pattern in ("*.safetensors", "*.bin", "*.pt"):
+        found = sorted(p for p in root.glob(pattern) if p.is_file() and p.name not in _NOT_WEIGHTS)
+        if not found:
+            continue
+        indexes = sorted(root.glob(pattern + ".index.json"))
+        if indexes:
+            named = set(json.loads(indexes[0].read_text())["weight_map"].values())
+            found = [p for p in found if p.name in named]
+        return found
+    raise FileNotFoundError(f"{root}: no *.safetensors, *.bin or *.pt weight files")
+
+
+def _index_len(entries: Sequence[Any]) -> int:
+    """Index bytes the entries need (spec §4.3, tagged, 8-byte dimensions:
+    an upper bound), at least tensorizer's 256 KiB."""
+    needed = sum(_ENTRY_FIXED + len(e.name_bytes) + len(e.dtype.encode()) + 8 * len(e.shape) for e in entries)
+    return max(_MIN_INDEX, needed)
+
+
+def _converted(files: Sequence[Path], scratch: str) -> list[str]:
+    """Each weight file as a tensorizer file in `scratch`."""
+    out = []
+    for i, f in enumerate(files):
+        dst = os.path.join(scratch, f"{i:05d}.tensors")
+        convert(f, dst)
+        out.append(dst)
+    return out
+
+
+def _shards(paths: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Each converted file's tensors, one file at a time, on the CPU."""
+    for p in paths:
+        with TensorDeserializer(p, device="cpu", lazy_load=True) as d:
+            yield {str(name): tensor for name, tensor in d.items()}
+
+
+def _state_dict_of(source: Any) -> Mapping[str, Any]:
+    state = source.state_dict() if hasattr(source, "state_dict") else source
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"source must be a model folder, a state dict or a torch.nn.Module, not {type(source).__name__}"
+        )
+    return state
+
+
+def serialize_for_tp(
+    source: Any,
+    out_uri: str,
+    tp_size: int,
+    *,
+    encryption: EncryptionParams | None = None,
+) -> list[str]:
+    """Writes `source`'s tensors, under their Hugging Face names, to one
+    file per tensor-parallel rank (:func:`rank_uris`), for vLLM.
+
+    Args:
+        source: A Hugging Face model folder (see :func:`weight_files`), a
+            state dict, or an ``nn.Module`` (its ``state_dict()``).
+        out_uri: A local path or any URI ``TensorSerializer`` writes
+            (``s3://``, ``gs://``, ``az://``, ...), with a ``%0Nd``
+            directive such as ``%02d`` when `tp_size` is above 1.
+        tp_size: vLLM's ``--tensor-parallel-size``.
+        encryption: Encrypts every file with these parameters (the plugin's
+            ``key_*``/``passphrase_*`` keys, or vLLM's
+            ``encryption_keyfile``, decrypt them).
+
+    Returns the URIs written, rank 0 first. Each file is written whole or
+    not at all. A folder's shards are converted one at a time into a
+    scratch folder beside the first output (the system's temporary folder
+    for a remote one); memory holds one shard's tensors.
+
+    Raises:
+        ValueError: a bad `tp_size` or `out_uri` (:func:`rank_uris`), or
+            two shards holding a tensor of the same name.
+        FileNotFoundError: a folder without weight files.
+    """
+    uris = rank_uris(os.fspath(out_uri), tp_size)
+    if isinstance(source, (str, os.PathLike)):
+        files = weight_files(source)
+        local = "://" not in uris[0]
+        scratch_dir = os.path.dirname(os.path.abspath(uris[0])) if local else None
+        if scratch_dir is not None:
+            os.makedirs(scratch_dir, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".tensorizer-rs-", dir=scratch_dir) as scratch:
+            paths = _converted(files, scratch)
+            entries = []
+            for p in paths:
+                with TensorDeserializer(p, device="cpu", lazy_load=True) as d:
+                    entries.extend(d._selected)
+            _write(uris, _shards(paths), _index_len(entries), encryption)
+    else:
+        _write(uris, iter([dict(_state_dict_of(source))]), None, encryption)
+    return uris
+
+
+def _write(
+    uris: Sequence[str], shards: Iterator[dict[str, Any]], capacity: int | None, encryption: EncryptionParams | None
+) -> None:
+    """Every shard to every URI (all are aborted if one fails)."""
+    with contextlib.ExitStack() as stack:
+        outs = [
+            stack.enter_context(TensorSerializer(u, encryption=encryption, metadata_capacity=capacity)) for u in uris
+        ]
+        seen: set[str] = set()
+        for shard in shards:
+            again = seen.intersection(shard)
+            if again:
+                raise ValueError(f"more than one weight file holds {sorted(again)[:3]}")
+            seen.update(shard)
+            for s in outs:
+                s.write_state_dict(shard)
+
+
+def _encryption_from(args: argparse.Namespace) -> EncryptionParams | None:
+    if args.key_file:
+        return EncryptionParams(Path(args.key_file).read_bytes())
+    if args.passphrase_env:
+        value = os.environ.get(args.passphrase_env)
+        if not value:
+            raise SystemExit(f"tensorizer_rs.vllm: the environment variable {args.passphrase_env} is not set")
+        return EncryptionParams.from_string(value)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tensorizer_rs.vllm MODEL_DIR OUT_URI --tp-size N``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tensorizer_rs.vllm",
+        description="Write a Hugging Face model folder as one tensorizer file per tensor-parallel rank, "
+        "for vLLM's --load-format tensorizer_rs or tensorizer.",
+    )
+    parser.add_argument("model_dir", help="a Hugging Face model folder (*.safetensors, or *.bin / *.pt shards)")
+    parser.add_argument("out_uri", help="where to write: a path or URI, with %%02d (or %%0Nd) when --tp-size > 1")
+    parser.add_argument("--tp-size", type=int, default=1, help="vLLM's --tensor-parallel-size (default 1)")
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument("--key-file", help="encrypt with the 32-byte key in this file")
+    secret.add_argument("--passphrase-env", help="encrypt with the passphrase in this environment variable")
+    args = parser.parse_args(argv)
+    try:
+        written = serialize_for_tp(args.model_dir, args.out_uri, args.tp_size, encryption=_encryption_from(args))
+    except (ValueError, OSError) as e:
+        print(f"tensorizer_rs.vllm: {e}", file=sys.stderr)
+        return 1
+    for uri in written:
+        print(uri)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

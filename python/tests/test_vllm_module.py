@@ -1,0 +1,148 @@
+"""``tensorizer_rs.vllm``: writing a Hugging Face model folder per
+tensor-parallel rank (``serialize_for_tp``, ``python -m tensorizer_rs.vllm``).
+vLLM itself reads these files in ``tests/vllm-plugin-smoke.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tzhelpers
+
+if tzhelpers.IS_ORACLE:
+    pytest.skip("tensorizer_rs.vllm is tensorizer_rs's own", allow_module_level=True)
+
+from safetensors.torch import save_file  # noqa: E402
+
+import tensorizer_rs  # noqa: E402
+from tensorizer_rs import vllm as tv  # noqa: E402
+
+
+def _state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return {
+        "model.embed_tokens.weight": torch.randn(10, 4, dtype=torch.bfloat16),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(6, 4),
+        "model.norm.weight": torch.rand(4),
+        "lm_head.weight": torch.randn(10, 4),
+    }
+
+
+def _hf_folder(root: Path, state: dict[str, torch.Tensor]) -> Path:
+    """Two safetensors shards with their index, and a stray file the index
+    does not name (vLLM skips it too)."""
+    names = list(state)
+    shards = {"model-00001-of-00002.safetensors": names[:2], "model-00002-of-00002.safetensors": names[2:]}
+    for file, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(root / file))
+    save_file({"stray": torch.zeros(1)}, str(root / "consolidated.safetensors"))
+    weight_map = {k: file for file, keys in shards.items() for k in keys}
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (root / "config.json").write_text("{}")
+    return root
+
+
+def _read(uri: str, **kw: object) -> dict[str, torch.Tensor]:
+    with tensorizer_rs.TensorDeserializer(uri, device="cpu", **kw) as d:
+        return {str(k): v.clone() for k, v in d.items()}
+
+
+def _same(loaded: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert sorted(loaded) == sorted(expected)
+    for k, v in expected.items():
+        assert loaded[k].dtype == v.dtype and torch.equal(loaded[k], v), k
+
+
+def test_a_safetensors_folder_becomes_one_full_file_per_rank(tmp_path: Path) -> None:
+    state = _state()
+    (tmp_path / "hf").mkdir()
+    folder = _hf_folder(tmp_path / "hf", state)
+    written = tv.serialize_for_tp(folder, str(tmp_path / "out" / "model-%02d.tensors"), 2)
+    assert written == [str(tmp_path / "out" / f"model-{r:02d}.tensors") for r in range(2)]
+    for uri in written:
+        _same(_read(uri), state)
+    # The scratch folder beside the outputs is gone.
+    assert sorted(os.listdir(tmp_path / "out")) == ["model-00.tensors", "model-01.tensors"]
+
+
+def test_torch_shards_a_module_and_a_state_dict(tmp_path: Path) -> None:
+    state = _state()
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    torch.save(state, folder / "pytorch_model.bin")
+    torch.save({"lr": torch.ones(1)}, folder / "training_args.bin")
+    (out,) = tv.serialize_for_tp(folder, str(tmp_path / "bin.tensors"), 1)
+    _same(_read(out), state)
+
+    module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    written = tv.serialize_for_tp(module, str(tmp_path / "module-%01d.tensors"), 2)
+    for uri in written:
+        _same(_read(uri), {k: v.detach() for k, v in module.state_dict().items()})
+    (out,) = tv.serialize_for_tp(state, str(tmp_path / "sd.tensors"), 1)
+    _same(_read(out), state)
+
+
+def test_encrypted(tmp_path: Path) -> None:
+    key = tensorizer_rs.EncryptionParams.random()
+    written = tv.serialize_for_tp(_state(), str(tmp_path / "enc-%02d.tensors"), 2, encryption=key)
+    for uri in written:
+        _same(_read(uri, encryption=tensorizer_rs.DecryptionParams.from_key(key.key)), _state())
+
+
+@pytest.mark.parametrize(
+    ("uri", "tp", "words"),
+    [
+        ("m.tensors", 2, "needs one rank directive"),
+        ("m-%d.tensors", 2, "needs one rank directive"),  # vLLM's test wants %0 and one digit
+        ("m-%02d-%02d.tensors", 2, "needs one rank directive"),
+        ("m-%02d.tensors", 1, "reads the URI as written"),
+        ("m.tensors", 0, "tp_size must be"),
+        ("m.tensors", True, "tp_size must be"),
+    ],
+)
+def test_rank_uris_refuses(uri: str, tp: int, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        tv.rank_uris(uri, tp)
+
+
+def test_rank_uris_as_vllm_formats_them() -> None:
+    assert tv.rank_uris("s3://b/m-%04d.tensors", 3) == [f"s3://b/m-{r:04d}.tensors" for r in range(3)]
+    assert tv.rank_uris("s3://b/m%20x.tensors", 1) == ["s3://b/m%20x.tensors"]
+
+
+def test_a_tensor_in_two_shards_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    save_file({"w": torch.ones(2)}, str(folder / "a.safetensors"))
+    save_file({"w": torch.zeros(2)}, str(folder / "b.safetensors"))
+    with pytest.raises(ValueError, match="more than one weight file holds"):
+        tv.serialize_for_tp(folder, str(tmp_path / "out" / "m-%02d.tensors"), 2)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_a_folder_without_weights(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
+        tv.serialize_for_tp(tmp_path, str(tmp_path / "m.tensors"), 1)
+
+
+def test_the_command_line(tmp_path: Path) -> None:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    _hf_folder(folder, _state())
+    key = tmp_path / "key"
+    key.write_bytes(bytes(range(32)))
+    cmd = [sys.executable, "-m", "tensorizer_rs.vllm", str(folder), str(tmp_path / "m-%02d.tensors")]
+    done = subprocess.run([*cmd, "--tp-size", "2", "--key-file", str(key)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(tmp_path / f"m-{r:02d}.tensors") for r in range(2)]
+    _same(_read(done.stdout.split()[1], encryption=tensorizer_rs.DecryptionParams.from_key(bytes(range(32)))), _state())
+    # A bad URI: one line on stderr, exit 1.
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "reads the URI as written" in done.stderr
