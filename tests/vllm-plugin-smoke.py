@@ -15,7 +15,10 @@ model's ``load_weights`` protocol (vLLM's models need a GPU and a model
 config to build; the protocol is what the loader talks to), yields every
 tensor from ``get_all_weights``, decrypts with a key from the environment,
 picks the file of its tensor-parallel rank, and refuses bad configuration
-in one line. Without network it prints SKIPPED.
+in one line; ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
+through our loader and vLLM's built-in tensorizer format (on tensorizer
+2.10.1, vLLM's pin); with ``tp_slices`` each rank copies its share of one
+file into its parameters. Without network it prints SKIPPED.
 """
 
 import subprocess
@@ -151,7 +154,7 @@ def built_in(uri, **extra):
 
 
 for rank in range(2):
-    vllm_loader._tensor_parallel_rank = lambda: rank  # what vLLM's tensor-parallel group answers
+    vllm_loader._tensor_parallel = lambda: (rank, 2)  # what vLLM's tensor-parallel group answers
     for extra in ({"uri": plain_uri}, {"uri": secret_uri, "key_file": os.path.join(tmp, "vllm.key")}):
         model = Tiny()
         loader(extra).load_weights(model, None)
@@ -163,6 +166,37 @@ for rank in range(2):
         l.load_weights(model, None)
         assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
 print("ok: serialize_for_tp's per-rank files load in our plugin and in vLLM's built-in tensorizer format (2.10.1)")
+
+
+class Wide(torch.nn.Module):
+    """A model at tensor-parallel size tp: proj cut by rows, norm replicated.
+    Its load_weights would cut again: tp_slices must not call it."""
+
+    def __init__(self, tp):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 6 // tp)
+        self.norm = torch.nn.LayerNorm(4)
+
+    def load_weights(self, weights):
+        raise AssertionError("tp_slices called load_weights")
+
+
+full = Wide(1)
+full_file = os.path.join(tmp, "full.tensors")
+with TensorSerializer(full_file) as s:
+    s.write_module(full)
+l = loader({"uri": full_file, "tp_slices": True, "verify_hash": True})
+for rank in range(2):
+    vllm_loader._tensor_parallel = lambda: (rank, 2)
+    model = Wide(2)
+    l.load_weights(model, None)
+    for name, tensor in full.state_dict().items():
+        want = torch.tensor_split(tensor, 2, 0)[rank] if name.startswith("proj.") else tensor
+        assert torch.equal(model.state_dict()[name], want), (rank, name)
+    assert sorted(n for n, _ in l.get_all_weights(None, Wide(2))) == sorted(full.state_dict())
+refused({"uri": full_file, "tp_slices": "yes"}, ['"tp_slices" must be true or false'])
+refused({"uri": full_file, "tp_slices": True, "mmap": True}, ['"tp_slices"', '"mmap"'])
+print("ok: tp_slices: each rank copies its share of one file into its parameters")
 '''
 
 

@@ -146,3 +146,90 @@ def test_the_command_line(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "reads the URI as written" in done.stderr
+
+
+# -- one file, each rank's share (the plugin's tp_slices) ----------------------
+
+
+class _Stand(torch.nn.Module):
+    """A stand-in for a vLLM model at tensor-parallel size `tp`: a
+    vocabulary-parallel embedding and a column-parallel layer (cut along
+    their first dimension), a row-parallel layer (weight cut along its
+    second, bias whole), a replicated norm and a top-level parameter."""
+
+    def __init__(self, tp: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(8 // tp, 4)
+        self.up = torch.nn.Linear(4, 6 // tp)
+        self.down = torch.nn.Linear(6 // tp, 4)
+        self.norm = torch.nn.LayerNorm(4)
+        self.scale = torch.nn.Parameter(torch.rand(4))
+        self.register_buffer("steps", torch.arange(3))
+
+
+#: Each stand-in tensor's tensor-parallel cut (None: replicated).
+_CUTS = {"embed.weight": 0, "up.weight": 0, "up.bias": 0, "down.weight": 1}
+
+
+def test_each_rank_loads_its_share_of_one_file(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    full = _Stand(1)
+    uri = str(tmp_path / "full.tensors")
+    with tensorizer_rs.TensorSerializer(uri) as s:
+        s.write_module(full)  # the top module's own tensors are named ".scale", ".steps"
+    expected = full.state_dict()
+    for rank in range(2):
+        model = _Stand(2)
+        shares = dict(tv.load_tp_share(model, uri, rank, 2))
+        assert sorted(shares) == sorted(expected)
+        for name, tensor in expected.items():
+            dim = _CUTS.get(name)
+            want = tensor if dim is None else torch.tensor_split(tensor, 2, dim)[rank]
+            assert torch.equal(shares[name], want), (rank, name)
+            assert shares[name].shape == model.state_dict()[name].shape
+
+
+def test_the_plan() -> None:
+    stored = {"a": (8, 4), "b": (4, 6), "c": (4,)}
+    targets = {"a": (4, 4), "b": (4, 3), "c": (4,)}
+    assert tv.tp_slice_plan(stored, targets, 1, 2) == {"a": 0, "b": 1, "c": None}
+    # An uneven size splits as tensor_split does: rank 0 of 2 gets 3 of 5.
+    assert tv.tp_slice_plan({"a": (5,)}, {"a": (3,)}, 0, 2) == {"a": 0}
+
+
+@pytest.mark.parametrize(
+    ("stored", "target", "fused", "words"),
+    [
+        ((8, 4), (4, 2), False, "cut along one dimension"),  # two dimensions differ
+        ((8, 4), (5, 4), False, "cut along one dimension"),  # padded (vLLM's vocabulary padding)
+        ((8, 4), (32,), False, "cut along one dimension"),  # reshaped
+        ((8, 4), (4, 4), True, "fused layer"),
+        ((8, 4), None, False, "no parameter or buffer"),
+    ],
+)
+def test_the_plan_refuses(stored: tuple[int, ...], target: tuple[int, ...] | None, fused: bool, words: str) -> None:
+    targets = {} if target is None else {"w": target}
+    with pytest.raises(ValueError, match=words):
+        tv.tp_slice_plan({"w": stored}, targets, 0, 2, fused=frozenset({"w"} if fused else ()))
+
+
+def test_a_fused_layer_is_refused(tmp_path: Path) -> None:
+    """vLLM's merged layers (QKV, gate_up) hold each rank's part of several
+    tensors side by side: no single cut of the full tensor is a share."""
+
+    class Merged(torch.nn.Linear):
+        def __init__(self, out: int) -> None:
+            super().__init__(4, out)
+            self.output_sizes = [out // 2, out // 2]
+
+    class Model(torch.nn.Module):
+        def __init__(self, tp: int) -> None:
+            super().__init__()
+            self.gate_up = Merged(8 // tp)
+
+    uri = str(tmp_path / "merged.tensors")
+    with tensorizer_rs.TensorSerializer(uri) as s:
+        s.write_module(Model(1))
+    with pytest.raises(ValueError, match="'gate_up.weight' belongs to a fused layer"):
+        dict(tv.load_tp_share(Model(2), uri, 0, 2))
+    assert sorted(dict(tv.load_tp_share(Model(1), uri, 0, 1))) == ["gate_up.bias", "gate_up.weight"]

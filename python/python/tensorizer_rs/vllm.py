@@ -18,6 +18,10 @@ rank, and it hands a file that vLLM did not write itself (Hugging Face
 names) to the model's ``load_weights`` whole: each rank's model cuts its
 own share. So every rank's file holds the full set.
 
+:func:`load_tp_share` is the other way round, for the plugin's
+``tp_slices``: one file at full size, named as the model's own parameters,
+from which each rank reads only its share.
+
 This module does not import vLLM.
 """
 
@@ -38,8 +42,10 @@ from ._convert import convert
 from ._crypt import EncryptionParams
 from ._deserializer import TensorDeserializer
 from ._serializer import TensorSerializer
+from ._shards import load_shards
+from ._slices import shard_range
 
-__all__ = ["RANK_DIRECTIVE", "rank_uris", "serialize_for_tp", "weight_files"]
+__all__ = ["RANK_DIRECTIVE", "load_tp_share", "rank_uris", "serialize_for_tp", "tp_slice_plan", "weight_files"]
 
 #: The rank directive vLLM 0.33's tensorizer format recognises in a URI
 #: (``TensorizerConfig._is_sharded``): ``%0`` and one digit, then ``d``.
@@ -198,6 +204,96 @@ def _write(
             seen.update(shard)
             for s in outs:
                 s.write_state_dict(shard)
+
+
+# -- one file, each rank's share ---------------------------------------------
+
+
+def tp_slice_plan(
+    stored: Mapping[str, Sequence[int]],
+    targets: Mapping[str, Sequence[int]],
+    rank: int,
+    world_size: int,
+    *,
+    fused: frozenset[str] = frozenset(),
+) -> dict[str, int | None]:
+    """``load_shards``'s plan for one rank: each stored tensor's name to
+    the dimension its share is cut along, or ``None`` to load it whole.
+
+    `stored` gives the file's full shapes, `targets` this rank's parameter
+    shapes, by the same names. A tensor whose target shape is its stored
+    shape loads whole; one whose shapes differ in exactly one dimension,
+    where the target is ``shard_range(stored, rank, world_size)``'s length,
+    is cut along it. Anything else raises ``ValueError`` naming the tensor
+    (a name the model lacks, a padded or reshaped parameter), as does a cut
+    of a name in `fused`: a fused layer (vLLM's ``QKVParallelLinear``,
+    ``MergedColumnParallelLinear``) holds each rank's part of several
+    tensors side by side, which no single cut of the full tensor gives.
+    """
+    plan: dict[str, int | None] = {}
+    for name, full in stored.items():
+        target = targets.get(name)
+        if target is None:
+            raise ValueError(f"the file holds {name!r}, which the model has no parameter or buffer for")
+        full, target = tuple(full), tuple(target)
+        if full == target:
+            plan[name] = None
+            continue
+        differ = [d for d, (a, b) in enumerate(zip(full, target)) if a != b]
+        cut = differ[0] if len(full) == len(target) and len(differ) == 1 else None
+        share = None if cut is None else shard_range(full[cut], rank, world_size)
+        if share is None or cut is None or share.stop - share.start != target[cut]:
+            raise ValueError(
+                f"{name!r}: the file's shape {list(full)} is not rank {rank} of {world_size}'s "
+                f"parameter shape {list(target)} cut along one dimension"
+            )
+        if name in fused:
+            raise ValueError(
+                f"{name!r} belongs to a fused layer, whose rank share is no single cut of the full tensor; "
+                "write one file per rank (serialize_for_tp) instead"
+            )
+        plan[name] = cut
+    return plan
+
+
+def _fused_names(model: Any) -> frozenset[str]:
+    """The tensors of `model`'s fused layers (modules with several
+    ``output_sizes``, as vLLM's merged linear layers have)."""
+    names = set()
+    for prefix, module in model.named_modules():
+        if len(getattr(module, "output_sizes", None) or ()) > 1:
+            for name, _ in module.named_parameters(prefix=prefix):
+                names.add(name)
+    return frozenset(names)
+
+
+def load_tp_share(model: Any, uri: str, rank: int, world_size: int, **options: Any) -> Iterator[tuple[str, Any]]:
+    """Rank `rank`'s share of one file at full size, as (parameter name,
+    tensor) pairs named and shaped as `model`'s parameters and buffers.
+
+    The file's tensor names are the model's own (a leading dot, as
+    ``write_module`` names the top module's tensors, is dropped). The plan
+    is :func:`tp_slice_plan` from the file's index and the model's shapes;
+    ``load_shards`` then reads only each cut tensor's share. `options` are
+    ``load_shards``' (``device``, ``encryption``, ``verify_hash``,
+    ``num_readers``, ...).
+    """
+    with TensorDeserializer(uri, device="cpu", lazy_load=True, encryption=options.get("encryption")) as d:
+        stored = {e.name: e.shape for e in d._selected}
+    if any(not isinstance(name, str) for name in stored):
+        raise ValueError(f"{uri}: tp_slices needs flat tensor names, as the model's parameters are named")
+    targets = dict(model.named_parameters()) | dict(model.named_buffers())
+    bare = {name: str(name).removeprefix(".") for name in stored}
+    plan = tp_slice_plan(
+        {bare[n]: s for n, s in stored.items()},
+        {n: t.shape for n, t in targets.items()},
+        rank,
+        world_size,
+        fused=_fused_names(model),
+    )
+    loaded = load_shards(uri, {n: plan[bare[n]] for n in stored}, rank, world_size, **options)
+    for name, tensor in loaded.items():
+        yield bare[name], tensor
 
 
 def _encryption_from(args: argparse.Namespace) -> EncryptionParams | None:
