@@ -131,21 +131,25 @@ def test_a_folder_without_weights(tmp_path: Path) -> None:
         tv.serialize_for_tp(tmp_path, str(tmp_path / "m.tensors"), 1)
 
 
-def test_the_command_line(tmp_path: Path) -> None:
+def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "hf"
     folder.mkdir()
     _hf_folder(folder, _state())
     key = tmp_path / "key"
     key.write_bytes(bytes(range(32)))
-    cmd = [sys.executable, "-m", "tensorizer_rs.vllm", str(folder), str(tmp_path / "m-%02d.tensors")]
-    done = subprocess.run([*cmd, "--tp-size", "2", "--key-file", str(key)], capture_output=True, text=True)
+    args = [str(folder), str(tmp_path / "m-%02d.tensors"), "--tp-size", "2", "--key-file", str(key)]
+    done = subprocess.run([sys.executable, "-m", "tensorizer_rs.vllm", *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(tmp_path / f"m-{r:02d}.tensors") for r in range(2)]
     _same(_read(done.stdout.split()[1], encryption=tensorizer_rs.DecryptionParams.from_key(bytes(range(32)))), _state())
-    # A bad URI: one line on stderr, exit 1.
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
-    assert "reads the URI as written" in done.stderr
+    # Errors: one line on stderr, exit 1.
+    for bad, words in (
+        (args[:2], "reads the URI as written"),
+        ([str(folder), str(tmp_path / "m.tensors"), "--key-file", str(tmp_path / "nope")], "nope"),
+    ):
+        assert tv.main(bad) == 1
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
 
 
 # -- one file, each rank's share (the plugin's tp_slices) ----------------------

@@ -322,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     secret.add_argument("--passphrase-env", help="encrypt with the passphrase in this environment variable")
     args = parser.parse_args(argv)
     try:
-        written = serialize_for_tp(args.model_dir, args.out_uri, args.tp_size, encryption=_encryption_from(args))
+        encryption = _encryption_from(args)
+        written = serialize_for_tp(args.model_dir, args.out_uri, args.tp_size, encryption=encryption)
     except (ValueError, OSError) as e:
         print(f"tensorizer_rs.vllm: {e}", file=sys.stderr)
         return 1
