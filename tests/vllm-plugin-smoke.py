@@ -17,13 +17,16 @@ tensor from ``get_all_weights``, decrypts with a key from the environment,
 picks the file of its tensor-parallel rank, and refuses bad configuration
 in one line; ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
 through our loader and vLLM's built-in tensorizer format (on tensorizer
-2.10.1, vLLM's pin); with ``tp_slices`` each rank copies its share of one
-file into its parameters. Without network it prints SKIPPED.
+2.10.1, vLLM's pin, and, in a second process with
+``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs); with ``tp_slices``
+each rank copies its share of one file into its parameters. Without network
+it prints SKIPPED.
 """
 
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -31,19 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "vllm-venv"
 RELEASES = ROOT / "target" / "releases"
 
-INSIDE = r'''
-import json, os, tempfile, torch
-import tensorizer_rs
-from tensorizer_rs import TensorSerializer, EncryptionParams
-from vllm.config.load import LoadConfig
-from vllm.plugins import load_general_plugins
-from vllm.model_executor.model_loader import get_model_loader
-
-assert "site-packages" in tensorizer_rs.__file__, tensorizer_rs.__file__
-load_general_plugins()
-load_general_plugins()  # idempotent
-
-
+TINY = r'''
 class Tiny(torch.nn.Module):
     """vLLM's weight-loading protocol: load_weights(pairs) -> names loaded."""
 
@@ -60,15 +51,29 @@ class Tiny(torch.nn.Module):
             params[name].data.copy_(tensor)
             done.add(name)
         return done
+'''
 
+INSIDE = r'''
+import json, os, sys, torch
+import tensorizer_rs
+from tensorizer_rs import TensorSerializer, EncryptionParams
+from vllm.config.load import LoadConfig
+from vllm.plugins import load_general_plugins
+from vllm.model_executor.model_loader import get_model_loader
+
+assert "site-packages" in tensorizer_rs.__file__, tensorizer_rs.__file__
+load_general_plugins()
+load_general_plugins()  # idempotent
+''' + TINY + r'''
 
 def loader(extra):
     return get_model_loader(LoadConfig(load_format="tensorizer_rs", model_loader_extra_config=extra))
 
 
-tmp = tempfile.mkdtemp()
+tmp = sys.argv[1]
 source = Tiny()
 sd = {k: v.detach().clone() for k, v in source.state_dict().items()}
+torch.save(sd, os.path.join(tmp, "expected.pt"))  # for ALIAS
 plain = os.path.join(tmp, "model-rank-00.tensors")
 with TensorSerializer(plain) as s:
     s.write_state_dict(sd)
@@ -199,6 +204,34 @@ refused({"uri": full_file, "tp_slices": True, "mmap": True}, ['"tp_slices"', '"m
 print("ok: tp_slices: each rank copies its share of one file into its parameters")
 '''
 
+#: With TENSORIZER_RS_AS_TENSORIZER=1, in a fresh process: vLLM's built-in
+#: tensorizer format on tensorizer_rs reads INSIDE's per-rank files.
+ALIAS = r'''
+import os, sys, torch
+from types import SimpleNamespace
+from vllm.plugins import load_general_plugins
+
+load_general_plugins()  # installs the alias before vLLM's loaders import tensorizer
+import tensorizer, tensorizer_rs
+from vllm.config.load import LoadConfig
+from vllm.model_executor.model_loader import get_model_loader
+
+assert tensorizer is tensorizer_rs
+''' + TINY + r'''
+tmp = sys.argv[1]
+sd = torch.load(os.path.join(tmp, "expected.pt"))
+template = os.path.join(tmp, "tp", "secret-%02d.tensors")
+for rank in range(2):
+    extra = {"tensorizer_uri": template, "encryption_keyfile": os.path.join(tmp, "vllm.key")}
+    l = get_model_loader(LoadConfig(load_format="tensorizer", model_loader_extra_config={"tensorizer_config": extra}))
+    l.tensorizer_config.verify_with_parallel_config(SimpleNamespace(tensor_parallel_size=2))
+    l.tensorizer_config.tensorizer_uri = template % rank  # as its load_model does at tensor-parallel size > 1
+    model = Tiny()
+    l.load_weights(model, None)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: with TENSORIZER_RS_AS_TENSORIZER=1, vLLM's built-in tensorizer format on tensorizer_rs reads them too")
+'''
+
 
 def run(args: list, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(args, text=True, capture_output=True, **kw)
@@ -225,10 +258,13 @@ def main() -> None:
     wheel = Path(sys.argv[1]).resolve()
     install(wheel)
     env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
-    done = run([str(VENV / "bin" / "python"), "-c", textwrap.dedent(INSIDE)], env=env, cwd=VENV, timeout=600)
-    print(done.stdout, end="")
-    if done.returncode != 0:
-        raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for code, extra_env in ((INSIDE, {}), (ALIAS, {"TENSORIZER_RS_AS_TENSORIZER": "1"})):
+            python = [str(VENV / "bin" / "python"), "-c", textwrap.dedent(code), tmp]
+            done = run(python, env={**env, **extra_env}, cwd=VENV, timeout=600)
+            print(done.stdout, end="")
+            if done.returncode != 0:
+                raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
     print("vllm-plugin-smoke: every check passed")
 
 
