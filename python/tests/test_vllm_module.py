@@ -126,6 +126,19 @@ def test_a_tensor_in_two_shards_is_refused_and_nothing_is_written(tmp_path: Path
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_an_index_larger_than_tensorizers_from_many_shards(tmp_path: Path) -> None:
+    """The index is sized from every file's header before the first is
+    written (a small first file must not size it)."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    save_file({"a": torch.ones(1)}, str(folder / "model-00001-of-00002.safetensors"))
+    many = {f"model.layers.{i}.self_attn.rotary_emb.inv_freq_and_a_long_name.weight": torch.ones(1) for i in range(3000)}
+    save_file(many, str(folder / "model-00002-of-00002.safetensors"))
+    written = tv.serialize_for_tp(folder, str(tmp_path / "m-%02d.tensors"), 2)
+    with tensorizer_rs.TensorDeserializer(written[1], device="cpu", lazy_load=True) as d:
+        assert len(d.keys()) == 3001
+
+
 def test_a_folder_without_weights(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
         tv.serialize_for_tp(tmp_path, str(tmp_path / "m.tensors"), 1)

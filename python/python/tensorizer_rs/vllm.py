@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _native
 from ._convert import convert
 from ._crypt import EncryptionParams
 from ._deserializer import TensorDeserializer
@@ -58,6 +59,12 @@ _MIN_INDEX = 256 * 1024
 #: Index entry bytes besides the name, the dtype and the shape (spec §4.3),
 #: with the 4-byte tag of a versioned index.
 _ENTRY_FIXED = 33
+#: The longest dtype string (spec §6.3: ``|V1\0torch.float4_e2m1fn_x2`` is
+#: 27 bytes), rounded up.
+_MAX_DTYPE_LEN = 32
+#: The largest safetensors header read to size the index (the safetensors
+#: format's own limit).
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 
 
 def rank_uris(out_uri: str, tp_size: int) -> list[str]:
@@ -105,28 +112,41 @@ def weight_files(folder: str | os.PathLike[str]) -> list[Path]:
     raise FileNotFoundError(f"{root}: no *.safetensors, *.bin or *.pt weight files")
 
 
-def _index_len(entries: Sequence[Any]) -> int:
-    """Index bytes the entries need (spec §4.3, tagged, 8-byte dimensions:
-    an upper bound), at least tensorizer's 256 KiB."""
-    needed = sum(_ENTRY_FIXED + len(e.name_bytes) + len(e.dtype.encode()) + 8 * len(e.shape) for e in entries)
+def _stored_tensors(path: Path) -> list[tuple[str, int]]:
+    """(name, number of dimensions) of each tensor in a weight file, from
+    its header alone: a safetensors file's JSON header, a torch
+    checkpoint's pickle."""
+    if path.suffix == ".safetensors":
+        with path.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if size > _MAX_SAFETENSORS_HEADER:
+                raise ValueError(f"{path}: a safetensors header of {size} bytes (the format allows 100 MiB)")
+            header = json.loads(f.read(size))
+        return [(k, len(v["shape"])) for k, v in header.items() if k != "__metadata__"]
+    entries = _native.NativeCheckpoint(str(path)).entries()
+    return [(".".join(map(str, e.path)), len(e.shape)) for e in entries if e.kind == "tensor"]
+
+
+def _index_len(files: Sequence[Path]) -> int:
+    """Index bytes the files' tensors can need (spec §4.3: tagged entries,
+    8-byte dimensions, the longest dtype), at least tensorizer's 256 KiB."""
+    needed = sum(
+        _ENTRY_FIXED + len(name.encode()) + _MAX_DTYPE_LEN + 8 * ndim
+        for f in files
+        for name, ndim in _stored_tensors(f)
+    )
     return max(_MIN_INDEX, needed)
 
 
-def _converted(files: Sequence[Path], scratch: str) -> list[str]:
-    """Each weight file as a tensorizer file in `scratch`."""
-    out = []
-    for i, f in enumerate(files):
-        dst = os.path.join(scratch, f"{i:05d}.tensors")
-        convert(f, dst)
-        out.append(dst)
-    return out
-
-
-def _shards(paths: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """Each converted file's tensors, one file at a time, on the CPU."""
-    for p in paths:
-        with TensorDeserializer(p, device="cpu", lazy_load=True) as d:
+def _shards(files: Sequence[Path], scratch: str) -> Iterator[dict[str, Any]]:
+    """Each weight file's tensors on the CPU, one file at a time: converted
+    into `scratch`, read, then deleted."""
+    for f in files:
+        converted = os.path.join(scratch, "shard.tensors")
+        convert(f, converted)
+        with TensorDeserializer(converted, device="cpu", lazy_load=True) as d:
             yield {str(name): tensor for name, tensor in d.items()}
+        os.remove(converted)
 
 
 def _state_dict_of(source: Any) -> Mapping[str, Any]:
@@ -160,9 +180,10 @@ def serialize_for_tp(
             ``encryption_keyfile``, decrypt them).
 
     Returns the URIs written, rank 0 first. Each file is written whole or
-    not at all. A folder's shards are converted one at a time into a
+    not at all. A folder's weight files are converted one at a time into a
     scratch folder beside the first output (the system's temporary folder
-    for a remote one); memory holds one shard's tensors.
+    for a remote one), which holds one of them at a time; memory holds one
+    file's tensors.
 
     Raises:
         ValueError: a bad `tp_size` or `out_uri` (:func:`rank_uris`), or
@@ -176,13 +197,9 @@ def serialize_for_tp(
         scratch_dir = os.path.dirname(os.path.abspath(uris[0])) if local else None
         if scratch_dir is not None:
             os.makedirs(scratch_dir, exist_ok=True)
+        capacity = _index_len(files)
         with tempfile.TemporaryDirectory(prefix=".tensorizer-rs-", dir=scratch_dir) as scratch:
-            paths = _converted(files, scratch)
-            entries = []
-            for p in paths:
-                with TensorDeserializer(p, device="cpu", lazy_load=True) as d:
-                    entries.extend(d._selected)
-            _write(uris, _shards(paths), _index_len(entries), encryption)
+            _write(uris, _shards(files, scratch), capacity, encryption)
     else:
         _write(uris, iter([dict(_state_dict_of(source))]), None, encryption)
     return uris
