@@ -19,7 +19,10 @@ tensors are named and shaped as the model's own parameters (say, written by
 then reads only its share (``tensorizer_rs.vllm.load_tp_share``: a slice
 plan from the model's parameter shapes, read by ``load_shards``) and copies
 it into the parameters directly, as vLLM's ``sharded_state`` format does:
-the model's ``load_weights``, which would cut again, is not called.
+the model's ``load_weights``, which would cut again, is not called. For the
+same reason ``get_all_weights`` then gives these shares, which vLLM's
+in-place reload takes as already processed (``is_checkpoint_format=False``),
+not as a checkpoint.
 
 This module imports vLLM: it is imported by ``vllm_plugin.register`` only
 in processes where vLLM is already loaded.
