@@ -188,16 +188,19 @@ class _Stand(torch.nn.Module):
 _CUTS = {"embed.weight": 0, "up.weight": 0, "up.bias": 0, "down.weight": 1}
 
 
-def test_each_rank_loads_its_share_of_one_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_each_rank_loads_its_share_of_one_file(tmp_path: Path, encrypted: bool) -> None:
     torch.manual_seed(0)
     full = _Stand(1)
     uri = str(tmp_path / "full.tensors")
-    with tensorizer_rs.TensorSerializer(uri) as s:
+    key = tensorizer_rs.EncryptionParams.random() if encrypted else None
+    with tensorizer_rs.TensorSerializer(uri, encryption=key) as s:
         s.write_module(full)  # the top module's own tensors are named ".scale", ".steps"
     expected = full.state_dict()
+    options = {"encryption": tensorizer_rs.DecryptionParams.from_key(key.key)} if key else {}
     for rank in range(2):
         model = _Stand(2)
-        shares = dict(tv.load_tp_share(model, uri, rank, 2))
+        shares = dict(tv.load_tp_share(model, uri, rank, 2, verify_hash=True, **options))
         assert sorted(shares) == sorted(expected)
         for name, tensor in expected.items():
             dim = _CUTS.get(name)
