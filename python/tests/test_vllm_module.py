@@ -88,6 +88,24 @@ def test_torch_shards_a_module_and_a_state_dict(tmp_path: Path) -> None:
     _same(_read(out), state)
 
 
+def test_to_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import remote_servers
+
+    (tmp_path / "hf").mkdir()
+    folder = _hf_folder(tmp_path / "hf", _state())
+    with remote_servers.s3_bucket("models") as (endpoint, client):
+        for name, value in (("S3_ENDPOINT_URL", endpoint), ("S3_ACCESS_KEY_ID", "testing"),
+                            ("S3_SECRET_ACCESS_KEY", "testing")):  # fmt: skip
+            monkeypatch.setenv(name, value)
+        written = tv.serialize_for_tp(folder, "s3://models/qwen/m-%02d.tensors", 2)
+        assert written == ["s3://models/qwen/m-00.tensors", "s3://models/qwen/m-01.tensors"]
+        for r, uri in enumerate(written):
+            local = tmp_path / f"{r}.tensors"
+            client.download_file("models", uri.removeprefix("s3://models/"), str(local))  # type: ignore[attr-defined]
+            _same(_read(str(local)), _state())
+    assert not Path("s3:").exists()
+
+
 def test_encrypted(tmp_path: Path) -> None:
     key = tensorizer_rs.EncryptionParams.random()
     written = tv.serialize_for_tp(_state(), str(tmp_path / "enc-%02d.tensors"), 2, encryption=key)
