@@ -174,12 +174,15 @@ print("ok: serialize_for_tp's per-rank files load in our plugin and in vLLM's bu
 
 
 class Wide(torch.nn.Module):
-    """A model at tensor-parallel size tp: proj cut by rows, norm replicated.
-    Its load_weights would cut again: tp_slices must not call it."""
+    """A model at tensor-parallel size tp: proj cut by rows, gate_up fused
+    (two blocks of 4 rows, as vLLM's merged layers give output_sizes), norm
+    replicated. Its load_weights would cut again: tp_slices must not call it."""
 
     def __init__(self, tp):
         super().__init__()
         self.proj = torch.nn.Linear(4, 6 // tp)
+        self.gate_up = torch.nn.Linear(4, 8 // tp)
+        self.gate_up.output_sizes = [4, 4]
         self.norm = torch.nn.LayerNorm(4)
 
     def load_weights(self, weights):
@@ -197,11 +200,13 @@ for rank in range(2):
     l.load_weights(model, None)
     for name, tensor in full.state_dict().items():
         want = torch.tensor_split(tensor, 2, 0)[rank] if name.startswith("proj.") else tensor
+        if name.startswith("gate_up."):
+            want = torch.cat([torch.tensor_split(block, 2, 0)[rank] for block in torch.split(tensor, 4)])
         assert torch.equal(model.state_dict()[name], want), (rank, name)
     assert sorted(n for n, _ in l.get_all_weights(None, Wide(2))) == sorted(full.state_dict())
 refused({"uri": full_file, "tp_slices": "yes"}, ['"tp_slices" must be true or false'])
 refused({"uri": full_file, "tp_slices": True, "mmap": True}, ['"tp_slices"', '"mmap"'])
-print("ok: tp_slices: each rank copies its share of one file into its parameters")
+print("ok: tp_slices: each rank copies its share of one file into its parameters, fused layers block by block")
 '''
 
 #: With TENSORIZER_RS_AS_TENSORIZER=1, in a fresh process: vLLM's built-in

@@ -238,36 +238,51 @@ def test_the_plan() -> None:
 @pytest.mark.parametrize(
     ("stored", "target", "fused", "words"),
     [
-        ((8, 4), (4, 2), False, "cut along one dimension"),  # two dimensions differ
-        ((8, 4), (5, 4), False, "cut along one dimension"),  # padded (vLLM's vocabulary padding)
-        ((8, 4), (32,), False, "cut along one dimension"),  # reshaped
-        ((8, 4), (4, 4), True, "fused layer"),
-        ((8, 4), None, False, "no parameter or buffer"),
+        ((8, 4), (4, 2), None, "cut along one dimension"),  # two dimensions differ
+        ((8, 4), (5, 4), None, "cut along one dimension"),  # padded (vLLM's vocabulary padding)
+        ((8, 4), (32,), None, "cut along one dimension"),  # reshaped
+        ((8, 4), (4, 4), [4, 2, 2, 2], "not 8 positions cut evenly"),  # replicated key/value heads
+        ((8, 4), (4, 4), [3, 5], "not 8 positions cut evenly"),
+        ((8, 4), None, None, "no parameter or buffer"),
     ],
 )
-def test_the_plan_refuses(stored: tuple[int, ...], target: tuple[int, ...] | None, fused: bool, words: str) -> None:
+def test_the_plan_refuses(
+    stored: tuple[int, ...], target: tuple[int, ...] | None, fused: list[int] | None, words: str
+) -> None:
     targets = {} if target is None else {"w": target}
     with pytest.raises(ValueError, match=words):
-        tv.tp_slice_plan({"w": stored}, targets, 0, 2, fused=frozenset({"w"} if fused else ()))
+        tv.tp_slice_plan({"w": stored}, targets, 0, 2, fused={} if fused is None else {"w": fused})
 
 
-def test_a_fused_layer_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_a_fused_layer_is_cut_block_by_block(tmp_path: Path, encrypted: bool) -> None:
     """vLLM's merged layers (QKV, gate_up) hold each rank's part of several
-    tensors side by side: no single cut of the full tensor is a share."""
+    tensors side by side: the share is each block's share, concatenated."""
 
     class Merged(torch.nn.Linear):
-        def __init__(self, out: int) -> None:
-            super().__init__(4, out)
-            self.output_sizes = [out // 2, out // 2]
+        def __init__(self, tp: int) -> None:
+            super().__init__(4, 12 // tp)
+            self.output_sizes = [8, 2, 2]  # vLLM's: the full sizes, at any tensor-parallel size
 
     class Model(torch.nn.Module):
         def __init__(self, tp: int) -> None:
             super().__init__()
-            self.gate_up = Merged(8 // tp)
+            self.qkv = Merged(tp)
+            self.norm = torch.nn.LayerNorm(4)
 
     uri = str(tmp_path / "merged.tensors")
-    with tensorizer_rs.TensorSerializer(uri) as s:
-        s.write_module(Model(1))
-    with pytest.raises(ValueError, match="'gate_up.weight' belongs to a fused layer"):
-        dict(tv.load_tp_share(Model(2), uri, 0, 2))
-    assert sorted(dict(tv.load_tp_share(Model(1), uri, 0, 1))) == ["gate_up.bias", "gate_up.weight"]
+    full = Model(1)
+    key = tensorizer_rs.EncryptionParams.random() if encrypted else None
+    with tensorizer_rs.TensorSerializer(uri, encryption=key) as s:
+        s.write_module(full)
+    options = {"encryption": tensorizer_rs.DecryptionParams.from_key(key.key)} if key else {}
+    for rank in range(2):
+        shares = dict(tv.load_tp_share(Model(2), uri, rank, 2, verify_hash=True, **options))
+        for name in ("qkv.weight", "qkv.bias"):
+            t = full.state_dict()[name]
+            blocks = torch.split(t, [8, 2, 2])
+            want = torch.cat([torch.tensor_split(b, 2)[rank] for b in blocks])
+            assert torch.equal(shares[name], want), (rank, name)
+        assert torch.equal(shares["norm.weight"], full.norm.weight.detach())
+    whole = dict(tv.load_tp_share(Model(1), uri, 0, 1, **options))
+    assert sorted(whole) == ["norm.bias", "norm.weight", "qkv.bias", "qkv.weight"]

@@ -46,7 +46,10 @@ from ._serializer import TensorSerializer
 from ._shards import load_shards
 from ._slices import shard_range
 
-__all__ = ["RANK_DIRECTIVE", "load_tp_share", "rank_uris", "serialize_for_tp", "tp_slice_plan", "weight_files"]
+__all__ = [
+    "RANK_DIRECTIVE", "fused_ranges", "load_tp_share", "rank_uris", "serialize_for_tp", "tp_slice_plan",
+    "weight_files",
+]  # fmt: skip
 
 #: The rank directive vLLM 0.33's tensorizer format recognises in a URI
 #: (``TensorizerConfig._is_sharded``): ``%0`` and one digit, then ``d``.
@@ -232,20 +235,21 @@ def tp_slice_plan(
     rank: int,
     world_size: int,
     *,
-    fused: frozenset[str] = frozenset(),
+    fused: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, int | None]:
-    """``load_shards``'s plan for one rank: each stored tensor's name to
-    the dimension its share is cut along, or ``None`` to load it whole.
+    """Each stored tensor's name to the dimension rank `rank`'s share is
+    cut along, or ``None`` to load it whole.
 
     `stored` gives the file's full shapes, `targets` this rank's parameter
     shapes, by the same names. A tensor whose target shape is its stored
     shape loads whole; one whose shapes differ in exactly one dimension,
     where the target is ``shard_range(stored, rank, world_size)``'s length,
-    is cut along it. Anything else raises ``ValueError`` naming the tensor
-    (a name the model lacks, a padded or reshaped parameter), as does a cut
-    of a name in `fused`: a fused layer (vLLM's ``QKVParallelLinear``,
-    ``MergedColumnParallelLinear``) holds each rank's part of several
-    tensors side by side, which no single cut of the full tensor gives.
+    is cut along it. `fused` names the tensors of fused layers (vLLM's
+    ``QKVParallelLinear``, ``MergedColumnParallelLinear``) with their
+    layer's ``output_sizes``: blocks side by side along the cut dimension,
+    each cut on its own (:func:`fused_ranges`). Anything else raises
+    ``ValueError`` naming the tensor (a name the model lacks, a padded or
+    reshaped parameter, a fused layer whose blocks are not cut evenly).
     """
     plan: dict[str, int | None] = {}
     for name, full in stored.items():
@@ -264,24 +268,42 @@ def tp_slice_plan(
                 f"{name!r}: the file's shape {list(full)} is not rank {rank} of {world_size}'s "
                 f"parameter shape {list(target)} cut along one dimension"
             )
-        if name in fused:
-            raise ValueError(
-                f"{name!r} belongs to a fused layer, whose rank share is no single cut of the full tensor; "
-                "write one file per rank (serialize_for_tp) instead"
-            )
+        if fused and name in fused:
+            fused_ranges(name, full[cut], fused[name], rank, world_size)
         plan[name] = cut
     return plan
 
 
-def _fused_names(model: Any) -> frozenset[str]:
+def fused_ranges(name: str, size: int, blocks: Sequence[int], rank: int, world_size: int) -> list[slice]:
+    """Rank `rank`'s positions of a fused tensor of `size` along its cut
+    dimension: its share of each block of `blocks` (the layer's full
+    ``output_sizes``), in order. Raises ``ValueError`` when the blocks do
+    not add up to `size` (vLLM replicates key/value heads when there are
+    fewer than ranks) or one does not divide evenly."""
+    if sum(blocks) != size or any(b % world_size for b in blocks):
+        raise ValueError(
+            f"{name!r}: a fused layer whose blocks {list(blocks)} are not {size} positions cut evenly "
+            f"{world_size} ways (replicated key/value heads?); write one file per rank (serialize_for_tp) instead"
+        )
+    out, start = [], 0
+    for b in blocks:
+        part = shard_range(b, rank, world_size, even=True)
+        out.append(slice(start + part.start, start + part.stop))
+        start += b
+    return out
+
+
+def _fused_blocks(model: Any) -> dict[str, list[int]]:
     """The tensors of `model`'s fused layers (modules with several
-    ``output_sizes``, as vLLM's merged linear layers have)."""
-    names = set()
+    ``output_sizes``, as vLLM's merged linear layers have), with those
+    sizes."""
+    found = {}
     for prefix, module in model.named_modules():
-        if len(getattr(module, "output_sizes", None) or ()) > 1:
+        sizes = [int(n) for n in getattr(module, "output_sizes", None) or ()]
+        if len(sizes) > 1:
             for name, _ in module.named_parameters(prefix=prefix):
-                names.add(name)
-    return frozenset(names)
+                found[name] = sizes
+    return found
 
 
 def load_tp_share(model: Any, uri: str, rank: int, world_size: int, **options: Any) -> Iterator[tuple[str, Any]]:
@@ -291,26 +313,42 @@ def load_tp_share(model: Any, uri: str, rank: int, world_size: int, **options: A
     The file's tensor names are the model's own (a leading dot, as
     ``write_module`` names the top module's tensors, is dropped). The plan
     is :func:`tp_slice_plan` from the file's index and the model's shapes;
-    ``load_shards`` then reads only each cut tensor's share. `options` are
-    ``load_shards``' (``device``, ``encryption``, ``verify_hash``,
-    ``num_readers``, ...).
+    ``load_shards`` then reads only each cut tensor's share, and each cut
+    tensor of a fused layer is its blocks' shares (``get_slice``, one read
+    per block) side by side. `options` are ``load_shards``' (``device``,
+    ``encryption``, ``verify_hash``, ``num_readers``, ...).
     """
+    import torch
+
     with TensorDeserializer(uri, device="cpu", lazy_load=True, encryption=options.get("encryption")) as d:
         stored = {e.name: e.shape for e in d._selected}
     if any(not isinstance(name, str) for name in stored):
         raise ValueError(f"{uri}: tp_slices needs flat tensor names, as the model's parameters are named")
     targets = dict(model.named_parameters()) | dict(model.named_buffers())
     bare = {name: str(name).removeprefix(".") for name in stored}
+    fused = _fused_blocks(model)
     plan = tp_slice_plan(
         {bare[n]: s for n, s in stored.items()},
         {n: t.shape for n, t in targets.items()},
         rank,
         world_size,
-        fused=_fused_names(model),
+        fused=fused,
     )
-    loaded = load_shards(uri, {n: plan[bare[n]] for n in stored}, rank, world_size, **options)
+    blockwise = {n for n in stored if plan[bare[n]] is not None and bare[n] in fused}
+    simple = {n: plan[bare[n]] for n in stored if n not in blockwise}
+    loaded = load_shards(uri, simple, rank, world_size, filter_func=lambda n: n not in blockwise, **options)
     for name, tensor in loaded.items():
         yield bare[name], tensor
+    if not blockwise:
+        return
+    reader = {k: v for k, v in options.items() if k in ("device", "encryption", "verify_hash", "num_readers")}
+    with TensorDeserializer(uri, lazy_load=True, **reader) as d:
+        for name in blockwise:
+            dim = plan[bare[name]]
+            assert dim is not None
+            ranges = fused_ranges(bare[name], stored[name][dim], fused[bare[name]], rank, world_size)
+            whole = d.get_slice(name)
+            yield bare[name], torch.cat([whole[(slice(None),) * dim + (r,)] for r in ranges], dim)
 
 
 def _encryption_from(args: argparse.Namespace) -> EncryptionParams | None:
