@@ -15,12 +15,18 @@ model's ``load_weights`` protocol (vLLM's models need a GPU and a model
 config to build; the protocol is what the loader talks to), yields every
 tensor from ``get_all_weights``, decrypts with a key from the environment,
 picks the file of its tensor-parallel rank, and refuses bad configuration
-in one line. Without network it prints SKIPPED.
+in one line; ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
+through our loader and vLLM's built-in tensorizer format (on tensorizer
+2.10.1, vLLM's pin, and, in a second process with
+``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs); with ``tp_slices``
+each rank copies its share of one file into its parameters. Without network
+it prints SKIPPED.
 """
 
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -28,19 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "vllm-venv"
 RELEASES = ROOT / "target" / "releases"
 
-INSIDE = r'''
-import json, os, tempfile, torch
-import tensorizer_rs
-from tensorizer_rs import TensorSerializer, EncryptionParams
-from vllm.config.load import LoadConfig
-from vllm.plugins import load_general_plugins
-from vllm.model_executor.model_loader import get_model_loader
-
-assert "site-packages" in tensorizer_rs.__file__, tensorizer_rs.__file__
-load_general_plugins()
-load_general_plugins()  # idempotent
-
-
+TINY = r'''
 class Tiny(torch.nn.Module):
     """vLLM's weight-loading protocol: load_weights(pairs) -> names loaded."""
 
@@ -57,15 +51,29 @@ class Tiny(torch.nn.Module):
             params[name].data.copy_(tensor)
             done.add(name)
         return done
+'''
 
+INSIDE = r'''
+import json, os, sys, torch
+import tensorizer_rs
+from tensorizer_rs import TensorSerializer, EncryptionParams
+from vllm.config.load import LoadConfig
+from vllm.plugins import load_general_plugins
+from vllm.model_executor.model_loader import get_model_loader
+
+assert "site-packages" in tensorizer_rs.__file__, tensorizer_rs.__file__
+load_general_plugins()
+load_general_plugins()  # idempotent
+''' + TINY + r'''
 
 def loader(extra):
     return get_model_loader(LoadConfig(load_format="tensorizer_rs", model_loader_extra_config=extra))
 
 
-tmp = tempfile.mkdtemp()
+tmp = sys.argv[1]
 source = Tiny()
 sd = {k: v.detach().clone() for k, v in source.state_dict().items()}
+torch.save(sd, os.path.join(tmp, "expected.pt"))  # for ALIAS
 plain = os.path.join(tmp, "model-rank-00.tensors")
 with TensorSerializer(plain) as s:
     s.write_state_dict(sd)
@@ -119,6 +127,114 @@ try:
     raise AssertionError("a missing file opened")
 except FileNotFoundError:
     print("ok: download_model names a missing file")
+
+# Writing for vLLM: a Hugging Face folder becomes one file per rank, read by
+# our plugin and by vLLM's built-in tensorizer format on the real tensorizer
+# 2.10.1 (vLLM's pin). The ranks are taken in turn in this process.
+import tensorizer
+import tensorizer_rs.vllm
+from types import SimpleNamespace
+from safetensors.torch import save_file
+from vllm.model_executor.model_loader.tensorizer_loader import TensorizerLoader
+from tensorizer_rs import vllm_loader
+
+assert tensorizer.__version__ == "2.10.1" and "tensorizer_rs" not in tensorizer.__file__, tensorizer.__file__
+hf = os.path.join(tmp, "hf")
+os.mkdir(hf)
+save_file(sd, os.path.join(hf, "model.safetensors"))
+with open(os.path.join(tmp, "vllm.key"), "wb") as f:
+    f.write(key.key)
+plain_uri = os.path.join(tmp, "tp", "model-%02d.tensors")
+secret_uri = os.path.join(tmp, "tp", "secret-%02d.tensors")
+assert len(tensorizer_rs.vllm.serialize_for_tp(hf, plain_uri, 2)) == 2
+tensorizer_rs.vllm.serialize_for_tp(hf, secret_uri, 2, encryption=key)
+
+
+def built_in(uri, **extra):
+    l = get_model_loader(LoadConfig(load_format="tensorizer",
+                                    model_loader_extra_config={"tensorizer_config": {"tensorizer_uri": uri, **extra}}))
+    assert isinstance(l, TensorizerLoader), type(l)
+    l.tensorizer_config.verify_with_parallel_config(SimpleNamespace(tensor_parallel_size=2))
+    return l
+
+
+for rank in range(2):
+    vllm_loader._tensor_parallel = lambda: (rank, 2)  # what vLLM's tensor-parallel group answers
+    for extra in ({"uri": plain_uri}, {"uri": secret_uri, "key_file": os.path.join(tmp, "vllm.key")}):
+        model = Tiny()
+        loader(extra).load_weights(model, None)
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+    for uri, extra in ((plain_uri, {}), (secret_uri, {"encryption_keyfile": os.path.join(tmp, "vllm.key")})):
+        l = built_in(uri, **extra)
+        l.tensorizer_config.tensorizer_uri = uri % rank  # as its load_model does at tensor-parallel size > 1
+        model = Tiny()
+        l.load_weights(model, None)
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: serialize_for_tp's per-rank files load in our plugin and in vLLM's built-in tensorizer format (2.10.1)")
+
+
+class Wide(torch.nn.Module):
+    """A model at tensor-parallel size tp: proj cut by rows, gate_up fused
+    (two blocks of 4 rows, as vLLM's merged layers give output_sizes), norm
+    replicated. Its load_weights would cut again: tp_slices must not call it."""
+
+    def __init__(self, tp):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 6 // tp)
+        self.gate_up = torch.nn.Linear(4, 8 // tp)
+        self.gate_up.output_sizes = [4, 4]
+        self.norm = torch.nn.LayerNorm(4)
+
+    def load_weights(self, weights):
+        raise AssertionError("tp_slices called load_weights")
+
+
+full = Wide(1)
+full_file = os.path.join(tmp, "full.tensors")
+with TensorSerializer(full_file) as s:
+    s.write_module(full)
+l = loader({"uri": full_file, "tp_slices": True, "verify_hash": True})
+for rank in range(2):
+    vllm_loader._tensor_parallel = lambda: (rank, 2)
+    model = Wide(2)
+    l.load_weights(model, None)
+    for name, tensor in full.state_dict().items():
+        want = torch.tensor_split(tensor, 2, 0)[rank] if name.startswith("proj.") else tensor
+        if name.startswith("gate_up."):
+            want = torch.cat([torch.tensor_split(block, 2, 0)[rank] for block in torch.split(tensor, 4)])
+        assert torch.equal(model.state_dict()[name], want), (rank, name)
+    assert sorted(n for n, _ in l.get_all_weights(None, Wide(2))) == sorted(full.state_dict())
+refused({"uri": full_file, "tp_slices": "yes"}, ['"tp_slices" must be true or false'])
+refused({"uri": full_file, "tp_slices": True, "mmap": True}, ['"tp_slices"', '"mmap"'])
+print("ok: tp_slices: each rank copies its share of one file into its parameters, fused layers block by block")
+'''
+
+#: With TENSORIZER_RS_AS_TENSORIZER=1, in a fresh process: vLLM's built-in
+#: tensorizer format on tensorizer_rs reads INSIDE's per-rank files.
+ALIAS = r'''
+import os, sys, torch
+from types import SimpleNamespace
+from vllm.plugins import load_general_plugins
+
+load_general_plugins()  # installs the alias before vLLM's loaders import tensorizer
+import tensorizer, tensorizer_rs
+from vllm.config.load import LoadConfig
+from vllm.model_executor.model_loader import get_model_loader
+
+assert tensorizer is tensorizer_rs
+''' + TINY + r'''
+tmp = sys.argv[1]
+sd = torch.load(os.path.join(tmp, "expected.pt"))
+template = os.path.join(tmp, "tp", "secret-%02d.tensors")
+for rank in range(2):
+    extra = {"tensorizer_uri": template, "encryption_keyfile": os.path.join(tmp, "vllm.key")}
+    l = get_model_loader(LoadConfig(load_format="tensorizer", model_loader_extra_config={"tensorizer_config": extra}))
+    l.tensorizer_config.verify_with_parallel_config(SimpleNamespace(tensor_parallel_size=2))
+    l.tensorizer_config.tensorizer_uri = template % rank  # as its load_model does at tensor-parallel size > 1
+    model = Tiny()
+    l.load_weights(model, None)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: with TENSORIZER_RS_AS_TENSORIZER=1, vLLM's built-in tensorizer format on tensorizer_rs reads them too")
 '''
 
 
@@ -147,10 +263,13 @@ def main() -> None:
     wheel = Path(sys.argv[1]).resolve()
     install(wheel)
     env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
-    done = run([str(VENV / "bin" / "python"), "-c", textwrap.dedent(INSIDE)], env=env, cwd=VENV, timeout=600)
-    print(done.stdout, end="")
-    if done.returncode != 0:
-        raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for code, extra_env in ((INSIDE, {}), (ALIAS, {"TENSORIZER_RS_AS_TENSORIZER": "1"})):
+            python = [str(VENV / "bin" / "python"), "-c", textwrap.dedent(code), tmp]
+            done = run(python, env={**env, **extra_env}, cwd=VENV, timeout=600)
+            print(done.stdout, end="")
+            if done.returncode != 0:
+                raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
     print("vllm-plugin-smoke: every check passed")
 
 

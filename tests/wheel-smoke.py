@@ -93,6 +93,8 @@ def check_commands(python: Path, env: dict[str, str], tmp: Path) -> None:
     )
     run([str(python), "-c", plugin], env, tmp)
     check(True, "the vllm.general_plugins entry point is installed and loads")
+    usage = run([str(python), "-m", "tensorizer_rs.vllm", "--help"], env, tmp).stdout
+    check("--tp-size" in usage, "`python -m tensorizer_rs.vllm` (writing for vLLM) runs without vLLM")
     subcommands = run(["tzr", "--help"], env, tmp).stdout
     for name in ("inspect", "verify", "convert", "encrypt", "fingerprint", "diff", "scan", "view", "copy"):
         check(f"  {name}" in subcommands, f"the wheel's tzr has `{name}`")

@@ -1,6 +1,7 @@
 """Arguments as the originals take them.
 
-For every public callable of tensorizer 2.12.1 (and of zipslicer 0.8.1) and
+For every public callable of tensorizer 2.12.1 and 2.10.1 (the release vLLM
+0.33's ``[tensorizer]`` extra pins), and of zipslicer 0.8.1, and
 every one of its parameters, as ``inspect.signature`` of the *original*
 gives them at run time, both the original and tensorizer_rs are called with
 the same matrix of values in that one parameter (the others at a working
@@ -15,6 +16,15 @@ fails), so the list cannot outlive its reason.
 Values that would make either library touch the test process's own standard
 streams (an int or bool is a file descriptor where a file is expected: 1 is
 stdout) are not tried for file parameters; see ``UNSAFE``.
+
+2.12.1 is the one installed in the test environment. 2.10.1's sdist is
+fetched from PyPI with ``pip download`` into ``target/releases`` (once; its
+SHA-256 is checked) and its ``tensorizer/`` extracted to
+``target/tensorizer-2.10.1``; without network its cases are skipped. It is
+imported into this process as a second ``tensorizer`` (its own module
+objects; ``sys.modules`` keeps 2.12.1's), so each of our outcomes is
+computed once and compared with both. Callables an original lacks (2.10.1
+has no ``torch_compat``) are skipped for it.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import inspect
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,6 +46,7 @@ import pytest
 import torch
 
 import tzhelpers
+from upstream import releases
 
 if tzhelpers.IS_ORACLE:
     pytest.skip("compares tensorizer_rs with the original itself", allow_module_level=True)
@@ -62,14 +74,23 @@ class Lib:
     utils: Any
     torch_compat: Any
     zipslicer: Any
+    version: str = ""
 
 
 zipslicer = pytest.importorskip("zipslicer")
 from tensorizer_rs import zipslicer as our_zipslicer  # noqa: E402
 
 ORIGINAL = Lib(
-    "tensorizer", tensorizer, tensorizer.stream_io, tensorizer.utils, tensorizer.torch_compat, zipslicer
+    "tensorizer", tensorizer, tensorizer.stream_io, tensorizer.utils, tensorizer.torch_compat, zipslicer,
+    tensorizer.__version__,
+)  # fmt: skip
+#: tensorizer-2.10.1.tar.gz as published on PyPI.
+SDIST_2_10_1 = releases.Release(
+    "tensorizer==2.10.1",
+    "tensorizer-2.10.1.tar.gz",
+    "fe39940548a287c84891ee9dd966d6e87575312625ba46c9eda11b0b79d05028",
 )
+VERSIONS = (ORIGINAL.version, "2.10.1")
 OURS = Lib(
     "tensorizer_rs",
     tensorizer_rs,
@@ -78,6 +99,44 @@ OURS = Lib(
     tensorizer_rs.torch_compat,
     our_zipslicer,
 )
+
+
+def _import_release(folder: pathlib.Path) -> Lib:
+    """The ``tensorizer`` package in `folder`, imported beside the installed
+    one: its modules are imported with ``sys.modules`` cleared of
+    ``tensorizer*``, which then gets the installed ones back."""
+    ours = ("tensorizer", "tensorizer.")
+    saved = {n: m for n, m in sys.modules.items() if n.startswith(ours) or n == "tensorizer"}
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, str(folder))
+    try:
+        top = importlib.import_module("tensorizer")
+        modules = {n: importlib.import_module(f"tensorizer.{n}") for n in ("stream_io", "utils")}
+        try:
+            compat = importlib.import_module("tensorizer.torch_compat")
+        except ModuleNotFoundError:
+            compat = None
+    finally:
+        sys.path.remove(str(folder))
+        for name in [n for n in sys.modules if n.startswith(ours) or n == "tensorizer"]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+    return Lib("tensorizer", top, modules["stream_io"], modules["utils"], compat, zipslicer, top.__version__)
+
+
+@pytest.fixture(scope="module")
+def originals() -> dict[str, Lib | None]:
+    """Each original release by version; None where it cannot be fetched."""
+    found: dict[str, Lib | None] = {ORIGINAL.version: ORIGINAL}
+    sdist, _ = releases.fetch(SDIST_2_10_1)
+    found["2.10.1"] = None
+    if sdist is not None:
+        folder = releases.extract_package(SDIST_2_10_1, "tensorizer", releases.REPO / "target" / "tensorizer-2.10.1")
+        lib = _import_release(folder)
+        assert lib.version == "2.10.1" and lib.top is not tensorizer, lib.top.__file__
+        found["2.10.1"] = lib
+    return found
 
 
 def _module() -> torch.nn.Module:
@@ -194,7 +253,7 @@ class Case:
     file its path-like values name."""
 
     name: str
-    original: Callable[[], Any]
+    original: Callable[[Lib], Any]
     baseline: Callable[[Lib, Ctx], dict[str, Any]]
     call: Callable[[Lib, Ctx, dict[str, Any]], Any]
     path: Callable[[Ctx], str] = lambda ctx: ctx.model
@@ -292,70 +351,70 @@ def _fresh_module(lib: Lib, ctx: Ctx) -> dict[str, Any]:
 
 
 CASES = [
-    Case("TensorSerializer", lambda: tensorizer.TensorSerializer,
+    Case("TensorSerializer", lambda o: o.top.TensorSerializer,
          lambda lib, ctx: {"file_obj": ctx.fresh()}, _serialize),
-    Case("TensorSerializer.write_module", lambda: tensorizer.TensorSerializer.write_module,
+    Case("TensorSerializer.write_module", lambda o: o.top.TensorSerializer.write_module,
          lambda lib, ctx: {"m": ctx.module}, _with_serializer("write_module")),
-    Case("TensorSerializer.write_tensor", lambda: tensorizer.TensorSerializer.write_tensor,
+    Case("TensorSerializer.write_tensor", lambda o: o.top.TensorSerializer.write_tensor,
          lambda lib, ctx: {"idx": 0, "name": "x", "tensor_type": lib.top.TensorType.PARAM,
                            "tensor": torch.ones(3)},
          _with_serializer("write_tensor")),
-    Case("TensorSerializer.write_state_dict", lambda: tensorizer.TensorSerializer.write_state_dict,
+    Case("TensorSerializer.write_state_dict", lambda o: o.top.TensorSerializer.write_state_dict,
          lambda lib, ctx: {"state_dict": ctx.module.state_dict()}, _with_serializer("write_state_dict")),
-    Case("TensorDeserializer", lambda: tensorizer.TensorDeserializer,
+    Case("TensorDeserializer", lambda o: o.top.TensorDeserializer,
          lambda lib, ctx: {"file_obj": ctx.model, "device": "cpu"}, _deserialize),
-    Case("TensorDeserializer (encrypted file)", lambda: tensorizer.TensorDeserializer,
+    Case("TensorDeserializer (encrypted file)", lambda o: o.top.TensorDeserializer,
          lambda lib, ctx: {"file_obj": ctx.enc, "device": "cpu",
                            "encryption": lib.top.DecryptionParams.from_key(KEY)},
          _deserialize, path=lambda ctx: ctx.enc),
-    Case("TensorDeserializer.load_into_module", lambda: tensorizer.TensorDeserializer.load_into_module,
+    Case("TensorDeserializer.load_into_module", lambda o: o.top.TensorDeserializer.load_into_module,
          _fresh_module, _with_deserializer("load_into_module")),
-    Case("TensorDeserializer.load_into_module (lazy)", lambda: tensorizer.TensorDeserializer.load_into_module,
+    Case("TensorDeserializer.load_into_module (lazy)", lambda o: o.top.TensorDeserializer.load_into_module,
          _fresh_module, _with_deserializer("load_into_module", lazy_load=True)),
-    Case("TensorDeserializer.read_tensors", lambda: tensorizer.TensorDeserializer.read_tensors,
+    Case("TensorDeserializer.read_tensors", lambda o: o.top.TensorDeserializer.read_tensors,
          lambda lib, ctx: {}, _with_deserializer("read_tensors", lazy_load=True)),
-    Case("TensorDeserializer.read_numpy_arrays", lambda: tensorizer.TensorDeserializer.read_numpy_arrays,
+    Case("TensorDeserializer.read_numpy_arrays", lambda o: o.top.TensorDeserializer.read_numpy_arrays,
          lambda lib, ctx: {}, _with_deserializer("read_numpy_arrays", lazy_load=True)),
-    Case("TensorDeserializer.tree", lambda: tensorizer.TensorDeserializer.tree,
+    Case("TensorDeserializer.tree", lambda o: o.top.TensorDeserializer.tree,
          lambda lib, ctx: {}, _with_deserializer("tree")),
-    Case("TensorDeserializer.verify_module", lambda: tensorizer.TensorDeserializer.verify_module,
+    Case("TensorDeserializer.verify_module", lambda o: o.top.TensorDeserializer.verify_module,
          lambda lib, ctx: {"m": ctx.module}, _with_deserializer("verify_module")),
-    Case("EncryptionParams", lambda: tensorizer.EncryptionParams,
+    Case("EncryptionParams", lambda o: o.top.EncryptionParams,
          lambda lib, ctx: {"key": KEY}, lambda lib, ctx, a: lib.top.EncryptionParams(**a)),
-    Case("EncryptionParams.from_string", lambda: tensorizer.EncryptionParams.from_string,
+    Case("EncryptionParams.from_string", lambda o: o.top.EncryptionParams.from_string,
          lambda lib, ctx: {"source": "pass", "opslimit": 1, "memlimit": 8192},
          lambda lib, ctx, a: lib.top.EncryptionParams.from_string(**a)),
-    Case("DecryptionParams.from_key", lambda: tensorizer.DecryptionParams.from_key,
+    Case("DecryptionParams.from_key", lambda o: o.top.DecryptionParams.from_key,
          lambda lib, ctx: {"key": KEY}, lambda lib, ctx, a: lib.top.DecryptionParams.from_key(**a)),
-    Case("DecryptionParams.from_string", lambda: tensorizer.DecryptionParams.from_string,
+    Case("DecryptionParams.from_string", lambda o: o.top.DecryptionParams.from_string,
          lambda lib, ctx: {"source": "pass"}, lambda lib, ctx, a: lib.top.DecryptionParams.from_string(**a)),
-    Case("stream_io.open_stream", lambda: tensorizer.stream_io.open_stream,
+    Case("stream_io.open_stream", lambda o: o.stream_io.open_stream,
          lambda lib, ctx: {"path_uri": ctx.model}, _open_stream),
-    Case("utils.convert_bytes", lambda: tensorizer.utils.convert_bytes,
+    Case("utils.convert_bytes", lambda o: o.utils.convert_bytes,
          lambda lib, ctx: {"num": 123456}, lambda lib, ctx, a: lib.utils.convert_bytes(**a)),
-    Case("utils.no_init_or_tensor", lambda: tensorizer.utils.no_init_or_tensor,
+    Case("utils.no_init_or_tensor", lambda o: o.utils.no_init_or_tensor,
          lambda lib, ctx: {"loading_code": _module}, lambda lib, ctx, a: lib.utils.no_init_or_tensor(**a)),
-    Case("torch_compat.tensorizer_saving", lambda: tensorizer.torch_compat.tensorizer_saving,
+    Case("torch_compat.tensorizer_saving", lambda o: o.torch_compat.tensorizer_saving,
          lambda lib, ctx: {"file_obj": ctx.fresh()}, _saving),
-    Case("torch_compat.tensorizer_loading", lambda: tensorizer.torch_compat.tensorizer_loading,
+    Case("torch_compat.tensorizer_loading", lambda o: o.torch_compat.tensorizer_loading,
          lambda lib, ctx: {}, _loading),
-    Case("stream_io.CURLStreamFile", lambda: tensorizer.stream_io.CURLStreamFile,
+    Case("stream_io.CURLStreamFile", lambda o: o.stream_io.CURLStreamFile,
          lambda lib, ctx: {"uri": SERVERS["http"]}, _read_stream("CURLStreamFile"), needs_servers=True),
-    Case("stream_io.RedisStreamFile", lambda: tensorizer.stream_io.RedisStreamFile,
+    Case("stream_io.RedisStreamFile", lambda o: o.stream_io.RedisStreamFile,
          lambda lib, ctx: {"uri": SERVERS["redis"]}, _read_stream("RedisStreamFile"), needs_servers=True),
-    Case("TensorDeserializer.to_redis", lambda: tensorizer.TensorDeserializer.to_redis,
+    Case("TensorDeserializer.to_redis", lambda o: o.top.TensorDeserializer.to_redis,
          _redis_client, _to_redis, needs_servers=True),
-    Case("zipslicer.load", lambda: zipslicer.load,
+    Case("zipslicer.load", lambda o: o.zipslicer.load,
          lambda lib, ctx: {"ckpt": ctx.ckpt}, _zipslicer_load, path=lambda ctx: ctx.ckpt),
-    Case("zipslicer.LazyStateDict.get_meta", lambda: zipslicer.LazyStateDict.get_meta,
+    Case("zipslicer.LazyStateDict.get_meta", lambda o: o.zipslicer.LazyStateDict.get_meta,
          lambda lib, ctx: {"k": "0.weight"},
          lambda lib, ctx, a: lib.zipslicer.load(ctx.ckpt).get_meta(**a), path=lambda ctx: ctx.ckpt),
 ]  # fmt: skip
 
 
-def _parameters(original: Callable[[], Any]) -> list[str]:
+def _parameters(original: Any) -> list[str]:
     """The parameters the original names (not self/cls, not *args/**kwargs)."""
-    sig = inspect.signature(original())
+    sig = inspect.signature(original)
     return [
         p.name
         for p in sig.parameters.values()
@@ -445,32 +504,40 @@ ORIGINAL_UNSAFE: dict[tuple[str, str, str], str] = {
 }
 
 
-def _run_case(case: Case, fixtures: pathlib.Path, run: Callable[[Lib, Ctx, dict[str, Any]], Any]) -> list[str]:
-    """Every parameter x value of one case; the mismatches, described."""
+#: Our outcome per (case, parameter, value label): computed once, compared
+#: with each original's.
+_OURS: dict[tuple[str, str, str], type[BaseException] | None] = {}
+
+
+def _outcome_of(lib: Lib, case: Case, fixtures: pathlib.Path, param: str, label: str) -> type[BaseException] | None:
+    with tempfile.TemporaryDirectory() as d:
+        ctx = Ctx(pathlib.Path(d), fixtures)
+        try:
+            args = case.baseline(lib, ctx)
+            args[param] = _matrix(ctx, case.path(ctx))[label]()
+            return _outcome(lambda: case.call(lib, ctx, args))
+        finally:
+            ctx.close()
+
+
+def _run_case(case: Case, original_lib: Lib, fixtures: pathlib.Path) -> list[str]:
+    """Every parameter x value of one case against one original; the
+    mismatches, described."""
     problems = []
-    for param in _parameters(case.original):
-        with tempfile.TemporaryDirectory() as probe:
-            labels = list(_matrix(Ctx(pathlib.Path(probe), fixtures), "").keys())
+    with tempfile.TemporaryDirectory() as probe:
+        labels = list(_matrix(Ctx(pathlib.Path(probe), fixtures), "").keys())
+    for param in _parameters(case.original(original_lib)):
         for label in labels:
-            if param in case.skip or (param in FILE_PARAMS and label in UNSAFE):
-                continue
-            outcomes: list[type[BaseException] | None] = []
-            if (case.name, param, label) in ORIGINAL_UNSAFE:
-                continue
-            for lib in (ORIGINAL, OURS):
-                with tempfile.TemporaryDirectory() as d:
-                    ctx = Ctx(pathlib.Path(d), fixtures)
-                    try:
-                        args = case.baseline(lib, ctx)
-                        args[param] = _matrix(ctx, case.path(ctx))[label]()
-                        outcomes.append(_outcome(lambda: run(lib, ctx, args)))
-                    finally:
-                        ctx.close()
-            original, ours = outcomes
             key = (case.name, param, label)
-            same = _same(original, ours)
+            if param in case.skip or (param in FILE_PARAMS and label in UNSAFE) or key in ORIGINAL_UNSAFE:
+                continue
             if (case.name, param, "*") in EXTENSIONS:
                 continue
+            original = _outcome_of(original_lib, case, fixtures, param, label)
+            if key not in _OURS:
+                _OURS[key] = _outcome_of(OURS, case, fixtures, param, label)
+            ours = _OURS[key]
+            same = _same(original, ours)
             if key in EXTENSIONS:
                 if same:
                     problems.append(f"{param}={label}: listed in EXTENSIONS but no longer differs ({_show(ours)})")
@@ -479,19 +546,31 @@ def _run_case(case: Case, fixtures: pathlib.Path, run: Callable[[Lib, Ctx, dict[
     return problems
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_arguments_as_the_original_takes_them(case: Case, fixtures: pathlib.Path, request: pytest.FixtureRequest) -> None:
+def test_arguments_as_the_original_takes_them(
+    case: Case, version: str, originals: dict[str, Lib | None], fixtures: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    original = originals[version]
+    if original is None:
+        pytest.skip(f"SKIPPED: tensorizer {version} could not be downloaded from PyPI")
+    if case.name.startswith("zipslicer") and original is not ORIGINAL:
+        pytest.skip("zipslicer's cases do not depend on the tensorizer release")
+    try:
+        case.original(original)
+    except AttributeError:
+        pytest.skip(f"tensorizer {version} has no {case.name}")
     if case.needs_servers:
         request.getfixturevalue("servers")
     # The baseline itself must work in both.
-    for lib in (ORIGINAL, OURS):
+    for lib in (original, OURS):
         with tempfile.TemporaryDirectory() as d:
             ctx = Ctx(pathlib.Path(d), fixtures)
             try:
                 assert _outcome(lambda: case.call(lib, ctx, case.baseline(lib, ctx))) is None, (
-                    f"{case.name}: the baseline call fails in {lib.name}"
+                    f"{case.name}: the baseline call fails in {lib.name} {lib.version}"
                 )
             finally:
                 ctx.close()
-    problems = _run_case(case, fixtures, case.call)
-    assert not problems, f"{case.name}:\n  " + "\n  ".join(problems)
+    problems = _run_case(case, original, fixtures)
+    assert not problems, f"{case.name} (tensorizer {version}):\n  " + "\n  ".join(problems)

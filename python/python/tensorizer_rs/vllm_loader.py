@@ -13,6 +13,17 @@ reload asks for it).
 (anything else is refused, naming the known ones). Keys and passphrases
 come from a file or an environment variable, never the command line.
 
+With ``"tp_slices": true`` the ``uri`` is one file at full size whose
+tensors are named and shaped as the model's own parameters (say, written by
+``write_module`` from the model built at tensor-parallel size 1). Each rank
+then reads only its share (``tensorizer_rs.vllm.load_tp_share``: a slice
+plan from the model's parameter shapes, read by ``load_shards``) and copies
+it into the parameters directly, as vLLM's ``sharded_state`` format does:
+the model's ``load_weights``, which would cut again, is not called. For the
+same reason ``get_all_weights`` then gives these shares, which vLLM's
+in-place reload takes as already processed (``is_checkpoint_format=False``),
+not as a checkpoint.
+
 This module imports vLLM: it is imported by ``vllm_plugin.register`` only
 in processes where vLLM is already loaded.
 """
@@ -30,6 +41,7 @@ from vllm.model_executor.model_loader import base_loader  # type: ignore[import-
 
 from . import _deserializer
 from ._crypt import DecryptionParams
+from .vllm import load_tp_share
 
 #: The name passed to ``--load-format``.
 LOAD_FORMAT = "tensorizer_rs"
@@ -41,6 +53,8 @@ KEYS: Mapping[str, str] = {
     "verify_hash": "check every tensor's stored hashes as it loads (default false)",
     "num_readers": "parallel reads (default: chosen from the number of CPU cores)",
     "mmap": 'false (default), true or "auto": tensors as views of a memory map of a local file',
+    "tp_slices": "true: uri is one file at full size, named and shaped as the model's parameters, "
+    "from which each tensor-parallel rank reads only its share (default false)",
     "key_file": "a file holding the 32-byte encryption key",
     "key_env": "an environment variable holding the encryption key, hex-encoded",
     "passphrase_file": "a file holding the passphrase (one line)",
@@ -62,6 +76,7 @@ class LoaderConfig:
     num_readers: int | None = None
     mmap: bool | Literal["auto"] = False
     encryption: DecryptionParams | None = None
+    tp_slices: bool = False
 
     @classmethod
     def from_extra(cls, extra: Any) -> LoaderConfig:
@@ -86,13 +101,19 @@ class LoaderConfig:
         readers = extra.get("num_readers")
         if readers is not None and (not isinstance(readers, int) or isinstance(readers, bool) or readers < 1):
             raise ConfigError(f'--model-loader-extra-config: "num_readers" must be a whole number ≥ 1, not {readers!r}')
-        verify = extra.get("verify_hash", False)
-        if not isinstance(verify, bool):
-            raise ConfigError(f'--model-loader-extra-config: "verify_hash" must be true or false, not {verify!r}')
-        return cls(uri, verify, readers, mmap, _encryption(extra))
+        verify, slices = (extra.get(k, False) for k in ("verify_hash", "tp_slices"))
+        for key, value in (("verify_hash", verify), ("tp_slices", slices)):
+            if not isinstance(value, bool):
+                raise ConfigError(f'--model-loader-extra-config: "{key}" must be true or false, not {value!r}')
+        if slices and mmap:
+            raise ConfigError('--model-loader-extra-config: "tp_slices" reads shares, not whole tensors; drop "mmap"')
+        return cls(uri, verify, readers, mmap, _encryption(extra), slices)
 
     def uri_for(self, rank: int) -> str:
-        """The file tensor-parallel rank `rank` loads."""
+        """The file tensor-parallel rank `rank` loads (``uri`` as written
+        with ``tp_slices``)."""
+        if self.tp_slices:
+            return self.uri
         if "{rank}" in self.uri:
             return self.uri.replace("{rank}", str(rank))
         # A %d directive (%d, %02d, ...), as vLLM's tensorizer loader takes
@@ -125,14 +146,17 @@ def _encryption(extra: Mapping[str, Any]) -> DecryptionParams | None:
     return DecryptionParams.from_key(key)
 
 
-def _tensor_parallel_rank() -> int:
-    """This process's tensor-parallel rank (0 outside a parallel group)."""
+def _tensor_parallel() -> tuple[int, int]:
+    """This process's tensor-parallel rank and world size ((0, 1) outside
+    a parallel group)."""
     try:
-        from vllm.distributed import get_tensor_model_parallel_rank  # type: ignore[import-not-found]
+        from vllm import distributed  # type: ignore[import-not-found]
 
-        return int(get_tensor_model_parallel_rank())
+        return int(distributed.get_tensor_model_parallel_rank()), int(
+            distributed.get_tensor_model_parallel_world_size()
+        )
     except (AssertionError, ImportError, RuntimeError):
-        return 0
+        return 0, 1
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -154,7 +178,7 @@ class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
     def _open(self, device: Any, *, lazy: bool = False) -> _deserializer.TensorDeserializer:
         c = self.config
         return _deserializer.TensorDeserializer(
-            c.uri_for(_tensor_parallel_rank()),
+            c.uri_for(_tensor_parallel()[0]),
             device=device,
             lazy_load=lazy,
             verify_hash=c.verify_hash,
@@ -174,14 +198,37 @@ class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
         the device: the model's ``load_weights`` copies each one in before
         the next window is read). The top module's own tensors, which
         ``write_module`` names ``.name``, come without the leading dot, as
-        the model's ``named_parameters`` names them."""
+        the model's ``named_parameters`` names them. With ``tp_slices``,
+        this rank's shares, named and shaped as the model's parameters."""
+        if self.config.tp_slices:
+            yield from self._shares(model)
+            return
         with self._open(_device_of(model), lazy=True) as d:
             for name, tensor in d.items():
                 yield str(name).removeprefix("."), tensor
 
+    def _shares(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        c = self.config
+        return load_tp_share(
+            model,
+            c.uri,
+            *_tensor_parallel(),
+            device=_device_of(model),
+            verify_hash=c.verify_hash,
+            num_readers=c.num_readers,
+            encryption=c.encryption,
+        )
+
     def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
-        """The file's tensors through the model's own ``load_weights``."""
-        model.load_weights(self.get_all_weights(model_config, model))  # type: ignore[operator]
+        """The file's tensors through the model's own ``load_weights``; with
+        ``tp_slices``, this rank's shares copied into the parameters."""
+        if not self.config.tp_slices:
+            model.load_weights(self.get_all_weights(model_config, model))  # type: ignore[operator]
+            return
+        targets = dict(model.named_parameters()) | dict(model.named_buffers())
+        with torch.no_grad():
+            for name, share in self._shares(model):
+                targets[name].copy_(share)
 
 
 def register() -> None:

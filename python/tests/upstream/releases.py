@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,3 +80,22 @@ def fetch_or_skip(release: Release, what: str) -> Path | None:
     if path is None:
         print(f"SKIPPED: {why}; {what} did not run")
     return path
+
+
+def extract_package(release: Release, package: str, dest: Path) -> Path:
+    """The sdist's ``package/`` folder extracted into ``dest`` (once; a
+    marker file records it), for putting ``dest`` on ``sys.path``."""
+    done = dest / ".extracted"
+    if not done.exists():
+        top = release.filename.removesuffix(".tar.gz") + "/"
+        with tarfile.open(release.path) as tar:
+            for m in tar.getmembers():
+                if m.isfile() and m.name.startswith(top + package + "/"):
+                    source = tar.extractfile(m)
+                    if source is None:
+                        raise ValueError(f"{release.path}: {m.name} is not a regular file")
+                    out = dest / m.name[len(top) :]
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(source.read())
+        done.write_text(release.filename + "\n")
+    return dest
