@@ -7,6 +7,7 @@ pub mod kernels;
 pub mod memory;
 mod parallel;
 pub mod read;
+pub mod shards;
 pub mod source;
 pub mod store;
 pub mod write;

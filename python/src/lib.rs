@@ -20,6 +20,7 @@ mod options;
 mod reader;
 mod remote;
 mod safetensors;
+mod shards;
 mod slices;
 mod source;
 mod writer;
@@ -84,6 +85,7 @@ mod _native {
         crate::arenas::register(m)?;
         crate::convert::register(m)?;
         crate::safetensors::register(m)?;
+        crate::shards::register(m)?;
         crate::fingerprint::register(m)?;
         crate::cuda::register(m)?;
         crate::dtypes::register(m)?;

@@ -13,6 +13,7 @@ from ._convert import convert
 from ._deserializer import MmapFallbackWarning
 from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
+from ._model import load_state_dict
 from ._modules import StrictLoadError
 from ._native import ObjectChangedError, RangeNotSupportedError
 from ._receipt import LoadReceipt
@@ -75,4 +76,5 @@ __all__ = [
     "TensorSlice",
     "tp_shard",
     "load_shards",
+    "load_state_dict",
 ]

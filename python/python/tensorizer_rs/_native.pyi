@@ -2,7 +2,7 @@
 
 import pickle
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any, Literal, final
@@ -62,6 +62,9 @@ __all__ = [
     "safetensors_dtype_name",
     "load_arenas",
     "write_safetensors_file",
+    "NativeShards",
+    "is_sharded",
+    "open_sharded",
     "safetensors_file_bytes",
     "convert_file",
     "ConversionReport",
@@ -415,6 +418,19 @@ def safetensors_file_bytes(
     buffers: Sequence[Any],
     metadata: Sequence[tuple[str, str]],
 ) -> bytes: ...
+
+# -- sharded models (python/src/shards.rs) -----------------------------------
+
+@final
+class NativeShards:
+    @property
+    def index(self) -> str | None: ...
+    @property
+    def shards(self) -> list[str]: ...
+    def check(self, held: Mapping[str, set[str]]) -> None: ...
+
+def is_sharded(location: str) -> bool: ...
+def open_sharded(location: str) -> NativeShards: ...
 
 # -- slices (python/src/slices.rs) ---------------------------------------------
 

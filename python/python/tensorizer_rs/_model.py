@@ -1,0 +1,43 @@
+"""A whole state dict in one call, from one file or from a model stored as
+shards (a Hugging Face folder, or its ``*.index.json``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _native
+from ._deserializer import TensorDeserializer
+
+
+def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    """Every tensor of the model at ``location``, by name.
+
+    ``location`` is a tensorizer or safetensors file (a path or any URI the
+    reader takes), a local folder, or a ``*.index.json`` (local or a URI).
+    A folder loads what its ``*.safetensors.index.json`` (or
+    ``*.bin.index.json``) names, else every ``*.safetensors`` file in it;
+    an index loads the shards it names beside it. Each shard is loaded by
+    ``TensorDeserializer(shard, **options)`` (every eager option applies:
+    ``device``, ``dtype``, ``filter_func``, ``num_readers``,
+    ``verify_hash``, ``encryption``, ``mmap``...), one after another, each
+    on all reader threads. The shards are checked against the index: a
+    shard it names that is missing, a tensor it maps to a shard that does
+    not hold it, a shard path leaving the folder, and a tensor held by two
+    shards raise ``ValueError`` (spec §26.5).
+    """
+    if options.get("lazy_load"):
+        raise ValueError("load_state_dict loads eagerly; for lazy loads open each file with TensorDeserializer")
+    path = os.fspath(location)
+    if not _native.is_sharded(path):
+        with TensorDeserializer(path, **options) as d:
+            return dict(d.items())
+    model = _native.open_sharded(path)
+    out: dict[str, Any] = {}
+    held: dict[str, set[str]] = {}
+    for shard in model.shards:
+        with TensorDeserializer(shard, **options) as d:
+            held[shard] = {str(e.name) for e in d._all}
+            out.update(d.items())
+    model.check(held)
+    return out
