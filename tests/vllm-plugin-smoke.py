@@ -108,6 +108,25 @@ loader({"uri": secret, "key_env": "TZR_SMOKE_KEY"}).load_weights(model, None)
 assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
 print("ok: an encrypted file with its key from an environment variable")
 
+from tensorizer_rs.safetensors.torch import save_file
+shards = os.path.join(tmp, "hf-shards")
+os.mkdir(shards)
+halves = [dict(list(sd.items())[:2]), dict(list(sd.items())[2:])]
+weight_map = {}
+for i, half in enumerate(halves):
+    shard = f"model-0000{i + 1}-of-00002.safetensors"
+    save_file(half, os.path.join(shards, shard))
+    weight_map.update({k: shard for k in half})
+with open(os.path.join(shards, "model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {}, "weight_map": weight_map}, f)
+for uri in (shards, os.path.join(shards, "model.safetensors.index.json")):
+    model = Tiny()
+    l = loader({"uri": uri})
+    l.download_model(None)
+    l.load_weights(model, None)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+print("ok: a Hugging Face folder of safetensors shards, and its index, as published")
+
 def refused(extra, words):
     try:
         loader(extra)

@@ -4,6 +4,7 @@ shards (a Hugging Face folder, or its ``*.index.json``)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from . import _native
@@ -28,16 +29,24 @@ def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[st
     """
     if options.get("lazy_load"):
         raise ValueError("load_state_dict loads eagerly; for lazy loads open each file with TensorDeserializer")
+    return dict(iter_state_dict(location, **options))
+
+
+def iter_state_dict(location: str | os.PathLike[str], **options: Any) -> Iterator[tuple[str, Any]]:
+    """``load_state_dict``'s tensors one at a time, shard after shard, each
+    shard loaded by ``TensorDeserializer(shard, **options)`` (with
+    ``lazy_load=True``, a window at a time, so that a consumer copying each
+    tensor away never holds a whole shard twice). The shards are checked
+    against the index once all are read."""
     path = os.fspath(location)
     if not _native.is_sharded(path):
         with TensorDeserializer(path, **options) as d:
-            return dict(d.items())
+            yield from d.items()
+        return
     model = _native.open_sharded(path)
-    out: dict[str, Any] = {}
     held: dict[str, set[str]] = {}
     for shard in model.shards:
         with TensorDeserializer(shard, **options) as d:
             held[shard] = {str(e.name) for e in d._all}
-            out.update(d.items())
+            yield from d.items()
     model.check(held)
-    return out

@@ -24,6 +24,11 @@ same reason ``get_all_weights`` then gives these shares, which vLLM's
 in-place reload takes as already processed (``is_checkpoint_format=False``),
 not as a checkpoint.
 
+A ``uri`` that is a Hugging Face folder or its ``*.index.json`` loads the
+safetensors shards as published (``tensorizer_rs.load_state_dict``'s files,
+checked against the index): every rank reads them whole and the model's
+``load_weights`` cuts its share, as vLLM's own loader does; no conversion.
+
 This module imports vLLM: it is imported by ``vllm_plugin.register`` only
 in processes where vLLM is already loaded.
 """
@@ -39,7 +44,7 @@ from typing import Any, Literal
 import torch
 from vllm.model_executor.model_loader import base_loader  # type: ignore[import-not-found]
 
-from . import _deserializer
+from . import _deserializer, _model, _native
 from ._crypt import DecryptionParams
 from .vllm import load_tp_share
 
@@ -48,7 +53,8 @@ LOAD_FORMAT = "tensorizer_rs"
 
 #: Every key ``--model-loader-extra-config`` may hold, with its meaning.
 KEYS: Mapping[str, str] = {
-    "uri": "the file: a path or an http(s)://, s3://, gs://, az:// or redis:// URI; "
+    "uri": "the file: a path or an http(s)://, s3://, gs://, az:// or redis:// URI, or a Hugging Face "
+    "folder or its *.index.json (safetensors shards, read as published); "
     "with tensor parallelism, one file per rank named by {rank} or a %-format such as %02d",
     "verify_hash": "check every tensor's stored hashes as it loads (default false)",
     "num_readers": "parallel reads (default: chosen from the number of CPU cores)",
@@ -188,7 +194,12 @@ class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
         )
 
     def download_model(self, model_config: Any) -> None:
-        """Checks that the file opens (its header and index read)."""
+        """Checks that the file opens (its header and index read), or that
+        a sharded model's index names shards that are there."""
+        uri = self.config.uri_for(_tensor_parallel()[0])
+        if _native.is_sharded(uri):
+            _native.open_sharded(uri)
+            return
         with self._open("cpu", lazy=True):
             pass
 
@@ -203,9 +214,17 @@ class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
         if self.config.tp_slices:
             yield from self._shares(model)
             return
-        with self._open(_device_of(model), lazy=True) as d:
-            for name, tensor in d.items():
-                yield str(name).removeprefix("."), tensor
+        for name, tensor in self._weights(_device_of(model)):
+            yield str(name).removeprefix("."), tensor
+
+    def _weights(self, device: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        """This rank's file, or the shards of a folder or ``*.index.json``
+        (a Hugging Face model as published, spec §26.5), a window at a time."""
+        c = self.config
+        return _model.iter_state_dict(
+            c.uri_for(_tensor_parallel()[0]), device=device, lazy_load=True, verify_hash=c.verify_hash,
+            num_readers=c.num_readers, encryption=c.encryption, mmap=c.mmap,
+        )
 
     def _shares(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         c = self.config
