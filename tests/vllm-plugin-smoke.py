@@ -23,6 +23,7 @@ each rank copies its share of one file into its parameters. Without network
 it prints SKIPPED.
 """
 
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -256,6 +257,60 @@ for rank in range(2):
 print("ok: with TENSORIZER_RS_AS_TENSORIZER=1, vLLM's built-in tensorizer format on tensorizer_rs reads them too")
 '''
 
+#: Two processes, the ranks of a gloo group standing in for vLLM's
+#: tensor-parallel group (get_tp_group().cpu_group), load one file shared
+#: by both: the loader reads it cooperatively (spec §24).
+COOP = r'''
+import os, sys, torch
+import torch.distributed as dist
+from vllm import distributed
+from vllm.distributed.parallel_state import GroupCoordinator
+from vllm.config.load import LoadConfig
+from vllm.plugins import load_general_plugins
+from vllm.model_executor.model_loader import get_model_loader
+from tensorizer_rs import _deserializer, vllm_loader
+
+load_general_plugins()
+''' + TINY + r'''
+tmp, rank, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+assert callable(distributed.get_tp_group) and "cpu_group" in GroupCoordinator.__annotations__
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+vllm_loader._tensor_parallel = lambda: (rank, 2)
+vllm_loader._tp_group = lambda: dist.group.WORLD
+groups = []
+
+
+class Seen(_deserializer.TensorDeserializer):
+    def __init__(self, *args, **kwargs):
+        groups.append(kwargs.get("process_group"))
+        super().__init__(*args, **kwargs)
+
+
+_deserializer.TensorDeserializer = Seen
+sd = torch.load(os.path.join(tmp, "expected.pt"))
+extra = {"uri": os.path.join(tmp, "model-rank-00.tensors"), "verify_hash": True}
+model = Tiny()
+get_model_loader(LoadConfig(load_format="tensorizer_rs", model_loader_extra_config=extra)).load_weights(model, None)
+assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+assert groups == [dist.group.WORLD], groups
+dist.destroy_process_group()
+print(f"ok: rank {rank} of 2 loads one shared file cooperatively over the tensor-parallel group")
+'''
+
+
+def cooperative(env: dict[str, str], tmp: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    python = [str(VENV / "bin" / "python"), "-c", textwrap.dedent(COOP), tmp]
+    ranks = [subprocess.Popen([*python, str(r), port], env=env, cwd=VENV, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    for p in ranks:
+        out, err = p.communicate(timeout=300)
+        print(out, end="")
+        if p.returncode != 0:
+            raise SystemExit(f"vllm-plugin-smoke: FAILED\n{err[-4000:]}")
+
 
 def run(args: list, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(args, text=True, capture_output=True, **kw)
@@ -289,6 +344,7 @@ def main() -> None:
             print(done.stdout, end="")
             if done.returncode != 0:
                 raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
+        cooperative(env, tmp)
     print("vllm-plugin-smoke: every check passed")
 
 

@@ -165,6 +165,19 @@ def _tensor_parallel() -> tuple[int, int]:
         return 0, 1
 
 
+def _tp_group() -> Any:
+    """vLLM's tensor-parallel group on the CPU (gloo) when this process is
+    one of several ranks, else ``None``."""
+    try:
+        from vllm import distributed
+
+        if int(distributed.get_tensor_model_parallel_world_size()) > 1:
+            return distributed.get_tp_group().cpu_group
+    except (AssertionError, ImportError, RuntimeError, AttributeError):
+        pass
+    return None
+
+
 def _device_of(model: torch.nn.Module) -> torch.device:
     """Where the model's weights live (the CPU for a model on the meta
     device or with no parameters)."""
@@ -219,12 +232,21 @@ class TensorizerRsLoader(base_loader.BaseModelLoader):  # type: ignore[misc]
 
     def _weights(self, device: Any) -> Iterator[tuple[Any, torch.Tensor]]:
         """This rank's file, or the shards of a folder or ``*.index.json``
-        (a Hugging Face model as published, spec §26.5), a window at a time."""
+        (a Hugging Face model as published, spec §26.5), a window at a time.
+        Where every rank of the tensor-parallel group reads the same file,
+        they read it together (spec §24): each rank reads its share and the
+        shares are exchanged over the group's gloo backend, so the store
+        serves the file once, not once per rank."""
         c = self.config
-        return _model.iter_state_dict(
-            c.uri_for(_tensor_parallel()[0]), device=device, lazy_load=True, verify_hash=c.verify_hash,
-            num_readers=c.num_readers, encryption=c.encryption, mmap=c.mmap,
-        )
+        options: dict[str, Any] = {"verify_hash": c.verify_hash, "num_readers": c.num_readers, "encryption": c.encryption}
+        uri = c.uri_for(_tensor_parallel()[0])
+        per_rank = c.uri_for(0) != c.uri_for(1)
+        group = None if per_rank or _native.is_sharded(uri) else _tp_group()
+        if group is None:
+            yield from _model.iter_state_dict(uri, device=device, lazy_load=True, mmap=c.mmap, **options)
+            return
+        with _deserializer.TensorDeserializer(uri, device="cpu", process_group=group, **options) as d:
+            yield from d.items()
 
     def _shares(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         c = self.config
