@@ -18,6 +18,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::ElementType;
 use crate::codec::cursor::Cursor;
 use crate::error::{Error, Result};
 use crate::layout::{
@@ -134,6 +135,24 @@ pub struct GgmlType {
     pub block: u64,
     /// Bytes per block.
     pub type_size: u64,
+}
+
+impl GgmlType {
+    /// The element type of an unquantized ggml type (one element per
+    /// block, stored as torch stores it); `None` for a quantized one.
+    pub fn element(self) -> Option<ElementType> {
+        Some(match self.name {
+            "F32" => ElementType::F32,
+            "F16" => ElementType::F16,
+            "BF16" => ElementType::BF16,
+            "F64" => ElementType::F64,
+            "I8" => ElementType::I8,
+            "I16" => ElementType::I16,
+            "I32" => ElementType::I32,
+            "I64" => ElementType::I64,
+            _ => return None,
+        })
+    }
 }
 
 /// The ggml types, by id (ids ggml removed are absent).

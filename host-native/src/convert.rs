@@ -91,6 +91,9 @@ pub enum Format {
     Safetensors,
     /// A `torch.save` zip checkpoint (`.pt`, `.pth`, `.bin`); input only.
     TorchCheckpoint,
+    /// A GGUF file (llama.cpp's); read for fingerprints only (its
+    /// quantized types have no dtype in the other formats).
+    Gguf,
 }
 
 impl Format {
@@ -100,6 +103,7 @@ impl Format {
             Self::Tensorizer => "tensorizer",
             Self::Safetensors => "safetensors",
             Self::TorchCheckpoint => "torch checkpoint",
+            Self::Gguf => "gguf",
         }
     }
 
@@ -117,6 +121,9 @@ impl Format {
             (Some(Self::TorchCheckpoint), _) | (None, Some(Self::TorchCheckpoint)) => refuse(
                 format!("{CANNOT_WRITE_CHECKPOINTS}; name the output .tensors or .safetensors"),
             ),
+            (Some(Self::Gguf), _) | (None, Some(Self::Gguf)) => {
+                refuse("tensorizer-rs cannot write GGUF files".into())
+            }
             (Some(to), Some(implied)) if to != implied => refuse(format!(
                 "the output format {} contradicts the name, which says {}",
                 to.name(),
@@ -140,6 +147,9 @@ impl Format {
     /// `.safetensors` name means safetensors and anything else tensorizer,
     /// whose reader then says what is wrong.
     pub fn sniff(head: &[u8], file_len: u64, name: &str) -> Self {
+        if head.starts_with(tensorizer_core::gguf::MAGIC) {
+            return Self::Gguf;
+        }
         match sniff_format(head, file_len) {
             Some(Sniffed::TorchZip | Sniffed::LegacyTorch) => Self::TorchCheckpoint,
             Some(Sniffed::Tensorizer) => Self::Tensorizer,
@@ -256,6 +266,7 @@ pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
     source.read_exact_at(0, &mut head)?;
     let name = source.name();
     match sniff_format(&head, source.len()) {
+        None if head.starts_with(tensorizer_core::gguf::MAGIC) => Ok(Format::Gguf),
         None if !has_safetensors_extension(name) => {
             Err(Error::UnknownFormat { file: name.to_string() })
         }
@@ -294,6 +305,10 @@ pub fn convert_source<S: RangeSource>(
             let input = Input::Checkpoint(&CheckpointReader::new(source)?);
             write_bounded(input, dst, to, write_options, bound, progress)
         }
+        Format::Gguf => Err(Error::Invalid(format!(
+            "{}: GGUF files cannot be converted (their quantized types have no dtype in the other formats)",
+            source.name()
+        ))),
         Format::Tensorizer => {
             let read = ReadOptions { num_readers: 1, verify_hash: true, key: options.key.clone() };
             write_bounded(
@@ -406,6 +421,7 @@ pub fn write_bounded<S: RangeSource>(
         Format::TorchCheckpoint => {
             return Err(Error::Invalid("torch checkpoints cannot be written".into()));
         }
+        Format::Gguf => return Err(Error::Invalid("GGUF files cannot be written".into())),
     }
     converted.tensors = items.len();
     converted.bytes = total;

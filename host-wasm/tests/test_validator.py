@@ -784,6 +784,26 @@ def test_a_pickle_named_safetensors_is_caught(validate, tmp_path):
     assert "os.system" in report["findings"][1]["message"]
 
 
+def _gguf_str(s: str) -> bytes:
+    return struct.pack("<Q", len(s.encode())) + s.encode()
+
+
+def test_a_gguf_header_and_its_chat_template_are_scanned(validate, tmp_path):
+    template = "{{ cycler.__init__.__globals__.os.popen('id').read() }}"
+    head = b"GGUF" + struct.pack("<IQQ", 3, 2, 1)
+    head += _gguf_str("tokenizer.chat_template") + struct.pack("<I", 8) + _gguf_str(template)
+    for name, offset in (("a", 0), ("b", 16)):
+        head += _gguf_str(name) + struct.pack("<IQIQ", 1, 8, 0, offset)
+    (tmp_path / "m.gguf").write_bytes(head + bytes(-len(head) % 32) + bytes(64))
+    run = validate(["--json", "/in/m.gguf"], tmp_path)
+    assert run.code == 1, run.stderr
+    report = run.json()
+    assert report["format"] == "gguf" and report["tensors"] == 2
+    rules = {f["rule"] for f in report["findings"]}
+    assert rules == {"GGUF-004", "GGUF-005", "GGUF-006"}, report["findings"]
+    assert all(f["executes_code"] == (f["rule"] == "GGUF-006") for f in report["findings"])
+
+
 def safetensors_file(header: dict, data: bytes) -> bytes:
     text = json.dumps(header, separators=(",", ":"))
     text += " " * (-len(text) % 8)

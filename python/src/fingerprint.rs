@@ -67,7 +67,7 @@ pub(crate) struct FingerprintReport {
     /// The fingerprint: 64 lowercase hex digits.
     #[pyo3(get)]
     fingerprint: String,
-    /// The source's format: "torch", "tensorizer" or "safetensors".
+    /// The source's format: "torch", "tensorizer", "safetensors" or "gguf".
     #[pyo3(get)]
     source_format: &'static str,
     /// Bytes of tensor data hashed.

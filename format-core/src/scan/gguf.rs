@@ -191,6 +191,13 @@ mod tests {
         let kvs = [("tokenizer.chat_template", 8, gstr(CLEAN_TEMPLATE))];
         let tensors: [(&str, &[u64], u32, u64); 2] = [("a", &[8], 0, 0), ("b", &[32], 8, 32)];
         assert_eq!(rules(&gguf(&kvs, &tensors, &[0; 32 + 34])), []);
+        let f = gguf(&kvs, &tensors, &[0; 32 + 34]);
+        let named = ScanOptions { name: Some("model.safetensors"), ..ScanOptions::default() };
+        let s = scan_file(&mut SliceSource::new(&f), &named).unwrap();
+        assert_eq!(
+            s.findings.iter().map(|f| f.rule).collect::<Vec<_>>(),
+            [RuleId::ExtensionMismatch]
+        );
     }
 
     #[test]

@@ -185,40 +185,42 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
         shard_index: None,
         gguf: None,
     };
-    if head.starts_with(crate::gguf::MAGIC) {
+    let classified = if head.starts_with(crate::gguf::MAGIC) {
         out.format = Format::Gguf;
         out.gguf = gguf::scan(src, &mut findings)?;
         out.tensors = out.gguf.as_ref().map_or(0, |h| h.tensors.len() as u64);
-        out.findings = findings.finish();
-        return Ok(out);
-    }
-    match classify(head, file_len) {
-        Classified::Tensorizer => {
+        None
+    } else {
+        Some(classify(head, file_len))
+    };
+    match classified {
+        None => {}
+        Some(Classified::Tensorizer) => {
             out.format = Format::Tensorizer;
             out.tensorizer = tensorizer::scan(src, options, &mut findings)?;
             out.tensors = out.tensorizer.as_ref().map_or(0, |i| i.metadata.entries.len() as u64);
         }
-        Classified::Zip => {
+        Some(Classified::Zip) => {
             out.format = Format::TorchZip;
             let z = zip::scan(src, &mut findings)?;
             (out.tensors, out.torch_rows) = (z.tensors, z.rows);
         }
-        Classified::Safetensors { header_len } => {
+        Some(Classified::Safetensors { header_len }) => {
             out.format = Format::Safetensors;
             out.safetensors = crate::safetensors::scan(src, header_len, &mut findings)?;
             out.tensors = out.safetensors.as_ref().map_or(0, |h| h.tensors.len() as u64);
         }
-        Classified::TorchLegacy => {
+        Some(Classified::TorchLegacy) => {
             out.format = Format::TorchLegacy;
             out.tensors =
                 pickle::scan_stream(src, 0, file_len, pickle::Stream::TorchLegacy, &mut findings)?;
         }
-        Classified::Pickle => {
+        Some(Classified::Pickle) => {
             out.format = Format::Pickle;
             out.tensors =
                 pickle::scan_stream(src, 0, file_len, pickle::Stream::Bare, &mut findings)?;
         }
-        Classified::Tar => {
+        Some(Classified::Tar) => {
             out.format = Format::TorchTar;
             findings.push(Finding::new(
                 RuleId::PklNotScanned,
@@ -226,7 +228,7 @@ pub fn scan<R: RandomAccess + ?Sized>(src: &mut R, options: &ScanOptions<'_>) ->
                 "a tar archive (torch's oldest save format): its pickles were not scanned",
             ));
         }
-        Classified::Unknown => {
+        Some(Classified::Unknown) => {
             // A ZIP with bytes in front (a polyglot) has its end record at
             // the end; a protocol 0 pickle has no header at all.
             if zip::has_end_record(src)? {

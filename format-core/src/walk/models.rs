@@ -78,12 +78,14 @@ pub fn scan_paths(
             files.push(Scanned::new(name, outcome));
         }
     }
+    let mut keys = None;
     for i in 0..files.len() {
         let index = match &files[i].outcome {
             Ok(Scan { shard_index: Some(index), .. }) => index.clone(),
             _ => continue,
         };
-        let findings = check_index(i, &index, &mut files, &mut scan_file);
+        let keys = keys.get_or_insert_with(|| Keys::of(&files));
+        let findings = check_index(i, &index, &mut files, keys, &mut scan_file);
         if let Ok(s) = &mut files[i].outcome {
             s.add_findings(findings);
         }
@@ -96,6 +98,20 @@ fn key(name: &str) -> PathBuf {
     std::fs::canonicalize(name).unwrap_or_else(|_| PathBuf::from(name))
 }
 
+/// The files scanned so far by [`key`], so that finding one costs a
+/// lookup, not a pass over every file.
+struct Keys(BTreeMap<PathBuf, usize>);
+
+impl Keys {
+    fn of(files: &[Scanned]) -> Self {
+        Self(files.iter().enumerate().map(|(i, f)| (key(&f.name), i)).collect())
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.0.get(&key(name)).copied()
+    }
+}
+
 fn is_uri(name: &str) -> bool {
     name.contains("://")
 }
@@ -106,6 +122,7 @@ fn check_index(
     at: usize,
     index: &ShardIndex,
     files: &mut Vec<Scanned>,
+    keys: &mut Keys,
     scan_file: &mut impl FnMut(&str) -> Result<Scan, String>,
 ) -> Vec<crate::scan::Finding> {
     let folder = Path::new(&files[at].name).parent().unwrap_or(Path::new("")).to_path_buf();
@@ -113,13 +130,12 @@ fn check_index(
     let mut formats = BTreeSet::new();
     for shard in index.shards() {
         let path = folder.join(shard).to_string_lossy().into_owned();
-        let k = key(&path);
-        let pos = files.iter().position(|f| key(&f.name) == k);
-        let pos = match pos {
+        let pos = match keys.find(&path) {
             Some(p) => Some(p),
             None if is_uri(&path) || Path::new(&path).is_file() => {
                 let outcome = scan_file(&path);
                 files.push(Scanned::new(path.clone(), outcome));
+                keys.0.insert(key(&path), files.len() - 1);
                 Some(files.len() - 1)
             }
             None => None,
@@ -137,7 +153,7 @@ fn check_index(
         };
         found.insert(shard.to_string(), state);
     }
-    let unnamed = unnamed_models(&folder, &files[at].name, index, &formats, files, scan_file);
+    let unnamed = unnamed_models(&folder, &files[at].name, index, &formats, files, keys, scan_file);
     shards::check(index, &found, &unnamed)
 }
 
@@ -149,6 +165,7 @@ fn unnamed_models(
     index: &ShardIndex,
     formats: &BTreeSet<&str>,
     files: &[Scanned],
+    keys: &Keys,
     scan_file: &mut impl FnMut(&str) -> Result<Scan, String>,
 ) -> Vec<String> {
     if is_uri(index_name) || formats.is_empty() {
@@ -166,14 +183,13 @@ fn unnamed_models(
     names.sort();
     let index_key = key(index_name);
     names.retain(|n| {
-        let path = folder.join(n);
-        let k = key(&path.to_string_lossy());
-        if k == index_key {
+        let path = folder.join(n).to_string_lossy().into_owned();
+        if key(&path) == index_key {
             return false;
         }
-        let format = match files.iter().find(|f| key(&f.name) == k) {
-            Some(f) => f.outcome.as_ref().ok().map(|s| s.format),
-            None => scan_file(&path.to_string_lossy()).ok().map(|s| s.format),
+        let format = match keys.find(&path) {
+            Some(i) => files[i].outcome.as_ref().ok().map(|s| s.format),
+            None => scan_file(&path).ok().map(|s| s.format),
         };
         format.is_some_and(|f| formats.contains(f.as_str()))
     });

@@ -86,7 +86,72 @@ pub fn fingerprint_source<S: RangeSource>(
         Format::Safetensors => {
             fingerprint_input(Input::Safetensors(&SafetensorsFile::new(source)?), threads, progress)
         }
+        Format::Gguf => fingerprint_gguf(&source, progress),
     }
+}
+
+/// Bytes of GGUF tensor data hashed per read.
+const GGUF_PIECE: u64 = 1 << 20;
+
+/// Fingerprints a GGUF file whose tensors all have unquantized types: a
+/// ggml tensor is C-contiguous little-endian with its dimensions innermost
+/// first, so its record is torch's with the dimensions reversed. A
+/// quantized tensor has no torch dtype: the file cannot be fingerprinted.
+fn fingerprint_gguf<S: RangeSource>(
+    source: &S,
+    mut progress: impl FnMut(u64, u64) -> Result<()>,
+) -> Result<Fingerprinted> {
+    let src = source.name().to_string();
+    let header = tensorizer_core::gguf::read(&mut crate::source::Positioned(source))
+        .map_err(|e| Error::format(&src, e))?;
+    let mut plan = Vec::with_capacity(header.tensors.len());
+    for t in &header.tensors {
+        let ty = tensorizer_core::gguf::ggml_type(t.ggml_type);
+        let (Some(dtype), Some(len)) = (ty.and_then(|ty| ty.element()), t.nbytes()) else {
+            let ty = ty.map_or_else(|| format!("type {}", t.ggml_type), |ty| ty.name.into());
+            return Err(Error::Invalid(format!(
+                "{src}: tensor {:?}: ggml {ty} has no torch dtype; a quantized GGUF file cannot be fingerprinted",
+                t.name
+            )));
+        };
+        let start = header
+            .data_start
+            .checked_add(t.offset)
+            .filter(|s| s.checked_add(len).is_some_and(|end| end <= source.len()));
+        let start = start.ok_or_else(|| {
+            Error::Invalid(format!(
+                "{src}: tensor {:?}: its data ends past the end of the file",
+                t.name
+            ))
+        })?;
+        plan.push((t, dtype, start, len));
+    }
+    let total = plan.iter().fold(0u64, |n, p| n.saturating_add(p.3));
+    let (mut done, mut buf) = (0u64, Vec::new());
+    let mut records = Vec::with_capacity(plan.len());
+    for (t, dtype, start, len) in plan {
+        let mut hasher = DataHasher::new();
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(GGUF_PIECE);
+            buf.resize(n as usize, 0);
+            source.read_exact_at(start + at, &mut buf)?;
+            hasher.update(&buf);
+            at += n;
+        }
+        done = done.saturating_add(len);
+        progress(done, total)?;
+        let shape = t.dims.iter().rev().copied().collect();
+        records.push(TensorFingerprint {
+            name: t.name.clone(),
+            dtype,
+            shape,
+            data: Some(hasher.finish()),
+        });
+    }
+    progress(done, total)?;
+    let fingerprint = Fingerprint::new(records).map_err(|e| Error::format(&src, e))?;
+    Ok(Fingerprinted { format: Format::Gguf, fingerprint, bytes: total, skipped: Vec::new() })
 }
 
 /// Fingerprints an opened input on `threads` threads (0 = one per core);
@@ -207,4 +272,56 @@ fn no_torch_name(src: &str, spec: &TensorSpec) -> Error {
         spec.path.dotted_name(),
         spec.dtype
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gstr(s: &str) -> Vec<u8> {
+        let mut v = (s.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(s.as_bytes());
+        v
+    }
+
+    /// A GGUF file of one tensor `w` of ggml type `ty`, dimensions `ne`
+    /// (innermost first), holding `data`.
+    fn gguf(ty: u32, ne: &[u64], data: &[u8]) -> Vec<u8> {
+        let mut f = b"GGUF".to_vec();
+        f.extend(3u32.to_le_bytes());
+        f.extend(1u64.to_le_bytes());
+        f.extend(0u64.to_le_bytes());
+        f.extend(gstr("w"));
+        f.extend((ne.len() as u32).to_le_bytes());
+        ne.iter().for_each(|d| f.extend(d.to_le_bytes()));
+        f.extend(ty.to_le_bytes());
+        f.extend(0u64.to_le_bytes());
+        f.resize(f.len().next_multiple_of(32), 0);
+        f.extend_from_slice(data);
+        f
+    }
+
+    fn of(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<Fingerprinted> {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        fingerprint(&path.to_string_lossy(), &FingerprintOptions::default(), |_, _| Ok(()))
+    }
+
+    #[test]
+    fn an_unquantized_gguf_file_fingerprints_as_the_same_weights_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..8u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let from_gguf = of(dir.path(), "m.gguf", &gguf(0, &[4, 2], &data)).unwrap();
+        let json = br#"{"w":{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]}}"#;
+        let mut st = (json.len() as u64).to_le_bytes().to_vec();
+        st.extend_from_slice(json);
+        st.extend_from_slice(&data);
+        let from_st = of(dir.path(), "m.safetensors", &st).unwrap();
+        assert_eq!(from_gguf.format, Format::Gguf);
+        assert_eq!(from_gguf.fingerprint.hex(), from_st.fingerprint.hex());
+        let quantized = of(dir.path(), "q.gguf", &gguf(8, &[32], &[0; 34])).unwrap_err();
+        assert!(quantized.to_string().contains("ggml Q8_0 has no torch dtype"), "{quantized}");
+        let short = of(dir.path(), "s.gguf", &gguf(0, &[4, 2], &data[..16])).unwrap_err();
+        assert!(short.to_string().contains("past the end"), "{short}");
+    }
 }
