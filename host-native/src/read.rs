@@ -1,4 +1,4 @@
-//! Reading tensorizer files from any [`RangeSource`] with concurrent
+//! Reading tensorizer (and safetensors, [`safetensors`]) files from any [`RangeSource`] with concurrent
 //! positioned reads straight into caller-provided buffers.
 //!
 //! Small tensors are read in batches (one read covers many consecutive
@@ -78,7 +78,8 @@ pub fn call_verifies(call: Option<bool>, opened_with: bool) -> bool {
     call.unwrap_or(opened_with)
 }
 
-/// An open tensorizer file: header and index parsed, tensors read on demand.
+/// An open tensorizer or safetensors file ([`Layout`]): header and index
+/// parsed, tensors read on demand.
 pub struct Reader<S: RangeSource = LocalFile> {
     source: S,
     layout: Layout,
