@@ -1,5 +1,6 @@
-//! Reading tensorizer (and safetensors, [`safetensors`]) files from any [`RangeSource`] with concurrent
-//! positioned reads straight into caller-provided buffers.
+//! Reading tensorizer files (and safetensors files, [`safetensors`]) from
+//! any [`RangeSource`] with concurrent positioned reads straight into
+//! caller-provided buffers.
 //!
 //! Small tensors are read in batches (one read covers many consecutive
 //! headers and their data); large tensors are read in pieces of
