@@ -20,7 +20,8 @@ processes, of size 2, gets the Hugging Face checkpoint's weights from
 ``load_model`` (after vLLM's fusing and cutting); ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
 through our loader and vLLM's built-in tensorizer format (on tensorizer
 2.10.1, vLLM's pin, and, in a second process with
-``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs); with ``tp_slices``
+``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs, there also into vLLM's
+Llama); with ``tp_slices``
 each rank copies its share of one file into its parameters. Without network
 it prints SKIPPED.
 """
@@ -85,11 +86,16 @@ def write_llama(tmp):
     torch.save(sd, os.path.join(tmp, "llama.pt"))
 
 
-def vllm_llama(tmp, tp, rank, port):
+def vllm_llama(tmp, tp, rank, port, load_format="tensorizer_rs"):
+    """vLLM's Llama loaded from llama.tensors by load_format (ours, or
+    vLLM's built-in tensorizer)."""
     model_config = ModelConfig(model=os.path.join(tmp, "llama"), skip_tokenizer_init=True, dtype="float32",
                                enforce_eager=True, max_model_len=128)
-    load_config = LoadConfig(load_format="tensorizer_rs",
-                             model_loader_extra_config={"uri": os.path.join(tmp, "llama.tensors"), "verify_hash": True})
+    uri = os.path.join(tmp, "llama.tensors")
+    extra = {"uri": uri, "verify_hash": True}
+    if load_format == "tensorizer":
+        extra = {"tensorizer_config": {"tensorizer_uri": uri, "verify_hash": True}}
+    load_config = LoadConfig(load_format=load_format, model_loader_extra_config=extra)
     vllm_config = VllmConfig(model_config=model_config, load_config=load_config, device_config=DeviceConfig("cpu"),
                              parallel_config=ParallelConfig(tensor_parallel_size=tp))
     with set_current_vllm_config(vllm_config):
@@ -327,7 +333,7 @@ from vllm.config.load import LoadConfig
 from vllm.model_executor.model_loader import get_model_loader
 
 assert tensorizer is tensorizer_rs
-''' + TINY + r'''
+''' + TINY + LLAMA + r'''
 tmp = sys.argv[1]
 sd = torch.load(os.path.join(tmp, "expected.pt"))
 template = os.path.join(tmp, "tp", "secret-%02d.tensors")
@@ -340,6 +346,8 @@ for rank in range(2):
     l.load_weights(model, None)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
 print("ok: with TENSORIZER_RS_AS_TENSORIZER=1, vLLM's built-in tensorizer format on tensorizer_rs reads them too")
+check_llama(vllm_llama(tmp, 1, 0, free_port(), load_format="tensorizer"), tmp, 1, 0)
+print("ok: and loads vLLM's own Llama at world size 1 through vLLM's built-in tensorizer format")
 '''
 
 #: Two processes, the ranks of vLLM's own tensor-parallel group (gloo, built
