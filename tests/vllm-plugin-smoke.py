@@ -17,7 +17,8 @@ file of its tensor-parallel rank, and refuses bad configuration in one
 line; vLLM's own LlamaForCausalLM (tiny config), built on the CPU
 (``VLLM_TARGET_DEVICE=cpu``) in a gloo world of size 1 and, in two
 processes, of size 2, gets the Hugging Face checkpoint's weights from
-``load_model`` (after vLLM's fusing and cutting); ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
+``load_model`` (after vLLM's fusing and cutting), at size 2 also by
+``tp_slices`` from vLLM's size-1 parameters; ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
 through our loader and vLLM's built-in tensorizer format (on tensorizer
 2.10.1, vLLM's pin, and, in a second process with
 ``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs, there also into vLLM's
@@ -62,6 +63,7 @@ class Tiny(torch.nn.Module):
 LLAMA = r'''
 import socket
 from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+from vllm import distributed
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
 
@@ -86,22 +88,23 @@ def write_llama(tmp):
     torch.save(sd, os.path.join(tmp, "llama.pt"))
 
 
-def vllm_llama(tmp, tp, rank, port, load_format="tensorizer_rs"):
+def vllm_llama(tmp, tp, rank, port, load_format="tensorizer_rs", extra=None):
     """vLLM's Llama loaded from llama.tensors by load_format (ours, or
-    vLLM's built-in tensorizer)."""
+    vLLM's built-in tensorizer), or by ours with extra."""
     model_config = ModelConfig(model=os.path.join(tmp, "llama"), skip_tokenizer_init=True, dtype="float32",
                                enforce_eager=True, max_model_len=128)
     uri = os.path.join(tmp, "llama.tensors")
-    extra = {"uri": uri, "verify_hash": True}
+    extra = extra or {"uri": uri, "verify_hash": True}
     if load_format == "tensorizer":
         extra = {"tensorizer_config": {"tensorizer_uri": uri, "verify_hash": True}}
     load_config = LoadConfig(load_format=load_format, model_loader_extra_config=extra)
     vllm_config = VllmConfig(model_config=model_config, load_config=load_config, device_config=DeviceConfig("cpu"),
                              parallel_config=ParallelConfig(tensor_parallel_size=tp))
     with set_current_vllm_config(vllm_config):
-        init_distributed_environment(world_size=tp, rank=rank, local_rank=rank, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
-        initialize_model_parallel(tp, 1)
+        if not distributed.model_parallel_is_initialized():
+            init_distributed_environment(world_size=tp, rank=rank, local_rank=rank, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
+            initialize_model_parallel(tp, 1)
         model = get_model_loader(load_config).load_model(vllm_config=vllm_config, model_config=model_config)
     assert type(model).__module__ == "vllm.model_executor.models.llama", type(model)
     return model
@@ -236,7 +239,10 @@ except FileNotFoundError:
     print("ok: download_model names a missing file")
 
 write_llama(tmp)
-check_llama(vllm_llama(tmp, 1, 0, free_port()), tmp, 1, 0)
+llama = vllm_llama(tmp, 1, 0, free_port())
+check_llama(llama, tmp, 1, 0)
+with TensorSerializer(os.path.join(tmp, "llama-vllm.tensors")) as s:
+    s.write_module(llama)  # named and shaped as vLLM's parameters at size 1, for tp_slices
 print("ok: vLLM's own LlamaForCausalLM, built on the CPU at world size 1, load_model gives the Hugging Face weights")
 
 # Writing for vLLM: a Hugging Face folder becomes one file per rank, read by
@@ -379,6 +385,9 @@ _deserializer.TensorDeserializer = Seen
 check_llama(vllm_llama(tmp, 2, rank, port), tmp, 2, rank)
 assert groups == [distributed.get_tp_group().cpu_group], groups
 print(f"ok: rank {rank} of 2 loads one shared file cooperatively into vLLM's Llama at tensor-parallel size 2")
+extra = {"uri": os.path.join(tmp, "llama-vllm.tensors"), "tp_slices": True, "verify_hash": True}
+check_llama(vllm_llama(tmp, 2, rank, port, extra=extra), tmp, 2, rank)
+print(f"ok: rank {rank} of 2 copies its tp_slices share of vLLM's Llama at size 1 into its Llama at size 2")
 '''
 
 
