@@ -185,6 +185,8 @@ lane_python() {
     step "python: --load-format tensorizer_rs with the published vLLM 0.33.0"
     # After the tests: vLLM's wheel is in target/releases by then.
     "$VENV/bin/python" tests/vllm-plugin-smoke.py "$WHEEL"
+    step "python: tensorizer_rs.sglang_loader with the published SGLang 0.5.23"
+    "$VENV/bin/python" tests/sglang-loader-smoke.py "$WHEEL"
 }
 
 lane_wasi() {

@@ -11,14 +11,18 @@ already fetched it), torch and numpy borrowed from the test environment
 through a path entry, and WHEEL installed over whatever was there. Then,
 inside it: vLLM's ``load_general_plugins()`` runs our entry point, its
 ``get_model_loader`` gives our loader, which loads a file through a
-model's ``load_weights`` protocol (vLLM's models need a GPU and a model
-config to build; the protocol is what the loader talks to), yields every
-tensor from ``get_all_weights``, decrypts with a key from the environment,
-picks the file of its tensor-parallel rank, and refuses bad configuration
-in one line; ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
+model's ``load_weights`` protocol, yields every tensor from
+``get_all_weights``, decrypts with a key from the environment, picks the
+file of its tensor-parallel rank, and refuses bad configuration in one
+line; vLLM's own LlamaForCausalLM (tiny config), built on the CPU
+(``VLLM_TARGET_DEVICE=cpu``) in a gloo world of size 1 and, in two
+processes, of size 2, gets the Hugging Face checkpoint's weights from
+``load_model`` (after vLLM's fusing and cutting), at size 2 also by
+``tp_slices`` from vLLM's size-1 parameters; ``tensorizer_rs.vllm.serialize_for_tp``'s per-rank files load
 through our loader and vLLM's built-in tensorizer format (on tensorizer
 2.10.1, vLLM's pin, and, in a second process with
-``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs); with ``tp_slices``
+``TENSORIZER_RS_AS_TENSORIZER=1``, on tensorizer_rs, there also into vLLM's
+Llama); with ``tp_slices``
 each rank copies its share of one file into its parameters. Without network
 it prints SKIPPED.
 """
@@ -54,6 +58,92 @@ class Tiny(torch.nn.Module):
         return done
 '''
 
+#: vLLM's own Llama (a tiny config) built on the CPU in a gloo world of tp
+#: ranks, vLLM's CPU platform chosen by VLLM_TARGET_DEVICE=cpu.
+LLAMA = r'''
+import socket
+from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+from vllm import distributed
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_llama(tmp):
+    """A Hugging Face LlamaForCausalLM from a config (random weights): its
+    folder (config.json for vLLM) and its state dict in our format."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+    hf = LlamaForCausalLM(config)
+    hf.save_pretrained(os.path.join(tmp, "llama"))
+    sd = {k: v.detach().clone() for k, v in hf.state_dict().items()}
+    with TensorSerializer(os.path.join(tmp, "llama.tensors")) as s:
+        s.write_state_dict(sd)
+    torch.save(sd, os.path.join(tmp, "llama.pt"))
+
+
+def vllm_llama(tmp, tp, rank, port, load_format="tensorizer_rs", extra=None):
+    """vLLM's Llama loaded from llama.tensors by load_format (ours, or
+    vLLM's built-in tensorizer), or by ours with extra."""
+    model_config = ModelConfig(model=os.path.join(tmp, "llama"), skip_tokenizer_init=True, dtype="float32",
+                               enforce_eager=True, max_model_len=128)
+    uri = os.path.join(tmp, "llama.tensors")
+    extra = extra or {"uri": uri, "verify_hash": True}
+    if load_format == "tensorizer":
+        extra = {"tensorizer_config": {"tensorizer_uri": uri, "verify_hash": True}}
+    load_config = LoadConfig(load_format=load_format, model_loader_extra_config=extra)
+    vllm_config = VllmConfig(model_config=model_config, load_config=load_config, device_config=DeviceConfig("cpu"),
+                             parallel_config=ParallelConfig(tensor_parallel_size=tp))
+    with set_current_vllm_config(vllm_config):
+        if not distributed.model_parallel_is_initialized():
+            init_distributed_environment(world_size=tp, rank=rank, local_rank=rank, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
+            initialize_model_parallel(tp, 1)
+        model = get_model_loader(load_config).load_model(vllm_config=vllm_config, model_config=model_config)
+    assert type(model).__module__ == "vllm.model_executor.models.llama", type(model)
+    return model
+
+
+def llama_share(sd, tp, rank):
+    """What vLLM's Llama holds at rank of tp after loading sd: q, k, v and
+    gate, up fused; column-parallel layers and the vocabulary cut by rows,
+    row-parallel ones by columns, norms whole."""
+    def cut(t, dim):
+        return torch.tensor_split(t, tp, dim)[rank]
+
+    want = {}
+    for name, t in sd.items():
+        if name.endswith(("k_proj.weight", "v_proj.weight", "up_proj.weight")):
+            continue
+        if name.endswith("q_proj.weight"):
+            parts = [sd[name.replace("q_proj", f"{x}_proj")] for x in "qkv"]
+            want[name.replace("q_proj", "qkv_proj")] = torch.cat([cut(p, 0) for p in parts])
+        elif name.endswith("gate_proj.weight"):
+            parts = [sd[name.replace("gate", x)] for x in ("gate", "up")]
+            want[name.replace("gate_", "gate_up_")] = torch.cat([cut(p, 0) for p in parts])
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            want[name] = cut(t, 1)
+        elif "norm" in name:
+            want[name] = t
+        else:
+            want[name] = cut(t, 0)  # embed_tokens, lm_head
+    return want
+
+
+def check_llama(model, tmp, tp, rank):
+    want = llama_share(torch.load(os.path.join(tmp, "llama.pt")), tp, rank)
+    got = dict(model.named_parameters())
+    assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
+    bad = [k for k in want if not torch.equal(got[k], want[k])]
+    assert not bad, bad
+'''
+
 INSIDE = r'''
 import json, os, sys, torch
 import tensorizer_rs
@@ -65,7 +155,7 @@ from vllm.model_executor.model_loader import get_model_loader
 assert "site-packages" in tensorizer_rs.__file__, tensorizer_rs.__file__
 load_general_plugins()
 load_general_plugins()  # idempotent
-''' + TINY + r'''
+''' + TINY + LLAMA + r'''
 
 def loader(extra):
     return get_model_loader(LoadConfig(load_format="tensorizer_rs", model_loader_extra_config=extra))
@@ -147,6 +237,13 @@ try:
     raise AssertionError("a missing file opened")
 except FileNotFoundError:
     print("ok: download_model names a missing file")
+
+write_llama(tmp)
+llama = vllm_llama(tmp, 1, 0, free_port())
+check_llama(llama, tmp, 1, 0)
+with TensorSerializer(os.path.join(tmp, "llama-vllm.tensors")) as s:
+    s.write_module(llama)  # named and shaped as vLLM's parameters at size 1, for tp_slices
+print("ok: vLLM's own LlamaForCausalLM, built on the CPU at world size 1, load_model gives the Hugging Face weights")
 
 # Writing for vLLM: a Hugging Face folder becomes one file per rank, read by
 # our plugin and by vLLM's built-in tensorizer format on the real tensorizer
@@ -242,7 +339,7 @@ from vllm.config.load import LoadConfig
 from vllm.model_executor.model_loader import get_model_loader
 
 assert tensorizer is tensorizer_rs
-''' + TINY + r'''
+''' + TINY + LLAMA + r'''
 tmp = sys.argv[1]
 sd = torch.load(os.path.join(tmp, "expected.pt"))
 template = os.path.join(tmp, "tp", "secret-%02d.tensors")
@@ -255,28 +352,26 @@ for rank in range(2):
     l.load_weights(model, None)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
 print("ok: with TENSORIZER_RS_AS_TENSORIZER=1, vLLM's built-in tensorizer format on tensorizer_rs reads them too")
+check_llama(vllm_llama(tmp, 1, 0, free_port(), load_format="tensorizer"), tmp, 1, 0)
+print("ok: and loads vLLM's own Llama at world size 1 through vLLM's built-in tensorizer format")
 '''
 
-#: Two processes, the ranks of a gloo group standing in for vLLM's
-#: tensor-parallel group (get_tp_group().cpu_group), load one file shared
-#: by both: the loader reads it cooperatively (spec §24).
+#: Two processes, the ranks of vLLM's own tensor-parallel group (gloo, built
+#: by vLLM's init_distributed_environment), load one file shared by both
+#: into vLLM's Llama at tensor-parallel size 2: the loader reads it
+#: cooperatively over get_tp_group().cpu_group (spec §24), and each rank's
+#: load_weights keeps its share.
 COOP = r'''
 import os, sys, torch
-import torch.distributed as dist
 from vllm import distributed
-from vllm.distributed.parallel_state import GroupCoordinator
 from vllm.config.load import LoadConfig
 from vllm.plugins import load_general_plugins
 from vllm.model_executor.model_loader import get_model_loader
-from tensorizer_rs import _deserializer, vllm_loader
+from tensorizer_rs import TensorSerializer, _deserializer
 
 load_general_plugins()
-''' + TINY + r'''
+''' + LLAMA + r'''
 tmp, rank, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-assert callable(distributed.get_tp_group) and "cpu_group" in GroupCoordinator.__annotations__
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-vllm_loader._tensor_parallel = lambda: (rank, 2)
-vllm_loader._tp_group = lambda: dist.group.WORLD
 groups = []
 
 
@@ -287,14 +382,12 @@ class Seen(_deserializer.TensorDeserializer):
 
 
 _deserializer.TensorDeserializer = Seen
-sd = torch.load(os.path.join(tmp, "expected.pt"))
-extra = {"uri": os.path.join(tmp, "model-rank-00.tensors"), "verify_hash": True}
-model = Tiny()
-get_model_loader(LoadConfig(load_format="tensorizer_rs", model_loader_extra_config=extra)).load_weights(model, None)
-assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
-assert groups == [dist.group.WORLD], groups
-dist.destroy_process_group()
-print(f"ok: rank {rank} of 2 loads one shared file cooperatively over the tensor-parallel group")
+check_llama(vllm_llama(tmp, 2, rank, port), tmp, 2, rank)
+assert groups == [distributed.get_tp_group().cpu_group], groups
+print(f"ok: rank {rank} of 2 loads one shared file cooperatively into vLLM's Llama at tensor-parallel size 2")
+extra = {"uri": os.path.join(tmp, "llama-vllm.tensors"), "tp_slices": True, "verify_hash": True}
+check_llama(vllm_llama(tmp, 2, rank, port, extra=extra), tmp, 2, rank)
+print(f"ok: rank {rank} of 2 copies its tp_slices share of vLLM's Llama at size 1 into its Llama at size 2")
 '''
 
 
@@ -336,7 +429,8 @@ def install(wheel: Path) -> None:
 def main() -> None:
     wheel = Path(sys.argv[1]).resolve()
     install(wheel)
-    env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
+    env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1",
+           "VLLM_TARGET_DEVICE": "cpu"}  # vLLM's CPU platform: there is no GPU
     with tempfile.TemporaryDirectory() as tmp:
         for code, extra_env in ((INSIDE, {}), (ALIAS, {"TENSORIZER_RS_AS_TENSORIZER": "1"})):
             python = [str(VENV / "bin" / "python"), "-c", textwrap.dedent(code), tmp]
