@@ -182,10 +182,15 @@ lane_python() {
     # Fetches zipslicer's sdist from PyPI (cached under target/, SHA-256
     # checked; prints SKIPPED without network) and runs its tests unmodified.
     "$VENV/bin/python" python/tests/upstream/run_zipslicer.py
-    step "python: --load-format tensorizer_rs with the published vLLM 0.33.0"
-    # After the tests: vLLM's wheel is in target/releases by then.
+}
+
+# The serving engines, unmodified from PyPI, each in a venv of its own that
+# borrows the test venv's torch: mostly pip and imports, beside the other
+# lanes rather than after the Python tests.
+lane_engines() {
+    step "engines: --load-format tensorizer_rs with the published vLLM 0.33.0 (its own Llama on the CPU)"
     "$VENV/bin/python" tests/vllm-plugin-smoke.py "$WHEEL"
-    step "python: tensorizer_rs.sglang_loader with the published SGLang 0.5.23"
+    step "engines: tensorizer_rs.sglang_loader with the published SGLang 0.5.23"
     "$VENV/bin/python" tests/sglang-loader-smoke.py "$WHEEL"
 }
 
@@ -202,6 +207,7 @@ lane_browser() {
 step "Rust and Python test lanes start; lints, docs and wasm builds go on beside them"
 bg lane-rust lane_rust
 bg lane-python lane_python
+bg lane-engines lane_engines
 # The other feature sets and targets are checked in a target directory of
 # their own: check-mode artifacts are never shared with a build anyway, and
 # a cargo holding target/debug's lock for a lint would stall the Rust lane.
@@ -240,6 +246,7 @@ await lane-wasi
 await lane-browser
 await lane-rust
 await lane-python
+await lane-engines
 
 trap - EXIT
 printf '\n==> every check passed in %dm%02ds\n' $((SECONDS / 60)) $((SECONDS % 60))

@@ -37,7 +37,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "vllm-venv"
-RELEASES = ROOT / "target" / "releases"
 
 TINY = r'''
 class Tiny(torch.nn.Module):
@@ -416,8 +415,9 @@ def install(wheel: Path) -> None:
     site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True)
     (Path(site.stdout.strip()) / "borrowed-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-    cached = sorted(RELEASES.glob("vllm-0.33.0-*.whl"))
-    done = run(pip + [*map(str, cached), "-r", str(ROOT / "tests" / "vllm-requirements.txt")], timeout=900)
+    # From PyPI through pip's cache, not target/releases: the Python
+    # lane's tests may be writing the wheel there at this moment.
+    done = run(pip + ["-r", str(ROOT / "tests" / "vllm-requirements.txt")], timeout=900)
     if done.returncode != 0:
         if "Could not find a version" in done.stderr or "NewConnectionError" in done.stderr:
             print(f"SKIPPED: vLLM could not be installed (no network?): {done.stderr.strip().splitlines()[-1]}")
