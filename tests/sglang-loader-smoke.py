@@ -17,10 +17,11 @@ missing file are refused in one line. Without network it prints SKIPPED.
 
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import textwrap
 from pathlib import Path
+
+import engine_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "sglang-venv"
@@ -98,35 +99,14 @@ print("ok: an unknown key, no uri and a missing file are refused")
 '''
 
 
-def run(args: list, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(args, text=True, capture_output=True, **kw)
-
-
-def install(wheel: Path) -> None:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True)
-    (Path(site.stdout.strip()) / "borrowed-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-    # From PyPI through pip's cache, not target/releases: the Python
-    # lane's tests may be writing the wheel there at this moment.
-    done = run(pip + ["-r", str(ROOT / "tests" / "sglang-requirements.txt")], timeout=900)
-    if done.returncode != 0:
-        if "Could not find a version" in done.stderr or "NewConnectionError" in done.stderr:
-            print(f"SKIPPED: SGLang could not be installed (no network?): {done.stderr.strip().splitlines()[-1]}")
-            raise SystemExit(0)
-        raise SystemExit(f"sglang-loader-smoke: pip failed\n{done.stderr}")
-    subprocess.run(pip + ["--force-reinstall", str(wheel)], check=True, timeout=300)
-
 
 def main() -> None:
     wheel = Path(sys.argv[1]).resolve()
-    install(wheel)
-    env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
+    engine_venv.install(VENV, "sglang-requirements.txt", wheel, "SGLang")
+    env = engine_venv.environment(VENV)
     with tempfile.TemporaryDirectory() as tmp:
         python = [str(VENV / "bin" / "python"), "-c", textwrap.dedent(INSIDE), tmp]
-        done = run(python, env=env, cwd=VENV, timeout=600)
+        done = engine_venv.run(python, env=env, cwd=VENV, timeout=600)
         print(done.stdout, end="")
         if done.returncode != 0:
             raise SystemExit(f"sglang-loader-smoke: FAILED\n{done.stderr[-4000:]}")

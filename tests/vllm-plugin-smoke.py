@@ -32,10 +32,11 @@ import os
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import textwrap
 from pathlib import Path
+
+import engine_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "vllm-venv"
@@ -424,33 +425,11 @@ def cooperative(env: dict[str, str], tmp: str) -> None:
             raise SystemExit(f"vllm-plugin-smoke: FAILED\n{err[-4000:]}")
 
 
-def run(args: list, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(args, text=True, capture_output=True, **kw)
-
-
-def install(wheel: Path) -> None:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True)
-    (Path(site.stdout.strip()) / "borrowed-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-    # From PyPI through pip's cache, not target/releases: the Python
-    # lane's tests may be writing the wheel there at this moment.
-    done = run(pip + ["-r", str(ROOT / "tests" / "vllm-requirements.txt")], timeout=900)
-    if done.returncode != 0:
-        if "Could not find a version" in done.stderr or "NewConnectionError" in done.stderr:
-            print(f"SKIPPED: vLLM could not be installed (no network?): {done.stderr.strip().splitlines()[-1]}")
-            raise SystemExit(0)
-        raise SystemExit(f"vllm-plugin-smoke: pip failed\n{done.stderr}")
-    subprocess.run(pip + ["--force-reinstall", str(wheel)], check=True, timeout=300)
-
 
 def main() -> None:
     wheel = Path(sys.argv[1]).resolve()
-    install(wheel)
-    env = {"PATH": f"{VENV / 'bin'}:/usr/bin:/bin", "HOME": str(VENV), "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1",
-           "VLLM_TARGET_DEVICE": "cpu"}  # vLLM's CPU platform: there is no GPU
+    engine_venv.install(VENV, "vllm-requirements.txt", wheel, "vLLM")
+    env = engine_venv.environment(VENV, VLLM_TARGET_DEVICE="cpu")  # vLLM's CPU platform: there is no GPU
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as servers:
         # S3 from moto_server on 127.0.0.1, where the test environment has it.
         s3: dict[str, str] = {}
@@ -467,7 +446,7 @@ def main() -> None:
             print(f"SKIPPED: S3 through vLLM (no moto_server: {e})")
         for code, extra_env in ((INSIDE, s3), (ALIAS, {"TENSORIZER_RS_AS_TENSORIZER": "1"})):
             python = [str(VENV / "bin" / "python"), "-c", textwrap.dedent(code), tmp]
-            done = run(python, env={**env, **extra_env}, cwd=VENV, timeout=600)
+            done = engine_venv.run(python, env={**env, **extra_env}, cwd=VENV, timeout=600)
             print(done.stdout, end="")
             if done.returncode != 0:
                 raise SystemExit(f"vllm-plugin-smoke: FAILED\n{done.stderr[-4000:]}")
