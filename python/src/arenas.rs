@@ -26,15 +26,28 @@ fn load_arenas(
     offsets: Vec<Vec<usize>>,
     verify_hash: Option<bool>,
 ) -> PyResult<()> {
+    let inner = &reader.get().inner;
+    let verify = inner.options().verify(verify_hash);
+    fill_arenas(py, inner, &indices, &buffers, &offsets, verify)
+}
+
+/// What `load_arenas` does, for a reader and a decided `verify`.
+pub(crate) fn fill_arenas(
+    py: Python<'_>,
+    inner: &crate::reader::Inner,
+    indices: &[Vec<usize>],
+    buffers: &[Bound<'_, PyAny>],
+    offsets: &[Vec<usize>],
+    verify: bool,
+) -> PyResult<()> {
     if indices.len() != buffers.len() || indices.len() != offsets.len() {
         return Err(PyValueError::new_err("one buffer and one offset list per arena are required"));
     }
-    let inner = &reader.get().inner;
     let entries = inner.entries();
-    let mut held = Held::acquire(&buffers, true)?;
+    let mut held = Held::acquire(buffers, true)?;
     let slices = held.slices_mut();
     let mut jobs: Vec<(usize, &mut [u8])> = Vec::with_capacity(indices.iter().map(Vec::len).sum());
-    for ((members, places), mut rest) in indices.iter().zip(&offsets).zip(slices) {
+    for ((members, places), mut rest) in indices.iter().zip(offsets).zip(slices) {
         if members.len() != places.len() {
             return Err(PyValueError::new_err("one offset per tensor index is required"));
         }
@@ -60,7 +73,6 @@ fn load_arenas(
             at = offset + len;
         }
     }
-    let verify = inner.options().verify(verify_hash);
     py.detach(|| inner.load_many_with(jobs, verify)).map_err(to_py)
 }
 

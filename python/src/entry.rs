@@ -13,11 +13,11 @@ use tensorizer_core::{MetadataEntry, PathComponent};
 #[pyclass(module = "tensorizer_rs._native", name = "Entry", frozen, get_all)]
 pub struct PyEntry {
     /// Position in the file's index.
-    index: usize,
+    pub(crate) index: usize,
     /// Path components (str keys and int indices).
     path: Py<PyTuple>,
     /// tensorizer's public name: a lone str key as a plain str, else `path`.
-    name: Py<PyAny>,
+    pub(crate) name: Py<PyAny>,
     /// The name exactly as stored.
     name_bytes: Py<PyBytes>,
     /// The `TensorType` member (PARAM, BUFFER or STATE_DICT).
@@ -29,13 +29,13 @@ pub struct PyEntry {
     /// Bytes stored (0 for meta tensors).
     pub(crate) data_length: u64,
     /// Bytes in memory: item size × element count.
-    nbytes: u64,
+    pub(crate) nbytes: u64,
     /// Whether the tensor is a meta tensor (shape only, no data).
-    is_meta: bool,
+    pub(crate) is_meta: bool,
     /// Absolute offset of the tensor header.
     header_offset: u64,
     /// Absolute offset of the data.
-    data_offset: u64,
+    pub(crate) data_offset: u64,
 }
 
 /// Builds the entries of `entries` (file order), with `tensor_types[k]` as

@@ -16,6 +16,7 @@ mod entry;
 mod errors;
 mod fingerprint;
 mod load_options;
+mod loader;
 mod options;
 mod reader;
 mod remote;
@@ -49,9 +50,11 @@ mod _native {
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
     #[pymodule_export]
+    use crate::loader::{Copies, Loader, MmapFallbackWarning};
+    #[pymodule_export]
     use crate::options::DeserializerOptions;
     #[pymodule_export]
-    use crate::reader::{ArenaPlan, LoadPlan, NativeReader};
+    use crate::reader::NativeReader;
     #[pymodule_export]
     use crate::remote::RemoteOptions;
     #[pymodule_export]

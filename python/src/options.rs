@@ -163,28 +163,28 @@ impl DeserializerOptions {
 
     /// `"off"`, `"on"` or `"auto"`.
     #[getter]
-    fn mmap(&self) -> &'static str {
+    pub(crate) fn mmap(&self) -> &'static str {
         self.load.mmap.name()
     }
 
     /// `"zeros"`, `"expand"` or `"meta"`.
     #[getter]
-    fn meta_tensors(&self) -> &'static str {
+    pub(crate) fn meta_tensors(&self) -> &'static str {
         self.load.meta.name()
     }
 
     #[getter]
-    fn max_meta_bytes(&self) -> Option<u64> {
+    pub(crate) fn max_meta_bytes(&self) -> Option<u64> {
         self.load.max_meta_bytes
     }
 
     #[getter]
-    fn device(&self, py: Python<'_>) -> Py<PyAny> {
+    pub(crate) fn device(&self, py: Python<'_>) -> Py<PyAny> {
         self.device.clone_ref(py)
     }
 
     #[getter]
-    fn dtype(&self, py: Python<'_>) -> Py<PyAny> {
+    pub(crate) fn dtype(&self, py: Python<'_>) -> Py<PyAny> {
         self.dtype.clone_ref(py)
     }
 

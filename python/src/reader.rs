@@ -5,7 +5,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::{KeySource, PathComponent, TensorPath};
-use tensorizer_native::read::plan::Destination;
 use tensorizer_native::read::share::plan_shares;
 use tensorizer_native::source::Counted;
 use tensorizer_native::{
@@ -19,53 +18,17 @@ use crate::options::DeserializerOptions;
 
 type Source = Box<dyn RangeSource>;
 
+/// The host reader behind a `NativeReader`.
+pub(crate) type Inner = Reader<Counted<Source>>;
+
 /// One Redis key of a file: (name after `{prefix}:`, offset, length).
 type RedisKey = (Vec<u8>, u64, u64);
-
-/// One arena of a load plan: the tensors `small[first..end]`, each at its
-/// offset, in `size` bytes.
-#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
-#[derive(Clone)]
-pub(crate) struct ArenaPlan {
-    /// Position in `indices` of the arena's first tensor.
-    first: usize,
-    /// Position in `indices` after its last tensor.
-    end: usize,
-    /// Each member's byte offset in the arena.
-    offsets: Vec<usize>,
-    /// The arena's length in bytes.
-    size: usize,
-}
-
-/// How a load is carried out (`NativeReader.plan_load`, planned by
-/// `tensorizer_native::read::plan`): the tensor indices that go each way,
-/// and the arenas over `small`.
-#[pyclass(module = "tensorizer_rs._native", frozen, get_all)]
-pub(crate) struct LoadPlan {
-    /// Meta tensors: no bytes, headers to check.
-    meta: Vec<usize>,
-    /// Views of the file's memory map.
-    mapped: Vec<usize>,
-    /// Through the native device staging ring.
-    staged: Vec<usize>,
-    /// Copied into memory of their own.
-    large: Vec<usize>,
-    /// Where each of `large` starts in memory of its own (its file phase,
-    /// so a cold load reads straight into it).
-    large_leads: Vec<usize>,
-    /// Copied into shared arenas.
-    small: Vec<usize>,
-    /// The arenas over `small`.
-    arenas: Vec<ArenaPlan>,
-    /// Whether the CPU copies get transparent huge pages (spec §23.4).
-    huge_pages: bool,
-}
 
 /// A tensorizer file opened for reading.
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub struct NativeReader {
-    pub(crate) inner: Reader<Counted<Source>>,
-    origin: &'static str,
+    pub(crate) inner: Inner,
+    pub(crate) origin: &'static str,
 }
 
 /// Where a source's bytes come from, for load receipts: the URI scheme
@@ -297,59 +260,6 @@ impl NativeReader {
         let slices = held.slices_mut();
         let jobs: Vec<(usize, &mut [u8])> = indices.into_iter().zip(slices).collect();
         py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
-    }
-
-    /// Plans loading tensors `indices` to `destination` (`"cpu"`,
-    /// `"staged"`: a device through the native staging ring, or `"other"`);
-    /// `mapped`: a memory map of the file is open and no hashes are checked.
-    fn plan_load(
-        &self,
-        indices: Vec<usize>,
-        destination: &str,
-        mapped: bool,
-    ) -> PyResult<LoadPlan> {
-        let destination = match destination {
-            "cpu" => Destination::Cpu,
-            "staged" => Destination::Staged,
-            "other" => Destination::Other,
-            other => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "unknown destination {other:?}: use \"cpu\", \"staged\" or \"other\""
-                )));
-            }
-        };
-        let too_large =
-            || pyo3::exceptions::PyValueError::new_err("the tensors' total size overflows");
-        if let Some(&bad) = indices.iter().find(|&&i| i >= self.inner.entries().len()) {
-            return Err(PyIndexError::new_err(format!("no tensor number {bad}")));
-        }
-        let plan = self.inner.plan_load(&indices, destination, mapped).ok_or_else(too_large)?;
-        let arenas = plan
-            .arenas
-            .into_iter()
-            .map(|p| {
-                let offsets =
-                    p.offsets.into_iter().map(usize::try_from).collect::<Result<Vec<_>, _>>();
-                match (offsets, usize::try_from(p.size)) {
-                    (Ok(offsets), Ok(size)) => {
-                        Ok(ArenaPlan { first: p.first, end: p.end, offsets, size })
-                    }
-                    _ => Err(too_large()),
-                }
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        // Each lead is below one block.
-        let large_leads = plan.large_leads.iter().map(|&l| l as usize).collect();
-        Ok(LoadPlan {
-            meta: plan.meta,
-            mapped: plan.mapped,
-            staged: plan.staged,
-            large: plan.large,
-            large_leads,
-            small: plan.small,
-            arenas,
-            huge_pages: plan.huge_pages,
-        })
     }
 
     /// Plans a cooperative load of tensors `indices` among `ranks` readers

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tensorizer_rs
-from tensorizer_rs import _memory
+from tensorizer_rs import _loader, _memory
 
 MIB = 1 << 20
 
@@ -92,21 +92,23 @@ def test_loaded_tensors_own_storages_of_exactly_their_bytes(tmp_path: Path) -> N
     assert loaded["p0"].data_ptr() % _memory.HUGE_PAGE == 0
 
 
-def test_one_native_call_fills_every_arena(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 40 tensors of 4 MiB: three arenas of at most ARENA_BYTES (64 MiB).
+def test_small_tensors_load_into_several_arenas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 40 tensors of 4 MiB: three arenas of at most ARENA_BYTES (64 MiB),
+    # allocated by the allocator and then filled by one native call
+    # (python/src/loader/copies.rs, `fill`).
     sd = {f"s{i}": torch.full((MIB,), float(i)) for i in range(40)}
     path = tmp_path / "m.tensors"
     _write(path, sd)
-    calls: list[int] = []
-    real = tensorizer_rs._native.load_arenas
+    sizes: list[int] = []
+    real = _loader.TorchAllocator.arena
 
-    def counting(reader: Any, indices: list[list[int]], *rest: Any) -> None:
-        calls.append(len(indices))
-        real(reader, indices, *rest)
+    def counting(self: Any, size: int, huge: bool) -> Any:
+        sizes.append(size)
+        return real(self, size, huge)
 
-    monkeypatch.setattr(tensorizer_rs._native, "load_arenas", counting)
+    monkeypatch.setattr(_loader.TorchAllocator, "arena", counting)
     loaded = dict(tensorizer_rs.TensorDeserializer(str(path), verify_hash=True).items())
-    assert len(calls) == 1 and calls[0] > 2
+    assert len(sizes) > 2 and max(sizes) <= _memory.ARENA_BYTES
     for name, t in loaded.items():
         assert torch.equal(t, sd[name]), name
 
@@ -161,10 +163,8 @@ def test_arenas_get_the_pages_the_load_plan_chose(tmp_path: Path) -> None:
 
     # Huge pages unless the load reads through the page cache on a machine
     # whose host takes free memory back (spec §23.4).
-    from tensorizer_rs import _native
-
-    reader = _native.NativeReader(str(path))
-    huge = reader.plan_load(list(range(len(sd))), "cpu", False).huge_pages
+    with tensorizer_rs.TensorDeserializer(str(path), lazy_load=True) as lazy:
+        huge = lazy._loader.copies(lazy._all, False, False).huge_pages
     assert isinstance(huge, bool)
     before = anon_huge_kib()
     loaded = dict(tensorizer_rs.TensorDeserializer(str(path)).items())

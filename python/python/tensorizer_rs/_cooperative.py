@@ -5,17 +5,13 @@ then exchange the tensors with the group's broadcasts."""
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import _distributed, _dtypes, _memory, _native
+import numpy as np
 
-if TYPE_CHECKING:
-    from ._loader import Loader
+from . import _distributed, _dtypes, _native
 
 _Entry = _native.Entry
-#: Tensors read into host memory: those loaded alone (one tensor each),
-#: then (arena, its entries, their offsets) per arena of small ones.
-Copies = tuple[list[Any], list[tuple[Any, list[_Entry], list[int]]]]
 
 
 def _selection_digest(reader: Any, todo: list[_Entry], device: Any) -> str:
@@ -28,7 +24,7 @@ def _selection_digest(reader: Any, todo: list[_Entry], device: Any) -> str:
     return h.hexdigest()
 
 
-def load_shared(loader: Loader, todo: list[_Entry], verify: bool, group: Any) -> None:
+def load_shared(loader: Any, todo: list[_Entry], verify: bool, group: Any) -> None:
     """Loads `todo` into the loader's cache cooperatively with the other
     ranks of `group`: reads this rank's share, agrees, then exchanges (on
     the CPU: one broadcast per arena of small tensors and per large tensor;
@@ -41,19 +37,17 @@ def load_shared(loader: Loader, todo: list[_Entry], verify: bool, group: Any) ->
     device = loader.device
     by_index = {e.index: e for e in todo}
     shares, local = loader.reader.plan_shares([e.index for e in todo], world)
+    shares = [[by_index[i] for i in share] for share in shares]
     on_cpu = device.type == "cpu"
-    # Every rank lays out every share the same way (the load plan), so each
-    # broadcast has the same size on every rank.
-    plans = [loader.reader.plan_load(share, "cpu", False) for share in shares] if on_cpu else []
     mine: Any = None
     failure: BaseException | None = None
     try:
         if on_cpu:
-            p = plans[rank]
-            small, large = [by_index[i] for i in p.small], [by_index[i] for i in p.large]
-            mine = loader.read_copies(small, large, p, False, verify)
+            # Every rank lays out every share the same way (the load plan), so
+            # each broadcast has the same size on every rank.
+            mine = loader.copies(shares[rank], True, verify)
         else:
-            loader.load_now([by_index[i] for i in shares[rank]], verify)
+            loader.load_now(shares[rank], verify)
         if local:
             loader.load_now([by_index[i] for i in local], verify)
     except Exception as exc:  # reported to every rank by agree()
@@ -62,37 +56,24 @@ def load_shared(loader: Loader, todo: list[_Entry], verify: bool, group: Any) ->
     for r in range(world):
         src = dist.get_global_rank(group, r) if world > 1 else -1  # no broadcasts in a group of one
         if on_cpu:
-            p = plans[r]
-            small, large = [by_index[i] for i in p.small], [by_index[i] for i in p.large]
-            if r == rank:
-                copies = mine
-            else:
-                copies = (
-                    [_memory.staging_tensor(e, False, lead, p.huge_pages) for e, lead in zip(large, p.large_leads)],
-                    [(_memory.arena(a.size, p.huge_pages), small[a.first : a.end], list(a.offsets)) for a in p.arenas],
-                )
-            if world > 1:
-                staged, carved = copies
-                for raw, _, _ in carved:
-                    if raw.size:
-                        dist.broadcast(torch.from_numpy(raw), src=src, group=group)
-                for t in staged:
-                    if t.numel():
-                        dist.broadcast(t.reshape(-1).view(torch.uint8), src=src, group=group)
-            loader.adopt_copies(large, copies, device, False)
+            copies = mine if r == rank else loader.copies(shares[r], False, verify)
+            for raw in copies.buffers() if world > 1 else ():
+                t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw.reshape(-1).view(torch.uint8)
+                if t.numel():
+                    dist.broadcast(t, src=src, group=group)
+            loader.adopt(copies)
         elif world == 1:
             pass  # this rank's own tensors, loaded above
         elif r != rank:
-            for i in shares[r]:
-                e = by_index[i]
+            for e in shares[r]:
                 stored = _dtypes.torch_dtype(e.dtype)
                 cast = loader.cast_to(stored)
                 t = torch.empty(e.shape, dtype=stored if cast is None else cast, device=device)
                 if t.numel():
                     dist.broadcast(t, src=src, group=group)
-                loader.cache[i] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(stored))
+                loader.cache[e.index] = torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(stored))
         else:
-            for i in shares[r]:
-                t = loader.cache[i].data
+            for e in shares[r]:
+                t = loader.cache[e.index].data
                 if t.numel():
                     dist.broadcast(t, src=src, group=group)

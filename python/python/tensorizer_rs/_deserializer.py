@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _distributed, _dtypes, _modules, _native, _redis_export
+from . import _args, _distributed, _dtypes, _modules, _native, _receipt, _redis_export
 from ._crypt import CryptographyError, DecryptionParams
-from ._loader import Loader, MmapFallbackWarning
+from ._loader import MmapFallbackWarning, open_loader
 from ._modules import gc_paused
 from ._receipt import LoadReceipt
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
@@ -165,8 +165,8 @@ class TensorDeserializer(
             source, name = _source_of(file_obj)
             # A rank of a cooperative load reads its share only, and a sharded
             # load its shards: a URI is opened without asking for all of it.
-            self._loader = loader = Loader(source, options, name, group is not None or self._partial_open)
-            reader = loader.reader
+            self._loader = loader = open_loader(source, options, name, group is not None or self._partial_open)
+            reader = loader.check_open()
             version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
             if encrypted and not options.decrypts:
                 raise CryptographyError("Tensor is encrypted, but decryption was not requested")
@@ -193,7 +193,7 @@ class TensorDeserializer(
         """Reads the index into typed entries, selects those the options'
         ``filter_func`` keeps and builds the nested structure of their names."""
         filter_func = self._options.filter_func
-        entries: list[_Entry] = self._loader.reader.entries(_TENSOR_TYPES)
+        entries: list[_Entry] = self._loader.check_open().entries(_TENSOR_TYPES)
         self._all = entries
         self._selected = entries if filter_func is None else [e for e in entries if filter_func(e.name)]
         self._structure: dict[Any, Any] = {}
@@ -264,7 +264,7 @@ class TensorDeserializer(
                 # fails when it is itself asked for.
                 if len(batch) == 1:
                     raise
-                self._loader.book.forget_failed(batch)
+                self._loader.forget_failed(batch)
                 self._loader.load([e], self._options.verify(None))
         return self._cache[e.index]
 
@@ -545,7 +545,7 @@ class TensorDeserializer(
         """What this deserializer has loaded, checked and read so far (a
         snapshot: an eager deserializer's is complete once constructed; a
         lazy one's grows as tensors are read). Ours; tensorizer has none."""
-        return self._loader.book.receipt(self._loader.reader, self._all, self._selected)
+        return _receipt.make(self._loader.counts(), self._all, self._selected)
 
     # -- lifetime ---------------------------------------------------------------
 

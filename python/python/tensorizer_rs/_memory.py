@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -86,26 +85,6 @@ def arena(size: int, huge: bool = True) -> np.ndarray[Any, Any]:
     raw = np.empty(size + ALLOCATION_ALIGN, dtype=np.uint8)
     start = -raw.ctypes.data % ALLOCATION_ALIGN
     return raw[start : start + size]
-
-
-def fill_arenas(
-    reader: Any, members: Sequence[Any], plan: Sequence[Any], verify_hash: bool | None, huge: bool = True
-) -> list[tuple[np.ndarray[Any, Any], list[Any], list[int]]]:
-    """Allocates the arenas of `plan` (``NativeReader.plan_arenas`` over
-    `members`, entries with an ``index``) and fills them all in one native
-    call, so that the reader threads never wait for each other between
-    arenas. Returns (arena, its members, their offsets) per arena."""
-    from . import _native
-
-    carved = [(arena(a.size, huge), list(members[a.first : a.end]), list(a.offsets)) for a in plan]
-    _native.load_arenas(
-        reader,
-        [[e.index for e in m] for _, m, _ in carved],
-        [raw for raw, _, _ in carved],
-        [offsets for _, _, offsets in carved],
-        verify_hash,
-    )
-    return carved
 
 
 def staging_tensor(e: Any, pin: bool, lead: int = 0, huge: bool = True) -> Any:

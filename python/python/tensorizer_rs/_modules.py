@@ -13,7 +13,7 @@ from ._registrar import _Registrar
 from ._types import FilterFuncType, TensorType
 
 if TYPE_CHECKING:
-    from ._loader import Loader
+    from ._native import Loader
 
 _Entry = _native.Entry
 
@@ -149,7 +149,7 @@ def verify_module(loader: Loader, selected: list[_Entry], m: Any) -> tuple[bool,
     """``TensorDeserializer.verify_module`` over `selected`."""
     import torch
 
-    loader.check_open()
+    reader = loader.check_open()
     tensors = dict(m.state_dict())
     tensors.update(dict(m.named_buffers()))
     results = []
@@ -160,7 +160,7 @@ def verify_module(loader: Loader, selected: list[_Entry], m: Any) -> tuple[bool,
         if t is not None and _dtypes.dtype_string(t.dtype) == e.dtype and tuple(t.shape) == e.shape:
             data = b"" if e.is_meta else t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
             try:
-                loader.reader.verify_bytes(e.index, data)
+                reader.verify_bytes(e.index, data)
                 ok = True
             except _native.HashMismatchError:
                 ok = False

@@ -7,7 +7,7 @@ tensorizer has no such record; it is ours (spec §18.7).
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Union
 
@@ -95,91 +95,22 @@ class LoadReceipt:
         return f"LoadReceipt({counts}, bytes_by_source={dict(self.bytes_by_source)!r})"
 
 
-class ReceiptBook:
-    """One load's bookkeeping behind ``TensorDeserializer.receipt``.
+def make(counts: tuple[Any, ...], entries: list[_Entry], selected: list[_Entry]) -> LoadReceipt:
+    """The receipt of a loader's `counts` (``_native.Loader.counts``:
+    loaded, verified and failed file indices, bytes by source): `entries`
+    every tensor of the file, `selected` those the filter kept."""
+    loaded, verified, failed = (set(c) for c in counts[:3])
+    chosen = {e.index for e in selected}
 
-    The loader reports what it did through ``note_*``; nothing here reads
-    tensor data.
-    """
+    def names(keep: Any) -> tuple[TensorName, ...]:
+        return tuple(e.name for e in entries if keep(e.index))
 
-    def __init__(self, origin: str) -> None:
-        self._loaded: set[int] = set()
-        self._verified: set[int] = set()
-        # Loaded with verification; whether anything was there to check
-        # is looked up (header reads) only when a receipt is made while the
-        # reader is open: never on the load path, never at close.
-        self._checked: set[int] = set()
-        self._failed: set[int] = set()
-        self._mmap_bytes = 0
-        self._origin = origin
-        self._read = 0  # the native count when the reader was closed
-        self._own = 0  # bytes read by _resolve_checked, not by loads
-
-    def note_loaded(self, entries: Iterable[_Entry], verified: bool) -> None:
-        """`entries` are loaded; with `verified`, they were checked against
-        whatever the file stores for them (the reader says if anything)."""
-        indices = [e.index for e in entries]
-        if not indices:
-            return
-        self._loaded.update(indices)
-        self._failed.difference_update(indices)
-        if verified:
-            self._checked.update(i for i in indices if i not in self._verified)
-
-    def _resolve_checked(self, reader: Any) -> None:
-        """Sorts the tensors loaded with verification into verified (their
-        file stores hashes or MACs) and not."""
-        if not self._checked:
-            return
-        indices = sorted(self._checked)
-        before = reader.bytes_read()[0]
-        vouched = reader.vouched(indices)
-        self._own += reader.bytes_read()[0] - before
-        self._verified.update(i for i, v in zip(indices, vouched) if v)
-        self._checked.clear()
-
-    def note_failed(self, entries: Iterable[_Entry]) -> None:
-        self._failed.update(e.index for e in entries if e.index not in self._loaded)
-
-    def forget_failed(self, entries: Iterable[_Entry]) -> None:
-        """A failed batch is retried one tensor at a time: only those that
-        fail on their own stay failed."""
-        self._failed.difference_update(e.index for e in entries)
-
-    def note_mapped(self, entries: Iterable[_Entry]) -> None:
-        self._mmap_bytes += sum(e.data_length for e in entries)
-
-    def note_closing(self, reader: Any) -> None:
-        self._read = reader.bytes_read()[0]
-
-    def receipt(self, reader: Any, entries: list[_Entry], selected: list[_Entry]) -> LoadReceipt:
-        """The receipt now: `entries` every tensor of the file, `selected`
-        those the filter kept; `reader` the open reader, or None after
-        close."""
-        chosen = {e.index for e in selected}
-
-        def names(keep: Any) -> tuple[TensorName, ...]:
-            return tuple(e.name for e in entries if keep(e.index))
-
-        if reader is not None:
-            self._resolve_checked(reader)
-            self._read = reader.bytes_read()[0]
-        read = self._read - self._own
-        # After close, tensors loaded with verification that were never
-        # looked up count as verified: their check ran and passed; only a
-        # header storing no hashes (no known writer writes one) would make
-        # that check empty, and telling needs the header read again.
-        loaded, failed = self._loaded, self._failed
-        verified = self._verified | self._checked
-        sources = {self._origin: read}
-        if self._mmap_bytes:
-            sources["mmap"] = self._mmap_bytes
-        return LoadReceipt(
-            expected=names(lambda i: True),
-            loaded=names(loaded.__contains__),
-            skipped_by_filter=names(lambda i: i not in chosen),
-            verified=names(lambda i: i in loaded and i in verified),
-            unverified=names(lambda i: i in loaded and i not in verified),
-            failed=names(failed.__contains__),
-            bytes_by_source=types.MappingProxyType(sources),
-        )
+    return LoadReceipt(
+        expected=names(lambda i: True),
+        loaded=names(loaded.__contains__),
+        skipped_by_filter=names(lambda i: i not in chosen),
+        verified=names(verified.__contains__),
+        unverified=names(lambda i: i in loaded and i not in verified),
+        failed=names(failed.__contains__),
+        bytes_by_source=types.MappingProxyType(dict(counts[3])),
+    )

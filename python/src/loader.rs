@@ -1,0 +1,557 @@
+//! `Loader`: one open file's loads, carried out natively.
+//!
+//! `TensorDeserializer` (Python) chooses which entries a call wants and the
+//! call's `verify_hash`; the loader owns everything a load changes (the
+//! tensors loaded, those loaded unchecked, the meta-tensor budget, the
+//! receipt's counts) and carries out host-native's load plan
+//! (`read::plan`): meta tensors, views of a memory map, the CUDA staging
+//! ring, large tensors loaded alone and arenas of small ones. It decides;
+//! every torch call goes through one Python object, the allocator
+//! (`_loader.TorchAllocator`), which only makes tensors.
+
+mod arrays;
+mod book;
+mod copies;
+mod meta;
+mod target;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::exceptions::{PyRuntimeError, PyUserWarning, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList};
+use tensorizer_native::read::plan::{Destination, LoadPlan};
+
+use self::book::{Book, Counts};
+pub(crate) use self::copies::Copies;
+use self::target::Target;
+use crate::entry::PyEntry;
+use crate::errors::to_py;
+use crate::load_options::Mmap;
+use crate::options::DeserializerOptions;
+use crate::reader::NativeReader;
+
+pyo3::create_exception!(
+    tensorizer_rs._native,
+    MmapFallbackWarning,
+    PyUserWarning,
+    "`mmap=True` could not map some tensors and copied them instead (the message says how many \
+     and why). Given once per deserializer; `mmap=\"auto\"` copies silently."
+);
+
+type Entries<'py> = Vec<Bound<'py, PyEntry>>;
+
+/// What a load changes, behind one lock held only for bookkeeping (never
+/// across a Python call or a read).
+struct State {
+    /// None once closed.
+    reader: Option<Py<NativeReader>>,
+    /// The private memory map `mmap=` hands out views of, or None.
+    map: Option<Py<PyAny>>,
+    /// Indices loaded without checking their hashes.
+    unverified: HashSet<usize>,
+    book: Book,
+    /// Zero-filled meta bytes handed out so far.
+    meta_claimed: u64,
+    /// `MmapFallbackWarning` given (once per loader).
+    mmap_warned: bool,
+}
+
+/// The device a load goes to: the `torch.device`, its kind, and whether
+/// CUDA goes through the native staging ring.
+struct Resolved {
+    device: Py<PyAny>,
+    target: Target,
+    staging: bool,
+}
+
+/// One open file's loads (`_native.Loader`).
+#[pyclass(module = "tensorizer_rs._native", frozen)]
+pub(crate) struct Loader {
+    options: Py<DeserializerOptions>,
+    alloc: Py<PyAny>,
+    /// Loaded tensors by file index.
+    cache: Py<PyDict>,
+    device: PyOnceLock<Resolved>,
+    state: Mutex<State>,
+}
+
+fn indices(entries: &[Bound<'_, PyEntry>]) -> Vec<usize> {
+    entries.iter().map(|e| e.get().index).collect()
+}
+
+fn overflow() -> PyErr {
+    PyValueError::new_err("the tensors' total size overflows")
+}
+
+impl Loader {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_reader(&self, py: Python<'_>) -> PyResult<Py<NativeReader>> {
+        let state = self.state();
+        let reader = state.reader.as_ref().map(|r| r.clone_ref(py));
+        reader.ok_or_else(|| PyRuntimeError::new_err("the deserializer is closed"))
+    }
+
+    /// The device, resolved by the allocator on first use (a numpy-only
+    /// load never imports torch), and its kind read once.
+    fn resolved(&self, py: Python<'_>) -> PyResult<&Resolved> {
+        self.device.get_or_try_init(py, || {
+            let alloc = self.alloc.bind(py);
+            let device = alloc.call_method1("device", (self.options.get().device(py),))?;
+            let target: Target = device.extract()?;
+            let staging =
+                target == Target::Cuda && alloc.call_method0("native_cuda")?.is_truthy()?;
+            Ok::<_, PyErr>(Resolved { device: device.unbind(), target, staging })
+        })
+    }
+
+    /// The entries of `entries` not loaded yet.
+    fn uncached<'py>(
+        &self,
+        py: Python<'py>,
+        entries: &[Bound<'py, PyEntry>],
+    ) -> PyResult<Entries<'py>> {
+        let cache = self.cache.bind(py);
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            if !cache.contains(e.get().index)? {
+                out.push(e.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks the stored hashes of `entries` loaded earlier without
+    /// checking, reading their bytes from the file again (one tensor at a
+    /// time); raises `HashMismatchError` naming the first that fails.
+    fn verify_loaded(&self, py: Python<'_>, entries: &[Bound<'_, PyEntry>]) -> PyResult<()> {
+        let stale: Vec<&PyEntry> = {
+            let state = self.state();
+            entries
+                .iter()
+                .map(|e| e.get())
+                .filter(|e| state.unverified.contains(&e.index))
+                .collect()
+        };
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let reader = self.open_reader(py)?;
+        let reader = reader.get();
+        let metas: Vec<usize> = stale.iter().filter(|e| e.is_meta).map(|e| e.index).collect();
+        meta::check_headers(py, reader, &metas, true)?;
+        for e in stale.iter().filter(|e| !e.is_meta) {
+            let len = usize::try_from(e.nbytes).map_err(|_| overflow())?;
+            let mut scratch = vec![0u8; len];
+            let jobs = vec![(e.index, scratch.as_mut_slice())];
+            py.detach(|| reader.inner.load_many_with(jobs, true)).map_err(to_py)?;
+            self.state().unverified.remove(&e.index);
+        }
+        let mut state = self.state();
+        for &i in &metas {
+            state.unverified.remove(&i);
+        }
+        let all: Vec<usize> = stale.iter().map(|e| e.index).collect();
+        state.book.loaded(&all, true);
+        Ok(())
+    }
+
+    /// Loads `todo` (none cached) as the native load plan says each goes.
+    fn load_plan(&self, py: Python<'_>, todo: &[Bound<'_, PyEntry>], verify: bool) -> PyResult<()> {
+        let reader_py = self.open_reader(py)?;
+        let reader = reader_py.get();
+        let resolved = self.resolved(py)?;
+        let (mapped, warn) = {
+            let state = self.state();
+            let on = self.options.get().load.mmap == Mmap::On;
+            (state.map.is_some() && !verify, on && !state.mmap_warned)
+        };
+        let destination = resolved.target.destination(resolved.staging);
+        let plan = reader.inner.plan_load(&indices(todo), destination, mapped);
+        let plan = plan.ok_or_else(overflow)?;
+        if warn {
+            self.warn_copied(py, reader, todo, &plan, resolved, verify)?;
+        }
+        let by_index: HashMap<usize, Bound<'_, PyEntry>> =
+            todo.iter().map(|e| (e.get().index, e.clone())).collect();
+        let pick =
+            |list: &[usize]| list.iter().map(|i| by_index[i].clone()).collect::<Entries<'_>>();
+        let metas = pick(&plan.meta);
+        if !metas.is_empty() {
+            self.claim_meta(py, &metas, true)?;
+            meta::check_headers(py, reader, &plan.meta, verify)?;
+        }
+        if !plan.mapped.is_empty() {
+            self.load_mapped(py, reader, &pick(&plan.mapped))?;
+        }
+        if !plan.staged.is_empty() {
+            self.load_staged(py, &reader_py, &pick(&plan.staged), resolved, verify)?;
+        }
+        let alloc = self.alloc.bind(py);
+        let pin = resolved.target.pinned();
+        let copies = copies::allocate(py, alloc, &by_index, &plan, pin)?;
+        copies::fill(py, reader, alloc, &copies, verify)?;
+        self.adopt_copies(py, &copies, pin)?;
+        let device = resolved.device.bind(py);
+        let cache = self.cache.bind(py);
+        for e in &metas {
+            cache.set_item(e.get().index, alloc.call_method1("meta_tensor", (e, device))?)?;
+        }
+        if pin && !plan.large.is_empty() {
+            alloc.call_method1("synchronize", (device,))?;
+        }
+        Ok(())
+    }
+
+    /// Native staging ring: pinned buffers, async copies into tensors the
+    /// allocator made on the device, decrypted and verified on the way
+    /// (spec §19).
+    fn load_staged(
+        &self,
+        py: Python<'_>,
+        reader: &Py<NativeReader>,
+        staged: &[Bound<'_, PyEntry>],
+        resolved: &Resolved,
+        verify: bool,
+    ) -> PyResult<()> {
+        let alloc = self.alloc.bind(py);
+        let args = (reader, PyList::new(py, staged)?, &resolved.device, verify);
+        let made = alloc.call_method1("cuda", args)?;
+        let cache = self.cache.bind(py);
+        for (e, t) in staged.iter().zip(made.try_iter()?) {
+            cache.set_item(e.get().index, alloc.call_method1("adopt", (t?, py.None(), false))?)?;
+        }
+        Ok(())
+    }
+
+    /// Caches `mapped` as zero-copy views of the private map (those the
+    /// load plan found aligned to their element size).
+    fn load_mapped(
+        &self,
+        py: Python<'_>,
+        reader: &NativeReader,
+        mapped: &[Bound<'_, PyEntry>],
+    ) -> PyResult<()> {
+        let map = self.state().map.as_ref().map(|m| m.clone_ref(py));
+        let map = map.ok_or_else(|| PyRuntimeError::new_err("the deserializer is closed"))?;
+        // Parse each header once: the index and the headers must agree.
+        meta::check_headers(py, reader, &indices(mapped), false)?;
+        let bytes = mapped.iter().map(|e| e.get().data_length).sum();
+        self.state().book.mapped(bytes);
+        let offsets: Vec<u64> = mapped.iter().map(|e| e.get().data_offset).collect();
+        let alloc = self.alloc.bind(py);
+        let made = alloc.call_method1("carve", (PyList::new(py, mapped)?, map, offsets))?;
+        self.adopt_carved(py, mapped.iter().map(|e| e.get().index), &made)
+    }
+
+    /// Caches the tensors of `copies`: moved to the device and cast to
+    /// `dtype=` as asked; `pin`: the copies are page-locked.
+    fn adopt_copies(&self, py: Python<'_>, copies: &Copies, pin: bool) -> PyResult<()> {
+        let alloc = self.alloc.bind(py);
+        let resolved = self.resolved(py)?;
+        let device =
+            if resolved.target == Target::Cpu { py.None() } else { resolved.device.clone_ref(py) };
+        let cache = self.cache.bind(py);
+        for (e, t) in &copies.large {
+            cache.set_item(e.get().index, alloc.call_method1("adopt", (t, &device, pin))?)?;
+        }
+        // Each packed tensor gets a storage of its own over its piece of
+        // the arena, as if allocated alone; one native loop per arena makes
+        // them (carve.rs), then any cast follows.
+        for (raw, members, offsets) in &copies.arenas {
+            let made = alloc.call_method1("carve", (PyList::new(py, members)?, raw, offsets))?;
+            self.adopt_carved(py, members.iter().map(|e| e.get().index), &made)?;
+        }
+        Ok(())
+    }
+
+    /// Caches tensors carved on the CPU, cast as `dtype=` asks.
+    fn adopt_carved(
+        &self,
+        py: Python<'_>,
+        indices: impl Iterator<Item = usize>,
+        made: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let cache = self.cache.bind(py);
+        let cast = !self.options.get().dtype(py).is_none(py);
+        let alloc = self.alloc.bind(py);
+        for (i, t) in indices.zip(made.try_iter()?) {
+            let t = t?;
+            let t = if cast { alloc.call_method1("recast", (t,))? } else { t };
+            cache.set_item(i, t)?;
+        }
+        Ok(())
+    }
+
+    /// Warns (once per loader) that `mmap=True` copied tensors the load
+    /// `plan` could not map, and why.
+    fn warn_copied(
+        &self,
+        py: Python<'_>,
+        reader: &NativeReader,
+        todo: &[Bound<'_, PyEntry>],
+        plan: &LoadPlan,
+        resolved: &Resolved,
+        verify: bool,
+    ) -> PyResult<()> {
+        let skipped: HashSet<usize> = plan.mapped.iter().chain(&plan.meta).copied().collect();
+        let copied: Vec<&PyEntry> = todo
+            .iter()
+            .map(|e| e.get())
+            .filter(|e| !skipped.contains(&e.index) && e.data_length > 0)
+            .collect();
+        if copied.is_empty() {
+            return Ok(());
+        }
+        let no_map = self.state().map.is_none();
+        self.state().mmap_warned = true;
+        let why = if reader.inner.is_encrypted() {
+            "the file is encrypted (decrypted data cannot be a view of the file)".to_string()
+        } else if no_map {
+            "the file is not a local, non-empty file that can be memory-mapped".to_string()
+        } else if verify {
+            "verify_hash=True reads every byte from the file to check it".to_string()
+        } else if resolved.target != Target::Cpu {
+            let device = resolved.device.bind(py).str()?;
+            format!("the tensors go to {device}, and only CPU tensors can be views of the map")
+        } else {
+            "their data is not aligned to their element size in the file (files written with \
+             layout=\"tensorizer\" can have such offsets; the default layout aligns them)"
+                .to_string()
+        };
+        let nbytes: u64 = copied.iter().map(|e| e.data_length).sum();
+        let message = format!(
+            "mmap=True: {} of {} tensors ({nbytes} bytes) were copied, not mapped: {why}",
+            copied.len(),
+            todo.len()
+        );
+        let message =
+            std::ffi::CString::new(message).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let category = py.get_type::<MmapFallbackWarning>();
+        PyErr::warn(py, &category, &message, 2)
+    }
+}
+
+#[pymethods]
+impl Loader {
+    /// The loads of `reader` (opened with `options`) through `alloc` (the
+    /// allocator); `map`: the private memory map `mmap=` hands out views
+    /// of, or None.
+    #[new]
+    #[pyo3(signature = (reader, options, alloc, map=None))]
+    fn new(
+        py: Python<'_>,
+        reader: Py<NativeReader>,
+        options: Py<DeserializerOptions>,
+        alloc: Py<PyAny>,
+        map: Option<Py<PyAny>>,
+    ) -> Self {
+        let book = Book::new(reader.get().origin);
+        let state = State {
+            reader: Some(reader),
+            map,
+            unverified: HashSet::new(),
+            book,
+            meta_claimed: 0,
+            mmap_warned: false,
+        };
+        Self {
+            options,
+            alloc,
+            cache: PyDict::new(py).unbind(),
+            device: PyOnceLock::new(),
+            state: Mutex::new(state),
+        }
+    }
+
+    /// The native reader (None once closed).
+    #[getter]
+    fn reader(&self, py: Python<'_>) -> Option<Py<NativeReader>> {
+        self.state().reader.as_ref().map(|r| r.clone_ref(py))
+    }
+
+    /// Loaded tensors by file index.
+    #[getter]
+    fn cache(&self, py: Python<'_>) -> Py<PyDict> {
+        self.cache.clone_ref(py)
+    }
+
+    /// The private memory map `mmap=` hands out views of, or None.
+    #[getter]
+    fn map(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state().map.as_ref().map(|m| m.clone_ref(py))
+    }
+
+    /// The `torch.device` tensors go to.
+    #[getter]
+    fn device(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.resolved(py)?.device.clone_ref(py))
+    }
+
+    /// The open reader; `RuntimeError` once closed.
+    fn check_open(&self, py: Python<'_>) -> PyResult<Py<NativeReader>> {
+        self.open_reader(py)
+    }
+
+    /// Drops the reader and the map. Tensors already handed out keep the
+    /// mapping alive through their buffer references.
+    fn close(&self) {
+        let mut state = self.state();
+        if let Some(reader) = state.reader.take() {
+            state.book.closing(reader.get());
+        }
+        state.map = None;
+    }
+
+    /// Loads every entry of `entries` not yet cached, in one parallel
+    /// native call; with a process `group`, cooperatively with its other
+    /// ranks (a collective call: `_cooperative.load_shared`). With
+    /// `verify`, entries loaded earlier without it are checked too
+    /// (tensorizer checks nothing for tensors it already holds).
+    #[pyo3(signature = (entries, verify, group=None))]
+    fn load(
+        slf: &Bound<'_, Self>,
+        entries: Entries<'_>,
+        verify: bool,
+        group: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let _paused = meta::GcPause::new(py)?;
+        if verify {
+            this.verify_loaded(py, &entries)?;
+        }
+        let todo = this.uncached(py, &entries)?;
+        let done = indices(&todo);
+        let outcome = match group {
+            // Collective: every rank takes part, even one with nothing new.
+            Some(group) => this.open_reader(py).and_then(|_| {
+                let cooperative = py.import(pyo3::intern!(py, "tensorizer_rs._cooperative"))?;
+                cooperative
+                    .call_method1("load_shared", (slf, PyList::new(py, &todo)?, verify, group))?;
+                Ok(())
+            }),
+            None if todo.is_empty() => Ok(()),
+            None => this.load_plan(py, &todo, verify),
+        };
+        let mut state = this.state();
+        if let Err(e) = outcome {
+            state.book.failed(&done);
+            return Err(e);
+        }
+        state.book.loaded(&done, verify);
+        if !verify {
+            state.unverified.extend(done);
+        }
+        Ok(())
+    }
+
+    /// Loads `entries` not cached yet, as the load plan says each goes (a
+    /// share of a cooperative load; nothing is counted).
+    fn load_now(&self, py: Python<'_>, entries: Entries<'_>, verify: bool) -> PyResult<()> {
+        let todo = self.uncached(py, &entries)?;
+        if todo.is_empty() { Ok(()) } else { self.load_plan(py, &todo, verify) }
+    }
+
+    /// Host copies of `entries` laid out as a CPU load plans them (the same
+    /// on every rank), read from the file when `fill`.
+    fn copies(
+        &self,
+        py: Python<'_>,
+        entries: Entries<'_>,
+        fill: bool,
+        verify: bool,
+    ) -> PyResult<Copies> {
+        let reader = self.open_reader(py)?;
+        let reader = reader.get();
+        let plan = reader.inner.plan_load(&indices(&entries), Destination::Cpu, false);
+        let plan = plan.ok_or_else(overflow)?;
+        let by_index = entries.iter().map(|e| (e.get().index, e.clone())).collect();
+        let alloc = self.alloc.bind(py);
+        let copies = copies::allocate(py, alloc, &by_index, &plan, false)?;
+        if fill {
+            copies::fill(py, reader, alloc, &copies, verify)?;
+        }
+        Ok(copies)
+    }
+
+    /// Caches the tensors of `copies` (made by `copies`, filled here or by
+    /// another rank).
+    fn adopt(&self, py: Python<'_>, copies: &Copies) -> PyResult<()> {
+        self.adopt_copies(py, copies, false)
+    }
+
+    /// The dtype a tensor stored as `stored` becomes under `dtype=`, or
+    /// None to keep it.
+    fn cast_to<'py>(
+        &self,
+        py: Python<'py>,
+        stored: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.alloc.bind(py).call_method1("cast_target", (stored,))
+    }
+
+    /// `entries` as new numpy arrays of `dtypes` (no torch): meta ones as
+    /// `meta_tensors` asks, the rest read in one native call. Not cached:
+    /// each call reads again.
+    fn load_arrays<'py>(
+        &self,
+        py: Python<'py>,
+        entries: Entries<'py>,
+        dtypes: Vec<Bound<'py, PyAny>>,
+        verify: bool,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let reader = self.open_reader(py)?;
+        let reader = reader.get();
+        let all = indices(&entries);
+        let outcome = self.read_arrays(py, reader, &entries, &dtypes, verify);
+        let mut state = self.state();
+        match outcome {
+            Ok(arrays) => {
+                state.book.loaded(&all, verify);
+                Ok(arrays)
+            }
+            Err(e) => {
+                state.book.failed(&all);
+                Err(e)
+            }
+        }
+    }
+
+    /// A slice of meta entry `e` (`get_slice`), of `shape`, in the form
+    /// `meta_tensors` names, counted against `max_meta_bytes`.
+    fn meta_slice<'py>(
+        &self,
+        py: Python<'py>,
+        e: Bound<'py, PyEntry>,
+        shape: Vec<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reader = self.open_reader(py)?;
+        let verify = self.options.get().load.verify(None);
+        let alloc = self.alloc.bind(py);
+        let size: u64 = alloc.call_method1("meta_nbytes", (&e, shape.clone()))?.extract()?;
+        let what = format!("a slice {} of ", PyList::new(py, &shape)?.str()?);
+        self.claim(py, &[(e.clone(), size)], &what)?;
+        meta::check_headers(py, reader.get(), &[e.get().index], verify)?;
+        alloc.call_method1("meta_zeros", (&e, shape, self.resolved(py)?.device.bind(py)))
+    }
+
+    /// What a receipt lists, by file index: loaded, verified, failed, and
+    /// bytes read by source (`_receipt.make`).
+    fn counts(&self, py: Python<'_>) -> PyResult<Counts> {
+        let reader = self.reader(py);
+        let reader = reader.as_ref().map(|r| r.get());
+        self.state().book.counts(reader).map_err(to_py)
+    }
+
+    /// A failed batch is retried one tensor at a time: only those that fail
+    /// on their own stay failed.
+    fn forget_failed(&self, entries: Entries<'_>) {
+        self.state().book.forget_failed(&indices(&entries));
+    }
+}
