@@ -14,6 +14,10 @@
 
 use std::sync::OnceLock;
 
+mod region;
+
+pub use self::region::HugeRegion;
+
 /// The balloon device's feature bit for free page reporting
 /// (`VIRTIO_BALLOON_F_REPORTING`, virtio 1.2 §5.5.3).
 const VIRTIO_BALLOON_F_REPORTING: usize = 5;

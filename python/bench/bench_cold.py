@@ -243,9 +243,9 @@ def worker(kind: str, path: str) -> dict:
             # pages, or in huge pages, whatever the load plan chose.
             from tensorizer_rs import _memory
 
-            chosen = _memory.huge_region
+            chosen = _memory.host_memory
             forced = kind == "rs-own-huge"
-            _memory.huge_region = lambda size, huge=True: chosen(size, forced)
+            _memory.host_memory = lambda size, huge=True, lead=0: chosen(size, forced, lead)
 
         if kind == "rs-s3":
             # The URI with the endpoint and keys in the environment: the

@@ -15,6 +15,7 @@ mod dtypes;
 mod entry;
 mod errors;
 mod fingerprint;
+mod host_memory;
 mod load_options;
 mod loader;
 mod options;
@@ -49,6 +50,8 @@ mod _native {
     };
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
+    #[pymodule_export]
+    use crate::host_memory::HostMemory;
     #[pymodule_export]
     use crate::loader::{Copies, Loader, MmapFallbackWarning};
     #[pymodule_export]

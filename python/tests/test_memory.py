@@ -53,19 +53,33 @@ def _write(path: Path, sd: dict[str, torch.Tensor]) -> None:
 
 
 @pytest.mark.parametrize("size", [2 * MIB, 2 * MIB + 1, 5 * MIB + 123, 64 * MIB - 3])
-def test_huge_bytes_start_on_a_huge_page_and_have_exactly_the_size(size: int) -> None:
-    raw = _memory.huge_bytes(size)
-    assert raw.nbytes == size
-    assert raw.ctypes.data % _memory.HUGE_PAGE == 0
-    raw[:] = 1  # writable, all of it
-    assert int(raw[-1]) == 1
+def test_host_memory_starts_on_a_huge_page_and_has_exactly_the_size(size: int) -> None:
+    raw = _memory.host_memory(size)
+    assert len(raw) == size
+    assert raw.address % _memory.HUGE_PAGE == 0
+    view = np.frombuffer(raw, dtype=np.uint8)
+    assert not view.any()  # zeroed
+    view[:] = 1  # writable, all of it
+    assert int(view[-1]) == 1
+    led = _memory.host_memory(size, True, 4096)
+    assert led.address % _memory.HUGE_PAGE == 4096 and len(led) == size
 
 
 def test_arenas_are_huge_page_aligned_from_the_huge_page_minimum() -> None:
-    assert _memory.arena(_memory.HUGE_PAGE_MIN).ctypes.data % _memory.HUGE_PAGE == 0
+    assert _memory.arena(_memory.HUGE_PAGE_MIN).address % _memory.HUGE_PAGE == 0
     small = _memory.arena(1000)
-    assert small.nbytes == 1000
-    assert small.ctypes.data % _memory.ALLOCATION_ALIGN == 0
+    assert len(small) == 1000
+    assert small.address % _memory.ALLOCATION_ALIGN == 0
+    assert bytes(memoryview(small)) == bytes(1000)
+
+
+def test_host_memory_outlives_its_last_holder_only() -> None:
+    raw = _memory.host_memory(3 * MIB)
+    t = torch.frombuffer(raw, dtype=torch.uint8)
+    del raw
+    gc.collect()
+    t[:] = 7  # the tensor keeps the memory alive
+    assert int(t.sum()) == 7 * 3 * MIB
 
 
 def test_loaded_tensors_own_storages_of_exactly_their_bytes(tmp_path: Path) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import numpy as np
-
 from . import _distributed, _dtypes, _native
 
 _Entry = _native.Entry
@@ -22,6 +20,13 @@ def _selection_digest(reader: Any, todo: list[_Entry], device: Any) -> str:
     for e in todo:
         h.update(repr((e.index, e.header_offset, e.data_offset, e.data_length, e.dtype, e.shape)).encode())
     return h.hexdigest()
+
+
+def _as_bytes(raw: Any) -> Any:
+    """An arena's memory as a flat uint8 tensor over it."""
+    import torch
+
+    return torch.frombuffer(raw, dtype=torch.uint8) if len(raw) else torch.empty(0, dtype=torch.uint8)
 
 
 def load_shared(loader: Any, todo: list[_Entry], verify: bool, group: Any) -> None:
@@ -58,7 +63,7 @@ def load_shared(loader: Any, todo: list[_Entry], verify: bool, group: Any) -> No
         if on_cpu:
             copies = mine if r == rank else loader.copies(shares[r], False, verify)
             for raw in copies.buffers() if world > 1 else ():
-                t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw.reshape(-1).view(torch.uint8)
+                t = raw.reshape(-1).view(torch.uint8) if isinstance(raw, torch.Tensor) else _as_bytes(raw)
                 if t.numel():
                     dist.broadcast(t, src=src, group=group)
             loader.adopt(copies)

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_CUDA_STREAMS",
     "UPLOADED_SCHEMES",
     "Loader",
+    "HostMemory",
     "Copies",
     "MmapFallbackWarning",
     "slice_shape",
@@ -260,6 +261,15 @@ class Entry:
     def header_offset(self) -> int: ...
     @property
     def data_offset(self) -> int: ...
+
+@final
+class HostMemory:
+    """Writable CPU memory for loaded tensors, lent through the buffer protocol."""
+
+    def __new__(cls, size: int, huge: bool = True, lead: int = 0) -> HostMemory: ...
+    @property
+    def address(self) -> int: ...
+    def __len__(self) -> int: ...
 
 class MmapFallbackWarning(UserWarning):
     """``mmap=True`` could not map some tensors and copied them instead."""

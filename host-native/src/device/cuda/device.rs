@@ -19,7 +19,7 @@ use cudarc::driver::{
 };
 
 use crate::error::{Error, Result};
-use crate::memory::HUGE_PAGE;
+use crate::memory::HugeRegion;
 
 /// Runs a driver call, mapping its error and any panic to [`Error::Cuda`].
 pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
@@ -167,65 +167,33 @@ struct Registered {
     /// Whether the driver registered the range (and must unregister it
     /// before the mapping may go).
     registered: bool,
-    /// The whole mapping (2 MiB longer than asked, for alignment).
-    map: *mut libc::c_void,
-    map_len: usize,
-    /// The registered bytes: `len` bytes from a 2 MiB boundary in `map`.
-    ptr: *mut u8,
-    len: usize,
+    /// Dropped (unmapped) by `drop` unless the driver may still hold it.
+    region: std::mem::ManuallyDrop<HugeRegion>,
 }
-
-// SAFETY: `Registered` owns its mapping exclusively; its bytes are reached
-// only through `&self`/`&mut self` of the `PinnedBuffer` holding it, so
-// moving it to or sharing it with another thread is as safe as for a
-// `Vec<u8>`. The context handle is thread-safe (`Arc<CudaContext>`).
-unsafe impl Send for Registered {}
-// SAFETY: as above; shared access only reads.
-unsafe impl Sync for Registered {}
 
 impl Registered {
     /// `len` fresh zeroed bytes, registered with the driver; `None` when
     /// mapping or registering fails (the caller then asks the driver).
     fn new(ctx: &Arc<CudaContext>, len: usize, huge: bool) -> Option<Self> {
-        let len = len.max(1);
-        let map_len = len.checked_next_multiple_of(HUGE_PAGE)?.checked_add(HUGE_PAGE)?;
-        // SAFETY: an anonymous private mapping at an address of the
-        // kernel's choice touches no existing memory.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return None;
-        }
-        let skip = (map as usize).next_multiple_of(HUGE_PAGE) - map as usize;
-        // SAFETY: `skip < HUGE_PAGE` and `skip + len <= map_len`, so `ptr`
-        // and the `len` bytes after it lie inside the mapping.
-        let ptr = unsafe { map.cast::<u8>().add(skip) };
-        let mut this = Self { ctx: ctx.clone(), registered: false, map, map_len, ptr, len };
+        let region = HugeRegion::new(len.max(1), huge)?;
+        let (ptr, len) = (region.as_ptr(), region.len());
         // SAFETY: advice on our own fresh mapping changes how the kernel
-        // backs it, never its contents (zero); a failure leaves it as it
-        // was (register then faults the pages in itself). MADV_DONTFORK:
-        // a child process must not share these pages copy-on-write, or a
-        // kernel before 5.9 could leave the device reading the old pages
-        // after this process writes new ones.
-        unsafe {
-            let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
-            libc::madvise(this.ptr.cast(), len, advice);
-            libc::madvise(this.ptr.cast(), len, libc::MADV_DONTFORK);
-        }
-        crate::memory::populate(this.ptr as usize, len.next_multiple_of(4096));
+        // backs it, never its contents. MADV_DONTFORK: a child process must
+        // not share these pages copy-on-write, or a kernel before 5.9 could
+        // leave the device reading the old pages after this process writes
+        // new ones.
+        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTFORK) };
+        crate::memory::populate(ptr as usize, len.next_multiple_of(4096));
+        let mut this = Self {
+            ctx: ctx.clone(),
+            registered: false,
+            region: std::mem::ManuallyDrop::new(region),
+        };
         let registered = guard("registering host memory", || {
             ctx.bind_to_thread()?;
             // SAFETY: `ptr..ptr + len` is memory of this process that stays
             // mapped until `drop` unregisters it first.
-            unsafe { cudarc::driver::sys::cuMemHostRegister_v2(this.ptr.cast(), len, 0) }.result()
+            unsafe { cudarc::driver::sys::cuMemHostRegister_v2(ptr.cast(), len, 0) }.result()
         });
         this.registered = registered.is_ok();
         if !this.registered {
@@ -239,12 +207,13 @@ impl Registered {
 impl Drop for Registered {
     fn drop(&mut self) {
         if self.registered {
+            let ptr = self.region.as_ptr();
             let unregistered = guard("unregistering host memory", || {
                 self.ctx.bind_to_thread()?;
                 // SAFETY: the range was registered by `new` and no copy out
                 // of it is in flight (`PinnedBuffer` settles before its
                 // memory drops).
-                unsafe { cudarc::driver::sys::cuMemHostUnregister(self.ptr.cast()) }.result()
+                unsafe { cudarc::driver::sys::cuMemHostUnregister(ptr.cast()) }.result()
             });
             if unregistered.is_err() {
                 // The driver may still treat the range as pinned: leave it
@@ -253,9 +222,8 @@ impl Drop for Registered {
                 return;
             }
         }
-        // SAFETY: the mapping is ours, no longer registered, and nothing
-        // refers to it after this.
-        unsafe { libc::munmap(self.map, self.map_len) };
+        // SAFETY: dropped once, here, and never used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.region) };
     }
 }
 
@@ -287,7 +255,7 @@ impl PinnedBuffer {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         match &self.memory {
-            HostMemory::Registered(r) => r.len,
+            HostMemory::Registered(r) => r.region.len(),
             HostMemory::Driver(s) => s.len(),
         }
     }
@@ -305,7 +273,7 @@ impl PinnedBuffer {
             // the kernel, then only written through slices) and owned by
             // this buffer, borrowed mutably here; no copy reads it (settled).
             HostMemory::Registered(r) => {
-                Ok(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) })
+                Ok(unsafe { std::slice::from_raw_parts_mut(r.region.as_ptr(), r.region.len()) })
             }
             HostMemory::Driver(s) => guard("mapping pinned memory", || s.as_mut_slice()),
         }
@@ -315,7 +283,9 @@ impl PinnedBuffer {
     fn bytes(&self) -> Result<&[u8]> {
         match &self.memory {
             // SAFETY: as in `bytes_mut`, borrowed shared here.
-            HostMemory::Registered(r) => Ok(unsafe { std::slice::from_raw_parts(r.ptr, r.len) }),
+            HostMemory::Registered(r) => {
+                Ok(unsafe { std::slice::from_raw_parts(r.region.as_ptr(), r.region.len()) })
+            }
             HostMemory::Driver(s) => guard("mapping pinned memory", || s.as_slice()),
         }
     }
