@@ -38,6 +38,18 @@ fn origin_of(name: &str) -> &'static str {
     Location::parse(name).map_or("stream", |l| l.scheme())
 }
 
+/// A folder, a store prefix or a shard index is many files: a reader
+/// opens one, and the message names the call that loads them all.
+fn refuse_sharded(uri: &str) -> PyResult<()> {
+    if !tensorizer_native::shards::is_sharded(uri) {
+        return Ok(());
+    }
+    Err(crate::errors::FormatError::new_err(format!(
+        "{uri} is a sharded model (a folder, a store prefix or a shard index), and a \
+         TensorDeserializer reads one file: load it with tensorizer_rs.load_state_dict({uri:?})"
+    )))
+}
+
 pub(crate) fn key_source(
     key: Option<Vec<u8>>,
     passphrase: Option<Vec<u8>>,
@@ -94,6 +106,7 @@ impl NativeReader {
             } else {
                 let path: std::path::PathBuf = source.extract()?;
                 let uri = path.to_string_lossy().into_owned();
+                refuse_sharded(&uri)?;
                 let intent = if partial { Intent::Peek } else { Intent::ReadAll };
                 (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
             };

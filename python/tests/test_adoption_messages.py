@@ -83,6 +83,19 @@ def test_a_safetensors_file_loads_through_the_same_reader(tmp_path):
         assert d._file_header.version_number is None
 
 
+def test_a_sharded_folder_or_index_names_the_call_that_loads_it(tmp_path):
+    save_file({"a": torch.ones(3)}, str(tmp_path / "model-00001-of-00001.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"metadata": {}, "weight_map": {"a": "model-00001-of-00001.safetensors"}}')
+    for where in (tmp_path, index):
+        with pytest.raises(_native.FormatError) as caught:
+            tensorizer_rs.TensorDeserializer(str(where))
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"tensorizer_rs.load_state_dict({str(where)!r})" in message.replace('"', "'")
+        assert dict(tensorizer_rs.load_state_dict(str(where)))["a"].tolist() == [1.0, 1.0, 1.0]
+
+
 def test_a_torch_save_file_is_named(tmp_path):
     path = tmp_path / "x.pt"
     torch.save({"w": torch.zeros(4)}, str(path))
