@@ -452,63 +452,70 @@ fn ranges(h: &mut Header, file_len: u64) {
     let mut spans: Vec<(u64, u64, usize)> = Vec::new();
     let mut found = Vec::new();
     for (i, t) in h.tensors.iter().enumerate() {
-        let push = |found: &mut Vec<Finding>, rule, msg: String| {
-            found.push(
-                Finding::new(rule, Some(t.offset), format!("tensor {:?}: {msg}", t.name))
-                    .in_tensor(t.name.clone()),
-            );
-        };
-        let (begin, end) = t.data_offsets;
-        let info = dtype(&t.dtype);
-        if info.is_none() {
-            push(
-                &mut found,
-                RuleId::StUnknownDtype,
-                format!("dtype {:?} is not one safetensors defines", t.dtype),
-            );
+        if check_tensor(t, data_len, &mut found) {
+            spans.push((t.data_offsets.0, t.data_offsets.1, i));
         }
-        if begin > end {
-            push(
-                &mut found,
-                RuleId::StReversed,
-                format!("data_offsets [{begin}, {end}] are reversed"),
-            );
-            continue;
-        }
-        if let Some(info) = info {
-            let bits = t.shape.iter().try_fold(u64::from(info.bits), |a, &d| a.checked_mul(d));
-            let want = bits.filter(|b| b % 8 == 0).map(|b| b / 8);
-            if want != Some(end - begin) {
-                let want = want.map_or_else(|| "no whole number of".into(), |w| format!("{w}"));
-                let msg = format!(
-                    "{} bytes of data, but dtype {} and shape {:?} take {want} bytes",
-                    end - begin,
-                    t.dtype,
-                    t.shape
-                );
-                push(&mut found, RuleId::StSizeMismatch, msg);
-            }
-            let item = u64::from(info.bits / 8).max(1);
-            if !begin.is_multiple_of(item) {
-                push(
-                    &mut found,
-                    RuleId::StMisaligned,
-                    format!("data starts at {begin}, not a multiple of its {item}-byte elements"),
-                );
-            }
-        }
-        if end > data_len {
-            let msg = format!(
-                "data_offsets [{begin}, {end}] end past the {data_len} bytes of data the file holds"
-            );
-            push(&mut found, RuleId::StPastEnd, msg);
-        }
-        spans.push((begin, end, i));
     }
     spans.sort();
+    check_layout(h, &spans, data_len, &mut found);
+    h.findings.extend(found);
+}
+
+/// The findings of one tensor's dtype, size, alignment and bounds; false
+/// when its offsets are reversed (it then has no span to place).
+fn check_tensor(t: &TensorInfo, data_len: u64, found: &mut Vec<Finding>) -> bool {
+    let mut push = |rule, msg: String| {
+        found.push(
+            Finding::new(rule, Some(t.offset), format!("tensor {:?}: {msg}", t.name))
+                .in_tensor(t.name.clone()),
+        );
+    };
+    let (begin, end) = t.data_offsets;
+    let info = dtype(&t.dtype);
+    if info.is_none() {
+        push(RuleId::StUnknownDtype, format!("dtype {:?} is not one safetensors defines", t.dtype));
+    }
+    if begin > end {
+        push(RuleId::StReversed, format!("data_offsets [{begin}, {end}] are reversed"));
+        return false;
+    }
+    if let Some(info) = info {
+        let bits = t.shape.iter().try_fold(u64::from(info.bits), |a, &d| a.checked_mul(d));
+        let want = bits.filter(|b| b % 8 == 0).map(|b| b / 8);
+        if want != Some(end - begin) {
+            let want = want.map_or_else(|| "no whole number of".into(), |w| format!("{w}"));
+            let msg = format!(
+                "{} bytes of data, but dtype {} and shape {:?} take {want} bytes",
+                end - begin,
+                t.dtype,
+                t.shape
+            );
+            push(RuleId::StSizeMismatch, msg);
+        }
+        let item = u64::from(info.bits / 8).max(1);
+        if !begin.is_multiple_of(item) {
+            push(
+                RuleId::StMisaligned,
+                format!("data starts at {begin}, not a multiple of its {item}-byte elements"),
+            );
+        }
+    }
+    if end > data_len {
+        let msg = format!(
+            "data_offsets [{begin}, {end}] end past the {data_len} bytes of data the file holds"
+        );
+        push(RuleId::StPastEnd, msg);
+    }
+    true
+}
+
+/// The findings of the tensors' spans (sorted) together: overlaps, gaps
+/// and bytes after the last tensor.
+fn check_layout(h: &Header, spans: &[(u64, u64, usize)], data_len: u64, found: &mut Vec<Finding>) {
+    let data_start = h.data_start();
     let mut reach = 0u64;
     let mut last: Option<usize> = None;
-    for &(begin, end, i) in &spans {
+    for &(begin, end, i) in spans {
         let t = &h.tensors[i];
         if begin < reach && begin < end {
             let other = last.map(|j| h.tensors[j].name.as_str()).unwrap_or_default();
@@ -540,7 +547,6 @@ fn ranges(h: &mut Header, file_len: u64) {
                 .spanning(n),
         );
     }
-    h.findings.extend(found);
 }
 
 /// Scans a safetensors file whose first 8 bytes declared `header_len`:
