@@ -11,6 +11,7 @@ mod checkpoint;
 mod cli;
 mod convert;
 mod cuda;
+mod cuda_env;
 mod dtypes;
 mod entry;
 mod errors;
@@ -94,6 +95,7 @@ mod _native {
         crate::shards::register(m)?;
         crate::fingerprint::register(m)?;
         crate::cuda::register(m)?;
+        crate::cuda_env::register(m)?;
         crate::dtypes::register(m)?;
         Ok(())
     }

@@ -28,29 +28,22 @@ Environment variables (read at every load):
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, Protocol
 
 from . import _dtypes, _native
 
-#: The environment variable that turns the native CUDA path off ("0").
-ENV_NATIVE = "TENSORIZER_RS_NATIVE_CUDA"
-#: The environment variable that picks the allocation mode.
-ENV_ALLOC = "TENSORIZER_RS_CUDA_ALLOC"
-#: The environment variable that sets the number of copy streams of our own.
-ENV_STREAMS = "TENSORIZER_RS_CUDA_STREAMS"
+#: The environment variables (read natively, python/src/cuda_env.rs).
+ENV_NATIVE = _native.CUDA_ENV_NATIVE
+ENV_ALLOC = _native.CUDA_ENV_ALLOC
+ENV_STREAMS = _native.CUDA_ENV_STREAMS
 #: The allocation modes, the default first.
-ALLOC_MODES = ("per_tensor", "carved")
+ALLOC_MODES = _native.CUDA_ALLOC_MODES
+
 #: Alignment of each tensor inside a carved allocation (what CUDA kernels
 #: and cuBLAS expect of a tensor's start; torch's allocator gives 512).
 VIEW_ALIGN = _native.DEVICE_VIEW_ALIGN
-#: Most copy streams of our own (the native call refuses more).
-MAX_STREAMS = _native.MAX_CUDA_STREAMS
-
-_OFF = ("0", "false", "no", "off")
-
 # Set by torch_compat: its sidecar storages must be the tensors' own.
 _per_tensor_only: ContextVar[bool] = ContextVar("tensorizer_rs_cuda_per_tensor", default=False)
 
@@ -80,33 +73,19 @@ def native_enabled() -> bool:
     """Whether ``device="cuda"`` loads go through the native staging ring:
     the build has it, a driver and a device are present, and
     ``TENSORIZER_RS_NATIVE_CUDA`` is not ``0``."""
-    if os.environ.get(ENV_NATIVE, "").strip().lower() in _OFF:
-        return False
-    return bool(_native.cuda_available())
+    return _native.cuda_env_allows() and bool(_native.cuda_available())
 
 
 def alloc_mode() -> str:
     """``"per_tensor"`` or ``"carved"``, from ``TENSORIZER_RS_CUDA_ALLOC``
     (``per_tensor`` inside ``torch_compat``)."""
-    if _per_tensor_only.get():
-        return "per_tensor"
-    mode = os.environ.get(ENV_ALLOC, "").strip().lower() or ALLOC_MODES[0]
-    if mode not in ALLOC_MODES:
-        raise ValueError(f"{ENV_ALLOC}={mode!r}: use one of {', '.join(ALLOC_MODES)}")
-    return mode
+    return "per_tensor" if _per_tensor_only.get() else _native.cuda_alloc_mode()
 
 
 def copy_streams() -> int:
     """Copy streams of our own, from ``TENSORIZER_RS_CUDA_STREAMS`` (0:
     torch's current stream)."""
-    raw = os.environ.get(ENV_STREAMS, "").strip() or "0"
-    try:
-        n = int(raw)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= MAX_STREAMS:
-        raise ValueError(f"{ENV_STREAMS}={raw!r}: use a whole number from 0 to {MAX_STREAMS}")
-    return n
+    return _native.cuda_copy_streams()
 
 
 @contextlib.contextmanager

@@ -44,6 +44,13 @@ __all__ = [
     "HUGE_PAGE_MIN",
     "HUGE_PAGE",
     "MAX_CUDA_STREAMS",
+    "CUDA_ENV_NATIVE",
+    "CUDA_ENV_ALLOC",
+    "CUDA_ENV_STREAMS",
+    "CUDA_ALLOC_MODES",
+    "cuda_env_allows",
+    "cuda_alloc_mode",
+    "cuda_copy_streams",
     "UPLOADED_SCHEMES",
     "Loader",
     "HostMemory",
@@ -87,6 +94,14 @@ ALLOCATION_ALIGN: int
 HUGE_PAGE: int
 #: Most copy streams of our own a CUDA load may ask for.
 MAX_CUDA_STREAMS: int
+CUDA_ENV_NATIVE: str
+CUDA_ENV_ALLOC: str
+CUDA_ENV_STREAMS: str
+CUDA_ALLOC_MODES: tuple[str, ...]
+
+def cuda_env_allows() -> bool: ...
+def cuda_alloc_mode() -> str: ...
+def cuda_copy_streams() -> int: ...
 #: Schemes a written file is uploaded to, whole, on close.
 UPLOADED_SCHEMES: tuple[str, ...]
 
