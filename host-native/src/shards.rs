@@ -11,9 +11,16 @@ use tensorizer_core::layout::MAX_SHARD_INDEX_LEN;
 use tensorizer_core::scan::shards::{self as core_shards, Shard, ShardIndex};
 use tensorizer_core::scan::{Finding, Findings};
 
+use tensorizer_core::KeySource;
+
+use crate::convert::fingerprint::listing;
+use crate::convert::{Format, Input, Opened};
 use crate::error::{Error, Result};
 use crate::source::{Intent, RangeSource};
 use crate::store::open_uri;
+
+/// A shard as opened: any source [`open_uri`] gives.
+pub type ShardSource = Box<dyn RangeSource>;
 
 /// The index file names a folder is searched for, in order of preference.
 const INDEX_SUFFIXES: [&str; 2] = [".safetensors.index.json", ".bin.index.json"];
@@ -21,6 +28,9 @@ const INDEX_SUFFIXES: [&str; 2] = [".safetensors.index.json", ".bin.index.json"]
 /// The files of one model, and what its index maps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardedModel {
+    /// Where the model was found, as given: a folder, an index or a store
+    /// prefix.
+    pub location: String,
     /// The index the shards come from (`None`: a folder of safetensors
     /// files without one).
     pub index: Option<String>,
@@ -28,6 +38,16 @@ pub struct ShardedModel {
     pub shards: Vec<String>,
     /// Tensor name to the shard location holding it (empty without an index).
     pub weight_map: BTreeMap<String, String>,
+}
+
+/// Whether `location` is a local folder holding a model at its top: a
+/// shard index or a `*.safetensors` file. (A command that walks folders
+/// file by file takes such a folder as one model.)
+pub fn is_model_folder(location: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(location) else { return false };
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .any(|n| n.ends_with(".safetensors") || INDEX_SUFFIXES.iter().any(|s| n.ends_with(s)))
 }
 
 /// Whether `location` names a sharded model: a local folder, or a file or
@@ -51,7 +71,8 @@ pub fn open_sharded(location: &str) -> Result<ShardedModel> {
     names.sort();
     for suffix in INDEX_SUFFIXES {
         if let Some(index) = names.iter().find(|n| n.ends_with(suffix)) {
-            return from_index(&dir.join(index).to_string_lossy());
+            let model = from_index(&dir.join(index).to_string_lossy())?;
+            return Ok(ShardedModel { location: location.to_string(), ..model });
         }
     }
     let shards: Vec<String> = names
@@ -64,7 +85,12 @@ pub fn open_sharded(location: &str) -> Result<ShardedModel> {
             "{location}: no *.safetensors file and no *.index.json in this folder"
         )));
     }
-    Ok(ShardedModel { index: None, shards, weight_map: BTreeMap::new() })
+    Ok(ShardedModel {
+        location: location.to_string(),
+        index: None,
+        shards,
+        weight_map: BTreeMap::new(),
+    })
 }
 
 /// The model an index names, its shard paths joined to the index's folder.
@@ -102,7 +128,12 @@ fn from_index(index: &str) -> Result<ShardedModel> {
             .collect();
         refuse(index, &core_shards::check(&parsed, &found, &[]))?;
     }
-    Ok(ShardedModel { index: Some(index.to_string()), shards, weight_map })
+    Ok(ShardedModel {
+        location: index.to_string(),
+        index: Some(index.to_string()),
+        shards,
+        weight_map,
+    })
 }
 
 /// An error for the first of `findings`, if any.
@@ -141,5 +172,101 @@ impl ShardedModel {
             })
             .collect();
         refuse(index, &core_shards::check(&shown, &found, &[]))
+    }
+}
+
+/// A sharded model with every shard opened (headers and indexes read, no
+/// tensor data): one input for conversion and fingerprints
+/// ([`crate::convert::Input::Shards`]).
+pub struct OpenedShards {
+    /// The files, and what the index maps.
+    pub model: ShardedModel,
+    files: Vec<Opened<ShardSource>>,
+}
+
+impl OpenedShards {
+    /// Opens the model at `location` ([`open_sharded`]) and each shard, as
+    /// its first bytes say; `key` decrypts encrypted tensorizer shards,
+    /// whose stored hashes are checked as they stream when `verify` is set.
+    pub fn open(location: &str, key: Option<KeySource>, verify: bool) -> Result<Self> {
+        let model = open_sharded(location)?;
+        if model.shards.is_empty() {
+            return Err(Error::Invalid(format!("{location}: the index names no shard")));
+        }
+        let files = model
+            .shards
+            .iter()
+            .map(|shard| Opened::open(open_uri(shard, Intent::Peek)?, key.clone(), verify))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { model, files })
+    }
+
+    /// Calls `f` with the shards as one input, in the model's order.
+    pub fn with_input<R>(&self, f: impl FnOnce(Input<'_, ShardSource>) -> R) -> R {
+        let shards: Vec<Input<'_, ShardSource>> = self.files.iter().map(Opened::input).collect();
+        f(Input::Shards { model: &self.model, shards: &shards })
+    }
+}
+
+/// One shard as its header lists it (no tensor data read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSummary {
+    /// The shard's location.
+    pub location: String,
+    /// Its format.
+    pub format: Format,
+    /// Its length in bytes.
+    pub file_bytes: u64,
+    /// Its tensors, in file order.
+    pub tensors: Vec<TensorSummary>,
+}
+
+/// One tensor of a [`ShardSummary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSummary {
+    /// The flat dotted name.
+    pub name: String,
+    /// The dtype (torch's name, or the stored one where torch has none).
+    pub dtype: String,
+    /// The shape.
+    pub shape: Vec<u64>,
+    /// Data bytes.
+    pub bytes: u64,
+}
+
+impl OpenedShards {
+    /// Each shard's tensors, the shards checked against the index (as a
+    /// conversion checks them).
+    pub fn survey(&self) -> Result<Vec<ShardSummary>> {
+        let (items, _) = self.with_input(|input| listing(&input))?;
+        let mut out: Vec<ShardSummary> = self
+            .files
+            .iter()
+            .zip(&self.model.shards)
+            .map(|(f, location)| {
+                let input = f.input();
+                ShardSummary {
+                    location: location.clone(),
+                    format: input.format(),
+                    file_bytes: input.len(),
+                    tensors: Vec::new(),
+                }
+            })
+            .collect();
+        for t in items {
+            let Some(shard) = out.get_mut(t.shard) else { continue };
+            let dtype = t
+                .spec
+                .dtype
+                .element()
+                .map_or_else(|| t.spec.dtype.to_string(), |e| e.torch_name().to_string());
+            shard.tensors.push(TensorSummary {
+                name: t.spec.path.dotted_name(),
+                dtype,
+                shape: t.spec.shape,
+                bytes: t.len,
+            });
+        }
+        Ok(out)
     }
 }
