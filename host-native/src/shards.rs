@@ -50,39 +50,49 @@ pub fn is_model_folder(location: &str) -> bool {
         .any(|n| n.ends_with(".safetensors") || INDEX_SUFFIXES.iter().any(|s| n.ends_with(s)))
 }
 
-/// Whether `location` names a sharded model: a local folder, or a file or
-/// URI whose name ends in `.index.json`.
+/// Whether `location` names a sharded model: a local folder, a file or
+/// URI whose name ends in `.index.json`, or a store prefix (a URI ending
+/// in `/`).
 pub fn is_sharded(location: &str) -> bool {
-    location.ends_with(".index.json") || Path::new(location).is_dir()
+    location.ends_with(".index.json") || is_prefix_uri(location) || Path::new(location).is_dir()
+}
+
+/// Whether `location` is a URI ending in `/`: a prefix of a store's
+/// objects (an HTTP one is refused when opened: HTTP cannot list).
+fn is_prefix_uri(location: &str) -> bool {
+    location.contains("://") && location.ends_with('/') && !location.starts_with("redis")
 }
 
 /// The shards of the model at `location` (see [`is_sharded`]). A folder
-/// with an index loads what the index names; one without loads its
-/// `*.safetensors` files.
+/// or store prefix with an index loads what the index names; one without
+/// loads its `*.safetensors` files. A prefix is listed one level deep
+/// ([`crate::store::list_prefix`]).
 pub fn open_sharded(location: &str) -> Result<ShardedModel> {
     if location.ends_with(".index.json") {
         return from_index(location);
     }
-    let dir = Path::new(location);
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| Error::File { file: location.to_string(), source: e })?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
+    let mut found: Vec<String> = if is_prefix_uri(location) {
+        crate::store::list_prefix(location)?
+    } else {
+        let dir = Path::new(location);
+        std::fs::read_dir(dir)
+            .map_err(|e| Error::File { file: location.to_string(), source: e })?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .map(|n| dir.join(n).to_string_lossy().into_owned())
+            .collect()
+    };
+    found.sort();
     for suffix in INDEX_SUFFIXES {
-        if let Some(index) = names.iter().find(|n| n.ends_with(suffix)) {
-            let model = from_index(&dir.join(index).to_string_lossy())?;
+        if let Some(index) = found.iter().find(|n| n.ends_with(suffix)) {
+            let model = from_index(index)?;
             return Ok(ShardedModel { location: location.to_string(), ..model });
         }
     }
-    let shards: Vec<String> = names
-        .iter()
-        .filter(|n| n.ends_with(".safetensors"))
-        .map(|n| dir.join(n).to_string_lossy().into_owned())
-        .collect();
+    let shards: Vec<String> = found.into_iter().filter(|n| n.ends_with(".safetensors")).collect();
     if shards.is_empty() {
+        let what = if is_prefix_uri(location) { "under this prefix" } else { "in this folder" };
         return Err(Error::Invalid(format!(
-            "{location}: no *.safetensors file and no *.index.json in this folder"
+            "{location}: no *.safetensors file and no *.index.json {what}"
         )));
     }
     Ok(ShardedModel {

@@ -160,3 +160,58 @@ fn an_index_that_disagrees_with_its_shards_is_refused_in_one_line() {
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("\"embed.weight\" is in two shards"), "{err}");
 }
+
+#[test]
+fn a_store_prefix_lists_as_one_model_and_http_asks_for_the_index() {
+    let run = tzr(&["fingerprint", "http://127.0.0.1:9/model/"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{err}");
+    assert!(err.contains("HTTP cannot list a folder; pass the model's *.index.json URI"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let Some(moto) = crate::s3::Moto::start() else { return };
+    moto.create_bucket("shards");
+    let tmp = tempfile::tempdir().unwrap();
+    let options = moto.options(moto.port);
+    let put = |path: &Path, key: &str| {
+        let uri = format!("s3://shards/{key}");
+        tensorizer_native::store::s3::upload(path, &uri, &options).unwrap();
+    };
+    let model = folder(&tmp.path().join("model"), true, &[]);
+    for entry in std::fs::read_dir(&model).unwrap() {
+        let entry = entry.unwrap().path();
+        let name = entry.file_name().unwrap().to_str().unwrap().to_string();
+        put(&entry, &format!("indexed/{name}"));
+        if name.ends_with(".safetensors") {
+            put(&entry, &format!("bare/{name}"));
+            // One level only: a shard in a sub-prefix is not the model's.
+            put(&entry, &format!("bare/sub/{name}"));
+        }
+    }
+    let file = one_file(tmp.path());
+    let want = hex(&tzr(&["fingerprint", s(&file)]));
+    let tzr_s3 = |args: &[&str]| {
+        Command::new(crate::common::tzr_bin())
+            .args(args)
+            .env("HOME", tmp.path())
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", moto.port))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .output()
+            .unwrap()
+    };
+    for uri in [
+        "s3://shards/indexed/",
+        "s3://shards/bare/",
+        "s3://shards/indexed/model.safetensors.index.json",
+    ] {
+        assert_eq!(hex(&tzr_s3(&["fingerprint", uri])), want, "{uri}");
+    }
+    let doc: Value =
+        serde_json::from_str(&stdout(&tzr_s3(&["inspect", "--json", "s3://shards/indexed/"])))
+            .unwrap();
+    assert_eq!(doc["totals"]["shards"], 2);
+    assert_eq!(doc["index"], "s3://shards/indexed/model.safetensors.index.json");
+    let run = tzr_s3(&["fingerprint", "s3://shards/nothing/"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("no *.safetensors file and no *.index.json under this prefix"), "{err}");
+}
