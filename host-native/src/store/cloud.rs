@@ -450,13 +450,13 @@ fn list_under(
     Ok(names)
 }
 
-/// The objects directly under `gs://bucket/prefix` (see [`list_under`]).
+/// The objects directly under `gs://bucket/prefix`, one level, in name order.
 pub fn list_gcs(bucket: &str, prefix: &str, opts: &CloudOptions) -> Result<Vec<String>> {
     let name = format!("gs://{bucket}/{prefix}");
     list_under(&gcs_store(bucket, opts, opts.retry())?, &name, prefix)
 }
 
-/// The blobs directly under `prefix` in `container` (see [`list_under`]).
+/// The blobs directly under `prefix` in `container`, one level, in name order.
 pub fn list_azure(
     account: Option<&str>,
     container: &str,
