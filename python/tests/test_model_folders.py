@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,3 +104,20 @@ def test_the_shards_share_the_reader_threads(tmp_path: pathlib.Path, monkeypatch
     tensorizer_rs.load_state_dict(model, num_readers=readers)
     at_once = min(_model.MAX_SHARDS_AT_ONCE, len(NAMES), readers)
     assert seen == [each] * len(NAMES) and at_once * each <= readers
+
+
+def test_a_cooperative_load_takes_one_shard_at_a_time(tmp_path: pathlib.Path, monkeypatch) -> None:
+    model = _folder(tmp_path / "model", _arrays())
+    seen: list[int] = []
+
+    class Refused(Exception):
+        pass
+
+    def opening(*args: object, **kwargs: Any) -> None:
+        seen.append(kwargs["num_readers"])
+        raise Refused
+
+    monkeypatch.setattr(_model, "TensorDeserializer", opening)
+    with pytest.raises(Refused):
+        tensorizer_rs.load_state_dict(model, num_readers=8, process_group=object())
+    assert seen and set(seen) == {8}

@@ -32,7 +32,8 @@ def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[st
     ``TensorDeserializer(shard, **options)`` (every eager option applies:
     ``device``, ``dtype``, ``filter_func``, ``num_readers``,
     ``verify_hash``, ``encryption``, ``mmap``...), up to
-    ``MAX_SHARDS_AT_ONCE`` at once, the reader threads split among them
+    ``MAX_SHARDS_AT_ONCE`` at once (one at a time with a
+    ``process_group``), the reader threads split among them
     (``num_readers`` each is its share, at least one). The result is the
     same as loading the shards one after another: tensors in shard order,
     then file order. The shards are checked against the index: a shard it
@@ -48,6 +49,10 @@ def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[st
     model = _native.open_sharded(path)
     readers = max(1, options.get("num_readers") or _native.DEFAULT_READERS)
     at_once = max(1, min(MAX_SHARDS_AT_ONCE, len(model.shards), readers))
+    if options.get("process_group") is not None:
+        # A cooperative load runs collectives, which every rank must issue
+        # in the same order: one shard at a time.
+        at_once = 1
     each = {**options, "num_readers": max(1, readers // at_once)}
 
     def load(shard: str) -> tuple[set[str], list[tuple[str, Any]]]:
