@@ -24,6 +24,7 @@ pub mod checkpoint;
 pub mod fingerprint;
 pub mod safetensors;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -46,6 +47,7 @@ use crate::convert::safetensors::{
 use crate::error::{Error, Result, io_err};
 use crate::parallel::{default_readers, for_each_index};
 use crate::read::{ReadOptions, Reader};
+use crate::shards::ShardedModel;
 use crate::source::Intent;
 use crate::source::LocalFile;
 use crate::source::RangeSource;
@@ -224,33 +226,130 @@ pub enum Input<'a, S: RangeSource> {
     Tensorizer(&'a Reader<S>),
     /// A safetensors file.
     Safetensors(&'a SafetensorsFile<S>),
+    /// A model stored as several files ([`crate::shards`]): each shard's
+    /// tensors, shard after shard, checked against the model's index
+    /// before any data moves.
+    Shards {
+        /// Which files the model is, and what its index maps.
+        model: &'a ShardedModel,
+        /// Each of `model.shards`, opened, in the same order (none of
+        /// them `Shards`).
+        shards: &'a [Self],
+    },
 }
 
 impl<S: RangeSource> Input<'_, S> {
+    /// The input's format (a sharded model's: its first shard's).
     pub(crate) fn format(&self) -> Format {
         match self {
             Self::Checkpoint(_) => Format::TorchCheckpoint,
             Self::Tensorizer(_) => Format::Tensorizer,
             Self::Safetensors(_) => Format::Safetensors,
+            Self::Shards { shards, .. } => shards.first().map_or(Format::Safetensors, Self::format),
         }
     }
 
-    pub(crate) fn source(&self) -> &S {
+    /// The input's name for messages: a file's, or a sharded model's
+    /// location (its folder or index).
+    pub(crate) fn name(&self) -> &str {
         match self {
-            Self::Checkpoint(r) => r.source(),
-            Self::Tensorizer(r) => r.source(),
-            Self::Safetensors(f) => f.source(),
+            Self::Checkpoint(r) => r.source().name(),
+            Self::Tensorizer(r) => r.source().name(),
+            Self::Safetensors(f) => f.source().name(),
+            Self::Shards { model, .. } => &model.location,
         }
     }
 
+    /// The input's bytes (a sharded model's: every shard's).
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Self::Checkpoint(r) => r.source().len(),
+            Self::Tensorizer(r) => r.source().len(),
+            Self::Safetensors(f) => f.source().len(),
+            Self::Shards { shards, .. } => {
+                shards.iter().fold(0u64, |sum, s| sum.saturating_add(s.len()))
+            }
+        }
+    }
+
+    /// Whether any file of the input is a torch.save checkpoint.
+    fn has_checkpoint(&self) -> bool {
+        match self {
+            Self::Checkpoint(_) => true,
+            Self::Shards { shards, .. } => shards.iter().any(Self::has_checkpoint),
+            _ => false,
+        }
+    }
+
+    /// Bytes per piece read from the source (a sharded model's shards
+    /// are streamed each by its own rule).
     fn piece(&self) -> usize {
-        if self.source().prefers_long_reads() { REMOTE_PIECE } else { LOCAL_PIECE }
+        let long = match self {
+            Self::Checkpoint(r) => r.source().prefers_long_reads(),
+            Self::Tensorizer(r) => r.source().prefers_long_reads(),
+            Self::Safetensors(f) => f.source().prefers_long_reads(),
+            Self::Shards { .. } => false,
+        };
+        if long { REMOTE_PIECE } else { LOCAL_PIECE }
+    }
+}
+
+/// A conversion or fingerprint input, opened and owned: what [`Input`]
+/// borrows.
+pub enum Opened<S: RangeSource> {
+    /// A torch.save checkpoint.
+    Checkpoint(CheckpointReader<S>),
+    /// A tensorizer file.
+    Tensorizer(Reader<S>),
+    /// A safetensors file.
+    Safetensors(SafetensorsFile<S>),
+}
+
+impl<S: RangeSource> Opened<S> {
+    /// Opens `source` as its first bytes say ([`sniff`]); a tensorizer
+    /// file's stored hashes are checked as it streams when `verify` is set.
+    /// GGUF files are refused (see [`Format::Gguf`]).
+    pub fn open(source: S, key: Option<KeySource>, verify: bool) -> Result<Self> {
+        let format = sniff(&source)?;
+        Self::open_as(source, format, key, verify)
+    }
+
+    /// [`Opened::open`] for a source already told to hold `format`.
+    pub fn open_as(
+        source: S,
+        format: Format,
+        key: Option<KeySource>,
+        verify: bool,
+    ) -> Result<Self> {
+        match format {
+            Format::TorchCheckpoint => Ok(Self::Checkpoint(CheckpointReader::new(source)?)),
+            Format::Tensorizer => {
+                let read = ReadOptions { num_readers: 1, verify_hash: verify, key };
+                Ok(Self::Tensorizer(Reader::new(source, read)?))
+            }
+            Format::Safetensors => Ok(Self::Safetensors(SafetensorsFile::new(source)?)),
+            Format::Gguf => Err(Error::Invalid(format!(
+                "{}: GGUF files cannot be converted (their quantized types have no dtype in the other formats)",
+                source.name()
+            ))),
+        }
+    }
+
+    /// The opened file as an input.
+    pub fn input(&self) -> Input<'_, S> {
+        match self {
+            Self::Checkpoint(r) => Input::Checkpoint(r),
+            Self::Tensorizer(r) => Input::Tensorizer(r),
+            Self::Safetensors(f) => Input::Safetensors(f),
+        }
     }
 }
 
 /// One tensor to write: where it comes from (an entry index of the input)
 /// and what it becomes.
 pub(crate) struct Item {
+    /// The shard of an [`Input::Shards`] the tensor is in (0 otherwise).
+    pub(crate) shard: usize,
     pub(crate) index: usize,
     pub(crate) spec: TensorSpec,
     pub(crate) len: u64,
@@ -275,13 +374,22 @@ pub fn sniff<S: RangeSource + ?Sized>(source: &S) -> Result<Format> {
 }
 
 /// Converts `src` (a local path or a URI: `http(s)://`, `s3://`,
-/// `redis://`) into a new file at `dst`; see [`convert_source`].
+/// `redis://`) into a new file at `dst`; see [`convert_source`]. A model
+/// stored as shards (a folder, an `*.index.json` or a store prefix; see
+/// [`crate::shards`]) becomes one file.
 pub fn convert(
     src: &str,
     dst: &Path,
     options: &ConvertOptions,
     progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Converted> {
+    if crate::shards::is_sharded(src) {
+        let to = Format::for_output(dst, options.to)?;
+        let opened = crate::shards::OpenedShards::open(src, options.key.clone(), true)?;
+        let (write_options, bound) = (&options.write, options.max_output_bytes);
+        return opened
+            .with_input(|input| write_bounded(input, dst, to, write_options, bound, progress));
+    }
     // Checkpoints are read from the end first: no whole-file opening request.
     convert_source(open_uri(src, Intent::Peek)?, dst, options, progress)
 }
@@ -298,33 +406,8 @@ pub fn convert_source<S: RangeSource>(
     progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Converted> {
     let to = Format::for_output(dst, options.to)?;
-    let from = sniff(&source)?;
-    let (write_options, bound) = (&options.write, options.max_output_bytes);
-    match from {
-        Format::TorchCheckpoint => {
-            let input = Input::Checkpoint(&CheckpointReader::new(source)?);
-            write_bounded(input, dst, to, write_options, bound, progress)
-        }
-        Format::Gguf => Err(Error::Invalid(format!(
-            "{}: GGUF files cannot be converted (their quantized types have no dtype in the other formats)",
-            source.name()
-        ))),
-        Format::Tensorizer => {
-            let read = ReadOptions { num_readers: 1, verify_hash: true, key: options.key.clone() };
-            write_bounded(
-                Input::Tensorizer(&Reader::new(source, read)?),
-                dst,
-                to,
-                write_options,
-                bound,
-                progress,
-            )
-        }
-        Format::Safetensors => {
-            let input = Input::Safetensors(&SafetensorsFile::new(source)?);
-            write_bounded(input, dst, to, write_options, bound, progress)
-        }
-    }
+    let opened = Opened::open(source, options.key.clone(), true)?;
+    write_bounded(opened.input(), dst, to, &options.write, options.max_output_bytes, progress)
 }
 
 /// Writes every tensor of `input` to a new `to` file at `dst`, atomically,
@@ -358,9 +441,9 @@ pub fn write_bounded<S: RangeSource>(
 ) -> Result<Converted> {
     let mut converted = Converted { from: input.format(), to, ..Converted::default() };
     let items = plan(&input, to, options, &mut converted)?;
-    let src = input.source().name();
+    let src = input.name();
     let total = items.iter().fold(0u64, |sum, t| sum.saturating_add(t.len));
-    check_output_bound(src, input.source().len(), total, max_output_bytes)?;
+    check_output_bound(src, input.len(), total, max_output_bytes)?;
     let threads = if options.num_writers == 0 { default_readers() } else { options.num_writers };
     let done = AtomicU64::new(0);
     // Non-contiguous views are gathered one at a time (see the module docs).
@@ -542,7 +625,7 @@ fn plan<S: RangeSource>(
     options: &WriteOptions,
     converted: &mut Converted,
 ) -> Result<Vec<Item>> {
-    let src = input.source().name();
+    let src = input.name();
     if to == Format::TorchCheckpoint {
         return Err(Error::Invalid(format!(
             "{src}: writing torch checkpoints is not supported; convert to tensorizer (.tensors) or safetensors \
@@ -550,59 +633,8 @@ fn plan<S: RangeSource>(
         )));
     }
     let mut items = Vec::new();
-    match input {
-        Input::Checkpoint(reader) => {
-            for (i, e) in reader.entries().iter().enumerate() {
-                let Leaf::Tensor(view) = &e.value else {
-                    converted.skipped.push(e.path.to_string());
-                    continue;
-                };
-                let len = reader.nbytes(i)?;
-                let spec = TensorSpec {
-                    path: e.path.clone(),
-                    tensor_type: TensorType::StateDict,
-                    module_index: 0,
-                    dtype: Dtype::from_element(view.dtype),
-                    shape: view.shape.clone(),
-                    meta: false,
-                };
-                items.push(Item { index: i, spec, len, swap: None });
-            }
-        }
-        Input::Tensorizer(reader) => {
-            for (i, e) in reader.entries().iter().enumerate() {
-                let spec = if to == Format::Tensorizer {
-                    reader.spec(i)?
-                } else {
-                    TensorSpec {
-                        path: e.path.clone(),
-                        tensor_type: e.tensor_type,
-                        module_index: 0,
-                        dtype: e.dtype.clone(),
-                        shape: e.shape.clone(),
-                        meta: e.is_meta(),
-                    }
-                };
-                let swap = (to == Format::Safetensors)
-                    .then(|| crate::convert::safetensors::swap_unit(&e.dtype))
-                    .flatten();
-                items.push(Item { index: i, spec, len: e.data_length, swap });
-            }
-        }
-        Input::Safetensors(file) => {
-            for (i, e) in file.entries().iter().enumerate() {
-                let spec = TensorSpec {
-                    path: TensorPath::Plain(e.name.clone()),
-                    tensor_type: TensorType::StateDict,
-                    module_index: 0,
-                    dtype: Dtype::from_element(e.dtype),
-                    shape: e.shape.clone(),
-                    meta: false,
-                };
-                items.push(Item { index: i, spec, len: e.end - e.start, swap: None });
-            }
-        }
-    }
+    collect(input, to, converted, 0, &mut items)?;
+    check_shards(input, &items)?;
     if to == Format::Tensorizer {
         // What we write, we read: refused before anything is written.
         check_tensor_count(items.len() as u64).map_err(|_| {
@@ -615,7 +647,7 @@ fn plan<S: RangeSource>(
         // Structured checkpoint paths are kept when tensorizer can hold
         // them; a state dict mixing string and int keys at one level gets
         // flat dotted names.
-        if matches!(input, Input::Checkpoint(_)) && !paths_fit(&items, options) {
+        if input.has_checkpoint() && !paths_fit(&items, options) {
             for t in &mut items {
                 t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
             }
@@ -647,6 +679,90 @@ fn plan<S: RangeSource>(
         }
     }
     Ok(items)
+}
+
+/// Checks a sharded model's shards, as `items` lists their tensors,
+/// against its index ([`ShardedModel::check`]), before any data moves.
+pub(crate) fn check_shards<S: RangeSource>(input: &Input<'_, S>, items: &[Item]) -> Result<()> {
+    let Input::Shards { model, .. } = input else { return Ok(()) };
+    let mut held: BTreeMap<String, BTreeSet<String>> =
+        model.shards.iter().map(|s| (s.clone(), BTreeSet::new())).collect();
+    for t in items {
+        if let Some(names) = model.shards.get(t.shard).and_then(|s| held.get_mut(s)) {
+            names.insert(t.spec.path.dotted_name());
+        }
+    }
+    model.check(&held)
+}
+
+/// Appends `input`'s tensors to `items` as `to` stores them (tagged as
+/// shard `shard`); a checkpoint's other entries go to `converted.skipped`.
+fn collect<S: RangeSource>(
+    input: &Input<'_, S>,
+    to: Format,
+    converted: &mut Converted,
+    shard: usize,
+    items: &mut Vec<Item>,
+) -> Result<()> {
+    match input {
+        Input::Checkpoint(reader) => {
+            for (i, e) in reader.entries().iter().enumerate() {
+                let Leaf::Tensor(view) = &e.value else {
+                    converted.skipped.push(e.path.to_string());
+                    continue;
+                };
+                let len = reader.nbytes(i)?;
+                let spec = TensorSpec {
+                    path: e.path.clone(),
+                    tensor_type: TensorType::StateDict,
+                    module_index: 0,
+                    dtype: Dtype::from_element(view.dtype),
+                    shape: view.shape.clone(),
+                    meta: false,
+                };
+                items.push(Item { shard, index: i, spec, len, swap: None });
+            }
+        }
+        Input::Tensorizer(reader) => {
+            for (i, e) in reader.entries().iter().enumerate() {
+                let spec = if to == Format::Tensorizer {
+                    reader.spec(i)?
+                } else {
+                    TensorSpec {
+                        path: e.path.clone(),
+                        tensor_type: e.tensor_type,
+                        module_index: 0,
+                        dtype: e.dtype.clone(),
+                        shape: e.shape.clone(),
+                        meta: e.is_meta(),
+                    }
+                };
+                let swap = (to == Format::Safetensors)
+                    .then(|| crate::convert::safetensors::swap_unit(&e.dtype))
+                    .flatten();
+                items.push(Item { shard, index: i, spec, len: e.data_length, swap });
+            }
+        }
+        Input::Safetensors(file) => {
+            for (i, e) in file.entries().iter().enumerate() {
+                let spec = TensorSpec {
+                    path: TensorPath::Plain(e.name.clone()),
+                    tensor_type: TensorType::StateDict,
+                    module_index: 0,
+                    dtype: Dtype::from_element(e.dtype),
+                    shape: e.shape.clone(),
+                    meta: false,
+                };
+                items.push(Item { shard, index: i, spec, len: e.end - e.start, swap: None });
+            }
+        }
+        Input::Shards { shards, .. } => {
+            for (s, input) in shards.iter().enumerate() {
+                collect(input, to, converted, s, items)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether the core writer accepts these paths together (a dry run).
@@ -687,6 +803,12 @@ pub(crate) fn stream<S: RangeSource>(
 ) -> Result<()> {
     let piece = input.piece();
     match input {
+        Input::Shards { shards, .. } => {
+            let shard = shards
+                .get(item.shard)
+                .ok_or_else(|| Error::Invalid(format!("shard {} is not open", item.shard)))?;
+            stream(shard, item, verify, gather, scratch, f)
+        }
         Input::Checkpoint(reader) => {
             let i = item.index;
             if item.len == 0 {

@@ -11,9 +11,16 @@ use tensorizer_core::layout::MAX_SHARD_INDEX_LEN;
 use tensorizer_core::scan::shards::{self as core_shards, Shard, ShardIndex};
 use tensorizer_core::scan::{Finding, Findings};
 
+use tensorizer_core::KeySource;
+
+use crate::convert::fingerprint::listing;
+use crate::convert::{Format, Input, Opened};
 use crate::error::{Error, Result};
 use crate::source::{Intent, RangeSource};
 use crate::store::open_uri;
+
+/// A shard as opened: any source [`open_uri`] gives.
+pub type ShardSource = Box<dyn RangeSource>;
 
 /// The index file names a folder is searched for, in order of preference.
 const INDEX_SUFFIXES: [&str; 2] = [".safetensors.index.json", ".bin.index.json"];
@@ -21,6 +28,9 @@ const INDEX_SUFFIXES: [&str; 2] = [".safetensors.index.json", ".bin.index.json"]
 /// The files of one model, and what its index maps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardedModel {
+    /// Where the model was found, as given: a folder, an index or a store
+    /// prefix.
+    pub location: String,
     /// The index the shards come from (`None`: a folder of safetensors
     /// files without one).
     pub index: Option<String>,
@@ -30,41 +40,67 @@ pub struct ShardedModel {
     pub weight_map: BTreeMap<String, String>,
 }
 
-/// Whether `location` names a sharded model: a local folder, or a file or
-/// URI whose name ends in `.index.json`.
+/// Whether `location` is a local folder holding a model at its top: a
+/// shard index or a `*.safetensors` file. (A command that walks folders
+/// file by file takes such a folder as one model.)
+pub fn is_model_folder(location: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(location) else { return false };
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .any(|n| n.ends_with(".safetensors") || INDEX_SUFFIXES.iter().any(|s| n.ends_with(s)))
+}
+
+/// Whether `location` names a sharded model: a local folder, a file or
+/// URI whose name ends in `.index.json`, or a store prefix (a URI ending
+/// in `/`).
 pub fn is_sharded(location: &str) -> bool {
-    location.ends_with(".index.json") || Path::new(location).is_dir()
+    location.ends_with(".index.json") || is_prefix_uri(location) || Path::new(location).is_dir()
+}
+
+/// Whether `location` is a URI ending in `/`: a prefix of a store's
+/// objects (an HTTP one is refused when opened: HTTP cannot list).
+fn is_prefix_uri(location: &str) -> bool {
+    location.contains("://") && location.ends_with('/') && !location.starts_with("redis")
 }
 
 /// The shards of the model at `location` (see [`is_sharded`]). A folder
-/// with an index loads what the index names; one without loads its
-/// `*.safetensors` files.
+/// or store prefix with an index loads what the index names; one without
+/// loads its `*.safetensors` files. A prefix is listed one level deep
+/// ([`crate::store::list_prefix`]).
 pub fn open_sharded(location: &str) -> Result<ShardedModel> {
     if location.ends_with(".index.json") {
         return from_index(location);
     }
-    let dir = Path::new(location);
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| Error::File { file: location.to_string(), source: e })?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
+    let mut found: Vec<String> = if is_prefix_uri(location) {
+        crate::store::list_prefix(location)?
+    } else {
+        let dir = Path::new(location);
+        std::fs::read_dir(dir)
+            .map_err(|e| Error::File { file: location.to_string(), source: e })?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .map(|n| dir.join(n).to_string_lossy().into_owned())
+            .collect()
+    };
+    found.sort();
     for suffix in INDEX_SUFFIXES {
-        if let Some(index) = names.iter().find(|n| n.ends_with(suffix)) {
-            return from_index(&dir.join(index).to_string_lossy());
+        if let Some(index) = found.iter().find(|n| n.ends_with(suffix)) {
+            let model = from_index(index)?;
+            return Ok(ShardedModel { location: location.to_string(), ..model });
         }
     }
-    let shards: Vec<String> = names
-        .iter()
-        .filter(|n| n.ends_with(".safetensors"))
-        .map(|n| dir.join(n).to_string_lossy().into_owned())
-        .collect();
+    let shards: Vec<String> = found.into_iter().filter(|n| n.ends_with(".safetensors")).collect();
     if shards.is_empty() {
+        let what = if is_prefix_uri(location) { "under this prefix" } else { "in this folder" };
         return Err(Error::Invalid(format!(
-            "{location}: no *.safetensors file and no *.index.json in this folder"
+            "{location}: no *.safetensors file and no *.index.json {what}"
         )));
     }
-    Ok(ShardedModel { index: None, shards, weight_map: BTreeMap::new() })
+    Ok(ShardedModel {
+        location: location.to_string(),
+        index: None,
+        shards,
+        weight_map: BTreeMap::new(),
+    })
 }
 
 /// The model an index names, its shard paths joined to the index's folder.
@@ -102,7 +138,12 @@ fn from_index(index: &str) -> Result<ShardedModel> {
             .collect();
         refuse(index, &core_shards::check(&parsed, &found, &[]))?;
     }
-    Ok(ShardedModel { index: Some(index.to_string()), shards, weight_map })
+    Ok(ShardedModel {
+        location: index.to_string(),
+        index: Some(index.to_string()),
+        shards,
+        weight_map,
+    })
 }
 
 /// An error for the first of `findings`, if any.
@@ -141,5 +182,101 @@ impl ShardedModel {
             })
             .collect();
         refuse(index, &core_shards::check(&shown, &found, &[]))
+    }
+}
+
+/// A sharded model with every shard opened (headers and indexes read, no
+/// tensor data): one input for conversion and fingerprints
+/// ([`crate::convert::Input::Shards`]).
+pub struct OpenedShards {
+    /// The files, and what the index maps.
+    pub model: ShardedModel,
+    files: Vec<Opened<ShardSource>>,
+}
+
+impl OpenedShards {
+    /// Opens the model at `location` ([`open_sharded`]) and each shard, as
+    /// its first bytes say; `key` decrypts encrypted tensorizer shards,
+    /// whose stored hashes are checked as they stream when `verify` is set.
+    pub fn open(location: &str, key: Option<KeySource>, verify: bool) -> Result<Self> {
+        let model = open_sharded(location)?;
+        if model.shards.is_empty() {
+            return Err(Error::Invalid(format!("{location}: the index names no shard")));
+        }
+        let files = model
+            .shards
+            .iter()
+            .map(|shard| Opened::open(open_uri(shard, Intent::Peek)?, key.clone(), verify))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { model, files })
+    }
+
+    /// Calls `f` with the shards as one input, in the model's order.
+    pub fn with_input<R>(&self, f: impl FnOnce(Input<'_, ShardSource>) -> R) -> R {
+        let shards: Vec<Input<'_, ShardSource>> = self.files.iter().map(Opened::input).collect();
+        f(Input::Shards { model: &self.model, shards: &shards })
+    }
+}
+
+/// One shard as its header lists it (no tensor data read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSummary {
+    /// The shard's location.
+    pub location: String,
+    /// Its format.
+    pub format: Format,
+    /// Its length in bytes.
+    pub file_bytes: u64,
+    /// Its tensors, in file order.
+    pub tensors: Vec<TensorSummary>,
+}
+
+/// One tensor of a [`ShardSummary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSummary {
+    /// The flat dotted name.
+    pub name: String,
+    /// The dtype (torch's name, or the stored one where torch has none).
+    pub dtype: String,
+    /// The shape.
+    pub shape: Vec<u64>,
+    /// Data bytes.
+    pub bytes: u64,
+}
+
+impl OpenedShards {
+    /// Each shard's tensors, the shards checked against the index (as a
+    /// conversion checks them).
+    pub fn survey(&self) -> Result<Vec<ShardSummary>> {
+        let (items, _) = self.with_input(|input| listing(&input))?;
+        let mut out: Vec<ShardSummary> = self
+            .files
+            .iter()
+            .zip(&self.model.shards)
+            .map(|(f, location)| {
+                let input = f.input();
+                ShardSummary {
+                    location: location.clone(),
+                    format: input.format(),
+                    file_bytes: input.len(),
+                    tensors: Vec::new(),
+                }
+            })
+            .collect();
+        for t in items {
+            let Some(shard) = out.get_mut(t.shard) else { continue };
+            let dtype = t
+                .spec
+                .dtype
+                .element()
+                .map_or_else(|| t.spec.dtype.to_string(), |e| e.torch_name().to_string());
+            shard.tensors.push(TensorSummary {
+                name: t.spec.path.dotted_name(),
+                dtype,
+                shape: t.spec.shape,
+                bytes: t.len,
+            });
+        }
+        Ok(out)
     }
 }

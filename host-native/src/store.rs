@@ -206,6 +206,49 @@ fn feature_for(location: &Location) -> &'static str {
     }
 }
 
+/// The URIs of the objects directly under the store prefix `uri` (an
+/// `s3://`, `gs://` or `az://` URI ending in `/`; one level, not
+/// recursive), in name order, with the options of the environment.
+/// HTTP cannot list; Redis holds one file per prefix.
+#[cfg_attr(not(any(feature = "s3", feature = "cloud")), allow(unused_variables))]
+pub fn list_prefix(uri: &str) -> Result<Vec<String>> {
+    let location = Location::parse(uri)?;
+    let options = StoreOptions::from_env(Intent::Peek)?;
+    let under = |keys: Vec<String>, base: &str| -> Vec<String> {
+        keys.into_iter().filter_map(|k| Some(format!("{base}{}", k.rsplit('/').next()?))).collect()
+    };
+    match &location {
+        #[cfg(feature = "s3")]
+        Location::S3 { bucket, key } => {
+            Ok(under(options.s3().resolve(bucket, key, false)?.list()?, uri))
+        }
+        #[cfg(feature = "cloud")]
+        Location::Gcs { bucket, object } => {
+            Ok(under(crate::store::cloud::list_gcs(bucket, object, &cloud_options(&options))?, uri))
+        }
+        #[cfg(feature = "cloud")]
+        Location::Azure { account, container, blob } => Ok(under(
+            crate::store::cloud::list_azure(
+                account.as_deref(),
+                container,
+                blob,
+                &cloud_options(&options),
+            )?,
+            uri,
+        )),
+        Location::Http { .. } => Err(Error::Invalid(format!(
+            "{uri}: HTTP cannot list a folder; pass the model's *.index.json URI"
+        ))),
+        #[allow(unreachable_patterns)]
+        Location::S3 { .. } | Location::Gcs { .. } | Location::Azure { .. } => {
+            Err(not_built(&location, feature_for(&location)))
+        }
+        _ => Err(Error::Invalid(format!(
+            "{uri}: not a store prefix that can be listed (s3://, gs://, az://)"
+        ))),
+    }
+}
+
 /// Parses `uri` and opens it with the options of the environment for
 /// `intent` (what `tzr` and [`open_reader`] do).
 pub fn open_uri(uri: &str, intent: Intent) -> Result<Box<dyn RangeSource>> {

@@ -48,6 +48,11 @@ Rows:
 * Over HTTP, from nginx on 127.0.0.1 serving the same files (cold: nginx
   reads them from the disk): ``curl`` to /dev/null (the HTTP limit), ours
   on our file and tensorizer on its own.
+* The same tensors as a folder of 4 safetensors shards and its index:
+  ``tensorizer_rs.load_state_dict`` on the folder (shards loaded in
+  parallel, the reader threads shared), safetensors ``load_file`` on each
+  shard in turn, and fastsafetensors with the 4 files in one
+  ``fastsafe_open``. A warm load reads every shard through first.
 * Over S3, from moto_server on 127.0.0.1 (which holds the objects in its
   own memory, so the server side is never cold): ours on our file
   (``s3://`` URI, endpoint and keys from the environment) and tensorizer on
@@ -108,7 +113,14 @@ CONTENDERS = {
     "tensorizer-http": "tensorizer 2.12.1, its file over HTTP (nginx)",
     "rs-s3": "tensorizer_rs, own file over S3 (moto)",
     "tensorizer-s3": "tensorizer 2.12.1, its file over S3 (moto)",
+    "rs-folder": "tensorizer_rs.load_state_dict, the 4-shard safetensors folder",
+    "st-folder": "safetensors load_file, each of the 4 shards in turn",
+    "fastsafetensors-folder": "fastsafetensors 0.5.0 (CPU, nogds), the 4 shards in one fastsafe_open",
 }
+#: Shards in the folder the ``*-folder`` contenders load (the same tensors
+#: as the single files, split in order into this many safetensors files
+#: beside a ``model.safetensors.index.json``, as Hugging Face writes them).
+FOLDER_SHARDS = 4
 #: Contenders that load from nginx on 127.0.0.1, serving the files' folder.
 HTTP = ("curl-http", "rs-http", "tensorizer-http", "rs-st-http")
 #: Contenders that load from moto_server on 127.0.0.1 (which holds the
@@ -124,6 +136,7 @@ FILE_OF = {
     "fastsafetensors": "st", "runai": "st", "rs-st-http": "st",
     "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
     "rs-s3": "own", "tensorizer-s3": "theirs",
+    "rs-folder": "folder", "st-folder": "folder", "fastsafetensors-folder": "folder",
 }  # fmt: skip
 
 
@@ -230,7 +243,23 @@ def worker(kind: str, path: str) -> dict:
         torch.empty(1, device=target)  # the CUDA context, before the clock as imports are
         torch.cuda.synchronize()
     finish = _touch_tensors if target == "cpu" else lambda ts: _on_device(ts, target)
-    if kind in ("rs-st", "rs-st-http"):
+    if kind.endswith("-folder"):
+        shards = _shards(path)
+        start = time.perf_counter()
+        if kind == "rs-folder":
+            import tensorizer_rs
+
+            n = finish(tensorizer_rs.load_state_dict(path, device=target).values())
+        elif kind == "st-folder":
+            from safetensors.torch import load_file
+
+            n = finish([t for s in shards for t in load_file(s, device=target).values()])
+        else:
+            from fastsafetensors import fastsafe_open
+
+            with fastsafe_open(filenames=shards, nogds=True, device=target) as f:
+                n = finish([f.get_tensor(k).clone() for k in f.keys()])
+    elif kind in ("rs-st", "rs-st-http"):
         from tensorizer_rs.safetensors.torch import load_file as rs_load_file
 
         start = time.perf_counter()
@@ -299,6 +328,11 @@ def worker(kind: str, path: str) -> dict:
     return {"s": time.perf_counter() - start, "bytes": n}
 
 
+def _shards(folder: str) -> list[str]:
+    """The safetensors shards of the folder, in name order."""
+    return sorted(str(p) for p in Path(folder).glob("*.safetensors"))
+
+
 def _s3_env() -> dict[str, str]:
     """The environment our loader reads an ``s3://`` URI's endpoint and keys from."""
     return {
@@ -326,16 +360,38 @@ def drop_caches() -> None:
 
 
 def warm(path: str) -> None:
-    with open(path, "rb", buffering=0) as f:
-        while f.read(CHUNK):
-            pass
+    for one in _shards(path) if os.path.isdir(path) else [path]:
+        with open(one, "rb", buffering=0) as f:
+            while f.read(CHUNK):
+                pass
+
+
+def write_folder(sd: dict, d: Path) -> None:
+    """`sd` split in order into FOLDER_SHARDS safetensors files in `d`, and
+    their index, as Hugging Face's ``save_pretrained`` lays them out."""
+    import safetensors.torch
+
+    d.mkdir(parents=True, exist_ok=True)
+    names = list(sd)
+    per = -(-len(names) // FOLDER_SHARDS)
+    weight_map = {}
+    for k in range(FOLDER_SHARDS):
+        shard = f"model-{k + 1:05d}-of-{FOLDER_SHARDS:05d}.safetensors"
+        part = {n: sd[n] for n in names[k * per : (k + 1) * per]}
+        safetensors.torch.save_file(part, str(d / shard), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(part, shard))
+    total = sum(t.numel() * t.element_size() for t in sd.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
 def write_files(gib: float, tensors: int, d: Path) -> dict[str, str]:
     """The three files of one size (reused when present and complete)."""
     import torch
 
-    paths = {"own": d / "own.tensors", "theirs": d / "theirs.tensors", "st": d / "model.safetensors"}
+    paths = {
+        "own": d / "own.tensors", "theirs": d / "theirs.tensors", "st": d / "model.safetensors", "folder": d / "folder",
+    }  # fmt: skip
     done = d / "complete"
     if done.exists() and all(p.exists() for p in paths.values()):
         return {k: str(v) for k, v in paths.items()}
@@ -356,6 +412,7 @@ def write_files(gib: float, tensors: int, d: Path) -> dict[str, str]:
     s2.write_state_dict(sd)
     s2.close()
     safetensors.torch.save_file(sd, str(paths["st"]))
+    write_folder(sd, paths["folder"])
     del sd
     done.touch()
     return {k: str(v) for k, v in paths.items()}

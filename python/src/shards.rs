@@ -43,7 +43,7 @@ impl NativeShards {
     }
 }
 
-/// Whether `location` is a folder or an `*.index.json`.
+/// Whether `location` is a folder, a store prefix or an `*.index.json`.
 #[pyfunction]
 fn is_sharded(location: &str) -> bool {
     shards::is_sharded(location)

@@ -51,6 +51,26 @@ def test_an_index_over_http_loads_its_shards_beside_it(tmp_path: pathlib.Path) -
         assert _same(tensorizer_rs.load_state_dict(f"{base}/model.safetensors.index.json"), want)
 
 
+def test_a_store_prefix_loads_what_is_directly_under_it(tmp_path: pathlib.Path, monkeypatch) -> None:
+    want = _folder(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.s3cfg
+    with remote_servers.s3_bucket() as (endpoint, client):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        for f in tmp_path.iterdir():
+            client.upload_file(str(f), "models", f"indexed/{f.name}")  # type: ignore[attr-defined]
+            if f.suffix == ".safetensors":
+                client.upload_file(str(f), "models", f"bare/{f.name}")  # type: ignore[attr-defined]
+                # One level: a sub-prefix's shards are not the model's.
+                client.upload_file(str(f), "models", f"bare/old/{f.name}")  # type: ignore[attr-defined]
+        assert _same(tensorizer_rs.load_state_dict("s3://models/indexed/"), want)
+        assert _same(tensorizer_rs.load_state_dict("s3://models/bare/", num_readers=2), want)
+        assert tensorizer_rs.fingerprint("s3://models/bare/") == tensorizer_rs.fingerprint(tmp_path)
+    with pytest.raises(ValueError, match=r"HTTP cannot list a folder; pass the model's \*\.index\.json URI"):
+        tensorizer_rs.load_state_dict("http://127.0.0.1:9/model/")
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -4,8 +4,9 @@ the Rust `object_store` crate makes, for the cloud store tests.
 gcp-storage-emulator serves the JSON API well (buckets, listing, uploads)
 but its XML API stops at a bare GET and PUT: no ETag or Last-Modified on
 GET (object_store refuses a GET without them), no HEAD, no If-Match, no
-ETag on PUT and no XML multipart upload (POST ?uploads, PUT ?partNumber,
-POST ?uploadId, DELETE ?uploadId). This wrapper answers those calls for
+ETag on PUT, no XML listing (GET /<bucket>?list-type=2) and no XML
+multipart upload (POST ?uploads, PUT ?partNumber, POST ?uploadId, DELETE
+?uploadId). This wrapper answers those calls for `/<bucket>` and
 `/<bucket>/<object>` paths from the emulator's own storage (objects
 written either way are the same objects) and leaves every other path to
 the emulator. A ranged GET costs no copy or hash of the whole object (the
@@ -31,12 +32,14 @@ from datetime import datetime, timezone
 from functools import partial
 from http import HTTPStatus, server
 from urllib.parse import parse_qs, unquote, urlsplit
+from xml.sax.saxutils import escape
 
 from gcp_storage_emulator import server as gse
 from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import buckets, objects
 
 XML_OBJECT = re.compile(r"^/(?P<bucket>[-.\w]+)/(?P<object>.*[^/])$")
+XML_BUCKET = re.compile(r"^/(?P<bucket>[-.\w]+)/?$")
 NOT_XML = ("/storage/", "/upload/", "/download/", "/batch/", "/b/", "/_tzr/")
 
 
@@ -77,6 +80,11 @@ class Handler(gse.RequestHandler):
         if urlsplit(self.path).path == "/_tzr/uploads":
             with self.uploads.lock:
                 return self._reply(HTTPStatus.OK, str(len(self.uploads.open)).encode())
+        parts = urlsplit(self.path)
+        bucket = XML_BUCKET.fullmatch(parts.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        if bucket and "list-type" in query:
+            return self._list(unquote(bucket["bucket"]), query)
         target = self._target()
         if target is None:
             return super().do_GET()
@@ -179,6 +187,28 @@ class Handler(gse.RequestHandler):
             data = memoryview(data)[start:end]
             status = HTTPStatus.PARTIAL_CONTENT
         self._reply(status, data, headers, head=head)
+
+    def _list(self, bucket, query):
+        """ListObjectsV2 in one page: the objects under `prefix`, those past
+        a `delimiter` grouped as common prefixes."""
+        prefix = query.get("prefix", [""])[0]
+        delimiter = query.get("delimiter", [""])[0]
+        try:
+            objs, prefixes = self.storage.get_file_list(bucket, prefix or None, delimiter or None)
+        except NotFound:
+            return self._reply(HTTPStatus.NOT_FOUND, b"<Error><Code>NoSuchBucket</Code></Error>")
+        rows = [
+            "<Contents><Key>{}</Key><Size>{}</Size><LastModified>{}</LastModified><ETag>{}</ETag></Contents>".format(
+                escape(o["name"]), o.get("size", 0), o.get("updated"), escape(_stored_etag(o) or '""')
+            )
+            for o in objs
+        ]
+        rows += ["<CommonPrefixes><Prefix>{}</Prefix></CommonPrefixes>".format(escape(p)) for p in prefixes]
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>{}</Name><Prefix>{}</Prefix>'
+            "<KeyCount>{}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>{}</ListBucketResult>"
+        ).format(escape(bucket), escape(prefix), len(rows), "".join(rows))
+        self._reply(HTTPStatus.OK, body.encode(), {"Content-Type": "application/xml"})
 
     def _store(self, bucket, name, data, content_type):
         etag = self._save(bucket, name, data, content_type)

@@ -23,12 +23,12 @@ use tensorizer_core::{
     Dtype, Fingerprint, KeySource, TensorFingerprint, TensorPath, TensorSpec, TensorType,
 };
 
-use crate::convert::checkpoint::CheckpointReader;
-use crate::convert::safetensors::{SafetensorsFile, swap_unit};
-use crate::convert::{Format, Input, Item, PROGRESS_INTERVAL, check, sniff, stream};
+use crate::convert::safetensors::swap_unit;
+use crate::convert::{
+    Format, Input, Item, Opened, PROGRESS_INTERVAL, check, check_shards, sniff, stream,
+};
 use crate::error::{Error, Result};
 use crate::parallel::{default_readers, for_each_index};
-use crate::read::{ReadOptions, Reader};
 use crate::source::Intent;
 use crate::source::RangeSource;
 use crate::store::open_uri;
@@ -56,12 +56,18 @@ pub struct Fingerprinted {
 }
 
 /// Fingerprints `src`, a local path or a URI (`http(s)://`, `s3://`,
-/// `redis://`, ...); see [`fingerprint_source`].
+/// `redis://`, ...); see [`fingerprint_source`]. A model stored as shards
+/// (a folder, an `*.index.json` or a store prefix; see [`crate::shards`])
+/// gives the fingerprint of the same tensors in one file.
 pub fn fingerprint(
     src: &str,
     options: &FingerprintOptions,
     progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Fingerprinted> {
+    if crate::shards::is_sharded(src) {
+        let opened = crate::shards::OpenedShards::open(src, options.key.clone(), false)?;
+        return opened.with_input(|input| fingerprint_input(input, options.num_threads, progress));
+    }
     fingerprint_source(open_uri(src, Intent::ReadAll)?, options, progress)
 }
 
@@ -74,20 +80,12 @@ pub fn fingerprint_source<S: RangeSource>(
     options: &FingerprintOptions,
     progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Fingerprinted> {
-    let threads = options.num_threads;
-    match sniff(&source)? {
-        Format::TorchCheckpoint => {
-            fingerprint_input(Input::Checkpoint(&CheckpointReader::new(source)?), threads, progress)
-        }
-        Format::Tensorizer => {
-            let read = ReadOptions { num_readers: 1, verify_hash: false, key: options.key.clone() };
-            fingerprint_input(Input::Tensorizer(&Reader::new(source, read)?), threads, progress)
-        }
-        Format::Safetensors => {
-            fingerprint_input(Input::Safetensors(&SafetensorsFile::new(source)?), threads, progress)
-        }
-        Format::Gguf => fingerprint_gguf(&source, progress),
+    let format = sniff(&source)?;
+    if format == Format::Gguf {
+        return fingerprint_gguf(&source, progress);
     }
+    let opened = Opened::open_as(source, format, options.key.clone(), false)?;
+    fingerprint_input(opened.input(), options.num_threads, progress)
 }
 
 /// Bytes of GGUF tensor data hashed per read.
@@ -161,7 +159,7 @@ pub fn fingerprint_input<S: RangeSource>(
     threads: usize,
     mut progress: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Fingerprinted> {
-    let src = input.source().name().to_string();
+    let src = input.name().to_string();
     let (items, skipped) = plan(&input)?;
     let total = items.iter().fold(0u64, |sum, t| sum.saturating_add(t.len));
     let threads = if threads == 0 { default_readers() } else { threads };
@@ -208,8 +206,32 @@ pub fn fingerprint_input<S: RangeSource>(
 /// The tensors to hash, in the input's order, and the checkpoint entries
 /// that are not tensors. Every tensor is streamed little-endian.
 fn plan<S: RangeSource>(input: &Input<'_, S>) -> Result<(Vec<Item>, Vec<String>)> {
-    let mut items = Vec::new();
-    let mut skipped = Vec::new();
+    let (items, skipped) = listing(input)?;
+    let src = input.name();
+    if let Some(t) = items.iter().find(|t| t.spec.dtype.element().is_none()) {
+        return Err(no_torch_name(src, &t.spec));
+    }
+    Ok((items, skipped))
+}
+
+/// Every tensor of `input` as a fingerprint reads it (a sharded model's
+/// checked against its index), and the checkpoint entries that are not
+/// tensors.
+pub(crate) fn listing<S: RangeSource>(input: &Input<'_, S>) -> Result<(Vec<Item>, Vec<String>)> {
+    let (mut items, mut skipped) = (Vec::new(), Vec::new());
+    collect(input, 0, &mut items, &mut skipped)?;
+    check_shards(input, &items)?;
+    Ok((items, skipped))
+}
+
+/// Appends `input`'s tensors to `items` (tagged as shard `shard`), and a
+/// checkpoint's other entries to `skipped`.
+fn collect<S: RangeSource>(
+    input: &Input<'_, S>,
+    shard: usize,
+    items: &mut Vec<Item>,
+    skipped: &mut Vec<String>,
+) -> Result<()> {
     let spec = |path: TensorPath, dtype: Dtype, shape: Vec<u64>, meta: bool| TensorSpec {
         path,
         tensor_type: TensorType::StateDict,
@@ -231,13 +253,14 @@ fn plan<S: RangeSource>(input: &Input<'_, S>) -> Result<(Vec<Item>, Vec<String>)
                     view.shape.clone(),
                     false,
                 );
-                items.push(Item { index: i, spec: s, len: reader.nbytes(i)?, swap: None });
+                items.push(Item { shard, index: i, spec: s, len: reader.nbytes(i)?, swap: None });
             }
         }
         Input::Tensorizer(reader) => {
             for (i, e) in reader.entries().iter().enumerate() {
                 let s = spec(e.path.clone(), e.dtype.clone(), e.shape.clone(), e.is_meta());
                 items.push(Item {
+                    shard,
                     index: i,
                     spec: s,
                     len: e.data_length,
@@ -253,15 +276,16 @@ fn plan<S: RangeSource>(input: &Input<'_, S>) -> Result<(Vec<Item>, Vec<String>)
                     e.shape.clone(),
                     false,
                 );
-                items.push(Item { index: i, spec: s, len: e.end - e.start, swap: None });
+                items.push(Item { shard, index: i, spec: s, len: e.end - e.start, swap: None });
+            }
+        }
+        Input::Shards { shards, .. } => {
+            for (s, input) in shards.iter().enumerate() {
+                collect(input, s, items, skipped)?;
             }
         }
     }
-    let src = input.source().name();
-    if let Some(t) = items.iter().find(|t| t.spec.dtype.element().is_none()) {
-        return Err(no_torch_name(src, &t.spec));
-    }
-    Ok((items, skipped))
+    Ok(())
 }
 
 /// The error for a tensor whose (opaque) dtype names no torch type this

@@ -434,6 +434,39 @@ pub fn upload_azure(
     upload::upload(&store, &name, &object_path(&name, blob)?, &mut file, Some(len), opts)
 }
 
+/// The names (paths in the bucket or container) of the objects directly
+/// under `prefix` (which ends in `/`), in name order.
+fn list_under(
+    store: &dyn object_store::ObjectStore,
+    name: &str,
+    prefix: &str,
+) -> Result<Vec<String>> {
+    let path = object_path(name, prefix.trim_end_matches('/'))?;
+    let listed = block_on(store.list_with_delimiter(Some(&path)))?
+        .map_err(|e| store_error(name, None, e))?;
+    let mut names: Vec<String> =
+        listed.objects.into_iter().map(|o| o.location.to_string()).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The objects directly under `gs://bucket/prefix`, one level, in name order.
+pub fn list_gcs(bucket: &str, prefix: &str, opts: &CloudOptions) -> Result<Vec<String>> {
+    let name = format!("gs://{bucket}/{prefix}");
+    list_under(&gcs_store(bucket, opts, opts.retry())?, &name, prefix)
+}
+
+/// The blobs directly under `prefix` in `container`, one level, in name order.
+pub fn list_azure(
+    account: Option<&str>,
+    container: &str,
+    prefix: &str,
+    opts: &CloudOptions,
+) -> Result<Vec<String>> {
+    let name = azure_name(account, container, prefix);
+    list_under(&azure_store(account, container, opts, opts.retry())?, &name, prefix)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

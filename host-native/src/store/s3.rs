@@ -39,6 +39,8 @@ use crate::store::tls::Trust;
 
 /// Lifetime of a presigned URL.
 const PRESIGN_FOR: Duration = Duration::from_secs(24 * 3600);
+/// Most pages (of up to 1000 keys) a listing of a prefix reads.
+pub const MAX_LISTED_PAGES: usize = 10;
 /// S3's smallest part (except the last) and largest part count.
 const MIN_PART: u64 = 5 << 20;
 const MAX_PARTS: u64 = 10_000;
@@ -62,9 +64,21 @@ enum Call<'a> {
     Put,
     Head,
     CreateMultipart,
-    UploadPart { number: u16, upload_id: &'a str },
-    CompleteMultipart { upload_id: &'a str, etags: &'a [String] },
-    AbortMultipart { upload_id: &'a str },
+    UploadPart {
+        number: u16,
+        upload_id: &'a str,
+    },
+    CompleteMultipart {
+        upload_id: &'a str,
+        etags: &'a [String],
+    },
+    AbortMultipart {
+        upload_id: &'a str,
+    },
+    /// One page of the objects directly under the key taken as a prefix.
+    List {
+        token: Option<&'a str>,
+    },
 }
 
 impl std::fmt::Debug for S3Object {
@@ -123,8 +137,42 @@ impl S3Object {
             Call::AbortMultipart { upload_id } => {
                 ("DELETE", bucket.abort_multipart_upload(creds, key, upload_id).sign(PRESIGN_FOR))
             }
+            Call::List { token } => {
+                let mut list = bucket.list_objects_v2(creds);
+                list.with_prefix(key);
+                list.with_delimiter("/");
+                if let Some(token) = token {
+                    list.with_continuation_token(token);
+                }
+                ("GET", list.sign(PRESIGN_FOR))
+            }
         };
         (method, url.into())
+    }
+
+    /// The keys of the objects directly under this object's key taken as
+    /// a prefix (`model/` lists `model/a.safetensors`, not
+    /// `model/sub/b.safetensors`), in key order; at most
+    /// [`MAX_LISTED_PAGES`] pages of the store's listing.
+    pub fn list(&self) -> Result<Vec<String>> {
+        let agent = agent(&self.options.http, &self.trust);
+        let (mut keys, mut token) = (Vec::new(), None::<String>);
+        for _ in 0..MAX_LISTED_PAGES {
+            let call = Call::List { token: token.as_deref() };
+            let reply = self.request(&agent, &call, &[], "list the prefix")?;
+            let page =
+                rusty_s3::actions::ListObjectsV2::parse_response(&reply.body).map_err(|e| {
+                    self.fail(format!("list the prefix: the reply is not a listing: {e}"))
+                })?;
+            keys.extend(page.contents.into_iter().map(|c| c.key));
+            match page.next_continuation_token {
+                Some(next) => token = Some(next),
+                None => return Ok(keys),
+            }
+        }
+        Err(self.fail(format!(
+            "list the prefix: more than MAX_LISTED_PAGES = {MAX_LISTED_PAGES} pages of objects"
+        )))
     }
 
     /// Opens the object for concurrent range reads.
@@ -329,6 +377,7 @@ impl S3Object {
                 "PUT" => agent.put(&url).send(body),
                 "POST" => agent.post(&url).send(body),
                 "DELETE" => agent.delete(&url).call(),
+                "GET" => agent.get(&url).call(),
                 _ => agent.head(&url).call(),
             };
             let resp = match sent {

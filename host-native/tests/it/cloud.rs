@@ -640,3 +640,30 @@ fn real_model_through_every_store() {
         eprintln!("{line}");
     }
 }
+
+/// A prefix lists the objects directly under it, not those further down
+/// (the sharded-model listing of spec §26.5).
+fn lists_one_level(store: &Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("x");
+    std::fs::write(&file, b"shard").unwrap();
+    for object in ["m/a.safetensors", "m/b.safetensors", "m/sub/c.safetensors", "mx/d.safetensors"]
+    {
+        store.upload(&file, object).unwrap();
+    }
+    let listed = match store.scheme {
+        "gs" => cloud::list_gcs("tzr", "m/", &store.options),
+        _ => cloud::list_azure(None, "tzr", "m/", &store.options),
+    };
+    assert_eq!(listed.unwrap(), ["m/a.safetensors", "m/b.safetensors"], "{}", store.scheme);
+}
+
+#[test]
+fn gcs_and_azure_prefixes_list_one_level() {
+    if let Some((_server, options)) = gcs() {
+        lists_one_level(&Store { scheme: "gs", options });
+    }
+    if let Some((_server, options)) = azurite() {
+        lists_one_level(&Store { scheme: "az", options });
+    }
+}

@@ -20,6 +20,7 @@ mod redis_cluster;
 mod s3;
 mod safetensors_read;
 mod servers;
+mod shards;
 mod slices;
 mod staging;
 mod store;

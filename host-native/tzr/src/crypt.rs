@@ -247,8 +247,6 @@ pub(crate) fn convert(
     // Refused before anything is read: the name decides the format.
     let to = Format::for_output(output, to).map_err(|e| Failure::Usage(e.to_string()))?;
     let started = Instant::now();
-    let source =
-        tensorizer_native::open_uri(&input.to_string_lossy(), tensorizer_native::Intent::Peek)?;
     let options = ConvertOptions {
         to: Some(to),
         write: WriteOptions { layout: writing.layout.clone(), key: None, num_writers: 0 },
@@ -256,7 +254,8 @@ pub(crate) fn convert(
         max_output_bytes,
     };
     let bar = progress::bytes(0, "converting");
-    let done = convert::convert_source(source, output, &options, |done, total| {
+    // A folder or index (a model stored as shards) becomes one file.
+    let done = convert::convert(&input.to_string_lossy(), output, &options, |done, total| {
         bar.set_length(total);
         bar.set_position(done);
         Ok(())

@@ -2,14 +2,15 @@
 //! tensorizer, safetensors or torch.save file (spec §21), and the tensors
 //! that differ between two files.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use tensorizer_core::TensorFingerprint;
 use tensorizer_core::fingerprint::{Change, Difference, diff, diff_json, fingerprint_json};
+use tensorizer_core::walk::Listed;
 use tensorizer_native::convert::fingerprint::{self, FingerprintOptions, Fingerprinted};
-use tensorizer_native::{Intent, open_uri};
+use tensorizer_native::{Intent, open_uri, shards};
 
 use crate::keys::KeyArgs;
 use crate::text::{human, printable};
@@ -22,6 +23,20 @@ fn compute(
     num_threads: Option<usize>,
 ) -> Result<Fingerprinted, Failure> {
     let name = file.to_string_lossy();
+    let options =
+        FingerprintOptions { key: key.for_reading()?, num_threads: num_threads.unwrap_or(0) };
+    let bar = progress::bytes(0, "fingerprinting");
+    let report = |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+        Ok(())
+    };
+    if shards::is_sharded(&name) {
+        // One model: its shards' tensors, as one file would hold them.
+        let done = fingerprint::fingerprint(&name, &options, report);
+        bar.finish_and_clear();
+        return Ok(done?);
+    }
     let source = open_uri(&name, Intent::ReadAll)?;
     if !key.given() && is_encrypted_tensorizer(&source)? {
         return Err(Failure::Usage(format!(
@@ -29,16 +44,26 @@ fn compute(
             file.display()
         )));
     }
-    let options =
-        FingerprintOptions { key: key.for_reading()?, num_threads: num_threads.unwrap_or(0) };
-    let bar = progress::bytes(0, "fingerprinting");
-    let done = fingerprint::fingerprint_source(source, &options, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-        Ok(())
-    });
+    let done = fingerprint::fingerprint_source(source, &options, report);
     bar.finish_and_clear();
     Ok(done?)
+}
+
+/// The models `paths` name, each to fingerprint as one: a sharded model
+/// (an `*.index.json`, or a folder holding shards at its top:
+/// [`shards::is_model_folder`]) as one entry; other folders walked, their
+/// files each one model ([`tensorizer_core::walk::expand`]).
+pub(crate) fn list(paths: &[PathBuf]) -> std::io::Result<Vec<Listed>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let name = p.to_string_lossy();
+        if name.ends_with(".index.json") || shards::is_model_folder(&name) {
+            out.push(Listed { name: name.into_owned(), in_dir: false });
+        } else {
+            out.extend(tensorizer_core::walk::expand(std::slice::from_ref(p))?);
+        }
+    }
+    Ok(out)
 }
 
 /// Whether `source` is a tensorizer file with encrypted tensors (read from

@@ -7,7 +7,8 @@ use serde::ser::SerializeMap;
 use serde_json::Value;
 use tensorizer_core::report::{self, HeaderSummary, Members, TensorRow};
 use tensorizer_core::totals::Totals;
-use tensorizer_native::{Intent, ReadOptions, Reader, open_uri};
+use tensorizer_native::shards::{OpenedShards, ShardSummary};
+use tensorizer_native::{Intent, ReadOptions, Reader, open_uri, shards};
 
 use crate::text::{human, printable};
 use crate::{Failure, Outcome};
@@ -55,6 +56,10 @@ impl Report {
 }
 
 pub(crate) fn run(file: &Path, json: bool) -> Outcome {
+    let name = file.to_string_lossy();
+    if shards::is_sharded(&name) {
+        return model(&name, json);
+    }
     // Only the header and index: a network source fetches no more than its first MiB.
     let source = open_uri(&file.to_string_lossy(), Intent::Peek)?;
     if crate::checkpoint::is_checkpoint(&source)? {
@@ -140,6 +145,93 @@ pub(crate) fn run(file: &Path, json: bool) -> Outcome {
             r.header_offset,
             r.data_offset
         );
+    }
+    Ok(())
+}
+
+/// Tensors and data bytes, totalled.
+#[derive(Default, Clone, Copy)]
+struct Count {
+    tensors: u64,
+    bytes: u64,
+}
+
+impl Count {
+    fn add(&mut self, bytes: u64) {
+        self.tensors += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    fn json(self) -> Value {
+        serde_json::json!({"tensors": self.tensors, "bytes": self.bytes})
+    }
+}
+
+/// A shard's tensors and data bytes.
+fn shard_count(s: &ShardSummary) -> Count {
+    let mut c = Count::default();
+    s.tensors.iter().for_each(|t| c.add(t.bytes));
+    c
+}
+
+/// `tzr inspect FOLDER` (or an index): the shards, each with its format,
+/// tensors and bytes, the totals and the totals by dtype, the shards
+/// checked against the index. Reads only headers and indexes.
+fn model(location: &str, json: bool) -> Outcome {
+    let opened = OpenedShards::open(location, None, false)?;
+    let shards = opened.survey()?;
+    let mut all = Count::default();
+    let mut by_dtype: std::collections::BTreeMap<&str, Count> = Default::default();
+    for t in shards.iter().flat_map(|s| &s.tensors) {
+        all.add(t.bytes);
+        by_dtype.entry(&t.dtype).or_default().add(t.bytes);
+    }
+    let file_bytes = shards.iter().fold(0u64, |sum, s| sum.saturating_add(s.file_bytes));
+    if json {
+        let rows: Vec<Value> = shards
+            .iter()
+            .map(|s| {
+                let c = shard_count(s);
+                serde_json::json!({"file": s.location, "format": s.format.name(),
+                    "tensors": c.tensors, "data_bytes": c.bytes, "file_bytes": s.file_bytes})
+            })
+            .collect();
+        let dtypes: serde_json::Map<String, Value> =
+            by_dtype.iter().map(|(k, c)| ((*k).to_string(), c.json())).collect();
+        let doc = serde_json::json!({
+            "model": location, "index": opened.model.index, "shards": rows,
+            "totals": {"shards": shards.len(), "tensors": all.tensors, "data_bytes": all.bytes,
+                       "file_bytes": file_bytes},
+            "by_dtype": dtypes,
+        });
+        out!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(());
+    }
+    out!("{}", printable(location));
+    let index = opened.model.index.as_deref().map(|i| format!(", index {}", printable(i)));
+    out!(
+        "  {} shards{}, {} tensors, {} of data, {} in files",
+        shards.len(),
+        index.unwrap_or_default(),
+        all.tensors,
+        human(all.bytes),
+        human(file_bytes)
+    );
+    out!("\n  {:<48} {:<12} {:>8} {:>12}", "shard", "format", "tensors", "bytes");
+    for s in &shards {
+        let c = shard_count(s);
+        let shown = s.location.rsplit('/').next().unwrap_or(&s.location);
+        out!(
+            "  {:<48} {:<12} {:>8} {:>12}",
+            printable(shown),
+            s.format.name(),
+            c.tensors,
+            human(c.bytes)
+        );
+    }
+    out!("\n  {:<18} {:>8} {:>12}", "dtype", "tensors", "bytes");
+    for (dtype, c) in by_dtype.iter().chain([(&"all", &all)]) {
+        out!("  {dtype:<18} {:>8} {:>12}", c.tensors, human(c.bytes));
     }
     Ok(())
 }

@@ -80,9 +80,11 @@ enum Command {
     /// torch.save checkpoint its entries, dtypes, shapes, strides, storages
     /// and offsets; a GGUF file its metadata and tensor infos (ggml type,
     /// dimensions innermost first, size). Encrypted tensorizer files are
-    /// inspected without a key.
+    /// inspected without a key. A model stored as shards (a folder, an
+    /// `*.index.json`) lists its shards (format, tensors, bytes) and its
+    /// totals, the shards checked against the index.
     Inspect {
-        /// The file (a path or URI).
+        /// The file (a path or URI), or a model's folder or index.
         file: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -162,10 +164,12 @@ enum Command {
     /// other names, and must agree with the extension). torch.save
     /// checkpoints can be read, not written. tensorizer to tensorizer
     /// rewrites the layout (`--tensorizer-layout` for tensorizer's own).
-    /// Non-tensor entries of a checkpoint are skipped with a note. Written
-    /// atomically, hashing on every core.
+    /// Non-tensor entries of a checkpoint are skipped with a note. A model
+    /// stored as shards (a folder, an `*.index.json`) becomes one file, its
+    /// shards checked against the index first. Written atomically, hashing
+    /// on every core.
     Convert {
-        /// The file to read (a path or URI).
+        /// The file to read (a path or URI), or a model's folder or index.
         input: PathBuf,
         /// The file to write: NAME.tensors or NAME.safetensors.
         output: PathBuf,
@@ -187,10 +191,14 @@ enum Command {
     ///
     /// One SHA-256 over every tensor's name, dtype, shape and data: the
     /// same weights give the same digest whether they are stored as
-    /// tensorizer, safetensors or torch.save. Prints `HEX  FILE`.
+    /// tensorizer, safetensors or torch.save, in one file or as shards.
+    /// Prints `HEX  FILE`.
     Fingerprint {
-        /// The files (paths or URIs) and directories (walked recursively;
-        /// their files are chosen by content). With more than one file,
+        /// The files (paths or URIs), models stored as shards (an
+        /// `*.index.json`, or a folder holding one or `*.safetensors` files:
+        /// one model, its shards checked against the index) and other
+        /// directories (walked recursively; their files are chosen by
+        /// content). With more than one file,
         /// `--json` prints `{"files": [...], "ok": ...}` and the exit
         /// status is the worst of any file.
         #[arg(required = true)]
@@ -211,9 +219,9 @@ enum Command {
     /// by name, dtype, shape and a hash of their data. Exits 0 when the
     /// weights are the same, 1 when they differ, 2 on any error.
     Diff {
-        /// The first file (a path or URI).
+        /// The first file (a path or URI), or a model's folder or index.
         a: PathBuf,
-        /// The second file (a path or URI).
+        /// The second file (a path or URI), or a model's folder or index.
         b: PathBuf,
         /// Key for encrypted tensorizer files (used for both).
         #[command(flatten)]
@@ -345,7 +353,7 @@ where
             };
         }
         Command::Fingerprint { files, key, json, num_readers } => {
-            let listed = match tensorizer_core::walk::expand(&files) {
+            let listed = match fingerprint::list(&files) {
                 Ok(l) => l,
                 Err(e) => {
                     let failure = Failure::Usage(format!("cannot list the files: {e}"));

@@ -77,7 +77,9 @@ def convert(
     Args:
         src: A local path or an ``http(s)://`` / ``s3://`` URI: a torch
             checkpoint, a tensorizer file or a safetensors file (recognised
-            by its first bytes, whatever its name).
+            by its first bytes, whatever its name); or a model stored as
+            shards (a folder or its ``*.index.json``), written as one file
+            once its shards are checked against its index (spec §26.5).
         dst: The local file to write (atomically).
         to: ``"tensorizer"`` or ``"safetensors"``, for a ``dst`` whose
             extension names no format; default: the extension's format

@@ -59,7 +59,9 @@ def fingerprint(
 
     Args:
         path_or_uri: A local path or a URI (``http(s)://``, ``s3://``, ...)
-            of a tensorizer, safetensors or ``torch.save`` file.
+            of a tensorizer, safetensors or ``torch.save`` file; or a model
+            stored as shards (a folder or its ``*.index.json``), whose
+            fingerprint is that of the same tensors in one file.
         encryption: How to decrypt an encrypted tensorizer file.
         num_threads: Threads hashing tensors (default: one per core).
 

@@ -5,31 +5,64 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import _native
 from ._deserializer import TensorDeserializer
+
+#: Most shards ``load_state_dict`` loads at once. The reader threads
+#: (``num_readers``, by default ``DEFAULT_READERS``) are split evenly among
+#: them, at least one each, so a folder loads on no more threads than one
+#: file does: what runs at once is another shard's opening, allocation and
+#: faulting in of fresh memory beside this one's reads.
+MAX_SHARDS_AT_ONCE = 4
 
 
 def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """Every tensor of the model at ``location``, by name.
 
     ``location`` is a tensorizer or safetensors file (a path or any URI the
-    reader takes), a local folder, or a ``*.index.json`` (local or a URI).
-    A folder loads what its ``*.safetensors.index.json`` (or
+    reader takes), a local folder, a store prefix (``s3://bucket/model/``,
+    ``gs://``, ``az://``: the objects directly under it), or a
+    ``*.index.json`` (local or a URI).
+    A folder or prefix loads what its ``*.safetensors.index.json`` (or
     ``*.bin.index.json``) names, else every ``*.safetensors`` file in it;
     an index loads the shards it names beside it. Each shard is loaded by
     ``TensorDeserializer(shard, **options)`` (every eager option applies:
     ``device``, ``dtype``, ``filter_func``, ``num_readers``,
-    ``verify_hash``, ``encryption``, ``mmap``...), one after another, each
-    on all reader threads. The shards are checked against the index: a
-    shard it names that is missing, a tensor it maps to a shard that does
-    not hold it, a shard path leaving the folder, and a tensor held by two
-    shards raise ``ValueError`` (spec §26.5).
+    ``verify_hash``, ``encryption``, ``mmap``...), up to
+    ``MAX_SHARDS_AT_ONCE`` at once (one at a time with a
+    ``process_group``), the reader threads split among them
+    (``num_readers`` each is its share, at least one). The result is the
+    same as loading the shards one after another: tensors in shard order,
+    then file order. The shards are checked against the index: a shard it
+    names that is missing, a tensor it maps to a shard that does not hold
+    it, a shard path leaving the folder, and a tensor held by two shards
+    raise ``ValueError`` (spec §26.5).
     """
     if options.get("lazy_load"):
         raise ValueError("load_state_dict loads eagerly; for lazy loads open each file with TensorDeserializer")
-    return dict(iter_state_dict(location, **options))
+    path = os.fspath(location)
+    if not _native.is_sharded(path):
+        return dict(iter_state_dict(path, **options))
+    model = _native.open_sharded(path)
+    readers = max(1, options.get("num_readers") or _native.DEFAULT_READERS)
+    at_once = max(1, min(MAX_SHARDS_AT_ONCE, len(model.shards), readers))
+    if options.get("process_group") is not None:
+        # A cooperative load runs collectives, which every rank must issue
+        # in the same order: one shard at a time.
+        at_once = 1
+    each = {**options, "num_readers": max(1, readers // at_once)}
+
+    def load(shard: str) -> tuple[set[str], list[tuple[str, Any]]]:
+        with TensorDeserializer(shard, **each) as d:
+            return {str(e.name) for e in d._all}, list(d.items())
+
+    with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="tzr-shard") as pool:
+        loaded = list(pool.map(load, model.shards))
+    model.check({shard: names for shard, (names, _) in zip(model.shards, loaded)})
+    return {name: tensor for _, items in loaded for name, tensor in items}
 
 
 def iter_state_dict(location: str | os.PathLike[str], **options: Any) -> Iterator[tuple[str, Any]]:
