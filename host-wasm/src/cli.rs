@@ -30,9 +30,10 @@ Usage:
   tensorizer-validate --help | --version
 
 Each PATH is a file or a directory (walked recursively; its files whose
-bytes are no known format are left out). With more than one file, --json
-prints {files: [...], valid: ...}, --sarif one run for all, and the
-exit status is the worst of any file.
+bytes are no known format are left out). A sharded checkpoint's index
+(*.index.json) is scanned with the shards it names as one model. With
+more than one file, --json prints {files: [...], valid: ...}, --sarif one
+run for all, and the exit status is the worst of any file.
 
 The format is told from the bytes, never the name. Pickles (inside a
 torch.save archive or bare) are walked without executing anything: every
@@ -257,52 +258,80 @@ pub fn run(
         Command::Validate(a) => a,
     };
     let paths: Vec<std::path::PathBuf> = args.paths.iter().map(Into::into).collect();
-    let listed = match tensorizer_core::walk::expand(&paths) {
-        Ok(l) => l,
+    let files = match scan_all(&args, &paths, env) {
+        Ok(f) => f,
         Err(e) => {
             let _ = writeln!(err, "{PROGRAM}: cannot list the files: {}", one_line(&e.to_string()));
             return EXIT_CANNOT_SCAN;
         }
     };
-    if tensorizer_core::walk::is_many(&paths, &listed) {
-        return run_many(&args, &listed, env, out, err);
+    let many =
+        paths.len() != 1 || files.len() != 1 || std::path::Path::new(&files[0].0) != paths[0];
+    if many {
+        return print_many(args.output, &files, out, err);
     }
-    run_one(&args, &listed[0].name, env, out, err)
+    let (name, result) = &files[0];
+    print_one(args.output, name, result, out, err)
 }
 
-/// Scans the files `listed` and prints one document for all of them;
-/// returns the worst exit status.
-fn run_many(
+/// One file's outcome: its report, or why it could not be scanned.
+type Outcome = (String, Result<Report, ValidateError>);
+
+/// Scans every file `paths` name with the core's walk
+/// (`walk::scan_paths`, as `tzr scan` does): directories recursively,
+/// files found there of no known format left out, a shard index with the
+/// shards it names as one model (opened through the preopened
+/// directories), each file once.
+fn scan_all(
     args: &ValidateArgs,
-    listed: &[tensorizer_core::walk::Listed],
+    paths: &[std::path::PathBuf],
     env: &dyn Fn(&str) -> Option<String>,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> u8 {
-    let mut files: Vec<(String, Result<Report, ValidateError>)> = Vec::new();
-    for l in listed {
-        let result =
-            key_source(&args.key, env).and_then(|key| scan_file(&l.name, args.verify, key));
-        if l.in_dir && result.as_ref().is_ok_and(|r| r.is(Format::Unknown)) {
-            continue;
+) -> std::io::Result<Vec<Outcome>> {
+    let mut reports = std::collections::BTreeMap::new();
+    let scanned = tensorizer_core::walk::scan_paths(paths, false, |name| {
+        let result = key_source(&args.key, env).and_then(|key| scan_file(name, args.verify, key));
+        let (outcome, report) = match result {
+            Ok((scan, report)) => (Ok(scan), Ok(report)),
+            Err(e) => (Err(e.message.clone()), Err(e)),
+        };
+        reports.insert(name.to_string(), report);
+        outcome
+    })?;
+    Ok(scanned.into_iter().map(|f| outcome(f, &mut reports)).collect())
+}
+
+/// The report of one file of [`scan_all`], with what the walk added: a
+/// shard index's findings about its shards, `model` and `shards`.
+fn outcome(
+    file: tensorizer_core::walk::Scanned,
+    reports: &mut std::collections::BTreeMap<String, Result<Report, ValidateError>>,
+) -> Outcome {
+    let result = reports.remove(&file.name).unwrap_or_else(|| {
+        Err(ValidateError {
+            kind: ErrorKind::Io,
+            offset: None,
+            message: "not scanned".into(),
+            rule: None,
+        })
+    });
+    let result = result.map(|mut report| {
+        if let Some(scan) = file.outcome.as_ref().ok().filter(|s| s.format == Format::ShardIndex) {
+            report = Report::from_scan(scan, &file.name);
+            report.shards = Some(file.shards);
         }
-        files.push((l.name.clone(), result));
-    }
+        report.model = file.model;
+        report
+    });
+    (file.name, result)
+}
+
+/// Prints one document for `files`; returns the worst exit status.
+fn print_many(output: Output, files: &[Outcome], out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let mut worst = EXIT_OK;
-    for (name, result) in &files {
+    for (name, result) in files {
         let code = match result {
             Ok(report) => {
-                if let Some(first) = report.findings.first() {
-                    let n = report.findings.len();
-                    let _ = writeln!(
-                        err,
-                        "{PROGRAM}: {}: {n} finding{}; first: {} {}",
-                        one_line(name),
-                        if n == 1 { "" } else { "s" },
-                        first.rule,
-                        first.message
-                    );
-                }
+                first_finding_line(err, name, report);
                 exit_code(report)
             }
             Err(e) => {
@@ -312,11 +341,11 @@ fn run_many(
         };
         worst = worst.max(code);
     }
-    let text = match args.output {
+    let text = match output {
         Output::Text => files
             .iter()
             .map(|(name, r)| match r {
-                Ok(report) => text_report(report),
+                Ok(report) => text_report(report) + "\n",
                 Err(e) => format!("{}\n  could not scan: {e}\n", one_line(name)),
             })
             .collect::<String>(),
@@ -352,80 +381,84 @@ fn run_many(
     worst
 }
 
-/// Opens and scans one file (verifying with `verify`).
-fn scan_file(path: &str, verify: bool, key: Option<KeySource>) -> Result<Report, ValidateError> {
+/// The one-line summary on `err` of a report with findings.
+fn first_finding_line(err: &mut dyn Write, name: &str, report: &Report) {
+    if let Some(first) = report.findings.first() {
+        let n = report.findings.len();
+        let _ = writeln!(
+            err,
+            "{PROGRAM}: {}: {n} finding{}; first: {} {}",
+            one_line(name),
+            if n == 1 { "" } else { "s" },
+            first.rule,
+            first.message
+        );
+    }
+}
+
+/// Opens and scans one file (verifying with `verify`): the scan (for the
+/// walk's shard checks) and the report.
+fn scan_file(
+    path: &str,
+    verify: bool,
+    key: Option<KeySource>,
+) -> Result<(tensorizer_core::Scan, Report), ValidateError> {
     let mut src = FileSource::open(path).map_err(|e| ValidateError {
         kind: ErrorKind::Io,
         offset: None,
         message: one_line(&format!("cannot open: {e}")),
         rule: None,
     })?;
-    validate(&mut src, path, verify, key)
+    validate_scan(&mut src, path, verify, key)
 }
 
-/// Scans one file and prints its own document (the layout of a single
-/// FILE).
-fn run_one(
-    args: &ValidateArgs,
+/// Prints one file's own document (the layout of a single FILE); returns
+/// its exit status.
+fn print_one(
+    output: Output,
     path: &str,
-    env: &dyn Fn(&str) -> Option<String>,
+    result: &Result<Report, ValidateError>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
     let shown = one_line(path);
-    let fail = |e: ValidateError, out: &mut dyn Write, err: &mut dyn Write| {
-        let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
-        let doc = match args.output {
-            Output::Text => None,
-            Output::Json => {
-                Some(serde_json::to_string(&ErrorReport::new(path, &e)).unwrap_or_default())
-            }
-            Output::Sarif => Some(
-                sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(path), &e.message)
-                    .to_string(),
-            ),
-        };
-        if let Some(doc) = doc {
-            let _ = writeln!(out, "{doc}");
-        }
-        EXIT_CANNOT_SCAN
-    };
-    let key = match key_source(&args.key, env) {
-        Ok(k) => k,
-        Err(e) => return fail(e, out, err),
-    };
-    match scan_file(path, args.verify, key) {
-        Ok(report) => {
-            let code = exit_code(&report);
-            if let Some(first) = report.findings.first() {
-                let _ = writeln!(
-                    err,
-                    "{PROGRAM}: {shown}: {} finding{}; first: {} {}",
-                    report.findings.len(),
-                    if report.findings.len() == 1 { "" } else { "s" },
-                    first.rule,
-                    first.message
-                );
-            }
-            let text = match args.output {
-                Output::Json => serde_json::to_string(&report).unwrap_or_default(),
-                Output::Sarif => sarif_log(&report, path).to_string(),
-                Output::Text => text_report(&report),
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
+            let doc = match output {
+                Output::Text => None,
+                Output::Json => {
+                    Some(serde_json::to_string(&ErrorReport::new(path, e)).unwrap_or_default())
+                }
+                Output::Sarif => Some(
+                    sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(path), &e.message)
+                        .to_string(),
+                ),
             };
-            // A report cut short (stdout closed, a host's output limit) must
-            // not pass for a complete one: exit 2, never 0.
-            if let Err(e) = write_report(out, &text) {
-                let _ = writeln!(
-                    err,
-                    "{PROGRAM}: {shown}: cannot write the report: {}",
-                    one_line(&e.to_string())
-                );
-                return EXIT_CANNOT_SCAN;
+            if let Some(doc) = doc {
+                let _ = writeln!(out, "{doc}");
             }
-            code
+            return EXIT_CANNOT_SCAN;
         }
-        Err(e) => fail(e, out, err),
+    };
+    first_finding_line(err, path, report);
+    let text = match output {
+        Output::Json => serde_json::to_string(report).unwrap_or_default(),
+        Output::Sarif => sarif_log(report, path).to_string(),
+        Output::Text => text_report(report),
+    };
+    // A report cut short (stdout closed, a host's output limit) must not
+    // pass for a complete one: exit 2, never 0.
+    if let Err(e) = write_report(out, &text) {
+        let _ = writeln!(
+            err,
+            "{PROGRAM}: {shown}: cannot write the report: {}",
+            one_line(&e.to_string())
+        );
+        return EXIT_CANNOT_SCAN;
     }
+    exit_code(report)
 }
 
 /// This program as SARIF's `tool.driver`.
@@ -476,6 +509,17 @@ pub fn validate<R: RandomAccess + ?Sized>(
     verify: bool,
     key: Option<KeySource>,
 ) -> Result<Report, ValidateError> {
+    validate_scan(src, name, verify, key).map(|(_, report)| report)
+}
+
+/// [`validate`], also giving the core's scan (with the tensorizer index
+/// it parsed).
+fn validate_scan<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    name: &str,
+    verify: bool,
+    key: Option<KeySource>,
+) -> Result<(tensorizer_core::Scan, Report), ValidateError> {
     let options = ScanOptions { name: Some(name), limits: ParseLimits::default(), verify };
     let mut scan = tensorizer_core::scan(src, &options)?;
     // A key for a file that is not encrypted is not needed: it is ignored
@@ -483,14 +527,16 @@ pub fn validate<R: RandomAccess + ?Sized>(
     let encrypted = scan.tensorizer.as_ref().is_some_and(|i| i.header.has_crypt_info());
     let key = key.filter(|_| encrypted);
     let Some(index) = scan.tensorizer.take() else {
-        return Ok(Report::from_scan(&scan, name));
+        let report = Report::from_scan(&scan, name);
+        return Ok((scan, report));
     };
     let inspection = Inspection::from_index(index, scan.file_len);
     let mut report = inspection.report(name).with_findings(&scan.findings);
     if verify {
         verify_all(src, &inspection, key, PIECE_LEN, &mut report)?;
     }
-    Ok(report)
+    scan.tensorizer = Some(inspection.into_index());
+    Ok((scan, report))
 }
 
 /// The human-readable form of a report.
@@ -516,6 +562,9 @@ pub fn text_report(r: &Report) -> String {
                 r.format, r.tensor_count, r.file_bytes
             );
         }
+    }
+    if let Some(index) = &r.model {
+        let _ = writeln!(s, "  a shard of {}", one_line(index));
     }
     for (dtype, t) in &r.by_dtype {
         let _ = writeln!(s, "  {dtype:<18} {:>6} tensors {:>14} bytes", t.tensors, t.bytes);
@@ -786,6 +835,60 @@ mod tests {
         assert_eq!(code, 1);
         assert_eq!(out.matches("tensorizer data version").count(), 2, "{out}");
         std::fs::remove_dir_all(&walked).unwrap();
+    }
+
+    #[test]
+    fn a_shard_index_is_one_model_with_its_shards_each_reported_once() {
+        let dir = format!("{}/../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        let model =
+            std::env::temp_dir().join(format!("tzr-validate-shards-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&model);
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::copy(format!("{dir}/torch/params.pt"), model.join("a.bin")).unwrap();
+        std::fs::copy(format!("{dir}/torch/params.pt"), model.join("stale.bin")).unwrap();
+        let index = r#"{"weight_map": {"w": "a.bin", "v": "b.bin", "x": "../c.bin"}}"#;
+        std::fs::write(model.join("pytorch_model.bin.index.json"), index).unwrap();
+        let index = model.join("pytorch_model.bin.index.json").to_string_lossy().into_owned();
+        let run_on = |argv: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(&args(argv), &|_| None, &mut out, &mut err);
+            (code, serde_json::from_slice::<serde_json::Value>(&out).unwrap())
+        };
+        let names = |v: &serde_json::Value| -> Vec<String> {
+            let files = v["files"].as_array().unwrap();
+            files
+                .iter()
+                .map(|f| f["file"].as_str().unwrap().rsplit('/').next().unwrap().into())
+                .collect()
+        };
+        // Named alone, the index brings its shard; the directory lists each file once.
+        for target in [index.clone(), model.to_string_lossy().into_owned()] {
+            let (code, v) = run_on(&["--json", &target, &index]);
+            assert_eq!(code, 1, "{v}");
+            let files = v["files"].as_array().unwrap();
+            let at = files.iter().position(|f| f["format"] == "shard-index").unwrap();
+            let rules: Vec<&str> = files[at]["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["rule"].as_str().unwrap())
+                .collect();
+            assert_eq!(rules, ["IDX-003", "IDX-004", "IDX-005", "IDX-006"], "{v}");
+            let a = files.iter().find(|f| f["file"].as_str().unwrap().ends_with("/a.bin")).unwrap();
+            assert_eq!(
+                (&a["model"], a["tensor_rows"].as_array().unwrap().is_empty()),
+                (&files[at]["file"], false)
+            );
+            assert_eq!(files[at]["shards"].as_array().unwrap().len(), 1, "{v}");
+            let mut listed = names(&v);
+            let count = listed.len();
+            listed.sort();
+            listed.dedup();
+            assert_eq!(listed.len(), count, "each file once: {v}");
+        }
+        let (_, v) = run_on(&["--json", &index]);
+        assert_eq!(names(&v), ["pytorch_model.bin.index.json", "a.bin"]);
+        std::fs::remove_dir_all(&model).unwrap();
     }
 
     #[test]

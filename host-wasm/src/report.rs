@@ -63,6 +63,14 @@ pub struct Report {
     pub tensor_rows: Vec<TensorRow>,
     /// The verification summary; `null` without `--verify`.
     pub verification: Option<VerifySummary>,
+    /// The shard index this file is a shard of (spec §22.3), when one
+    /// named it; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A shard index's shards that were found, as paths; absent for any
+    /// other file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<String>>,
 }
 
 /// One failure in the contract's `errors` list.
@@ -162,6 +170,8 @@ impl Report {
                 .map(|row| TensorRow { row, verification: None })
                 .collect(),
             verification: None,
+            model: None,
+            shards: None,
         }
         .with_findings(&scan.findings)
     }

@@ -888,3 +888,38 @@ def test_node_wasi_smoke(tmp_path):
             assert "PKL-001" in proc.stderr and "posix.system" in proc.stderr
         else:
             assert report["findings"][0]["rule"] == "FMT-001"
+
+
+# ---- sharded checkpoints: an index and its shards as one model -------------
+
+
+def test_a_shard_index_is_scanned_with_its_shards_through_the_preopen(validate, tmp_path):
+    """The index's shards are opened through the preopened directory, checked
+    against its map (IDX-003..006), and each file is reported once, whether the
+    index is named alone, beside its shard, or found in a directory."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(VECTORS / "torch" / "params.pt", model / "a.bin")
+    shutil.copy(VECTORS / "torch" / "params.pt", model / "stale.bin")
+    (model / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"weight_map": {"w": "a.bin", "v": "b.bin", "x": "../c.bin"}})
+    )
+    index = "/in/pytorch_model.bin.index.json"
+    for args in ([index], [index, "/in/a.bin"], ["/in"], ["/in", index]):
+        run = validate(["--json", *args], model, fuel=BASE_FUEL * 4)
+        assert run.code == 1, run.stderr
+        files = run.json()["files"]
+        names = [f["file"] for f in files]
+        assert len(names) == len(set(names)), names
+        (idx,) = [f for f in files if f["format"] == "shard-index"]
+        assert [f["rule"] for f in idx["findings"]] == ["IDX-003", "IDX-004", "IDX-005", "IDX-006"]
+        assert idx["shards"] == ["/in/a.bin"]
+        (shard,) = [f for f in files if f["file"] == "/in/a.bin"]
+        assert shard["model"] == index and shard["tensor_rows"]
+        assert ("/in/stale.bin" in names) == (args[0] == "/in")
+    # Without canonical paths under WASI, `.` components still name one file.
+    run = validate(["--json", index, "/in/./a.bin"], model, fuel=BASE_FUEL * 4)
+    assert [f["file"] for f in run.json()["files"]] == [index, "/in/./a.bin"]
+    run = validate(["--sarif", index], model, fuel=BASE_FUEL * 4)
+    uris = [a["location"]["uri"] for a in run.json()["runs"][0]["artifacts"]]
+    assert run.code == 1 and uris == ["/in/pytorch_model.bin.index.json", "/in/a.bin"]
