@@ -4,12 +4,14 @@
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
+use std::path::Path;
 
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::{KeySource, layout::KEY_LEN};
 
-use tensorizer_core::scan::{Finding, Format, RuleId, ScanOptions, sarif};
+use tensorizer_core::scan::{Finding, Format, ScanOptions, sarif, suppress};
+use tensorizer_core::walk::Suppressions;
 
 use crate::error::{EXIT_CANNOT_SCAN, EXIT_OK, ErrorKind, ValidateError, one_line};
 use crate::report::{ErrorReport, REPORT_VERSION, Report, Status};
@@ -25,7 +27,8 @@ tensorizer-validate: scan a model file (tensorizer, safetensors, torch.save zip,
 legacy torch or bare pickle) and report every finding
 
 Usage:
-  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR] PATH...
+  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR]
+                      [--ignore FILE] PATH...
   tensorizer-validate validate ...   (the same; `validate` is kept as an alias)
   tensorizer-validate --help | --version
 
@@ -49,9 +52,12 @@ Options:
                         (a key is ignored for a file that is not encrypted)
   --json                print the report as one line of JSON
   --sarif               print the findings as one line of SARIF 2.1.0
+  --ignore FILE         the suppression file (default: .tzrscan.toml in the
+                        current directory, when there is one): findings it
+                        accepts are still listed, marked, and fail nothing
 
 Exit codes:
-  0  the file was scanned: no findings
+  0  the file was scanned: no findings (or only suppressed ones)
   1  the file was scanned: findings (hash or authentication failures included)
   2  the file could not be scanned (usage error, unreadable input or key,
      --verify on an encrypted file without a key, output that cannot be written)
@@ -92,6 +98,9 @@ pub struct ValidateArgs {
     pub output: Output,
     /// The files and directories, in the order given.
     pub paths: Vec<String>,
+    /// `--ignore FILE`: the suppression file (else `.tzrscan.toml` in the
+    /// current directory, when there is one).
+    pub ignore: Option<String>,
 }
 
 /// A parsed command line.
@@ -147,6 +156,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
                 out.output = want;
             }
             "--help" => return Ok(Command::Help),
+            "--ignore" => out.ignore = Some(value(name)?),
             "--key-file" | "--passphrase-env" => {
                 if out.key != KeyArg::None {
                     return Err(usage(
@@ -257,21 +267,72 @@ pub fn run(
         }
         Command::Validate(a) => a,
     };
+    let suppressions = match Suppressions::load(args.ignore.as_deref().map(Path::new)) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGRAM}: suppression file {}", one_line(&e));
+            return EXIT_CANNOT_SCAN;
+        }
+    };
     let paths: Vec<std::path::PathBuf> = args.paths.iter().map(Into::into).collect();
-    let files = match scan_all(&args, &paths, env) {
+    let mut files = match scan_all(&args, &paths, env) {
         Ok(f) => f,
         Err(e) => {
             let _ = writeln!(err, "{PROGRAM}: cannot list the files: {}", one_line(&e.to_string()));
             return EXIT_CANNOT_SCAN;
         }
     };
-    let many =
-        paths.len() != 1 || files.len() != 1 || std::path::Path::new(&files[0].0) != paths[0];
+    let notes = suppressions.as_ref().map(|s| (s, suppress_all(s, &mut files)));
+    let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].0) != paths[0];
     if many {
-        return print_many(args.output, &files, out, err);
+        return print_many(args.output, &files, &notes, out, err);
     }
     let (name, result) = &files[0];
-    print_one(args.output, name, result, out, err)
+    print_one(args.output, name, result, &notes, out, err)
+}
+
+/// The suppression file in use and its notes (its unused entries).
+type Notes<'a> = Option<(&'a Suppressions, Vec<Finding>)>;
+
+/// Marks what the suppression entries cover in every report; returns the
+/// notes for the entries that covered nothing. A note fails nothing: the
+/// validator has no threshold, and `tzr scan`'s default fails on errors.
+fn suppress_all(suppressions: &Suppressions, files: &mut [Outcome]) -> Vec<Finding> {
+    let mut used = vec![0; suppressions.entries.len()];
+    for report in files.iter_mut().filter_map(|(_, r)| r.as_mut().ok()) {
+        report.suppress(&suppressions.entries, &mut used);
+    }
+    suppress::unused(&suppressions.entries, &used)
+}
+
+/// `doc` with the suppression file's notes added (`suppressions`, as
+/// `tzr scan --json` adds them), as one line.
+fn with_notes(mut doc: serde_json::Value, notes: &Notes<'_>) -> String {
+    if let Some((file, notes)) = notes {
+        doc["suppressions"] = file.notes_json(notes);
+    }
+    doc.to_string()
+}
+
+/// The SARIF log with the suppression file's notes as tool configuration
+/// notifications.
+fn sarif_with_notes(mut log: serde_json::Value, notes: &Notes<'_>) -> String {
+    if let Some((file, notes)) = notes {
+        sarif::add_config_notes(&mut log, &sarif::artifact_uri(&file.path), notes);
+    }
+    log.to_string()
+}
+
+/// The text form's block for the suppression file's notes, if any.
+fn notes_text(notes: &Notes<'_>) -> String {
+    let Some((file, notes)) = notes.as_ref().filter(|(_, n)| !n.is_empty()) else {
+        return String::new();
+    };
+    let mut s = one_line(&file.path);
+    for n in notes {
+        let _ = write!(s, "\n  {} {}: {}", n.rule, n.severity, one_line(&n.message));
+    }
+    s + "\n"
 }
 
 /// One file's outcome: its report, or why it could not be scanned.
@@ -326,7 +387,13 @@ fn outcome(
 }
 
 /// Prints one document for `files`; returns the worst exit status.
-fn print_many(output: Output, files: &[Outcome], out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+fn print_many(
+    output: Output,
+    files: &[Outcome],
+    notes: &Notes<'_>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
     let mut worst = EXIT_OK;
     for (name, result) in files {
         let code = match result {
@@ -348,6 +415,7 @@ fn print_many(output: Output, files: &[Outcome], out: &mut dyn Write, err: &mut 
                 Ok(report) => text_report(report) + "\n",
                 Err(e) => format!("{}\n  could not scan: {e}\n", one_line(name)),
             })
+            .chain([notes_text(notes)])
             .collect::<String>(),
         Output::Json => {
             let docs: Vec<serde_json::Value> = files
@@ -357,7 +425,7 @@ fn print_many(output: Output, files: &[Outcome], out: &mut dyn Write, err: &mut 
                     Err(e) => serde_json::to_value(ErrorReport::new(name, e)).unwrap_or_default(),
                 })
                 .collect();
-            serde_json::json!({"files": docs, "valid": worst == EXIT_OK}).to_string()
+            with_notes(serde_json::json!({"files": docs, "valid": worst == EXIT_OK}), notes)
         }
         Output::Sarif => {
             let owned: Vec<(String, Result<Vec<Finding>, String>)> = files
@@ -371,7 +439,7 @@ fn print_many(output: Output, files: &[Outcome], out: &mut dyn Write, err: &mut 
                 .iter()
                 .map(|(u, r)| (u.as_str(), r.as_ref().map(Vec::as_slice).map_err(String::as_str)))
                 .collect();
-            sarif::to_sarif_many(&tool(), &refs).to_string()
+            sarif_with_notes(sarif::to_sarif_many(&tool(), &refs), notes)
         }
     };
     if let Err(e) = write_report(out, text.trim_end_matches('\n')) {
@@ -381,9 +449,10 @@ fn print_many(output: Output, files: &[Outcome], out: &mut dyn Write, err: &mut 
     worst
 }
 
-/// The one-line summary on `err` of a report with findings.
+/// The one-line summary on `err` of a report with findings that are not
+/// suppressed.
 fn first_finding_line(err: &mut dyn Write, name: &str, report: &Report) {
-    if let Some(first) = report.findings.first() {
+    if let Some(first) = report.findings.iter().find(|f| f.suppressed.is_none()) {
         let n = report.findings.len();
         let _ = writeln!(
             err,
@@ -418,6 +487,7 @@ fn print_one(
     output: Output,
     path: &str,
     result: &Result<Report, ValidateError>,
+    notes: &Notes<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
@@ -444,9 +514,9 @@ fn print_one(
     };
     first_finding_line(err, path, report);
     let text = match output {
-        Output::Json => serde_json::to_string(report).unwrap_or_default(),
-        Output::Sarif => sarif_log(report, path).to_string(),
-        Output::Text => text_report(report),
+        Output::Json => with_notes(serde_json::to_value(report).unwrap_or_default(), notes),
+        Output::Sarif => sarif_with_notes(sarif_log(report, path), notes),
+        Output::Text => (text_report(report) + "\n" + &notes_text(notes)).trim_end().to_string(),
     };
     // A report cut short (stdout closed, a host's output limit) must not
     // pass for a complete one: exit 2, never 0.
@@ -473,17 +543,7 @@ pub fn sarif_log(report: &Report, path: &str) -> serde_json::Value {
 
 /// A report's findings as the core's (for SARIF).
 fn report_findings(report: &Report) -> Vec<Finding> {
-    report
-        .findings
-        .iter()
-        .map(|f| {
-            let rule = RuleId::from_id(f.rule).unwrap_or(RuleId::UnknownFormat);
-            let mut out = Finding::new(rule, f.offset, f.message.clone());
-            out.length = f.length;
-            out.tensor = f.tensor.clone();
-            out
-        })
-        .collect()
+    report.findings.iter().map(crate::report::FindingItem::to_finding).collect()
 }
 
 /// Bytes of the report written at a time: hosts may refuse one very large
@@ -601,7 +661,11 @@ pub fn text_report(r: &Report) -> String {
     }
     for f in &r.findings {
         let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
-        let _ = writeln!(s, "  {} {}{at}: {}", f.rule, f.severity, f.message);
+        let accepted = f
+            .suppressed
+            .as_ref()
+            .map_or_else(String::new, |why| format!(" (suppressed: {})", one_line(why)));
+        let _ = writeln!(s, "  {} {}{at}{accepted}: {}", f.rule, f.severity, f.message);
         let _ = writeln!(s, "      fix: {}", f.remediation);
     }
     s.trim_end().to_string()
@@ -622,6 +686,7 @@ mod tests {
             key: KeyArg::KeyFile("/k".into()),
             output: Output::Json,
             paths: vec!["/in/f".into()],
+            ignore: None,
         };
         let c = parse_args(&args(&["--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
         assert_eq!(c, Command::Validate(want.clone()));
@@ -631,6 +696,10 @@ mod tests {
         assert_eq!(c, Command::Validate(want));
         let c = parse_args(&args(&["--sarif", "f"])).unwrap();
         assert!(matches!(c, Command::Validate(ValidateArgs { output: Output::Sarif, .. })));
+        let c = parse_args(&args(&["--ignore", "/in/x.toml", "f"])).unwrap();
+        assert!(
+            matches!(c, Command::Validate(ValidateArgs { ignore: Some(i), .. }) if i == "/in/x.toml")
+        );
         let c = parse_args(&args(&["validate", "--passphrase-env", "P", "--", "--odd"])).unwrap();
         assert!(
             matches!(c, Command::Validate(ValidateArgs { paths, key: KeyArg::PassphraseEnv(v), .. })
@@ -889,6 +958,57 @@ mod tests {
         let (_, v) = run_on(&["--json", &index]);
         assert_eq!(names(&v), ["pytorch_model.bin.index.json", "a.bin"]);
         std::fs::remove_dir_all(&model).unwrap();
+    }
+
+    #[test]
+    fn suppressed_findings_are_marked_fail_nothing_and_unused_entries_are_notes() {
+        let dir = format!("{}/../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        let evil = format!("{dir}/torch/hostile_os_system.pt");
+        let scratch =
+            std::env::temp_dir().join(format!("tzr-validate-ignore-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).unwrap();
+        let ignore = scratch.join("ignore.toml");
+        std::fs::write(
+            &ignore,
+            "[[ignore]]\nrule = \"PKL-001\"\npath = \"hostile_*.pt\"\nreason = \"a test payload\"\n\
+             [[ignore]]\nrule = \"PKL-002\"\npath = \"**/torch/hostile_os_system.pt\"\nreason = \"same\"\n\
+             [[ignore]]\nrule = \"ST-007\"\npath = \"*.safetensors\"\nreason = \"stale\"\n",
+        )
+        .unwrap();
+        let ignore = ignore.to_string_lossy().into_owned();
+        let run_on = |argv: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(&args(argv), &|_| None, &mut out, &mut err);
+            (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+        };
+        let (code, out, _) = run_on(&["--json", "--ignore", &ignore, &evil]);
+        assert_eq!(code, 0, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["valid"], true);
+        let findings = v["findings"].as_array().unwrap();
+        assert!(
+            !findings.is_empty() && findings.iter().all(|f| f["suppressed"].is_string()),
+            "{v}"
+        );
+        let notes = v["suppressions"]["notes"].as_array().unwrap();
+        assert_eq!((notes.len(), &notes[0]["rule"]), (1, &serde_json::json!("SUP-001")));
+        let (code, out, _) = run_on(&["--sarif", "--ignore", &ignore, &evil, &evil]);
+        let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let run0 = &log["runs"][0];
+        assert_eq!(code, 0);
+        assert_eq!(run0["results"][0]["suppressions"][0]["justification"], "a test payload");
+        let config = &run0["invocations"][0]["toolConfigurationNotifications"];
+        assert_eq!(config[0]["descriptor"]["id"], "SUP-001", "{log}");
+        let (_, out, _) = run_on(&["--ignore", &ignore, &evil]);
+        assert!(out.contains("(suppressed: a test payload)") && out.contains("SUP-001"), "{out}");
+        // Without the file, the same scan fails; a bad file fails to run.
+        assert_eq!(run_on(&[&evil]).0, 1);
+        std::fs::write(scratch.join("bad.toml"), "[[ignore]]\nrule = \"PKL-001\"\n").unwrap();
+        let bad = scratch.join("bad.toml").to_string_lossy().into_owned();
+        let (code, _, err) = run_on(&["--ignore", &bad, &evil]);
+        assert_eq!(code, EXIT_CANNOT_SCAN);
+        assert!(err.contains("suppression file") && err.contains("required"), "{err}");
+        std::fs::remove_dir_all(&scratch).unwrap();
     }
 
     #[test]

@@ -83,7 +83,9 @@ def module(engine: wasmtime.Engine) -> wasmtime.Module:
 
 @pytest.fixture
 def validate(engine, module, tmp_path):
-    """Runs the validator on `args` with `directory` preopened read-only at /in."""
+    """Runs the validator on `args` with `directory` preopened read-only at /in
+    (and `cwd`, when given, at `.`: the current directory, as `wasmtime run
+    --dir .` gives it)."""
 
     def run(
         args: list[str],
@@ -93,6 +95,7 @@ def validate(engine, module, tmp_path):
         fuel: int | None = None,
         deadline_s: float = DEADLINE_S,
         stdout_path: Path | None = None,
+        cwd: Path | None = None,
     ) -> Run:
         if fuel is None:
             size = sum(p.stat().st_size for p in directory.iterdir() if p.is_file() and f"/in/{p.name}" in args)
@@ -106,6 +109,8 @@ def validate(engine, module, tmp_path):
         wasi.argv = ["tensorizer-validate", *args]
         wasi.env = list((env or {}).items())
         wasi.preopen_dir(str(directory), "/in", False)
+        if cwd is not None:
+            wasi.preopen_dir(str(cwd), ".", False)
         wasi.stdout_file = str(out)
         wasi.stderr_file = str(err)
         store.set_wasi(wasi)
@@ -923,3 +928,38 @@ def test_a_shard_index_is_scanned_with_its_shards_through_the_preopen(validate, 
     run = validate(["--sarif", index], model, fuel=BASE_FUEL * 4)
     uris = [a["location"]["uri"] for a in run.json()["runs"][0]["artifacts"]]
     assert run.code == 1 and uris == ["/in/pytorch_model.bin.index.json", "/in/a.bin"]
+
+
+# ---- suppression files: the same file, parser and matching as tzr scan ------
+
+
+def test_suppression_files_mark_findings_and_unused_entries_are_notes(validate, tmp_path):
+    """`.tzrscan.toml` in the current directory, or `--ignore FILE`: covered
+    findings are still listed, marked with the reason, and fail nothing; an
+    entry that covered nothing is a SUP-001 note; a bad file fails the run."""
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(VECTORS / "torch" / "hostile_os_system.pt", models / "evil.pt")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".tzrscan.toml").write_text(
+        '[[ignore]]\nrule = "PKL-001"\npath = "*.pt"\nreason = "a test payload"\n'
+        '[[ignore]]\nrule = "PKL-002"\npath = "/in/evil.pt"\nreason = "same"\n'
+        '[[ignore]]\nrule = "ST-007"\npath = "*.safetensors"\nreason = "stale"\n'
+    )
+    assert validate(["--json", "/in/evil.pt"], models).code == 1
+    run = validate(["--json", "/in/evil.pt"], models, cwd=repo)
+    assert run.code == 0, run.stderr
+    report = run.json()
+    assert report["valid"] and {f["suppressed"] for f in report["findings"]} == {"a test payload", "same"}
+    assert report["suppressions"]["file"] == ".tzrscan.toml"
+    assert [n["rule"] for n in report["suppressions"]["notes"]] == ["SUP-001"]
+    # An explicit file, read through the preopen; SARIF marks the results.
+    shutil.copy(repo / ".tzrscan.toml", models / "ignore.toml")
+    run = validate(["--sarif", "--ignore", "/in/ignore.toml", "/in/evil.pt", "/in"], models)
+    assert run.code == 0, run.stderr
+    results = run.json()["runs"][0]["results"]
+    assert results and all(r["suppressions"][0]["status"] == "accepted" for r in results)
+    (models / "bad.toml").write_text('[[ignore]]\nrule = "PKL-001"\npath = "*"\n')
+    run = validate(["--ignore", "/in/bad.toml", "/in/evil.pt"], models)
+    assert run.code == 2 and "reason (a string) is required" in run.stderr

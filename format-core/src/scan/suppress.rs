@@ -1,6 +1,7 @@
 //! Suppressions: findings a repository has reviewed and accepts, each
-//! entry a rule, a path glob and a reason (`.tzrscan.toml`, read by the
-//! host). A suppressed finding is still reported, marked with its reason
+//! entry a rule, a path glob and a reason (`.tzrscan.toml`: parsed here,
+//! [`parse`], for every front end; found and read by
+//! `walk::Suppressions::load`). A suppressed finding is still reported, marked with its reason
 //! (SARIF's `suppressions`), and no longer fails a scan; an entry that
 //! matched nothing is a [`RuleId::UnusedSuppression`] note, so stale
 //! entries do not pile up.
@@ -11,6 +12,10 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::{Finding, RuleId};
+
+/// The suppression file read when none is named, in the current directory
+/// (the repository root, under pre-commit and the GitHub Action).
+pub const DEFAULT_SUPPRESSION_FILE: &str = ".tzrscan.toml";
 
 /// Longest suppression file a host reads.
 pub const MAX_SUPPRESSION_FILE_LEN: u64 = 1024 * 1024;
@@ -52,6 +57,45 @@ impl Suppression {
     pub fn covers(&self, file: &str, finding: &Finding) -> bool {
         self.rule == finding.rule && path_matches(&self.path, file)
     }
+}
+
+/// The entries of a suppression file's text, in order: `[[ignore]]`
+/// tables, each with exactly the strings `rule`, `path` and `reason`
+/// ([`Suppression::new`]); or why the file is not one (not TOML, another
+/// key, a missing or bad field, more than [`MAX_SUPPRESSIONS`] entries).
+pub fn parse(text: &str) -> Result<Vec<Suppression>, String> {
+    if text.len() as u64 > MAX_SUPPRESSION_FILE_LEN {
+        return Err(format!("above the {MAX_SUPPRESSION_FILE_LEN}-byte limit"));
+    }
+    let doc: toml::Table = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+    if let Some(key) = doc.keys().find(|k| *k != "ignore") {
+        return Err(format!("unknown key {key:?} (only [[ignore]] tables)"));
+    }
+    let Some(item) = doc.get("ignore") else { return Ok(Vec::new()) };
+    let tables = item.as_array().ok_or("ignore must be [[ignore]] tables")?;
+    if tables.len() > MAX_SUPPRESSIONS {
+        return Err(format!("more than {MAX_SUPPRESSIONS} entries"));
+    }
+    tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| entry(t).map_err(|e| format!("entry {}: {e}", i + 1)))
+        .collect()
+}
+
+/// One `[[ignore]]` table.
+fn entry(item: &toml::Value) -> Result<Suppression, String> {
+    let table = item.as_table().ok_or("ignore must be [[ignore]] tables")?;
+    if let Some(key) = table.keys().find(|k| !["rule", "path", "reason"].contains(&k.as_str())) {
+        return Err(format!("unknown key {key:?} (rule, path and reason)"));
+    }
+    let field = |key: &str| {
+        table
+            .get(key)
+            .and_then(toml::Value::as_str)
+            .ok_or_else(|| format!("{key} (a string) is required"))
+    };
+    Suppression::new(field("rule")?, field("path")?, field("reason")?)
 }
 
 /// Whether `glob` names `file`. A glob with no `/` is matched against the
@@ -115,6 +159,35 @@ pub fn unused(entries: &[Suppression], used: &[u64]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_entries_each_with_a_rule_a_glob_and_a_reason() {
+        let text =
+            "[[ignore]]\nrule = \"PKL-007\"\npath = \"legacy/*.pt\"\nreason = \"reviewed\"\n";
+        let entries = parse(text).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!((entries[0].path.as_str(), &*entries[0].reason), ("legacy/*.pt", "reviewed"));
+        let missing = parse("[[ignore]]\nrule = \"PKL-007\"\npath = \"*\"\n").unwrap_err();
+        assert_eq!(missing, "entry 1: reason (a string) is required");
+        let extra =
+            parse("[[ignore]]\nrule = \"PKL-007\"\npath = \"*\"\nreason = \"r\"\nuntil = 1\n");
+        assert!(extra.unwrap_err().contains("unknown key \"until\""));
+        assert!(parse("ignore = 1").unwrap_err().contains("[[ignore]]"));
+        assert!(parse("ignore = [1]").unwrap_err().contains("[[ignore]]"));
+        assert!(parse("x = 1").unwrap_err().contains("unknown key \"x\""));
+        assert!(
+            parse("[[ignore]]\nrule = \"X-1\"\npath = \"*\"\nreason = \"r\"")
+                .unwrap_err()
+                .contains("no rule")
+        );
+        assert!(parse("[x").unwrap_err().starts_with("not TOML"));
+        assert!(parse("").unwrap().is_empty());
+        let many = "[[ignore]]\nrule = \"PKL-007\"\npath = \"*\"\nreason = \"r\"\n"
+            .repeat(MAX_SUPPRESSIONS + 1);
+        assert!(parse(&many).unwrap_err().contains("more than"));
+        let long = alloc::format!("# {}", "x".repeat(MAX_SUPPRESSION_FILE_LEN as usize));
+        assert!(parse(&long).unwrap_err().contains("limit"));
+    }
 
     #[test]
     fn globs_match_components_and_basenames() {
