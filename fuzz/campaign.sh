@@ -7,7 +7,9 @@
 #   bash fuzz/campaign.sh                  # all targets, 10^7 runs each
 #   RUNS=100000 bash fuzz/campaign.sh metadata path_registry
 #
-# Needs a nightly toolchain and cargo-fuzz (installed here if missing).
+# Needs cargo-fuzz (installed here if missing) and a nightly toolchain, or
+# the stable one with RUSTC_BOOTSTRAP=1 (which lets it take cargo-fuzz's -Z
+# flags) when no nightly is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,23 +20,42 @@ MAX_SECONDS="${MAX_SECONDS:-7200}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed
-        checkpoint checkpoint_pickle sniff validator_cli gguf)
+        checkpoint checkpoint_pickle sniff validator_cli gguf scan suppress)
 fi
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
-rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+toolchain=()
+if rustup toolchain list | grep -q '^nightly'; then
+    toolchain=(+nightly)
+else
+    export RUSTC_BOOTSTRAP=1
+fi
 
 summary=fuzz/artifacts/campaign-summary.txt
 mkdir -p fuzz/artifacts
-printf '# %s  runs=%s  rustc %s\n' "$(date -u +%FT%TZ)" "$RUNS" "$(rustc +nightly --version)" >>"$summary"
+printf '# %s  runs=%s  rustc %s\n' "$(date -u +%FT%TZ)" "$RUNS" "$(rustc "${toolchain[@]}" --version)${RUSTC_BOOTSTRAP:+ (RUSTC_BOOTSTRAP=1)}" >>"$summary"
 
 for t in "${targets[@]}"; do
     corpus="fuzz/corpus/$t"
     mkdir -p "$corpus"
+    # Inputs that once failed the target: replayed first on every run.
+    if [ -d "fuzz/regressions/$t" ]; then
+        cp "fuzz/regressions/$t"/* "$corpus/"
+    fi
     extra=()
     if [ "$t" = path_registry ]; then
         # Synthetic paths: short inputs hold hundreds of them.
         extra=(-max_len=1024)
+    elif [ "$t" = suppress ]; then
+        # Suppression files, and globs against paths.
+        printf '[[ignore]]\nrule = "PKL-007"\npath = "legacy/**/*.pt"\nreason = "reviewed"\n' >"$corpus/seed-entry"
+        printf '*a*a*a*a*a*a*a*a*a*bmodels/aaaaaaaaaaaaaaaaaaaaaaaaa.pt' >"$corpus/seed-glob"
+    elif [ "$t" = scan ]; then
+        # Every format the scanner tells apart: small files whole, the rest
+        # their first 64 KiB.
+        for f in tests/vectors/*.tensors tests/vectors/torch/*; do
+            head -c 65536 "$f" >"$corpus/seed-$(basename "$f")"
+        done
     elif [[ "$t" == checkpoint* ]]; then
         # torch.save checkpoints written by torch (and the hostile ones).
         cp tests/vectors/torch/*.pt "$corpus/"
@@ -72,7 +93,7 @@ for p in sys.argv[2:]:
     fi
     log="fuzz/artifacts/$t.log"
     start=$(date +%s)
-    cargo +nightly fuzz run --sanitizer none --fuzz-dir fuzz "$t" "$corpus" -- \
+    cargo "${toolchain[@]}" fuzz run --sanitizer none --fuzz-dir fuzz "$t" "$corpus" -- \
         -runs="$RUNS" -max_total_time="$MAX_SECONDS" -timeout=5 -rss_limit_mb=2048 \
         -print_final_stats=1 "${extra[@]}" >"$log" 2>&1 || { echo "$t: FAILED, see $log" | tee -a "$summary"; continue; }
     took=$(( $(date +%s) - start ))

@@ -201,28 +201,40 @@ pub fn ggml_type(id: u32) -> Option<GgmlType> {
 }
 
 /// Reads the header of the GGUF file in `src`, a growing prefix at a
-/// time (1 MiB, doubled as needed, at most [`MAX_GGUF_HEADER_LEN`]).
+/// time (1 MiB, then as [`grow`] says).
 pub fn read<R: RandomAccess + ?Sized>(src: &mut R) -> Result<Header> {
     let file_len = src.len();
-    let cap = file_len.min(MAX_GGUF_HEADER_LEN);
-    let mut len = cap.min(1 << 20);
+    let mut len = file_len.min(MAX_GGUF_HEADER_LEN).min(1 << 20);
     loop {
         let buf = crate::scan::read_vec(src, 0, len, "GGUF header")?;
         match parse(&buf) {
-            Err(Error::Truncated { offset, needed }) if len < cap => {
-                let want = offset.saturating_add(needed).max(len.saturating_mul(2));
-                len = want.min(cap);
-            }
-            Err(Error::Truncated { offset, .. }) if len < file_len => {
-                return Err(Error::LimitExceeded {
-                    offset,
-                    what: "GGUF header length",
-                    value: offset,
-                    limit: MAX_GGUF_HEADER_LEN,
-                });
-            }
-            other => return other,
+            Err(e) => len = grow(len, file_len, e)?,
+            done => return done,
         }
+    }
+}
+
+/// Where a header read as a growing prefix goes next, for every host
+/// (synchronous [`read`], the browser's asynchronous reads): after [`parse`]
+/// of the first `have` bytes of a `file_len`-byte file failed with
+/// `error`, the length of the prefix to read and parse again (what the
+/// parser needs, at least twice `have`, at most [`MAX_GGUF_HEADER_LEN`]
+/// and the file), or the error to fail with: a header that runs past the
+/// limit is [`Error::LimitExceeded`], one past the file or any other
+/// failure is `error` itself.
+pub fn grow(have: u64, file_len: u64, error: Error) -> Result<u64> {
+    let cap = file_len.min(MAX_GGUF_HEADER_LEN);
+    match error {
+        Error::Truncated { offset, needed } if have < cap => {
+            Ok(offset.saturating_add(needed).max(have.saturating_mul(2)).min(cap))
+        }
+        Error::Truncated { offset, .. } if have < file_len => Err(Error::LimitExceeded {
+            offset,
+            what: "GGUF header length",
+            value: offset,
+            limit: MAX_GGUF_HEADER_LEN,
+        }),
+        other => Err(other),
     }
 }
 

@@ -3,11 +3,14 @@
 //! directory's regular files recursively and in sorted order. Which of a
 //! directory's files are models is told afterwards from their bytes, by
 //! the command (never from their names). [`scan_paths`] scans them as
-//! models: a sharded checkpoint's index with its shards.
+//! models: a sharded checkpoint's index with its shards; [`Suppressions`]
+//! finds and applies the suppression file.
 
 mod models;
+mod suppressions;
 
 pub use models::{Scanned, many_json, scan_paths};
+pub use suppressions::Suppressions;
 
 use alloc::string::String;
 use alloc::vec::Vec;

@@ -6,12 +6,15 @@ use tensorizer_core::source::SliceSource;
 
 // The GGUF header parser: any bytes (with the magic forced, so every run
 // reaches the counts) give a header or a typed error, never a panic, and
-// a header's parts are within the limits and inside the bytes read.
+// a header's parts are within the limits and inside the bytes read. The
+// two entry points are compared by their Debug text: a float value may be
+// NaN, which `==` never equals.
 fuzz_target!(|data: &[u8]| {
     let mut file = b"GGUF".to_vec();
     file.extend_from_slice(data);
     let parsed = gguf::parse(&file);
-    assert_eq!(parsed, gguf::read(&mut SliceSource::new(&file)));
+    let read = gguf::read(&mut SliceSource::new(&file));
+    assert_eq!(format!("{parsed:?}"), format!("{read:?}"));
     let Ok(header) = parsed else { return };
     assert!(header.kvs.len() as u64 <= MAX_GGUF_KVS);
     assert!(header.tensors.len() as u64 <= MAX_TENSORS);

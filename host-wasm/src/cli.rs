@@ -4,12 +4,14 @@
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
+use std::path::Path;
 
 use tensorizer_core::crypto::{KdfLimits, Key, Passphrase};
 use tensorizer_core::layout::ParseLimits;
 use tensorizer_core::{KeySource, layout::KEY_LEN};
 
-use tensorizer_core::scan::{Finding, Format, RuleId, ScanOptions, sarif};
+use tensorizer_core::scan::{Finding, Format, ScanOptions, sarif, suppress};
+use tensorizer_core::walk::Suppressions;
 
 use crate::error::{EXIT_CANNOT_SCAN, EXIT_OK, ErrorKind, ValidateError, one_line};
 use crate::report::{ErrorReport, REPORT_VERSION, Report, Status};
@@ -25,14 +27,16 @@ tensorizer-validate: scan a model file (tensorizer, safetensors, torch.save zip,
 legacy torch or bare pickle) and report every finding
 
 Usage:
-  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR] PATH...
+  tensorizer-validate [--verify] [--json | --sarif] [--key-file PATH | --passphrase-env VAR]
+                      [--ignore FILE] PATH...
   tensorizer-validate validate ...   (the same; `validate` is kept as an alias)
   tensorizer-validate --help | --version
 
 Each PATH is a file or a directory (walked recursively; its files whose
-bytes are no known format are left out). With more than one file, --json
-prints {files: [...], valid: ...}, --sarif one run for all, and the
-exit status is the worst of any file.
+bytes are no known format are left out). A sharded checkpoint's index
+(*.index.json) is scanned with the shards it names as one model. With
+more than one file, --json prints {files: [...], valid: ...}, --sarif one
+run for all, and the exit status is the worst of any file.
 
 The format is told from the bytes, never the name. Pickles (inside a
 torch.save archive or bare) are walked without executing anything: every
@@ -48,9 +52,12 @@ Options:
                         (a key is ignored for a file that is not encrypted)
   --json                print the report as one line of JSON
   --sarif               print the findings as one line of SARIF 2.1.0
+  --ignore FILE         the suppression file (default: .tzrscan.toml in the
+                        current directory, when there is one): findings it
+                        accepts are still listed, marked, and fail nothing
 
 Exit codes:
-  0  the file was scanned: no findings
+  0  the file was scanned: no findings (or only suppressed ones)
   1  the file was scanned: findings (hash or authentication failures included)
   2  the file could not be scanned (usage error, unreadable input or key,
      --verify on an encrypted file without a key, output that cannot be written)
@@ -91,6 +98,9 @@ pub struct ValidateArgs {
     pub output: Output,
     /// The files and directories, in the order given.
     pub paths: Vec<String>,
+    /// `--ignore FILE`: the suppression file (else `.tzrscan.toml` in the
+    /// current directory, when there is one).
+    pub ignore: Option<String>,
 }
 
 /// A parsed command line.
@@ -146,6 +156,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, ValidateError> {
                 out.output = want;
             }
             "--help" => return Ok(Command::Help),
+            "--ignore" => out.ignore = Some(value(name)?),
             "--key-file" | "--passphrase-env" => {
                 if out.key != KeyArg::None {
                     return Err(usage(
@@ -256,53 +267,138 @@ pub fn run(
         }
         Command::Validate(a) => a,
     };
+    let suppressions = match Suppressions::load(args.ignore.as_deref().map(Path::new)) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGRAM}: suppression file {}", one_line(&e));
+            return EXIT_CANNOT_SCAN;
+        }
+    };
     let paths: Vec<std::path::PathBuf> = args.paths.iter().map(Into::into).collect();
-    let listed = match tensorizer_core::walk::expand(&paths) {
-        Ok(l) => l,
+    let mut files = match scan_all(&args, &paths, env) {
+        Ok(f) => f,
         Err(e) => {
             let _ = writeln!(err, "{PROGRAM}: cannot list the files: {}", one_line(&e.to_string()));
             return EXIT_CANNOT_SCAN;
         }
     };
-    if tensorizer_core::walk::is_many(&paths, &listed) {
-        return run_many(&args, &listed, env, out, err);
+    let notes = suppressions.as_ref().map(|s| (s, suppress_all(s, &mut files)));
+    let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].0) != paths[0];
+    if many {
+        return print_many(args.output, &files, &notes, out, err);
     }
-    run_one(&args, &listed[0].name, env, out, err)
+    let (name, result) = &files[0];
+    print_one(args.output, name, result, &notes, out, err)
 }
 
-/// Scans the files `listed` and prints one document for all of them;
-/// returns the worst exit status.
-fn run_many(
+/// The suppression file in use and its notes (its unused entries).
+type Notes<'a> = Option<(&'a Suppressions, Vec<Finding>)>;
+
+/// Marks what the suppression entries cover in every report; returns the
+/// notes for the entries that covered nothing. A note fails nothing: the
+/// validator has no threshold, and `tzr scan`'s default fails on errors.
+fn suppress_all(suppressions: &Suppressions, files: &mut [Outcome]) -> Vec<Finding> {
+    let mut used = vec![0; suppressions.entries.len()];
+    for report in files.iter_mut().filter_map(|(_, r)| r.as_mut().ok()) {
+        report.suppress(&suppressions.entries, &mut used);
+    }
+    suppress::unused(&suppressions.entries, &used)
+}
+
+/// `doc` with the suppression file's notes added (`suppressions`, as
+/// `tzr scan --json` adds them), as one line.
+fn with_notes(mut doc: serde_json::Value, notes: &Notes<'_>) -> String {
+    if let Some((file, notes)) = notes {
+        doc["suppressions"] = file.notes_json(notes);
+    }
+    doc.to_string()
+}
+
+/// The SARIF log with the suppression file's notes as tool configuration
+/// notifications.
+fn sarif_with_notes(mut log: serde_json::Value, notes: &Notes<'_>) -> String {
+    if let Some((file, notes)) = notes {
+        sarif::add_config_notes(&mut log, &sarif::artifact_uri(&file.path), notes);
+    }
+    log.to_string()
+}
+
+/// The text form's block for the suppression file's notes, if any.
+fn notes_text(notes: &Notes<'_>) -> String {
+    let Some((file, notes)) = notes.as_ref().filter(|(_, n)| !n.is_empty()) else {
+        return String::new();
+    };
+    let mut s = one_line(&file.path);
+    for n in notes {
+        let _ = write!(s, "\n  {} {}: {}", n.rule, n.severity, one_line(&n.message));
+    }
+    s + "\n"
+}
+
+/// One file's outcome: its report, or why it could not be scanned.
+type Outcome = (String, Result<Report, ValidateError>);
+
+/// Scans every file `paths` name with the core's walk
+/// (`walk::scan_paths`, as `tzr scan` does): directories recursively,
+/// files found there of no known format left out, a shard index with the
+/// shards it names as one model (opened through the preopened
+/// directories), each file once.
+fn scan_all(
     args: &ValidateArgs,
-    listed: &[tensorizer_core::walk::Listed],
+    paths: &[std::path::PathBuf],
     env: &dyn Fn(&str) -> Option<String>,
+) -> std::io::Result<Vec<Outcome>> {
+    let mut reports = std::collections::BTreeMap::new();
+    let scanned = tensorizer_core::walk::scan_paths(paths, false, |name| {
+        let result = key_source(&args.key, env).and_then(|key| scan_file(name, args.verify, key));
+        let (outcome, report) = match result {
+            Ok((scan, report)) => (Ok(scan), Ok(report)),
+            Err(e) => (Err(e.message.clone()), Err(e)),
+        };
+        reports.insert(name.to_string(), report);
+        outcome
+    })?;
+    Ok(scanned.into_iter().map(|f| outcome(f, &mut reports)).collect())
+}
+
+/// The report of one file of [`scan_all`], with what the walk added: a
+/// shard index's findings about its shards, `model` and `shards`.
+fn outcome(
+    file: tensorizer_core::walk::Scanned,
+    reports: &mut std::collections::BTreeMap<String, Result<Report, ValidateError>>,
+) -> Outcome {
+    let result = reports.remove(&file.name).unwrap_or_else(|| {
+        Err(ValidateError {
+            kind: ErrorKind::Io,
+            offset: None,
+            message: "not scanned".into(),
+            rule: None,
+        })
+    });
+    let result = result.map(|mut report| {
+        if let Some(scan) = file.outcome.as_ref().ok().filter(|s| s.format == Format::ShardIndex) {
+            report = Report::from_scan(scan, &file.name);
+            report.shards = Some(file.shards);
+        }
+        report.model = file.model;
+        report
+    });
+    (file.name, result)
+}
+
+/// Prints one document for `files`; returns the worst exit status.
+fn print_many(
+    output: Output,
+    files: &[Outcome],
+    notes: &Notes<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
-    let mut files: Vec<(String, Result<Report, ValidateError>)> = Vec::new();
-    for l in listed {
-        let result =
-            key_source(&args.key, env).and_then(|key| scan_file(&l.name, args.verify, key));
-        if l.in_dir && result.as_ref().is_ok_and(|r| r.is(Format::Unknown)) {
-            continue;
-        }
-        files.push((l.name.clone(), result));
-    }
     let mut worst = EXIT_OK;
-    for (name, result) in &files {
+    for (name, result) in files {
         let code = match result {
             Ok(report) => {
-                if let Some(first) = report.findings.first() {
-                    let n = report.findings.len();
-                    let _ = writeln!(
-                        err,
-                        "{PROGRAM}: {}: {n} finding{}; first: {} {}",
-                        one_line(name),
-                        if n == 1 { "" } else { "s" },
-                        first.rule,
-                        first.message
-                    );
-                }
+                first_finding_line(err, name, report);
                 exit_code(report)
             }
             Err(e) => {
@@ -312,13 +408,14 @@ fn run_many(
         };
         worst = worst.max(code);
     }
-    let text = match args.output {
+    let text = match output {
         Output::Text => files
             .iter()
             .map(|(name, r)| match r {
-                Ok(report) => text_report(report),
+                Ok(report) => text_report(report) + "\n",
                 Err(e) => format!("{}\n  could not scan: {e}\n", one_line(name)),
             })
+            .chain([notes_text(notes)])
             .collect::<String>(),
         Output::Json => {
             let docs: Vec<serde_json::Value> = files
@@ -328,7 +425,7 @@ fn run_many(
                     Err(e) => serde_json::to_value(ErrorReport::new(name, e)).unwrap_or_default(),
                 })
                 .collect();
-            serde_json::json!({"files": docs, "valid": worst == EXIT_OK}).to_string()
+            with_notes(serde_json::json!({"files": docs, "valid": worst == EXIT_OK}), notes)
         }
         Output::Sarif => {
             let owned: Vec<(String, Result<Vec<Finding>, String>)> = files
@@ -342,7 +439,7 @@ fn run_many(
                 .iter()
                 .map(|(u, r)| (u.as_str(), r.as_ref().map(Vec::as_slice).map_err(String::as_str)))
                 .collect();
-            sarif::to_sarif_many(&tool(), &refs).to_string()
+            sarif_with_notes(sarif::to_sarif_many(&tool(), &refs), notes)
         }
     };
     if let Err(e) = write_report(out, text.trim_end_matches('\n')) {
@@ -352,80 +449,86 @@ fn run_many(
     worst
 }
 
-/// Opens and scans one file (verifying with `verify`).
-fn scan_file(path: &str, verify: bool, key: Option<KeySource>) -> Result<Report, ValidateError> {
+/// The one-line summary on `err` of a report with findings that are not
+/// suppressed.
+fn first_finding_line(err: &mut dyn Write, name: &str, report: &Report) {
+    if let Some(first) = report.findings.iter().find(|f| f.suppressed.is_none()) {
+        let n = report.findings.len();
+        let _ = writeln!(
+            err,
+            "{PROGRAM}: {}: {n} finding{}; first: {} {}",
+            one_line(name),
+            if n == 1 { "" } else { "s" },
+            first.rule,
+            first.message
+        );
+    }
+}
+
+/// Opens and scans one file (verifying with `verify`): the scan (for the
+/// walk's shard checks) and the report.
+fn scan_file(
+    path: &str,
+    verify: bool,
+    key: Option<KeySource>,
+) -> Result<(tensorizer_core::Scan, Report), ValidateError> {
     let mut src = FileSource::open(path).map_err(|e| ValidateError {
         kind: ErrorKind::Io,
         offset: None,
         message: one_line(&format!("cannot open: {e}")),
         rule: None,
     })?;
-    validate(&mut src, path, verify, key)
+    validate_scan(&mut src, path, verify, key)
 }
 
-/// Scans one file and prints its own document (the layout of a single
-/// FILE).
-fn run_one(
-    args: &ValidateArgs,
+/// Prints one file's own document (the layout of a single FILE); returns
+/// its exit status.
+fn print_one(
+    output: Output,
     path: &str,
-    env: &dyn Fn(&str) -> Option<String>,
+    result: &Result<Report, ValidateError>,
+    notes: &Notes<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
     let shown = one_line(path);
-    let fail = |e: ValidateError, out: &mut dyn Write, err: &mut dyn Write| {
-        let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
-        let doc = match args.output {
-            Output::Text => None,
-            Output::Json => {
-                Some(serde_json::to_string(&ErrorReport::new(path, &e)).unwrap_or_default())
-            }
-            Output::Sarif => Some(
-                sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(path), &e.message)
-                    .to_string(),
-            ),
-        };
-        if let Some(doc) = doc {
-            let _ = writeln!(out, "{doc}");
-        }
-        EXIT_CANNOT_SCAN
-    };
-    let key = match key_source(&args.key, env) {
-        Ok(k) => k,
-        Err(e) => return fail(e, out, err),
-    };
-    match scan_file(path, args.verify, key) {
-        Ok(report) => {
-            let code = exit_code(&report);
-            if let Some(first) = report.findings.first() {
-                let _ = writeln!(
-                    err,
-                    "{PROGRAM}: {shown}: {} finding{}; first: {} {}",
-                    report.findings.len(),
-                    if report.findings.len() == 1 { "" } else { "s" },
-                    first.rule,
-                    first.message
-                );
-            }
-            let text = match args.output {
-                Output::Json => serde_json::to_string(&report).unwrap_or_default(),
-                Output::Sarif => sarif_log(&report, path).to_string(),
-                Output::Text => text_report(&report),
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGRAM}: {shown}: {e}");
+            let doc = match output {
+                Output::Text => None,
+                Output::Json => {
+                    Some(serde_json::to_string(&ErrorReport::new(path, e)).unwrap_or_default())
+                }
+                Output::Sarif => Some(
+                    sarif::to_sarif_failure(&tool(), &sarif::artifact_uri(path), &e.message)
+                        .to_string(),
+                ),
             };
-            // A report cut short (stdout closed, a host's output limit) must
-            // not pass for a complete one: exit 2, never 0.
-            if let Err(e) = write_report(out, &text) {
-                let _ = writeln!(
-                    err,
-                    "{PROGRAM}: {shown}: cannot write the report: {}",
-                    one_line(&e.to_string())
-                );
-                return EXIT_CANNOT_SCAN;
+            if let Some(doc) = doc {
+                let _ = writeln!(out, "{doc}");
             }
-            code
+            return EXIT_CANNOT_SCAN;
         }
-        Err(e) => fail(e, out, err),
+    };
+    first_finding_line(err, path, report);
+    let text = match output {
+        Output::Json => with_notes(serde_json::to_value(report).unwrap_or_default(), notes),
+        Output::Sarif => sarif_with_notes(sarif_log(report, path), notes),
+        Output::Text => (text_report(report) + "\n" + &notes_text(notes)).trim_end().to_string(),
+    };
+    // A report cut short (stdout closed, a host's output limit) must not
+    // pass for a complete one: exit 2, never 0.
+    if let Err(e) = write_report(out, &text) {
+        let _ = writeln!(
+            err,
+            "{PROGRAM}: {shown}: cannot write the report: {}",
+            one_line(&e.to_string())
+        );
+        return EXIT_CANNOT_SCAN;
     }
+    exit_code(report)
 }
 
 /// This program as SARIF's `tool.driver`.
@@ -440,17 +543,7 @@ pub fn sarif_log(report: &Report, path: &str) -> serde_json::Value {
 
 /// A report's findings as the core's (for SARIF).
 fn report_findings(report: &Report) -> Vec<Finding> {
-    report
-        .findings
-        .iter()
-        .map(|f| {
-            let rule = RuleId::from_id(f.rule).unwrap_or(RuleId::UnknownFormat);
-            let mut out = Finding::new(rule, f.offset, f.message.clone());
-            out.length = f.length;
-            out.tensor = f.tensor.clone();
-            out
-        })
-        .collect()
+    report.findings.iter().map(crate::report::FindingItem::to_finding).collect()
 }
 
 /// Bytes of the report written at a time: hosts may refuse one very large
@@ -476,6 +569,17 @@ pub fn validate<R: RandomAccess + ?Sized>(
     verify: bool,
     key: Option<KeySource>,
 ) -> Result<Report, ValidateError> {
+    validate_scan(src, name, verify, key).map(|(_, report)| report)
+}
+
+/// [`validate`], also giving the core's scan (with the tensorizer index
+/// it parsed).
+fn validate_scan<R: RandomAccess + ?Sized>(
+    src: &mut R,
+    name: &str,
+    verify: bool,
+    key: Option<KeySource>,
+) -> Result<(tensorizer_core::Scan, Report), ValidateError> {
     let options = ScanOptions { name: Some(name), limits: ParseLimits::default(), verify };
     let mut scan = tensorizer_core::scan(src, &options)?;
     // A key for a file that is not encrypted is not needed: it is ignored
@@ -483,14 +587,16 @@ pub fn validate<R: RandomAccess + ?Sized>(
     let encrypted = scan.tensorizer.as_ref().is_some_and(|i| i.header.has_crypt_info());
     let key = key.filter(|_| encrypted);
     let Some(index) = scan.tensorizer.take() else {
-        return Ok(Report::from_scan(&scan, name));
+        let report = Report::from_scan(&scan, name);
+        return Ok((scan, report));
     };
     let inspection = Inspection::from_index(index, scan.file_len);
     let mut report = inspection.report(name).with_findings(&scan.findings);
     if verify {
         verify_all(src, &inspection, key, PIECE_LEN, &mut report)?;
     }
-    Ok(report)
+    scan.tensorizer = Some(inspection.into_index());
+    Ok((scan, report))
 }
 
 /// The human-readable form of a report.
@@ -516,6 +622,9 @@ pub fn text_report(r: &Report) -> String {
                 r.format, r.tensor_count, r.file_bytes
             );
         }
+    }
+    if let Some(index) = &r.model {
+        let _ = writeln!(s, "  a shard of {}", one_line(index));
     }
     for (dtype, t) in &r.by_dtype {
         let _ = writeln!(s, "  {dtype:<18} {:>6} tensors {:>14} bytes", t.tensors, t.bytes);
@@ -552,7 +661,11 @@ pub fn text_report(r: &Report) -> String {
     }
     for f in &r.findings {
         let at = f.offset.map_or_else(String::new, |o| format!(" at byte {o}"));
-        let _ = writeln!(s, "  {} {}{at}: {}", f.rule, f.severity, f.message);
+        let accepted = f
+            .suppressed
+            .as_ref()
+            .map_or_else(String::new, |why| format!(" (suppressed: {})", one_line(why)));
+        let _ = writeln!(s, "  {} {}{at}{accepted}: {}", f.rule, f.severity, f.message);
         let _ = writeln!(s, "      fix: {}", f.remediation);
     }
     s.trim_end().to_string()
@@ -573,6 +686,7 @@ mod tests {
             key: KeyArg::KeyFile("/k".into()),
             output: Output::Json,
             paths: vec!["/in/f".into()],
+            ignore: None,
         };
         let c = parse_args(&args(&["--verify", "--key-file=/k", "--json", "/in/f"])).unwrap();
         assert_eq!(c, Command::Validate(want.clone()));
@@ -582,6 +696,10 @@ mod tests {
         assert_eq!(c, Command::Validate(want));
         let c = parse_args(&args(&["--sarif", "f"])).unwrap();
         assert!(matches!(c, Command::Validate(ValidateArgs { output: Output::Sarif, .. })));
+        let c = parse_args(&args(&["--ignore", "/in/x.toml", "f"])).unwrap();
+        assert!(
+            matches!(c, Command::Validate(ValidateArgs { ignore: Some(i), .. }) if i == "/in/x.toml")
+        );
         let c = parse_args(&args(&["validate", "--passphrase-env", "P", "--", "--odd"])).unwrap();
         assert!(
             matches!(c, Command::Validate(ValidateArgs { paths, key: KeyArg::PassphraseEnv(v), .. })
@@ -786,6 +904,111 @@ mod tests {
         assert_eq!(code, 1);
         assert_eq!(out.matches("tensorizer data version").count(), 2, "{out}");
         std::fs::remove_dir_all(&walked).unwrap();
+    }
+
+    #[test]
+    fn a_shard_index_is_one_model_with_its_shards_each_reported_once() {
+        let dir = format!("{}/../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        let model =
+            std::env::temp_dir().join(format!("tzr-validate-shards-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&model);
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::copy(format!("{dir}/torch/params.pt"), model.join("a.bin")).unwrap();
+        std::fs::copy(format!("{dir}/torch/params.pt"), model.join("stale.bin")).unwrap();
+        let index = r#"{"weight_map": {"w": "a.bin", "v": "b.bin", "x": "../c.bin"}}"#;
+        std::fs::write(model.join("pytorch_model.bin.index.json"), index).unwrap();
+        let index = model.join("pytorch_model.bin.index.json").to_string_lossy().into_owned();
+        let run_on = |argv: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(&args(argv), &|_| None, &mut out, &mut err);
+            (code, serde_json::from_slice::<serde_json::Value>(&out).unwrap())
+        };
+        let names = |v: &serde_json::Value| -> Vec<String> {
+            let files = v["files"].as_array().unwrap();
+            files
+                .iter()
+                .map(|f| f["file"].as_str().unwrap().rsplit('/').next().unwrap().into())
+                .collect()
+        };
+        // Named alone, the index brings its shard; the directory lists each file once.
+        for target in [index.clone(), model.to_string_lossy().into_owned()] {
+            let (code, v) = run_on(&["--json", &target, &index]);
+            assert_eq!(code, 1, "{v}");
+            let files = v["files"].as_array().unwrap();
+            let at = files.iter().position(|f| f["format"] == "shard-index").unwrap();
+            let rules: Vec<&str> = files[at]["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["rule"].as_str().unwrap())
+                .collect();
+            assert_eq!(rules, ["IDX-003", "IDX-004", "IDX-005", "IDX-006"], "{v}");
+            let a = files.iter().find(|f| f["file"].as_str().unwrap().ends_with("/a.bin")).unwrap();
+            assert_eq!(
+                (&a["model"], a["tensor_rows"].as_array().unwrap().is_empty()),
+                (&files[at]["file"], false)
+            );
+            assert_eq!(files[at]["shards"].as_array().unwrap().len(), 1, "{v}");
+            let mut listed = names(&v);
+            let count = listed.len();
+            listed.sort();
+            listed.dedup();
+            assert_eq!(listed.len(), count, "each file once: {v}");
+        }
+        let (_, v) = run_on(&["--json", &index]);
+        assert_eq!(names(&v), ["pytorch_model.bin.index.json", "a.bin"]);
+        std::fs::remove_dir_all(&model).unwrap();
+    }
+
+    #[test]
+    fn suppressed_findings_are_marked_fail_nothing_and_unused_entries_are_notes() {
+        let dir = format!("{}/../tests/vectors", env!("CARGO_MANIFEST_DIR"));
+        let evil = format!("{dir}/torch/hostile_os_system.pt");
+        let scratch =
+            std::env::temp_dir().join(format!("tzr-validate-ignore-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).unwrap();
+        let ignore = scratch.join("ignore.toml");
+        std::fs::write(
+            &ignore,
+            "[[ignore]]\nrule = \"PKL-001\"\npath = \"hostile_*.pt\"\nreason = \"a test payload\"\n\
+             [[ignore]]\nrule = \"PKL-002\"\npath = \"**/torch/hostile_os_system.pt\"\nreason = \"same\"\n\
+             [[ignore]]\nrule = \"ST-007\"\npath = \"*.safetensors\"\nreason = \"stale\"\n",
+        )
+        .unwrap();
+        let ignore = ignore.to_string_lossy().into_owned();
+        let run_on = |argv: &[&str]| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(&args(argv), &|_| None, &mut out, &mut err);
+            (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+        };
+        let (code, out, _) = run_on(&["--json", "--ignore", &ignore, &evil]);
+        assert_eq!(code, 0, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["valid"], true);
+        let findings = v["findings"].as_array().unwrap();
+        assert!(
+            !findings.is_empty() && findings.iter().all(|f| f["suppressed"].is_string()),
+            "{v}"
+        );
+        let notes = v["suppressions"]["notes"].as_array().unwrap();
+        assert_eq!((notes.len(), &notes[0]["rule"]), (1, &serde_json::json!("SUP-001")));
+        let (code, out, _) = run_on(&["--sarif", "--ignore", &ignore, &evil, &evil]);
+        let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let run0 = &log["runs"][0];
+        assert_eq!(code, 0);
+        assert_eq!(run0["results"][0]["suppressions"][0]["justification"], "a test payload");
+        let config = &run0["invocations"][0]["toolConfigurationNotifications"];
+        assert_eq!(config[0]["descriptor"]["id"], "SUP-001", "{log}");
+        let (_, out, _) = run_on(&["--ignore", &ignore, &evil]);
+        assert!(out.contains("(suppressed: a test payload)") && out.contains("SUP-001"), "{out}");
+        // Without the file, the same scan fails; a bad file fails to run.
+        assert_eq!(run_on(&[&evil]).0, 1);
+        std::fs::write(scratch.join("bad.toml"), "[[ignore]]\nrule = \"PKL-001\"\n").unwrap();
+        let bad = scratch.join("bad.toml").to_string_lossy().into_owned();
+        let (code, _, err) = run_on(&["--ignore", &bad, &evil]);
+        assert_eq!(code, EXIT_CANNOT_SCAN);
+        assert!(err.contains("suppression file") && err.contains("required"), "{err}");
+        std::fs::remove_dir_all(&scratch).unwrap();
     }
 
     #[test]

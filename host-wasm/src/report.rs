@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use tensorizer_core::MetadataEntry;
+use tensorizer_core::scan::suppress::{self, Suppression};
 use tensorizer_core::scan::{Finding, Findings, Format, RuleId, Scan};
 use tensorizer_core::totals::Totals;
 
@@ -63,6 +64,14 @@ pub struct Report {
     pub tensor_rows: Vec<TensorRow>,
     /// The verification summary; `null` without `--verify`.
     pub verification: Option<VerifySummary>,
+    /// The shard index this file is a shard of (spec §22.3), when one
+    /// named it; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A shard index's shards that were found, as paths; absent for any
+    /// other file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<String>>,
 }
 
 /// One failure in the contract's `errors` list.
@@ -108,6 +117,22 @@ pub struct FindingItem {
     pub remediation: &'static str,
     /// How many findings of one cause it stands for (spec §22.1).
     pub count: u64,
+    /// The reason of the suppression entry that accepts it (spec §22.8),
+    /// or `null`.
+    pub suppressed: Option<String>,
+}
+
+impl FindingItem {
+    /// The core's finding for this item (for SARIF and suppressions).
+    pub fn to_finding(&self) -> Finding {
+        let rule = RuleId::from_id(self.rule).unwrap_or(RuleId::UnknownFormat);
+        let mut out = Finding::new(rule, self.offset, self.message.clone());
+        out.length = self.length;
+        out.tensor = self.tensor.clone();
+        out.count = self.count;
+        out.suppressed = self.suppressed.as_deref().map(Into::into);
+        out
+    }
 }
 
 impl From<&Finding> for FindingItem {
@@ -122,6 +147,7 @@ impl From<&Finding> for FindingItem {
             message: crate::error::one_line(&f.message),
             remediation: f.remediation,
             count: f.count,
+            suppressed: f.suppressed.as_deref().map(str::to_owned),
         }
     }
 }
@@ -162,6 +188,8 @@ impl Report {
                 .map(|row| TensorRow { row, verification: None })
                 .collect(),
             verification: None,
+            model: None,
+            shards: None,
         }
         .with_findings(&scan.findings)
     }
@@ -211,7 +239,26 @@ impl Report {
                 message: f.message.clone(),
             })
             .collect();
-        self.valid = self.findings.is_empty() && self.verification.as_ref().is_none_or(|v| v.ok);
+        self.judge();
+    }
+
+    /// Marks the findings `entries` cover (counting each entry's use in
+    /// `used`, as `suppress::apply` does), then fills `valid` again.
+    pub fn suppress(&mut self, entries: &[Suppression], used: &mut [u64]) {
+        let mut found: Vec<Finding> = self.findings.iter().map(FindingItem::to_finding).collect();
+        suppress::apply(entries, used, &self.file, &mut found);
+        for (item, f) in self.findings.iter_mut().zip(found) {
+            item.suppressed = f.suppressed.as_deref().map(str::to_owned);
+        }
+        self.judge();
+    }
+
+    /// `valid`: every finding suppressed (or none), and a failed
+    /// verification among them.
+    fn judge(&mut self) {
+        let unlisted =
+            self.findings.is_empty() && self.verification.as_ref().is_some_and(|v| !v.ok);
+        self.valid = !unlisted && self.findings.iter().all(|f| f.suppressed.is_some());
     }
 
     /// Whether the format was told from the bytes as `format`.

@@ -132,6 +132,12 @@ impl Inspection {
         Self { header: index.header, metadata: index.metadata, file_len }
     }
 
+    /// The header and index back, for the scan they came from (a shard
+    /// index checks its map against the tensor names).
+    pub fn into_index(self) -> tensorizer_core::scan::tensorizer::Index {
+        tensorizer_core::scan::tensorizer::Index { header: self.header, metadata: self.metadata }
+    }
+
     /// The report for this file, without verification.
     pub fn report(&self, file: &str) -> Report {
         let entries = &self.metadata.entries;
@@ -157,6 +163,8 @@ impl Inspection {
             by_dtype,
             tensor_rows: entries.iter().enumerate().map(|(i, e)| row(i, e)).collect(),
             verification: None,
+            model: None,
+            shards: None,
         }
     }
 }
@@ -464,11 +472,7 @@ pub fn verify_all<R: RandomAccess + ?Sized>(
 
 /// The exit status a finished run deserves: 0 without findings, 1 with.
 pub fn exit_code(report: &Report) -> u8 {
-    if report.findings.is_empty() && report.valid {
-        crate::error::EXIT_OK
-    } else {
-        crate::error::EXIT_FINDINGS
-    }
+    if report.valid { crate::error::EXIT_OK } else { crate::error::EXIT_FINDINGS }
 }
 
 /// The first failure of a finished run, if any.

@@ -83,7 +83,9 @@ def module(engine: wasmtime.Engine) -> wasmtime.Module:
 
 @pytest.fixture
 def validate(engine, module, tmp_path):
-    """Runs the validator on `args` with `directory` preopened read-only at /in."""
+    """Runs the validator on `args` with `directory` preopened read-only at /in
+    (and `cwd`, when given, at `.`: the current directory, as `wasmtime run
+    --dir .` gives it)."""
 
     def run(
         args: list[str],
@@ -93,6 +95,7 @@ def validate(engine, module, tmp_path):
         fuel: int | None = None,
         deadline_s: float = DEADLINE_S,
         stdout_path: Path | None = None,
+        cwd: Path | None = None,
     ) -> Run:
         if fuel is None:
             size = sum(p.stat().st_size for p in directory.iterdir() if p.is_file() and f"/in/{p.name}" in args)
@@ -106,6 +109,8 @@ def validate(engine, module, tmp_path):
         wasi.argv = ["tensorizer-validate", *args]
         wasi.env = list((env or {}).items())
         wasi.preopen_dir(str(directory), "/in", False)
+        if cwd is not None:
+            wasi.preopen_dir(str(cwd), ".", False)
         wasi.stdout_file = str(out)
         wasi.stderr_file = str(err)
         store.set_wasi(wasi)
@@ -888,3 +893,73 @@ def test_node_wasi_smoke(tmp_path):
             assert "PKL-001" in proc.stderr and "posix.system" in proc.stderr
         else:
             assert report["findings"][0]["rule"] == "FMT-001"
+
+
+# ---- sharded checkpoints: an index and its shards as one model -------------
+
+
+def test_a_shard_index_is_scanned_with_its_shards_through_the_preopen(validate, tmp_path):
+    """The index's shards are opened through the preopened directory, checked
+    against its map (IDX-003..006), and each file is reported once, whether the
+    index is named alone, beside its shard, or found in a directory."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(VECTORS / "torch" / "params.pt", model / "a.bin")
+    shutil.copy(VECTORS / "torch" / "params.pt", model / "stale.bin")
+    (model / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"weight_map": {"w": "a.bin", "v": "b.bin", "x": "../c.bin"}})
+    )
+    index = "/in/pytorch_model.bin.index.json"
+    for args in ([index], [index, "/in/a.bin"], ["/in"], ["/in", index]):
+        run = validate(["--json", *args], model, fuel=BASE_FUEL * 4)
+        assert run.code == 1, run.stderr
+        files = run.json()["files"]
+        names = [f["file"] for f in files]
+        assert len(names) == len(set(names)), names
+        (idx,) = [f for f in files if f["format"] == "shard-index"]
+        assert [f["rule"] for f in idx["findings"]] == ["IDX-003", "IDX-004", "IDX-005", "IDX-006"]
+        assert idx["shards"] == ["/in/a.bin"]
+        (shard,) = [f for f in files if f["file"] == "/in/a.bin"]
+        assert shard["model"] == index and shard["tensor_rows"]
+        assert ("/in/stale.bin" in names) == (args[0] == "/in")
+    # Without canonical paths under WASI, `.` components still name one file.
+    run = validate(["--json", index, "/in/./a.bin"], model, fuel=BASE_FUEL * 4)
+    assert [f["file"] for f in run.json()["files"]] == [index, "/in/./a.bin"]
+    run = validate(["--sarif", index], model, fuel=BASE_FUEL * 4)
+    uris = [a["location"]["uri"] for a in run.json()["runs"][0]["artifacts"]]
+    assert run.code == 1 and uris == ["/in/pytorch_model.bin.index.json", "/in/a.bin"]
+
+
+# ---- suppression files: the same file, parser and matching as tzr scan ------
+
+
+def test_suppression_files_mark_findings_and_unused_entries_are_notes(validate, tmp_path):
+    """`.tzrscan.toml` in the current directory, or `--ignore FILE`: covered
+    findings are still listed, marked with the reason, and fail nothing; an
+    entry that covered nothing is a SUP-001 note; a bad file fails the run."""
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(VECTORS / "torch" / "hostile_os_system.pt", models / "evil.pt")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".tzrscan.toml").write_text(
+        '[[ignore]]\nrule = "PKL-001"\npath = "*.pt"\nreason = "a test payload"\n'
+        '[[ignore]]\nrule = "PKL-002"\npath = "/in/evil.pt"\nreason = "same"\n'
+        '[[ignore]]\nrule = "ST-007"\npath = "*.safetensors"\nreason = "stale"\n'
+    )
+    assert validate(["--json", "/in/evil.pt"], models).code == 1
+    run = validate(["--json", "/in/evil.pt"], models, cwd=repo)
+    assert run.code == 0, run.stderr
+    report = run.json()
+    assert report["valid"] and {f["suppressed"] for f in report["findings"]} == {"a test payload", "same"}
+    assert report["suppressions"]["file"] == ".tzrscan.toml"
+    assert [n["rule"] for n in report["suppressions"]["notes"]] == ["SUP-001"]
+    # An explicit file, read through the preopen; SARIF marks the results.
+    shutil.copy(repo / ".tzrscan.toml", models / "ignore.toml")
+    run = validate(["--sarif", "--ignore", "/in/ignore.toml", "/in/evil.pt", "/in"], models)
+    assert run.code == 0, run.stderr
+    results = run.json()["runs"][0]["results"]
+    assert results and all(r["suppressions"][0]["status"] == "accepted" for r in results)
+    (models / "bad.toml").write_text('[[ignore]]\nrule = "PKL-001"\npath = "*"\n')
+    run = validate(["--ignore", "/in/bad.toml", "/in/evil.pt"], models)
+    assert run.code == 2 and "reason (a string) is required" in run.stderr

@@ -203,6 +203,44 @@ async function domRows(n) {
 
 const vector = (file) => MANIFEST.vectors.find((v) => v.file === file);
 
+/** A GGUF string: its length (u64) and UTF-8 bytes. */
+const ggufString = (s) => {
+  const b = Buffer.from(s, 'utf8');
+  const n = Buffer.alloc(8);
+  n.writeBigUInt64LE(BigInt(b.length));
+  return Buffer.concat([n, b]);
+};
+
+/** Bytes of `gguf()`'s data area: far more than its header. */
+const GGUF_DATA = 4 * MIB;
+
+/** The GGUF tensors of `gguf()`: name, dims (innermost first), ggml type, offset in the data. */
+const GGUF_TENSORS = [
+  ['token_embd.weight', [4, 2], 0, 0], // F32
+  ['blk.0.attn_q.weight', [32], 8, 32], // Q8_0: one 34-byte block
+  ['output_norm.weight', [4], 1, 96], // F16
+];
+
+/**
+ * A GGUF v3 file: a chat template that reaches for Python internals (GGUF-006)
+ * and long enough that the header outgrows the page's first 64 KiB read,
+ * the tensors of GGUF_TENSORS, then their data.
+ */
+function gguf() {
+  const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); return b; };
+  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+  const template = `{{ ''.__class__.__mro__[1].__subclasses__() }}${' '.repeat(100_000)}`;
+  const parts = [Buffer.from('GGUF'), u32(3), u64(GGUF_TENSORS.length), u64(2),
+    ggufString('general.architecture'), u32(8), ggufString('llama'),
+    ggufString('tokenizer.chat_template'), u32(8), ggufString(template)];
+  for (const [name, dims, type, offset] of GGUF_TENSORS) {
+    parts.push(ggufString(name), u32(dims.length), ...dims.map(u64), u32(type), u64(offset));
+  }
+  const header = Buffer.concat(parts);
+  const padded = Math.ceil(header.length / 32) * 32;
+  return Buffer.concat([header, Buffer.alloc(padded - header.length + GGUF_DATA)]);
+}
+
 // ---------- setup ----------
 
 before(async () => {
@@ -234,6 +272,7 @@ before(async () => {
   const overlapLen = Buffer.alloc(8);
   overlapLen.writeBigUInt64LE(BigInt(overlapJson.length));
   fs.writeFileSync(path.join(files, 'overlap.safetensors'), Buffer.concat([overlapLen, overlapJson, Buffer.alloc(12)]));
+  fs.writeFileSync(path.join(files, 'model.gguf'), gguf());
 
   await startNginx();
   browser = await chromium.launch({
@@ -442,7 +481,7 @@ describe('errors', () => {
 
   test('a file of another kind is refused at byte 0', async () => {
     const open = await openFile(path.join(files, 'notamodel.bin'));
-    assert.match(open.error, /not a tensorizer, safetensors or torch.save file.*byte 0/);
+    assert.match(open.error, /not a tensorizer, safetensors, torch.save or GGUF file.*byte 0/);
   });
 
   test('a server that ignores Range is named as such', async () => {
@@ -482,6 +521,7 @@ describe('other formats', () => {
     const fields = await page.textContent('#header-table');
     assert.match(fields, /__metadata__\.note/);
   });
+
 });
 
 // ---------- findings, parameters, fingerprint, compare ----------
@@ -516,6 +556,41 @@ async function pageFingerprint({ keyFile = null } = {}) {
 }
 
 describe('findings', () => {
+  test('a GGUF file opens from its header only, from a file and a URL, with the scanner\'s findings', { skip: noTzr }, async () => {
+    const p = path.join(files, 'model.gguf');
+    const size = fs.statSync(p).size;
+    const dataStart = size - GGUF_DATA;
+    for (const how of ['file', 'url']) {
+      const since = logLines();
+      const open = how === 'file' ? await openFile(p) : await openUrl(fileUrl('model.gguf'));
+      assert.equal(open.error, undefined, open.error);
+      assert.equal(open.format, 'gguf');
+      const rows = await viewRows();
+      assert.deepEqual(rows.map((r) => r.name), GGUF_TENSORS.map(([n]) => n));
+      assert.deepEqual(rows.map((r) => r.dtype), ['F32', 'Q8_0', 'F16']);
+      assert.deepEqual(rows.map((r) => r.shape), GGUF_TENSORS.map(([, d]) => d));
+      assert.deepEqual(rows.map((r) => r.data_offset), GGUF_TENSORS.map(([, , , o]) => dataStart + o));
+      const fields = await page.textContent('#header-table');
+      assert.match(fields, /general\.architecture\s*llama/);
+      assert.match(fields, /GGUF version\s*3/);
+      assert.equal(await page.isDisabled('#verify-start'), true);
+      // The first 64 KiB, then what the parser asks for, at least doubling:
+      // at most twice the header, never the data area.
+      assert.ok(open.reads <= 3, `${open.reads} reads`);
+      assert.ok(open.bytesRead <= 2 * dataStart, `${open.bytesRead} of ${size}`);
+      if (how === 'url') {
+        assert.ok(servedBytes('model.gguf', since).bytes <= 2 * dataStart);
+        await page.click('#scan-start');
+      }
+      const got = await scanned();
+      assert.equal(got.error, undefined, got.error);
+      const want = tzrJson('scan', p);
+      assert.equal(got.format, 'gguf');
+      assert.deepEqual(got.findings, want.findings);
+      assert.ok(got.findings.some((f) => f.rule === 'GGUF-006' && f.executes_code), JSON.stringify(got.findings));
+    }
+  });
+
   test('the page shows the findings tzr scan --json reports, hostile files included', { skip: noTzr }, async () => {
     const cases = [
       path.join(VECTORS, 'torch/hostile_os_system.pt'), // a pickle that calls os.system

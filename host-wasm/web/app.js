@@ -164,6 +164,9 @@ async function openSource(source) {
   }
 }
 
+/** Whether a format stores anything Verify can check (safetensors and GGUF store no checksums). */
+const hasChecksums = (format) => format !== 'safetensors' && format !== 'gguf';
+
 /** The name a source is shown by: a file's name, the name `tzr view` gave, or the URL. */
 const sourceName = (source) => (source.kind === 'file' ? source.file.name : source.name ?? source.url);
 
@@ -329,7 +332,7 @@ function renderAll() {
   // Verify panel.
   $('verify-what').textContent = `Verify ${s.verify}.`;
   $('key-inputs').hidden = !s.encrypted;
-  $('verify-start').disabled = s.format === 'safetensors';
+  $('verify-start').disabled = !hasChecksums(s.format);
   $('verify-progress').value = 0;
   $('verify-status').textContent = '';
   $('read-hashes').hidden = !(s.format === 'tensorizer' && !isLocal(state.source));
@@ -606,7 +609,7 @@ async function startVerify() {
 function finishVerify() {
   for (const w of state.workers || []) w.terminate();
   state.workers = null;
-  $('verify-start').disabled = state.summary?.format === 'safetensors';
+  $('verify-start').disabled = !hasChecksums(state.summary?.format);
   $('verify-cancel').disabled = true;
 }
 

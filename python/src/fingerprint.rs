@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tensorizer_core::fingerprint::to_hex;
+use tensorizer_core::walk::{Scanned, Suppressions};
 use tensorizer_native::convert::fingerprint::{self, FingerprintOptions, Fingerprinted};
 
 use crate::errors::to_py;
@@ -22,11 +24,35 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// Scans `path` (a local path or URI) with the core's model-file scanner
 /// (spec §22), with the GIL released; returns the JSON report `tzr scan
-/// --json` prints. Nothing in the file is executed.
+/// --json` prints, with the suppression file `ignore` (or `.tzrscan.toml`
+/// in the current directory) applied. Nothing in the file is executed.
 #[pyfunction]
-fn scan_file(py: Python<'_>, path: String) -> PyResult<String> {
+#[pyo3(signature = (path, ignore=None))]
+fn scan_file(py: Python<'_>, path: String, ignore: Option<PathBuf>) -> PyResult<String> {
+    let suppressions = load_suppressions(ignore)?;
     let scanned = py.detach(|| scan_native(&path)).map_err(crate::errors::to_py)?;
-    Ok(tensorizer_core::scan::sarif::scan_json(&path, &scanned).to_string())
+    let mut files = [Scanned { name: path, outcome: Ok(scanned), model: None, shards: Vec::new() }];
+    Ok(document(&mut files, true, suppressions.as_ref()))
+}
+
+/// The suppression file `ignore`, else `.tzrscan.toml` in the current
+/// directory when there is one, as `tzr scan` reads it; a file that cannot
+/// be read or is not a suppression file raises `ValueError`.
+fn load_suppressions(ignore: Option<PathBuf>) -> PyResult<Option<Suppressions>> {
+    Suppressions::load(ignore.as_deref())
+        .map_err(|e| PyValueError::new_err(format!("suppression file {e}")))
+}
+
+/// The JSON text of `files` (`one`: the first file's report, else the
+/// `{"files", "valid"}` document) with `suppressions` applied and its
+/// notes as `suppressions`, as `tzr scan --json` prints it.
+fn document(files: &mut [Scanned], one: bool, suppressions: Option<&Suppressions>) -> String {
+    let notes = suppressions.map(|s| (s, s.apply(files)));
+    let mut doc = if one { files[0].json() } else { tensorizer_core::walk::many_json(files) };
+    if let Some((s, notes)) = notes {
+        doc["suppressions"] = s.notes_json(&notes);
+    }
+    doc.to_string()
 }
 
 fn scan_native(path: &str) -> Result<tensorizer_core::Scan, tensorizer_native::Error> {
@@ -40,10 +66,13 @@ fn scan_native(path: &str) -> Result<tensorizer_core::Scan, tensorizer_native::E
 /// Scans every file `paths` name as `tzr scan` does
 /// (`tensorizer_core::walk::scan_paths`: directories walked, a shard index
 /// with its shards, files of no known format found in a directory left
-/// out); returns `{"files": [...], "valid": ...}` as JSON. The first file
-/// that could not be read raises its error.
+/// out); returns `{"files": [...], "valid": ...}` as JSON, with the
+/// suppression file applied as in [`scan_file`]. The first file that could
+/// not be read raises its error.
 #[pyfunction]
-fn scan_paths(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<String> {
+#[pyo3(signature = (paths, ignore=None))]
+fn scan_paths(py: Python<'_>, paths: Vec<PathBuf>, ignore: Option<PathBuf>) -> PyResult<String> {
+    let suppressions = load_suppressions(ignore)?;
     let files = py.detach(|| {
         let mut first_error = None;
         let files = tensorizer_core::walk::scan_paths(&paths, false, |name| {
@@ -55,10 +84,10 @@ fn scan_paths(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<String> {
         });
         files.map(|f| first_error.map_or(Ok(f), Err))
     });
-    let files = files
+    let mut files = files
         .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?
         .map_err(crate::errors::to_py)?;
-    Ok(tensorizer_core::walk::many_json(&files).to_string())
+    Ok(document(&mut files, false, suppressions.as_ref()))
 }
 
 /// A file's fingerprint and its records.

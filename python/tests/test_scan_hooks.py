@@ -69,6 +69,36 @@ def test_suppressed_findings_are_marked_and_unused_entries_are_notes(tmp_path):
     assert out.returncode == 2 and "reason (a string) is required" in out.stderr
 
 
+def test_tensorizer_rs_scan_reads_suppressions_as_tzr_scan_does(tmp_path, monkeypatch):
+    """``tensorizer_rs.scan`` finds ``.tzrscan.toml`` where ``tzr scan`` does
+    (the current directory) or takes ``ignore=``, and gives the same
+    document, suppressed findings and notes included."""
+    import tensorizer_rs
+
+    (tmp_path / ".tzrscan.toml").write_text(
+        "[[ignore]]\nrule = \"PKL-001\"\npath = \"hostile_*.pt\"\nreason = \"a test payload\"\n"
+        "[[ignore]]\nrule = \"PKL-002\"\npath = \"*.pt\"\nreason = \"same\"\n"
+        "[[ignore]]\nrule = \"ST-007\"\npath = \"*.safetensors\"\nreason = \"stale\"\n"
+    )
+    tzr = lambda *a: json.loads(
+        subprocess.run([str(TZR), "scan", "--json", *map(str, a)], capture_output=True, text=True, cwd=tmp_path).stdout
+    )
+    assert not tensorizer_rs.scan(EVIL)["valid"]
+    monkeypatch.chdir(tmp_path)
+    report = tensorizer_rs.scan(EVIL)
+    assert report == tzr(EVIL)
+    assert report["valid"] and {f["suppressed"] for f in report["findings"]} == {"a test payload", "same"}
+    assert [n["rule"] for n in report["suppressions"]["notes"]] == ["SUP-001"]
+    assert tensorizer_rs.scan([EVIL, CLEAN]) == tzr(EVIL, CLEAN)
+    monkeypatch.chdir(ROOT)
+    given = tensorizer_rs.scan([EVIL], ignore=tmp_path / ".tzrscan.toml")
+    assert given["valid"] and given["suppressions"]["file"] == str(tmp_path / ".tzrscan.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[ignore]]\nrule = \"PKL-001\"\npath = \"*\"\n")
+    with pytest.raises(ValueError, match="reason \\(a string\\) is required"):
+        tensorizer_rs.scan(EVIL, ignore=bad)
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 

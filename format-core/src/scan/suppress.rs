@@ -1,6 +1,7 @@
 //! Suppressions: findings a repository has reviewed and accepts, each
-//! entry a rule, a path glob and a reason (`.tzrscan.toml`, read by the
-//! host). A suppressed finding is still reported, marked with its reason
+//! entry a rule, a path glob and a reason (`.tzrscan.toml`: parsed here,
+//! [`parse`], for every front end; found and read by
+//! `walk::Suppressions::load`). A suppressed finding is still reported, marked with its reason
 //! (SARIF's `suppressions`), and no longer fails a scan; an entry that
 //! matched nothing is a [`RuleId::UnusedSuppression`] note, so stale
 //! entries do not pile up.
@@ -11,6 +12,10 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::{Finding, RuleId};
+
+/// The suppression file read when none is named, in the current directory
+/// (the repository root, under pre-commit and the GitHub Action).
+pub const DEFAULT_SUPPRESSION_FILE: &str = ".tzrscan.toml";
 
 /// Longest suppression file a host reads.
 pub const MAX_SUPPRESSION_FILE_LEN: u64 = 1024 * 1024;
@@ -54,6 +59,45 @@ impl Suppression {
     }
 }
 
+/// The entries of a suppression file's text, in order: `[[ignore]]`
+/// tables, each with exactly the strings `rule`, `path` and `reason`
+/// ([`Suppression::new`]); or why the file is not one (not TOML, another
+/// key, a missing or bad field, more than [`MAX_SUPPRESSIONS`] entries).
+pub fn parse(text: &str) -> Result<Vec<Suppression>, String> {
+    if text.len() as u64 > MAX_SUPPRESSION_FILE_LEN {
+        return Err(format!("above the {MAX_SUPPRESSION_FILE_LEN}-byte limit"));
+    }
+    let doc: toml::Table = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+    if let Some(key) = doc.keys().find(|k| *k != "ignore") {
+        return Err(format!("unknown key {key:?} (only [[ignore]] tables)"));
+    }
+    let Some(item) = doc.get("ignore") else { return Ok(Vec::new()) };
+    let tables = item.as_array().ok_or("ignore must be [[ignore]] tables")?;
+    if tables.len() > MAX_SUPPRESSIONS {
+        return Err(format!("more than {MAX_SUPPRESSIONS} entries"));
+    }
+    tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| entry(t).map_err(|e| format!("entry {}: {e}", i + 1)))
+        .collect()
+}
+
+/// One `[[ignore]]` table.
+fn entry(item: &toml::Value) -> Result<Suppression, String> {
+    let table = item.as_table().ok_or("ignore must be [[ignore]] tables")?;
+    if let Some(key) = table.keys().find(|k| !["rule", "path", "reason"].contains(&k.as_str())) {
+        return Err(format!("unknown key {key:?} (rule, path and reason)"));
+    }
+    let field = |key: &str| {
+        table
+            .get(key)
+            .and_then(toml::Value::as_str)
+            .ok_or_else(|| format!("{key} (a string) is required"))
+    };
+    Suppression::new(field("rule")?, field("path")?, field("reason")?)
+}
+
 /// Whether `glob` names `file`. A glob with no `/` is matched against the
 /// file's last component (`*.pt` anywhere); otherwise against the whole
 /// path, both with any leading `./` dropped. `*` is any run within one
@@ -65,22 +109,70 @@ pub fn path_matches(glob: &str, file: &str) -> bool {
     glob_match(glob.as_bytes(), target.as_bytes())
 }
 
-/// Matches `glob` against `s` (see [`path_matches`]).
-pub fn glob_match(glob: &[u8], s: &[u8]) -> bool {
-    match glob {
-        [] => s.is_empty(),
-        [b'*', b'*', b'/', rest @ ..] => {
-            glob_match(rest, s)
-                || (0..s.len()).any(|i| s[i] == b'/' && glob_match(rest, &s[i + 1..]))
-        }
-        [b'*', b'*', rest @ ..] => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
-        [b'*', rest @ ..] => {
-            let run = s.iter().position(|&b| b == b'/').unwrap_or(s.len());
-            (0..=run).any(|i| glob_match(rest, &s[i..]))
-        }
-        [b'?', rest @ ..] => s.first().is_some_and(|&b| b != b'/') && glob_match(rest, &s[1..]),
-        [c, rest @ ..] => s.first() == Some(c) && glob_match(rest, &s[1..]),
+/// One element of a glob.
+#[derive(Debug, Clone, Copy)]
+enum Token {
+    /// A byte that must be there.
+    Byte(u8),
+    /// `?`: one byte but `/`.
+    One,
+    /// `*`: any run within one component.
+    Star,
+    /// `**/`: any run of whole components (none included).
+    Components,
+    /// `**` not followed by `/`: any run at all.
+    AnyRun,
+}
+
+fn tokens(glob: &[u8]) -> Vec<Token> {
+    let mut out = Vec::with_capacity(glob.len());
+    let mut rest = glob;
+    while let Some(&first) = rest.first() {
+        let (token, len) = match rest {
+            [b'*', b'*', b'/', ..] => (Token::Components, 3),
+            [b'*', b'*', ..] => (Token::AnyRun, 2),
+            [b'*', ..] => (Token::Star, 1),
+            [b'?', ..] => (Token::One, 1),
+            _ => (Token::Byte(first), 1),
+        };
+        out.push(token);
+        rest = &rest[len..];
     }
+    out
+}
+
+/// Matches `glob` against `s` (see [`path_matches`]) in time proportional
+/// to the product of their lengths: for each glob element from the last,
+/// which suffixes of `s` the glob from there matches (trying each way a
+/// `*` could match in turn takes exponential time on a glob of many
+/// `*`s, and a suppression file comes with the repository scanned).
+pub fn glob_match(glob: &[u8], s: &[u8]) -> bool {
+    let n = s.len();
+    // next[i]: the glob after this element matches s[i..]; n + 1 is padding.
+    let mut next = alloc::vec![false; n + 2];
+    next[n] = true;
+    let mut cur = alloc::vec![false; n + 2];
+    for token in tokens(glob).iter().rev() {
+        cur[n + 1] = false;
+        // Components: the rest matches after some `/` at or past i.
+        let mut after_slash = false;
+        for i in (0..=n).rev() {
+            let here = s.get(i).copied();
+            let in_component = here.is_some_and(|b| b != b'/');
+            cur[i] = match *token {
+                Token::Byte(c) => here == Some(c) && next[i + 1],
+                Token::One => in_component && next[i + 1],
+                Token::Star => next[i] || (in_component && cur[i + 1]),
+                Token::AnyRun => next[i] || (here.is_some() && cur[i + 1]),
+                Token::Components => {
+                    after_slash |= here == Some(b'/') && next[i + 1];
+                    next[i] || after_slash
+                }
+            };
+        }
+        core::mem::swap(&mut cur, &mut next);
+    }
+    next[0]
 }
 
 /// Marks the findings of `file` that an entry of `entries` covers (the
@@ -117,8 +209,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_file_is_entries_each_with_a_rule_a_glob_and_a_reason() {
+        let text =
+            "[[ignore]]\nrule = \"PKL-007\"\npath = \"legacy/*.pt\"\nreason = \"reviewed\"\n";
+        let entries = parse(text).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!((entries[0].path.as_str(), &*entries[0].reason), ("legacy/*.pt", "reviewed"));
+        let missing = parse("[[ignore]]\nrule = \"PKL-007\"\npath = \"*\"\n").unwrap_err();
+        assert_eq!(missing, "entry 1: reason (a string) is required");
+        let extra =
+            parse("[[ignore]]\nrule = \"PKL-007\"\npath = \"*\"\nreason = \"r\"\nuntil = 1\n");
+        assert!(extra.unwrap_err().contains("unknown key \"until\""));
+        assert!(parse("ignore = 1").unwrap_err().contains("[[ignore]]"));
+        assert!(parse("ignore = [1]").unwrap_err().contains("[[ignore]]"));
+        assert!(parse("x = 1").unwrap_err().contains("unknown key \"x\""));
+        assert!(
+            parse("[[ignore]]\nrule = \"X-1\"\npath = \"*\"\nreason = \"r\"")
+                .unwrap_err()
+                .contains("no rule")
+        );
+        assert!(parse("[x").unwrap_err().starts_with("not TOML"));
+        assert!(parse("").unwrap().is_empty());
+        let many = "[[ignore]]\nrule = \"PKL-007\"\npath = \"*\"\nreason = \"r\"\n"
+            .repeat(MAX_SUPPRESSIONS + 1);
+        assert!(parse(&many).unwrap_err().contains("more than"));
+        let long = alloc::format!("# {}", "x".repeat(MAX_SUPPRESSION_FILE_LEN as usize));
+        assert!(parse(&long).unwrap_err().contains("limit"));
+    }
+
+    #[test]
     fn globs_match_components_and_basenames() {
         let yes = [
+            ("**/a.pt", "a.pt"),
+            ("**/a.pt", "x/y/a.pt"),
+            ("x/**/a.pt", "x/a.pt"),
+            ("**", ""),
+            ("a/**b", "a/x/b"),
             ("*.pt", "models/a.pt"),
             ("models/*.pt", "./models/a.pt"),
             ("models/**/*.pt", "models/a.pt"),
@@ -135,10 +261,26 @@ mod tests {
             ("*.pt", "a.ptx"),
             ("a?c", "a/c"),
             ("models/a.pt", "other/models/a.pt"),
+            ("x/**/a.pt", "xa.pt"),
+            ("**/a.pt", "ba.pt"),
+            ("a/*", "a/b/c"),
+            ("?", ""),
         ];
         for (g, f) in no {
             assert!(!path_matches(g, f), "{g} {f}");
         }
+    }
+
+    #[test]
+    fn a_glob_of_many_stars_matches_in_polynomial_time() {
+        // Backtracking over each `*` in turn tries C(45, 9) splits here.
+        let glob = alloc::format!("{}b", "*a".repeat(9));
+        let path = "a".repeat(45);
+        let start = std::time::Instant::now();
+        assert!(!glob_match(glob.as_bytes(), path.as_bytes()));
+        let long = "*?".repeat(MAX_SUPPRESSION_GLOB_LEN / 2 - 1) + "b";
+        assert!(!glob_match(long.as_bytes(), "x".repeat(4096).as_bytes()));
+        assert!(start.elapsed() < std::time::Duration::from_secs(3), "{:?}", start.elapsed());
     }
 
     #[test]

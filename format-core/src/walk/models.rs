@@ -93,9 +93,12 @@ pub fn scan_paths(
     Ok(files)
 }
 
-/// A path as a key that two spellings of one local file share.
+/// A path as a key that two spellings of one local file share: its
+/// canonical form, or where there is none (a URI, a missing file, WASI,
+/// which cannot canonicalize) the path with `.` components and repeated
+/// `/` dropped.
 fn key(name: &str) -> PathBuf {
-    std::fs::canonicalize(name).unwrap_or_else(|_| PathBuf::from(name))
+    std::fs::canonicalize(name).unwrap_or_else(|_| Path::new(name).components().collect())
 }
 
 /// The files scanned so far by [`key`], so that finding one costs a

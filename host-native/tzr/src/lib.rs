@@ -27,7 +27,6 @@ mod keys;
 mod progress;
 mod safetensors;
 mod scan;
-mod suppressions;
 mod text;
 mod view;
 
@@ -336,7 +335,7 @@ where
                 (_, true) => scan::Output::Sarif,
                 _ => scan::Output::Text,
             };
-            let suppressions = match suppressions::load(ignore.as_deref()) {
+            let suppressions = match tensorizer_core::walk::Suppressions::load(ignore.as_deref()) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("tzr: suppression file {e}");

@@ -5,11 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tensorizer_core::scan::suppress::{self, Suppression};
 use tensorizer_core::scan::{Finding, ScanOptions, Severity, sarif, scan};
-use tensorizer_core::walk::Scanned;
+use tensorizer_core::walk::{Scanned, Suppressions};
 
-use crate::suppressions::Loaded;
 use tensorizer_native::source::Positioned;
 use tensorizer_native::{Intent, open_uri};
 
@@ -85,7 +83,7 @@ fn text_block(file: &Scanned) -> String {
 }
 
 /// The suppression file in use and its notes (unused entries).
-type Notes<'a> = Option<(&'a str, Vec<Finding>)>;
+type Notes<'a> = Option<(&'a Suppressions, Vec<Finding>)>;
 
 /// The document printed for `files` (one file: that file's report, as
 /// before; several: `{"files": [...], "valid": ...}` and one SARIF run),
@@ -96,8 +94,7 @@ fn document(files: &[Scanned], output: Output, many: bool, notes: &Notes<'_>) ->
         sarif::Tool { name: "tzr", version: env!("CARGO_PKG_VERSION"), information_uri: None };
     let with_notes = |mut v: serde_json::Value| {
         if let Some((file, notes)) = notes {
-            let notes: Vec<_> = notes.iter().map(sarif::finding_json).collect();
-            v["suppressions"] = serde_json::json!({"file": file, "notes": notes});
+            v["suppressions"] = file.notes_json(notes);
         }
         v.to_string()
     };
@@ -106,7 +103,7 @@ fn document(files: &[Scanned], output: Output, many: bool, notes: &Notes<'_>) ->
             let mut blocks: Vec<String> = files.iter().map(text_block).collect();
             if let Some((file, notes)) = notes.as_ref().filter(|(_, n)| !n.is_empty()) {
                 let lines: Vec<String> = notes.iter().map(finding_line).collect();
-                blocks.push(format!("{file}\n  {}", lines.join("\n  ")));
+                blocks.push(format!("{}\n  {}", file.path, lines.join("\n  ")));
             }
             blocks.join("\n")
         }
@@ -126,7 +123,7 @@ fn document(files: &[Scanned], output: Output, many: bool, notes: &Notes<'_>) ->
                 runs.iter().map(|(u, r)| (u.as_str(), *r)).collect();
             let mut log = sarif::to_sarif_many(&tool, &refs);
             if let Some((file, notes)) = notes {
-                sarif::add_config_notes(&mut log, &sarif::artifact_uri(file), notes);
+                sarif::add_config_notes(&mut log, &sarif::artifact_uri(&file.path), notes);
             }
             log.to_string()
         }
@@ -145,7 +142,7 @@ pub(crate) fn run(
     output: Output,
     fail_on: FailOn,
     models_only: bool,
-    suppressions: Option<&Loaded>,
+    suppressions: Option<&Suppressions>,
 ) -> u8 {
     let mut files = match tensorizer_core::walk::scan_paths(paths, models_only, scan_one) {
         Ok(f) => f,
@@ -154,7 +151,7 @@ pub(crate) fn run(
             return 2;
         }
     };
-    let notes = suppressions.map(|s| (s.path.as_str(), suppress_all(&s.entries, &mut files)));
+    let notes = suppressions.map(|s| (s, s.apply(&mut files)));
     let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].name) != paths[0];
     let mut status = 0u8;
     for Scanned { name, outcome, .. } in &files {
@@ -180,7 +177,7 @@ pub(crate) fn run(
     }
     if let Some((file, notes)) = &notes {
         for n in notes.iter().filter(|n| fail_on.fails(n.severity)) {
-            eprintln!("tzr: {file}: {} {}", n.rule, n.message);
+            eprintln!("tzr: {}: {} {}", file.path, n.rule, n.message);
             status = status.max(1);
         }
     }
@@ -198,18 +195,6 @@ pub(crate) fn run(
         return 2;
     }
     status
-}
-
-/// Marks what `entries` cover in every file; the notes for entries that
-/// covered nothing.
-fn suppress_all(entries: &[Suppression], files: &mut [Scanned]) -> Vec<Finding> {
-    let mut used = vec![0; entries.len()];
-    for f in files.iter_mut() {
-        if let Ok(s) = &mut f.outcome {
-            suppress::apply(entries, &mut used, &f.name, &mut s.findings);
-        }
-    }
-    suppress::unused(entries, &used)
 }
 
 #[cfg(test)]

@@ -175,6 +175,11 @@ pub async fn fingerprint<S: AsyncSource>(
                 });
             }
         }
+        Opened::Gguf(_) => {
+            return Err(ValidateError::usage(
+                "the page reads a GGUF file's header only: its fingerprint is tzr fingerprint's",
+            ));
+        }
         Opened::Torch(index) => {
             let big = index.records.storage_byte_order() == ByteOrder::Big;
             let sd = &index.state_dict;

@@ -1,5 +1,5 @@
-//! The browser inspector's logic: tensorizer, safetensors and `torch.save`
-//! files opened from their header and index only, and verified tensor by
+//! The browser inspector's logic: tensorizer, safetensors, `torch.save`
+//! and GGUF files opened from their header and index only, and verified tensor by
 //! tensor, over asynchronous range reads ([`AsyncSource`]).
 //!
 //! Everything here is plain Rust, tested natively; the wasm-bindgen
@@ -9,6 +9,7 @@
 
 pub mod findings;
 pub mod fingerprint;
+pub mod gguf;
 pub mod open;
 pub mod safetensors;
 pub mod source;

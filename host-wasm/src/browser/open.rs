@@ -1,5 +1,6 @@
-//! Opening a file: one read of its first bytes tells the format, then the
-//! format's header and index are read (for a tensorizer file, the rest of
+//! Opening a file: one read of its first bytes tells the format (GGUF's
+//! magic, or the core's [`sniff_format`]), then the format's header and
+//! index are read (for a tensorizer file, the rest of
 //! the metadata index if the first read did not hold it all).
 
 use tensorizer_core::layout::{MAGIC, METADATA_OFFSET, ParseLimits};
@@ -10,6 +11,7 @@ use tensorizer_core::{Sniffed, sniff_format};
 use crate::error::ValidateError;
 use crate::validate::{Inspection, header_read_len, parse_header, parse_index, zeroed};
 
+use super::gguf;
 use super::safetensors;
 use super::source::{AsyncSource, read_exact};
 use super::summary::{Row, Shared, Summary, field, name_and_path, totals};
@@ -32,6 +34,8 @@ pub enum Opened {
     Safetensors(Box<Summary>),
     /// A `torch.save` zip checkpoint.
     Torch(Box<torch::Index>),
+    /// A GGUF file: the summary of its header is all there is.
+    Gguf(Box<Summary>),
 }
 
 /// Reads the first bytes, tells the format, and reads its header and index.
@@ -59,6 +63,9 @@ pub async fn open<S: AsyncSource>(
             return safetensors::summarize(&json, "", len)
                 .map(|s| Opened::Safetensors(Box::new(s)));
         }
+        None if head.starts_with(tensorizer_core::gguf::MAGIC) => {
+            return gguf::open(src, head).await.map(|s| Opened::Gguf(Box::new(s)));
+        }
         None => {}
     }
     if len < MAGIC.len() as u64 && MAGIC.starts_with(&head) {
@@ -70,7 +77,7 @@ pub async fn open<S: AsyncSource>(
     }
     Err(ValidateError::invalid(
         Some(0),
-        "not a tensorizer, safetensors or torch.save file: its first bytes match none of them (at byte 0)",
+        "not a tensorizer, safetensors, torch.save or GGUF file: its first bytes match none of them (at byte 0)",
     ))
 }
 
@@ -108,11 +115,11 @@ async fn open_tensorizer<S: AsyncSource>(
 }
 
 impl Opened {
-    /// The format's name: `tensorizer`, `safetensors` or `torch`.
+    /// The format's name: `tensorizer`, `safetensors`, `torch` or `gguf`.
     pub fn format(&self) -> &'static str {
         match self {
             Self::Tensorizer(_) => "tensorizer",
-            Self::Safetensors(s) => s.format,
+            Self::Safetensors(s) | Self::Gguf(s) => s.format,
             Self::Torch(_) => "torch",
         }
     }
@@ -121,7 +128,9 @@ impl Opened {
     pub fn summary(&self, file: &str) -> Summary {
         match self {
             Self::Tensorizer(i) => tensorizer_summary(i, file),
-            Self::Safetensors(s) => Summary { file: file.to_string(), ..(**s).clone() },
+            Self::Safetensors(s) | Self::Gguf(s) => {
+                Summary { file: file.to_string(), ..(**s).clone() }
+            }
             Self::Torch(t) => t.summary(file),
         }
     }

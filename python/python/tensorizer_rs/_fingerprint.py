@@ -87,12 +87,16 @@ def fingerprint_tensors(
     return [TensorFingerprint(n, d, tuple(s), h) for n, d, s, h in report.tensors]
 
 
-def _scan_one(path: str) -> dict[str, Any]:
-    report: dict[str, Any] = json.loads(_native.scan_file(path))
+def _scan_one(path: str, ignore: Optional[str]) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(_native.scan_file(path, ignore))
     return report
 
 
-def scan(path_or_uri: Union[PathLike, Sequence[PathLike]]) -> dict[str, Any]:
+def scan(
+    path_or_uri: Union[PathLike, Sequence[PathLike]],
+    *,
+    ignore: Optional[PathLike] = None,
+) -> dict[str, Any]:
     """Scans model files with the core's scanner (spec §22), the same
     scanner as ``tzr scan`` and the WASI validator: the format told from
     the bytes (tensorizer, safetensors, ``torch.save`` zip, legacy or bare
@@ -114,18 +118,28 @@ def scan(path_or_uri: Union[PathLike, Sequence[PathLike]]) -> dict[str, Any]:
     ``"shards"``, and its findings say which shards are missing, unnamed,
     outside its folder or not holding the tensors it maps to them.
 
+    Suppressions are read as ``tzr scan`` reads them (spec §22.8): the
+    file ``ignore`` names, else ``.tzrscan.toml`` in the current directory
+    when there is one. A finding an entry covers is still reported, with
+    ``suppressed`` (the entry's reason), and a file whose findings are all
+    suppressed is ``valid``; the report (or document) then has
+    ``"suppressions": {"file", "notes"}``, a ``SUP-001`` note for each
+    entry that covered nothing.
+
     Raises:
         OSError: A file could not be read.
+        ValueError: The suppression file cannot be read or is not one.
     """
+    ignored = None if ignore is None else os.fspath(ignore)
     if isinstance(path_or_uri, (str, os.PathLike)):
         one = os.fspath(path_or_uri)
         if not os.path.isdir(one):
-            report = _scan_one(one)
+            report = _scan_one(one, ignored)
             if report["format"] != "shard-index":
                 return report
         paths: list[str] = [one]
     else:
         paths = [os.fspath(p) for p in path_or_uri]
-    document: dict[str, Any] = json.loads(_native.scan_paths(paths))
+    document: dict[str, Any] = json.loads(_native.scan_paths(paths, ignored))
     return document
 
