@@ -7,7 +7,7 @@
 //! Run (servers started by the project's own scripts, see spec/ "Protocol
 //! libraries"):
 //! `TZR_BENCH_REDIS=127.0.0.1:PORT TZR_BENCH_CLUSTER=127.0.0.1:PORT
-//! cargo bench -p tensorizer-native --bench redis_clients`
+//! cargo bench -p tensorizer-native --features redis-crate-bench --bench redis_clients`
 //! (either variable may be left out; `TZR_BENCH_SIZES`, MiB, default
 //! `256,1024`; `TZR_BENCH_READERS`, default one per core; `TZR_BENCH_REPS`,
 //! default 7).
