@@ -18,7 +18,7 @@ MAX_SECONDS="${MAX_SECONDS:-7200}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed
-        checkpoint checkpoint_pickle sniff validator_cli gguf)
+        checkpoint checkpoint_pickle sniff validator_cli gguf resp)
 fi
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
