@@ -20,7 +20,7 @@ MAX_SECONDS="${MAX_SECONDS:-7200}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed
-        checkpoint checkpoint_pickle sniff validator_cli gguf scan suppress)
+        checkpoint checkpoint_pickle sniff validator_cli gguf scan suppress resp)
 fi
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
@@ -76,6 +76,14 @@ for p in sys.argv[2:]:
         for f in tests/vectors/*.tensors tests/vectors/torch/*.pt; do
             { printf '\xff\xff\xff\x7f\0\0\0\0'; head -c 512 "$f"; } >"$corpus/seed-$(basename "$f")"
         done
+    elif [ "$t" = resp ]; then
+        # A buffer size byte, then replies a Redis server sends: statuses,
+        # errors, integers, bulk strings, nil, a SCAN reply, an EXEC reply.
+        printf '\x10+OK\r\n' >"$corpus/status"
+        printf '\x04-ERR wrong\r\n:-42\r\n' >"$corpus/error"
+        printf '\x08$5\r\na\r\n\0b\r\n$-1\r\n' >"$corpus/bulk"
+        printf '\x00*2\r\n$1\r\n0\r\n*2\r\n$3\r\na:1\r\n$3\r\na:2\r\n' >"$corpus/scan"
+        printf '\x00*3\r\n:1\r\n-ERR x\r\n*-1\r\n' >"$corpus/exec"
     elif [ "$t" = validator_cli ]; then
         # A report budget byte, NUL-separated arguments ending in two NULs,
         # then the file.

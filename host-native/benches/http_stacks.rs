@@ -1,7 +1,10 @@
 //! Plain `http://` range reads through both transports of the HTTP source,
 //! in one run against the same server and object: `wire` (the hand-written
 //! HTTP/1.1 client, bodies read from the socket into the caller's buffers)
-//! and ureq (the library that carries TLS, proxies and redirects).
+//! and ureq (the library that carries TLS, proxies and redirects); with the
+//! `cloud` feature also reqwest (hyper, async, on tokio), the stack
+//! object_store links, each reader thread `block_on` one ranged `GET`
+//! whose body chunks are copied into its share.
 //!
 //! Run (nginx serving a file on 127.0.0.1, see spec/ "Protocol libraries"):
 //! `TZR_BENCH_URL=http://127.0.0.1:PORT/FILE cargo bench -p tensorizer-native --bench http_stacks`
@@ -30,15 +33,51 @@ fn through_ureq(url: &str) -> String {
 
 /// Reads all of `src` into `buf` with `readers` threads, one span each
 /// (as a load cuts its tensors); the time taken.
-fn load(src: &HttpSource, buf: &mut [u8], readers: usize) -> Duration {
+fn load(read: Read<'_>, buf: &mut [u8], readers: usize) -> Duration {
     let share = buf.len().div_ceil(readers);
     let start = Instant::now();
     std::thread::scope(|s| {
         for (i, part) in buf.chunks_mut(share).enumerate() {
-            s.spawn(move || src.read_exact_at((i * share) as u64, part).expect("range read"));
+            s.spawn(move || read((i * share) as u64, part));
         }
     });
     start.elapsed()
+}
+
+/// Reads the bytes at an offset into a buffer (one contender).
+type Read<'a> = &'a (dyn Fn(u64, &mut [u8]) + Sync);
+
+/// reqwest on a tokio runtime: one ranged `GET` of `part`'s bytes.
+#[cfg(feature = "cloud")]
+struct Reqwest {
+    runtime: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    url: String,
+}
+
+#[cfg(feature = "cloud")]
+impl Reqwest {
+    fn new(url: &str) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let client = reqwest::Client::builder().build().expect("reqwest client");
+        Self { runtime, client, url: url.to_string() }
+    }
+
+    fn read(&self, offset: u64, part: &mut [u8]) {
+        let range = format!("bytes={offset}-{}", offset + part.len() as u64 - 1);
+        self.runtime.block_on(async {
+            let mut reply =
+                self.client.get(&self.url).header("range", range).send().await.expect("GET");
+            assert_eq!(reply.status().as_u16(), 206);
+            let mut filled = 0usize;
+            while let Some(chunk) = reply.chunk().await.expect("body") {
+                part[filled..filled + chunk.len()].copy_from_slice(&chunk);
+                filled += chunk.len();
+            }
+            assert_eq!(filled, part.len());
+        });
+    }
 }
 
 fn median(mut times: Vec<Duration>) -> Duration {
@@ -59,10 +98,23 @@ fn main() {
         urls.iter().map(|(_, u)| HttpSource::open(u, options.clone()).expect("open")).collect();
     let len = usize::try_from(sources[0].len()).expect("object fits in memory");
     let mut buf = vec![1u8; len];
-    let mut times = vec![Vec::new(), Vec::new()];
+    let by_source = |k: usize| {
+        let src = &sources[k];
+        move |offset: u64, part: &mut [u8]| src.read_exact_at(offset, part).expect("range read")
+    };
+    let (wire, ureq) = (by_source(0), by_source(1));
+    #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
+    let mut contenders: Vec<(&str, Read<'_>)> = vec![("wire", &wire), ("ureq", &ureq)];
+    #[cfg(feature = "cloud")]
+    let reqwest = Reqwest::new(&url);
+    #[cfg(feature = "cloud")]
+    let by_reqwest = |offset: u64, part: &mut [u8]| reqwest.read(offset, part);
+    #[cfg(feature = "cloud")]
+    contenders.push(("reqwest", &by_reqwest));
+    let mut times = vec![Vec::new(); contenders.len()];
     for rep in 0..=reps {
-        for (k, src) in sources.iter().enumerate() {
-            let t = load(src, &mut buf, readers);
+        for (k, (_, read)) in contenders.iter().enumerate() {
+            let t = load(*read, &mut buf, readers);
             if rep > 0 {
                 times[k].push(t);
             }
@@ -71,9 +123,9 @@ fn main() {
     let gbps = |d: Duration| len as f64 / d.as_secs_f64() / 1e9;
     let medians: Vec<Duration> = times.into_iter().map(median).collect();
     println!("{len} bytes, {readers} readers, {reps} reps, one range per reader");
-    for ((name, _), m) in urls.iter().zip(&medians) {
-        println!("{name:5} median {:8.1} ms  {:6.2} GB/s", m.as_secs_f64() * 1e3, gbps(*m));
+    for ((name, _), m) in contenders.iter().zip(&medians) {
+        let ratio = m.as_secs_f64() / medians[0].as_secs_f64();
+        let ms = m.as_secs_f64() * 1e3;
+        println!("{name:7} median {ms:8.1} ms  {:6.2} GB/s  {ratio:.2} x wire", gbps(*m));
     }
-    let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
-    println!("ureq / wire time: {ratio:.2}");
 }

@@ -35,6 +35,7 @@ mod location;
 pub(crate) mod ranged;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod resp;
 pub(crate) mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;

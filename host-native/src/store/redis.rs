@@ -100,6 +100,12 @@ const LIST_TRIES: usize = 3;
 /// Commands sent before their replies are read.
 const PIPELINE: usize = 512;
 
+/// Most bytes of `GETRANGE` replies one pipeline asks for. The server
+/// queues a pipeline's replies until they are read: deeper pipelines (512
+/// MiB) made it buffer that much and single-server reads 30% slower
+/// (spec §14.5).
+const ROUND_BYTES: usize = 16 << 20;
+
 /// Longest `GETRANGE` asked for at once (bounds the server's reply buffer,
 /// and what a broken connection can take with it).
 const MAX_GETRANGE: u64 = 1 << 20;
@@ -381,12 +387,10 @@ impl RedisSource {
         Ok(keys)
     }
 
-    /// One attempt at filling `buf[*done..]`, pipelining one `GETRANGE`
-    /// per key (or per [`MAX_GETRANGE`] bytes) it spans, with a `GET` of
-    /// the generation marker after every [`CHECK_EVERY`] bytes and at the
-    /// end: the marker must not have changed since the source was opened,
-    /// and the bytes before each matching marker count as done, so
-    /// progress survives failures.
+    /// One attempt at filling `buf[*done..]`, in pipelines planned by
+    /// [`plan_round`]: the marker must not have changed since the source
+    /// was opened, and the bytes before each matching marker count as done,
+    /// so progress survives failures.
     fn fetch(
         &self,
         offset: u64,
@@ -394,97 +398,119 @@ impl RedisSource {
         done: &mut usize,
         until: Option<Instant>,
     ) -> Result<(), Fault> {
-        /// One pipelined command: a range of a key, or the marker check.
-        enum Step {
-            Range { key: usize, within: u64, n: usize },
-            Check,
-        }
         let mut conn = self.conn(until)?;
         let marker = self.addr.generation_key();
         while *done < buf.len() {
-            // Plan up to PIPELINE pieces starting at the first missing byte.
-            let mut steps: Vec<Step> = Vec::new();
-            let mut planned = *done;
-            let mut unchecked = 0usize;
-            let mut k = self
-                .keys
-                .partition_point(|k| k.offset <= offset + planned as u64)
-                .saturating_sub(1);
-            while planned < buf.len() && steps.len() < PIPELINE {
-                let Some(key) = self.keys.get(k) else {
-                    return Err(Fault::Protocol(format!(
-                        "no key holds byte {}",
-                        offset + planned as u64
-                    )));
-                };
-                let at = offset + planned as u64;
-                let within = at - key.offset;
-                let n =
-                    (key.len - within).min(MAX_GETRANGE).min((buf.len() - planned) as u64) as usize;
-                conn.command(&[
-                    b"GETRANGE",
-                    &key.name,
-                    within.to_string().as_bytes(),
-                    (within + n as u64 - 1).to_string().as_bytes(),
-                ]);
-                steps.push(Step::Range { key: k, within, n });
-                planned += n;
-                unchecked += n;
-                if within + n as u64 == key.len {
-                    k += 1;
+            let steps = plan_round(&self.keys, offset, buf.len(), *done)?;
+            for step in &steps {
+                match *step {
+                    Step::Range { key, within, n } => conn.command(&[
+                        b"GETRANGE",
+                        &self.keys[key].name,
+                        within.to_string().as_bytes(),
+                        (within + n as u64 - 1).to_string().as_bytes(),
+                    ]),
+                    Step::Check => conn.command(&[b"GET", &marker]),
                 }
-                if unchecked >= CHECK_EVERY {
-                    conn.command(&[b"GET", &marker]);
-                    steps.push(Step::Check);
-                    unchecked = 0;
-                }
-            }
-            if unchecked > 0 {
-                conn.command(&[b"GET", &marker]);
-                steps.push(Step::Check);
             }
             conn.flush()?;
-            // Counted as done only once a marker says they are of this file.
-            let mut filled = *done;
-            for step in steps {
-                match step {
-                    Step::Range { key, within, n } => {
-                        let got = conn.bulk_into(&mut buf[filled..filled + n])?;
-                        if got != n {
-                            let key = &self.keys[key];
-                            return Err(Fault::Protocol(format!(
-                                "key {} holds {} bytes from byte {within}, not {n}: it changed after the source \
-                                 was opened",
-                                key.display(),
-                                got
-                            )));
-                        }
-                        filled += n;
-                    }
-                    Step::Check => {
-                        let now = read_generation(&mut conn)?;
-                        if now != self.generation {
-                            let show = |g: &Option<Vec<u8>>| {
-                                g.as_ref().map_or("none".into(), |g| {
-                                    String::from_utf8_lossy(g).into_owned()
-                                })
-                            };
-                            return Err(Fault::Changed(format!(
-                                "the file changed during the read: it was replaced after the source was opened \
-                                 (generation marker {:?} was {}, is {}); open it again",
-                                String::from_utf8_lossy(&marker),
-                                show(&self.generation),
-                                show(&now),
-                            )));
-                        }
-                        *done = filled;
-                    }
-                }
-            }
+            self.receive(&mut conn, &steps, buf, done)?;
         }
         self.put(conn);
         Ok(())
     }
+
+    /// Reads the replies to one pipeline of `steps` into `buf` from
+    /// `*done` on, advancing `*done` at each matching marker.
+    fn receive(
+        &self,
+        conn: &mut Conn,
+        steps: &[Step],
+        buf: &mut [u8],
+        done: &mut usize,
+    ) -> Result<(), Fault> {
+        let mut filled = *done;
+        for step in steps {
+            match *step {
+                Step::Range { key, within, n } => {
+                    let got = conn.bulk_into(&mut buf[filled..filled + n])?;
+                    if got != n {
+                        return Err(Fault::Protocol(format!(
+                            "key {} holds {got} bytes from byte {within}, not {n}: it changed after the \
+                             source was opened",
+                            self.keys[key].display(),
+                        )));
+                    }
+                    filled += n;
+                }
+                Step::Check => {
+                    let now = read_generation(conn)?;
+                    if now != self.generation {
+                        return Err(self.replaced(&now));
+                    }
+                    *done = filled;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The fault of a read that found the generation marker at `now`.
+    fn replaced(&self, now: &Option<Vec<u8>>) -> Fault {
+        let show = |g: &Option<Vec<u8>>| {
+            g.as_ref().map_or("none".into(), |g| String::from_utf8_lossy(g).into_owned())
+        };
+        Fault::Changed(format!(
+            "the file changed during the read: it was replaced after the source was opened \
+             (generation marker {:?} was {}, is {}); open it again",
+            String::from_utf8_lossy(&self.addr.generation_key()),
+            show(&self.generation),
+            show(now),
+        ))
+    }
+}
+
+/// One pipelined command of a read: a range of a key, or a check of the
+/// generation marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Range { key: usize, within: u64, n: usize },
+    Check,
+}
+
+/// The next pipeline of a read of `len` bytes at `offset` of the file
+/// `keys` tile, from byte `done` of the read on: one `GETRANGE` per key
+/// (or per [`MAX_GETRANGE`] bytes), at most [`PIPELINE`] commands and
+/// [`ROUND_BYTES`] of replies, with a marker check after every
+/// [`CHECK_EVERY`] bytes and at the end.
+fn plan_round(keys: &[RedisKey], offset: u64, len: usize, done: usize) -> Result<Vec<Step>, Fault> {
+    let end = len.min(done.saturating_add(ROUND_BYTES));
+    let mut steps = Vec::new();
+    let mut planned = done;
+    let mut unchecked = 0usize;
+    let mut k = keys.partition_point(|k| k.offset <= offset + planned as u64).saturating_sub(1);
+    while planned < end && steps.len() < PIPELINE {
+        let at = offset + planned as u64;
+        let Some(key) = keys.get(k) else {
+            return Err(Fault::Protocol(format!("no key holds byte {at}")));
+        };
+        let within = at - key.offset;
+        let n = (key.len - within).min(MAX_GETRANGE).min((end - planned) as u64) as usize;
+        steps.push(Step::Range { key: k, within, n });
+        planned += n;
+        unchecked += n;
+        if within + n as u64 == key.len {
+            k += 1;
+        }
+        if unchecked >= CHECK_EVERY {
+            steps.push(Step::Check);
+            unchecked = 0;
+        }
+    }
+    if unchecked > 0 {
+        steps.push(Step::Check);
+    }
+    Ok(steps)
 }
 
 impl RangeSource for RedisSource {
@@ -731,6 +757,32 @@ mod tests {
 
     fn key(name: &str, offset: u64, len: u64) -> RedisKey {
         RedisKey { name: name.as_bytes().to_vec(), offset, len }
+    }
+
+    #[test]
+    fn a_pipeline_asks_for_at_most_a_round_of_bytes() {
+        let keys = [key("p:header:0", 0, 100), key("p:a:100", 100, 40 << 20)];
+        let len = (40 << 20) + 50;
+        let mut done = 0usize;
+        let mut rounds = 0;
+        while done < len {
+            let steps = plan_round(&keys, 50, len, done).unwrap();
+            let mut asked = 0usize;
+            for step in &steps {
+                if let Step::Range { key, within, n } = *step {
+                    assert_eq!(keys[key].offset + within, 50 + (done + asked) as u64);
+                    assert!(n as u64 <= MAX_GETRANGE);
+                    asked += n;
+                }
+            }
+            assert!(asked <= ROUND_BYTES, "round {rounds} asked for {asked} bytes");
+            assert_eq!(steps.last(), Some(&Step::Check));
+            done += asked;
+            rounds += 1;
+        }
+        assert_eq!((done, rounds), (len, 3));
+        let past = plan_round(&keys, (40 << 20) + 100, 1, 0).unwrap_err().to_string();
+        assert!(past.contains("no key holds byte"), "{past}");
     }
 
     #[test]

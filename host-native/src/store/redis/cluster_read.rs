@@ -13,18 +13,13 @@ use super::fault::Fault;
 use super::resp::Reply;
 use super::slots::key_slot;
 use super::{
-    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, RedisKey, RedisOptions, RedisTarget, fault_error,
-    key_offset, read_resuming, scan, tile,
+    LIST_TRIES, MAX_GETRANGE, MAX_KEYS, PIPELINE, ROUND_BYTES, RedisKey, RedisOptions, RedisTarget,
+    fault_error, key_offset, read_resuming, scan, tile,
 };
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::source::RangeSource;
 use crate::store::Location;
 use crate::store::retry::{Attempt, Target, deadline, retry};
-
-/// Bytes of `GETRANGE` replies per round: every node's share is read, then
-/// the generation marker, and only then do the bytes count as read (what a
-/// broken connection can cost).
-const ROUND_BYTES: usize = 16 << 20;
 
 /// The value of the generation marker while [`super::write_cluster`]
 /// replaces the keys: this prefix, then the new generation.
@@ -215,7 +210,8 @@ impl ClusterSource {
 
     /// One attempt at filling `buf[*done..]`, in rounds of at most
     /// [`ROUND_BYTES`]: one `GETRANGE` per key (or per [`MAX_GETRANGE`]
-    /// bytes), pipelined per master, then the generation marker, which
+    /// bytes), pipelined per master, then the generation marker (every
+    /// node's share is read first: what a broken connection can cost), which
     /// must not have changed since the source was opened; a round's bytes
     /// count as done only then.
     fn fetch(

@@ -1,61 +1,46 @@
 //! A minimal, binary-safe RESP2 client over one connection (TCP, or TLS
-//! over it: [`super::access`]).
+//! over it: [`super::access`]), doing the I/O for [`crate::store::resp`].
 //!
 //! Commands go out as arrays of bulk strings, queued in a buffer and written
-//! with one call (so pipelining is just queueing several). Replies are parsed
-//! with hard limits: a reply can make us allocate only what it has actually
-//! sent (bulk strings grow as bytes arrive) and never more than the limits
-//! below, and a bulk reply meant for a caller's buffer is read straight into
-//! it and must not be longer than what was asked for.
+//! with one call (so pipelining is just queueing several). Replies are read
+//! into a buffer that grows only as bytes arrive and decoded from it; a bulk
+//! reply meant for a caller's buffer is read straight into it (past what was
+//! already buffered) and must not be longer than what was asked for.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use super::access::{Access, Stream};
 use super::fault::Fault;
+pub(crate) use crate::store::resp::Reply;
+use crate::store::resp::{BulkHead, Malformed, decode, decode_bulk_head};
 use crate::store::retry::{Pace, Paced};
-
-/// Longest status, error or length line accepted.
-const MAX_LINE: usize = 64 << 10;
-
-/// Longest bulk string accepted in a reply not read into a caller's buffer
-/// (key names, SCAN cursors).
-const MAX_BULK: u64 = 1 << 20;
-
-/// Most elements accepted in one array reply.
-const MAX_ARRAY: u64 = 1 << 20;
-
-/// Deepest array nesting accepted (SCAN and EXEC need two levels).
-const MAX_DEPTH: usize = 4;
 
 /// Queued bytes written directly instead of being copied into the queue.
 const DIRECT_WRITE: usize = 64 << 10;
 
-/// A parsed reply. Error replies nested in arrays (EXEC results) stay
-/// replies; a top-level error reply becomes [`Fault::Server`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Reply {
-    /// `+OK` and friends.
-    Status(Vec<u8>),
-    /// `-ERR ...` inside an array.
-    Error(String),
-    /// `:123`.
-    Int(i64),
-    /// `$n` payload, `None` for `$-1`.
-    Bulk(Option<Vec<u8>>),
-    /// `*n` elements, `None` for `*-1`.
-    Array(Option<Vec<Self>>),
+/// Fewest bytes asked of the socket at once (more once more is buffered,
+/// so a long reply is decoded again only as often as its size doubles).
+const READ_CHUNK: usize = 64 << 10;
+
+impl From<Malformed> for Fault {
+    fn from(m: Malformed) -> Self {
+        Self::Protocol(m.0)
+    }
 }
 
 fn protocol(what: impl Into<String>) -> Fault {
     Fault::Protocol(what.into())
 }
 
-/// One connection with a queue of commands not yet written. Replies are
-/// read through a [`Pace`] (none until [`Conn::pace`] sets one).
+/// One connection with a queue of commands not yet written and the bytes
+/// received but not yet decoded (`input[start..]`). Replies are read
+/// through a [`Pace`] (none until [`Conn::pace`] sets one).
 pub(crate) struct Conn {
-    stream: BufReader<Paced<Stream>>,
+    stream: Paced<Stream>,
+    input: Vec<u8>,
+    start: usize,
     queued: Vec<u8>,
     io_timeout: Duration,
 }
@@ -80,9 +65,13 @@ impl Conn {
                     s.set_write_timeout(Some(io_timeout))?;
                     s.set_nodelay(true)?;
                     let inner = access.wrap(host, s)?;
-                    let stream =
-                        BufReader::with_capacity(64 << 10, Paced { inner, pace: Pace::off() });
-                    let mut conn = Self { stream, queued: Vec::new(), io_timeout };
+                    let mut conn = Self {
+                        stream: Paced { inner, pace: Pace::off() },
+                        input: Vec::new(),
+                        start: 0,
+                        queued: Vec::new(),
+                        io_timeout,
+                    };
                     conn.authenticate(access)?;
                     return Ok(conn);
                 }
@@ -112,7 +101,7 @@ impl Conn {
     /// with the socket timeouts shortened to the time it has left.
     pub(crate) fn pace(&mut self, pace: Pace) -> Result<(), Fault> {
         let timeout = Some(pace.io_timeout(self.io_timeout));
-        let paced = self.stream.get_mut();
+        let paced = &mut self.stream;
         paced.inner.tcp().set_read_timeout(timeout)?;
         paced.inner.tcp().set_write_timeout(timeout)?;
         paced.pace = pace;
@@ -149,7 +138,7 @@ impl Conn {
             return Ok(());
         }
         self.flush()?;
-        self.stream.get_mut().inner.write_all(bytes)?;
+        self.stream.inner.write_all(bytes)?;
         Ok(())
     }
 
@@ -169,7 +158,7 @@ impl Conn {
     /// Writes everything queued.
     pub(crate) fn flush(&mut self) -> Result<(), Fault> {
         if !self.queued.is_empty() {
-            let result = self.stream.get_mut().inner.write_all(&self.queued);
+            let result = self.stream.inner.write_all(&self.queued);
             self.queued.clear();
             result?;
         }
@@ -183,253 +172,174 @@ impl Conn {
         self.reply()
     }
 
-    /// Reads the next reply; an error reply is `Err(Fault::Server)`.
+    /// Reads the next reply; a top-level error reply is
+    /// `Err(Fault::Server)`, or `Err(Fault::Denied)` for a refusal of
+    /// access.
     pub(crate) fn reply(&mut self) -> Result<Reply, Fault> {
-        read_reply(&mut self.stream)
+        let reply = loop {
+            if let Some((reply, used)) = decode(&self.input[self.start..])? {
+                self.start += used;
+                break reply;
+            }
+            self.receive()?;
+        };
+        match reply {
+            Reply::Error(m)
+                if ["WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|p| m.starts_with(p)) =>
+            {
+                Err(Fault::Denied(m))
+            }
+            Reply::Error(m) => Err(Fault::Server(m)),
+            reply => Ok(reply),
+        }
     }
 
     /// Reads the next reply, which must be a bulk string of at most
     /// `buf.len()` bytes, into `buf`; returns its length.
     pub(crate) fn bulk_into(&mut self, buf: &mut [u8]) -> Result<usize, Fault> {
-        read_bulk_into(&mut self.stream, buf)
-    }
-}
-
-/// Reads one `\r\n`-terminated line (without the terminator), at most
-/// [`MAX_LINE`] bytes.
-fn read_line(r: &mut impl BufRead) -> Result<Vec<u8>, Fault> {
-    let mut line = Vec::new();
-    loop {
-        let available = match r.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
+        let head = loop {
+            if let Some((head, used)) = decode_bulk_head(&self.input[self.start..], buf.len())? {
+                self.start += used;
+                break head;
+            }
+            self.receive()?;
         };
-        if available.is_empty() {
-            return Err(Fault::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
-            )));
-        }
-        let (take, done) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (available.len(), false),
+        let n = match head {
+            BulkHead::Bytes(n) => n,
+            BulkHead::Error(m) => return Err(Fault::Server(m)),
         };
-        line.extend_from_slice(&available[..take]);
-        r.consume(take);
-        if line.len() > MAX_LINE + 2 {
-            return Err(protocol(format!("a reply line longer than {MAX_LINE} bytes")));
+        let have = (self.input.len() - self.start).min(n);
+        buf[..have].copy_from_slice(&self.input[self.start..self.start + have]);
+        self.start += have;
+        if have < n {
+            read_full(&mut self.stream, &mut buf[have..n])?;
         }
-        if done {
-            break;
+        while self.input.len() - self.start < 2 {
+            self.receive()?;
         }
+        if &self.input[self.start..self.start + 2] != b"\r\n" {
+            return Err(protocol("a bulk string not ended by CRLF"));
+        }
+        self.start += 2;
+        Ok(n)
     }
-    match line.strip_suffix(b"\r\n") {
-        Some(body) => Ok(body.to_vec()),
-        None => Err(protocol("a reply line not ended by CRLF")),
+
+    /// Reads what the socket has (at least a byte) onto the end of the
+    /// input, dropping the bytes already decoded first.
+    fn receive(&mut self) -> Result<(), Fault> {
+        self.input.drain(..self.start);
+        self.start = 0;
+        let old = self.input.len();
+        self.input.resize(old + old.max(READ_CHUNK), 0);
+        let got = loop {
+            match self.stream.read(&mut self.input[old..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        self.input.truncate(old + *got.as_ref().unwrap_or(&0));
+        match got? {
+            0 => Err(closed(old > 0)),
+            _ => Ok(()),
+        }
     }
 }
 
-/// Parses the signed decimal after a type byte.
-fn parse_int(digits: &[u8]) -> Result<i64, Fault> {
-    std::str::from_utf8(digits)
-        .ok()
-        .filter(|s| !s.starts_with('+'))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| protocol(format!("{:?} is not an integer", String::from_utf8_lossy(digits))))
-}
-
-/// Parses a bulk or array length: `-1` (nil) is `None`, others must lie in
-/// `0..=limit`.
-fn parse_len(digits: &[u8], limit: u64, what: &str) -> Result<Option<u64>, Fault> {
-    match parse_int(digits)? {
-        -1 => Ok(None),
-        n => match u64::try_from(n) {
-            Ok(n) if n <= limit => Ok(Some(n)),
-            _ => Err(protocol(format!("a {what} of {n} elements or bytes (limit {limit})"))),
-        },
-    }
+/// The end of the stream, inside a reply or before one.
+fn closed(inside: bool) -> Fault {
+    let why = match inside {
+        true => "the server closed the connection in the middle of a reply",
+        false => "the server closed the connection",
+    };
+    Fault::Io(io::Error::new(io::ErrorKind::UnexpectedEof, why))
 }
 
 /// `read_exact`, with an end of stream said as what it is here.
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<(), Fault> {
     r.read_exact(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => {
-            let why = "the server closed the connection in the middle of a reply";
-            Fault::Io(io::Error::new(io::ErrorKind::UnexpectedEof, why))
-        }
+        io::ErrorKind::UnexpectedEof => closed(true),
         _ => Fault::from(e),
     })
 }
 
-fn expect_crlf(r: &mut impl Read) -> Result<(), Fault> {
-    let mut end = [0u8; 2];
-    read_full(r, &mut end)?;
-    if &end != b"\r\n" {
-        return Err(protocol("a bulk string not ended by CRLF"));
-    }
-    Ok(())
-}
-
-/// Reads one reply; a top-level error reply is `Err(Fault::Server)`.
-pub(crate) fn read_reply(r: &mut impl BufRead) -> Result<Reply, Fault> {
-    match read_value(r, 0)? {
-        Reply::Error(m) if ["WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|p| m.starts_with(p)) => {
-            Err(Fault::Denied(m))
-        }
-        Reply::Error(m) => Err(Fault::Server(m)),
-        reply => Ok(reply),
-    }
-}
-
-fn read_value(r: &mut impl BufRead, depth: usize) -> Result<Reply, Fault> {
-    let line = read_line(r)?;
-    let Some((&kind, rest)) = line.split_first() else {
-        return Err(protocol("an empty reply line"));
-    };
-    match kind {
-        b'+' => Ok(Reply::Status(rest.to_vec())),
-        b'-' => Ok(Reply::Error(String::from_utf8_lossy(rest).into_owned())),
-        b':' => Ok(Reply::Int(parse_int(rest)?)),
-        b'$' => {
-            let Some(len) = parse_len(rest, MAX_BULK, "bulk string")? else {
-                return Ok(Reply::Bulk(None));
-            };
-            // Grows only as bytes arrive: a false length costs nothing.
-            let mut payload = Vec::new();
-            r.take(len).read_to_end(&mut payload)?;
-            if payload.len() as u64 != len {
-                return Err(Fault::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection inside a reply",
-                )));
-            }
-            expect_crlf(r)?;
-            Ok(Reply::Bulk(Some(payload)))
-        }
-        b'*' => {
-            if depth >= MAX_DEPTH {
-                return Err(protocol("arrays nested too deeply"));
-            }
-            let Some(len) = parse_len(rest, MAX_ARRAY, "array")? else {
-                return Ok(Reply::Array(None));
-            };
-            let mut items = Vec::with_capacity(len.min(64) as usize);
-            for _ in 0..len {
-                items.push(read_value(r, depth + 1)?);
-            }
-            Ok(Reply::Array(Some(items)))
-        }
-        other => Err(protocol(format!("an unknown reply type {:?}", char::from(other)))),
-    }
-}
-
-/// Reads a bulk reply of at most `buf.len()` bytes into `buf`.
-pub(crate) fn read_bulk_into(r: &mut impl BufRead, buf: &mut [u8]) -> Result<usize, Fault> {
-    let line = read_line(r)?;
-    match line.split_first() {
-        Some((b'$', rest)) => {
-            let Some(len) = parse_len(rest, u64::MAX >> 1, "bulk string")? else {
-                return Err(protocol("a nil reply where bytes were expected"));
-            };
-            let Some(dest) = usize::try_from(len).ok().and_then(|n| buf.get_mut(..n)) else {
-                return Err(protocol(format!(
-                    "a bulk reply of {len} bytes where at most {} were asked for",
-                    buf.len()
-                )));
-            };
-            read_full(r, dest)?;
-            expect_crlf(r)?;
-            Ok(dest.len())
-        }
-        Some((b'-', rest)) => Err(Fault::Server(String::from_utf8_lossy(rest).into_owned())),
-        _ => Err(protocol(format!(
-            "{:?} where a bulk reply was expected",
-            String::from_utf8_lossy(&line)
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::io::Cursor;
+    use std::net::TcpListener;
 
     use super::*;
+    use crate::store::location::RedisTarget;
+    use crate::store::tls::TlsOptions;
 
-    fn parse(bytes: &[u8]) -> Result<Reply, Fault> {
-        read_reply(&mut Cursor::new(bytes))
+    /// A connection to a server that sends `bytes` (in pieces of `piece`
+    /// bytes) and closes.
+    fn serving(bytes: &'static [u8], piece: usize) -> Conn {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            for part in bytes.chunks(piece) {
+                let _ = s.write_all(part);
+                let _ = s.flush();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let target = RedisTarget::parse(&format!("redis://127.0.0.1:{port}/p")).unwrap();
+        let access = Access::for_target(&target, &TlsOptions::default()).unwrap();
+        let t = Duration::from_secs(5);
+        Conn::connect("127.0.0.1", port, t, t, &access).unwrap()
     }
 
     #[test]
-    fn parses_every_reply_type() {
-        assert_eq!(parse(b"+OK\r\n").unwrap(), Reply::Status(b"OK".to_vec()));
-        assert_eq!(parse(b":-42\r\n").unwrap(), Reply::Int(-42));
-        assert_eq!(parse(b"$5\r\na\r\n\0b\r\n").unwrap(), Reply::Bulk(Some(b"a\r\n\0b".to_vec())));
-        assert_eq!(parse(b"$-1\r\n").unwrap(), Reply::Bulk(None));
-        assert_eq!(parse(b"*-1\r\n").unwrap(), Reply::Array(None));
-        let scan = parse(b"*2\r\n$1\r\n0\r\n*2\r\n$3\r\na:1\r\n-ERR x\r\n").unwrap();
-        let items = vec![Reply::Bulk(Some(b"a:1".to_vec())), Reply::Error("ERR x".into())];
-        assert_eq!(
-            scan,
-            Reply::Array(Some(vec![Reply::Bulk(Some(b"0".to_vec())), Reply::Array(Some(items))]))
-        );
-        assert!(
-            matches!(parse(b"-LOADING wait\r\n"), Err(f @ Fault::Server(_)) if f.is_transient())
-        );
-        assert!(matches!(parse(b"-ERR no\r\n"), Err(f @ Fault::Server(_)) if !f.is_transient()));
-    }
-
-    #[test]
-    fn rejects_malformed_and_oversized_replies() {
-        for bad in [
-            &b"?x\r\n"[..],
-            b":12a\r\n",
-            b":+1\r\n",
-            b":99999999999999999999\r\n",
-            b"$-2\r\n",
-            b"$9999999\r\n",
-            b"*-5\r\n",
-            b"*99999999\r\n",
-            b"$1\r\nab\r\n",
-            b"+OK\n",
-            b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
-        ] {
-            assert!(
-                matches!(parse(bad), Err(Fault::Protocol(_))),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-        // A claimed length the server never sends: an early end, not a big allocation.
-        assert!(
-            matches!(parse(b"$1000000\r\nabc"), Err(Fault::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof)
-        );
-        assert!(matches!(parse(b"+OK"), Err(Fault::Io(_))));
-        let long_line = [b"+".as_slice(), &vec![b'a'; MAX_LINE + 10], b"\r\n"].concat();
-        assert!(matches!(parse(&long_line), Err(Fault::Protocol(_))));
+    fn replies_map_errors_and_refusals() {
+        let mut c =
+            serving(b"+OK\r\n-LOADING wait\r\n-ERR no\r\n-NOAUTH x\r\n*1\r\n$1\r\na\r\n", 3);
+        assert_eq!(c.reply().unwrap(), Reply::Status(b"OK".to_vec()));
+        assert!(matches!(c.reply(), Err(f @ Fault::Server(_)) if f.is_transient()));
+        assert!(matches!(c.reply(), Err(f @ Fault::Server(_)) if !f.is_transient()));
+        assert!(matches!(c.reply(), Err(Fault::Denied(_))));
+        assert_eq!(c.reply().unwrap(), Reply::Array(Some(vec![Reply::Bulk(Some(b"a".to_vec()))])));
+        let end = c.reply().unwrap_err().to_string();
+        assert!(end.ends_with("the server closed the connection"), "{end}");
     }
 
     #[test]
     fn bulk_into_reads_into_the_buffer_and_refuses_more_than_asked() {
-        let mut buf = [0u8; 4];
-        assert_eq!(read_bulk_into(&mut Cursor::new(b"$3\r\nxyz\r\n"), &mut buf).unwrap(), 3);
-        assert_eq!(&buf[..3], b"xyz");
-        assert_eq!(read_bulk_into(&mut Cursor::new(b"$0\r\n\r\n"), &mut buf).unwrap(), 0);
-        let too_long = read_bulk_into(&mut Cursor::new(b"$5\r\nabcde\r\n"), &mut buf);
-        assert!(matches!(too_long, Err(Fault::Protocol(m)) if m.contains("at most 4")));
-        let huge = read_bulk_into(&mut Cursor::new(b"$4611686018427387903\r\n"), &mut buf);
-        assert!(matches!(huge, Err(Fault::Protocol(_))));
-        assert!(matches!(
-            read_bulk_into(&mut Cursor::new(b"$-1\r\n"), &mut buf),
-            Err(Fault::Protocol(_))
-        ));
-        assert!(matches!(
-            read_bulk_into(&mut Cursor::new(b"-ERR wrong\r\n"), &mut buf),
-            Err(Fault::Server(_))
-        ));
-        assert!(matches!(
-            read_bulk_into(&mut Cursor::new(b"$4\r\nab"), &mut buf),
-            Err(Fault::Io(_))
-        ));
+        let body: &'static [u8] = b"$3\r\nxyz\r\n$0\r\n\r\n-ERR wrong\r\n$5\r\nabcde\r\n";
+        for piece in [1, 4, 64] {
+            let mut c = serving(body, piece);
+            let mut buf = [0u8; 4];
+            assert_eq!(c.bulk_into(&mut buf).unwrap(), 3);
+            assert_eq!(&buf[..3], b"xyz");
+            assert_eq!(c.bulk_into(&mut buf).unwrap(), 0);
+            assert!(matches!(c.bulk_into(&mut buf), Err(Fault::Server(_))));
+            let too_long = c.bulk_into(&mut buf);
+            assert!(matches!(too_long, Err(Fault::Protocol(m)) if m.contains("at most 4")));
+        }
+    }
+
+    #[test]
+    fn a_reply_cut_short_is_an_early_end() {
+        let mut buf = [0u8; 8];
+        let cut = serving(b"$4\r\nab", 64).bulk_into(&mut buf).unwrap_err().to_string();
+        assert!(cut.contains("in the middle of a reply"), "{cut}");
+        // A claimed length the server never sends: an early end, not a big allocation.
+        let cut = serving(b"$1000000\r\nabc", 64).reply().unwrap_err().to_string();
+        assert!(cut.contains("in the middle of a reply"), "{cut}");
+        let bad = serving(b"$2\r\nabXY", 64).bulk_into(&mut buf);
+        assert!(matches!(bad, Err(Fault::Protocol(_))));
+    }
+
+    #[test]
+    fn a_large_bulk_reply_is_read_past_the_buffered_bytes() {
+        static BODY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let body = BODY.get_or_init(|| {
+            let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            [format!("${}\r\n", payload.len()).as_bytes(), &payload, b"\r\n:5\r\n"].concat()
+        });
+        let mut c = serving(body, 100_000);
+        let mut buf = vec![0u8; 300_000];
+        assert_eq!(c.bulk_into(&mut buf).unwrap(), 300_000);
+        assert!(buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        assert_eq!(c.reply().unwrap(), Reply::Int(5));
     }
 }
