@@ -25,7 +25,7 @@ use pyo3::types::{PyDict, PyList};
 use tensorizer_native::read::plan::{Destination, LoadPlan};
 
 use self::book::{Book, Counts};
-pub(crate) use self::copies::Copies;
+pub(crate) use self::copies::{Copies, load_into};
 use self::target::Target;
 use crate::entry::PyEntry;
 use crate::errors::to_py;

@@ -268,11 +268,8 @@ impl NativeReader {
                 "one buffer per tensor index is required",
             ));
         }
-        let mut held = Held::acquire(&buffers, true)?;
         let verify = self.inner.options().verify(verify_hash);
-        let slices = held.slices_mut();
-        let jobs: Vec<(usize, &mut [u8])> = indices.into_iter().zip(slices).collect();
-        py.detach(|| self.inner.load_many_with(jobs, verify)).map_err(to_py)
+        crate::loader::load_into(py, self, &indices, &buffers, verify)
     }
 
     /// Plans a cooperative load of tensors `indices` among `ranks` readers
