@@ -635,50 +635,63 @@ fn plan<S: RangeSource>(
     let mut items = Vec::new();
     collect(input, to, converted, 0, &mut items)?;
     check_shards(input, &items)?;
-    if to == Format::Tensorizer {
-        // What we write, we read: refused before anything is written.
-        check_tensor_count(items.len() as u64).map_err(|_| {
-            Error::Invalid(format!(
-                "{src}: {} tensors, more than a tensorizer file may hold (MAX_TENSORS = {MAX_TENSORS}; readers \
-                 refuse more); nothing was written",
-                items.len()
-            ))
-        })?;
-        // Structured checkpoint paths are kept when tensorizer can hold
-        // them; a state dict mixing string and int keys at one level gets
-        // flat dotted names.
-        if input.has_checkpoint() && !paths_fit(&items, options) {
-            for t in &mut items {
-                t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
-            }
-            converted.flattened = true;
-        }
-    }
-    if to == Format::Safetensors {
-        for t in &mut items {
-            let name = flat_name(&t.spec.path);
-            let fail = |why: String| Error::Invalid(format!("{src}: tensor {name:?}: {why}"));
-            if t.spec.meta {
-                return Err(fail("meta tensors (no data) cannot be stored in safetensors".into()));
-            }
-            let element = t.spec.dtype.element();
-            if element.and_then(|e| to_safetensors(e, &t.spec.shape)).is_none() {
-                let dtype = element.map_or_else(
-                    || format!("{:?}", t.spec.dtype.as_str()),
-                    |e| e.torch_name().into(),
-                );
-                let why = if element.and_then(safetensors_dtype).is_some() {
-                    format!(
-                        "safetensors cannot store a 0-dimensional {dtype} (it counts packed values)"
-                    )
-                } else {
-                    format!("safetensors has no dtype for {dtype}")
-                };
-                return Err(fail(format!("{why}; convert to tensorizer (.tensors) instead")));
-            }
-        }
+    match to {
+        Format::Tensorizer => fit_tensorizer(input, options, converted, &mut items)?,
+        Format::Safetensors => items.iter().try_for_each(|t| fits_safetensors(src, t))?,
+        Format::TorchCheckpoint | Format::Gguf => {}
     }
     Ok(items)
+}
+
+/// Refuses more tensors than a tensorizer file may hold (what we write, we
+/// read: before anything is written), and flattens a checkpoint's
+/// structured paths where tensorizer cannot hold them.
+fn fit_tensorizer<S: RangeSource>(
+    input: &Input<'_, S>,
+    options: &WriteOptions,
+    converted: &mut Converted,
+    items: &mut [Item],
+) -> Result<()> {
+    check_tensor_count(items.len() as u64).map_err(|_| {
+        Error::Invalid(format!(
+            "{}: {} tensors, more than a tensorizer file may hold (MAX_TENSORS = {MAX_TENSORS}; readers \
+             refuse more); nothing was written",
+            input.name(),
+            items.len()
+        ))
+    })?;
+    // Structured checkpoint paths are kept when tensorizer can hold them; a
+    // state dict mixing string and int keys at one level gets flat dotted
+    // names.
+    if input.has_checkpoint() && !paths_fit(items, options) {
+        for t in items.iter_mut() {
+            t.spec.path = TensorPath::Plain(flat_name(&t.spec.path));
+        }
+        converted.flattened = true;
+    }
+    Ok(())
+}
+
+/// Refuses a tensor safetensors cannot store: a meta tensor, a dtype it
+/// lacks, or a 0-dimensional packed dtype.
+fn fits_safetensors(src: &str, t: &Item) -> Result<()> {
+    let name = flat_name(&t.spec.path);
+    let fail = |why: String| Error::Invalid(format!("{src}: tensor {name:?}: {why}"));
+    if t.spec.meta {
+        return Err(fail("meta tensors (no data) cannot be stored in safetensors".into()));
+    }
+    let element = t.spec.dtype.element();
+    if element.and_then(|e| to_safetensors(e, &t.spec.shape)).is_some() {
+        return Ok(());
+    }
+    let dtype =
+        element.map_or_else(|| format!("{:?}", t.spec.dtype.as_str()), |e| e.torch_name().into());
+    let why = if element.and_then(safetensors_dtype).is_some() {
+        format!("safetensors cannot store a 0-dimensional {dtype} (it counts packed values)")
+    } else {
+        format!("safetensors has no dtype for {dtype}")
+    };
+    Err(fail(format!("{why}; convert to tensorizer (.tensors) instead")))
 }
 
 /// Checks a sharded model's shards, as `items` lists their tensors,

@@ -37,8 +37,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: How long a server may take to listen. Azurite (node) has taken over 10 s
+#: to start on two cores busy with builds; a server that never listens still
+#: fails within this bound.
+START_TIMEOUT_S = 60
+
+
 def _wait(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    for _ in range(400):
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}")
         try:
@@ -46,7 +53,7 @@ def _wait(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
             return
         except OSError:
             time.sleep(0.025)
-    raise RuntimeError(f"{what} did not start on port {port}")
+    raise RuntimeError(f"{what} did not start on port {port} within {START_TIMEOUT_S} s")
 
 
 @contextmanager
