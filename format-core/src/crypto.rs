@@ -51,7 +51,7 @@ impl Key {
     /// Derives a key from a passphrase with the stored Argon2id parameters,
     /// refusing costs above `limits` before doing any work. Portable (the
     /// RustCrypto `argon2` crate); hosts may pass their own [`DeriveFn`] to
-    /// [`KeyRing::key_with`] and use this one as the oracle.
+    /// [`KeyRing::key_deriving`] and use this one as the oracle.
     pub fn derive(passphrase: &[u8], params: &KdfParams, limits: &KdfLimits) -> Result<Self> {
         let (m_cost, t_cost) = argon2id_costs(passphrase, params, limits)?;
         let argon_params = argon2::Params::new(m_cost, t_cost, 1, Some(KEY_LEN))
@@ -167,11 +167,11 @@ impl KeyRing {
         params: &KdfParams,
         limits: &KdfLimits,
     ) -> Result<Key> {
-        self.key_with(passphrase, params, limits, Key::derive)
+        self.key_deriving(passphrase, params, limits, Key::derive)
     }
 
     /// [`KeyRing::key`] deriving with `derive` (a host's faster Argon2id).
-    pub fn key_with(
+    pub fn key_deriving(
         &mut self,
         passphrase: &[u8],
         params: &KdfParams,
@@ -336,11 +336,11 @@ pub fn seal_chunk(
     index: u64,
     buf: &mut [u8],
 ) -> [u8; MAC_LEN] {
-    seal_chunk_with(key, initial_nonce, index, buf, xor_keystream_portable)
+    seal_chunk_on(key, initial_nonce, index, buf, xor_keystream_portable)
 }
 
 /// [`seal_chunk`] with a chosen keystream kernel.
-pub fn seal_chunk_with(
+pub fn seal_chunk_on(
     key: &Key,
     initial_nonce: &[u8; NONCE_LEN],
     index: u64,
@@ -366,13 +366,13 @@ pub fn open_chunk(
     buf: &mut [u8],
     mac: &[u8; MAC_LEN],
 ) -> Result<()> {
-    open_chunk_with(key, initial_nonce, index, buf, mac, xor_keystream_portable)
+    open_chunk_on(key, initial_nonce, index, buf, mac, xor_keystream_portable)
 }
 
 /// [`open_chunk`] with a chosen keystream kernel. Each step of the data is
 /// MACed and then decrypted while it is in cache; when the tag does not
 /// match, the keystream is applied again, which restores the ciphertext.
-pub fn open_chunk_with(
+pub fn open_chunk_on(
     key: &Key,
     initial_nonce: &[u8; NONCE_LEN],
     index: u64,
@@ -511,7 +511,7 @@ mod tests {
             let expected_mac = reference_seal(&key, &chunk_nonce(&initial, index), &mut expected);
             for kernel in [xor_keystream_portable as Kernel, lanes8] {
                 let mut buf = data.clone();
-                let mac = seal_chunk_with(&key, &initial, index, &mut buf, kernel);
+                let mac = seal_chunk_on(&key, &initial, index, &mut buf, kernel);
                 proptest::prop_assert_eq!(&buf, &expected);
                 proptest::prop_assert_eq!(mac, expected_mac);
                 let mut bad_mac = mac;
@@ -521,7 +521,7 @@ mod tests {
                     None => {}
                 }
                 let tampered = buf.clone();
-                let opened = open_chunk_with(&key, &initial, index, &mut buf, &bad_mac, kernel);
+                let opened = open_chunk_on(&key, &initial, index, &mut buf, &bad_mac, kernel);
                 if flip.is_some() {
                     proptest::prop_assert_eq!(opened, Err(Error::Decryption));
                     proptest::prop_assert_eq!(&buf, &tampered);

@@ -164,11 +164,11 @@ impl TensorHasher {
 
     /// Starts hashing for exactly the hashes `header` stores.
     pub fn for_header(header: &TensorHeader, hashable_header: &[u8]) -> Self {
-        Self::for_header_with(header, hashable_header, None)
+        Self::for_header_on(header, hashable_header, None)
     }
 
     /// [`TensorHasher::for_header`] with an optional [`BlockKernel`].
-    pub fn for_header_with(
+    pub fn for_header_on(
         header: &TensorHeader,
         hashable_header: &[u8],
         kernel: Option<BlockKernel>,

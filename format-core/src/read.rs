@@ -35,11 +35,11 @@ impl KeySource {
     /// The key for a tensor with this crypt info, derived through `ring`:
     /// once per distinct setting, within the file's budget.
     pub fn key_in(&self, info: &CryptInfo, ring: &mut KeyRing) -> Result<Key> {
-        self.key_in_with(info, ring, Key::derive)
+        self.key_in_deriving(info, ring, Key::derive)
     }
 
     /// [`KeySource::key_in`] deriving with `derive` (a host's Argon2id).
-    pub fn key_in_with(
+    pub fn key_in_deriving(
         &self,
         info: &CryptInfo,
         ring: &mut KeyRing,
@@ -48,7 +48,7 @@ impl KeySource {
         match self {
             Self::Key(k) => Ok(k.clone()),
             Self::Passphrase(p, limits) => {
-                ring.key_with(p.expose_secret(), info.kdf()?, limits, derive)
+                ring.key_deriving(p.expose_secret(), info.kdf()?, limits, derive)
             }
         }
     }
@@ -196,18 +196,18 @@ impl TensorRecord {
 
     /// [`TensorRecord::hasher`] computing both hashes through `kernel`
     /// when the tensor stores both.
-    pub fn hasher_with(&self, kernel: Option<BlockKernel>) -> TensorHasher {
-        TensorHasher::for_header_with(&self.header, &self.hashable_header, kernel)
+    pub fn hasher_on(&self, kernel: Option<BlockKernel>) -> TensorHasher {
+        TensorHasher::for_header_on(&self.header, &self.hashable_header, kernel)
     }
 
     /// Verifies the stored hashes over plaintext `data`.
     pub fn verify(&self, data: &[u8]) -> Result<()> {
-        self.verify_with(data, None)
+        self.verify_on(data, None)
     }
 
     /// [`TensorRecord::verify`] through an optional [`BlockKernel`].
-    pub fn verify_with(&self, data: &[u8], kernel: Option<BlockKernel>) -> Result<()> {
-        let mut h = self.hasher_with(kernel);
+    pub fn verify_on(&self, data: &[u8], kernel: Option<BlockKernel>) -> Result<()> {
+        let mut h = self.hasher_on(kernel);
         h.update(data);
         verify(&self.header, &h.finish())
     }

@@ -137,11 +137,11 @@ pub struct PlannedTensor {
 impl PlannedTensor {
     /// A hasher primed with this header; feed it the plaintext data.
     pub fn hasher(&self) -> TensorHasher {
-        self.hasher_with(None)
+        self.hasher_on(None)
     }
 
     /// [`PlannedTensor::hasher`] through an optional [`BlockKernel`].
-    pub fn hasher_with(&self, kernel: Option<BlockKernel>) -> TensorHasher {
+    pub fn hasher_on(&self, kernel: Option<BlockKernel>) -> TensorHasher {
         TensorHasher::with_kernel(&self.layout.hashable(&self.header), self.crc32, true, kernel)
     }
 

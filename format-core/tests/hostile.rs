@@ -137,7 +137,7 @@ fn structured(components: impl IntoIterator<Item = u64>) -> Vec<u8> {
 
 fn parse_index(bytes: &[u8], limits: &ParseLimits) -> Result<Metadata, Error> {
     let header = FileHeader::parse(bytes)?;
-    Metadata::parse_with(&header, &bytes[FileHeader::LEN..], limits)
+    Metadata::parse_within(&header, &bytes[FileHeader::LEN..], limits)
 }
 
 // ---- path depth --------------------------------------------------------------
@@ -242,7 +242,7 @@ fn more_tensors_than_the_limit_are_refused_up_front() {
         tensor_count: count,
         metadata_len: count * 40,
     };
-    let err = Metadata::parse_with(&header, &[], &ParseLimits::default()).unwrap_err();
+    let err = Metadata::parse_within(&header, &[], &ParseLimits::default()).unwrap_err();
     assert!(
         matches!(err, Error::LimitExceeded { offset: 0x39, what: "tensor count", .. }),
         "{err:?}"
@@ -476,9 +476,9 @@ fn every_key_derivation_limit_exceeded_by_one_is_refused_before_argon2() {
     let mut ring = KeyRing::default();
     let salted = |b: u8| KdfParams { salt: vec![b; 16], ..params(1, 8192, 16) };
     for b in 0..DEFAULT_MAX_KDF_DERIVATIONS as u8 {
-        ring.key_with(PASS, &salted(b), &KdfLimits::default(), no_work).unwrap();
+        ring.key_deriving(PASS, &salted(b), &KdfLimits::default(), no_work).unwrap();
     }
-    let err = ring.key_with(PASS, &salted(0xff), &KdfLimits::default(), no_work).unwrap_err();
+    let err = ring.key_deriving(PASS, &salted(0xff), &KdfLimits::default(), no_work).unwrap_err();
     assert!(err.to_string().contains("max_derivations"), "{err}");
     let mut ring = KeyRing::default();
     let at_cap = |b: u8| KdfParams {
@@ -486,13 +486,13 @@ fn every_key_derivation_limit_exceeded_by_one_is_refused_before_argon2() {
         ..params(DEFAULT_MAX_KDF_OPSLIMIT, DEFAULT_MAX_KDF_MEMLIMIT, 16)
     };
     for b in 0..2 {
-        ring.key_with(PASS, &at_cap(b), &KdfLimits::default(), no_work).unwrap();
+        ring.key_deriving(PASS, &at_cap(b), &KdfLimits::default(), no_work).unwrap();
     }
     assert_eq!(
         2 * (DEFAULT_MAX_KDF_MEMLIMIT / 1024) * DEFAULT_MAX_KDF_OPSLIMIT,
         DEFAULT_MAX_KDF_WORK
     );
     let err =
-        ring.key_with(PASS, &params(1, 8192, 16), &KdfLimits::default(), no_work).unwrap_err();
+        ring.key_deriving(PASS, &params(1, 8192, 16), &KdfLimits::default(), no_work).unwrap_err();
     assert!(err.to_string().contains("max_work"), "{err}");
 }

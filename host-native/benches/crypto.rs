@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use tensorizer_core::crypto::{KdfLimits, Key, open_chunk_with, presets, seal_chunk};
+use tensorizer_core::crypto::{KdfLimits, Key, open_chunk_on, presets, seal_chunk};
 use tensorizer_core::layout::PWHASH_ALG_ARGON2ID13;
 use tensorizer_core::{Dtype, ElementType, KdfParams, KeySource, TensorSpec, WriterOptions};
 use tensorizer_native::kernels::{cipher, digest};
@@ -63,12 +63,12 @@ fn kernels(reps: usize) {
     };
     let open_all = |buf: &mut [u8], kernel: tensorizer_core::crypto::Kernel| {
         for (i, c) in buf.chunks_mut(CHUNK).enumerate() {
-            open_chunk_with(&key, &nonce, i as u64, c, &macs[i], kernel).unwrap();
+            open_chunk_on(&key, &nonce, i as u64, c, &macs[i], kernel).unwrap();
         }
     };
     let seal_all = |buf: &mut [u8], kernel: tensorizer_core::crypto::Kernel| {
         for (i, c) in buf.chunks_mut(CHUNK).enumerate() {
-            tensorizer_core::crypto::seal_chunk_with(&key, &nonce, i as u64, c, kernel);
+            tensorizer_core::crypto::seal_chunk_on(&key, &nonce, i as u64, c, kernel);
         }
     };
     let mut t_ref = Vec::new();

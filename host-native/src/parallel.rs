@@ -15,12 +15,12 @@ pub(crate) fn for_each<T: Send>(
     if threads.clamp(1, items.len().max(1)) == 1 {
         return items.into_iter().try_for_each(f);
     }
-    for_each_with(threads, items, |item, _: &mut ()| f(item))
+    for_each_scratch(threads, items, |item, _: &mut ()| f(item))
 }
 
 /// [`for_each`] where each thread keeps a `scratch` of its own between
 /// items (a bounce buffer).
-pub(crate) fn for_each_with<T: Send, W: Default>(
+pub(crate) fn for_each_scratch<T: Send, W: Default>(
     threads: usize,
     items: Vec<T>,
     f: impl Fn(T, &mut W) -> Result<()> + Sync,

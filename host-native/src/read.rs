@@ -176,7 +176,7 @@ impl<S: RangeSource> Reader<S> {
         }
         let mut index = vec![0u8; header.metadata_len as usize];
         source.read_exact_at(FileHeader::LEN as u64, &mut index)?;
-        let metadata = Metadata::parse_with(&header, &index, limits).map_err(fmt)?;
+        let metadata = Metadata::parse_within(&header, &index, limits).map_err(fmt)?;
         metadata.check_file_len(source.len()).map_err(fmt)?;
         // A missing key is reported when an encrypted tensor is read, so
         // that an encrypted file can still be inspected without one.
@@ -331,7 +331,7 @@ impl<S: RangeSource> Reader<S> {
                 let mut ring = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 Ok(Some(
                     source
-                        .key_in_with(info, &mut ring, crate::kernels::kdf::derive)
+                        .key_in_deriving(info, &mut ring, crate::kernels::kdf::derive)
                         .map_err(err)?,
                 ))
             }
@@ -559,7 +559,7 @@ impl<S: RangeSource> Reader<S> {
             }
             if let Some(record) = check {
                 record
-                    .verify_with(piece, crate::kernels::digest::kernel())
+                    .verify_on(piece, crate::kernels::digest::kernel())
                     .map_err(self.tensor_err(entry))?;
             }
             Ok(())
@@ -593,7 +593,7 @@ impl<S: RangeSource> Reader<S> {
             let entry = &self.metadata.entries[*i];
             match record {
                 Some(r) if !verify_inline(out.len(), r.cipher().ok().flatten().as_ref()) => r
-                    .verify_with(out, crate::kernels::digest::kernel())
+                    .verify_on(out, crate::kernels::digest::kernel())
                     .map_err(self.tensor_err(entry)),
                 _ => Ok(()),
             }
@@ -668,7 +668,7 @@ impl<S: RangeSource> Reader<S> {
         }
         if verify {
             record
-                .verify_with(out, crate::kernels::digest::kernel())
+                .verify_on(out, crate::kernels::digest::kernel())
                 .map_err(self.tensor_err(entry))?;
         }
         Ok(())
@@ -692,7 +692,7 @@ impl<S: RangeSource> Reader<S> {
             Some(c) => (piece_len as u64).div_ceil(c.chunk_size).max(1) * c.chunk_size,
             None => piece_len.max(1) as u64,
         };
-        let mut hasher = verify.then(|| record.hasher_with(crate::kernels::digest::kernel()));
+        let mut hasher = verify.then(|| record.hasher_on(crate::kernels::digest::kernel()));
         let mut buf = vec![0u8; piece_len.min(entry.data_length) as usize];
         let mut done = 0u64;
         while done < entry.data_length {
@@ -741,7 +741,7 @@ pub(crate) fn decrypt_piece(
     for (n, chunk) in piece.chunks_mut(size).enumerate() {
         let index = first + n;
         let mac = cipher.macs.get(index).ok_or(tensorizer_core::Error::Decryption)?;
-        tensorizer_core::crypto::open_chunk_with(
+        tensorizer_core::crypto::open_chunk_on(
             key,
             cipher.nonce,
             index as u64,

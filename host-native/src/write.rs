@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use tensorizer_core::crypto::{Key, seal_chunk_with};
+use tensorizer_core::crypto::{Key, seal_chunk_on};
 use tensorizer_core::hash::TensorHasher;
 use tensorizer_core::layout::{END_MARKER_LEN, NONCE_LEN};
 use tensorizer_core::write::{PlannedTensor, Writer, WriterOptions};
@@ -155,7 +155,7 @@ impl FileWriter {
     }
 
     fn sink(&self, planned: PlannedTensor, index: usize) -> TensorSink<'_> {
-        let hasher = planned.hasher_with(crate::kernels::digest::kernel());
+        let hasher = planned.hasher_on(crate::kernels::digest::kernel());
         let staging = match (&self.key, planned.nonce) {
             (Some(_), Some(_)) => {
                 Vec::with_capacity(planned.chunk_size.min(planned.data_length) as usize)
@@ -309,7 +309,7 @@ impl FileWriter {
             let hashed = for_each(threads, work, |run| {
                 for i in run {
                     let mut one = planned[i].clone();
-                    let mut hasher = one.hasher_with(crate::kernels::digest::kernel());
+                    let mut hasher = one.hasher_on(crate::kernels::digest::kernel());
                     hasher.update(data[i]);
                     one.set_hashes(&hasher.finish()).map_err(invalid)?;
                     let _ = headers[i].set(one.header);
@@ -342,7 +342,7 @@ impl FileWriter {
                     planned.data_length
                 )));
             }
-            let mut hasher = planned.hasher_with(crate::kernels::digest::kernel());
+            let mut hasher = planned.hasher_on(crate::kernels::digest::kernel());
             hasher.update(bytes);
             planned.set_hashes(&hasher.finish()).map_err(invalid)?;
             let at = buf.len();
@@ -355,7 +355,7 @@ impl FileWriter {
                     .chunks_mut(chunk)
                     .enumerate()
                     .map(|(n, c)| {
-                        seal_chunk_with(key, &nonce, n as u64, c, crate::kernels::cipher::kernel())
+                        seal_chunk_on(key, &nonce, n as u64, c, crate::kernels::cipher::kernel())
                     })
                     .collect();
                 planned.set_macs(&macs).map_err(invalid)?;
@@ -416,7 +416,7 @@ impl TensorSink<'_> {
             let last = self.written + self.staging.len() as u64 == self.planned.data_length;
             if self.staging.len() == chunk || last {
                 let kernel = crate::kernels::cipher::kernel();
-                self.macs.push(seal_chunk_with(
+                self.macs.push(seal_chunk_on(
                     key,
                     &nonce,
                     self.macs.len() as u64,

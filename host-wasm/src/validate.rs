@@ -76,7 +76,7 @@ pub fn parse_index(
     file_len: u64,
     limits: &ParseLimits,
 ) -> Result<Inspection, ValidateError> {
-    let metadata = Metadata::parse_with(&header, index, limits)?;
+    let metadata = Metadata::parse_within(&header, index, limits)?;
     metadata.check_file_len(file_len)?;
     Ok(Inspection { header, metadata, file_len })
 }

@@ -196,12 +196,12 @@ impl Metadata {
     /// and that tensors lie after the index, in order, without overlap.
     /// Applies the default [`ParseLimits`].
     pub fn parse(header: &FileHeader, bytes: &[u8]) -> Result<Self> {
-        Self::parse_with(header, bytes, &ParseLimits::default())
+        Self::parse_within(header, bytes, &ParseLimits::default())
     }
 
     /// [`Metadata::parse`] under caller-chosen limits on tensor count and
     /// path sizes.
-    pub fn parse_with(header: &FileHeader, bytes: &[u8], limits: &ParseLimits) -> Result<Self> {
+    pub fn parse_within(header: &FileHeader, bytes: &[u8], limits: &ParseLimits) -> Result<Self> {
         if header.tensor_count > limits.max_tensors {
             return Err(Error::limit(
                 TENSOR_COUNT_OFFSET,

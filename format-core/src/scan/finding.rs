@@ -90,7 +90,7 @@ impl Findings {
     /// Adds the finding `make` builds, building it only while `rule` is
     /// under the cap (a file failing the same way a million times costs a
     /// count, not a million messages).
-    pub fn push_with(&mut self, rule: RuleId, make: impl FnOnce() -> Finding) {
+    pub fn push_lazy(&mut self, rule: RuleId, make: impl FnOnce() -> Finding) {
         if self.count(rule) < MAX_FINDINGS_PER_RULE {
             self.push(make());
         } else {

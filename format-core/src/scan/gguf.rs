@@ -70,7 +70,7 @@ fn check_tensors(h: &Header, file_len: u64, findings: &mut Findings) {
                     t.dims, ty.name
                 ),
             };
-            findings.push_with(RuleId::GgufTensorType, || {
+            findings.push_lazy(RuleId::GgufTensorType, || {
                 Finding::new(RuleId::GgufTensorType, at, why).in_tensor(&t.name)
             });
             continue;
@@ -80,7 +80,7 @@ fn check_tensors(h: &Header, file_len: u64, findings: &mut Findings) {
                 "data offset {} is not a multiple of the alignment {}",
                 t.offset, h.alignment
             );
-            findings.push_with(RuleId::GgufMisaligned, || {
+            findings.push_lazy(RuleId::GgufMisaligned, || {
                 Finding::new(RuleId::GgufMisaligned, at, why).in_tensor(&t.name)
             });
         }
@@ -92,7 +92,7 @@ fn check_tensors(h: &Header, file_len: u64, findings: &mut Findings) {
                     "{n} bytes at data offset {} end past the end of the {file_len}-byte file",
                     t.offset
                 );
-                findings.push_with(RuleId::GgufPastEnd, || {
+                findings.push_lazy(RuleId::GgufPastEnd, || {
                     Finding::new(RuleId::GgufPastEnd, at, why).in_tensor(&t.name)
                 });
             }
@@ -104,7 +104,7 @@ fn check_tensors(h: &Header, file_len: u64, findings: &mut Findings) {
         if start < end {
             let (a, b) = (&h.tensors[a], &h.tensors[b]);
             let why = format!("its data overlaps {}'s", shown(&a.name));
-            findings.push_with(RuleId::GgufOverlap, || {
+            findings.push_lazy(RuleId::GgufOverlap, || {
                 Finding::new(RuleId::GgufOverlap, Some(b.info_offset), why).in_tensor(&b.name)
             });
         }

@@ -141,7 +141,7 @@ pub fn check(
             && !held.contains(tensor)
         {
             let why = format!("the index maps it to {}, which does not hold it", shown(shard));
-            findings.push_with(RuleId::IdxTensorNotInShard, || {
+            findings.push_lazy(RuleId::IdxTensorNotInShard, || {
                 Finding::new(RuleId::IdxTensorNotInShard, None, why).in_tensor(tensor)
             });
         }

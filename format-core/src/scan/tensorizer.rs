@@ -120,7 +120,7 @@ pub fn scan<R: RandomAccess + ?Sized>(
         reserve_for_index(&header, options.verify)?;
     }
     let index = read_vec(src, METADATA_OFFSET, header.metadata_len, "the metadata index")?;
-    let metadata = match Metadata::parse_with(&header, &index, &options.limits) {
+    let metadata = match Metadata::parse_within(&header, &index, &options.limits) {
         Ok(m) => m,
         Err(e) => {
             findings.push(finding(rule_for_error(&e), &e));
@@ -137,7 +137,7 @@ pub fn scan<R: RandomAccess + ?Sized>(
                 offset: entry.header_offset.min(len),
                 needed: entry.data_end() - len,
             };
-            findings.push_with(RuleId::TzrTruncated, || {
+            findings.push_lazy(RuleId::TzrTruncated, || {
                 finding(RuleId::TzrTruncated, &e).in_tensor(name())
             });
             if entry.data_offset > len {
@@ -152,7 +152,7 @@ pub fn scan<R: RandomAccess + ?Sized>(
                 Ok(_) => continue,
             },
         };
-        findings.push_with(rule, || finding(rule, &e).in_tensor(name()));
+        findings.push_lazy(rule, || finding(rule, &e).in_tensor(name()));
     }
     Ok(Some(Index { header, metadata }))
 }

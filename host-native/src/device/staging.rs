@@ -179,7 +179,7 @@ pub fn load_staged<S: RangeSource, E: CopyEngine>(
         .iter()
         .map(|r| Hashing {
             done: 0,
-            hasher: options.verify_hash.then(|| r.hasher_with(crate::kernels::digest::kernel())),
+            hasher: options.verify_hash.then(|| r.hasher_on(crate::kernels::digest::kernel())),
         })
         .collect();
     let mut run = Run {

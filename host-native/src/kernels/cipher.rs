@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 
 use tensorizer_core::crypto::{Kernel, xor_keystream_portable};
 
-/// The kernel to hand to [`tensorizer_core::crypto::open_chunk_with`] and
-/// [`tensorizer_core::crypto::seal_chunk_with`].
+/// The kernel to hand to [`tensorizer_core::crypto::open_chunk_on`] and
+/// [`tensorizer_core::crypto::seal_chunk_on`].
 pub fn kernel() -> Kernel {
     static CHOSEN: OnceLock<(Kernel, &'static str)> = OnceLock::new();
     CHOSEN.get_or_init(detect).0

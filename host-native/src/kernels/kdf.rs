@@ -42,11 +42,11 @@ pub fn derive(
     params: &KdfParams,
     limits: &KdfLimits,
 ) -> tensorizer_core::Result<Key> {
-    derive_with(passphrase, params, limits, kernel())
+    derive_on(passphrase, params, limits, kernel())
 }
 
 /// [`derive()`] with a chosen compression kernel (for tests and benchmarks).
-pub fn derive_with(
+pub fn derive_on(
     passphrase: &[u8],
     params: &KdfParams,
     limits: &KdfLimits,
@@ -319,7 +319,7 @@ mod tests {
             let p = params(ops, mem, salt);
             let want = Key::derive(pw, &p, &limits).unwrap();
             assert_eq!(
-                derive_with(pw, &p, &limits, fill_portable).unwrap(),
+                derive_on(pw, &p, &limits, fill_portable).unwrap(),
                 want,
                 "portable {ops} {mem}"
             );

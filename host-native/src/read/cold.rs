@@ -10,7 +10,7 @@
 use super::Reader;
 use super::spans::Segment;
 use crate::error::Result;
-use crate::parallel::for_each_with;
+use crate::parallel::for_each_scratch;
 use crate::source::{DIRECT_BLOCK, RangeSource, check_range};
 
 /// Requests in flight at once, each a blocking read on a thread of its
@@ -142,7 +142,7 @@ fn read_segments<S: RangeSource + ?Sized>(source: &S, segments: Vec<Segment<'_>>
 /// Carries out `requests` on up to [`QUEUE_DEPTH`] threads, each with a
 /// bounce buffer of its own; the first error stops the rest.
 fn run<S: RangeSource + ?Sized>(source: &S, requests: Vec<Request<'_>>) -> Result<()> {
-    for_each_with(QUEUE_DEPTH, requests, |request, bounce: &mut Vec<u8>| {
+    for_each_scratch(QUEUE_DEPTH, requests, |request, bounce: &mut Vec<u8>| {
         serve(source, request, bounce)
     })
 }

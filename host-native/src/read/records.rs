@@ -66,6 +66,6 @@ impl<S: RangeSource> Reader<S> {
     pub fn verify_bytes(&self, i: usize, data: &[u8]) -> Result<()> {
         let record = self.record(i)?;
         let entry = self.entry(i)?;
-        record.verify_with(data, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))
+        record.verify_on(data, crate::kernels::digest::kernel()).map_err(self.tensor_err(entry))
     }
 }
