@@ -157,6 +157,23 @@ fn refuse(index: &str, findings: &[Finding]) -> Result<()> {
     }
 }
 
+/// Most shards of one model loaded at once. The reader threads are split
+/// evenly among them, at least one each, so a folder loads on no more
+/// threads than one file does: what runs at once is another shard's
+/// opening, allocation and faulting in of fresh memory beside this one's
+/// reads (spec §26.5).
+pub const MAX_SHARDS_AT_ONCE: usize = 4;
+
+/// How a load of `shards` shards with `readers` reader threads in all
+/// (`None`: [`crate::default_readers`]) runs: `(shards at once, readers
+/// each)`. A cooperative load takes one shard at a time: its collectives
+/// must come in the same order on every rank.
+pub fn parallel_loads(shards: usize, readers: Option<usize>, cooperative: bool) -> (usize, usize) {
+    let readers = readers.unwrap_or_else(crate::default_readers).max(1);
+    let at_once = if cooperative { 1 } else { MAX_SHARDS_AT_ONCE.min(shards).min(readers).max(1) };
+    (at_once, (readers / at_once).max(1))
+}
+
 impl ShardedModel {
     /// Checks the shards' tensors (`held`: location to the names it holds)
     /// against the index: every tensor the index maps is in its shard. A
@@ -278,5 +295,22 @@ impl OpenedShards {
             });
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_at_once_never_use_more_readers_than_one_file() {
+        assert_eq!(parallel_loads(8, Some(8), false), (4, 2));
+        assert_eq!(parallel_loads(2, Some(8), false), (2, 4));
+        assert_eq!(parallel_loads(8, Some(3), false), (3, 1));
+        assert_eq!(parallel_loads(8, Some(0), false), (1, 1));
+        assert_eq!(parallel_loads(0, Some(4), false), (1, 4));
+        assert_eq!(parallel_loads(8, Some(8), true), (1, 8));
+        let (at_once, each) = parallel_loads(5, None, false);
+        assert!(at_once * each <= crate::default_readers().max(1));
     }
 }

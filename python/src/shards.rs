@@ -12,6 +12,7 @@ use crate::errors::to_py;
 /// Adds this file's functions and classes to `_native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeShards>()?;
+    m.add("MAX_SHARDS_AT_ONCE", shards::MAX_SHARDS_AT_ONCE)?;
     m.add_function(wrap_pyfunction!(is_sharded, m)?)?;
     m.add_function(wrap_pyfunction!(open_sharded, m)?)
 }
@@ -34,6 +35,14 @@ impl NativeShards {
     #[getter]
     fn shards(&self) -> Vec<String> {
         self.inner.shards.clone()
+    }
+
+    /// `(shards at once, readers each)` for a load with `readers` reader
+    /// threads in all (`None`: the default), one shard at a time when
+    /// `cooperative` (`tensorizer_native::shards::parallel_loads`).
+    #[pyo3(signature = (readers, cooperative))]
+    fn parallel_loads(&self, readers: Option<usize>, cooperative: bool) -> (usize, usize) {
+        shards::parallel_loads(self.inner.shards.len(), readers, cooperative)
     }
 
     /// Checks what the shards hold (location to tensor names) against the

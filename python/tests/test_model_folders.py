@@ -102,7 +102,7 @@ def test_the_shards_share_the_reader_threads(tmp_path: pathlib.Path, monkeypatch
 
     monkeypatch.setattr(_model, "TensorDeserializer", Counting)
     tensorizer_rs.load_state_dict(model, num_readers=readers)
-    at_once = min(_model.MAX_SHARDS_AT_ONCE, len(NAMES), readers)
+    at_once = min(tensorizer_rs._native.MAX_SHARDS_AT_ONCE, len(NAMES), readers)
     assert seen == [each] * len(NAMES) and at_once * each <= readers
 
 

@@ -11,13 +11,6 @@ from typing import Any
 from . import _native
 from ._deserializer import TensorDeserializer
 
-#: Most shards ``load_state_dict`` loads at once. The reader threads
-#: (``num_readers``, by default ``DEFAULT_READERS``) are split evenly among
-#: them, at least one each, so a folder loads on no more threads than one
-#: file does: what runs at once is another shard's opening, allocation and
-#: faulting in of fresh memory beside this one's reads.
-MAX_SHARDS_AT_ONCE = 4
-
 
 def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """Every tensor of the model at ``location``, by name.
@@ -32,7 +25,7 @@ def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[st
     ``TensorDeserializer(shard, **options)`` (every eager option applies:
     ``device``, ``dtype``, ``filter_func``, ``num_readers``,
     ``verify_hash``, ``encryption``, ``mmap``...), up to
-    ``MAX_SHARDS_AT_ONCE`` at once (one at a time with a
+    ``_native.MAX_SHARDS_AT_ONCE`` at once (one at a time with a
     ``process_group``), the reader threads split among them
     (``num_readers`` each is its share, at least one). The result is the
     same as loading the shards one after another: tensors in shard order,
@@ -47,13 +40,8 @@ def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[st
     if not _native.is_sharded(path):
         return dict(iter_state_dict(path, **options))
     model = _native.open_sharded(path)
-    readers = max(1, options.get("num_readers") or _native.DEFAULT_READERS)
-    at_once = max(1, min(MAX_SHARDS_AT_ONCE, len(model.shards), readers))
-    if options.get("process_group") is not None:
-        # A cooperative load runs collectives, which every rank must issue
-        # in the same order: one shard at a time.
-        at_once = 1
-    each = {**options, "num_readers": max(1, readers // at_once)}
+    at_once, readers = model.parallel_loads(options.get("num_readers") or None, options.get("process_group") is not None)
+    each = {**options, "num_readers": readers}
 
     def load(shard: str) -> tuple[set[str], list[tuple[str, Any]]]:
         with TensorDeserializer(shard, **each) as d:

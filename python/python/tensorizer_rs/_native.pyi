@@ -41,6 +41,7 @@ __all__ = [
     "tzr_main",
     "__version__",
     "DEFAULT_READERS",
+    "MAX_SHARDS_AT_ONCE",
     "HUGE_PAGE_MIN",
     "HUGE_PAGE",
     "MAX_CUDA_STREAMS",
@@ -86,6 +87,7 @@ __all__ = [
 
 __version__: str
 DEFAULT_READERS: int
+MAX_SHARDS_AT_ONCE: int
 ARENA_BYTES: int
 ARENA_ALIGN: int
 HUGE_PAGE_MIN: int
@@ -456,6 +458,7 @@ class NativeShards:
     def index(self) -> str | None: ...
     @property
     def shards(self) -> list[str]: ...
+    def parallel_loads(self, readers: int | None, cooperative: bool) -> tuple[int, int]: ...
     def check(self, held: Mapping[str, set[str]]) -> None: ...
 
 def is_sharded(location: str) -> bool: ...
