@@ -420,6 +420,11 @@ mod tests {
                 b"HTTP/1.1 206 P\r\nContent-Length: 99999999999999999999\r\n\r\nabc",
                 Err("unsupported"),
             ),
+            // Two lengths that differ: which one frames the body is unclear.
+            (
+                b"HTTP/1.1 206 P\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
+                Err("unsupported"),
+            ),
             // A length the body never reaches: what came, no more.
             (b"HTTP/1.1 206 P\r\nContent-Length: 18446744073709551615\r\n\r\nabc", Ok((206, 3))),
             // More body than the length: the length.
