@@ -52,7 +52,6 @@ pub(crate) struct Wire {
 
 /// A response head, and its body still on the socket.
 pub(crate) struct Response {
-    pub(crate) status: u16,
     head: Head,
     pub(crate) body: Body,
 }
@@ -212,7 +211,7 @@ impl Wire {
             taken: 0,
             framing: Framing::new(head.length),
         };
-        Ok(Response { status: head.status, head, body })
+        Ok(Response { head, body })
     }
 }
 
@@ -250,6 +249,11 @@ fn stale(e: &io::Error) -> bool {
 }
 
 impl Response {
+    /// The status code.
+    pub(crate) fn status(&self) -> u16 {
+        self.head.status
+    }
+
     /// The value of header `name` (lowercase, one of [`http_response::KEPT`]).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.head.header(name)
@@ -376,7 +380,7 @@ mod tests {
                         body as u64 <= length && body <= sent,
                         "{body} of {length}, {sent} sent"
                     );
-                    Ok((resp.status, body))
+                    Ok((resp.status(), body))
                 }
                 Err(WireError::Io(e)) => Err(e.to_string()),
                 Err(WireError::Unsupported) => Err("unsupported".into()),
