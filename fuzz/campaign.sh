@@ -20,7 +20,7 @@ MAX_SECONDS="${MAX_SECONDS:-7200}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=(file_header metadata tensor_header crypt_info names_and_dtypes path_registry whole_file whole_file_keyed
-        checkpoint checkpoint_pickle sniff validator_cli gguf scan suppress resp)
+        checkpoint checkpoint_pickle sniff validator_cli gguf scan suppress resp http_response)
 fi
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
@@ -84,6 +84,14 @@ for p in sys.argv[2:]:
         printf '\x08$5\r\na\r\n\0b\r\n$-1\r\n' >"$corpus/bulk"
         printf '\x00*2\r\n$1\r\n0\r\n*2\r\n$3\r\na:1\r\n$3\r\na:2\r\n' >"$corpus/scan"
         printf '\x00*3\r\n:1\r\n-ERR x\r\n*-1\r\n' >"$corpus/exec"
+    elif [ "$t" = http_response ]; then
+        # A count of read ends (two bytes each), then responses a server
+        # sends to a ranged GET: partial content, more body than declared in
+        # three reads, a chunked one, one with two differing lengths.
+        printf '\x00HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-4/10\r\nETag: "e"\r\nContent-Length: 5\r\n\r\nhello' >"$corpus/partial"
+        printf '\x02\x10\x00\x30\x00HTTP/1.1 206 P\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabcdef' >"$corpus/split"
+        printf '\x00HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n' >"$corpus/chunked"
+        printf '\x01\x05\x00HTTP/1.0 416 R\r\nContent-Length: 2\r\ncontent-length: 3\r\n\r\n' >"$corpus/lengths"
     elif [ "$t" = validator_cli ]; then
         # A report budget byte, NUL-separated arguments ending in two NULs,
         # then the file.

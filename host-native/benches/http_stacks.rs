@@ -16,36 +16,20 @@
 //! (`wire` leaves such URLs to ureq; nginx ignores the credentials). The
 //! contenders alternate, one untimed round first; medians are reported.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
+
+use common::{Read, env_usize, race};
 
 use tensorizer_native::RangeSource;
 use tensorizer_native::default_readers;
 use tensorizer_native::store::http::{HttpOptions, HttpSource};
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 /// `http://user:pass@host/...`: the same object, read through ureq.
 fn through_ureq(url: &str) -> String {
     url.replacen("http://", "http://bench:bench@", 1)
 }
-
-/// Reads all of `src` into `buf` with `readers` threads, one span each
-/// (as a load cuts its tensors); the time taken.
-fn load(read: Read<'_>, buf: &mut [u8], readers: usize) -> Duration {
-    let share = buf.len().div_ceil(readers);
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for (i, part) in buf.chunks_mut(share).enumerate() {
-            s.spawn(move || read((i * share) as u64, part));
-        }
-    });
-    start.elapsed()
-}
-
-/// Reads the bytes at an offset into a buffer (one contender).
-type Read<'a> = &'a (dyn Fn(u64, &mut [u8]) + Sync);
 
 /// reqwest on a tokio runtime: one ranged `GET` of `part`'s bytes.
 #[cfg(feature = "cloud")]
@@ -80,11 +64,6 @@ impl Reqwest {
     }
 }
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
 fn main() {
     let Ok(url) = std::env::var("TZR_BENCH_URL") else {
         eprintln!("http_stacks: set TZR_BENCH_URL to an http:// URL served on 127.0.0.1; skipped");
@@ -111,17 +90,9 @@ fn main() {
     let by_reqwest = |offset: u64, part: &mut [u8]| reqwest.read(offset, part);
     #[cfg(feature = "cloud")]
     contenders.push(("reqwest", &by_reqwest));
-    let mut times = vec![Vec::new(); contenders.len()];
-    for rep in 0..=reps {
-        for (k, (_, read)) in contenders.iter().enumerate() {
-            let t = load(*read, &mut buf, readers);
-            if rep > 0 {
-                times[k].push(t);
-            }
-        }
-    }
+    let reads: Vec<Read<'_>> = contenders.iter().map(|(_, read)| *read).collect();
+    let medians = race(&mut buf, readers, reps, &reads);
     let gbps = |d: Duration| len as f64 / d.as_secs_f64() / 1e9;
-    let medians: Vec<Duration> = times.into_iter().map(median).collect();
     println!("{len} bytes, {readers} readers, {reps} reps, one range per reader");
     for ((name, _), m) in contenders.iter().zip(&medians) {
         let ratio = m.as_secs_f64() / medians[0].as_secs_f64();

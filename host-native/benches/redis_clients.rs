@@ -25,9 +25,12 @@
 //! Each side keeps one connection per reader thread between rounds (ours
 //! in its pool, the crate's made once up front).
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{env_usize, race};
 use redis::Value;
 use redis::cluster::{ClusterClient, ClusterConnection, cluster_pipe};
 use tensorizer_native::RangeSource;
@@ -45,15 +48,6 @@ const ROUND: usize = 16 << 20;
 const TENSORS: [usize; 6] = [64 << 10, 48 << 20, 16 << 20, 4 << 10, 32 << 20, 2 << 20];
 /// Bytes of each tensor header key and of the file's header key.
 const HEADER: usize = 320;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
 
 /// The keys and values of a file of about `size` bytes under `prefix`.
 fn layout(prefix: &str, size: usize) -> Vec<(String, Vec<u8>)> {
@@ -98,21 +92,6 @@ fn pieces(keys: &[RedisKey], offset: u64, len: u64) -> Vec<(usize, u64, usize)> 
     out
 }
 
-/// Reads the bytes at an offset into a buffer (one contender).
-type Read<'a> = &'a (dyn Fn(u64, &mut [u8]) + Sync);
-
-/// Fills `buf` with N threads, `read(offset, part)` each; the time taken.
-fn load(buf: &mut [u8], readers: usize, read: Read<'_>) -> Duration {
-    let share = buf.len().div_ceil(readers);
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for (i, part) in buf.chunks_mut(share).enumerate() {
-            s.spawn(move || read((i * share) as u64, part));
-        }
-    });
-    start.elapsed()
-}
-
 /// One thread's share through the crate: rounds of pipelined `GETRANGE`s,
 /// each ending in a `GET` of the marker; `query` runs a pipeline.
 fn crate_read(
@@ -144,20 +123,6 @@ fn crate_read(
         first = last;
     }
     assert_eq!(filled, part.len());
-}
-
-/// Runs `contenders` alternately, one untimed round first; their medians.
-fn race(buf: &mut [u8], readers: usize, reps: usize, contenders: &[Read<'_>]) -> Vec<Duration> {
-    let mut times = vec![Vec::new(); contenders.len()];
-    for rep in 0..=reps {
-        for (c, read) in contenders.iter().enumerate() {
-            let t = load(buf, readers, *read);
-            if rep > 0 {
-                times[c].push(t);
-            }
-        }
-    }
-    times.into_iter().map(median).collect()
 }
 
 fn report(kind: &str, size_mib: usize, readers: usize, medians: &[Duration]) {

@@ -28,6 +28,7 @@
 pub mod cloud;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod http_response;
 #[cfg(any(feature = "s3", feature = "cloud"))]
 mod ini;
 mod location;

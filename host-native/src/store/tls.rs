@@ -25,6 +25,16 @@
 //! certificate is refused ends the read at once (no retries) with an
 //! [`io::Error`] carrying [`TlsError::Untrusted`], which says what was
 //! trusted and how to trust a private CA.
+//!
+//! Every TLS client is configured from one product, built once when the
+//! trust is resolved: the trust anchors (a rustls root store and the
+//! certificates in it, Mozilla's roots, or no verification) and the rustls
+//! settings made from them with the ring provider. The Redis client takes
+//! those settings ([`Trust::rustls_config`]); ureq, whose `TlsConfig`
+//! cannot be handed a rustls `ClientConfig` (it builds its own from root
+//! certificates, a verification switch and a provider), is given the same
+//! certificates, switch and provider ([`Trust::tls_config`]), so no
+//! certificate is judged twice.
 
 use std::fmt;
 use std::io;
@@ -43,6 +53,9 @@ pub const SYSTEM_BUNDLES: [&str; 6] = [
     "/etc/ssl/cert.pem",
     "/usr/local/share/certs/ca-root-nss.crt",
 ];
+
+/// How Mozilla's roots are named in messages.
+const MOZILLA: &str = "Mozilla's root certificates (webpki-roots)";
 
 /// Files read from one CA directory at most (a runaway directory).
 const MAX_DIR_FILES: usize = 10_000;
@@ -184,17 +197,63 @@ pub enum TlsError {
 /// Resolved trust: what a connection verifies servers against.
 #[derive(Clone)]
 pub struct Trust {
-    roots: Roots,
+    anchors: Anchors,
+    /// rustls's settings, made from `anchors`.
+    config: Arc<rustls::ClientConfig>,
     /// Said in messages: what is trusted and why.
     description: String,
     service: Service,
 }
 
+/// What servers are verified against, as every TLS client is configured.
 #[derive(Clone)]
-enum Roots {
-    Insecure,
-    WebPki,
-    Specific(Arc<Vec<Certificate<'static>>>),
+enum Anchors {
+    /// Any certificate (curl's `--insecure`).
+    Any,
+    /// Mozilla's roots (webpki-roots; one copy in the build, ureq's too).
+    Mozilla,
+    /// These roots: `store` holds exactly `certs` (the certificates rustls
+    /// can take as trust anchors; others are skipped, as OpenSSL skips
+    /// unusable entries of a bundle).
+    Roots { certs: Arc<Vec<Certificate<'static>>>, store: Arc<rustls::RootCertStore> },
+}
+
+impl Anchors {
+    /// The trust anchors among `certs`.
+    fn of(certs: Vec<Certificate<'static>>) -> Self {
+        let mut store = rustls::RootCertStore::empty();
+        let mut usable = Vec::with_capacity(certs.len());
+        for cert in certs {
+            if store.add(rustls::pki_types::CertificateDer::from(cert.der())).is_ok() {
+                usable.push(cert);
+            }
+        }
+        Self::Roots { certs: Arc::new(usable), store: Arc::new(store) }
+    }
+
+    /// rustls's settings for these anchors, with the ring provider.
+    fn client_config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup { detail: e.to_string() })?;
+        let config = match self {
+            Self::Any => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+            Self::Mozilla => {
+                let roots = webpki_roots::TLS_SERVER_ROOTS.to_vec();
+                builder
+                    .with_root_certificates(rustls::RootCertStore { roots })
+                    .with_no_client_auth()
+            }
+            Self::Roots { store, .. } => {
+                builder.with_root_certificates(Arc::clone(store)).with_no_client_auth()
+            }
+        };
+        Ok(Arc::new(config))
+    }
 }
 
 impl fmt::Debug for Trust {
@@ -240,9 +299,9 @@ impl TlsOptions {
         service: Service,
         env: &dyn Fn(&str) -> Option<PathBuf>,
     ) -> Result<Trust, TlsError> {
-        let trust = |roots, description: String| Trust { roots, description, service };
+        let trust = |anchors, description: String| Trust::new(anchors, description, service);
         if self.insecure_skip_verify {
-            return Ok(trust(Roots::Insecure, "nothing (verification disabled)".into()));
+            return trust(Anchors::Any, "nothing (verification disabled)".into());
         }
         let mut named: Vec<(PathBuf, CaOrigin, bool)> = Vec::new();
         for f in &self.ca_files {
@@ -271,17 +330,14 @@ impl TlsOptions {
                     )
                 })
                 .collect();
-            return Ok(trust(Roots::Specific(Arc::new(certs)), what.join(" and ")));
+            return trust(Anchors::of(certs), what.join(" and "));
         }
         if self.default_roots == DefaultRoots::System
-            && let Some((path, certs)) = system_bundle()
+            && let Some((path, anchors)) = system_bundle()
         {
-            return Ok(trust(
-                Roots::Specific(certs.clone()),
-                format!("the system's CA bundle {}", path.display()),
-            ));
+            return trust(anchors.clone(), format!("the system's CA bundle {}", path.display()));
         }
-        Ok(trust(Roots::WebPki, "Mozilla's root certificates (webpki-roots)".into()))
+        trust(Anchors::Mozilla, MOZILLA.into())
     }
 }
 
@@ -297,11 +353,7 @@ impl TlsOptions {
         env: &dyn Fn(&str) -> Option<PathBuf>,
     ) -> Result<Trust, TlsError> {
         match self.resolve_with(service, env) {
-            Err(_) if !secure => Ok(Trust {
-                roots: Roots::WebPki,
-                description: "Mozilla's root certificates (webpki-roots)".into(),
-                service,
-            }),
+            Err(_) if !secure => Trust::new(Anchors::Mozilla, MOZILLA.into(), service),
             other => other,
         }
     }
@@ -399,14 +451,14 @@ fn dedup(certs: &mut Vec<Certificate<'static>>) {
     certs.retain(|c| seen.insert(c.der().to_vec()));
 }
 
-/// The system's bundle, read once per process.
-fn system_bundle() -> Option<&'static (PathBuf, Arc<Vec<Certificate<'static>>>)> {
-    static BUNDLE: OnceLock<Option<(PathBuf, Arc<Vec<Certificate<'static>>>)>> = OnceLock::new();
+/// The system's bundle and its anchors, read once per process.
+fn system_bundle() -> Option<&'static (PathBuf, Anchors)> {
+    static BUNDLE: OnceLock<Option<(PathBuf, Anchors)>> = OnceLock::new();
     BUNDLE
         .get_or_init(|| {
             SYSTEM_BUNDLES.iter().map(Path::new).filter(|p| p.is_file()).find_map(|p| {
                 let certs = load_file(p, &CaOrigin::System).ok()?;
-                Some((p.to_path_buf(), Arc::new(certs)))
+                Some((p.to_path_buf(), Anchors::of(certs)))
             })
         })
         .as_ref()
@@ -420,46 +472,32 @@ impl Trust {
 
     /// Whether certificates are not verified at all.
     pub fn is_insecure(&self) -> bool {
-        matches!(self.roots, Roots::Insecure)
+        matches!(self.anchors, Anchors::Any)
+    }
+
+    /// The trust of `anchors`, with rustls's settings made from them.
+    fn new(anchors: Anchors, description: String, service: Service) -> Result<Self, TlsError> {
+        let config = anchors.client_config()?;
+        Ok(Self { anchors, config, description, service })
     }
 
     /// rustls's settings for this trust (the Redis client speaks TLS
     /// through rustls directly).
-    #[cfg(feature = "redis")]
-    pub(crate) fn rustls_config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Setup { detail: e.to_string() })?;
-        let mut roots = rustls::RootCertStore::empty();
-        let config = match &self.roots {
-            Roots::Insecure => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-                .with_no_client_auth(),
-            Roots::WebPki => {
-                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                builder.with_root_certificates(roots).with_no_client_auth()
-            }
-            Roots::Specific(certs) => {
-                for cert in certs.iter() {
-                    // A certificate rustls cannot use is skipped, as
-                    // ureq skips it.
-                    let _ = roots.add(rustls::pki_types::CertificateDer::from(cert.der().to_vec()));
-                }
-                builder.with_root_certificates(roots).with_no_client_auth()
-            }
-        };
-        Ok(Arc::new(config))
+    pub(crate) fn rustls_config(&self) -> Arc<rustls::ClientConfig> {
+        Arc::clone(&self.config)
     }
 
-    /// ureq's TLS settings for this trust.
+    /// ureq's TLS settings for this trust: the same anchors and provider
+    /// as [`Self::rustls_config`].
     pub(crate) fn tls_config(&self) -> TlsConfig {
-        let builder = TlsConfig::builder();
-        match &self.roots {
-            Roots::Insecure => builder.disable_verification(true),
-            Roots::WebPki => builder.root_certs(RootCerts::WebPki),
-            Roots::Specific(certs) => builder.root_certs(RootCerts::Specific(certs.clone())),
+        let provider = Arc::clone(self.config.crypto_provider());
+        let builder = TlsConfig::builder().unversioned_rustls_crypto_provider(provider);
+        match &self.anchors {
+            Anchors::Any => builder.disable_verification(true),
+            Anchors::Mozilla => builder.root_certs(RootCerts::WebPki),
+            Anchors::Roots { certs, .. } => {
+                builder.root_certs(RootCerts::Specific(Arc::clone(certs)))
+            }
         }
         .build()
     }
@@ -488,11 +526,9 @@ impl Trust {
 
 /// The verifier of [`TlsOptions::insecure`] for rustls: any certificate
 /// (signatures are still checked, with the provider's algorithms).
-#[cfg(feature = "redis")]
 #[derive(Debug)]
 struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
 
-#[cfg(feature = "redis")]
 impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     fn verify_server_cert(
         &self,
@@ -611,6 +647,33 @@ mod tests {
         };
         let trust = ignored.resolve_with(Service::Http, &env).unwrap();
         assert!(trust.description().contains("webpki"), "{}", trust.description());
+    }
+
+    #[test]
+    fn every_client_is_configured_from_the_same_anchors() {
+        let same_provider = |trust: &Trust| {
+            let ureq = trust.tls_config();
+            let provider = ureq.unversioned_rustls_crypto_provider().clone().unwrap();
+            assert!(Arc::ptr_eq(&provider, trust.rustls_config().crypto_provider()));
+            ureq
+        };
+        let insecure = TlsOptions::insecure().resolve_with(Service::Http, &|_| None).unwrap();
+        assert!(same_provider(&insecure).disable_verification());
+        let mozilla = TlsOptions { default_roots: DefaultRoots::WebPki, ..TlsOptions::default() };
+        let mozilla = mozilla.resolve_with(Service::Http, &|_| None).unwrap();
+        assert!(matches!(same_provider(&mozilla).root_certs(), RootCerts::WebPki));
+        // A PEM certificate section that is no trust anchor: skipped once,
+        // for both clients.
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+            .unwrap();
+        let trust = TlsOptions::ca_file(&junk).resolve_with(Service::Http, &|_| None).unwrap();
+        let Anchors::Roots { certs, store } = &trust.anchors else { panic!("not a root store") };
+        assert!(certs.is_empty() && store.is_empty());
+        let ureq = same_provider(&trust);
+        assert!(matches!(ureq.root_certs(), RootCerts::Specific(c) if Arc::ptr_eq(c, certs)));
+        assert!(!ureq.disable_verification());
     }
 
     #[test]

@@ -52,7 +52,7 @@ struct Answer {
 
 impl Answer {
     fn of_wire(resp: &wire::Response) -> Self {
-        Self::new(resp.status, |name| resp.header(name))
+        Self::new(resp.status(), |name| resp.header(name))
     }
 
     fn of_ureq(resp: &ureq::http::Response<ureq::Body>) -> Self {
@@ -184,7 +184,7 @@ impl HttpClient {
     ) -> Attempt<Response<Paced<Body>>> {
         if let Some(wire) = self.direct() {
             match wire.get_range(0, end, &mut pace) {
-                Ok(resp) if !(300..400).contains(&resp.status) => {
+                Ok(resp) if !(300..400).contains(&resp.status()) => {
                     let answer = Answer::of_wire(&resp);
                     return self.answered(answer, Body::Wire(resp.body), end, span, pace);
                 }

@@ -12,19 +12,18 @@
 //! `http://` URL without credentials, reached without a redirect, with no
 //! proxy configured in the environment. A response it does not expect
 //! (chunked framing, no `Content-Length`) makes the source fall back to
-//! ureq for good.
+//! ureq for good. What the bytes of a response mean (the head, its limits,
+//! the body's framing) is decided without I/O in
+//! [`crate::store::http_response`]; this module moves the bytes.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::http_response::{self, BodyError, Framing, Head};
 use crate::store::retry::Pace;
 
-/// Longest response head accepted (status line and headers).
-const MAX_HEAD: usize = 64 << 10;
-/// Most headers parsed in one response.
-const MAX_HEADERS: usize = 64;
 /// Bytes asked of the socket per read while looking for the end of the head.
 const HEAD_CHUNK: usize = 8 << 10;
 /// Idle connections kept per source.
@@ -53,8 +52,7 @@ pub(crate) struct Wire {
 
 /// A response head, and its body still on the socket.
 pub(crate) struct Response {
-    pub(crate) status: u16,
-    headers: Vec<(String, String)>,
+    head: Head,
     pub(crate) body: Body,
 }
 
@@ -173,6 +171,9 @@ impl Wire {
         self.exchange(stream, request.as_bytes(), pace)
     }
 
+    /// Sends `request` on `stream` and reads until the response head is
+    /// complete; what the bytes mean is decided by
+    /// [`http_response::decode_head`].
     fn exchange(
         &self,
         mut stream: TcpStream,
@@ -185,74 +186,55 @@ impl Wire {
             .and_then(|()| stream.set_write_timeout(timeout))
             .map_err(WireError::Io)?;
         stream.write_all(request).map_err(WireError::Io)?;
-        let mut head = Vec::with_capacity(HEAD_CHUNK);
-        loop {
-            let filled = head.len();
-            if filled >= MAX_HEAD {
-                return Err(WireError::Unsupported); // response head longer than 64 KiB
-            }
-            head.resize(filled + HEAD_CHUNK, 0);
-            let n = loop {
-                match stream.read(&mut head[filled..]) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) if pace.expired() => return Err(WireError::Io(pace.deadline_error())),
-                    other => break other.map_err(WireError::Io)?,
-                }
-            };
-            pace.progress(n).map_err(WireError::Io)?;
-            head.truncate(filled + n);
+        let mut received = Vec::with_capacity(HEAD_CHUNK);
+        let head = loop {
+            // `filled` < `MAX_HEAD`: the decoder refuses a longer head.
+            let filled = received.len();
+            received.resize(filled + HEAD_CHUNK, 0);
+            let n = read_some(&mut stream, &mut received[filled..], pace)?;
+            received.truncate(filled + n);
             if n == 0 {
-                let why = if filled == 0 {
-                    io::ErrorKind::ConnectionAborted
-                } else {
-                    io::ErrorKind::UnexpectedEof
-                };
-                return Err(WireError::Io(io::Error::new(
-                    why,
-                    "connection closed before a complete response head",
-                )));
+                return Err(WireError::Io(closed_before_head(filled)));
             }
-            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut parsed = httparse::Response::new(&mut slots);
-            match parsed.parse(&head) {
-                Ok(httparse::Status::Partial) => continue,
-                Err(_) => return Err(WireError::Unsupported), // malformed response head
-                Ok(httparse::Status::Complete(used)) => {
-                    let status = parsed.code.unwrap_or(0);
-                    let http11 = parsed.version == Some(1);
-                    let headers: Vec<(String, String)> = parsed
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            (
-                                h.name.to_ascii_lowercase(),
-                                String::from_utf8_lossy(h.value).trim().to_string(),
-                            )
-                        })
-                        .collect();
-                    let find = |name: &str| find_header(&headers, name);
-                    if find("transfer-encoding").is_some() {
-                        return Err(WireError::Unsupported); // chunked response
-                    }
-                    let Some(length) = find("content-length").and_then(|v| v.parse::<u64>().ok())
-                    else {
-                        return Err(WireError::Unsupported); // response without Content-Length
-                    };
-                    let close = find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
-                    let leftover = head.split_off(used);
-                    let body = Body {
-                        idle: self.idle.clone(),
-                        stream: Some(stream),
-                        keep_alive: http11 && !close && (leftover.len() as u64) <= length,
-                        leftover,
-                        taken: 0,
-                        remaining: length,
-                    };
-                    return Ok(Response { status, headers, body });
-                }
+            match http_response::decode_head(&received) {
+                Ok(None) => {}
+                Ok(Some(head)) => break head,
+                Err(_) => return Err(WireError::Unsupported),
             }
-        }
+        };
+        let leftover = received.split_off(head.used);
+        let body = Body {
+            idle: self.idle.clone(),
+            stream: Some(stream),
+            keep_alive: head.reusable(leftover.len()),
+            leftover,
+            taken: 0,
+            framing: Framing::new(head.length),
+        };
+        Ok(Response { head, body })
     }
+}
+
+/// One read from `stream` into `buf`, counted against `pace`; a read that
+/// fails once `pace`'s deadline has passed reports the deadline.
+fn read_some(stream: &mut TcpStream, buf: &mut [u8], pace: &mut Pace) -> Result<usize, WireError> {
+    let n = loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) if pace.expired() => return Err(WireError::Io(pace.deadline_error())),
+            other => break other.map_err(WireError::Io)?,
+        }
+    };
+    pace.progress(n).map_err(WireError::Io)?;
+    Ok(n)
+}
+
+/// The error for a connection closed after `filled` bytes of a head: none
+/// is how a server's closing of an idle connection looks.
+fn closed_before_head(filled: usize) -> io::Error {
+    let why =
+        if filled == 0 { io::ErrorKind::ConnectionAborted } else { io::ErrorKind::UnexpectedEof };
+    io::Error::new(why, "connection closed before a complete response head")
 }
 
 /// Errors that a server's closing of an idle keep-alive connection gives on
@@ -267,15 +249,15 @@ fn stale(e: &io::Error) -> bool {
 }
 
 impl Response {
-    /// The value of header `name` (lowercase).
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        find_header(&self.headers, name)
+    /// The status code.
+    pub(crate) fn status(&self) -> u16 {
+        self.head.status
     }
-}
 
-/// The value of header `name` (lowercase) among `headers` (names lowercased).
-fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
-    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    /// The value of header `name` (lowercase, one of [`http_response::KEPT`]).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.head.header(name)
+    }
 }
 
 /// A body of known length on a socket. Read to its end, the connection goes
@@ -287,34 +269,40 @@ pub(crate) struct Body {
     /// Body bytes that arrived with the head.
     leftover: Vec<u8>,
     taken: usize,
-    remaining: u64,
+    framing: Framing,
+    /// The connection may carry the next request once the body is read.
     keep_alive: bool,
 }
 
 impl Read for Body {
+    /// Body bytes, never past the declared length; a connection that ends
+    /// before it is an `UnexpectedEof` error.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.remaining == 0 || buf.is_empty() {
+        let room = self.framing.room(buf.len());
+        if room == 0 {
             return Ok(0);
         }
-        let cap = usize::try_from(self.remaining).unwrap_or(usize::MAX).min(buf.len());
-        let n = if self.taken < self.leftover.len() {
-            let n = cap.min(self.leftover.len() - self.taken);
-            buf[..n].copy_from_slice(&self.leftover[self.taken..self.taken + n]);
+        let n = if let Some(rest) = self.leftover.get(self.taken..).filter(|r| !r.is_empty()) {
+            let n = room.min(rest.len());
+            buf[..n].copy_from_slice(&rest[..n]);
             self.taken += n;
             n
         } else {
-            let Some(stream) = self.stream.as_mut() else { return Ok(0) };
-            stream.read(&mut buf[..cap])?
+            self.stream.as_mut().map_or(Ok(0), |s| s.read(&mut buf[..room]))?
         };
-        // `n` ≤ `cap` ≤ `remaining`.
-        self.remaining -= n as u64;
-        Ok(n)
+        self.framing.took(n).map_err(|e| {
+            let kind = match e {
+                BodyError::Short(_) => io::ErrorKind::UnexpectedEof,
+                BodyError::Overrun => io::ErrorKind::InvalidData,
+            };
+            io::Error::new(kind, e.to_string())
+        })
     }
 }
 
 impl Drop for Body {
     fn drop(&mut self) {
-        if self.remaining == 0
+        if self.framing.remaining() == 0
             && self.keep_alive
             && let Some(stream) = self.stream.take()
             && let Ok(mut idle) = self.idle.lock()
@@ -380,7 +368,7 @@ mod tests {
             wire.idle.lock().unwrap().clear();
             outcomes.push(match wire.get_range(0, Some(99), &mut pace) {
                 Ok(mut resp) => {
-                    let length = resp.body.remaining;
+                    let length = resp.body.framing.remaining();
                     let (mut body, mut buf) = (0usize, [0u8; 512]);
                     loop {
                         match resp.body.read(&mut buf) {
@@ -392,7 +380,7 @@ mod tests {
                         body as u64 <= length && body <= sent,
                         "{body} of {length}, {sent} sent"
                     );
-                    Ok((resp.status, body))
+                    Ok((resp.status(), body))
                 }
                 Err(WireError::Io(e)) => Err(e.to_string()),
                 Err(WireError::Unsupported) => Err("unsupported".into()),
@@ -410,8 +398,12 @@ mod tests {
             b"\r\n",
         ]
         .concat();
-        let many_headers =
-            [&b"HTTP/1.1 206 P\r\n"[..], &b"A: b\r\n".repeat(MAX_HEADERS + 1), b"\r\n"].concat();
+        let many_headers = [
+            &b"HTTP/1.1 206 P\r\n"[..],
+            &b"A: b\r\n".repeat(http_response::MAX_HEADERS + 1),
+            b"\r\n",
+        ]
+        .concat();
         type Outcome = Result<(u16, usize), &'static str>;
         let cases: Vec<(&[u8], Outcome)> = vec![
             (b"", Err("connection closed before a complete response head")),
@@ -430,6 +422,11 @@ mod tests {
             (b"HTTP/1.1 206 P\r\nContent-Length: -1\r\n\r\nabc", Err("unsupported")),
             (
                 b"HTTP/1.1 206 P\r\nContent-Length: 99999999999999999999\r\n\r\nabc",
+                Err("unsupported"),
+            ),
+            // Two lengths that differ: which one frames the body is unclear.
+            (
+                b"HTTP/1.1 206 P\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
                 Err("unsupported"),
             ),
             // A length the body never reaches: what came, no more.

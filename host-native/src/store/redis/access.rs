@@ -39,7 +39,7 @@ impl Access {
     pub(crate) fn for_target(target: &RedisTarget, tls: &TlsOptions) -> Result<Self> {
         let tls = if target.tls {
             let trust = tls.resolve(Service::Http)?;
-            let config = trust.rustls_config()?;
+            let config = trust.rustls_config();
             Some((config, trust))
         } else {
             None
