@@ -15,7 +15,7 @@ pub struct PyEntry {
     /// Position in the file's index.
     pub(crate) index: usize,
     /// Path components (str keys and int indices).
-    path: Py<PyTuple>,
+    pub(crate) path: Py<PyTuple>,
     /// tensorizer's public name: a lone str key as a plain str, else `path`.
     pub(crate) name: Py<PyAny>,
     /// The name exactly as stored.

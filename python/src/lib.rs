@@ -19,6 +19,7 @@ mod fingerprint;
 mod host_memory;
 mod load_options;
 mod loader;
+mod names;
 mod options;
 mod reader;
 mod remote;
@@ -55,6 +56,8 @@ mod _native {
     use crate::host_memory::HostMemory;
     #[pymodule_export]
     use crate::loader::{Copies, Loader, MmapFallbackWarning};
+    #[pymodule_export]
+    use crate::names::Names;
     #[pymodule_export]
     use crate::options::DeserializerOptions;
     #[pymodule_export]
@@ -97,6 +100,8 @@ mod _native {
         crate::cuda::register(m)?;
         crate::cuda_env::register(m)?;
         crate::dtypes::register(m)?;
+        m.add("LAZY_READ_AHEAD_BYTES", crate::names::READ_AHEAD_BYTES)?;
+        m.add("LAZY_READ_AHEAD_TENSORS", crate::names::READ_AHEAD_TENSORS)?;
         Ok(())
     }
 
