@@ -55,7 +55,7 @@ mod _native {
     #[pymodule_export]
     use crate::host_memory::HostMemory;
     #[pymodule_export]
-    use crate::loader::{Copies, Loader, MmapFallbackWarning};
+    use crate::loader::{Copies, LoadReceipt, Loader, MmapFallbackWarning};
     #[pymodule_export]
     use crate::names::Names;
     #[pymodule_export]

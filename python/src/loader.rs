@@ -13,6 +13,7 @@ mod arrays;
 mod book;
 mod copies;
 mod meta;
+mod receipt;
 mod target;
 
 use std::collections::{HashMap, HashSet};
@@ -24,8 +25,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
 use tensorizer_native::read::plan::{Destination, LoadPlan};
 
-use self::book::{Book, Counts};
+use self::book::Book;
 pub(crate) use self::copies::{Copies, load_into};
+pub(crate) use self::receipt::LoadReceipt;
 use self::target::Target;
 use crate::entry::PyEntry;
 use crate::errors::to_py;
@@ -541,12 +543,18 @@ impl Loader {
         alloc.call_method1("meta_zeros", (&e, shape, self.resolved(py)?.device.bind(py)))
     }
 
-    /// What a receipt lists, by file index: loaded, verified, failed, and
-    /// bytes read by source (`_receipt.make`).
-    fn counts(&self, py: Python<'_>) -> PyResult<Counts> {
+    /// The receipt of the loads so far: `all` every entry of the file,
+    /// `selected` those the filter kept.
+    fn receipt(
+        &self,
+        py: Python<'_>,
+        all: Entries<'_>,
+        selected: Entries<'_>,
+    ) -> PyResult<LoadReceipt> {
         let reader = self.reader(py);
         let reader = reader.as_ref().map(|r| r.get());
-        self.state().book.counts(reader).map_err(to_py)
+        let counts = self.state().book.counts(reader).map_err(to_py)?;
+        LoadReceipt::new(py, counts, &all, &selected)
     }
 
     /// A failed batch is retried one tensor at a time: only those that fail

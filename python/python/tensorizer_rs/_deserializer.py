@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _distributed, _dtypes, _modules, _native, _receipt, _redis_export
+from . import _args, _distributed, _dtypes, _modules, _native, _redis_export
 from ._crypt import CryptographyError, DecryptionParams
 from ._loader import MmapFallbackWarning, open_loader
 from ._modules import gc_paused
@@ -424,7 +424,7 @@ class TensorDeserializer(
         """What this deserializer has loaded, checked and read so far (a
         snapshot: an eager deserializer's is complete once constructed; a
         lazy one's grows as tensors are read). Ours; tensorizer has none."""
-        return _receipt.make(self._loader.counts(), self._all, self._selected)
+        return self._loader.receipt(self._all, self._selected)
 
     # -- lifetime ---------------------------------------------------------------
 
