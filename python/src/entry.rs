@@ -21,7 +21,7 @@ pub struct PyEntry {
     /// The name exactly as stored.
     name_bytes: Py<PyBytes>,
     /// The `TensorType` member (PARAM, BUFFER or STATE_DICT).
-    tensor_type: Py<PyAny>,
+    pub(crate) tensor_type: Py<PyAny>,
     /// The stored dtype string.
     pub(crate) dtype: Py<PyString>,
     /// The shape (a tuple of ints; empty for a scalar).

@@ -16,6 +16,7 @@ mod dtypes;
 mod entry;
 mod errors;
 mod fingerprint;
+mod gc_pause;
 mod host_memory;
 mod load_options;
 mod loader;
@@ -52,6 +53,8 @@ mod _native {
     };
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
+    #[pymodule_export]
+    use crate::gc_pause::GcPaused;
     #[pymodule_export]
     use crate::host_memory::HostMemory;
     #[pymodule_export]

@@ -22,7 +22,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use pyo3::exceptions::{PyRuntimeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyString};
 use tensorizer_native::read::plan::{Destination, LoadPlan};
 
 use self::book::Book;
@@ -88,7 +88,50 @@ fn overflow() -> PyErr {
     PyValueError::new_err("the tensors' total size overflows")
 }
 
+/// The tensor of a module's `tensors` that entry `e` names (its path
+/// joined with dots; a leading dot dropped when only that matches).
+fn module_tensor<'py>(
+    tensors: &Bound<'py, PyDict>,
+    e: &PyEntry,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = tensors.py();
+    let name = e.name.bind(py);
+    let name: String = if name.is_instance_of::<PyString>() {
+        name.extract()?
+    } else {
+        let parts: Vec<String> =
+            name.try_iter()?.map(|p| p?.str().map(|s| s.to_string())).collect::<PyResult<_>>()?;
+        parts.join(".")
+    };
+    match tensors.get_item(&name)? {
+        Some(t) => Ok(Some(t)),
+        None => tensors.get_item(name.trim_start_matches('.')),
+    }
+}
+
 impl Loader {
+    /// Whether tensor `t` has `e`'s dtype and shape and bytes that match
+    /// its stored hashes.
+    fn matches(&self, reader: &NativeReader, e: &PyEntry, t: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = t.py();
+        let alloc = self.alloc.bind(py);
+        let (dtype, shape): (String, Bound<'_, PyAny>) =
+            alloc.call_method1("describe", (t,))?.extract()?;
+        if dtype != e.dtype.bind(py).to_str()? || !shape.eq(e.shape.bind(py))? {
+            return Ok(false);
+        }
+        let data = if e.is_meta {
+            pyo3::types::PyBytes::new(py, b"").into_any()
+        } else {
+            alloc.call_method1("host_bytes", (t,))?
+        };
+        match reader.verify_bytes(py, e.index, data) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_instance_of::<crate::errors::HashMismatchError>(py) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -424,7 +467,7 @@ impl Loader {
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let _paused = meta::GcPause::new(py)?;
+        let _paused = crate::gc_pause::GcPause::new(py)?;
         if verify {
             this.verify_loaded(py, &entries)?;
         }
@@ -555,6 +598,27 @@ impl Loader {
         let reader = reader.as_ref().map(|r| r.get());
         let counts = self.state().book.counts(reader).map_err(to_py)?;
         LoadReceipt::new(py, counts, &all, &selected)
+    }
+
+    /// `(name, ok)` for each of `selected`: whether `tensors` (by dotted
+    /// name) holds a tensor of its dtype and shape whose bytes match the
+    /// stored hashes (`verify_module`: nothing is read from the file).
+    fn verify_module(
+        &self,
+        py: Python<'_>,
+        selected: Entries<'_>,
+        tensors: &Bound<'_, PyDict>,
+    ) -> PyResult<Vec<(Py<PyAny>, bool)>> {
+        let reader = self.open_reader(py)?;
+        let mut out = Vec::with_capacity(selected.len());
+        for e in &selected {
+            let ok = match module_tensor(tensors, e.get())? {
+                Some(t) => self.matches(reader.get(), e.get(), &t)?,
+                None => false,
+            };
+            out.push((e.get().name.clone_ref(py), ok));
+        }
+        Ok(out)
     }
 
     /// A failed batch is retried one tensor at a time: only those that fail

@@ -6,15 +6,16 @@
 //! wants (a lazy read's window, the tensors `read_tensors` has not handed
 //! out yet). Python builds no index of its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use pyo3::exceptions::{PyOverflowError, PyValueError};
+use pyo3::exceptions::{PyNotImplementedError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::dict::BoundDictIterator;
-use pyo3::types::{PyDict, PyInt, PyList, PyMappingProxy, PyString};
+use pyo3::types::{PyDict, PyInt, PyList, PyMappingProxy, PyString, PyTuple};
 
 use crate::entry::PyEntry;
+use crate::gc_pause::GcPause;
 
 /// A lazy deserializer read in file order loads ahead in windows of at
 /// most this many bytes (one native call each, not one per tensor).
@@ -255,6 +256,7 @@ impl Names {
         entries: Entries<'_>,
         filter_func: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let _paused = GcPause::new(py)?;
         let mut selected = Vec::with_capacity(entries.len());
         for e in entries {
             if keeps(filter_func.as_ref(), &e)? {
@@ -416,6 +418,73 @@ impl Names {
             }
         }
         Ok((positions, out))
+    }
+
+    /// The selected entries `filter_func` keeps, to load into a module:
+    /// `NotImplementedError` for a state-dict entry or a structured name.
+    #[pyo3(signature = (filter_func=None))]
+    fn module_entries<'py>(
+        &self,
+        py: Python<'py>,
+        filter_func: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Entries<'py>> {
+        let types = py.import(pyo3::intern!(py, "tensorizer_rs._types"))?;
+        let state_dict = types.getattr("TensorType")?.getattr("STATE_DICT")?;
+        let mut out = Vec::new();
+        for e in &self.entries {
+            let e = e.bind(py);
+            if !keeps(filter_func.as_ref(), e)? {
+                continue;
+            }
+            if e.get().tensor_type.bind(py).eq(&state_dict)? {
+                return Err(PyNotImplementedError::new_err(
+                    "This was serialized with write_state_dict(); use the TensorDeserializer \
+                     directly as a state_dict mapping instead.",
+                ));
+            }
+            if !e.get().name.bind(py).is_instance_of::<PyString>() {
+                return Err(PyNotImplementedError::new_err(
+                    "Cannot load structured tensor paths into a module",
+                ));
+            }
+            out.push(e.clone());
+        }
+        Ok(out)
+    }
+
+    /// What keeps `entries` (plain names) from setting exactly a module's
+    /// state, as `load_state_dict(strict=True)` sees it: the `required`
+    /// names (its state-dict keys) no entry sets, the entries naming none
+    /// of the `known` tensors (every parameter and buffer, by name), and
+    /// `(name, stored shape, module shape)` where shapes differ.
+    #[staticmethod]
+    #[allow(clippy::type_complexity)] // the three lists StrictLoadError takes
+    fn strict_mismatches<'py>(
+        entries: Entries<'py>,
+        known: &Bound<'py, PyDict>,
+        required: Vec<String>,
+    ) -> PyResult<(Vec<String>, Vec<String>, Vec<(String, Bound<'py, PyTuple>, Bound<'py, PyTuple>)>)>
+    {
+        let py = known.py();
+        let mut stored = Vec::with_capacity(entries.len());
+        for e in &entries {
+            stored.push((e.get().name.bind(py).str()?.to_string(), e.get().shape.bind(py)));
+        }
+        let names: HashSet<&str> = stored.iter().map(|(n, _)| n.as_str()).collect();
+        let missing = required.into_iter().filter(|k| !names.contains(k.as_str())).collect();
+        let (mut unexpected, mut mismatched) = (Vec::new(), Vec::new());
+        for (name, shape) in stored {
+            let Some(t) = known.get_item(&name)? else {
+                unexpected.push(name);
+                continue;
+            };
+            let expected =
+                PyTuple::new(py, t.getattr("shape")?.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+            if !shape.eq(&expected)? {
+                mismatched.push((name, shape.clone(), expected));
+            }
+        }
+        Ok((missing, unexpected, mismatched))
     }
 
     /// Bytes stored of the selected entries, of those in `cache` only when

@@ -10,10 +10,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _distributed, _dtypes, _modules, _native, _redis_export
+from . import _args, _distributed, _dtypes, _modules, _native
 from ._crypt import CryptographyError, DecryptionParams
 from ._loader import MmapFallbackWarning, open_loader
-from ._modules import gc_paused
 from ._receipt import LoadReceipt
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
@@ -170,8 +169,7 @@ class TensorDeserializer(
                 raise CryptographyError("Tensor is encrypted, but decryption was not requested")
             self._version = version
             self.total_file_bytes = tensor_size
-            with gc_paused():
-                entries = self._index()
+            entries = self._index()
             self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
             self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
             self.read_bytes = 0
@@ -396,14 +394,15 @@ class TensorDeserializer(
         reading a share of the bytes (spec §24); a collective call, which
         every rank of the group makes with the same arguments."""
         verify = self._options.verify(verify_hash)
-        return _modules.load_into_module(
-            self._loader, self._selected, m, filter_func, verify, strict, process_group
-        )
+        return _modules.load_into_module(self._loader, self._names, m, filter_func, verify, strict, process_group)
 
     def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
         """Checks a module's tensors against the stored hashes, without
         reading tensor data from the file."""
-        return _modules.verify_module(self._loader, self._selected, m)
+        tensors = dict(m.state_dict())
+        tensors.update(dict(m.named_buffers()))
+        results = self._loader.verify_module(self._selected, tensors)
+        return all(ok for _, ok in results), results
 
     def to_redis(self, redis_client: Any, key_prefix: str, force: bool = False) -> None:
         """Stores the file under ``key_prefix`` in tensorizer's Redis layout,
@@ -416,8 +415,7 @@ class TensorDeserializer(
         stored, whatever ``filter_func`` selected. ``redis_client`` is a
         ``redis.Redis`` (anything with ``set`` and ``exists``).
         """
-        self._loader.check_open()
-        _redis_export.to_redis(self._loader.reader, redis_client, key_prefix, force)
+        self._loader.check_open().to_redis(redis_client, key_prefix, force)
 
     @property
     def receipt(self) -> LoadReceipt:

@@ -123,6 +123,16 @@ class TorchAllocator:
 
         return t.reshape(-1).view(torch.uint8).numpy()
 
+    def describe(self, t: Any) -> tuple[str, tuple[int, ...]]:
+        """A module tensor's stored dtype string and shape."""
+        return _dtypes.dtype_string(t.dtype), tuple(t.shape)
+
+    def host_bytes(self, t: Any) -> Any:
+        """A tensor's bytes in host memory (a uint8 numpy array)."""
+        import torch
+
+        return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+
     def cuda(self, reader: Any, entries: list[Any], device: Any, verify: bool) -> list[Any]:
         return _cuda.load(reader, entries, device, verify)
 
