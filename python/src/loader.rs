@@ -541,25 +541,33 @@ impl Loader {
         self.alloc.bind(py).call_method1("cast_target", (stored,))
     }
 
-    /// `entries` as new numpy arrays of `dtypes` (no torch): meta ones as
-    /// `meta_tensors` asks, the rest read in one native call. Not cached:
-    /// each call reads again.
+    /// `entries` as new numpy arrays (no torch; `read_numpy_arrays`): meta
+    /// ones as `meta_tensors` asks, the rest read in one native call, not
+    /// cached. As tensorizer, unless `allow_raw`, only those before the
+    /// first opaque dtype load, and the `ValueError` refusing it comes
+    /// back to be raised after them. Also each array's torch dtype name
+    /// when its dtype is opaque (viewed as a same-sized int).
+    #[allow(clippy::type_complexity)] // the three things read_numpy_arrays yields from
     fn load_arrays<'py>(
         &self,
         py: Python<'py>,
         entries: Entries<'py>,
-        dtypes: Vec<Bound<'py, PyAny>>,
+        allow_raw: &Bound<'py, PyAny>,
         verify: bool,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    ) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Option<String>>, Option<Py<PyAny>>)> {
         let reader = self.open_reader(py)?;
-        let reader = reader.get();
-        let all = indices(&entries);
-        let outcome = self.read_arrays(py, reader, &entries, &dtypes, verify);
+        let (dtypes, opaque, refusal) = self.array_kinds(py, &entries, allow_raw)?;
+        let entries = entries.get(..dtypes.len()).unwrap_or_default();
+        if let (true, Some(refusal)) = (entries.is_empty(), &refusal) {
+            return Err(PyErr::from_value(refusal.bind(py).clone()));
+        }
+        let all = indices(entries);
+        let outcome = self.read_arrays(py, reader.get(), entries, &dtypes, verify);
         let mut state = self.state();
         match outcome {
             Ok(arrays) => {
                 state.book.loaded(&all, verify);
-                Ok(arrays)
+                Ok((arrays, opaque, refusal))
             }
             Err(e) => {
                 state.book.failed(&all);

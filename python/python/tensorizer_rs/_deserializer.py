@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _distributed, _dtypes, _modules, _native
+from . import _args, _distributed, _modules, _native
 from ._crypt import CryptographyError, DecryptionParams
 from ._loader import MmapFallbackWarning, open_loader
 from ._receipt import LoadReceipt
@@ -339,28 +339,12 @@ class TensorDeserializer(
         positions, entries = self._names.pending(filter_func, num_tensors)
         if not entries:
             return
-        self._loader.check_open()
         # As tensorizer: the arrays before the first opaque tensor are
         # yielded, then the opaque one raises (unless allow_raw_data).
-        kinds = []
-        refusal: ValueError | None = None
-        for e in entries:
-            np_dtype, torch_name = _dtypes.numpy_dtype(e.dtype)
-            if torch_name is not None and not allow_raw_data:
-                refusal = ValueError(
-                    f"{e.name} has an opaque datatype: (Torch: {torch_name}, Numpy: {np_dtype.str}). "
-                    f"Set `allow_raw_data=True` to return as a numpy array with a datatype of {np_dtype.str}"
-                )
-                break
-            kinds.append((np_dtype, torch_name))
-        entries = entries[: len(kinds)]
-        if not entries:
-            assert refusal is not None
-            raise refusal
         verify = self._options.verify(verify_hash)
-        arrays = self._loader.load_arrays(entries, [k for k, _ in kinds], verify)
-        indices = self._reader.module_indices([e.index for e in entries])
-        for pos, e, idx, arr, (_, torch_name) in zip(positions, entries, indices, arrays, kinds):
+        arrays, opaque, refusal = self._loader.load_arrays(entries, allow_raw_data, verify)
+        indices = self._reader.module_indices([e.index for e in entries[: len(arrays)]])
+        for pos, e, idx, arr, torch_name in zip(positions, entries, indices, arrays, opaque):
             self._names.yielded(pos)
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
         if refusal is not None:
