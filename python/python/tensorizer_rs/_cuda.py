@@ -8,21 +8,9 @@ and copies it with ``cuMemcpyHtoDAsync`` into memory torch allocated on
 the device, on torch's current stream. Host memory stays at the ring's
 size whatever the model size.
 
-Environment variables (read at every load):
-
-* ``TENSORIZER_RS_NATIVE_CUDA=0`` turns the native path off: tensors are
-  then read into pinned host memory and moved with ``Tensor.to`` (torch's
-  path, as without a driver).
-* ``TENSORIZER_RS_CUDA_ALLOC`` chooses where the tensors of one load live:
-  ``per_tensor`` (default) gives every tensor an allocation of its own;
-  ``carved`` makes one ``uint8`` allocation for the whole load and carves
-  it into views, each starting ``VIEW_ALIGN``-aligned. Carved loads make
-  one allocator call instead of one per tensor, but a surviving tensor
-  keeps the whole allocation alive. ``torch_compat`` always loads per
-  tensor (its storages must be the tensors' own).
-* ``TENSORIZER_RS_CUDA_STREAMS=N`` (default 0) copies on ``N`` streams of
-  our own, ordered after the work queued on torch's current stream, instead
-  of on that stream.
+The environment variables ``ENV_NATIVE``, ``ENV_ALLOC`` and ``ENV_STREAMS``
+name are read natively at every load (python/src/cuda_env.rs); spec §19
+says what each does.
 """
 
 from __future__ import annotations
