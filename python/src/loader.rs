@@ -32,6 +32,7 @@ use self::target::Target;
 use crate::entry::PyEntry;
 use crate::errors::to_py;
 use crate::load_options::Mmap;
+use crate::names::Names;
 use crate::options::DeserializerOptions;
 use crate::reader::NativeReader;
 
@@ -494,6 +495,36 @@ impl Loader {
             state.unverified.extend(done);
         }
         Ok(())
+    }
+
+    /// Loads entry `e` for a read of it: with the `names` of a lazy
+    /// deserializer, with the window they choose (`Names.read_ahead`, at
+    /// most `max_bytes`). A window that fails is forgotten and `e` loaded
+    /// alone: a bad tensor further on fails only when it is itself asked
+    /// for.
+    fn load_read(
+        slf: &Bound<'_, Self>,
+        e: Bound<'_, PyEntry>,
+        names: Option<Bound<'_, Names>>,
+        max_bytes: u64,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let verify = this.options.get().load.verify(None);
+        let batch = match &names {
+            Some(names) => {
+                names.get().read_ahead(e.clone(), this.cache.bind(slf.py()), max_bytes)?
+            }
+            None => vec![e.clone()],
+        };
+        let alone = batch.len() == 1;
+        match Self::load(slf, batch.clone(), verify, None) {
+            Err(err) if alone => Err(err),
+            Err(_) => {
+                this.forget_failed(batch);
+                Self::load(slf, vec![e], verify, None)
+            }
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Loads `entries` not cached yet, as the load plan says each goes (a

@@ -353,7 +353,7 @@ impl Names {
     /// in file order (`e` follows the last entry handed out), `e` and the
     /// next ones not in `cache`, up to `max_bytes` and
     /// `LAZY_READ_AHEAD_TENSORS` in all.
-    fn read_ahead<'py>(
+    pub(crate) fn read_ahead<'py>(
         &self,
         e: Bound<'py, PyEntry>,
         cache: &Bound<'py, PyDict>,

@@ -434,6 +434,25 @@ def test_names_window_filtered_tree_and_pending(tmp_path):
         assert names.node(("model", "nope")) is None and names.node(("flat", 0)) is None
 
 
+def test_gc_paused_puts_the_collector_back_as_it_was():
+    import gc
+
+    from tensorizer_rs import _modules
+
+    assert gc.isenabled()
+    with pytest.raises(KeyError), _modules.gc_paused():
+        assert not gc.isenabled()
+        raise KeyError("inside")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _modules.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off: left off
+    finally:
+        gc.enable()
+
+
 def test_context_manager_and_double_close(tmp_path):
     p = write_sd(tmp_path / "cm.tensors", simple_sd())
     with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True) as d:

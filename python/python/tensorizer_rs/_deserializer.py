@@ -223,17 +223,8 @@ class TensorDeserializer(
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:
             # Lazy reads in file order load a window ahead (names.rs).
-            lazy = self._options.lazy_load
-            batch = self._names.read_ahead(e, self._cache, LAZY_READ_AHEAD_BYTES) if lazy else [e]
-            try:
-                self._loader.load(batch, self._options.verify(None))
-            except Exception:
-                # A bad tensor further on is not this read's business: it
-                # fails when it is itself asked for.
-                if len(batch) == 1:
-                    raise
-                self._loader.forget_failed(batch)
-                self._loader.load([e], self._options.verify(None))
+            names = self._names if self._options.lazy_load else None
+            self._loader.load_read(e, names, LAZY_READ_AHEAD_BYTES)
         return self._cache[e.index]
 
     # -- Mapping ----------------------------------------------------------------
