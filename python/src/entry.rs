@@ -15,13 +15,13 @@ pub struct PyEntry {
     /// Position in the file's index.
     pub(crate) index: usize,
     /// Path components (str keys and int indices).
-    path: Py<PyTuple>,
+    pub(crate) path: Py<PyTuple>,
     /// tensorizer's public name: a lone str key as a plain str, else `path`.
     pub(crate) name: Py<PyAny>,
     /// The name exactly as stored.
     name_bytes: Py<PyBytes>,
     /// The `TensorType` member (PARAM, BUFFER or STATE_DICT).
-    tensor_type: Py<PyAny>,
+    pub(crate) tensor_type: Py<PyAny>,
     /// The stored dtype string.
     pub(crate) dtype: Py<PyString>,
     /// The shape (a tuple of ints; empty for a scalar).

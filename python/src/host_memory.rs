@@ -48,7 +48,7 @@ impl HostMemory {
     /// bytes up, advised for huge pages when `huge`).
     #[new]
     #[pyo3(signature = (size, huge=true, lead=0))]
-    fn new(size: usize, huge: bool, lead: usize) -> PyResult<Self> {
+    pub(crate) fn new(size: usize, huge: bool, lead: usize) -> PyResult<Self> {
         let too_large = || PyValueError::new_err(format!("{size} bytes after {lead} do not fit"));
         let total = lead.checked_add(size).ok_or_else(too_large)?;
         let align = usize::try_from(ALLOCATION_ALIGN).map_err(|_| too_large())?;

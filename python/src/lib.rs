@@ -16,9 +16,11 @@ mod dtypes;
 mod entry;
 mod errors;
 mod fingerprint;
+mod gc_pause;
 mod host_memory;
 mod load_options;
 mod loader;
+mod names;
 mod options;
 mod reader;
 mod remote;
@@ -52,9 +54,13 @@ mod _native {
     #[pymodule_export]
     use crate::fingerprint::FingerprintReport;
     #[pymodule_export]
+    use crate::gc_pause::GcPaused;
+    #[pymodule_export]
     use crate::host_memory::HostMemory;
     #[pymodule_export]
-    use crate::loader::{Copies, Loader, MmapFallbackWarning};
+    use crate::loader::{Copies, LoadReceipt, Loader, MmapFallbackWarning};
+    #[pymodule_export]
+    use crate::names::Names;
     #[pymodule_export]
     use crate::options::DeserializerOptions;
     #[pymodule_export]
@@ -97,6 +103,8 @@ mod _native {
         crate::cuda::register(m)?;
         crate::cuda_env::register(m)?;
         crate::dtypes::register(m)?;
+        m.add("LAZY_READ_AHEAD_BYTES", crate::names::READ_AHEAD_BYTES)?;
+        m.add("LAZY_READ_AHEAD_TENSORS", crate::names::READ_AHEAD_TENSORS)?;
         Ok(())
     }
 

@@ -13,6 +13,7 @@ mod arrays;
 mod book;
 mod copies;
 mod meta;
+mod receipt;
 mod target;
 
 use std::collections::{HashMap, HashSet};
@@ -21,15 +22,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use pyo3::exceptions::{PyRuntimeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyString};
 use tensorizer_native::read::plan::{Destination, LoadPlan};
 
-use self::book::{Book, Counts};
+use self::book::Book;
 pub(crate) use self::copies::{Copies, load_into};
+pub(crate) use self::receipt::LoadReceipt;
 use self::target::Target;
 use crate::entry::PyEntry;
 use crate::errors::to_py;
 use crate::load_options::Mmap;
+use crate::names::Names;
 use crate::options::DeserializerOptions;
 use crate::reader::NativeReader;
 
@@ -86,7 +89,50 @@ fn overflow() -> PyErr {
     PyValueError::new_err("the tensors' total size overflows")
 }
 
+/// The tensor of a module's `tensors` that entry `e` names (its path
+/// joined with dots; a leading dot dropped when only that matches).
+fn module_tensor<'py>(
+    tensors: &Bound<'py, PyDict>,
+    e: &PyEntry,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = tensors.py();
+    let name = e.name.bind(py);
+    let name: String = if name.is_instance_of::<PyString>() {
+        name.extract()?
+    } else {
+        let parts: Vec<String> =
+            name.try_iter()?.map(|p| p?.str().map(|s| s.to_string())).collect::<PyResult<_>>()?;
+        parts.join(".")
+    };
+    match tensors.get_item(&name)? {
+        Some(t) => Ok(Some(t)),
+        None => tensors.get_item(name.trim_start_matches('.')),
+    }
+}
+
 impl Loader {
+    /// Whether tensor `t` has `e`'s dtype and shape and bytes that match
+    /// its stored hashes.
+    fn matches(&self, reader: &NativeReader, e: &PyEntry, t: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = t.py();
+        let alloc = self.alloc.bind(py);
+        let (dtype, shape): (String, Bound<'_, PyAny>) =
+            alloc.call_method1("describe", (t,))?.extract()?;
+        if dtype != e.dtype.bind(py).to_str()? || !shape.eq(e.shape.bind(py))? {
+            return Ok(false);
+        }
+        let data = if e.is_meta {
+            pyo3::types::PyBytes::new(py, b"").into_any()
+        } else {
+            alloc.call_method1("host_bytes", (t,))?
+        };
+        match reader.verify_bytes(py, e.index, data) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_instance_of::<crate::errors::HashMismatchError>(py) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -422,7 +468,7 @@ impl Loader {
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let _paused = meta::GcPause::new(py)?;
+        let _paused = crate::gc_pause::GcPause::new(py)?;
         if verify {
             this.verify_loaded(py, &entries)?;
         }
@@ -449,6 +495,36 @@ impl Loader {
             state.unverified.extend(done);
         }
         Ok(())
+    }
+
+    /// Loads entry `e` for a read of it: with the `names` of a lazy
+    /// deserializer, with the window they choose (`Names.read_ahead`, at
+    /// most `max_bytes`). A window that fails is forgotten and `e` loaded
+    /// alone: a bad tensor further on fails only when it is itself asked
+    /// for.
+    fn load_read(
+        slf: &Bound<'_, Self>,
+        e: Bound<'_, PyEntry>,
+        names: Option<Bound<'_, Names>>,
+        max_bytes: u64,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let verify = this.options.get().load.verify(None);
+        let batch = match &names {
+            Some(names) => {
+                names.get().read_ahead(e.clone(), this.cache.bind(slf.py()), max_bytes)?
+            }
+            None => vec![e.clone()],
+        };
+        let alone = batch.len() == 1;
+        match Self::load(slf, batch.clone(), verify, None) {
+            Err(err) if alone => Err(err),
+            Err(_) => {
+                this.forget_failed(batch);
+                Self::load(slf, vec![e], verify, None)
+            }
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Loads `entries` not cached yet, as the load plan says each goes (a
@@ -496,25 +572,33 @@ impl Loader {
         self.alloc.bind(py).call_method1("cast_target", (stored,))
     }
 
-    /// `entries` as new numpy arrays of `dtypes` (no torch): meta ones as
-    /// `meta_tensors` asks, the rest read in one native call. Not cached:
-    /// each call reads again.
+    /// `entries` as new numpy arrays (no torch; `read_numpy_arrays`): meta
+    /// ones as `meta_tensors` asks, the rest read in one native call, not
+    /// cached. As tensorizer, unless `allow_raw`, only those before the
+    /// first opaque dtype load, and the `ValueError` refusing it comes
+    /// back to be raised after them. Also each array's torch dtype name
+    /// when its dtype is opaque (viewed as a same-sized int).
+    #[allow(clippy::type_complexity)] // the three things read_numpy_arrays yields from
     fn load_arrays<'py>(
         &self,
         py: Python<'py>,
         entries: Entries<'py>,
-        dtypes: Vec<Bound<'py, PyAny>>,
+        allow_raw: &Bound<'py, PyAny>,
         verify: bool,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    ) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Option<String>>, Option<Py<PyAny>>)> {
         let reader = self.open_reader(py)?;
-        let reader = reader.get();
-        let all = indices(&entries);
-        let outcome = self.read_arrays(py, reader, &entries, &dtypes, verify);
+        let (dtypes, opaque, refusal) = self.array_kinds(py, &entries, allow_raw)?;
+        let entries = entries.get(..dtypes.len()).unwrap_or_default();
+        if let (true, Some(refusal)) = (entries.is_empty(), &refusal) {
+            return Err(PyErr::from_value(refusal.bind(py).clone()));
+        }
+        let all = indices(entries);
+        let outcome = self.read_arrays(py, reader.get(), entries, &dtypes, verify);
         let mut state = self.state();
         match outcome {
             Ok(arrays) => {
                 state.book.loaded(&all, verify);
-                Ok(arrays)
+                Ok((arrays, opaque, refusal))
             }
             Err(e) => {
                 state.book.failed(&all);
@@ -541,12 +625,39 @@ impl Loader {
         alloc.call_method1("meta_zeros", (&e, shape, self.resolved(py)?.device.bind(py)))
     }
 
-    /// What a receipt lists, by file index: loaded, verified, failed, and
-    /// bytes read by source (`_receipt.make`).
-    fn counts(&self, py: Python<'_>) -> PyResult<Counts> {
+    /// The receipt of the loads so far: `all` every entry of the file,
+    /// `selected` those the filter kept.
+    fn receipt(
+        &self,
+        py: Python<'_>,
+        all: Entries<'_>,
+        selected: Entries<'_>,
+    ) -> PyResult<LoadReceipt> {
         let reader = self.reader(py);
         let reader = reader.as_ref().map(|r| r.get());
-        self.state().book.counts(reader).map_err(to_py)
+        let counts = self.state().book.counts(reader).map_err(to_py)?;
+        LoadReceipt::new(py, counts, &all, &selected)
+    }
+
+    /// `(name, ok)` for each of `selected`: whether `tensors` (by dotted
+    /// name) holds a tensor of its dtype and shape whose bytes match the
+    /// stored hashes (`verify_module`: nothing is read from the file).
+    fn verify_module(
+        &self,
+        py: Python<'_>,
+        selected: Entries<'_>,
+        tensors: &Bound<'_, PyDict>,
+    ) -> PyResult<Vec<(Py<PyAny>, bool)>> {
+        let reader = self.open_reader(py)?;
+        let mut out = Vec::with_capacity(selected.len());
+        for e in &selected {
+            let ok = match module_tensor(tensors, e.get())? {
+                Some(t) => self.matches(reader.get(), e.get(), &t)?,
+                None => false,
+            };
+            out.push((e.get().name.clone_ref(py), ok));
+        }
+        Ok(out)
     }
 
     /// A failed batch is retried one tensor at a time: only those that fail

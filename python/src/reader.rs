@@ -197,6 +197,48 @@ impl NativeReader {
         Ok((tensorizer_native::store::redis::generation_key(prefix), keys))
     }
 
+    /// Stores the file through `client` (a `redis.Redis`: `set`, `exists`
+    /// and, when it has one, `delete`) in tensorizer's Redis layout under
+    /// `key_prefix` (`TensorDeserializer.to_redis`): the header key, then
+    /// each tensor's header key and data key, a tensor whose header key
+    /// exists skipped unless `force`.
+    fn to_redis(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, PyAny>,
+        key_prefix: &Bound<'_, PyAny>,
+        force: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        // Any key_prefix is formatted into the keys, as tensorizer's f-strings do.
+        let format = py.import(pyo3::intern!(py, "builtins"))?.getattr("format")?;
+        let prefix: String = format.call1((key_prefix, ""))?.extract()?;
+        let (generation, keys) = self.redis_layout(&prefix)?;
+        // Key-by-key writes are not atomic: drop the generation marker of an
+        // atomic write (spec §12.3) first, so that readers of the file being
+        // replaced notice the change instead of mixing tensors.
+        if client.hasattr("delete")? {
+            client.call_method1("delete", (generation,))?;
+        }
+        let set = |(key, at, len): RedisKey| -> PyResult<()> {
+            let n = usize::try_from(len).unwrap_or(usize::MAX);
+            client.call_method1("set", (PyBytes::new(py, &key), self.read_range(py, at, n)?))?;
+            Ok(())
+        };
+        let mut keys = keys.into_iter();
+        if let Some(header) = keys.next() {
+            set(header)?;
+        }
+        while let (Some(head), Some(data)) = (keys.next(), keys.next()) {
+            // As tensorizer: `force` taken for its truth, once per tensor.
+            let exists = || client.call_method1("exists", (PyBytes::new(py, &head.0),));
+            if force.is_truthy()? || !exists()?.is_truthy()? {
+                set(head)?;
+                set(data)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The file's length in bytes.
     fn size(&self) -> u64 {
         self.inner.source().len()
@@ -220,6 +262,7 @@ impl NativeReader {
         py: Python<'py>,
         tensor_types: &Bound<'py, PyTuple>,
     ) -> PyResult<Vec<Bound<'py, crate::entry::PyEntry>>> {
+        let _paused = crate::gc_pause::GcPause::new(py)?;
         crate::entry::build(py, self.inner.entries(), tensor_types)
     }
 
@@ -246,7 +289,12 @@ impl NativeReader {
 
     /// Checks `data` (tensor `i`'s bytes from memory, any buffer) against
     /// the hashes stored for it; raises `HashMismatchError` on a difference.
-    fn verify_bytes(&self, py: Python<'_>, i: usize, data: Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn verify_bytes(
+        &self,
+        py: Python<'_>,
+        i: usize,
+        data: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let held = Held::acquire(&[data], false)?;
         let slices = held.slices();
         let bytes: &[u8] = slices.first().copied().unwrap_or_default();

@@ -412,6 +412,47 @@ def test_tree(tmp_path):
             d.tree("model")
 
 
+def test_names_window_filtered_tree_and_pending(tmp_path):
+    """The native name index (python/src/names.rs): a lazy read's window,
+    a filtered tree leaving out emptied layers, read_tensors' bounds."""
+    p = write_sd(tmp_path / "names.tensors", nested_sd())
+    with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True) as d:
+        names, first = d._names, d._selected[0]
+        assert names.read_ahead(first, {}, 0) == [first]  # no room: alone
+        assert names.read_ahead(first, {}, 1 << 30) == d._selected
+        tree = d.tree(filter_func=lambda n: isinstance(n, tuple) and n[:2] == ("model", "layers"))
+        assert list(tree) == ["model"] and list(tree["model"]) == ["layers"]
+        assert [sorted(layer) for layer in tree["model"]["layers"]] == [["b", "w"], ["b", "w"]]
+        assert d.tree(filter_func=lambda n: False) == {}
+        for bad in (-2, 1.5):
+            with pytest.raises(ValueError, match="num_tensors"):
+                list(d.read_tensors(num_tensors=bad))
+        assert list(d.read_tensors(num_tensors=0)) == []
+        assert [name for _, _, name, _ in d.read_tensors(num_tensors=2)] == [e.name for e in d._selected[:2]]
+        positions, rest = names.pending(None, -1)
+        assert positions[0] == 2 and rest == d._selected[2:]
+        assert names.node(("model", "nope")) is None and names.node(("flat", 0)) is None
+
+
+def test_gc_paused_puts_the_collector_back_as_it_was():
+    import gc
+
+    from tensorizer_rs import _modules
+
+    assert gc.isenabled()
+    with pytest.raises(KeyError), _modules.gc_paused():
+        assert not gc.isenabled()
+        raise KeyError("inside")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _modules.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off: left off
+    finally:
+        gc.enable()
+
+
 def test_context_manager_and_double_close(tmp_path):
     p = write_sd(tmp_path / "cm.tensors", simple_sd())
     with tz.TensorDeserializer(str(p), device="cpu", lazy_load=True) as d:

@@ -70,6 +70,7 @@ def test_lazy_filter_and_unverified(model_file: pathlib.Path) -> None:
     r = d.receipt
     assert "0.weight" in r.loaded and r.unverified == r.loaded and r.verified == ()
     assert r.bytes_by_source["file"] > before.bytes_by_source["file"]
+    assert r != before and before == before and r != object() and hash(r) != hash(before)
     # Checking later moves them to verified.
     m = _model()
     d.load_into_module(m, verify_hash=True)

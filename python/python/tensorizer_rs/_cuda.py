@@ -8,21 +8,9 @@ and copies it with ``cuMemcpyHtoDAsync`` into memory torch allocated on
 the device, on torch's current stream. Host memory stays at the ring's
 size whatever the model size.
 
-Environment variables (read at every load):
-
-* ``TENSORIZER_RS_NATIVE_CUDA=0`` turns the native path off: tensors are
-  then read into pinned host memory and moved with ``Tensor.to`` (torch's
-  path, as without a driver).
-* ``TENSORIZER_RS_CUDA_ALLOC`` chooses where the tensors of one load live:
-  ``per_tensor`` (default) gives every tensor an allocation of its own;
-  ``carved`` makes one ``uint8`` allocation for the whole load and carves
-  it into views, each starting ``VIEW_ALIGN``-aligned. Carved loads make
-  one allocator call instead of one per tensor, but a surviving tensor
-  keeps the whole allocation alive. ``torch_compat`` always loads per
-  tensor (its storages must be the tensors' own).
-* ``TENSORIZER_RS_CUDA_STREAMS=N`` (default 0) copies on ``N`` streams of
-  our own, ordered after the work queued on torch's current stream, instead
-  of on that stream.
+The environment variables ``ENV_NATIVE``, ``ENV_ALLOC`` and ``ENV_STREAMS``
+name are read natively at every load (python/src/cuda_env.rs); spec §19
+says what each does.
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any
 
 from . import _dtypes, _native
 
@@ -48,19 +36,7 @@ VIEW_ALIGN = _native.DEVICE_VIEW_ALIGN
 _per_tensor_only: ContextVar[bool] = ContextVar("tensorizer_rs_cuda_per_tensor", default=False)
 
 
-class Entry(Protocol):
-    """What a load needs of an index entry (``_deserializer._Entry``)."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def nbytes(self) -> int: ...
-
-
+Entry = _native.Entry
 #: ``_native.reader_load_cuda``'s signature; tests put a host stand-in here.
 Loader = Callable[..., None]
 
@@ -82,10 +58,9 @@ def alloc_mode() -> str:
     return "per_tensor" if _per_tensor_only.get() else _native.cuda_alloc_mode()
 
 
-def copy_streams() -> int:
-    """Copy streams of our own, from ``TENSORIZER_RS_CUDA_STREAMS`` (0:
-    torch's current stream)."""
-    return _native.cuda_copy_streams()
+#: Copy streams of our own, from ``TENSORIZER_RS_CUDA_STREAMS`` (0:
+#: torch's current stream).
+copy_streams = _native.cuda_copy_streams
 
 
 @contextlib.contextmanager
@@ -99,11 +74,10 @@ def per_tensor() -> Iterator[None]:
         _per_tensor_only.reset(token)
 
 
-def carve_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Start of each piece of ``sizes`` bytes in one allocation, each
-    ``VIEW_ALIGN``-aligned, and the allocation's length (laid out natively,
-    as every packed allocation is)."""
-    return _native.carve_offsets(list(sizes))
+#: ``carve_offsets(sizes)``: the start of each piece of ``sizes`` bytes in
+#: one allocation, each ``VIEW_ALIGN``-aligned, and the allocation's length
+#: (laid out natively, as every packed allocation is).
+carve_offsets = _native.carve_offsets
 
 
 def destinations(entries: Sequence[Entry], device: Any, mode: str) -> list[Any]:

@@ -5,17 +5,14 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import types
-import operator
-from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _distributed, _dtypes, _modules, _native, _receipt, _redis_export
+from . import _args, _distributed, _modules, _native
 from ._crypt import CryptographyError, DecryptionParams
 from ._loader import MmapFallbackWarning, open_loader
-from ._modules import gc_paused
 from ._receipt import LoadReceipt
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 from .stream_io import RemoteStream
@@ -24,9 +21,9 @@ __all__ = ["MmapFallbackWarning", "TensorDeserializer"]
 
 
 #: A lazy deserializer read in file order loads ahead in windows of at most
-#: this many bytes and tensors (one native call each, not one per tensor).
-LAZY_READ_AHEAD_BYTES = 16 << 20
-LAZY_READ_AHEAD_TENSORS = 4096
+#: this many bytes and tensors (python/src/names.rs).
+LAZY_READ_AHEAD_BYTES = _native.LAZY_READ_AHEAD_BYTES
+LAZY_READ_AHEAD_TENSORS = _native.LAZY_READ_AHEAD_TENSORS
 
 
 _TENSOR_TYPES = tuple(TensorType)
@@ -172,8 +169,7 @@ class TensorDeserializer(
                 raise CryptographyError("Tensor is encrypted, but decryption was not requested")
             self._version = version
             self.total_file_bytes = tensor_size
-            with gc_paused():
-                entries = self._index()
+            entries = self._index()
             self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
             self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
             self.read_bytes = 0
@@ -183,48 +179,18 @@ class TensorDeserializer(
         self._flat: dict[Any, Any] | None = None
         if not options.lazy_load:
             loader.load(self._selected, options.verify(None), group)
-            self._last_yielded = len(self._selected) - 1
-            if self._plain_names:
-                cache = loader.cache
-                self._flat = dict(zip(self._structure, [cache[e.index] for e in self._selected]))
-            self.total_tensor_bytes = sum(e.data_length for e in self._selected)
+            self._names.yielded()
+            self._flat = self._names.flat(loader.cache)
+            self.total_tensor_bytes = self._names.data_bytes()
 
     def _index(self) -> list[_Entry]:
-        """Reads the index into typed entries, selects those the options'
-        ``filter_func`` keeps and builds the nested structure of their names."""
-        filter_func = self._options.filter_func
-        entries: list[_Entry] = self._loader.check_open().entries(_TENSOR_TYPES)
-        self._all = entries
-        self._selected = entries if filter_func is None else [e for e in entries if filter_func(e.name)]
-        self._structure: dict[Any, Any] = {}
-        names = [e.name for e in self._selected]
-        if all(type(n) is str for n in names):
-            # Plain names are one level deep, and the core's path registry
-            # has already refused duplicates.
-            self._structure = dict(zip(names, self._selected))
-            self._plain_names = True
-            names = []
-        else:
-            self._plain_names = False
-        for e in self._selected if names else ():
-            layer = self._structure
-            path = e.path
-            for part in path[:-1]:
-                layer = layer.setdefault(part, {})
-                if isinstance(layer, _Entry):
-                    raise ValueError(f"Conflicting tensor paths at {e.name!r}")
-            layer[path[-1]] = e
-        self._positions: dict[int, int] | None = None
-        self._last_yielded = -1
+        """Reads the index into typed entries and selects those the
+        options' ``filter_func`` keeps, with the tree of their names."""
+        self._all = entries = self._loader.check_open().entries(_TENSOR_TYPES)
+        self._names = names = _native.Names(entries, self._options.filter_func)
+        self._selected: list[_Entry] = names.selected
+        self._structure: dict[Any, Any] = names.structure
         return entries
-
-    def _position(self, index: int) -> int:
-        """Where the tensor at file index `index` is among the selected ones
-        (the table is built on first use: eager loads of plain names never
-        need it)."""
-        if self._positions is None:
-            self._positions = {e.index: k for k, e in enumerate(self._selected)}
-        return self._positions[index]
 
     # -- the loader ------------------------------------------------------------
 
@@ -256,64 +222,10 @@ class TensorDeserializer(
 
     def _tensor(self, e: _Entry) -> Any:
         if e.index not in self._cache:
-            batch = self._read_ahead(e)
-            try:
-                self._loader.load(batch, self._options.verify(None))
-            except Exception:
-                # A bad tensor further on is not this read's business: it
-                # fails when it is itself asked for.
-                if len(batch) == 1:
-                    raise
-                self._loader.forget_failed(batch)
-                self._loader.load([e], self._options.verify(None))
+            # Lazy reads in file order load a window ahead (names.rs).
+            names = self._names if self._options.lazy_load else None
+            self._loader.load_read(e, names, LAZY_READ_AHEAD_BYTES)
         return self._cache[e.index]
-
-    def _read_ahead(self, e: _Entry) -> list[_Entry]:
-        """What to load for a lazy read of `e`: `e` alone, or, when reads
-        go in file order (the tensor after the last one handed out), `e` and
-        the next ones up to ``LAZY_READ_AHEAD_BYTES`` and
-        ``LAZY_READ_AHEAD_TENSORS``, in one native call. Iterating a lazy
-        deserializer costs about what an eager load does, while it still
-        holds at most a window of tensors nobody asked for."""
-        if not self._options.lazy_load:
-            return [e]
-        pos = self._position(e.index)
-        if pos != self._last_yielded + 1:
-            return [e]
-        cache = self._cache
-        out = [e]
-        size = e.nbytes
-        for nxt in self._selected[pos + 1 : pos + LAZY_READ_AHEAD_TENSORS]:
-            size += nxt.nbytes
-            if size > LAZY_READ_AHEAD_BYTES:
-                break
-            if nxt.index not in cache:
-                out.append(nxt)
-        return out
-
-    @staticmethod
-    def _leaves(node: Any) -> Iterator[_Entry]:
-        """The entries under ``node`` in insertion order (explicit stack:
-        paths may be up to 1024 components deep)."""
-        if isinstance(node, _Entry):
-            yield node
-            return
-        stack = [iter(node.values())]
-        while stack:
-            for child in stack[-1]:
-                if isinstance(child, _Entry):
-                    yield child
-                else:
-                    stack.append(iter(child.values()))
-                    break
-            else:
-                stack.pop()
-
-    def _view(self, node: Any) -> Any:
-        if isinstance(node, _Entry):
-            return self._tensor(node)
-        self._loader.load(list(self._leaves(node)), self._options.verify(None))
-        return _fold(node, lambda e: self._cache[e.index], types.MappingProxyType)
 
     # -- Mapping ----------------------------------------------------------------
 
@@ -327,10 +239,12 @@ class TensorDeserializer(
         if key not in self._structure:
             raise KeyError(f"Tensor {key} not found")
         node = self._structure[key]
-        value = self._view(node)
         if isinstance(node, _Entry):
-            self._last_yielded = max(self._last_yielded, self._position(node.index))
-        return value
+            value = self._tensor(node)
+            self._names.handed_out(node)
+            return value
+        self._loader.load(self._names.leaves(node), self._options.verify(None))
+        return self._names.view(node, self._cache)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._structure)
@@ -369,65 +283,19 @@ class TensorDeserializer(
     ) -> Any:
         """The subtree at ``prefix`` as real dicts and lists (int-keyed
         layers become lists), or the leaf tensor, or ``default``."""
-        if prefix is None:
-            prefix = ()
         if isinstance(prefix, (str, int)):
             raise TypeError("prefix must be a sequence of keys, e.g. ('model',)")
-        node: Any = self._structure
-        for part in prefix:
-            if isinstance(node, _Entry) or part not in node:
-                return default
-            node = node[part]
+        node = self._names.node(() if prefix is None else prefix)
+        if node is None:
+            return default
         if isinstance(node, _Entry):
             return self._tensor(node)
-
-        def leaf(e: _Entry) -> Any:
-            return self._cache[e.index] if filter_func is None or filter_func(e.name) else _SKIP
-
-        def branch(out: dict[Any, Any]) -> Any:
-            if not out and filter_func is not None:
-                return _SKIP
-            if out and all(isinstance(k, int) for k in out):
-                return [out[k] for k in sorted(out)]
-            return out
-
-        wanted = [e for e in self._leaves(node) if filter_func is None or filter_func(e.name)]
+        wanted = self._names.leaves(node, filter_func)
         self._loader.load(wanted, self._options.verify(None))
-        result = _fold(node, leaf, branch)
-        if result is _SKIP:
-            result = {}
+        result = self._names.tree(node, self._cache, filter_func)
         return result if (result or not wanted) else default
 
     # -- bulk reads -----------------------------------------------------------
-
-    def _pending(self, filter_func: FilterFuncType | None, num_tensors: int) -> tuple[list[int], list[_Entry]]:
-        """The entries not yet handed out that `filter_func` keeps (at most
-        `num_tensors` of them unless -1), with their positions."""
-        if num_tensors < -1:
-            raise ValueError("num_tensors must be -1 (all) or non-negative")
-        if num_tensors == 0:
-            return [], []
-        if num_tensors != -1:
-            # As tensorizer's itertools.islice takes it: an int (or None).
-            try:
-                num_tensors = operator.index(num_tensors)
-            except TypeError:
-                raise ValueError("num_tensors must be -1 (all) or a non-negative int") from None
-        start = self._last_yielded + 1
-        rest = self._selected[start:]
-        if filter_func is None:
-            if num_tensors != -1:
-                rest = rest[:num_tensors]
-            return list(range(start, start + len(rest))), rest
-        positions: list[int] = []
-        out: list[_Entry] = []
-        for k, e in enumerate(rest, start):
-            if num_tensors != -1 and len(out) >= num_tensors:
-                break
-            if filter_func(e.name):
-                positions.append(k)
-                out.append(e)
-        return positions, out
 
     def read_tensors(
         self,
@@ -437,14 +305,14 @@ class TensorDeserializer(
     ) -> Iterator[tuple[int, TensorType, Any, Any]]:
         """Yields ``(module_index, tensor_type, name, tensor)`` in file order,
         continuing after the last tensor already handed out."""
-        positions, entries = self._pending(filter_func, num_tensors)
+        positions, entries = self._names.pending(filter_func, num_tensors)
         if not entries:
             return
         self._loader.load(entries, self._options.verify(verify_hash))
         indices = self._reader.module_indices([e.index for e in entries]) if self._reader else [0] * len(entries)
         cache = self._cache
         for pos, e, idx in zip(positions, entries, indices):
-            self._last_yielded = pos
+            self._names.yielded(pos)
             yield idx, e.tensor_type, e.name, cache[e.index]
 
     def read_numpy_arrays(
@@ -459,32 +327,16 @@ class TensorDeserializer(
         integers only with ``allow_raw_data=True``. Needs no torch."""
         if self._options.device is not None and str(self._options.device) != "cpu":
             raise RuntimeError("read_numpy_arrays requires device='cpu'")
-        positions, entries = self._pending(filter_func, num_tensors)
+        positions, entries = self._names.pending(filter_func, num_tensors)
         if not entries:
             return
-        self._loader.check_open()
         # As tensorizer: the arrays before the first opaque tensor are
         # yielded, then the opaque one raises (unless allow_raw_data).
-        kinds = []
-        refusal: ValueError | None = None
-        for e in entries:
-            np_dtype, torch_name = _dtypes.numpy_dtype(e.dtype)
-            if torch_name is not None and not allow_raw_data:
-                refusal = ValueError(
-                    f"{e.name} has an opaque datatype: (Torch: {torch_name}, Numpy: {np_dtype.str}). "
-                    f"Set `allow_raw_data=True` to return as a numpy array with a datatype of {np_dtype.str}"
-                )
-                break
-            kinds.append((np_dtype, torch_name))
-        entries = entries[: len(kinds)]
-        if not entries:
-            assert refusal is not None
-            raise refusal
         verify = self._options.verify(verify_hash)
-        arrays = self._loader.load_arrays(entries, [k for k, _ in kinds], verify)
-        indices = self._reader.module_indices([e.index for e in entries])
-        for pos, e, idx, arr, (_, torch_name) in zip(positions, entries, indices, arrays, kinds):
-            self._last_yielded = pos
+        arrays, opaque, refusal = self._loader.load_arrays(entries, allow_raw_data, verify)
+        indices = self._reader.module_indices([e.index for e in entries[: len(arrays)]])
+        for pos, e, idx, arr, torch_name in zip(positions, entries, indices, arrays, opaque):
+            self._names.yielded(pos)
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
         if refusal is not None:
             raise refusal
@@ -517,14 +369,15 @@ class TensorDeserializer(
         reading a share of the bytes (spec §24); a collective call, which
         every rank of the group makes with the same arguments."""
         verify = self._options.verify(verify_hash)
-        return _modules.load_into_module(
-            self._loader, self._selected, m, filter_func, verify, strict, process_group
-        )
+        return _modules.load_into_module(self._loader, self._names, m, filter_func, verify, strict, process_group)
 
     def verify_module(self, m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
         """Checks a module's tensors against the stored hashes, without
         reading tensor data from the file."""
-        return _modules.verify_module(self._loader, self._selected, m)
+        tensors = dict(m.state_dict())
+        tensors.update(dict(m.named_buffers()))
+        results = self._loader.verify_module(self._selected, tensors)
+        return all(ok for _, ok in results), results
 
     def to_redis(self, redis_client: Any, key_prefix: str, force: bool = False) -> None:
         """Stores the file under ``key_prefix`` in tensorizer's Redis layout,
@@ -537,15 +390,14 @@ class TensorDeserializer(
         stored, whatever ``filter_func`` selected. ``redis_client`` is a
         ``redis.Redis`` (anything with ``set`` and ``exists``).
         """
-        self._loader.check_open()
-        _redis_export.to_redis(self._loader.reader, redis_client, key_prefix, force)
+        self._loader.check_open().to_redis(redis_client, key_prefix, force)
 
     @property
     def receipt(self) -> LoadReceipt:
         """What this deserializer has loaded, checked and read so far (a
         snapshot: an eager deserializer's is complete once constructed; a
         lazy one's grows as tensors are read). Ours; tensorizer has none."""
-        return _receipt.make(self._loader.counts(), self._all, self._selected)
+        return self._loader.receipt(self._all, self._selected)
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -561,37 +413,9 @@ class TensorDeserializer(
 
     @property
     def total_bytes_read(self) -> int:
-        return sum(e.data_length for e in self._selected if e.index in self._cache)
+        return self._names.data_bytes(self._cache)
 
     cache_status = None
-
-
-_SKIP = object()
-
-
-def _fold(root: dict[Any, Any], leaf: Callable[[_Entry], Any], branch: Callable[[dict[Any, Any]], Any]) -> Any:
-    """Bottom-up rebuild of a nested layer dict without recursion: each
-    entry becomes ``leaf(entry)``, each layer ``branch({key: child})``;
-    children that come out as ``_SKIP`` are left out."""
-    # Per open layer: (its key in the parent, its items iterator, results so far).
-    stack: list[tuple[Any, Iterator[tuple[Any, Any]], dict[Any, Any]]] = [(None, iter(root.items()), {})]
-    while True:
-        _, items, out = stack[-1]
-        for key, child in items:
-            if isinstance(child, _Entry):
-                value = leaf(child)
-                if value is not _SKIP:
-                    out[key] = value
-            else:
-                stack.append((key, iter(child.items()), {}))
-                break
-        else:
-            key, _, out = stack.pop()
-            value = branch(out)
-            if not stack:
-                return value
-            if value is not _SKIP:
-                stack[-1][2][key] = value
 
 
 def _source_of(file_obj: Any) -> tuple[Any, str | None]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _cuda, _dtypes, _memory, _native
+from . import _cuda, _dtypes, _native
 
 MmapFallbackWarning = _native.MmapFallbackWarning
 
@@ -109,11 +109,21 @@ class TorchAllocator:
             torch.Tensor._make_subclass, torch.nn.Parameter,
         )
 
-    def staging(self, e: Any, pin: bool, lead: int, huge: bool) -> Any:
-        return _memory.staging_tensor(e, pin, lead, huge)
+    def empty(self, e: Any, pin: bool) -> Any:
+        """An uninitialised CPU tensor for `e` (page-locked when `pin`)."""
+        import torch
+
+        return torch.empty(e.shape, dtype=_dtypes.torch_dtype(e.dtype), pin_memory=pin)
 
     def arena(self, size: int, huge: bool) -> Any:
-        return _memory.arena(size, huge)
+        """The memory of one arena of small tensors."""
+        return _native.HostMemory(size, huge)
+
+    def over(self, e: Any, memory: Any) -> Any:
+        """A tensor for `e` over `memory` (a ``_native.HostMemory``)."""
+        import torch
+
+        return torch.frombuffer(memory, dtype=_dtypes.torch_dtype(e.dtype)).view(e.shape)
 
     def byte_view(self, t: Any) -> Any:
         """The bytes of a tensor or array, as a flat uint8 numpy array."""
@@ -123,6 +133,16 @@ class TorchAllocator:
 
         return t.reshape(-1).view(torch.uint8).numpy()
 
+    def describe(self, t: Any) -> tuple[str, tuple[int, ...]]:
+        """A module tensor's stored dtype string and shape."""
+        return _dtypes.dtype_string(t.dtype), tuple(t.shape)
+
+    def host_bytes(self, t: Any) -> Any:
+        """A tensor's bytes in host memory (a uint8 numpy array)."""
+        import torch
+
+        return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+
     def cuda(self, reader: Any, entries: list[Any], device: Any, verify: bool) -> list[Any]:
         return _cuda.load(reader, entries, device, verify)
 
@@ -130,6 +150,9 @@ class TorchAllocator:
         import torch
 
         torch.cuda.synchronize(device)
+
+    def numpy_kind(self, stored: str) -> tuple[Any, str | None]:
+        return _dtypes.numpy_dtype(stored)
 
     def array(self, e: Any, dtype: Any) -> Any:
         return np.empty(e.shape, dtype=dtype)

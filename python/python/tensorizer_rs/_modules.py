@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import _distributed, _dtypes, _native
+from . import _distributed, _native
 from ._registrar import _Registrar
 from ._types import FilterFuncType, TensorType
 
@@ -18,20 +15,9 @@ if TYPE_CHECKING:
 _Entry = _native.Entry
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pauses Python's cyclic garbage collector while an index or a load
-    builds tens of thousands of objects at once (each collection it would
-    trigger walks every object the process has, torch's included: about a
-    third of a 20,000-tensor load). Nothing built here forms a cycle."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+#: ``with gc_paused():`` Python's cyclic collector paused while many
+#: objects are made at once (python/src/gc_pause.rs).
+gc_paused = _native.gc_paused
 
 
 class StrictLoadError(RuntimeError):
@@ -65,45 +51,24 @@ class StrictLoadError(RuntimeError):
         super().__init__("Error(s) in loading state_dict for {}:\n\t{}".format(module_name, "\n\t".join(errors)))
 
 
-def _check_strict(m: Any, entries: list[_Entry]) -> None:
-    """Raises StrictLoadError unless `entries` set exactly the module's
-    state-dict keys, with the module's shapes. Every parameter and buffer
-    name counts as known (tied ones under each name, non-persistent
-    buffers too: tensorizer writes them); only those in ``state_dict()``
-    are required."""
-    known = {n: t for n, t in m.named_parameters(remove_duplicate=False)}
-    known.update(m.named_buffers(remove_duplicate=False))
-    stored = {str(e.name): e for e in entries}  # plain names: checked by the caller
-    missing = [k for k in m.state_dict(keep_vars=True) if k not in stored]
-    unexpected = [n for n in stored if n not in known]
-    mismatched = [
-        (n, tuple(e.shape), tuple(known[n].shape))
-        for n, e in stored.items()
-        if n in known and tuple(e.shape) != tuple(known[n].shape)
-    ]
-    if missing or unexpected or mismatched:
-        raise StrictLoadError(type(m).__name__, missing, unexpected, mismatched)
-
-
 def load_into_module(
-    loader: Loader, selected: list[_Entry], m: Any, filter_func: FilterFuncType | None, verify: bool,
+    loader: Loader, names: _native.Names, m: Any, filter_func: FilterFuncType | None, verify: bool,
     strict: bool, process_group: Any,
 ) -> int:
-    """``TensorDeserializer.load_into_module`` over `selected`, the
-    entries its constructor's filter kept."""
+    """``TensorDeserializer.load_into_module`` over the entries its
+    constructor's filter kept (`names`)."""
     group = _distributed.check_group(process_group)
     with _distributed.reported(group):
-        entries = [e for e in selected if filter_func is None or filter_func(e.name)]
-        for e in entries:
-            if e.tensor_type == TensorType.STATE_DICT:
-                raise NotImplementedError(
-                    "This was serialized with write_state_dict(); "
-                    "use the TensorDeserializer directly as a state_dict mapping instead."
-                )
-            if not isinstance(e.name, str):
-                raise NotImplementedError("Cannot load structured tensor paths into a module")
+        entries = names.module_entries(filter_func)
         if strict:
-            _check_strict(m, entries)
+            # Every parameter and buffer name counts as known (tied ones
+            # under each name, non-persistent buffers too: tensorizer writes
+            # them); only those in ``state_dict()`` are required.
+            known = dict(m.named_parameters(remove_duplicate=False))
+            known.update(m.named_buffers(remove_duplicate=False))
+            wrong = names.strict_mismatches(entries, known, list(m.state_dict(keep_vars=True)))
+            if any(wrong):
+                raise StrictLoadError(type(m).__name__, *wrong)
     loader.load(entries, verify, group)
     with gc_paused():
         _register(loader.cache, m, entries)
@@ -142,27 +107,3 @@ def _register(cache: dict[int, Any], m: Any, entries: list[_Entry]) -> None:
             # so state_dict() has the same keys after either library's
             # load (spec §11, "non-persistent buffers").
             register.buffer(module, attr, buffer)
-
-
-
-def verify_module(loader: Loader, selected: list[_Entry], m: Any) -> tuple[bool, list[tuple[Any, bool]]]:
-    """``TensorDeserializer.verify_module`` over `selected`."""
-    import torch
-
-    reader = loader.check_open()
-    tensors = dict(m.state_dict())
-    tensors.update(dict(m.named_buffers()))
-    results = []
-    for e in selected:
-        name = e.name if isinstance(e.name, str) else ".".join(map(str, e.name))
-        t = tensors.get(name, tensors.get(name.lstrip(".")))
-        ok = False
-        if t is not None and _dtypes.dtype_string(t.dtype) == e.dtype and tuple(t.shape) == e.shape:
-            data = b"" if e.is_meta else t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-            try:
-                reader.verify_bytes(e.index, data)
-                ok = True
-            except _native.HashMismatchError:
-                ok = False
-        results.append((e.name, ok))
-    return all(ok for _, ok in results), results

@@ -1,12 +1,50 @@
 //! `read_numpy_arrays`' loads: new numpy arrays, no torch, nothing cached.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::{Loader, copies, indices};
 use crate::entry::PyEntry;
 use crate::reader::NativeReader;
 
+/// Numpy dtypes of the entries that load, their opaque dtypes' torch
+/// names, and the refusal of the first opaque one when raw data is not
+/// allowed.
+type Kinds<'py> = (Vec<Bound<'py, PyAny>>, Vec<Option<String>>, Option<Py<PyAny>>);
+
 impl Loader {
+    /// The numpy dtype of each of `entries` (the allocator's `numpy_kind`)
+    /// up to the first opaque one unless `allow_raw` is true.
+    pub(super) fn array_kinds<'py>(
+        &self,
+        py: Python<'py>,
+        entries: &[Bound<'py, PyEntry>],
+        allow_raw: &Bound<'py, PyAny>,
+    ) -> PyResult<Kinds<'py>> {
+        let alloc = self.alloc.bind(py);
+        let (mut dtypes, mut opaque) = (Vec::new(), Vec::new());
+        for e in entries {
+            let kind = alloc.call_method1("numpy_kind", (e.get().dtype.bind(py),))?;
+            let (np_dtype, torch_name): (Bound<'py, PyAny>, Option<String>) = kind.extract()?;
+            // As tensorizer: `allow_raw` taken for its truth, at an opaque dtype.
+            if let Some(torch) = &torch_name
+                && !allow_raw.is_truthy()?
+            {
+                let np = np_dtype.getattr("str")?;
+                let message = format!(
+                    "{} has an opaque datatype: (Torch: {torch}, Numpy: {np}). Set \
+                     `allow_raw_data=True` to return as a numpy array with a datatype of {np}",
+                    e.get().name.bind(py).str()?
+                );
+                let refusal = PyValueError::new_err(message).into_value(py).into_any();
+                return Ok((dtypes, opaque, Some(refusal)));
+            }
+            dtypes.push(np_dtype);
+            opaque.push(torch_name);
+        }
+        Ok((dtypes, opaque, None))
+    }
+
     /// `entries` as new arrays of `dtypes`: meta ones as `meta_tensors`
     /// asks (counted against `max_meta_bytes`), the rest read in one call.
     pub(super) fn read_arrays<'py>(

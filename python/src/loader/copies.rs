@@ -7,14 +7,15 @@ use std::collections::HashMap;
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use tensorizer_native::read::plan::LoadPlan;
+use tensorizer_native::read::plan::{HUGE_PAGE_MIN, LoadPlan};
 
 use crate::buffers::Held;
 use crate::entry::PyEntry;
 use crate::errors::to_py;
+use crate::host_memory::HostMemory;
 use crate::reader::NativeReader;
 
-/// One arena: its bytes (a uint8 numpy array), its members, their offsets.
+/// One arena: its memory (a `HostMemory`), its members, their offsets.
 pub(crate) type Arena = (Py<PyAny>, Vec<Py<PyEntry>>, Vec<usize>);
 
 /// Host copies of the tensors of one load plan.
@@ -45,6 +46,28 @@ fn overflow() -> PyErr {
     PyValueError::new_err("the tensors' total size overflows")
 }
 
+/// An uninitialised tensor for entry `e`, loaded alone: on the CPU and
+/// from `HUGE_PAGE_MIN` bytes, over host memory of its own that starts
+/// `lead` bytes in (`LoadPlan::large_leads`), advised for huge pages when
+/// `huge`; otherwise (pinned, small, or stored in fewer bytes than it
+/// holds) as the allocator makes any tensor.
+fn staging<'py>(
+    alloc: &Bound<'py, PyAny>,
+    e: &Bound<'py, PyEntry>,
+    pin: bool,
+    lead: u64,
+    huge: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let entry = e.get();
+    if pin || entry.data_length < HUGE_PAGE_MIN || entry.data_length != entry.nbytes {
+        return alloc.call_method1("empty", (e, pin));
+    }
+    let size = usize::try_from(entry.data_length).map_err(|_| overflow())?;
+    let lead = usize::try_from(lead).map_err(|_| overflow())?;
+    let memory = Bound::new(e.py(), HostMemory::new(size, huge, lead)?)?;
+    alloc.call_method1("over", (e, memory))
+}
+
 /// Allocates the copies of `plan` (over `by_index`'s entries) through
 /// `alloc`; `pin`: page-locked, for a move to the device.
 pub(crate) fn allocate(
@@ -60,7 +83,7 @@ pub(crate) fn allocate(
     let mut large = Vec::with_capacity(plan.large.len());
     for (i, lead) in plan.large.iter().zip(&plan.large_leads) {
         let e = entry(i)?;
-        let t = alloc.call_method1("staging", (e.bind(py), pin, lead, plan.huge_pages))?;
+        let t = staging(alloc, e.bind(py), pin, *lead, plan.huge_pages)?;
         large.push((e, t.unbind()));
     }
     let mut arenas = Vec::with_capacity(plan.arenas.len());

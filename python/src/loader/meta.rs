@@ -111,33 +111,6 @@ impl Loader {
     }
 }
 
-/// Pauses Python's cyclic garbage collector while a load builds tens of
-/// thousands of objects at once (each collection it would trigger walks
-/// every object the process has, torch's included: about a third of a
-/// 20,000-tensor load). Nothing built here forms a cycle.
-pub(super) struct GcPause<'py>(Option<Bound<'py, PyModule>>);
-
-impl<'py> GcPause<'py> {
-    pub(super) fn new(py: Python<'py>) -> PyResult<Self> {
-        let gc = py.import("gc")?;
-        if !gc.call_method0("isenabled")?.is_truthy()? {
-            return Ok(Self(None));
-        }
-        gc.call_method0("disable")?;
-        Ok(Self(Some(gc)))
-    }
-}
-
-impl Drop for GcPause<'_> {
-    fn drop(&mut self) {
-        if let Some(gc) = &self.0 {
-            // Nothing to report if it fails: collection stays off, as the
-            // user's code would have found it.
-            let _ = gc.call_method0("enable");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
