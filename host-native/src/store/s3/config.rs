@@ -172,6 +172,8 @@ impl S3Options {
         self.resolve(&bucket, &key, for_write)
     }
 
+    /// [`S3Options::resolve`] with the environment read through `env` and
+    /// `~/.s3cfg` looked for in `home` (tests give both).
     pub(super) fn resolve_with(
         &self,
         bucket: &str,
@@ -188,60 +190,9 @@ impl S3Options {
                 "{uri}: S3 keys with `.` or `..` path segments are not supported"
             )));
         }
-        let cfg = match (&self.config_path, home) {
-            (Some(path), _) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::Invalid(format!(
-                        "{uri}: cannot read the S3 config file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                parse_s3cfg(&text)
-            }
-            (None, Some(home)) => std::fs::read_to_string(home.join(".s3cfg"))
-                .map(|t| parse_s3cfg(&t))
-                .unwrap_or_default(),
-            (None, None) => S3Cfg::default(),
-        };
-        let pick = |explicit: &Option<String>, vllm: &str, from_cfg: &Option<String>, aws: &str| {
-            explicit.clone().or_else(|| env(vllm)).or_else(|| from_cfg.clone()).or_else(|| env(aws))
-        };
-        let access =
-            pick(&self.access_key_id, "S3_ACCESS_KEY_ID", &cfg.access_key, "AWS_ACCESS_KEY_ID");
-        let secret = pick(
-            &self.secret_access_key,
-            "S3_SECRET_ACCESS_KEY",
-            &cfg.secret_key,
-            "AWS_SECRET_ACCESS_KEY",
-        );
-        let credentials = match (access, secret) {
-            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => Some(credentials(
-                a,
-                s,
-                self.session_token.clone().or_else(|| env("AWS_SESSION_TOKEN")),
-            )),
-            (Some(a), None) if !a.is_empty() => {
-                return Err(Error::Invalid(format!(
-                    "{uri}: an S3 access key id was given but no secret access key"
-                )));
-            }
-            _ => None,
-        };
-
-        let force_http = self.force_http.or(cfg.use_https.map(|https| !https)).unwrap_or(false);
-        let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone() {
-            (e, false)
-        } else if let Some(e) = env("S3_ENDPOINT_URL") {
-            (e, true)
-        } else if let Some(e) = cfg.host_base.clone() {
-            (e, false)
-        } else if let Some(e) = env("AWS_ENDPOINT_URL_S3").or_else(|| env("AWS_ENDPOINT_URL")) {
-            (e, true)
-        } else {
-            let default = if for_write { DEFAULT_WRITE_ENDPOINT } else { DEFAULT_READ_ENDPOINT };
-            (default.to_string(), false)
-        };
-        let url = endpoint_url(&uri, &endpoint, allow_http, force_http)?;
+        let cfg = self.s3cfg(&uri, home)?;
+        let credentials = self.credentials_of(&uri, &cfg, env)?;
+        let url = self.endpoint_of(&uri, &cfg, for_write, env)?;
         let region = self
             .region
             .clone()
@@ -262,6 +213,84 @@ impl S3Options {
         let bucket = Bucket::new(url, style, bucket, region)
             .map_err(|e| Error::Invalid(format!("{uri}: invalid S3 endpoint {endpoint}: {e}")))?;
         Ok(S3Object { uri, endpoint, bucket, key, credentials, options: self.clone(), trust })
+    }
+
+    /// The s3cmd configuration: `config_path`'s (which must be readable),
+    /// else `home`'s `.s3cfg` if there is one.
+    fn s3cfg(&self, uri: &str, home: Option<&Path>) -> Result<S3Cfg> {
+        Ok(match (&self.config_path, home) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Invalid(format!(
+                        "{uri}: cannot read the S3 config file {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                parse_s3cfg(&text)
+            }
+            (None, Some(home)) => std::fs::read_to_string(home.join(".s3cfg"))
+                .map(|t| parse_s3cfg(&t))
+                .unwrap_or_default(),
+            (None, None) => S3Cfg::default(),
+        })
+    }
+
+    /// The key pair, first found of: these options, vLLM's variables,
+    /// the s3cmd file, AWS's variables. Half a pair is refused.
+    fn credentials_of(
+        &self,
+        uri: &str,
+        cfg: &S3Cfg,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Credentials>> {
+        let pick = |explicit: &Option<String>, vllm: &str, from_cfg: &Option<String>, aws: &str| {
+            explicit.clone().or_else(|| env(vllm)).or_else(|| from_cfg.clone()).or_else(|| env(aws))
+        };
+        let access =
+            pick(&self.access_key_id, "S3_ACCESS_KEY_ID", &cfg.access_key, "AWS_ACCESS_KEY_ID");
+        let secret = pick(
+            &self.secret_access_key,
+            "S3_SECRET_ACCESS_KEY",
+            &cfg.secret_key,
+            "AWS_SECRET_ACCESS_KEY",
+        );
+        match (access, secret) {
+            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => Ok(Some(credentials(
+                a,
+                s,
+                self.session_token.clone().or_else(|| env("AWS_SESSION_TOKEN")),
+            ))),
+            (Some(a), None) if !a.is_empty() => Err(Error::Invalid(format!(
+                "{uri}: an S3 access key id was given but no secret access key"
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The endpoint's URL, first found of: these options, `S3_ENDPOINT_URL`,
+    /// the s3cmd file, AWS's variables, AWS itself (reads and writes have
+    /// their own defaults).
+    fn endpoint_of(
+        &self,
+        uri: &str,
+        cfg: &S3Cfg,
+        for_write: bool,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<url::Url> {
+        let force_http = self.force_http.or(cfg.use_https.map(|https| !https)).unwrap_or(false);
+        let (endpoint, allow_http) = if let Some(e) = self.endpoint.clone() {
+            (e, false)
+        } else if let Some(e) = env("S3_ENDPOINT_URL") {
+            (e, true)
+        } else if let Some(e) = cfg.host_base.clone() {
+            (e, false)
+        } else if let Some(e) = env("AWS_ENDPOINT_URL_S3").or_else(|| env("AWS_ENDPOINT_URL")) {
+            (e, true)
+        } else {
+            let default = if for_write { DEFAULT_WRITE_ENDPOINT } else { DEFAULT_READ_ENDPOINT };
+            (default.to_string(), false)
+        };
+        endpoint_url(uri, &endpoint, allow_http, force_http)
     }
 }
 
