@@ -559,6 +559,7 @@ def write_kind(kind: str, sd: dict, path: Path) -> None:
 
 
 def delete_files(d: Path, kinds: list[str]) -> None:
+    log(f"deleting {', '.join(kinds)} in {d}")
     for kind in kinds:
         (d / f"complete-{kind}").unlink(missing_ok=True)
         path = d / FILE_NAMES[kind]
@@ -593,7 +594,7 @@ def estimate_s(kinds: list[str], gib: float, reps: int, cold: bool, groups: int)
     kind written once per group at 0.1 GB/s (generating bf16 tensors and
     writing them on this machine)."""
     size = gib * (1 << 30) / 1e9
-    load = sum(3 + size / (0.4 if k in S3 else 1.0) + size for k in kinds)
+    load = sum(5 + size / (0.4 if k in S3 else 1.0) + size for k in kinds)
     writes = len({FILE_OF[k] for k in kinds}) * (5 + size / 0.1) + groups * 5
     return reps * load * (2 if cold else 1) + writes
 
@@ -775,6 +776,8 @@ def main() -> int:
         help="write each size's file kinds in groups that fit the free disk, deleting each group's after it",
     )  # fmt: skip
     ap.add_argument("--s3-max-gib", type=float, help="leave the S3 contenders out above this size")
+    ap.add_argument("--room-gib", type=float, help="disk the files may take (default: the free space less 2 GiB)")
+    ap.add_argument("--plan", action="store_true", help="print the groups, disk and time estimate, and stop")
     ap.add_argument("--targets", action="store_true", help="print issue 43's ratio lines under each table")
     args = ap.parse_args()
     if args.worker:
@@ -788,21 +791,26 @@ def main() -> int:
     kinds_all = args.only or list(CONTENDERS)
     reps_of = {gib: args.reps[min(i, len(args.reps) - 1)] for i, gib in enumerate(args.gib)}
     Path(args.dir).mkdir(parents=True, exist_ok=True)
-    room = shutil.disk_usage(args.dir).free - DISK_SLACK
+    free = shutil.disk_usage(args.dir).free
+    room = int(args.room_gib * (1 << 30)) if args.room_gib else free - DISK_SLACK
     plan = {}
     for gib in args.gib:
         kinds = [k for k in kinds_all if not (k in S3 and args.s3_max_gib is not None and gib > args.s3_max_gib)]
         kinds = kinds if cold or "rs-auto-ro" not in kinds else [k for k in kinds if k != "rs-auto-ro"]
         groups = groups_of(kinds, gib, room) if args.group_files else [kinds]
-        need = max(len({FILE_OF[k] for k in g}) for g in groups) * file_bytes(gib) + DISK_SLACK
-        if need > room + DISK_SLACK:
+        need = max(len({FILE_OF[k] for k in g}) for g in groups) * file_bytes(gib)
+        log(f"{gib:g} GiB: {len(groups)} group(s) of files, the largest {need / 2**30:.1f} GiB: {groups}")
+        if need > room:
             raise SystemExit(
-                f"{gib:g} GiB needs {need / 2**30:.1f} GiB free in {args.dir} "
-                f"(has {(room + DISK_SLACK) / 2**30:.1f}){'' if args.group_files else '; --group-files needs less'}"
+                f"{gib:g} GiB needs {(need + DISK_SLACK) / 2**30:.1f} GiB free in {args.dir} (its largest group of "
+                f"files and 2 GiB more); it has {free / 2**30:.1f}, room for files {room / 2**30:.1f}"
+                f"{'' if args.group_files else ' (try --group-files)'}"
             )
         plan[gib] = groups
     total = sum(estimate_s(sum(g, []), gib, reps_of[gib], cold, len(g)) for gib, g in plan.items())
     log(f"estimated run time: ~{total / 60:.0f} min (rough)")
+    if args.plan:
+        return 0
     env = {**os.environ, DEVICE_VAR: args.device}
     results: dict = {"cold_available": cold, "sizes": {}, "estimate_s": total, "started": time.time()}
     print(f"# First loads in a fresh process ({'cold and warm' if cold else 'warm only: no cache drops'})\n")
