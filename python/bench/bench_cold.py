@@ -74,7 +74,11 @@ Rows:
   moto works as is), the keys from ``AWS_ACCESS_KEY_ID`` and
   ``AWS_SECRET_ACCESS_KEY``, and ``AWS_EC2_METADATA_DISABLED=true`` keeps
   it off the metadata service. moto answers each ranged GET by copying the
-  whole object, so ``--s3-max-gib`` leaves the S3 rows out above a size.
+  whole object, so Run:ai's 8 MiB requests cost it quadratically (0.5 GiB:
+  ~48 s here) and outlast the streamer's 1 s request timeout ("File access
+  error" from 0.5 GiB on): the row sets
+  ``RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS`` to 60 s. ``--s3-max-gib`` leaves
+  the S3 rows out above a size.
 
 With ``--device cuda`` the loaders put every tensor on the GPU and the
 clock stops at ``torch.cuda.synchronize()`` instead of the page touches;
@@ -161,6 +165,9 @@ HTTP = ("curl-http", "rs-http", "tensorizer-http", "rs-st-http")
 #: Contenders that load from moto_server on 127.0.0.1 (which holds the
 #: objects in its own memory: the server is never cold).
 S3 = ("rs-s3", "tensorizer-s3", "rs-st-s3", "runai-s3", "rs-folder-s3")
+#: Run:ai's S3 request timeout (``RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS``)
+#: against moto: its 1 s default fails there from 0.5 GiB on.
+RUNAI_S3_TIMEOUT_MS = 60_000
 #: The moto endpoint, passed to the workers in the environment.
 S3_VAR = "BENCH_COLD_S3"
 S3_BUCKET = "models"
@@ -426,6 +433,10 @@ def _s3_load(kind: str, uri: str, finish, target: str) -> tuple[int, float]:
     else "S3 not supported") and the keys from the environment."""
     os.environ.update(_s3_env())
     if kind == "runai-s3":
+        # Its S3 client gives a request 1 s by default; moto, copying the
+        # whole object for each of its 8 MiB ranged GETs, takes longer
+        # from 0.5 GiB on and the load fails ("File access error").
+        os.environ.setdefault("RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS", str(RUNAI_S3_TIMEOUT_MS))
         from runai_model_streamer import SafetensorsStreamer
 
         start = time.perf_counter()
@@ -592,9 +603,11 @@ def estimate_s(kinds: list[str], gib: float, reps: int, cold: bool, groups: int)
     """A rough run time for one size: a load's process start, cache drop and
     warm read-through, plus its bytes at 1 GB/s (S3 at 0.4 GB/s); each file
     kind written once per group at 0.1 GB/s (generating bf16 tensors and
-    writing them on this machine)."""
+    writing them on this machine); Run:ai's streamer from moto at ~170 s
+    × GB² (48 s at 0.5 GiB here)."""
     size = gib * (1 << 30) / 1e9
     load = sum(5 + size / (0.4 if k in S3 else 1.0) + size for k in kinds)
+    load += 170 * size * size * kinds.count("runai-s3")  # moto's copies for its 8 MiB requests
     writes = len({FILE_OF[k] for k in kinds}) * (5 + size / 0.1) + groups * 5
     return reps * load * (2 if cold else 1) + writes
 
