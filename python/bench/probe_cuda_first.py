@@ -138,7 +138,7 @@ def main() -> int:
         return 0
     from bench_cold import write_files
 
-    files = write_files(args.gib, args.tensors, Path(args.dir) / f"{args.gib:g}gib")
+    files = write_files(args.gib, args.tensors, Path(args.dir) / f"{args.gib:g}gib", ["own", "theirs"])
     for p in (files["own"], files["theirs"]):
         with open(p, "rb") as f:
             while f.read(16 << 20):
