@@ -30,10 +30,10 @@
 //! trust is resolved: the trust anchors (a rustls root store and the
 //! certificates in it, Mozilla's roots, or no verification) and the rustls
 //! settings made from them with the ring provider. The Redis client takes
-//! those settings ([`Trust::rustls_config`]); ureq, whose `TlsConfig`
+//! those settings (`Trust::rustls_config`); ureq, whose `TlsConfig`
 //! cannot be handed a rustls `ClientConfig` (it builds its own from root
 //! certificates, a verification switch and a provider), is given the same
-//! certificates, switch and provider ([`Trust::tls_config`]), so no
+//! certificates, switch and provider (`Trust::tls_config`), so no
 //! certificate is judged twice.
 
 use std::fmt;
