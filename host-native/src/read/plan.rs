@@ -72,13 +72,20 @@ pub struct LoadPlan {
     pub huge_pages: bool,
 }
 
+/// The least alignment a CPU copy placed at its file phase may get: what
+/// safetensors gives every tensor in its files (its data area starts on a
+/// multiple of 8), and so what its own memory-mapped tensors have. Files
+/// we write align data to [`ARENA_ALIGN`], so their copies keep that.
+pub const PHASE_ALIGN_MIN: u64 = 8;
+
 /// Where in a block a CPU copy of `e` should start so that a cold load can
 /// read its data straight in around the page cache: its data offset's
 /// place in a [`DIRECT_BLOCK`], for data long enough to be read so whose
-/// offset is [`ARENA_ALIGN`]-aligned (so the copy stays as aligned as any
-/// other). Arenas start on block boundaries.
+/// offset is a multiple of [`PHASE_ALIGN_MIN`] and of its element size.
+/// Arenas start on block boundaries.
 pub fn file_phase(e: &MetadataEntry) -> Option<u64> {
-    (e.data_length >= STRAIGHT_MIN && e.data_offset.is_multiple_of(ARENA_ALIGN))
+    let align = PHASE_ALIGN_MIN.max(u64::from(e.dtype.itemsize()));
+    (e.data_length >= STRAIGHT_MIN && e.data_offset.is_multiple_of(align))
         .then_some(e.data_offset % DIRECT_BLOCK)
 }
 
@@ -175,11 +182,16 @@ mod tests {
             entry(128, vec![4], 16),                          // short: packed tight
             entry(3 * 4096 + 192, vec![1 << 18], 1 << 20),    // phase 192
             entry(5 * 4096 + 100, vec![1 << 18], 1 << 20),    // unaligned: no phase
+            entry(7 * 4096 + 8, vec![1 << 18], 1 << 20),      // safetensors' 8: phase 8
             entry((1 << 30) + 640, vec![1 << 25], 128 << 20), // large, phase 640
         ];
-        let cpu = plan_load(&entries, &[0, 1, 2, 3], Destination::Cpu, false).unwrap();
-        assert_eq!(cpu.arenas[0].offsets, vec![0, 192, 192 + (1 << 20)]);
-        assert_eq!((cpu.large, cpu.large_leads), (vec![3], vec![640]));
+        let cpu = plan_load(&entries, &[0, 1, 2, 3, 4], Destination::Cpu, false).unwrap();
+        let after_two = 192 + (2 << 20);
+        assert_eq!(
+            cpu.arenas[0].offsets,
+            vec![0, 192, 192 + (1 << 20), after_two - 192 + 4096 + 8]
+        );
+        assert_eq!((cpu.large, cpu.large_leads), (vec![4], vec![640]));
         assert_eq!(file_phase(&entries[0]), None);
     }
 }
