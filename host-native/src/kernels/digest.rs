@@ -107,15 +107,7 @@ mod x86 {
         }
         let big_endian = _mm_set_epi64x(0x0c0d_0e0f_0809_0a0b, 0x0405_0607_0001_0203);
         let fold_512 = _mm_set_epi64x(FOLD_512.1, FOLD_512.0);
-        let fold_128 = _mm_set_epi64x(FOLD_128.1, FOLD_128.0);
-
-        // The state words a..h as the SHA instructions want them: ABEF and CDGH.
-        let dcba = _mm_set_epi32(sha[3] as i32, sha[2] as i32, sha[1] as i32, sha[0] as i32);
-        let hgfe = _mm_set_epi32(sha[7] as i32, sha[6] as i32, sha[5] as i32, sha[4] as i32);
-        let cdab = _mm_shuffle_epi32::<0xb1>(dcba);
-        let efgh = _mm_shuffle_epi32::<0x1b>(hgfe);
-        let mut abef = _mm_alignr_epi8::<8>(cdab, efgh);
-        let mut cdgh = _mm_blend_epi16::<0xf0>(efgh, cdab);
+        let [mut abef, mut cdgh] = sha_state_in(sha);
 
         let mut lanes = [_mm_setzero_si128(); 4];
         for (n, block) in blocks.chunks_exact(SHA256_BLOCK).enumerate() {
@@ -175,7 +167,23 @@ mod x86 {
             abef = _mm_add_epi32(abef, abef_in);
             cdgh = _mm_add_epi32(cdgh, cdgh_in);
         }
+        sha_state_out(sha, abef, cdgh);
+        crc_of_lanes(lanes)
+    }
 
+    /// The state words a..h as the SHA instructions want them: ABEF and CDGH.
+    #[target_feature(enable = "sse2,ssse3,sse4.1")]
+    fn sha_state_in(sha: &[u32; 8]) -> [__m128i; 2] {
+        let dcba = _mm_set_epi32(sha[3] as i32, sha[2] as i32, sha[1] as i32, sha[0] as i32);
+        let hgfe = _mm_set_epi32(sha[7] as i32, sha[6] as i32, sha[5] as i32, sha[4] as i32);
+        let cdab = _mm_shuffle_epi32::<0xb1>(dcba);
+        let efgh = _mm_shuffle_epi32::<0x1b>(hgfe);
+        [_mm_alignr_epi8::<8>(cdab, efgh), _mm_blend_epi16::<0xf0>(efgh, cdab)]
+    }
+
+    /// ABEF and CDGH back into the state words a..h.
+    #[target_feature(enable = "sse2,ssse3,sse4.1")]
+    fn sha_state_out(sha: &mut [u32; 8], abef: __m128i, cdgh: __m128i) {
         let feba = _mm_shuffle_epi32::<0x1b>(abef);
         let dchg = _mm_shuffle_epi32::<0xb1>(cdgh);
         let dcba = _mm_blend_epi16::<0xf0>(feba, dchg);
@@ -183,10 +191,15 @@ mod x86 {
         for (i, w) in sha.iter_mut().enumerate() {
             *w = lane32(if i < 4 { dcba } else { hgef }, i % 4);
         }
+    }
 
-        // Four lanes folded into one; its 16 bytes have the CRC register
-        // of everything folded, so CRC-32 from a zero register over them
-        // (a CRC value of all ones is a zero register) finishes.
+    /// The CRC value of the four lanes: folded into one, whose 16 bytes
+    /// have the CRC register of everything folded, so CRC-32 from a zero
+    /// register over them (a CRC value of all ones is a zero register)
+    /// finishes.
+    #[target_feature(enable = "sse2,sse4.1,pclmulqdq")]
+    fn crc_of_lanes(lanes: [__m128i; 4]) -> u32 {
+        let fold_128 = _mm_set_epi64x(FOLD_128.1, FOLD_128.0);
         let mut one = fold(lanes[0], fold_128, lanes[1]);
         one = fold(one, fold_128, lanes[2]);
         one = fold(one, fold_128, lanes[3]);
