@@ -774,6 +774,19 @@ def run_group(kinds: list[str], files: dict[str, str], d: Path, env: dict, reps:
     return times, failed
 
 
+def refuse_debug_build() -> None:
+    """Exits when tensorizer_rs here is a debug build (what the tests link:
+    the workspace at opt-level 1, with debug assertions): its loads are
+    not the product's. ``formats.sh`` builds and uses a release one."""
+    from tensorizer_rs import _native
+
+    if not getattr(_native, "OPTIMIZED", False) and not os.environ.get("TZR_BENCH_ALLOW_DEBUG"):
+        raise SystemExit(
+            f"{_native.__file__} is a debug build: run python/bench/formats.sh (it builds a release one), or "
+            "put a release build first on PYTHONPATH (TZR_BENCH_ALLOW_DEBUG=1 to measure this one anyway)"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
@@ -795,6 +808,7 @@ def main() -> int:
     ap.add_argument("--plan", action="store_true", help="print the groups, disk and time estimate, and stop")
     ap.add_argument("--targets", action="store_true", help="print issue 43's ratio lines under each table")
     args = ap.parse_args()
+    refuse_debug_build()
     if args.worker:
         print(json.dumps(worker(*args.worker)))
         return 0

@@ -1185,6 +1185,10 @@ def main() -> None:
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--plan", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not args.no_rs:
+        from bench_cold import refuse_debug_build  # (this script's directory)
+
+        refuse_debug_build()
 
     if args.worker:
         worker_main(args)

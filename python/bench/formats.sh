@@ -21,6 +21,16 @@ if [ ! -x "$PY" ]; then
     echo "formats.sh: no benchmark Python at $PY (see python/bench/contenders-requirements.txt, or set BENCH_PY)" >&2
     exit 2
 fi
+# What is measured is a release build of this tree, in a package of its own
+# put first on the path (the test environment's module is a debug build,
+# which bench_cold.py refuses).
+PYO3_PYTHON="$PY" cargo build --release --locked -q -p tensorizer-py
+PKG="$PWD/target/bench-pkg"
+rm -rf "$PKG" && mkdir -p "$PKG"
+cp -r python/python/tensorizer_rs "$PKG/"
+rm -f "$PKG"/tensorizer_rs/_native*.so
+cp target/release/lib_native.so "$PKG/tensorizer_rs/_native.abi3.so"
+export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-target/bench-formats/$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$OUT"
 [ "$(id -u)" = 0 ] || echo "formats.sh: not root: the page cache cannot be dropped, warm loads only" >&2

@@ -80,6 +80,9 @@ mod _native {
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        // Debug assertions are on exactly in the dev profile (opt-level 1
+        // for the workspace): benchmarks ask, and refuse such a build.
+        m.add("OPTIMIZED", !cfg!(debug_assertions))?;
         m.add("DEFAULT_READERS", tensorizer_native::default_readers())?;
         m.add("ARENA_BYTES", tensorizer_native::read::plan::ARENA_BYTES)?;
         m.add("ARENA_ALIGN", tensorizer_native::read::plan::ARENA_ALIGN)?;

@@ -40,6 +40,7 @@ __all__ = [
     "random_bytes",
     "tzr_main",
     "__version__",
+    "OPTIMIZED",
     "DEFAULT_READERS",
     "MAX_SHARDS_AT_ONCE",
     "HUGE_PAGE_MIN",
@@ -91,6 +92,9 @@ __all__ = [
 ]
 
 __version__: str
+#: Whether this module was compiled with optimizations and without debug
+#: assertions (a release wheel); benchmarks refuse a build that is not.
+OPTIMIZED: bool
 DEFAULT_READERS: int
 MAX_SHARDS_AT_ONCE: int
 ARENA_BYTES: int
