@@ -78,6 +78,25 @@ def test_long_tensors_sit_at_their_place_in_a_file_block(tmp_path: Path) -> None
             assert t.data_ptr() % _memory.PIECE_ALIGN == 0, name
 
 
+def test_long_safetensors_tensors_sit_at_their_place_in_a_file_block(tmp_path: Path) -> None:
+    # safetensors aligns data to 8 bytes only: placed there, it reads straight in.
+    st = pytest.importorskip("safetensors.torch")
+    sd = _state_dict()
+    path = tmp_path / "m.safetensors"
+    st.save_file(sd, str(path))
+    _evict(path)
+    with tensorizer_rs.TensorDeserializer(str(path)) as d:
+        offsets = {e.name: e.data_offset for e in d._all}
+        loaded = dict(d.items())
+    placed = {n for n, t in loaded.items() if t.nbytes >= 64 << 10 and offsets[n] % 8 == 0}
+    assert any(offsets[n] % _memory.PIECE_ALIGN for n in placed), "no tensor 8- but not 64-aligned"
+    for name, t in loaded.items():
+        assert torch.equal(t, sd[name]), name
+        if name in placed:
+            assert t.data_ptr() % _memory.ALLOCATION_ALIGN == offsets[name] % _memory.ALLOCATION_ALIGN, name
+        assert t.data_ptr() % 8 == 0, name
+
+
 def test_a_cold_encrypted_load_is_checked(tmp_path: Path) -> None:
     sd = _state_dict()
     path = tmp_path / "m.tensors"
