@@ -104,7 +104,7 @@ pub enum DefaultRoots {
     /// there is none or it holds no certificate.
     #[default]
     System,
-    /// Mozilla's root certificates, compiled in (webpki-roots).
+    /// Mozilla's root certificates, compiled in (webpki-root-certs).
     WebPki,
 }
 
