@@ -184,11 +184,13 @@ pub fn open_source(location: &Location, options: &StoreOptions) -> Result<Box<dy
     }
 }
 
-/// The cloud options with these limits.
+/// The cloud options with these limits and the TLS trust every store takes
+/// (`http.tls`).
 #[cfg(feature = "cloud")]
 fn cloud_options(options: &StoreOptions) -> crate::store::cloud::CloudOptions {
     let mut cloud = options.cloud.clone();
     cloud.limits = options.limits;
+    cloud.tls = options.http.tls.clone();
     cloud.read_all = options.intent == Intent::ReadAll;
     cloud
 }

@@ -18,7 +18,6 @@
 mod aws;
 mod describe;
 mod profile;
-#[cfg(feature = "http")]
 mod signed;
 mod source;
 mod upload;
@@ -36,6 +35,7 @@ pub use upload::{upload_azure_reader, upload_gcs_reader};
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::source::{RangeSource, TransferLimits};
 use crate::store::retry::RetryPolicy;
+use crate::store::tls::{Service, TlsOptions, Trust, process_env};
 
 /// Default of [`CloudOptions::part_size`]: 8 MiB.
 pub const DEFAULT_PART_SIZE: usize = 8 << 20;
@@ -122,6 +122,11 @@ pub struct CloudOptions {
     /// delegation key) read through `object_store` ([`CloudSource`]). On by
     /// default.
     pub direct_reads: bool,
+    /// Which certificate authorities `https://` requests trust, direct
+    /// reads and `object_store`'s own requests alike, resolved as for
+    /// `http(s)://` URLs (the same environment variables). Opened through
+    /// `StoreOptions`, the stores take its `http.tls`.
+    pub tls: TlsOptions,
 }
 
 impl Default for CloudOptions {
@@ -140,6 +145,7 @@ impl Default for CloudOptions {
             retry: RetryPolicy::default(),
             read_all: false,
             direct_reads: true,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -156,16 +162,21 @@ impl CloudOptions {
         CloudReadOptions { limits: self.limits, retry: self.retry, read_all: self.read_all }
     }
 
-    /// HTTP client options: no whole-request timeout (a multi-GB range may
-    /// take minutes), a connect timeout, and a stall timeout of one rate
-    /// window (a connection silent that long is below any minimum rate).
-    fn client(&self, endpoint: Option<&str>) -> ClientOptions {
+    /// HTTP client options for `endpoint` (none: the service's own, HTTPS):
+    /// no whole-request timeout (a multi-GB range may take minutes), a
+    /// connect timeout, a stall timeout of one rate window (a connection
+    /// silent that long is below any minimum rate), and the servers'
+    /// certificates judged against [`tls`](Self::tls)'s trust, which is
+    /// returned with them (to word a refused certificate).
+    fn client(&self, endpoint: Option<&str>) -> Result<(ClientOptions, Trust)> {
         let allow_http = endpoint.is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"));
-        ClientOptions::new()
+        let trust = self.tls.resolve_for(Service::Http, !allow_http, &process_env)?;
+        let options = ClientOptions::new()
             .with_timeout_disabled()
             .with_connect_timeout(self.connect_timeout)
             .with_read_timeout(self.read_timeout())
-            .with_allow_http(allow_http)
+            .with_allow_http(allow_http);
+        Ok((trust.object_store_options(options), trust))
     }
 
     fn retry(&self) -> RetryConfig {
@@ -283,23 +294,49 @@ fn store_error(name: &str, range: Option<(u64, u64)>, e: object_store::Error) ->
     Error::store(name, range, kind, format!("{}{hint}", describe::describe(&e)))
 }
 
+/// The server's certificate refused by TLS in `e`, judged against `trust`,
+/// as the HTTP source reports it: an [`Error::Io`] carrying a
+/// [`crate::store::tls::TlsError::Untrusted`] (what was trusted, and how to
+/// trust a private CA), which no retry helps; `None` for other failures.
+fn refused(
+    name: &str,
+    range: Option<(u64, u64)>,
+    e: &object_store::Error,
+    trust: &Trust,
+) -> Option<Error> {
+    let source = trust.untrusted(e)?;
+    Some(Error::Io { file: name.to_string(), offset: range.map_or(0, |(start, _)| start), source })
+}
+
+/// [`refused`]'s error for `e`, else [`store_error`]'s.
+fn request_error(
+    name: &str,
+    range: Option<(u64, u64)>,
+    e: object_store::Error,
+    trust: &Trust,
+) -> Error {
+    refused(name, range, &e, trust).unwrap_or_else(|| store_error(name, range, e))
+}
+
 fn bad_location(what: &str, why: impl std::fmt::Display) -> Error {
     Error::Invalid(format!("{what}: {why}"))
 }
 
+/// The store of `bucket`, and the trust its requests verify servers with.
 fn gcs_store(
     bucket: &str,
     opts: &CloudOptions,
     retry: RetryConfig,
-) -> Result<object_store::gcp::GoogleCloudStorage> {
+) -> Result<(object_store::gcp::GoogleCloudStorage, Trust)> {
     use object_store::gcp::GoogleCloudStorageBuilder;
     install_tls();
     // The emulator's URL may also come from GOOGLE_BASE_URL (read by
     // `from_env`): plain http:// is allowed for an http:// base URL only.
     let base_url = gcs_base_url(opts);
+    let (client, trust) = opts.client(base_url.as_deref())?;
     let mut builder = GoogleCloudStorageBuilder::from_env()
         .with_bucket_name(bucket)
-        .with_client_options(opts.client(base_url.as_deref()))
+        .with_client_options(client)
         .with_retry(retry);
     if let Some(url) = &opts.gcs_base_url {
         builder = builder.with_base_url(url);
@@ -316,7 +353,8 @@ fn gcs_store(
             builder = builder.with_bearer_token("anonymous");
         }
     }
-    builder.build().map_err(|e| bad_location(&format!("gs://{bucket}"), e))
+    let store = builder.build().map_err(|e| bad_location(&format!("gs://{bucket}"), e))?;
+    Ok((store, trust))
 }
 
 /// The GCS base URL of `opts`, else of `GOOGLE_BASE_URL` (an emulator),
@@ -325,17 +363,20 @@ fn gcs_base_url(opts: &CloudOptions) -> Option<String> {
     opts.gcs_base_url.clone().or_else(|| std::env::var("GOOGLE_BASE_URL").ok())
 }
 
+/// The store of `container`, and the trust its requests verify servers
+/// with.
 fn azure_store(
     account: Option<&str>,
     container: &str,
     opts: &CloudOptions,
     retry: RetryConfig,
-) -> Result<object_store::azure::MicrosoftAzure> {
+) -> Result<(object_store::azure::MicrosoftAzure, Trust)> {
     use object_store::azure::MicrosoftAzureBuilder;
     install_tls();
+    let (client, trust) = opts.client(opts.azure_endpoint.as_deref())?;
     let mut builder = MicrosoftAzureBuilder::from_env()
         .with_container_name(container)
-        .with_client_options(opts.client(opts.azure_endpoint.as_deref()))
+        .with_client_options(client)
         .with_retry(retry);
     let (default_account, default_key) = match opts.azure_emulator {
         true => (Some(AZURITE_ACCOUNT), Some(AZURITE_KEY)),
@@ -357,7 +398,9 @@ fn azure_store(
         };
         builder = builder.with_endpoint(endpoint);
     }
-    builder.build().map_err(|e| bad_location(&azure_name(account, container, ""), e))
+    let store =
+        builder.build().map_err(|e| bad_location(&azure_name(account, container, ""), e))?;
+    Ok((store, trust))
 }
 
 fn azure_name(account: Option<&str>, container: &str, blob: &str) -> String {
@@ -375,12 +418,12 @@ fn object_path(name: &str, object: &str) -> Result<object_store::path::Path> {
 pub fn open_gcs(bucket: &str, object: &str, opts: &CloudOptions) -> Result<Box<dyn RangeSource>> {
     let name = format!("gs://{bucket}/{object}");
     let path = object_path(&name, object)?;
-    #[cfg(feature = "http")]
     if let Some(source) = signed::open_gcs(bucket, &path, &name, opts)? {
         return Ok(source);
     }
-    let store = gcs_store(bucket, opts, reads_retry())?;
-    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, &opts.read_options())?))
+    let (store, trust) = gcs_store(bucket, opts, reads_retry())?;
+    let store = std::sync::Arc::new(store);
+    Ok(Box::new(CloudSource::open_trusting(store, path, name, &opts.read_options(), trust)?))
 }
 
 /// Opens blob `blob` of `container` (in `account`, else the account from
@@ -393,12 +436,12 @@ pub fn open_azure(
 ) -> Result<Box<dyn RangeSource>> {
     let name = azure_name(account, container, blob);
     let path = object_path(&name, blob)?;
-    let store = azure_store(account, container, opts, reads_retry())?;
-    #[cfg(feature = "http")]
+    let (store, trust) = azure_store(account, container, opts, reads_retry())?;
     if let Some(source) = signed::open_azure(&store, &path, &name, opts)? {
         return Ok(source);
     }
-    Ok(Box::new(CloudSource::open(std::sync::Arc::new(store), path, name, &opts.read_options())?))
+    let store = std::sync::Arc::new(store);
+    Ok(Box::new(CloudSource::open_trusting(store, path, name, &opts.read_options(), trust)?))
 }
 
 /// Uploads the file at `from` to `gs://bucket/object` (replacing it).
@@ -410,14 +453,9 @@ pub fn upload_gcs(
 ) -> Result<()> {
     let name = format!("gs://{bucket}/{object}");
     let (mut file, len) = upload::open_file(from)?;
-    upload::upload(
-        &gcs_store(bucket, opts, opts.retry())?,
-        &name,
-        &object_path(&name, object)?,
-        &mut file,
-        Some(len),
-        opts,
-    )
+    let (store, trust) = gcs_store(bucket, opts, opts.retry())?;
+    let path = object_path(&name, object)?;
+    upload::upload(&store, &trust, &name, &path, &mut file, Some(len), opts)
 }
 
 /// Uploads the file at `from` to blob `blob` of `container` (replacing it).
@@ -430,20 +468,22 @@ pub fn upload_azure(
 ) -> Result<()> {
     let name = azure_name(account, container, blob);
     let (mut file, len) = upload::open_file(from)?;
-    let store = azure_store(account, container, opts, opts.retry())?;
-    upload::upload(&store, &name, &object_path(&name, blob)?, &mut file, Some(len), opts)
+    let (store, trust) = azure_store(account, container, opts, opts.retry())?;
+    upload::upload(&store, &trust, &name, &object_path(&name, blob)?, &mut file, Some(len), opts)
 }
 
 /// The names (paths in the bucket or container) of the objects directly
-/// under `prefix` (which ends in `/`), in name order.
+/// under `prefix` (which ends in `/`), in name order; `store`'s requests
+/// verify servers with `trust`.
 fn list_under(
     store: &dyn object_store::ObjectStore,
+    trust: &Trust,
     name: &str,
     prefix: &str,
 ) -> Result<Vec<String>> {
     let path = object_path(name, prefix.trim_end_matches('/'))?;
     let listed = block_on(store.list_with_delimiter(Some(&path)))?
-        .map_err(|e| store_error(name, None, e))?;
+        .map_err(|e| request_error(name, None, e, trust))?;
     let mut names: Vec<String> =
         listed.objects.into_iter().map(|o| o.location.to_string()).collect();
     names.sort();
@@ -453,7 +493,8 @@ fn list_under(
 /// The objects directly under `gs://bucket/prefix`, one level, in name order.
 pub fn list_gcs(bucket: &str, prefix: &str, opts: &CloudOptions) -> Result<Vec<String>> {
     let name = format!("gs://{bucket}/{prefix}");
-    list_under(&gcs_store(bucket, opts, opts.retry())?, &name, prefix)
+    let (store, trust) = gcs_store(bucket, opts, opts.retry())?;
+    list_under(&store, &trust, &name, prefix)
 }
 
 /// The blobs directly under `prefix` in `container`, one level, in name order.
@@ -464,7 +505,8 @@ pub fn list_azure(
     opts: &CloudOptions,
 ) -> Result<Vec<String>> {
     let name = azure_name(account, container, prefix);
-    list_under(&azure_store(account, container, opts, opts.retry())?, &name, prefix)
+    let (store, trust) = azure_store(account, container, opts, opts.retry())?;
+    list_under(&store, &trust, &name, prefix)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 //! distribution paths that exists, e.g. `/etc/ssl/certs/ca-certificates.crt`,
 //! which holds the CAs an administrator installed with
 //! `update-ca-certificates`), or Mozilla's root certificates as compiled in
-//! (webpki-roots) where there is none. As with curl, requests and boto3, a
+//! (webpki-root-certs) where there is none. As with curl, requests and boto3, a
 //! named bundle replaces the defaults rather than adding to them.
 //!
 //! A bundle or directory that cannot be read, or holds no certificate, is a
@@ -28,13 +28,15 @@
 //!
 //! Every TLS client is configured from one product, built once when the
 //! trust is resolved: the trust anchors (a rustls root store and the
-//! certificates in it, Mozilla's roots, or no verification) and the rustls
-//! settings made from them with the ring provider. The Redis client takes
-//! those settings (`Trust::rustls_config`); ureq, whose `TlsConfig`
-//! cannot be handed a rustls `ClientConfig` (it builds its own from root
-//! certificates, a verification switch and a provider), is given the same
-//! certificates, switch and provider (`Trust::tls_config`), so no
-//! certificate is judged twice.
+//! certificates in it, Mozilla's roots among them, or no verification) and
+//! the rustls settings made from them with the ring provider. The Redis
+//! client takes those settings (`Trust::rustls_config`); ureq, whose
+//! `TlsConfig` cannot be handed a rustls `ClientConfig` (it builds its own
+//! from root certificates, a verification switch and a provider), is given
+//! the same certificates, switch and provider (`Trust::tls_config`), and
+//! `object_store` (`gs://`, `az://`) the same certificates with its system
+//! roots switched off, or its verification off
+//! (`Trust::object_store_options`), so no certificate is judged twice.
 
 use std::fmt;
 use std::io;
@@ -55,7 +57,7 @@ pub const SYSTEM_BUNDLES: [&str; 6] = [
 ];
 
 /// How Mozilla's roots are named in messages.
-const MOZILLA: &str = "Mozilla's root certificates (webpki-roots)";
+const MOZILLA: &str = "Mozilla's root certificates (webpki-root-certs)";
 
 /// Files read from one CA directory at most (a runaway directory).
 const MAX_DIR_FILES: usize = 10_000;
@@ -102,7 +104,7 @@ pub enum DefaultRoots {
     /// there is none or it holds no certificate.
     #[default]
     System,
-    /// Mozilla's root certificates, compiled in (webpki-roots).
+    /// Mozilla's root certificates, compiled in (webpki-root-certs).
     WebPki,
 }
 
@@ -210,12 +212,16 @@ pub struct Trust {
 enum Anchors {
     /// Any certificate (curl's `--insecure`).
     Any,
-    /// Mozilla's roots (webpki-roots; one copy in the build, ureq's too).
-    Mozilla,
     /// These roots: `store` holds exactly `certs` (the certificates rustls
     /// can take as trust anchors; others are skipped, as OpenSSL skips
-    /// unusable entries of a bundle).
-    Roots { certs: Arc<Vec<Certificate<'static>>>, store: Arc<rustls::RootCertStore> },
+    /// unusable entries of a bundle), and `object_store` the same
+    /// certificates as `object_store` takes them.
+    Roots {
+        certs: Arc<Vec<Certificate<'static>>>,
+        store: Arc<rustls::RootCertStore>,
+        #[cfg(feature = "cloud")]
+        object_store: Arc<Vec<object_store::Certificate>>,
+    },
 }
 
 impl Anchors {
@@ -228,7 +234,31 @@ impl Anchors {
                 usable.push(cert);
             }
         }
-        Self::Roots { certs: Arc::new(usable), store: Arc::new(store) }
+        #[cfg(feature = "cloud")]
+        let object_store = Arc::new(
+            usable
+                .iter()
+                .filter_map(|c| object_store::Certificate::from_der(c.der()).ok())
+                .collect(),
+        );
+        Self::Roots {
+            certs: Arc::new(usable),
+            store: Arc::new(store),
+            #[cfg(feature = "cloud")]
+            object_store,
+        }
+    }
+
+    /// Mozilla's root certificates (webpki-root-certs), as anchors once per
+    /// process: every client is given these same certificates.
+    fn mozilla() -> Self {
+        static MOZILLA_ROOTS: OnceLock<Anchors> = OnceLock::new();
+        MOZILLA_ROOTS
+            .get_or_init(|| {
+                let certs = webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter();
+                Self::of(certs.map(|c| Certificate::from_der(c.as_ref())).collect())
+            })
+            .clone()
     }
 
     /// rustls's settings for these anchors, with the ring provider.
@@ -242,12 +272,6 @@ impl Anchors {
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
                 .with_no_client_auth(),
-            Self::Mozilla => {
-                let roots = webpki_roots::TLS_SERVER_ROOTS.to_vec();
-                builder
-                    .with_root_certificates(rustls::RootCertStore { roots })
-                    .with_no_client_auth()
-            }
             Self::Roots { store, .. } => {
                 builder.with_root_certificates(Arc::clone(store)).with_no_client_auth()
             }
@@ -337,7 +361,7 @@ impl TlsOptions {
         {
             return trust(anchors.clone(), format!("the system's CA bundle {}", path.display()));
         }
-        trust(Anchors::Mozilla, MOZILLA.into())
+        trust(Anchors::mozilla(), MOZILLA.into())
     }
 }
 
@@ -353,7 +377,7 @@ impl TlsOptions {
         env: &dyn Fn(&str) -> Option<PathBuf>,
     ) -> Result<Trust, TlsError> {
         match self.resolve_with(service, env) {
-            Err(_) if !secure => Trust::new(Anchors::Mozilla, MOZILLA.into(), service),
+            Err(_) if !secure => Trust::new(Anchors::mozilla(), MOZILLA.into(), service),
             other => other,
         }
     }
@@ -494,12 +518,30 @@ impl Trust {
         let builder = TlsConfig::builder().unversioned_rustls_crypto_provider(provider);
         match &self.anchors {
             Anchors::Any => builder.disable_verification(true),
-            Anchors::Mozilla => builder.root_certs(RootCerts::WebPki),
             Anchors::Roots { certs, .. } => {
                 builder.root_certs(RootCerts::Specific(Arc::clone(certs)))
             }
         }
         .build()
+    }
+
+    /// `options` verifying servers as this trust does, for `object_store`'s
+    /// requests: exactly these anchors (its system roots, which it would
+    /// otherwise judge with rustls-platform-verifier, switched off), or no
+    /// verification.
+    #[cfg(feature = "cloud")]
+    pub(crate) fn object_store_options(
+        &self,
+        options: object_store::ClientOptions,
+    ) -> object_store::ClientOptions {
+        match &self.anchors {
+            Anchors::Any => options.with_allow_invalid_certificates(true),
+            Anchors::Roots { object_store, .. } => object_store
+                .iter()
+                .fold(options.with_no_system_certificates(true), |options, cert| {
+                    options.with_root_certificate(cert.clone())
+                }),
+        }
     }
 
     /// `e` as a [`TlsError::Untrusted`] (inside an `InvalidData`
@@ -661,7 +703,28 @@ mod tests {
         assert!(same_provider(&insecure).disable_verification());
         let mozilla = TlsOptions { default_roots: DefaultRoots::WebPki, ..TlsOptions::default() };
         let mozilla = mozilla.resolve_with(Service::Http, &|_| None).unwrap();
-        assert!(matches!(same_provider(&mozilla).root_certs(), RootCerts::WebPki));
+        let Anchors::Roots { certs, .. } = &mozilla.anchors else { panic!("not a root store") };
+        assert_eq!(certs.len(), webpki_root_certs::TLS_SERVER_ROOT_CERTS.len());
+        assert!(
+            matches!(same_provider(&mozilla).root_certs(), RootCerts::Specific(c) if Arc::ptr_eq(c, certs))
+        );
+        #[cfg(feature = "cloud")]
+        {
+            use object_store::ClientConfigKey::{AllowInvalidCertificates, NoSystemCertificates};
+            let Anchors::Roots { object_store, .. } = &mozilla.anchors else { unreachable!() };
+            assert_eq!(object_store.len(), certs.len(), "object_store takes every anchor");
+            let options = mozilla.object_store_options(object_store::ClientOptions::new());
+            assert_eq!(options.get_config_value(&NoSystemCertificates).as_deref(), Some("true"));
+            assert_eq!(
+                options.get_config_value(&AllowInvalidCertificates).as_deref(),
+                Some("false")
+            );
+            let options = insecure.object_store_options(object_store::ClientOptions::new());
+            assert_eq!(
+                options.get_config_value(&AllowInvalidCertificates).as_deref(),
+                Some("true")
+            );
+        }
         // A PEM certificate section that is no trust anchor: skipped once,
         // for both clients.
         let dir = tempfile::tempdir().unwrap();
@@ -669,7 +732,9 @@ mod tests {
         std::fs::write(&junk, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
             .unwrap();
         let trust = TlsOptions::ca_file(&junk).resolve_with(Service::Http, &|_| None).unwrap();
-        let Anchors::Roots { certs, store } = &trust.anchors else { panic!("not a root store") };
+        let Anchors::Roots { certs, store, .. } = &trust.anchors else {
+            panic!("not a root store")
+        };
         assert!(certs.is_empty() && store.is_empty());
         let ureq = same_provider(&trust);
         assert!(matches!(ureq.root_certs(), RootCerts::Specific(c) if Arc::ptr_eq(c, certs)));

@@ -18,10 +18,12 @@ use std::time::Duration;
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::store::RetryPolicy;
 use tensorizer_native::store::cloud::{self, CloudOptions, MIN_PART_SIZE};
+use tensorizer_native::store::tls::{TlsError, TlsOptions};
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
 use crate::servers::binary;
+use crate::tls::Pki;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -90,6 +92,12 @@ pub(crate) fn gcs() -> Option<(Server, CloudOptions)> {
 
 /// Azurite's blob service with container `tzr`.
 pub(crate) fn azurite() -> Option<(Server, CloudOptions)> {
+    azurite_serving(None)
+}
+
+/// Azurite's blob service with container `tzr`, over HTTPS with `pki`'s
+/// server certificate where one is given.
+fn azurite_serving(pki: Option<&Pki>) -> Option<(Server, CloudOptions)> {
     let env_bin = std::env::var("TZR_AZURITE").unwrap_or_default();
     let local = root().join("tests/cloud-servers/node_modules/.bin/azurite-blob");
     let bin = binary(
@@ -99,9 +107,17 @@ pub(crate) fn azurite() -> Option<(Server, CloudOptions)> {
     let python = python()?;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let child = Command::new(bin)
+    let mut command = Command::new(bin);
+    command
         .args(["--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-        .args(["--skipApiVersionCheck", "--silent"])
+        .args(["--skipApiVersionCheck", "--silent"]);
+    let mut create = Command::new(python);
+    if let Some(pki) = pki {
+        command.arg("--cert").arg(pki.path("server.pem")).arg("--key").arg(pki.path("server.key"));
+        // Python's default TLS context reads the CA from OpenSSL's variable.
+        create.env("SSL_CERT_FILE", pki.path("ca.pem"));
+    }
+    let child = command
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -109,8 +125,9 @@ pub(crate) fn azurite() -> Option<(Server, CloudOptions)> {
         .unwrap();
     let server = wait_for_port(Server { child, port }, "azurite-blob");
     std::mem::forget(dir); // Azurite may write there until it is killed.
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let status = Command::new(python)
+    let scheme = if pki.is_some() { "https" } else { "http" };
+    let endpoint = format!("{scheme}://127.0.0.1:{port}");
+    let status = create
         .arg(root().join("tests/cloud-servers/azurite_container.py"))
         .args([endpoint.as_str(), "tzr"])
         .status()
@@ -666,4 +683,60 @@ fn gcs_and_azure_prefixes_list_one_level() {
     if let Some((_server, options)) = azurite() {
         lists_one_level(&Store { scheme: "az", options });
     }
+}
+
+/// Azurite over HTTPS with a private CA's certificate: uploads, listings
+/// and reads, through `object_store` and direct, trust exactly what the
+/// TLS options name, `StoreOptions` passing its `http.tls` on.
+#[test]
+fn azure_over_https_trusts_what_the_tls_options_name() {
+    let Some(pki) = Pki::make() else { return };
+    let Some((_server, options)) = azurite_serving(Some(&pki)) else { return };
+    let with = |tls: TlsOptions, direct_reads: bool| Store {
+        scheme: "az",
+        options: CloudOptions {
+            tls: TlsOptions { from_env: false, ..tls },
+            direct_reads,
+            retry: RetryPolicy::new(1, Duration::from_millis(10)),
+            ..options.clone()
+        },
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("x");
+    std::fs::write(&file, b"over TLS").unwrap();
+    let trusted = |direct| with(TlsOptions::ca_file(pki.path("ca.pem")), direct);
+    trusted(false).upload(&file, "tls/x").unwrap();
+    let listed = cloud::list_azure(None, "tzr", "tls/", &trusted(false).options).unwrap();
+    assert_eq!(listed, ["tls/x"]);
+    for store in [trusted(false), trusted(true), with(TlsOptions::insecure(), false)] {
+        let mut got = [0u8; 8];
+        store.open("tls/x").unwrap().read_exact_at(0, &mut got).unwrap();
+        assert_eq!(&got, b"over TLS");
+    }
+    let insecure = with(TlsOptions::insecure(), false);
+    assert_eq!(cloud::list_azure(None, "tzr", "tls/", &insecure.options).unwrap(), ["tls/x"]);
+    insecure.upload(&file, "tls/y").unwrap();
+    // The default trust (the system's CAs) does not know the private CA.
+    for store in [with(TlsOptions::default(), false), with(TlsOptions::default(), true)] {
+        let refused = [
+            store.upload(&file, "tls/z").unwrap_err(),
+            cloud::list_azure(None, "tzr", "tls/", &store.options).unwrap_err(),
+            store.open("tls/x").err().unwrap(),
+        ];
+        for err in refused {
+            let text = err.to_string();
+            assert!(text.contains("certificate") && text.contains("UnknownIssuer"), "{text}");
+            let tensorizer_native::Error::Io { source, .. } = &err else { panic!("{err:?}") };
+            assert!(source.get_ref().is_some_and(|e| e.is::<TlsError>()), "{err:?}");
+        }
+    }
+    // Through StoreOptions: its http.tls is the trust.
+    let location = tensorizer_native::store::Location::parse("az://tzr/tls/x").unwrap();
+    let mut store_options = tensorizer_native::StoreOptions::default();
+    store_options.cloud = with(TlsOptions::default(), false).options;
+    let err = tensorizer_native::store::open_source(&location, &store_options).err().unwrap();
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+    store_options.http.tls =
+        TlsOptions { from_env: false, ..TlsOptions::ca_file(pki.path("ca.pem")) };
+    assert_eq!(tensorizer_native::store::open_source(&location, &store_options).unwrap().len(), 8);
 }

@@ -10,9 +10,10 @@ use object_store::path::Path;
 use object_store::signer::{Method, Signer};
 
 use super::{CloudOptions, block_on, gcs_base_url};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::source::RangeSource;
 use crate::store::http::{Authorization, HttpOptions, HttpSource};
+use crate::store::tls::is_tls_failure;
 
 /// Lifetime of a signed URL (as for `s3://`'s presigned ones): longer than
 /// any load.
@@ -79,7 +80,7 @@ pub(super) fn open_gcs(
 /// `url` opened with the crate's HTTP client under `opts`' limits and
 /// policy; `None` for an object it does not open (an empty one, whose
 /// ranged answer has no valid `Content-Range`), errors of the object
-/// itself (a store error kind) returned.
+/// itself (a store error kind) and TLS's refusals returned.
 fn direct(
     url: &str,
     name: &str,
@@ -93,12 +94,22 @@ fn direct(
         read_timeout: opts.read_timeout(),
         limits: opts.limits,
         authorization,
-        ..HttpOptions::default()
+        tls: opts.tls.clone(),
     };
     match HttpSource::open_named(url, name, http) {
         Ok(source) => Ok(Some(Box::new(source))),
-        Err(e) if e.store_kind().is_some() => Err(e),
+        Err(e) if e.store_kind().is_some() || refused(&e) => Err(e),
         Err(_) => Ok(None),
+    }
+}
+
+/// Whether `e` is TLS refusing the server or the CAs named: `object_store`
+/// would be refused alike (it is given the same trust).
+fn refused(e: &Error) -> bool {
+    match e {
+        Error::Tls(_) => true,
+        Error::Io { source, .. } => is_tls_failure(source),
+        _ => false,
     }
 }
 

@@ -13,12 +13,13 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::describe::{transient, unsatisfiable};
-use super::{block_on, store_error};
+use super::{block_on, refused, store_error};
 use crate::error::{Error, Result};
 use crate::source::{RangeSource, TransferLimits};
 pub use crate::store::ranged::PREFIX;
 use crate::store::ranged::{self, Ask, Head, Ranged, Response, Span, Transport, Validators};
 use crate::store::retry::{Attempt, Pace, RetryPolicy};
+use crate::store::tls::Trust;
 
 /// How a [`CloudSource`] reads.
 #[derive(Debug, Clone, Copy, Default)]
@@ -69,6 +70,9 @@ pub struct CloudSource {
 struct ObjectClient {
     store: Arc<dyn ObjectStore>,
     path: Path,
+    /// What the store's requests verify servers with, where known (to word
+    /// a refused certificate).
+    trust: Option<Trust>,
 }
 
 /// A response body, and the pace it is read at.
@@ -88,7 +92,23 @@ impl CloudSource {
         name: String,
         options: &CloudReadOptions,
     ) -> Result<Self> {
-        let client = ObjectClient { store, path };
+        Self::with_client(ObjectClient { store, path, trust: None }, name, options)
+    }
+
+    /// [`Self::open`] for a store whose requests verify servers with
+    /// `trust`: a certificate TLS refuses ends the read at once, worded as
+    /// the HTTP source words it.
+    pub(super) fn open_trusting(
+        store: Arc<dyn ObjectStore>,
+        path: Path,
+        name: String,
+        options: &CloudReadOptions,
+        trust: Trust,
+    ) -> Result<Self> {
+        Self::with_client(ObjectClient { store, path, trust: Some(trust) }, name, options)
+    }
+
+    fn with_client(client: ObjectClient, name: String, options: &CloudReadOptions) -> Result<Self> {
         Ok(Self {
             ranged: Ranged::open(client, name, options.limits, options.retry, options.read_all)?,
         })
@@ -141,6 +161,11 @@ impl ObjectClient {
             Ok(result) => result,
             Err(e) if opening && unsatisfiable(&e) => return self.empty(e, span, pace).await,
             Err(e) => {
+                if let Some(refused) =
+                    self.trust.as_ref().and_then(|t| refused(span.name, range, &e, t))
+                {
+                    return Attempt::Final(refused);
+                }
                 let again = transient(&e);
                 return failed(store_error(span.name, range, e), again);
             }

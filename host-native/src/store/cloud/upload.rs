@@ -10,9 +10,10 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::{
     CloudOptions, MIN_PART_SIZE, azure_name, azure_store, block_on, gcs_store, object_path,
-    store_error,
+    request_error,
 };
 use crate::error::{Error, Result, file_err};
+use crate::store::tls::Trust;
 
 /// Opens the file to upload and takes its length.
 pub(super) fn open_file(from: &std::path::Path) -> Result<(File, u64)> {
@@ -34,14 +35,8 @@ pub fn upload_gcs_reader(
     opts: &CloudOptions,
 ) -> Result<()> {
     let name = format!("gs://{bucket}/{object}");
-    upload(
-        &gcs_store(bucket, opts, opts.retry())?,
-        &name,
-        &object_path(&name, object)?,
-        reader,
-        None,
-        opts,
-    )
+    let (store, trust) = gcs_store(bucket, opts, opts.retry())?;
+    upload(&store, &trust, &name, &object_path(&name, object)?, reader, None, opts)
 }
 
 /// Uploads everything `reader` yields to blob `blob` of `container`. A read
@@ -54,14 +49,8 @@ pub fn upload_azure_reader(
     opts: &CloudOptions,
 ) -> Result<()> {
     let name = azure_name(account, container, blob);
-    upload(
-        &azure_store(account, container, opts, opts.retry())?,
-        &name,
-        &object_path(&name, blob)?,
-        reader,
-        None,
-        opts,
-    )
+    let (store, trust) = azure_store(account, container, opts, opts.retry())?;
+    upload(&store, &trust, &name, &object_path(&name, blob)?, reader, None, opts)
 }
 
 /// Reads up to `want` bytes (fewer only at the end of `reader`).
@@ -71,9 +60,11 @@ fn read_part(reader: &mut dyn Read, want: usize) -> io::Result<Vec<u8>> {
     Ok(part)
 }
 
-/// Uploads `reader` (of `len` bytes, when known) to `path` of `store`.
+/// Uploads `reader` (of `len` bytes, when known) to `path` of `store`, whose
+/// requests verify servers with `trust`.
 pub(super) fn upload(
     store: &dyn ObjectStore,
+    trust: &Trust,
     name: &str,
     path: &Path,
     reader: &mut dyn Read,
@@ -98,13 +89,14 @@ pub(super) fn upload(
     };
     if small {
         block_on(store.put(path, PutPayload::from(first)))?
-            .map_err(|e| store_error(name, None, e))?;
+            .map_err(|e| request_error(name, None, e, trust))?;
         return Ok(());
     }
     let mut upload =
-        block_on(store.put_multipart(path))?.map_err(|e| store_error(name, None, e))?;
+        block_on(store.put_multipart(path))?.map_err(|e| request_error(name, None, e, trust))?;
     let result = send_parts(
         &mut *upload,
+        trust,
         name,
         reader,
         first,
@@ -117,7 +109,7 @@ pub(super) fn upload(
             Ok(_) => Ok(()),
             Err(e) => {
                 let _ = block_on(upload.abort());
-                Err(store_error(name, None, e))
+                Err(request_error(name, None, e, trust))
             }
         },
         Err(e) => {
@@ -129,8 +121,10 @@ pub(super) fn upload(
 }
 
 /// Sends `first` and the rest of `reader` as parts, `in_flight` at a time.
+#[allow(clippy::too_many_arguments)] // one upload's state, passed down once
 fn send_parts<F>(
     upload: &mut dyn object_store::MultipartUpload,
+    trust: &Trust,
     name: &str,
     reader: &mut dyn Read,
     first: Vec<u8>,
@@ -148,7 +142,7 @@ where
         |(at, handle): (u64, tokio::task::JoinHandle<object_store::Result<()>>)| -> Result<()> {
             match block_on(handle)? {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(store_error(name, None, e)),
+                Ok(Err(e)) => Err(request_error(name, None, e, trust)),
                 Err(e) => Err(Error::Io {
                     file: name.to_string(),
                     offset: at,
