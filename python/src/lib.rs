@@ -15,6 +15,7 @@ mod cuda_env;
 mod dtypes;
 mod entry;
 mod errors;
+mod file_source;
 mod fingerprint;
 mod gc_pause;
 mod host_memory;

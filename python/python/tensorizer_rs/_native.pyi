@@ -370,9 +370,7 @@ class Names:
 class Loader:
     """One open file's loads (python/src/loader.rs)."""
 
-    def __new__(
-        cls, reader: NativeReader, options: DeserializerOptions, alloc: Any, map: Any = None
-    ) -> Loader: ...
+    def __new__(cls, file_obj: Any, options: DeserializerOptions, alloc: Any, partial: bool = False) -> Loader: ...
     @property
     def reader(self) -> NativeReader | None: ...
     @property
