@@ -10,6 +10,7 @@ mod carve;
 mod checkpoint;
 mod cli;
 mod convert;
+mod cooperative;
 mod cuda;
 mod cuda_env;
 mod dtypes;
@@ -45,6 +46,8 @@ mod _native {
     use crate::cli::tzr_main;
     #[pymodule_export]
     use crate::convert::ConversionReport;
+    #[pymodule_export]
+    use crate::cooperative::cooperative_verdict;
     #[pymodule_export]
     use crate::entry::PyEntry;
     #[pymodule_export]

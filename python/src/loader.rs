@@ -403,7 +403,8 @@ impl Loader {
 #[pymethods]
 impl Loader {
     /// The loads of `file_obj` (what `TensorDeserializer` reads), opened
-    /// with `options`, through `alloc` (the allocator). `partial`: only
+    /// with `options`, through `alloc` (the allocator); an encrypted file
+    /// needs `encryption=`. `partial`: only
     /// part of a URI's object will be read (a cooperative load's share, a
     /// sharded load's shards), so it is opened without asking for all of
     /// it.
@@ -417,6 +418,11 @@ impl Loader {
         partial: bool,
     ) -> PyResult<Self> {
         let reader = NativeReader::open(py, file_obj, Some(options.get()), partial)?;
+        if reader.inner.is_encrypted() && !options.get().decrypts {
+            return Err(crate::errors::CryptographyError::new_err(
+                "Tensor is encrypted, but decryption was not requested",
+            ));
+        }
         let map = private_map(py, &reader, options.get().load.mmap)?;
         let book = Book::new(reader.origin);
         let state = State {

@@ -340,6 +340,30 @@ impl NativeReader {
         crate::loader::load_into(py, self, &indices, &buffers, verify)
     }
 
+    /// What a rank of a cooperative load is about to load, as a SHA-256
+    /// hex digest the ranks compare (spec §24): the file's size, the
+    /// tensors `indices` with their places, dtypes and shapes, and the
+    /// `device_type` they go to.
+    fn selection_digest(&self, indices: Vec<usize>, device_type: &str) -> PyResult<String> {
+        let entries = self.inner.entries();
+        let mut hasher = tensorizer_core::hash::TensorHasher::new(b"", false, true);
+        let file = (self.inner.source().len(), self.inner.tensor_size(), device_type);
+        hasher.update(format!("{file:?}").as_bytes());
+        for i in indices {
+            let e = entries
+                .get(i)
+                .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+            let place = (i, e.header_offset, e.data_offset, e.data_length, &e.dtype, &e.shape);
+            hasher.update(format!("{place:?}").as_bytes());
+        }
+        match hasher.finish().first() {
+            Some(tensorizer_core::HashValue::Sha256(d)) => {
+                Ok(tensorizer_core::fingerprint::to_hex(d))
+            }
+            _ => Err(pyo3::exceptions::PyRuntimeError::new_err("no SHA-256 computed")),
+        }
+    }
+
     /// Plans a cooperative load of tensors `indices` among `ranks` readers
     /// (`tensorizer_native::read::share`, spec §24): per rank, the stored
     /// tensors it reads, in file order; then the meta tensors every rank

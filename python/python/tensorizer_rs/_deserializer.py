@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _distributed, _modules, _native
-from ._crypt import CryptographyError, DecryptionParams
+from ._crypt import DecryptionParams
 from ._loader import MmapFallbackWarning, TorchAllocator
 from ._receipt import LoadReceipt
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
@@ -161,13 +161,13 @@ class TensorDeserializer(
             partial = group is not None or self._partial_open
             self._loader = loader = _native.Loader(file_obj, options, TorchAllocator(options), partial)
             reader = loader.check_open()
-            version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
-            if encrypted and not options.decrypts:
-                raise CryptographyError("Tensor is encrypted, but decryption was not requested")
-            self._version = version
-            self.total_file_bytes = tensor_size
-            entries = self._index()
-            self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
+            self._version, self.total_file_bytes = reader.version, reader.tensor_size
+            # The index as typed entries, those `filter_func` keeps, the tree of their names.
+            self._all = entries = reader.entries(_TENSOR_TYPES)
+            self._names = names = _native.Names(entries, options.filter_func)
+            self._selected: list[_Entry] = names.selected
+            self._structure: dict[Any, Any] = names.structure
+            self._file_header = _FileHeader(reader.version, _FileFeatureFlags(reader.flags), reader.tensor_size, len(entries))
             self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
             self.read_bytes = 0
             self.total_compressed_tensor_bytes = 0
@@ -179,15 +179,6 @@ class TensorDeserializer(
             self._names.yielded()
             self._flat = self._names.flat(loader.cache)
             self.total_tensor_bytes = self._names.data_bytes()
-
-    def _index(self) -> list[_Entry]:
-        """Reads the index into typed entries and selects those the
-        options' ``filter_func`` keeps, with the tree of their names."""
-        self._all = entries = self._loader.check_open().entries(_TENSOR_TYPES)
-        self._names = names = _native.Names(entries, self._options.filter_func)
-        self._selected: list[_Entry] = names.selected
-        self._structure: dict[Any, Any] = names.structure
-        return entries
 
     # -- the loader ------------------------------------------------------------
 
