@@ -14,8 +14,10 @@
 
 use std::sync::OnceLock;
 
+mod file_map;
 mod region;
 
+pub use self::file_map::PrivateMap;
 pub use self::region::HugeRegion;
 
 /// The balloon device's feature bit for free page reporting

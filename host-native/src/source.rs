@@ -69,6 +69,13 @@ pub trait RangeSource: Send + Sync {
             usize::try_from(self.len().saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
         self.read_exact_at(offset, &mut buf[..n])
     }
+
+    /// The open local file whose bytes this source serves at their own
+    /// offsets (a private memory map of it holds the same bytes), or
+    /// `None` for any other source.
+    fn local_file(&self) -> Option<&File> {
+        None
+    }
 }
 
 /// Fails with a `Truncated` format error when `len` bytes at `offset` do
@@ -165,6 +172,10 @@ impl RangeSource for LocalFile {
                 .map_err(io_err(&self.name, offset)),
         }
     }
+
+    fn local_file(&self) -> Option<&File> {
+        Some(&self.file)
+    }
 }
 
 /// An in-memory source (tests, small files, already-fetched bytes).
@@ -233,6 +244,10 @@ macro_rules! forward_range_source {
 
             fn read_uncached_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
                 (**self).read_uncached_at(offset, buf)
+            }
+
+            fn local_file(&self) -> Option<&File> {
+                (**self).local_file()
             }
         }
     };
@@ -305,6 +320,10 @@ impl<S: RangeSource> RangeSource for Counted<S> {
             .min(buf.len());
         self.count(n);
         self.inner.read_uncached_at(offset, buf)
+    }
+
+    fn local_file(&self) -> Option<&File> {
+        self.inner.local_file()
     }
 }
 

@@ -8,13 +8,15 @@
 //! spec §23.4); smaller arenas come from the allocator (small loads must
 //! not cost a mapping each: the kernel caps their number). Every piece
 //! starts `ALLOCATION_ALIGN`-aligned, plus the caller's `lead` (the file
-//! phase a cold load reads at, `LoadPlan::large_leads`).
+//! phase a cold load reads at, `LoadPlan::large_leads`). The private,
+//! copy-on-write map of a file that `mmap=` hands out views of is lent
+//! the same way ([`HostMemory::private_map`]).
 
 use std::ffi::{c_int, c_void};
 
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
-use tensorizer_native::memory::HugeRegion;
+use tensorizer_native::memory::{HugeRegion, PrivateMap};
 use tensorizer_native::read::plan::{ALLOCATION_ALIGN, HUGE_PAGE_MIN};
 
 /// The first byte lent out.
@@ -30,15 +32,33 @@ unsafe impl Send for Start {}
 #[allow(unsafe_code)]
 unsafe impl Sync for Start {}
 
+/// What owns the bytes of a [`HostMemory`] (held only to free them with it).
+#[allow(dead_code)] // never read: dropping it frees the bytes
+enum Owner {
+    /// A region of their own.
+    Region(HugeRegion),
+    /// Zeroed allocator memory with room to align the start.
+    Heap(Vec<u8>),
+    /// A private map of a file.
+    File(PrivateMap),
+}
+
 /// Writable CPU memory for one load's tensors (`_native.HostMemory`).
 #[pyclass(module = "tensorizer_rs._native", frozen)]
 pub(crate) struct HostMemory {
-    /// What owns the bytes: a region of their own, or zeroed allocator
-    /// memory with room to align the start (the other one empty).
-    _region: Option<HugeRegion>,
-    _heap: Vec<u8>,
+    _owner: Owner,
     start: Start,
     len: usize,
+}
+
+impl HostMemory {
+    /// A private, copy-on-write map of all of `file`, or `None` when it is
+    /// empty.
+    pub(crate) fn private_map(file: &std::fs::File) -> PyResult<Option<Self>> {
+        let Some(map) = PrivateMap::new(file)? else { return Ok(None) };
+        let (start, len) = (Start(map.as_ptr()), map.len());
+        Ok(Some(Self { _owner: Owner::File(map), start, len }))
+    }
 }
 
 #[pymethods]
@@ -58,12 +78,12 @@ impl HostMemory {
             let base = region.as_mut_slice().as_mut_ptr();
             // `lead <= total`: the start lies inside the region.
             let start = Start(base.wrapping_add(lead));
-            return Ok(Self { _region: Some(region), _heap: Vec::new(), start, len: size });
+            return Ok(Self { _owner: Owner::Region(region), start, len: size });
         }
         let mut heap = vec![0u8; total.checked_add(align).ok_or_else(too_large)?];
         let skip = heap.as_ptr().align_offset(align);
         let start = Start(heap.as_mut_ptr().wrapping_add(skip + lead));
-        Ok(Self { _region: None, _heap: heap, start, len: size })
+        Ok(Self { _owner: Owner::Heap(heap), start, len: size })
     }
 
     /// The address of the first byte.

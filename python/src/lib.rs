@@ -10,11 +10,13 @@ mod carve;
 mod checkpoint;
 mod cli;
 mod convert;
+mod cooperative;
 mod cuda;
 mod cuda_env;
 mod dtypes;
 mod entry;
 mod errors;
+mod file_source;
 mod fingerprint;
 mod gc_pause;
 mod host_memory;
@@ -44,6 +46,8 @@ mod _native {
     use crate::cli::tzr_main;
     #[pymodule_export]
     use crate::convert::ConversionReport;
+    #[pymodule_export]
+    use crate::cooperative::cooperative_verdict;
     #[pymodule_export]
     use crate::entry::PyEntry;
     #[pymodule_export]

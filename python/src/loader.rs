@@ -23,6 +23,7 @@ use pyo3::exceptions::{PyRuntimeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString};
+use tensorizer_native::RangeSource;
 use tensorizer_native::read::plan::{Destination, LoadPlan};
 
 use self::book::Book;
@@ -31,6 +32,8 @@ pub(crate) use self::receipt::LoadReceipt;
 use self::target::Target;
 use crate::entry::PyEntry;
 use crate::errors::to_py;
+use crate::file_source::FileSource;
+use crate::host_memory::HostMemory;
 use crate::load_options::Mmap;
 use crate::names::Names;
 use crate::options::DeserializerOptions;
@@ -108,6 +111,20 @@ fn module_tensor<'py>(
         Some(t) => Ok(Some(t)),
         None => tensors.get_item(name.trim_start_matches('.')),
     }
+}
+
+/// The private, copy-on-write memory map `mmap=` hands out views of, or
+/// None: only of a local, unencrypted, non-empty file, and with `"auto"`
+/// only of one that provably cannot change (spec §23.6), asked of the file
+/// the reader opened, so that a path replaced since cannot mislead it.
+fn private_map(py: Python<'_>, reader: &NativeReader, mmap: Mmap) -> PyResult<Option<Py<PyAny>>> {
+    let Some(file) = reader.inner.source().local_file() else { return Ok(None) };
+    let frozen = || tensorizer_native::source::frozen(file).is_some();
+    if mmap == Mmap::Off || reader.inner.is_encrypted() || (mmap == Mmap::Auto && !frozen()) {
+        return Ok(None);
+    }
+    let map = HostMemory::private_map(file)?;
+    map.map(|m| Ok(Bound::new(py, m)?.into_any().unbind())).transpose()
 }
 
 impl Loader {
@@ -246,7 +263,7 @@ impl Loader {
         let device = resolved.device.bind(py);
         let cache = self.cache.bind(py);
         for e in &metas {
-            cache.set_item(e.get().index, alloc.call_method1("meta_tensor", (e, device))?)?;
+            cache.set_item(e.get().index, self.meta_tensor(py, e.get())?)?;
         }
         if pin && !plan.large.is_empty() {
             alloc.call_method1("synchronize", (device,))?;
@@ -385,34 +402,44 @@ impl Loader {
 
 #[pymethods]
 impl Loader {
-    /// The loads of `reader` (opened with `options`) through `alloc` (the
-    /// allocator); `map`: the private memory map `mmap=` hands out views
-    /// of, or None.
+    /// The loads of `file_obj` (what `TensorDeserializer` reads), opened
+    /// with `options`, through `alloc` (the allocator); an encrypted file
+    /// needs `encryption=`. `partial`: only
+    /// part of a URI's object will be read (a cooperative load's share, a
+    /// sharded load's shards), so it is opened without asking for all of
+    /// it.
     #[new]
-    #[pyo3(signature = (reader, options, alloc, map=None))]
+    #[pyo3(signature = (file_obj, options, alloc, partial=false))]
     fn new(
         py: Python<'_>,
-        reader: Py<NativeReader>,
+        file_obj: FileSource,
         options: Py<DeserializerOptions>,
         alloc: Py<PyAny>,
-        map: Option<Py<PyAny>>,
-    ) -> Self {
-        let book = Book::new(reader.get().origin);
+        partial: bool,
+    ) -> PyResult<Self> {
+        let reader = NativeReader::open(py, file_obj, Some(options.get()), partial)?;
+        if reader.inner.is_encrypted() && !options.get().decrypts {
+            return Err(crate::errors::CryptographyError::new_err(
+                "Tensor is encrypted, but decryption was not requested",
+            ));
+        }
+        let map = private_map(py, &reader, options.get().load.mmap)?;
+        let book = Book::new(reader.origin);
         let state = State {
-            reader: Some(reader),
+            reader: Some(Py::new(py, reader)?),
             map,
             unverified: HashSet::new(),
             book,
             meta_claimed: 0,
             mmap_warned: false,
         };
-        Self {
+        Ok(Self {
             options,
             alloc,
             cache: PyDict::new(py).unbind(),
             device: PyOnceLock::new(),
             state: Mutex::new(state),
-        }
+        })
     }
 
     /// The native reader (None once closed).
@@ -617,12 +644,11 @@ impl Loader {
     ) -> PyResult<Bound<'py, PyAny>> {
         let reader = self.open_reader(py)?;
         let verify = self.options.get().load.verify(None);
-        let alloc = self.alloc.bind(py);
-        let size: u64 = alloc.call_method1("meta_nbytes", (&e, shape.clone()))?.extract()?;
+        let (kind, size) = self.meta_kind(py, e.get(), &shape)?;
         let what = format!("a slice {} of ", PyList::new(py, &shape)?.str()?);
         self.claim(py, &[(e.clone(), size)], &what)?;
         meta::check_headers(py, reader.get(), &[e.get().index], verify)?;
-        alloc.call_method1("meta_zeros", (&e, shape, self.resolved(py)?.device.bind(py)))
+        self.zeros(py, kind, shape, size, None)
     }
 
     /// The receipt of the loads so far: `all` every entry of the file,

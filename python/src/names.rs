@@ -487,6 +487,42 @@ impl Names {
         Ok((missing, unexpected, mismatched))
     }
 
+    /// `StrictLoadError`'s message, formatted as
+    /// `torch.nn.Module.load_state_dict`'s: the `missing` and `unexpected`
+    /// keys, then each `(name, stored shape, module shape)` that differs.
+    #[staticmethod]
+    fn strict_message(
+        module_name: &str,
+        missing: Vec<String>,
+        unexpected: Vec<String>,
+        sizes: Vec<(String, Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    ) -> PyResult<String> {
+        let quoted = |keys: &[String]| {
+            keys.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ")
+        };
+        let mut errors = Vec::new();
+        if !missing.is_empty() {
+            errors.push(format!("Missing key(s) in state_dict: {}. ", quoted(&missing)));
+        }
+        if !unexpected.is_empty() {
+            errors.push(format!("Unexpected key(s) in state_dict: {}. ", quoted(&unexpected)));
+        }
+        for (name, stored, expected) in sizes {
+            let list = |shape: &Bound<'_, PyAny>| -> PyResult<String> {
+                Ok(PyList::new(shape.py(), shape.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
+                    .str()?
+                    .to_string())
+            };
+            errors.push(format!(
+                "size mismatch for {name}: copying a param with shape {} from checkpoint, the \
+                 shape in current model is {}.",
+                list(&stored)?,
+                list(&expected)?
+            ));
+        }
+        Ok(format!("Error(s) in loading state_dict for {module_name}:\n\t{}", errors.join("\n\t")))
+    }
+
     /// Bytes stored of the selected entries, of those in `cache` only when
     /// given.
     #[pyo3(signature = (cache=None))]

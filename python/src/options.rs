@@ -23,7 +23,7 @@ pub struct DeserializerOptions {
     /// The key or passphrase of `encryption` (None: no decryption asked).
     pub(crate) key: Option<Vec<u8>>,
     pub(crate) passphrase: Option<Vec<u8>>,
-    decrypts: bool,
+    pub(crate) decrypts: bool,
 }
 
 /// A Python int as [`Int`].

@@ -14,6 +14,7 @@ use tensorizer_native::{
 
 use crate::buffers::Held;
 use crate::errors::{CryptographyError, to_py};
+use crate::file_source::FileSource;
 use crate::options::DeserializerOptions;
 
 type Source = Box<dyn RangeSource>;
@@ -77,6 +78,41 @@ pub(crate) fn path_to_py<'py>(py: Python<'py>, path: &TensorPath) -> PyResult<Bo
     PyTuple::new(py, items)
 }
 
+impl NativeReader {
+    /// Opens `source` and parses the header and index, with `options`
+    /// (None: the defaults). `partial`: see `new`.
+    pub(crate) fn open(
+        py: Python<'_>,
+        source: FileSource,
+        options: Option<&DeserializerOptions>,
+        partial: bool,
+    ) -> PyResult<Self> {
+        let (source, origin): (Source, _) = match source {
+            FileSource::Opened(inner) => {
+                let origin = origin_of(inner.name());
+                (Box::new(inner), origin)
+            }
+            FileSource::Bytes(bytes, name) => (Box::new(MemorySource::new(bytes, name)), "stream"),
+            FileSource::Path(path) => {
+                let uri = path.to_string_lossy().into_owned();
+                refuse_sharded(&uri)?;
+                let intent = if partial { Intent::Peek } else { Intent::ReadAll };
+                (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
+            }
+        };
+        let options = match options {
+            Some(o) => ReadOptions {
+                num_readers: o.load.num_readers.unwrap_or_else(default_readers).max(1),
+                verify_hash: o.load.verify_hash,
+                key: key_source(o.key.clone(), o.passphrase.clone())?,
+            },
+            None => ReadOptions::default(),
+        };
+        let inner = py.detach(|| Reader::new(Counted::new(source), options)).map_err(to_py)?;
+        Ok(Self { inner, origin })
+    }
+}
+
 #[pymethods]
 impl NativeReader {
     /// Opens a local path or URI (str), an opened `NativeSource`, or
@@ -95,31 +131,15 @@ impl NativeReader {
         name: Option<String>,
         partial: bool,
     ) -> PyResult<Self> {
-        let (source, origin): (Source, _) =
-            if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
-                let inner = opened.get().inner.clone();
-                let origin = origin_of(inner.name());
-                (Box::new(inner), origin)
-            } else if let Ok(bytes) = source.cast::<PyBytes>() {
-                let name = name.unwrap_or_else(|| "<bytes>".into());
-                (Box::new(MemorySource::new(bytes.as_bytes().to_vec(), name)), "stream")
-            } else {
-                let path: std::path::PathBuf = source.extract()?;
-                let uri = path.to_string_lossy().into_owned();
-                refuse_sharded(&uri)?;
-                let intent = if partial { Intent::Peek } else { Intent::ReadAll };
-                (py.detach(|| open_uri(&uri, intent)).map_err(to_py)?, origin_of(&uri))
-            };
-        let options = match options {
-            Some(o) => ReadOptions {
-                num_readers: o.load.num_readers.unwrap_or_else(default_readers).max(1),
-                verify_hash: o.load.verify_hash,
-                key: key_source(o.key.clone(), o.passphrase.clone())?,
-            },
-            None => ReadOptions::default(),
+        let source = if let Ok(opened) = source.cast::<crate::source::NativeSource>() {
+            FileSource::Opened(opened.get().inner.clone())
+        } else if let Ok(bytes) = source.cast::<PyBytes>() {
+            let name = name.unwrap_or_else(|| "<bytes>".into());
+            FileSource::Bytes(bytes.as_bytes().to_vec(), name)
+        } else {
+            FileSource::Path(source.extract()?)
         };
-        let inner = py.detach(|| Reader::new(Counted::new(source), options)).map_err(to_py)?;
-        Ok(Self { inner, origin })
+        Self::open(py, source, options.as_deref(), partial)
     }
 
     /// Where the bytes come from: `"file"`, a URI scheme (`"http"`,
@@ -318,6 +338,30 @@ impl NativeReader {
         }
         let verify = self.inner.options().verify(verify_hash);
         crate::loader::load_into(py, self, &indices, &buffers, verify)
+    }
+
+    /// What a rank of a cooperative load is about to load, as a SHA-256
+    /// hex digest the ranks compare (spec §24): the file's size, the
+    /// tensors `indices` with their places, dtypes and shapes, and the
+    /// `device_type` they go to.
+    fn selection_digest(&self, indices: Vec<usize>, device_type: &str) -> PyResult<String> {
+        let entries = self.inner.entries();
+        let mut hasher = tensorizer_core::hash::TensorHasher::new(b"", false, true);
+        let file = (self.inner.source().len(), self.inner.tensor_size(), device_type);
+        hasher.update(format!("{file:?}").as_bytes());
+        for i in indices {
+            let e = entries
+                .get(i)
+                .ok_or_else(|| PyIndexError::new_err(format!("no tensor number {i}")))?;
+            let place = (i, e.header_offset, e.data_offset, e.data_length, &e.dtype, &e.shape);
+            hasher.update(format!("{place:?}").as_bytes());
+        }
+        match hasher.finish().first() {
+            Some(tensorizer_core::HashValue::Sha256(d)) => {
+                Ok(tensorizer_core::fingerprint::to_hex(d))
+            }
+            _ => Err(pyo3::exceptions::PyRuntimeError::new_err("no SHA-256 computed")),
+        }
     }
 
     /// Plans a cooperative load of tensors `indices` among `ranks` readers

@@ -77,7 +77,7 @@ impl NativeSource {
     /// Bytes `begin..end` (exclusive; `None`: to the end) of this source,
     /// as a source of their own: a file stored inside a bigger object.
     #[pyo3(signature = (begin, end=None))]
-    fn window(&self, begin: u64, end: Option<u64>) -> PyResult<Self> {
+    pub(crate) fn window(&self, begin: u64, end: Option<u64>) -> PyResult<Self> {
         let window = tensorizer_native::source::Window::new(self.inner.clone(), begin, end)
             .map_err(to_py)?;
         Ok(Self { inner: Arc::new(window) })

@@ -4,22 +4,11 @@ then exchange the tensors with the group's broadcasts."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from . import _distributed, _dtypes, _native
 
 _Entry = _native.Entry
-
-
-def _selection_digest(reader: Any, todo: list[_Entry], device: Any) -> str:
-    """What this rank is about to load: the file's size, the tensors and
-    their places, and the device type. The ranks must agree on it."""
-    h = hashlib.sha256()
-    h.update(repr((reader.size(), reader.tensor_size, device.type)).encode())
-    for e in todo:
-        h.update(repr((e.index, e.header_offset, e.data_offset, e.data_length, e.dtype, e.shape)).encode())
-    return h.hexdigest()
 
 
 def _as_bytes(raw: Any) -> Any:
@@ -57,7 +46,8 @@ def load_shared(loader: Any, todo: list[_Entry], verify: bool, group: Any) -> No
             loader.load_now([by_index[i] for i in local], verify)
     except Exception as exc:  # reported to every rank by agree()
         failure = exc
-    _distributed.agree(group, world, _selection_digest(loader.reader, todo, device), failure)
+    digest = loader.reader.selection_digest([e.index for e in todo], device.type)
+    _distributed.agree(group, world, digest, failure)
     for r in range(world):
         src = dist.get_global_rank(group, r) if world > 1 else -1  # no broadcasts in a group of one
         if on_cpu:

@@ -92,10 +92,7 @@ def destinations(entries: Sequence[Entry], device: Any, mode: str) -> list[Any]:
         raise ValueError(f"unknown CUDA allocation mode {mode!r}: use one of {', '.join(ALLOC_MODES)}")
     offsets, total = carve_offsets([e.nbytes for e in entries])
     raw = torch.empty(total, dtype=torch.uint8, device=device)
-    out = []
-    for e, dt, at in zip(entries, dtypes, offsets):
-        out.append(raw[at : at + e.nbytes].view(dt).view(e.shape))
-    return out
+    return [raw[at : at + e.nbytes].view(dt).view(e.shape) for e, dt, at in zip(entries, dtypes, offsets)]
 
 
 def load(

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import io
-import os
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _distributed, _modules, _native
-from ._crypt import CryptographyError, DecryptionParams
-from ._loader import MmapFallbackWarning, open_loader
+from . import _distributed, _modules, _native
+from ._crypt import DecryptionParams
+from ._loader import MmapFallbackWarning, TorchAllocator
 from ._receipt import LoadReceipt
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
-from .stream_io import RemoteStream
 
 __all__ = ["MmapFallbackWarning", "TensorDeserializer"]
 
@@ -159,18 +156,18 @@ class TensorDeserializer(
                 encryption=encryption, mmap=mmap, meta_tensors=meta_tensors, max_meta_bytes=max_meta_bytes,
                 cooperative=group is not None,
             )
-            source, name = _source_of(file_obj)
             # A rank of a cooperative load reads its share only, and a sharded
             # load its shards: a URI is opened without asking for all of it.
-            self._loader = loader = open_loader(source, options, name, group is not None or self._partial_open)
+            partial = group is not None or self._partial_open
+            self._loader = loader = _native.Loader(file_obj, options, TorchAllocator(options), partial)
             reader = loader.check_open()
-            version, flags, tensor_size, encrypted = reader.version, reader.flags, reader.tensor_size, reader.encrypted
-            if encrypted and not options.decrypts:
-                raise CryptographyError("Tensor is encrypted, but decryption was not requested")
-            self._version = version
-            self.total_file_bytes = tensor_size
-            entries = self._index()
-            self._file_header = _FileHeader(version, _FileFeatureFlags(flags), tensor_size, len(entries))
+            self._version, self.total_file_bytes = reader.version, reader.tensor_size
+            # The index as typed entries, those `filter_func` keeps, the tree of their names.
+            self._all = entries = reader.entries(_TENSOR_TYPES)
+            self._names = names = _native.Names(entries, options.filter_func)
+            self._selected: list[_Entry] = names.selected
+            self._structure: dict[Any, Any] = names.structure
+            self._file_header = _FileHeader(reader.version, _FileFeatureFlags(reader.flags), reader.tensor_size, len(entries))
             self.total_tensor_bytes = sum(e.nbytes for e in self._selected)
             self.read_bytes = 0
             self.total_compressed_tensor_bytes = 0
@@ -182,15 +179,6 @@ class TensorDeserializer(
             self._names.yielded()
             self._flat = self._names.flat(loader.cache)
             self.total_tensor_bytes = self._names.data_bytes()
-
-    def _index(self) -> list[_Entry]:
-        """Reads the index into typed entries and selects those the
-        options' ``filter_func`` keeps, with the tree of their names."""
-        self._all = entries = self._loader.check_open().entries(_TENSOR_TYPES)
-        self._names = names = _native.Names(entries, self._options.filter_func)
-        self._selected: list[_Entry] = names.selected
-        self._structure: dict[Any, Any] = names.structure
-        return entries
 
     # -- the loader ------------------------------------------------------------
 
@@ -416,33 +404,3 @@ class TensorDeserializer(
         return self._names.data_bytes(self._cache)
 
     cache_status = None
-
-
-def _source_of(file_obj: Any) -> tuple[Any, str | None]:
-    """A path, URI, opened source or bytes for the native reader, and a
-    display name."""
-    if isinstance(file_obj, (str, os.PathLike)):
-        if _args.no_such_path(os.fspath(file_obj)):
-            raise _args.file_not_found(os.fspath(file_obj))
-        # Local paths and http(s)://, s3:// (configured from the environment
-        # and ~/.s3cfg) and redis:// URIs; open_stream takes S3 arguments.
-        return os.fspath(file_obj), None
-    if isinstance(file_obj, RemoteStream):
-        # As tensorizer reads from the stream's position: a file stored at
-        # `begin` (or wherever the stream was seeked to), up to its `end`.
-        begin, end = file_obj.tell(), file_obj.end
-        if begin == 0 and end is None:
-            return file_obj.native_source, None
-        return file_obj.native_source.window(begin, end), None
-    if isinstance(file_obj, (bytes, int)):
-        raise TypeError("file_obj must be a path or a binary file object")
-    if not hasattr(file_obj, "read"):
-        raise _args.not_a_file(file_obj)
-    if isinstance(file_obj, io.TextIOBase):
-        raise ValueError('file_obj must be readable and in binary mode (mode="rb")')
-    if hasattr(file_obj, "readable") and not file_obj.readable():
-        raise ValueError('file_obj must be readable and in binary mode (mode="rb")')
-    name = getattr(file_obj, "name", None)
-    if isinstance(name, str) and os.path.isfile(name) and (not hasattr(file_obj, "tell") or file_obj.tell() == 0):
-        return name, None
-    return bytes(file_obj.read()), str(name) if name is not None else "<stream>"

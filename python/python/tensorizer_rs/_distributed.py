@@ -19,6 +19,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from . import _native
+
 
 class CooperativeLoadError(RuntimeError):
     """A cooperative load failed; raised on every rank of the group.
@@ -46,32 +48,20 @@ def check_group(group: Any) -> Any:
     return group
 
 
-def _describe(exc: BaseException) -> tuple[str, Any]:
-    """(a one-line description, the tensor's name) of a failure."""
-    return f"{type(exc).__name__}: {exc}", getattr(exc, "tensor", None)
-
-
 def agree(group: Any, world: int, digest: str | None, failure: BaseException | None) -> None:
     """Every rank learns every rank's digest and failure (one
     ``all_gather_object``, bounded by the group's timeout); raises
     ``CooperativeLoadError`` on every rank when they differ or any failed."""
     import torch.distributed as dist
 
-    mine = (digest, None if failure is None else _describe(failure))
+    failed = None if failure is None else (f"{type(failure).__name__}: {failure}", getattr(failure, "tensor", None))
     everyone: list[Any] = [None] * world
     # On NCCL this runs on torch.cuda.current_device(): each rank sets its
     # own device first, as torch.distributed asks of every NCCL program.
-    dist.all_gather_object(everyone, mine, group=group)
-    for r, (_, failed) in enumerate(everyone):
-        if failed is not None:
-            what, tensor = failed
-            at = f" at tensor {tensor!r}" if tensor is not None else ""
-            raise CooperativeLoadError(f"rank {r} of the process group failed{at}: {what}", r, tensor) from failure
-    if any(other[0] != digest for other in everyone):
-        raise CooperativeLoadError(
-            "the ranks of the process group are not loading the same tensors of the same file: every rank "
-            "must open the same file and select the same tensors (same filter_func) in the same calls"
-        )
+    dist.all_gather_object(everyone, (digest, failed), group=group)
+    verdict = _native.cooperative_verdict(everyone, digest)  # the first failure, or a disagreement
+    if verdict is not None:
+        raise CooperativeLoadError(*verdict) from failure
 
 
 @contextlib.contextmanager

@@ -1,15 +1,14 @@
-"""The allocator of the load engine, and how a loader is opened.
+"""The allocator of the load engine.
 
-``_native.Loader`` (python/src/loader.rs) owns a load's state and carries
-out the native load plan; it decides everything and calls torch (or numpy)
-only through the one ``TorchAllocator`` it is given, which makes tensors and
-decides nothing. ``TensorDeserializer`` is the tensorizer-compatible mapping
-over the loader.
+``_native.Loader`` (python/src/loader.rs) opens the file, owns a load's
+state and carries out the native load plan; it decides everything and calls
+torch (or numpy) only through the one ``TorchAllocator`` it is given, which
+makes tensors and decides nothing. ``TensorDeserializer`` is the
+tensorizer-compatible mapping over the loader.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -36,30 +35,6 @@ def _carve_kind(dtype: str) -> tuple[Any, int, bool]:
     """(torch dtype, item size, requires grad) of a stored dtype string."""
     t = _dtypes.torch_dtype(dtype)
     return t, t.itemsize, _dtypes.is_float_like(t)
-
-
-def _private_map(source: Any, options: Any, encrypted: bool) -> Any:
-    """The private, copy-on-write memory map ``mmap=True`` or ``"auto"``
-    hands out views of, or None: only a local, unencrypted, non-empty file,
-    and with ``"auto"`` only one that provably cannot change (§23.6), asked
-    of the same open file through /proc, so a path replaced since cannot
-    mislead it."""
-    if options.mmap == "off" or encrypted or not isinstance(source, str) or not os.path.isfile(source):
-        return None
-    import mmap
-
-    with open(source, "rb") as f:
-        frozen = options.mmap == "on" or _native.file_frozen(f"/proc/self/fd/{f.fileno()}") is not None
-        if frozen and os.fstat(f.fileno()).st_size > 0:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    return None
-
-
-def open_loader(source: Any, options: Any, name: str | None, partial: bool) -> _native.Loader:
-    """A ``_native.Loader`` over `source` (a path, URI, opened source or
-    bytes) with the deserializer's `options`."""
-    reader = _native.NativeReader(source, options, name=name, partial=partial)
-    return _native.Loader(reader, options, TorchAllocator(options), _private_map(source, options, reader.encrypted))
 
 
 class TorchAllocator:
@@ -157,42 +132,32 @@ class TorchAllocator:
     def array(self, e: Any, dtype: Any) -> Any:
         return np.empty(e.shape, dtype=dtype)
 
-    # -- meta tensors: the form ``meta_tensors`` names --------------------------
+    # -- meta tensors: the loader decides dtype, size and form ----------------
 
-    def _meta_dtype(self, e: Any) -> Any:
-        stored = _dtypes.torch_dtype(e.dtype)
-        return self.cast_target(stored) or stored
+    def meta_kind(self, stored: str) -> tuple[Any, int, bool]:
+        """(torch dtype after ``dtype=``, its item size, requires grad) of a
+        stored dtype string."""
+        t = _dtypes.torch_dtype(stored)
+        cast = self.cast_target(t) or t
+        return cast, cast.itemsize, _dtypes.is_float_like(t)
 
-    def meta_nbytes(self, e: Any, shape: Any) -> int:
-        n = 1
-        for d in e.shape if shape is None else shape:
-            n *= d
-        return int(n * self._meta_dtype(e).itemsize)
-
-    def meta_tensor(self, e: Any, device: Any) -> Any:
+    def zeros(self, form: str, dtype: Any, shape: Any, device: Any, nbytes: int, grad: bool | None) -> Any:
+        """Zeros in `form`: ``"meta"`` (on the meta device), ``"expand"`` (a
+        zero scalar expanded), ``"calloc"`` (`nbytes` of lazily zeroed CPU
+        pages) or ``"zeros"`` (on `device`); a ``Parameter`` unless `grad`
+        is None."""
         import torch
 
-        t = self.meta_zeros(e, e.shape, device)
-        return torch.nn.Parameter(t, requires_grad=_dtypes.is_float_like(_dtypes.torch_dtype(e.dtype)))
-
-    def meta_zeros(self, e: Any, shape: Any, device: Any) -> Any:
-        import torch
-
-        form, dtype = self._options.meta_tensors, self._meta_dtype(e)
         if form == "meta":
-            return torch.empty(shape, dtype=dtype, device="meta")
-        if form == "expand":
-            return torch.zeros((), dtype=dtype, device=device).expand(shape)
-        if device.type == "cpu":
-            # calloc: untouched anonymous pages that read as zeros and are
-            # committed only when written. The uint8 view covers every dtype.
-            raw = np.zeros(self.meta_nbytes(e, shape), dtype=np.uint8)
-            return torch.from_numpy(raw).view(dtype).reshape(shape)
-        return torch.zeros(shape, dtype=dtype, device=device)
+            t = torch.empty(shape, dtype=dtype, device="meta")
+        elif form == "expand":
+            t = torch.zeros((), dtype=dtype, device=device).expand(shape)
+        elif form == "calloc":  # the uint8 view covers every dtype
+            t = torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).reshape(shape)
+        else:
+            t = torch.zeros(shape, dtype=dtype, device=device)
+        return t if grad is None else torch.nn.Parameter(t, requires_grad=grad)
 
-    def meta_array(self, e: Any, dtype: Any) -> Any:
-        """numpy has no meta device: ``"meta"`` gives a read-only broadcast
-        zero, as ``"expand"``."""
-        if self._options.meta_tensors == "zeros":
-            return np.zeros(e.shape, dtype=dtype)  # calloc: lazily zeroed pages
-        return np.broadcast_to(np.zeros((), dtype=dtype), e.shape)
+    def array_zeros(self, dtype: Any, shape: Any, expand: bool) -> Any:
+        """Lazily zeroed pages, or with `expand` a read-only broadcast zero."""
+        return np.broadcast_to(np.zeros((), dtype=dtype), shape) if expand else np.zeros(shape, dtype=dtype)

@@ -38,17 +38,7 @@ class StrictLoadError(RuntimeError):
         self.unexpected_keys = unexpected_keys
         #: ``(name, shape in the file, shape in the module)``.
         self.size_mismatches = size_mismatches
-        errors = []
-        if missing_keys:
-            errors.append("Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing_keys)))
-        if unexpected_keys:
-            errors.append("Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected_keys)))
-        for name, stored, expected in size_mismatches:
-            errors.append(
-                f"size mismatch for {name}: copying a param with shape {list(stored)} from checkpoint, "
-                f"the shape in current model is {list(expected)}."
-            )
-        super().__init__("Error(s) in loading state_dict for {}:\n\t{}".format(module_name, "\n\t".join(errors)))
+        super().__init__(_native.Names.strict_message(module_name, missing_keys, unexpected_keys, size_mismatches))
 
 
 def load_into_module(

@@ -73,6 +73,7 @@ __all__ = [
     "DEVICE_VIEW_ALIGN",
     "carve",
     "carve_offsets",
+    "cooperative_verdict",
     "dtype_torch_name",
     "dtype_string_for",
     "safetensors_dtype_name",
@@ -369,14 +370,16 @@ class Names:
     def strict_mismatches(
         entries: list[Entry], known: dict[str, Any], required: list[str]
     ) -> tuple[list[str], list[str], list[tuple[str, tuple[int, ...], tuple[int, ...]]]]: ...
+    @staticmethod
+    def strict_message(
+        module_name: str, missing: list[str], unexpected: list[str], sizes: list[tuple[str, Any, Any]]
+    ) -> str: ...
 
 @final
 class Loader:
     """One open file's loads (python/src/loader.rs)."""
 
-    def __new__(
-        cls, reader: NativeReader, options: DeserializerOptions, alloc: Any, map: Any = None
-    ) -> Loader: ...
+    def __new__(cls, file_obj: Any, options: DeserializerOptions, alloc: Any, partial: bool = False) -> Loader: ...
     @property
     def reader(self) -> NativeReader | None: ...
     @property
@@ -480,6 +483,7 @@ class NativeReader:
     def verify_bytes(self, i: int, data: Any) -> None: ...
     def load_into(self, indices: Sequence[int], buffers: Sequence[Any], verify_hash: bool | None = None) -> None: ...
     def plan_shares(self, indices: list[int], ranks: int) -> tuple[list[list[int]], list[int]]: ...
+    def selection_digest(self, indices: list[int], device_type: str) -> str: ...
 
 @final
 class WriteSpec:
@@ -559,6 +563,9 @@ def reader_verify_tensor(reader: NativeReader, i: int) -> None: ...
 DEVICE_VIEW_ALIGN: int
 
 def carve_offsets(sizes: list[int]) -> tuple[list[int], int]: ...
+def cooperative_verdict(
+    everyone: list[tuple[str | None, tuple[str, Any] | None]], digest: str | None
+) -> tuple[str, int | None, Any] | None: ...
 
 def carve(
     members: list[Entry],

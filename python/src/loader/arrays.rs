@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 use super::{Loader, copies, indices};
 use crate::entry::PyEntry;
+use crate::load_options::MetaMode;
 use crate::reader::NativeReader;
 
 /// Numpy dtypes of the entries that load, their opaque dtypes' torch
@@ -64,9 +65,14 @@ impl Loader {
         let alloc = self.alloc.bind(py);
         let mut arrays = Vec::with_capacity(entries.len());
         let (mut stored, mut buffers) = (Vec::new(), Vec::new());
+        // numpy has no meta device: "meta" is a read-only broadcast zero too.
+        let expand = self.options.get().load.meta != MetaMode::Zeros;
         for (e, dtype) in entries.iter().zip(dtypes) {
-            let made = if e.get().is_meta { "meta_array" } else { "array" };
-            let array = alloc.call_method1(made, (e, dtype))?;
+            let array = if e.get().is_meta {
+                alloc.call_method1("array_zeros", (dtype, e.get().shape.bind(py), expand))?
+            } else {
+                alloc.call_method1("array", (e, dtype))?
+            };
             if !e.get().is_meta {
                 stored.push(e.get().index);
                 buffers.push(alloc.call_method1("byte_view", (&array,))?);

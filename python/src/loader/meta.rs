@@ -1,13 +1,14 @@
 //! Meta tensors (data version 4): entries with a shape but no stored
 //! bytes. The loader counts the zero-filled bytes they become against
 //! `max_meta_bytes` before anything is allocated (the size is whatever the
-//! file claims) and checks their headers; the allocator makes them in the
-//! form `meta_tensors` names.
+//! file claims), checks their headers, and decides each one's dtype (after
+//! `dtype=`), size and form; the allocator only makes the zeros.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::Loader;
+use super::target::Target;
 use crate::entry::PyEntry;
 use crate::errors::to_py;
 use crate::load_options::MetaMode;
@@ -47,7 +48,53 @@ fn grouped(n: u64) -> String {
     out
 }
 
+/// A meta tensor's torch dtype as handed out (after `dtype=`), its item
+/// size, and whether it requires grad (as its stored dtype does).
+pub(super) type MetaKind<'py> = (Bound<'py, PyAny>, u64, bool);
+
+/// How the allocator makes zeros: the form `meta_tensors` names, with
+/// `"zeros"` on the CPU as lazily zeroed pages (`"calloc"`: untouched
+/// anonymous pages, committed only when written).
+fn form(meta: MetaMode, target: Target) -> &'static str {
+    match meta {
+        MetaMode::Meta => "meta",
+        MetaMode::Expand => "expand",
+        MetaMode::Zeros if target == Target::Cpu => "calloc",
+        MetaMode::Zeros => "zeros",
+    }
+}
+
 impl Loader {
+    /// The kind of meta entry `e` and the bytes its zeros take at `shape`
+    /// (saturating: a claim that large is refused).
+    pub(super) fn meta_kind<'py>(
+        &self,
+        py: Python<'py>,
+        e: &PyEntry,
+        shape: &[u64],
+    ) -> PyResult<(MetaKind<'py>, u64)> {
+        let kind = self.alloc.bind(py).call_method1("meta_kind", (e.dtype.bind(py),))?;
+        let kind: MetaKind<'py> = kind.extract()?;
+        let size = shape.iter().fold(kind.1, |n, &d| n.saturating_mul(d));
+        Ok((kind, size))
+    }
+
+    /// Zeros of `kind` at `shape` (`size` bytes) on the load's device, in
+    /// the form `meta_tensors` names; a `Parameter` unless `grad` is None.
+    pub(super) fn zeros<'py>(
+        &self,
+        py: Python<'py>,
+        kind: MetaKind<'py>,
+        shape: Vec<u64>,
+        size: u64,
+        grad: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let resolved = self.resolved(py)?;
+        let form = form(self.options.get().load.meta, resolved.target);
+        let args = (form, kind.0, shape, resolved.device.bind(py), size, grad);
+        self.alloc.bind(py).call_method1("zeros", args)
+    }
+
     /// Counts the zero-filled bytes `metas` will take (`torch`: in the dtype
     /// they are handed out as, after `dtype=`; else as stored).
     pub(super) fn claim_meta(
@@ -56,17 +103,29 @@ impl Loader {
         metas: &[Bound<'_, PyEntry>],
         torch: bool,
     ) -> PyResult<()> {
-        let alloc = self.alloc.bind(py);
         let mut sized = Vec::with_capacity(metas.len());
         for e in metas {
             let size = if torch {
-                alloc.call_method1("meta_nbytes", (e, py.None()))?.extract()?
+                self.meta_kind(py, e.get(), &e.get().shape.bind(py).extract::<Vec<u64>>()?)?.1
             } else {
                 e.get().nbytes
             };
             sized.push((e.clone(), size));
         }
         self.claim(py, &sized, "")
+    }
+
+    /// Meta entry `e` as a tensor of its shape, in the form `meta_tensors`
+    /// names (already claimed).
+    pub(super) fn meta_tensor<'py>(
+        &self,
+        py: Python<'py>,
+        e: &PyEntry,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let shape: Vec<u64> = e.shape.bind(py).extract()?;
+        let (kind, size) = self.meta_kind(py, e, &shape)?;
+        let grad = kind.2;
+        self.zeros(py, kind, shape, size, Some(grad))
     }
 
     /// Counts `sized` (entry, bytes) against `max_meta_bytes`; raises,
