@@ -27,6 +27,7 @@ pub mod safetensors;
 pub mod share;
 pub mod slice;
 mod spans;
+mod turns;
 pub mod verify;
 
 /// Bytes per parallel read of a large tensor (a multiple of the 2 MiB

@@ -159,14 +159,11 @@ fn refuse(index: &str, findings: &[Finding]) -> Result<()> {
 
 /// Most shards of one model loaded at once. The reader threads are split
 /// evenly among them, so a folder loads on no more threads than one file
-/// does: what runs at once is another shard's opening, allocation and
-/// faulting in of fresh memory beside this one's reads (spec §26.5).
+/// does, and cold reads share the process's one device queue, oldest load
+/// first (`read::turns`): what runs at once is the next shard's opening,
+/// allocation and faulting in of fresh memory beside this one's reads, and
+/// its reads start as this one's drain (spec §26.5).
 pub const MAX_SHARDS_AT_ONCE: usize = 4;
-
-/// Fewest reader threads a shard loaded beside another gets: below that
-/// there is no spare core for the overlap, and two shards at once were
-/// slower than one after the other (spec §26.5, measured on 2 cores).
-pub const MIN_READERS_PER_SHARD: usize = 2;
 
 /// How a load of `shards` shards with `readers` reader threads in all
 /// (`None`: [`crate::default_readers`]) runs: `(shards at once, readers
@@ -174,8 +171,7 @@ pub const MIN_READERS_PER_SHARD: usize = 2;
 /// must come in the same order on every rank.
 pub fn parallel_loads(shards: usize, readers: Option<usize>, cooperative: bool) -> (usize, usize) {
     let readers = readers.unwrap_or_else(crate::default_readers).max(1);
-    let room = readers / MIN_READERS_PER_SHARD;
-    let at_once = if cooperative { 1 } else { MAX_SHARDS_AT_ONCE.min(shards).min(room).max(1) };
+    let at_once = if cooperative { 1 } else { MAX_SHARDS_AT_ONCE.min(shards).min(readers).max(1) };
     (at_once, (readers / at_once).max(1))
 }
 
@@ -312,8 +308,8 @@ mod tests {
         assert_eq!(parallel_loads(8, Some(8), false), (4, 2));
         assert_eq!(parallel_loads(8, Some(16), false), (4, 4));
         assert_eq!(parallel_loads(2, Some(8), false), (2, 4));
-        assert_eq!(parallel_loads(8, Some(3), false), (1, 3));
-        assert_eq!(parallel_loads(4, Some(2), false), (1, 2));
+        assert_eq!(parallel_loads(8, Some(3), false), (3, 1));
+        assert_eq!(parallel_loads(4, Some(2), false), (2, 1));
         assert_eq!(parallel_loads(8, Some(0), false), (1, 1));
         assert_eq!(parallel_loads(0, Some(4), false), (1, 4));
         assert_eq!(parallel_loads(8, Some(8), true), (1, 8));

@@ -9,14 +9,10 @@
 
 use super::Reader;
 use super::spans::Segment;
+use super::turns::{QUEUE_DEPTH, Turn};
 use crate::error::Result;
 use crate::parallel::for_each_scratch;
 use crate::source::{DIRECT_BLOCK, RangeSource, check_range};
-
-/// Requests in flight at once, each a blocking read on a thread of its
-/// own: the queue depth at which reads around the cache reached the
-/// device's rate here (spec §23.4).
-const QUEUE_DEPTH: usize = 16;
 
 /// Bytes per request read straight into a tensor.
 const REQUEST: usize = 1 << 20;
@@ -140,9 +136,12 @@ fn read_segments<S: RangeSource + ?Sized>(source: &S, segments: Vec<Segment<'_>>
 }
 
 /// Carries out `requests` on up to [`QUEUE_DEPTH`] threads, each with a
-/// bounce buffer of its own; the first error stops the rest.
+/// bounce buffer of its own, in the process's one device queue
+/// ([`Turn`]); the first error stops the rest.
 fn run<S: RangeSource + ?Sized>(source: &S, requests: Vec<Request<'_>>) -> Result<()> {
+    let turn = Turn::enter(requests.len());
     for_each_scratch(QUEUE_DEPTH, requests, |request, bounce: &mut Vec<u8>| {
+        let _slot = turn.slot();
         serve(source, request, bounce)
     })
 }

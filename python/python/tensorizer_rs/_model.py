@@ -27,7 +27,8 @@ def load_state_dict(location: str | os.PathLike[str], **options: Any) -> dict[st
     ``verify_hash``, ``encryption``, ``mmap``...), up to
     ``_native.MAX_SHARDS_AT_ONCE`` at once (one at a time with a
     ``process_group``), the reader threads split among them
-    (``num_readers`` each is its share, at least two). The result is the
+    (``num_readers`` each is its share, at least one) and their cold reads
+    sharing one queue, oldest shard first. The result is the
     same as loading the shards one after another: tensors in shard order,
     then file order. The shards are checked against the index: a shard it
     names that is missing, a tensor it maps to a shard that does not hold
