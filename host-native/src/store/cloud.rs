@@ -301,7 +301,7 @@ fn store_error(name: &str, range: Option<(u64, u64)>, e: object_store::Error) ->
 fn refused(
     name: &str,
     range: Option<(u64, u64)>,
-    e: &object_store::Error,
+    e: &(dyn std::error::Error + 'static),
     trust: &Trust,
 ) -> Option<Error> {
     let source = trust.untrusted(e)?;

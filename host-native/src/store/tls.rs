@@ -30,11 +30,13 @@
 //! trust is resolved: the trust anchors (a rustls root store and the
 //! certificates in it, Mozilla's roots among them, or no verification) and
 //! the rustls settings made from them with the ring provider. The Redis
-//! client takes those settings (`Trust::rustls_config`); ureq, whose
+//! client and the AWS credential chain's reqwest client take those
+//! settings (`Trust::rustls_config`, `Trust::reqwest_builder`); ureq, whose
 //! `TlsConfig` cannot be handed a rustls `ClientConfig` (it builds its own
 //! from root certificates, a verification switch and a provider), is given
 //! the same certificates, switch and provider (`Trust::tls_config`), and
-//! `object_store` (`gs://`, `az://`) the same certificates with its system
+//! `object_store` (`gs://`, `az://`, the AWS instance metadata service)
+//! the same certificates with its system
 //! roots switched off, or its verification off
 //! (`Trust::object_store_options`), so no certificate is judged twice.
 
@@ -542,6 +544,17 @@ impl Trust {
                     options.with_root_certificate(cert.clone())
                 }),
         }
+    }
+
+    /// `builder` verifying servers with exactly these rustls settings
+    /// (reqwest takes a `ClientConfig` as it is), for the requests of the
+    /// AWS credential chain (STS, the container endpoint).
+    #[cfg(feature = "cloud")]
+    pub(crate) fn reqwest_builder(
+        &self,
+        builder: reqwest::ClientBuilder,
+    ) -> reqwest::ClientBuilder {
+        builder.tls_backend_preconfigured(rustls::ClientConfig::clone(&self.config))
     }
 
     /// `e` as a [`TlsError::Untrusted`] (inside an `InvalidData`

@@ -18,11 +18,11 @@ use std::time::Duration;
 use tensorizer_native::error::StoreErrorKind;
 use tensorizer_native::store::RetryPolicy;
 use tensorizer_native::store::cloud::{self, CloudOptions, MIN_PART_SIZE};
-use tensorizer_native::store::tls::{TlsError, TlsOptions};
+use tensorizer_native::store::tls::{Service, TlsError, TlsOptions, Trust};
 use tensorizer_native::{RangeSource, ReadOptions, Reader};
 
 use crate::common::vectors;
-use crate::servers::binary;
+use crate::servers::{Nginx, binary};
 use crate::tls::Pki;
 
 fn root() -> PathBuf {
@@ -410,6 +410,16 @@ fn vars(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> + use<> {
     move |name: &str| map.get(name).cloned()
 }
 
+/// `tls` resolved for S3 without the environment.
+fn s3_trust(tls: TlsOptions) -> Trust {
+    TlsOptions { from_env: false, ..tls }.resolve(Service::S3).unwrap()
+}
+
+/// The default trust (the system's CAs), without the environment.
+fn no_ca() -> Trust {
+    s3_trust(TlsOptions::default())
+}
+
 /// An instance metadata stand-in speaking IMDSv2: a token from `PUT
 /// /latest/api/token` is required on the role and credential requests.
 fn imds() -> Stand {
@@ -438,7 +448,7 @@ fn aws_chain_reads_instance_metadata_v2() {
         ("HOME", home.path().display().to_string()),
         ("AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url()),
     ]);
-    let found = cloud::aws_credential_chain_with(&var, None).unwrap().unwrap();
+    let found = cloud::aws_credential_chain_with(&var, None, &no_ca()).unwrap().unwrap();
     assert_eq!(
         (found.key_id.as_str(), found.secret_key.as_str(), found.token.as_deref()),
         ("IMDSKEY", "imds-secret", Some("imds-token"))
@@ -449,13 +459,13 @@ fn aws_chain_reads_instance_metadata_v2() {
         ("HOME", home.path().display().to_string()),
         ("AWS_EC2_METADATA_SERVICE_ENDPOINT", closed),
     ]);
-    let err = cloud::aws_credential_chain_with(&var, None).unwrap_err().to_string();
+    let err = cloud::aws_credential_chain_with(&var, None, &no_ca()).unwrap_err().to_string();
     assert!(err.contains("instance metadata"), "{err}");
     let var = vars(&[
         ("HOME", home.path().display().to_string()),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
     ]);
-    assert_eq!(cloud::aws_credential_chain_with(&var, None).unwrap(), None);
+    assert_eq!(cloud::aws_credential_chain_with(&var, None, &no_ca()).unwrap(), None);
 }
 
 #[test]
@@ -481,13 +491,13 @@ fn aws_chain_reads_the_container_endpoint() {
         ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token_file.display().to_string()),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
     ]);
-    let found = cloud::aws_credential_chain_with(&var, None).unwrap().unwrap();
+    let found = cloud::aws_credential_chain_with(&var, None, &no_ca()).unwrap().unwrap();
     assert_eq!((found.key_id.as_str(), found.token.as_deref()), ("ECSKEY", Some("ecs-token")));
     let var = vars(&[
         ("HOME", home.path().display().to_string()),
         ("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("{}/v2/credentials/abc", server.url())),
     ]);
-    let err = cloud::aws_credential_chain_with(&var, None).unwrap_err().to_string();
+    let err = cloud::aws_credential_chain_with(&var, None, &no_ca()).unwrap_err().to_string();
     assert!(err.contains("container credentials") && err.contains("403"), "{err}");
 }
 
@@ -508,11 +518,11 @@ fn aws_chain_prefers_profiles_to_the_container_and_metadata() {
         ("AWS_CONTAINER_CREDENTIALS_FULL_URI", unreachable.clone()),
         ("AWS_EC2_METADATA_SERVICE_ENDPOINT", unreachable),
     ];
-    let found = cloud::aws_credential_chain_with(&vars(&base), None).unwrap().unwrap();
+    let found = cloud::aws_credential_chain_with(&vars(&base), None, &no_ca()).unwrap().unwrap();
     assert_eq!(found.key_id, "DEFAULTKEY");
     let mut team = base.to_vec();
     team.push(("AWS_PROFILE", "team".into()));
-    let found = cloud::aws_credential_chain_with(&vars(&team), None).unwrap().unwrap();
+    let found = cloud::aws_credential_chain_with(&vars(&team), None, &no_ca()).unwrap().unwrap();
     assert_eq!((found.key_id.as_str(), found.token.as_deref()), ("TEAMKEY", Some("tt")));
     let profile = cloud::read_aws_profile(&vars(&team), None).unwrap().unwrap();
     assert_eq!(profile.region.as_deref(), Some("eu-west-3"));
@@ -523,7 +533,7 @@ fn aws_chain_prefers_profiles_to_the_container_and_metadata() {
         ("AWS_SECRET_ACCESS_KEY", "e".to_string()),
     ]);
     assert_eq!(
-        cloud::aws_credential_chain_with(&vars(&env), None).unwrap().unwrap().key_id,
+        cloud::aws_credential_chain_with(&vars(&env), None, &no_ca()).unwrap().unwrap().key_id,
         "ENVKEY"
     );
 }
@@ -556,16 +566,86 @@ fn aws_chain_exchanges_a_web_identity_token_at_sts() {
         ("AWS_ENDPOINT_URL_STS", format!("http://127.0.0.1:{}", moto.port)),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
     ];
-    let found =
-        cloud::aws_credential_chain_with(&vars(&pairs), Some("us-east-1")).unwrap().unwrap();
+    let found = cloud::aws_credential_chain_with(&vars(&pairs), Some("us-east-1"), &no_ca())
+        .unwrap()
+        .unwrap();
     assert!(
         !found.key_id.is_empty() && !found.secret_key.is_empty() && found.token.is_some(),
         "{found:?}"
     );
     // An unreadable token file is an error naming the variable.
     pairs[1].1 = home.path().join("missing").display().to_string();
-    let err = cloud::aws_credential_chain_with(&vars(&pairs), None).unwrap_err().to_string();
+    let err =
+        cloud::aws_credential_chain_with(&vars(&pairs), None, &no_ca()).unwrap_err().to_string();
     assert!(err.contains("AWS_WEB_IDENTITY_TOKEN_FILE"), "{err}");
+}
+
+/// nginx on a loopback port speaking HTTPS with `pki`'s certificate,
+/// passing every request on to `port` over HTTP.
+fn https_in_front_of(pki: &Pki, port: u16) -> Option<Nginx> {
+    Nginx::serve_block(&|listen| {
+        format!(
+            "{} location / {{ proxy_pass http://127.0.0.1:{port}; \
+             proxy_set_header Host $http_host; }}",
+            pki.listen(listen)
+        )
+    })
+}
+
+/// Whether `err` is a certificate refused by TLS, typed as every store
+/// reports it.
+fn refused_certificate(err: &tensorizer_native::Error) -> bool {
+    let tensorizer_native::Error::Io { source, .. } = err else { return false };
+    source
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<TlsError>())
+        .is_some_and(|e| matches!(e, TlsError::Untrusted { .. }))
+}
+
+#[test]
+fn aws_chain_trusts_what_it_is_given_at_sts_and_the_metadata_service() {
+    let Some(pki) = Pki::make() else { return };
+    let Some(moto) = moto() else { return };
+    let Some(sts) = https_in_front_of(&pki, moto.port) else { return };
+    let imds = imds();
+    let Some(metadata) = https_in_front_of(&pki, imds.port) else { return };
+    let home = tempfile::tempdir().unwrap();
+    let token = home.path().join("token");
+    std::fs::write(&token, "eyJ.web-identity.token\n").unwrap();
+    let web_identity = vars(&[
+        ("HOME", home.path().display().to_string()),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()),
+        ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/tzr-test".to_string()),
+        ("AWS_ENDPOINT_URL_STS", format!("https://127.0.0.1:{}", sts.port)),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]);
+    let instance = vars(&[
+        ("HOME", home.path().display().to_string()),
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", format!("https://127.0.0.1:{}", metadata.port)),
+    ]);
+    let chain = |var: &dyn Fn(&str) -> Option<String>, trust: &Trust| {
+        cloud::aws_credential_chain_with(var, Some("us-east-1"), trust)
+    };
+    for trust in
+        [s3_trust(TlsOptions::ca_file(pki.path("ca.pem"))), s3_trust(TlsOptions::insecure())]
+    {
+        let found = chain(&web_identity, &trust).unwrap().unwrap();
+        assert!(!found.key_id.is_empty() && found.token.is_some(), "{found:?}");
+        let found = chain(&instance, &trust).unwrap().unwrap();
+        assert_eq!(found.key_id, "IMDSKEY");
+    }
+    // The system's CAs do not know the private CA: refused at once, typed.
+    for var in [&web_identity as &dyn Fn(&str) -> Option<String>, &instance] {
+        let started = std::time::Instant::now();
+        let err = chain(var, &no_ca()).unwrap_err();
+        assert!(refused_certificate(&err), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("credentials from https://") && text.contains("UnknownIssuer"),
+            "{text}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    }
 }
 
 /// all-MiniLM-L6-v2 (the safetensors weights shipped in the test

@@ -98,7 +98,7 @@ impl Pki {
     }
 
     /// The `ssl` part of an nginx `server` block listening on `port`.
-    fn listen(&self, port: u16) -> String {
+    pub(crate) fn listen(&self, port: u16) -> String {
         format!(
             "listen 127.0.0.1:{port} ssl; ssl_certificate {}; ssl_certificate_key {};",
             self.path("server.pem").display(),
@@ -342,4 +342,34 @@ fn s3_over_https_with_a_private_ca() {
         &env,
     );
     in_child(&uri, "untrusted", &[], &env);
+    #[cfg(feature = "cloud")]
+    web_identity_over_https(&pki, &uri, &endpoint);
+}
+
+/// The variables that give S3 keys directly.
+#[cfg(feature = "cloud")]
+const KEY_VARS: [&str; 4] =
+    ["S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"];
+
+/// `uri` read from `endpoint` with the keys the AWS credential chain gets
+/// from STS there (moto answers both, behind the same TLS proxy): STS is
+/// trusted as the S3 endpoint is.
+#[cfg(feature = "cloud")]
+fn web_identity_over_https(pki: &Pki, uri: &str, endpoint: &str) {
+    let token = pki.path("web-identity-token");
+    std::fs::write(&token, "eyJ.web-identity.token\n").unwrap();
+    let mut env = vec![
+        ("S3_ENDPOINT_URL", endpoint.to_string()),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()),
+        ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/tzr-test".to_string()),
+        ("AWS_ENDPOINT_URL_STS", endpoint.to_string()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
+        ("HOME", pki.dir.path().display().to_string()),
+    ];
+    // Keys the test's own environment may hold would come first (empty is unset).
+    for var in KEY_VARS {
+        env.push((var, String::new()));
+    }
+    in_child(uri, "ok", &[("AWS_CA_BUNDLE", &pki.path("ca.pem"))], &env);
+    in_child(uri, "untrusted", &[], &env);
 }

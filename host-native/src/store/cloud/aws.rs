@@ -5,16 +5,20 @@
 //! Web identity and the container endpoint are plain requests made here
 //! (`object_store` insists on HTTPS for STS and offers no relative-URI
 //! endpoint override, which local servers need); the instance metadata
-//! service is `object_store`'s own provider.
+//! service is `object_store`'s own provider. All of them verify servers
+//! with the [`Trust`] they are given (the S3 store's), so a refused
+//! certificate is the same [`crate::store::tls::TlsError::Untrusted`] as
+//! for S3 itself.
 
 use std::time::Duration;
 
 use object_store::aws::AmazonS3Builder;
 use object_store::{ClientOptions, RetryConfig};
 
-use super::block_on;
 use super::profile::read_aws_profile;
+use super::{block_on, refused};
 use crate::error::{Error, Result};
+use crate::store::tls::Trust;
 
 /// Where ECS serves `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`.
 const ECS_HOST: &str = "http://169.254.170.2";
@@ -55,8 +59,8 @@ impl std::fmt::Debug for AwsCredentials {
 }
 
 /// [`aws_credential_chain_with`] over the process environment.
-pub fn aws_credential_chain(region: Option<&str>) -> Result<Option<AwsCredentials>> {
-    aws_credential_chain_with(&|name| std::env::var(name).ok(), region)
+pub fn aws_credential_chain(region: Option<&str>, trust: &Trust) -> Result<Option<AwsCredentials>> {
+    aws_credential_chain_with(&|name| std::env::var(name).ok(), region, trust)
 }
 
 /// The first credentials these sources have, tried in this order, with
@@ -76,6 +80,12 @@ pub fn aws_credential_chain(region: Option<&str>) -> Result<Option<AwsCredential
 /// 5. the instance metadata service, IMDSv2 (`AWS_EC2_METADATA_SERVICE_ENDPOINT`,
 ///    else `http://169.254.169.254`; off with `AWS_EC2_METADATA_DISABLED=true`).
 ///
+/// The requests to STS, the container endpoint and the metadata service
+/// verify servers with `trust` (for `s3://`, the trust its requests have,
+/// from `S3Options::http.tls` and the S3 CA variables), and a
+/// certificate it refuses is an [`Error::Io`] carrying
+/// [`crate::store::tls::TlsError::Untrusted`].
+///
 /// `Ok(None)` when no source has credentials (the default metadata address
 /// not answering counts as none). A source that is configured but fails
 /// (half a key pair, an unreadable token file, STS refusing the token, a
@@ -83,6 +93,7 @@ pub fn aws_credential_chain(region: Option<&str>) -> Result<Option<AwsCredential
 pub fn aws_credential_chain_with(
     var: &dyn Fn(&str) -> Option<String>,
     region: Option<&str>,
+    trust: &Trust,
 ) -> Result<Option<AwsCredentials>> {
     let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
     match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
@@ -116,7 +127,7 @@ pub fn aws_credential_chain_with(
         let endpoint = get("AWS_ENDPOINT_URL_STS")
             .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
         let session = get("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "tensorizer-rs".into());
-        return web_identity(&endpoint, &token_file, &role_arn, &session).map(Some);
+        return web_identity(&endpoint, &token_file, &role_arn, &session, trust).map(Some);
     }
     if let Some(profile) = read_aws_profile(var, None)? {
         match (profile.access_key_id, profile.secret_access_key) {
@@ -144,14 +155,14 @@ pub fn aws_credential_chain_with(
             Some(path) => Some(read_token(&path, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")?),
             None => get("AWS_CONTAINER_AUTHORIZATION_TOKEN"),
         };
-        return container_credentials(&url, token.as_deref()).map(Some);
+        return container_credentials(&url, token.as_deref(), trust).map(Some);
     }
     if get("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
     let configured = get("AWS_EC2_METADATA_SERVICE_ENDPOINT");
     let endpoint = configured.clone().unwrap_or_else(|| IMDS_DEFAULT.into());
-    match instance_metadata(endpoint.trim_end_matches('/')) {
+    match instance_metadata(endpoint.trim_end_matches('/'), trust) {
         Ok(credentials) => Ok(Some(credentials)),
         Err(e) if configured.is_some() => Err(e),
         Err(_) => Ok(None),
@@ -164,9 +175,12 @@ fn read_token(path: &str, what: &str) -> Result<String> {
     Ok(token.trim().to_string())
 }
 
-fn http_client() -> Result<reqwest::Client> {
+/// The client of STS and the container endpoint, verifying servers with
+/// `trust`.
+fn http_client(trust: &Trust) -> Result<reqwest::Client> {
     super::install_tls();
-    reqwest::Client::builder()
+    trust
+        .reqwest_builder(reqwest::Client::builder())
         .connect_timeout(CREDENTIAL_TIMEOUT)
         .timeout(CREDENTIAL_TIMEOUT)
         .build()
@@ -175,18 +189,30 @@ fn http_client() -> Result<reqwest::Client> {
         })
 }
 
-/// Sends `request`, returning the body of a 2xx answer.
-async fn fetch(request: reqwest::RequestBuilder) -> std::result::Result<String, String> {
-    let response = request.send().await.map_err(|e| e.to_string())?;
+/// Sends `request` for `what` (said in errors), returning the body of a
+/// 2xx answer. A certificate `trust` refuses is [`refused`]'s typed error;
+/// other failures are `fail`'s.
+async fn fetch(
+    request: reqwest::RequestBuilder,
+    what: &str,
+    trust: &Trust,
+    fail: &dyn Fn(String) -> Error,
+) -> Result<String> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| refused(what, None, &e, trust).unwrap_or_else(|| fail(e.to_string())))?;
     let status = response.status();
-    let body = response.bytes().await.map_err(|e| e.to_string())?;
+    let body = response.bytes().await.map_err(|e| fail(e.to_string()))?;
     if body.len() > MAX_RESPONSE {
-        return Err(format!("answer of {} bytes is too long for credentials", body.len()));
+        return Err(fail(format!("answer of {} bytes is too long for credentials", body.len())));
     }
     let text = String::from_utf8_lossy(&body).into_owned();
     match status.is_success() {
         true => Ok(text),
-        false => Err(format!("HTTP {status}: {}", text.chars().take(300).collect::<String>())),
+        false => {
+            Err(fail(format!("HTTP {status}: {}", text.chars().take(300).collect::<String>())))
+        }
     }
 }
 
@@ -197,6 +223,7 @@ fn web_identity(
     token_file: &str,
     role_arn: &str,
     session: &str,
+    trust: &Trust,
 ) -> Result<AwsCredentials> {
     let token = read_token(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE")?;
     let body = url::form_urlencoded::Serializer::new(String::new())
@@ -207,15 +234,14 @@ fn web_identity(
         .append_pair("RoleSessionName", session)
         .append_pair("WebIdentityToken", &token)
         .finish();
-    let request = http_client()?
+    let request = http_client(trust)?
         .post(endpoint)
         .header("content-type", "application/x-www-form-urlencoded")
         .header("accept", "application/xml")
         .body(body);
-    let fail = |why: String| {
-        Error::Invalid(format!("web identity credentials from {endpoint} for {role_arn}: {why}"))
-    };
-    let xml = block_on(fetch(request))?.map_err(fail)?;
+    let what = format!("web identity credentials from {endpoint} for {role_arn}");
+    let fail = |why: String| Error::Invalid(format!("{what}: {why}"));
+    let xml = block_on(fetch(request, &what, trust, &fail))??;
     let found = web_identity_credentials(&xml)
         .map_err(|e| fail(format!("not the expected answer: {e}")))?;
     Ok(AwsCredentials {
@@ -252,13 +278,14 @@ fn web_identity_credentials(xml: &str) -> std::result::Result<StsCredentials, qu
 }
 
 /// The container credentials endpoint's JSON answer.
-fn container_credentials(url: &str, token: Option<&str>) -> Result<AwsCredentials> {
-    let mut request = http_client()?.get(url);
+fn container_credentials(url: &str, token: Option<&str>, trust: &Trust) -> Result<AwsCredentials> {
+    let mut request = http_client(trust)?.get(url);
     if let Some(token) = token {
         request = request.header("authorization", token);
     }
-    let fail = |why: String| Error::Invalid(format!("container credentials from {url}: {why}"));
-    let text = block_on(fetch(request))?.map_err(fail)?;
+    let what = format!("container credentials from {url}");
+    let fail = |why: String| Error::Invalid(format!("{what}: {why}"));
+    let text = block_on(fetch(request, &what, trust, &fail))??;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
     let field = |name: &str| {
@@ -274,18 +301,18 @@ fn container_credentials(url: &str, token: Option<&str>) -> Result<AwsCredential
     })
 }
 
-/// IMDSv2 through `object_store`'s instance credential provider.
-fn instance_metadata(endpoint: &str) -> Result<AwsCredentials> {
-    let fail = |why: String| {
-        Error::Invalid(format!("instance metadata credentials from {endpoint}: {why}"))
-    };
+/// IMDSv2 through `object_store`'s instance credential provider, verifying
+/// an `https://` endpoint with `trust`.
+fn instance_metadata(endpoint: &str, trust: &Trust) -> Result<AwsCredentials> {
+    let what = format!("instance metadata credentials from {endpoint}");
+    let fail = |why: String| Error::Invalid(format!("{what}: {why}"));
     super::install_tls();
+    let options =
+        ClientOptions::new().with_timeout(IMDS_TIMEOUT).with_connect_timeout(IMDS_TIMEOUT);
     let store = AmazonS3Builder::new()
         .with_bucket_name("unused")
         .with_metadata_endpoint(endpoint)
-        .with_client_options(
-            ClientOptions::new().with_timeout(IMDS_TIMEOUT).with_connect_timeout(IMDS_TIMEOUT),
-        )
+        .with_client_options(trust.object_store_options(options))
         .with_retry(RetryConfig {
             max_retries: 1,
             retry_timeout: IMDS_TIMEOUT * 2,
@@ -295,7 +322,7 @@ fn instance_metadata(endpoint: &str) -> Result<AwsCredentials> {
         .map_err(|e| fail(e.to_string()))?;
     let provider = store.credentials().clone();
     let credential = block_on(async move { provider.get_credential().await })?
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| refused(&what, None, &e, trust).unwrap_or_else(|| fail(e.to_string())))?;
     Ok(AwsCredentials {
         key_id: credential.key_id.clone(),
         secret_key: credential.secret_key.clone(),
@@ -306,6 +333,11 @@ fn instance_metadata(endpoint: &str) -> Result<AwsCredentials> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::tls::{Service, TlsOptions};
+
+    fn trust() -> Trust {
+        TlsOptions::default().resolve_with(Service::S3, &|_| None).unwrap()
+    }
 
     #[test]
     fn environment_keys_come_first() {
@@ -315,7 +347,7 @@ mod tests {
             "AWS_ROLE_ARN" => Some("arn".to_string()),
             _ => None,
         };
-        let found = aws_credential_chain_with(&var, None).unwrap().unwrap();
+        let found = aws_credential_chain_with(&var, None, &trust()).unwrap().unwrap();
         assert_eq!(
             (found.key_id.as_str(), found.secret_key.as_str(), found.token.as_deref()),
             ("K", "S", None)
@@ -323,7 +355,7 @@ mod tests {
         assert!(!format!("{found:?}").contains("\"S\""));
         let half = |name: &str| (name == "AWS_ACCESS_KEY_ID").then(|| "K".to_string());
         assert!(
-            aws_credential_chain_with(&half, None)
+            aws_credential_chain_with(&half, None, &trust())
                 .unwrap_err()
                 .to_string()
                 .contains("AWS_SECRET_ACCESS_KEY")
@@ -337,7 +369,7 @@ mod tests {
             "HOME" => Some("/nonexistent".to_string()),
             _ => None,
         };
-        assert_eq!(aws_credential_chain_with(&var, None).unwrap(), None);
+        assert_eq!(aws_credential_chain_with(&var, None, &trust()).unwrap(), None);
     }
 
     #[test]

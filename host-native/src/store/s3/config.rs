@@ -143,7 +143,8 @@ impl S3Options {
     /// none were given explicitly, not even empty ones), the rest of the
     /// AWS credential chain is tried before going anonymous: web identity,
     /// the `~/.aws` profiles, the ECS container endpoint and the instance
-    /// metadata service (see `crate::store::cloud::aws_credential_chain`).
+    /// metadata service (see `crate::store::cloud::aws_credential_chain`),
+    /// whose requests trust what the S3 requests do.
     pub fn resolve(&self, bucket: &str, key: &str, for_write: bool) -> Result<S3Object> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         #[cfg_attr(not(feature = "cloud"), allow(unused_mut))]
@@ -158,8 +159,10 @@ impl S3Options {
         if object.credentials.is_none()
             && self.access_key_id.is_none()
             && self.secret_access_key.is_none()
-            && let Some(found) =
-                crate::store::cloud::aws_credential_chain(Some(object.bucket.region()))?
+            && let Some(found) = crate::store::cloud::aws_credential_chain(
+                Some(object.bucket.region()),
+                &object.trust,
+            )?
         {
             object.credentials = Some(credentials(found.key_id, found.secret_key, found.token));
         }
