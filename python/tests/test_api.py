@@ -437,16 +437,16 @@ def test_names_window_filtered_tree_and_pending(tmp_path):
 def test_gc_paused_puts_the_collector_back_as_it_was():
     import gc
 
-    from tensorizer_rs import _modules
+    from tensorizer_rs import _native
 
     assert gc.isenabled()
-    with pytest.raises(KeyError), _modules.gc_paused():
+    with pytest.raises(KeyError), _native.gc_paused():
         assert not gc.isenabled()
         raise KeyError("inside")
     assert gc.isenabled()
     gc.disable()
     try:
-        with _modules.gc_paused():
+        with _native.gc_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # it was off: left off
     finally:
@@ -1013,3 +1013,22 @@ def test_open_stream_local(tmp_path):
     f.close()
     with pytest.raises(ValueError):
         tz.stream_io.open_stream(str(p), "r")  # text modes are rejected
+
+
+def test_tree_prefix_is_a_path_and_numpy_reads_need_the_cpu(tmp_path):
+    path = str(tmp_path / "m.tensors")
+    s = tz.TensorSerializer(path)
+    s.write_state_dict({"model": {"w": torch.ones(2)}})
+    s.close()
+    with tz.TensorDeserializer(path, device="cpu", lazy_load=True) as d:
+        for prefix in ("model", 0, True):
+            with pytest.raises(TypeError, match="prefix must be a sequence of keys"):
+                d.tree(prefix)
+        for whole in (d.tree(), d.tree(None), d.tree(())):
+            assert list(whole) == ["model"] and whole["model"]["w"].tolist() == [1.0, 1.0]
+        assert d.tree(("model", "w")).tolist() == [1.0, 1.0] and d.tree(("nope",), default=7) == 7
+    # Refused before anything is read, even when nothing is left to read.
+    with tz.TensorDeserializer(path, device="meta", lazy_load=True) as d:
+        for n in (-1, 0):
+            with pytest.raises(RuntimeError, match="read_numpy_arrays requires device='cpu'"):
+                next(d.read_numpy_arrays(num_tensors=n))

@@ -1,6 +1,6 @@
 """Cooperative loading over ``torch.distributed`` (spec §24): the group
 checks and the agreement every rank reaches before the exchange (the
-exchange itself is ``_cooperative``).
+exchange itself is native: python/src/loader/share.rs).
 
 With ``process_group=pg``, the ranks of ``pg`` each read one share of the
 tensors' bytes (the share plan, ``NativeReader.plan_shares``: computed
@@ -48,14 +48,14 @@ def check_group(group: Any) -> Any:
     return group
 
 
-def agree(group: Any, world: int, digest: str | None, failure: BaseException | None) -> None:
+def agree(group: Any, digest: str | None, failure: BaseException | None) -> None:
     """Every rank learns every rank's digest and failure (one
     ``all_gather_object``, bounded by the group's timeout); raises
     ``CooperativeLoadError`` on every rank when they differ or any failed."""
     import torch.distributed as dist
 
     failed = None if failure is None else (f"{type(failure).__name__}: {failure}", getattr(failure, "tensor", None))
-    everyone: list[Any] = [None] * world
+    everyone: list[Any] = [None] * dist.get_world_size(group)
     # On NCCL this runs on torch.cuda.current_device(): each rank sets its
     # own device first, as torch.distributed asks of every NCCL program.
     dist.all_gather_object(everyone, (digest, failed), group=group)
@@ -70,15 +70,10 @@ def reported(group: Any) -> Iterator[None]:
     index, checking arguments) is taken to the agreement the other ranks
     are waiting in, so that every rank raises ``CooperativeLoadError``
     instead of the others waiting for this one."""
-    if group is None:
-        yield
-        return
     try:
         yield
-    except CooperativeLoadError:
-        raise
     except Exception as exc:
-        import torch.distributed as dist
-
-        agree(group, dist.get_world_size(group), None, exc)
+        if group is None or isinstance(exc, CooperativeLoadError):
+            raise
+        agree(group, None, exc)
         raise  # agree() raised already: a failure was reported
