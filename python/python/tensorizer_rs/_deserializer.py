@@ -141,10 +141,9 @@ class TensorDeserializer(
     ) -> None:
         # Refused before the group's agreement: every rank raises it alone.
         _native.DeserializerOptions.check_cooperative(lazy_load, process_group is not None)
-        group = _distributed.check_group(process_group)
         # With a group, a failure here reaches the other ranks, which wait
         # for this one in the load's agreement (spec §24.3).
-        with _distributed.reported(group):
+        with _distributed.reported(process_group) as group:
             # Every reader option, decided once (spec §18.8).
             self._options = options = _native.DeserializerOptions(
                 device=device, filter_func=filter_func, dtype=dtype, lazy_load=lazy_load, plaid_mode=plaid_mode,

@@ -36,18 +36,6 @@ class CooperativeLoadError(RuntimeError):
         self.tensor = tensor
 
 
-def check_group(group: Any) -> Any:
-    """`group` as a process group to load with, or None; refuses a group
-    when ``torch.distributed`` is not initialized."""
-    if group is None:
-        return None
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("process_group was given but torch.distributed is not initialized (init_process_group)")
-    return group
-
-
 def agree(group: Any, digest: str | None, failure: BaseException | None) -> None:
     """Every rank learns every rank's digest and failure (one
     ``all_gather_object``, bounded by the group's timeout); raises
@@ -65,13 +53,19 @@ def agree(group: Any, digest: str | None, failure: BaseException | None) -> None
 
 
 @contextlib.contextmanager
-def reported(group: Any) -> Iterator[None]:
-    """With a `group`: a failure inside (opening the file, reading its
-    index, checking arguments) is taken to the agreement the other ranks
-    are waiting in, so that every rank raises ``CooperativeLoadError``
+def reported(group: Any) -> Iterator[Any]:
+    """Gives `group` back, refused when ``torch.distributed`` is not
+    initialized; with a group, a failure inside (opening the file, reading
+    its index, checking arguments) is taken to the agreement the other
+    ranks are waiting in, so that every rank raises ``CooperativeLoadError``
     instead of the others waiting for this one."""
+    if group is not None:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("process_group was given but torch.distributed is not initialized (init_process_group)")
     try:
-        yield
+        yield group
     except Exception as exc:
         if group is None or isinstance(exc, CooperativeLoadError):
             raise

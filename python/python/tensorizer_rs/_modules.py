@@ -40,8 +40,7 @@ def load_into_module(
 ) -> int:
     """``TensorDeserializer.load_into_module`` over the entries its
     constructor's filter kept (`names`)."""
-    group = _distributed.check_group(process_group)
-    with _distributed.reported(group):
+    with _distributed.reported(process_group) as group:
         entries = names.module_entries(filter_func)
         if strict:
             # Every parameter and buffer name counts as known (tied ones
