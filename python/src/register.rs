@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use pyo3::exceptions::PyKeyError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use tensorizer_core::TensorType;
@@ -14,12 +15,12 @@ use crate::gc_pause::GcPause;
 /// The submodule of `modules` (by dotted name) that entry `name` points to,
 /// and the attribute it sets there (`"0.weight"`: module `"0"`, `weight`).
 fn owner<'a, 'py>(
-    modules: &'a HashMap<String, Bound<'py, PyAny>>,
+    modules: &Bound<'py, PyDict>,
     m: &Bound<'py, PyAny>,
     name: &'a str,
-) -> PyResult<(&'a str, &'a Bound<'py, PyAny>, &'a str)> {
+) -> PyResult<(&'a str, Bound<'py, PyAny>, &'a str)> {
     let (prefix, attr) = name.rsplit_once('.').unwrap_or(("", name));
-    let Some(module) = modules.get(prefix) else {
+    let Some(module) = modules.get_item(prefix)? else {
         let py = m.py();
         return Err(PyKeyError::new_err(format!(
             "Module {} for tensor {} not found in {}",
@@ -48,30 +49,29 @@ pub(crate) fn register_loaded(
     registrar: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let _paused = GcPause::new(py)?;
-    let mut modules = HashMap::new();
-    for pair in m.call_method0("named_modules")?.try_iter()? {
-        let (name, module): (String, Bound<'_, PyAny>) = pair?.extract()?;
-        modules.insert(name, module);
-    }
+    let modules = m.call_method0(intern!(py, "named_modules"))?;
+    let modules = py.get_type::<PyDict>().call1((modules,))?.cast_into::<PyDict>()?;
     // Per module: its parameter table when a parameter there may simply be
     // replaced (`_Registrar.parameters_of`), else None.
     let mut tables: HashMap<String, Option<Bound<'_, PyAny>>> = HashMap::new();
     for e in &entries {
         let e = e.get();
-        let name: String = e.name.bind(py).extract()?;
-        let (prefix, module, attr) = owner(&modules, m, &name)?;
+        let name = e.name.bind(py).cast::<PyString>()?.to_str()?;
+        let (prefix, module, attr) = owner(&modules, m, name)?;
+        let module = &module;
+        let attr = PyString::new(py, attr);
         let tensor = cache.as_any().get_item(e.index)?;
         if e.tensor_type.bind(py).extract::<u8>()? != TensorType::Param.as_u8() {
-            registrar.call_method1("buffer", (module, attr, tensor))?;
+            registrar.call_method1(intern!(py, "buffer"), (module, attr, tensor))?;
             continue;
         }
         if !tables.contains_key(prefix) {
-            let table = registrar.call_method1("parameters_of", (module,))?;
+            let table = registrar.call_method1(intern!(py, "parameters_of"), (module,))?;
             tables.insert(prefix.to_string(), (!table.is_none()).then_some(table));
         }
         match tables.get(prefix).and_then(Option::as_ref) {
-            Some(table) if table.contains(attr)? => table.set_item(attr, tensor)?,
-            _ => drop(registrar.call_method1("parameter", (module, attr, tensor))?),
+            Some(table) if table.contains(&attr)? => table.set_item(attr, tensor)?,
+            _ => drop(registrar.call_method1(intern!(py, "parameter"), (module, attr, tensor))?),
         }
     }
     Ok(())
