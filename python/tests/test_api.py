@@ -1032,3 +1032,21 @@ def test_tree_prefix_is_a_path_and_numpy_reads_need_the_cpu(tmp_path):
         for n in (-1, 0):
             with pytest.raises(RuntimeError, match="read_numpy_arrays requires device='cpu'"):
                 next(d.read_numpy_arrays(num_tensors=n))
+
+
+def test_load_into_module_names_a_missing_submodule(tmp_path):
+    m = torch.nn.Module()
+    m.block = torch.nn.Linear(2, 2)
+    m.register_buffer("scale", torch.ones(1))
+    path = str(tmp_path / "m.tensors")
+    s = tz.TensorSerializer(path)
+    s.write_module(m)
+    s.close()
+    with tz.TensorDeserializer(path, device="cpu") as d:
+        with pytest.raises(KeyError, match=r"Module 'block' for tensor 'block.weight' not found in Module"):
+            d.load_into_module(torch.nn.Module())
+        other = torch.nn.Module()
+        other.block = torch.nn.Linear(2, 2)
+        assert d.load_into_module(other) == 3
+        assert torch.equal(other.block.weight, m.block.weight) and torch.equal(other.scale, m.scale)
+        assert "scale" in other.state_dict() and isinstance(other.block.weight, torch.nn.Parameter)
