@@ -131,8 +131,6 @@ CONTENDERS = {
     "rs-own": "tensorizer_rs, own file",
     "rs-theirs": "tensorizer_rs, tensorizer's file",
     "rs-mmap": "tensorizer_rs mmap=True, own file",
-    "rs-own-4k": "tensorizer_rs, own file, 4 KiB pages always",
-    "rs-own-huge": "tensorizer_rs, own file, huge pages always",
     "rs-own-cached": "tensorizer_rs, own file, TENSORIZER_RS_COLD_READS=0",
     "rs-auto-ro": 'tensorizer_rs mmap="auto", own file on a read-only file system',
     "rs-auto": 'tensorizer_rs mmap="auto", own file (writable: copies)',
@@ -173,7 +171,7 @@ S3_VAR = "BENCH_COLD_S3"
 S3_BUCKET = "models"
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
-    "rs-own-4k": "own", "rs-own-huge": "own", "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
+    "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
     "tensorizer": "theirs", "safetensors": "st", "safetensors-pread": "st", "rs-st": "st",
     "fastsafetensors": "st", "runai": "st", "rs-st-http": "st",
     "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
@@ -318,15 +316,6 @@ def worker(kind: str, path: str) -> dict:
         n = finish(rs_load_file(path, device=target).values())
     elif kind.startswith("rs-"):
         import tensorizer_rs
-
-        if kind in ("rs-own-4k", "rs-own-huge"):
-            # Experiments: the same load with its large buffers in 4 KiB
-            # pages, or in huge pages, whatever the load plan chose.
-            from tensorizer_rs import _memory
-
-            chosen = _memory.host_memory
-            forced = kind == "rs-own-huge"
-            _memory.host_memory = lambda size, huge=True, lead=0: chosen(size, forced, lead)
 
         if kind == "rs-s3":
             # The URI with the endpoint and keys in the environment: the

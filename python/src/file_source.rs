@@ -18,6 +18,10 @@ use crate::source::NativeSource;
 /// Why a file object cannot be read.
 const NOT_BINARY: &str = "file_obj must be readable and in binary mode (mode=\"rb\")";
 
+/// Why `bytes`, an `int`, or an `os.PathLike` whose `__fspath__` gives
+/// bytes is not read (tensorizer fails on each with a `TypeError` too).
+const NOT_A_PATH: &str = "file_obj must be a path or a binary file object";
+
 /// Something a reader opens.
 pub(crate) enum FileSource {
     /// A local path or a URI.
@@ -81,7 +85,12 @@ impl<'a, 'py> FromPyObject<'a, 'py> for FileSource {
         let py = obj.py();
         let obj = obj.to_owned();
         if obj.is_instance_of::<PyString>() || obj.hasattr(intern!(py, "__fspath__"))? {
-            let path: PathBuf = obj.extract()?;
+            let path =
+                py.import(intern!(py, "os"))?.call_method1(intern!(py, "fspath"), (&obj,))?;
+            if !path.is_instance_of::<PyString>() {
+                return Err(PyTypeError::new_err(NOT_A_PATH));
+            }
+            let path: PathBuf = path.extract()?;
             if path.as_os_str().is_empty() {
                 // `open("")` raises FileNotFoundError; tensorizer opens it.
                 return Err(args_error(py, "file_not_found", path));
@@ -93,7 +102,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for FileSource {
             return remote_stream(&obj);
         }
         if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyInt>() {
-            return Err(PyTypeError::new_err("file_obj must be a path or a binary file object"));
+            return Err(PyTypeError::new_err(NOT_A_PATH));
         }
         if !obj.hasattr(intern!(py, "read"))? {
             return Err(args_error(py, "not_a_file", &obj));

@@ -25,6 +25,7 @@ mod loader;
 mod names;
 mod options;
 mod reader;
+mod register;
 mod remote;
 mod safetensors;
 mod shards;
@@ -69,6 +70,8 @@ mod _native {
     use crate::options::DeserializerOptions;
     #[pymodule_export]
     use crate::reader::NativeReader;
+    #[pymodule_export]
+    use crate::register::register_loaded;
     #[pymodule_export]
     use crate::remote::RemoteOptions;
     #[pymodule_export]

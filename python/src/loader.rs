@@ -14,6 +14,7 @@ mod book;
 mod copies;
 mod meta;
 mod receipt;
+mod share;
 mod target;
 
 use std::collections::{HashMap, HashSet};
@@ -48,6 +49,13 @@ pyo3::create_exception!(
 );
 
 type Entries<'py> = Vec<Bound<'py, PyEntry>>;
+
+/// A tensor's name and whether the module's tensor of that name matches.
+type Checked = (Py<PyAny>, bool);
+
+/// What `read_numpy_arrays` yields from: module indices, arrays, opaque
+/// dtypes' torch names, and the refusal to raise after them.
+type Arrays<'py> = (Vec<u16>, Vec<Bound<'py, PyAny>>, Vec<Option<String>>, Option<Py<PyAny>>);
 
 /// What a load changes, behind one lock held only for bookkeeping (never
 /// across a Python call or a read).
@@ -222,6 +230,13 @@ impl Loader {
         let all: Vec<usize> = stale.iter().map(|e| e.index).collect();
         state.book.loaded(&all, true);
         Ok(())
+    }
+
+    /// Loads `entries` not cached yet, as the load plan says each goes (a
+    /// share of a cooperative load; nothing is counted).
+    fn load_now(&self, py: Python<'_>, entries: Entries<'_>, verify: bool) -> PyResult<()> {
+        let todo = self.uncached(py, &entries)?;
+        if todo.is_empty() { Ok(()) } else { self.load_plan(py, &todo, verify) }
     }
 
     /// Loads `todo` (none cached) as the native load plan says each goes.
@@ -483,7 +498,7 @@ impl Loader {
 
     /// Loads every entry of `entries` not yet cached, in one parallel
     /// native call; with a process `group`, cooperatively with its other
-    /// ranks (a collective call: `_cooperative.load_shared`). With
+    /// ranks (a collective call: `share.rs`). With
     /// `verify`, entries loaded earlier without it are checked too
     /// (tensorizer checks nothing for tensors it already holds).
     #[pyo3(signature = (entries, verify, group=None))]
@@ -503,12 +518,7 @@ impl Loader {
         let done = indices(&todo);
         let outcome = match group {
             // Collective: every rank takes part, even one with nothing new.
-            Some(group) => this.open_reader(py).and_then(|_| {
-                let cooperative = py.import(pyo3::intern!(py, "tensorizer_rs._cooperative"))?;
-                cooperative
-                    .call_method1("load_shared", (slf, PyList::new(py, &todo)?, verify, group))?;
-                Ok(())
-            }),
+            Some(group) => this.load_shared(py, &todo, verify, &group),
             None if todo.is_empty() => Ok(()),
             None => this.load_plan(py, &todo, verify),
         };
@@ -524,41 +534,38 @@ impl Loader {
         Ok(())
     }
 
-    /// Loads entry `e` for a read of it: with the `names` of a lazy
-    /// deserializer, with the window they choose (`Names.read_ahead`, at
-    /// most `max_bytes`). A window that fails is forgotten and `e` loaded
+    /// The tensor of entry `e`, loaded first when it is not yet: for a lazy
+    /// deserializer with the window its `names` choose (`Names.read_ahead`,
+    /// at most `max_bytes`). A window that fails is forgotten and `e` loaded
     /// alone: a bad tensor further on fails only when it is itself asked
     /// for.
-    fn load_read(
-        slf: &Bound<'_, Self>,
-        e: Bound<'_, PyEntry>,
-        names: Option<Bound<'_, Names>>,
+    fn read<'py>(
+        slf: &Bound<'py, Self>,
+        e: Bound<'py, PyEntry>,
+        names: &Bound<'py, Names>,
         max_bytes: u64,
-    ) -> PyResult<()> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
-        let verify = this.options.get().load.verify(None);
-        let batch = match &names {
-            Some(names) => {
-                names.get().read_ahead(e.clone(), this.cache.bind(slf.py()), max_bytes)?
-            }
-            None => vec![e.clone()],
+        let cache = this.cache.bind(slf.py());
+        let index = e.get().index;
+        if let Some(t) = cache.get_item(index)? {
+            return Ok(t);
+        }
+        let load = &this.options.get().load;
+        let batch = match load.lazy_load {
+            true => names.get().read_ahead(e.clone(), cache, max_bytes)?,
+            false => vec![e.clone()],
         };
         let alone = batch.len() == 1;
-        match Self::load(slf, batch.clone(), verify, None) {
-            Err(err) if alone => Err(err),
+        match Self::load(slf, batch.clone(), load.verify(None), None) {
+            Err(err) if alone => return Err(err),
             Err(_) => {
                 this.forget_failed(batch);
-                Self::load(slf, vec![e], verify, None)
+                Self::load(slf, vec![e], load.verify(None), None)?;
             }
-            Ok(()) => Ok(()),
+            Ok(()) => {}
         }
-    }
-
-    /// Loads `entries` not cached yet, as the load plan says each goes (a
-    /// share of a cooperative load; nothing is counted).
-    fn load_now(&self, py: Python<'_>, entries: Entries<'_>, verify: bool) -> PyResult<()> {
-        let todo = self.uncached(py, &entries)?;
-        if todo.is_empty() { Ok(()) } else { self.load_plan(py, &todo, verify) }
+        cache.as_any().get_item(index)
     }
 
     /// Host copies of `entries` laid out as a CPU load plans them (the same
@@ -583,12 +590,6 @@ impl Loader {
         Ok(copies)
     }
 
-    /// Caches the tensors of `copies` (made by `copies`, filled here or by
-    /// another rank).
-    fn adopt(&self, py: Python<'_>, copies: &Copies) -> PyResult<()> {
-        self.adopt_copies(py, copies, false)
-    }
-
     /// The dtype a tensor stored as `stored` becomes under `dtype=`, or
     /// None to keep it.
     fn cast_to<'py>(
@@ -599,20 +600,27 @@ impl Loader {
         self.alloc.bind(py).call_method1("cast_target", (stored,))
     }
 
-    /// `entries` as new numpy arrays (no torch; `read_numpy_arrays`): meta
-    /// ones as `meta_tensors` asks, the rest read in one native call, not
-    /// cached. As tensorizer, unless `allow_raw`, only those before the
-    /// first opaque dtype load, and the `ValueError` refusing it comes
-    /// back to be raised after them. Also each array's torch dtype name
-    /// when its dtype is opaque (viewed as a same-sized int).
-    #[allow(clippy::type_complexity)] // the three things read_numpy_arrays yields from
+    /// `entries` as new numpy arrays (no torch; `read_numpy_arrays`, which
+    /// needs `device` None or the CPU), with their module indices: meta ones
+    /// as `meta_tensors` asks, the rest read in one native call, not cached.
+    /// As tensorizer, unless `allow_raw`, only those before the first opaque
+    /// dtype load, and the `ValueError` refusing it comes back to be raised
+    /// after them. Also each array's torch dtype name when its dtype is
+    /// opaque (viewed as a same-sized int).
     fn load_arrays<'py>(
         &self,
         py: Python<'py>,
         entries: Entries<'py>,
         allow_raw: &Bound<'py, PyAny>,
         verify: bool,
-    ) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Option<String>>, Option<Py<PyAny>>)> {
+    ) -> PyResult<Arrays<'py>> {
+        let device = self.options.get().device(py).into_bound(py);
+        if !device.is_none() && device.str()?.to_str()? != "cpu" {
+            return Err(PyRuntimeError::new_err("read_numpy_arrays requires device='cpu'"));
+        }
+        if entries.is_empty() {
+            return Ok(Default::default());
+        }
         let reader = self.open_reader(py)?;
         let (dtypes, opaque, refusal) = self.array_kinds(py, &entries, allow_raw)?;
         let entries = entries.get(..dtypes.len()).unwrap_or_default();
@@ -621,17 +629,12 @@ impl Loader {
         }
         let all = indices(entries);
         let outcome = self.read_arrays(py, reader.get(), entries, &dtypes, verify);
-        let mut state = self.state();
-        match outcome {
-            Ok(arrays) => {
-                state.book.loaded(&all, verify);
-                Ok((arrays, opaque, refusal))
-            }
-            Err(e) => {
-                state.book.failed(&all);
-                Err(e)
-            }
+        match &outcome {
+            Ok(_) => self.state().book.loaded(&all, verify),
+            Err(_) => self.state().book.failed(&all),
         }
+        let arrays = outcome?;
+        Ok((reader.get().module_indices(py, all)?, arrays, opaque, refusal))
     }
 
     /// A slice of meta entry `e` (`get_slice`), of `shape`, in the form
@@ -665,15 +668,16 @@ impl Loader {
         LoadReceipt::new(py, counts, &all, &selected)
     }
 
-    /// `(name, ok)` for each of `selected`: whether `tensors` (by dotted
-    /// name) holds a tensor of its dtype and shape whose bytes match the
-    /// stored hashes (`verify_module`: nothing is read from the file).
+    /// `verify_module`'s verdict: whether all match, and `(name, ok)` for
+    /// each of `selected`: whether `tensors` (by dotted name) holds a tensor
+    /// of its dtype and shape whose bytes match the stored hashes (nothing
+    /// is read from the file).
     fn verify_module(
         &self,
         py: Python<'_>,
         selected: Entries<'_>,
         tensors: &Bound<'_, PyDict>,
-    ) -> PyResult<Vec<(Py<PyAny>, bool)>> {
+    ) -> PyResult<(bool, Vec<Checked>)> {
         let reader = self.open_reader(py)?;
         let mut out = Vec::with_capacity(selected.len());
         for e in &selected {
@@ -683,7 +687,7 @@ impl Loader {
             };
             out.push((e.get().name.clone_ref(py), ok));
         }
-        Ok(out)
+        Ok((out.iter().all(|(_, ok)| *ok), out))
     }
 
     /// A failed batch is retried one tensor at a time: only those that fail

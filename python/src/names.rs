@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use pyo3::exceptions::{PyNotImplementedError, PyOverflowError, PyValueError};
+use pyo3::exceptions::{PyNotImplementedError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::dict::BoundDictIterator;
 use pyo3::types::{PyDict, PyInt, PyList, PyMappingProxy, PyString, PyTuple};
@@ -300,13 +300,19 @@ impl Names {
         Ok(Some(out))
     }
 
-    /// The entry or layer at `path` (a sequence of keys), or None.
+    /// The entry or layer at `path` (a sequence of keys; None: the root), or
+    /// None. A single key is refused (`tree()`'s prefix is a path).
+    #[pyo3(signature = (path=None))]
     fn node<'py>(
         &self,
         py: Python<'py>,
-        path: &Bound<'py, PyAny>,
+        path: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut node = self.structure.bind(py).clone().into_any();
+        let Some(path) = path else { return Ok(Some(node)) };
+        if path.is_instance_of::<PyString>() || path.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err("prefix must be a sequence of keys, e.g. ('model',)"));
+        }
         for part in path.try_iter()? {
             let Ok(layer) = node.cast::<PyDict>() else { return Ok(None) };
             let Some(child) = layer.get_item(part?)? else { return Ok(None) };

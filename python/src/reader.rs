@@ -287,7 +287,7 @@ impl NativeReader {
     }
 
     /// Module index of each listed tensor (reads their headers).
-    fn module_indices(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<u16>> {
+    pub(crate) fn module_indices(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<u16>> {
         py.detach(|| {
             self.inner
                 .records(&indices)
@@ -344,7 +344,11 @@ impl NativeReader {
     /// hex digest the ranks compare (spec §24): the file's size, the
     /// tensors `indices` with their places, dtypes and shapes, and the
     /// `device_type` they go to.
-    fn selection_digest(&self, indices: Vec<usize>, device_type: &str) -> PyResult<String> {
+    pub(crate) fn selection_digest(
+        &self,
+        indices: Vec<usize>,
+        device_type: &str,
+    ) -> PyResult<String> {
         let entries = self.inner.entries();
         let mut hasher = tensorizer_core::hash::TensorHasher::new(b"", false, true);
         let file = (self.inner.source().len(), self.inner.tensor_size(), device_type);

@@ -437,16 +437,16 @@ def test_names_window_filtered_tree_and_pending(tmp_path):
 def test_gc_paused_puts_the_collector_back_as_it_was():
     import gc
 
-    from tensorizer_rs import _modules
+    from tensorizer_rs import _native
 
     assert gc.isenabled()
-    with pytest.raises(KeyError), _modules.gc_paused():
+    with pytest.raises(KeyError), _native.gc_paused():
         assert not gc.isenabled()
         raise KeyError("inside")
     assert gc.isenabled()
     gc.disable()
     try:
-        with _modules.gc_paused():
+        with _native.gc_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # it was off: left off
     finally:
@@ -1013,3 +1013,40 @@ def test_open_stream_local(tmp_path):
     f.close()
     with pytest.raises(ValueError):
         tz.stream_io.open_stream(str(p), "r")  # text modes are rejected
+
+
+def test_tree_prefix_is_a_path_and_numpy_reads_need_the_cpu(tmp_path):
+    path = str(tmp_path / "m.tensors")
+    s = tz.TensorSerializer(path)
+    s.write_state_dict({"model": {"w": torch.ones(2)}})
+    s.close()
+    with tz.TensorDeserializer(path, device="cpu", lazy_load=True) as d:
+        for prefix in ("model", 0, True):
+            with pytest.raises(TypeError, match="prefix must be a sequence of keys"):
+                d.tree(prefix)
+        for whole in (d.tree(), d.tree(None), d.tree(())):
+            assert list(whole) == ["model"] and whole["model"]["w"].tolist() == [1.0, 1.0]
+        assert d.tree(("model", "w")).tolist() == [1.0, 1.0] and d.tree(("nope",), default=7) == 7
+    # Refused before anything is read, even when nothing is left to read.
+    with tz.TensorDeserializer(path, device="meta", lazy_load=True) as d:
+        for n in (-1, 0):
+            with pytest.raises(RuntimeError, match="read_numpy_arrays requires device='cpu'"):
+                next(d.read_numpy_arrays(num_tensors=n))
+
+
+def test_load_into_module_names_a_missing_submodule(tmp_path):
+    m = torch.nn.Module()
+    m.block = torch.nn.Linear(2, 2)
+    m.register_buffer("scale", torch.ones(1))
+    path = str(tmp_path / "m.tensors")
+    s = tz.TensorSerializer(path)
+    s.write_module(m)
+    s.close()
+    with tz.TensorDeserializer(path, device="cpu") as d:
+        with pytest.raises(KeyError, match=r"Module 'block' for tensor 'block.weight' not found in Module"):
+            d.load_into_module(torch.nn.Module())
+        other = torch.nn.Module()
+        other.block = torch.nn.Linear(2, 2)
+        assert d.load_into_module(other) == 3
+        assert torch.equal(other.block.weight, m.block.weight) and torch.equal(other.scale, m.scale)
+        assert "scale" in other.state_dict() and isinstance(other.block.weight, torch.nn.Parameter)

@@ -574,3 +574,29 @@ def test_arguments_as_the_original_takes_them(
                 ctx.close()
     problems = _run_case(case, original, fixtures)
     assert not problems, f"{case.name} (tensorizer {version}):\n  " + "\n  ".join(problems)
+
+
+class _BytesPath(os.PathLike[bytes]):
+    """An ``os.PathLike`` whose ``__fspath__`` gives bytes."""
+
+    def __init__(self, path: str) -> None:
+        self._path = os.fsencode(path)
+
+    def __fspath__(self) -> bytes:
+        return self._path
+
+
+def test_a_pathlike_giving_bytes_is_refused_as_tensorizer_refuses_it(tmp_path: pathlib.Path) -> None:
+    """tensorizer 2.12.1 opens an ``os.PathLike`` through ``os.fspath`` and
+    splits the result on ``"://"``, which raises ``TypeError`` for bytes; ours
+    refuses it with the same type (and says why), as it refuses a bytes path."""
+    path = str(tmp_path / "m.tensors")
+    s = tensorizer.TensorSerializer(path)
+    s.write_state_dict({"a": torch.ones(2)})
+    s.close()
+    with pytest.raises(TypeError):
+        tensorizer.TensorDeserializer(_BytesPath(path), device="cpu")
+    with pytest.raises(TypeError, match="file_obj must be a path or a binary file object"):
+        tensorizer_rs.TensorDeserializer(_BytesPath(path), device="cpu")
+    with tensorizer_rs.TensorDeserializer(pathlib.Path(path), device="cpu") as d:
+        assert list(d) == ["a"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tensorizer_rs
-from tensorizer_rs import _memory
+from tensorizer_rs import _native
 
 MIB = 1 << 20
 
@@ -74,8 +74,8 @@ def test_long_tensors_sit_at_their_place_in_a_file_block(tmp_path: Path) -> None
         loaded = dict(d.items())
         for name, t in loaded.items():
             if t.nbytes >= 64 << 10:
-                assert t.data_ptr() % _memory.ALLOCATION_ALIGN == offsets[name] % _memory.ALLOCATION_ALIGN, name
-            assert t.data_ptr() % _memory.PIECE_ALIGN == 0, name
+                assert t.data_ptr() % _native.ALLOCATION_ALIGN == offsets[name] % _native.ALLOCATION_ALIGN, name
+            assert t.data_ptr() % _native.ARENA_ALIGN == 0, name
 
 
 def test_long_safetensors_tensors_sit_at_their_place_in_a_file_block(tmp_path: Path) -> None:
@@ -89,11 +89,11 @@ def test_long_safetensors_tensors_sit_at_their_place_in_a_file_block(tmp_path: P
         offsets = {e.name: e.data_offset for e in d._all}
         loaded = dict(d.items())
     placed = {n for n, t in loaded.items() if t.nbytes >= 64 << 10 and offsets[n] % 8 == 0}
-    assert any(offsets[n] % _memory.PIECE_ALIGN for n in placed), "no tensor 8- but not 64-aligned"
+    assert any(offsets[n] % _native.ARENA_ALIGN for n in placed), "no tensor 8- but not 64-aligned"
     for name, t in loaded.items():
         assert torch.equal(t, sd[name]), name
         if name in placed:
-            assert t.data_ptr() % _memory.ALLOCATION_ALIGN == offsets[name] % _memory.ALLOCATION_ALIGN, name
+            assert t.data_ptr() % _native.ALLOCATION_ALIGN == offsets[name] % _native.ALLOCATION_ALIGN, name
         assert t.data_ptr() % 8 == 0, name
 
 

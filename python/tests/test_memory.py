@@ -1,7 +1,7 @@
-"""CPU memory of loaded tensors (_memory.py): huge-page regions start on a
-2 MiB boundary and are whole huge pages, each tensor owns a storage of
-exactly its bytes, arenas are filled in one native call, and the memory is
-returned when the tensors die."""
+"""CPU memory of loaded tensors (python/src/host_memory.rs, loader/copies.rs):
+huge-page regions start on a 2 MiB boundary and are whole huge pages, each
+tensor owns a storage of exactly its bytes, arenas are filled in one native
+call, and the memory is returned when the tensors die."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tensorizer_rs
-from tensorizer_rs import _loader, _memory
+from tensorizer_rs import _loader, _native
 
 MIB = 1 << 20
 
@@ -41,7 +41,7 @@ def _state_dict() -> dict[str, torch.Tensor]:
     # into arenas, read whole), odd sizes, and one larger than an arena.
     for i, rows in enumerate([1, 3, 700, 1748, 1749, 2048, 5000, 1]):
         sd[f"p{i}"] = torch.randn(rows, 1024, generator=g).to(torch.bfloat16)
-    sd["big"] = torch.randn(_memory.ARENA_BYTES // 4 + 12345, generator=g)
+    sd["big"] = torch.randn(_native.ARENA_BYTES // 4 + 12345, generator=g)
     sd["odd"] = torch.arange(3 * MIB + 7, dtype=torch.uint8)
     return sd
 
@@ -54,27 +54,27 @@ def _write(path: Path, sd: dict[str, torch.Tensor]) -> None:
 
 @pytest.mark.parametrize("size", [2 * MIB, 2 * MIB + 1, 5 * MIB + 123, 64 * MIB - 3])
 def test_host_memory_starts_on_a_huge_page_and_has_exactly_the_size(size: int) -> None:
-    raw = _memory.host_memory(size)
+    raw = _native.HostMemory(size)
     assert len(raw) == size
-    assert raw.address % _memory.HUGE_PAGE == 0
+    assert raw.address % _native.HUGE_PAGE == 0
     view = np.frombuffer(raw, dtype=np.uint8)
     assert not view.any()  # zeroed
     view[:] = 1  # writable, all of it
     assert int(view[-1]) == 1
-    led = _memory.host_memory(size, True, 4096)
-    assert led.address % _memory.HUGE_PAGE == 4096 and len(led) == size
+    led = _native.HostMemory(size, True, 4096)
+    assert led.address % _native.HUGE_PAGE == 4096 and len(led) == size
 
 
 def test_arenas_are_huge_page_aligned_from_the_huge_page_minimum() -> None:
-    assert _memory.arena(_memory.HUGE_PAGE_MIN).address % _memory.HUGE_PAGE == 0
-    small = _memory.arena(1000)
+    assert _native.HostMemory(_native.HUGE_PAGE_MIN).address % _native.HUGE_PAGE == 0
+    small = _native.HostMemory(1000)
     assert len(small) == 1000
-    assert small.address % _memory.ALLOCATION_ALIGN == 0
+    assert small.address % _native.ALLOCATION_ALIGN == 0
     assert bytes(memoryview(small)) == bytes(1000)
 
 
 def test_host_memory_outlives_its_last_holder_only() -> None:
-    raw = _memory.host_memory(3 * MIB)
+    raw = _native.HostMemory(3 * MIB)
     t = torch.frombuffer(raw, dtype=torch.uint8)
     del raw
     gc.collect()
@@ -87,13 +87,13 @@ def test_loaded_tensors_own_storages_of_exactly_their_bytes(tmp_path: Path) -> N
     path = tmp_path / "m.tensors"
     _write(path, sd)
     d = tensorizer_rs.TensorDeserializer(str(path))
-    phase = {e.name: e.data_offset % _memory.ALLOCATION_ALIGN for e in d._all}
+    phase = {e.name: e.data_offset % _native.ALLOCATION_ALIGN for e in d._all}
     loaded = dict(d.items())
     for name, t in loaded.items():
         assert torch.equal(t, sd[name]), name
         nbytes = t.numel() * t.element_size()
         assert t.untyped_storage().nbytes() == nbytes, name
-        assert t.data_ptr() % _memory.PIECE_ALIGN == 0, name
+        assert t.data_ptr() % _native.ARENA_ALIGN == 0, name
         # torch.save of one tensor writes its bytes, not a neighbour's.
         buf = io.BytesIO()
         torch.save(t, buf)
@@ -102,8 +102,8 @@ def test_loaded_tensors_own_storages_of_exactly_their_bytes(tmp_path: Path) -> N
     # of a huge page, at their place in a file block (a cold load reads
     # them straight in). A short first tensor of a huge-page arena starts
     # on the huge page.
-    assert loaded["big"].data_ptr() % _memory.HUGE_PAGE == phase["big"]
-    assert loaded["p0"].data_ptr() % _memory.HUGE_PAGE == 0
+    assert loaded["big"].data_ptr() % _native.HUGE_PAGE == phase["big"]
+    assert loaded["p0"].data_ptr() % _native.HUGE_PAGE == 0
 
 
 def test_small_tensors_load_into_several_arenas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +122,7 @@ def test_small_tensors_load_into_several_arenas(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(_loader.TorchAllocator, "arena", counting)
     loaded = dict(tensorizer_rs.TensorDeserializer(str(path), verify_hash=True).items())
-    assert len(sizes) > 2 and max(sizes) <= _memory.ARENA_BYTES
+    assert len(sizes) > 2 and max(sizes) <= _native.ARENA_BYTES
     for name, t in loaded.items():
         assert torch.equal(t, sd[name]), name
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tzhelpers
-from tensorizer_rs import _memory
+from tensorizer_rs import _native
 from tzhelpers import all_dtypes_state_dict, assert_same_tensor, tz, write_with
 
 pytestmark = pytest.mark.skipif(tzhelpers.IS_ORACLE, reason="slabs are tensorizer_rs's own layout")
@@ -46,7 +46,7 @@ def test_values_and_bounds(tmp_path, lazy):
         assert storage.nbytes() == t.numel() * t.element_size(), k
         assert t.storage_offset() == 0, k
         if t.numel():
-            assert storage.data_ptr() % _memory.PIECE_ALIGN == 0, k
+            assert storage.data_ptr() % _native.ARENA_ALIGN == 0, k
             ptrs.add(storage.data_ptr())
     assert len(ptrs) == sum(1 for t in got.values() if t.numel())
 

@@ -10,13 +10,11 @@ from typing import Any
 from . import serialization, stream_io, utils
 from ._alias import install_as_tensorizer
 from ._convert import convert
-from ._deserializer import MmapFallbackWarning
 from ._distributed import CooperativeLoadError
 from ._fingerprint import TensorFingerprint, fingerprint, fingerprint_tensors, scan
 from ._model import load_state_dict
 from ._modules import StrictLoadError
-from ._native import ObjectChangedError, RangeNotSupportedError
-from ._receipt import LoadReceipt
+from ._native import LoadReceipt, MmapFallbackWarning, ObjectChangedError, RangeNotSupportedError
 from ._native import __version__ as _native_version
 from ._shards import load_shards
 from ._slices import TensorSlice, tp_shard

@@ -10,20 +10,16 @@ import numpy as np
 
 from . import _distributed, _modules, _native
 from ._crypt import DecryptionParams
-from ._loader import MmapFallbackWarning, TorchAllocator
-from ._receipt import LoadReceipt
+from ._loader import TorchAllocator
 from ._types import FilterFuncType, TensorType, _FileFeatureFlags, _FileHeader
 
-__all__ = ["MmapFallbackWarning", "TensorDeserializer"]
+__all__ = ["TensorDeserializer"]
 
 
 #: A lazy deserializer read in file order loads ahead in windows of at most
 #: this many bytes and tensors (python/src/names.rs).
 LAZY_READ_AHEAD_BYTES = _native.LAZY_READ_AHEAD_BYTES
 LAZY_READ_AHEAD_TENSORS = _native.LAZY_READ_AHEAD_TENSORS
-
-
-_TENSOR_TYPES = tuple(TensorType)
 
 
 #: One tensor of the file's index (typed, read-only, built natively).
@@ -145,10 +141,9 @@ class TensorDeserializer(
     ) -> None:
         # Refused before the group's agreement: every rank raises it alone.
         _native.DeserializerOptions.check_cooperative(lazy_load, process_group is not None)
-        group = _distributed.check_group(process_group)
         # With a group, a failure here reaches the other ranks, which wait
         # for this one in the load's agreement (spec §24.3).
-        with _distributed.reported(group):
+        with _distributed.reported(process_group) as group:
             # Every reader option, decided once (spec §18.8).
             self._options = options = _native.DeserializerOptions(
                 device=device, filter_func=filter_func, dtype=dtype, lazy_load=lazy_load, plaid_mode=plaid_mode,
@@ -163,7 +158,7 @@ class TensorDeserializer(
             reader = loader.check_open()
             self._version, self.total_file_bytes = reader.version, reader.tensor_size
             # The index as typed entries, those `filter_func` keeps, the tree of their names.
-            self._all = entries = reader.entries(_TENSOR_TYPES)
+            self._all = entries = reader.entries(tuple(TensorType))
             self._names = names = _native.Names(entries, options.filter_func)
             self._selected: list[_Entry] = names.selected
             self._structure: dict[Any, Any] = names.structure
@@ -209,24 +204,19 @@ class TensorDeserializer(
         return self._file_header.feature_flags
 
     def _tensor(self, e: _Entry) -> Any:
-        if e.index not in self._cache:
-            # Lazy reads in file order load a window ahead (names.rs).
-            names = self._names if self._options.lazy_load else None
-            self._loader.load_read(e, names, LAZY_READ_AHEAD_BYTES)
-        return self._cache[e.index]
+        # Lazy reads in file order load a window ahead (names.rs).
+        return self._loader.read(e, self._names, LAZY_READ_AHEAD_BYTES)
 
     # -- Mapping ----------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> Any:
         flat = self._flat
-        if flat is not None:
-            try:
+        try:
+            if flat is not None:
                 return flat[key]
-            except KeyError:
-                raise KeyError(f"Tensor {key} not found") from None
-        if key not in self._structure:
-            raise KeyError(f"Tensor {key} not found")
-        node = self._structure[key]
+            node = self._structure[key]
+        except KeyError:
+            raise KeyError(f"Tensor {key} not found") from None
         if isinstance(node, _Entry):
             value = self._tensor(node)
             self._names.handed_out(node)
@@ -271,9 +261,7 @@ class TensorDeserializer(
     ) -> Any:
         """The subtree at ``prefix`` as real dicts and lists (int-keyed
         layers become lists), or the leaf tensor, or ``default``."""
-        if isinstance(prefix, (str, int)):
-            raise TypeError("prefix must be a sequence of keys, e.g. ('model',)")
-        node = self._names.node(() if prefix is None else prefix)
+        node = self._names.node(prefix)
         if node is None:
             return default
         if isinstance(node, _Entry):
@@ -313,16 +301,11 @@ class TensorDeserializer(
         """Yields ``(module_index, tensor_type, name, array, is_opaque,
         torch_dtype)``; opaque dtypes (e.g. bfloat16) come as same-sized
         integers only with ``allow_raw_data=True``. Needs no torch."""
-        if self._options.device is not None and str(self._options.device) != "cpu":
-            raise RuntimeError("read_numpy_arrays requires device='cpu'")
         positions, entries = self._names.pending(filter_func, num_tensors)
-        if not entries:
-            return
         # As tensorizer: the arrays before the first opaque tensor are
         # yielded, then the opaque one raises (unless allow_raw_data).
         verify = self._options.verify(verify_hash)
-        arrays, opaque, refusal = self._loader.load_arrays(entries, allow_raw_data, verify)
-        indices = self._reader.module_indices([e.index for e in entries[: len(arrays)]])
+        indices, arrays, opaque, refusal = self._loader.load_arrays(entries, allow_raw_data, verify)
         for pos, e, idx, arr, torch_name in zip(positions, entries, indices, arrays, opaque):
             self._names.yielded(pos)
             yield idx, e.tensor_type, e.name, arr, torch_name is not None, torch_name
@@ -364,8 +347,7 @@ class TensorDeserializer(
         reading tensor data from the file."""
         tensors = dict(m.state_dict())
         tensors.update(dict(m.named_buffers()))
-        results = self._loader.verify_module(self._selected, tensors)
-        return all(ok for _, ok in results), results
+        return self._loader.verify_module(self._selected, tensors)
 
     def to_redis(self, redis_client: Any, key_prefix: str, force: bool = False) -> None:
         """Stores the file under ``key_prefix`` in tensorizer's Redis layout,
@@ -381,7 +363,7 @@ class TensorDeserializer(
         self._loader.check_open().to_redis(redis_client, key_prefix, force)
 
     @property
-    def receipt(self) -> LoadReceipt:
+    def receipt(self) -> _native.LoadReceipt:
         """What this deserializer has loaded, checked and read so far (a
         snapshot: an eager deserializer's is complete once constructed; a
         lazy one's grows as tensors are read). Ours; tensorizer has none."""

@@ -1,6 +1,6 @@
 """Cooperative loading over ``torch.distributed`` (spec §24): the group
 checks and the agreement every rank reaches before the exchange (the
-exchange itself is ``_cooperative``).
+exchange itself is native: python/src/loader/share.rs).
 
 With ``process_group=pg``, the ranks of ``pg`` each read one share of the
 tensors' bytes (the share plan, ``NativeReader.plan_shares``: computed
@@ -36,26 +36,14 @@ class CooperativeLoadError(RuntimeError):
         self.tensor = tensor
 
 
-def check_group(group: Any) -> Any:
-    """`group` as a process group to load with, or None; refuses a group
-    when ``torch.distributed`` is not initialized."""
-    if group is None:
-        return None
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("process_group was given but torch.distributed is not initialized (init_process_group)")
-    return group
-
-
-def agree(group: Any, world: int, digest: str | None, failure: BaseException | None) -> None:
+def agree(group: Any, digest: str | None, failure: BaseException | None) -> None:
     """Every rank learns every rank's digest and failure (one
     ``all_gather_object``, bounded by the group's timeout); raises
     ``CooperativeLoadError`` on every rank when they differ or any failed."""
     import torch.distributed as dist
 
     failed = None if failure is None else (f"{type(failure).__name__}: {failure}", getattr(failure, "tensor", None))
-    everyone: list[Any] = [None] * world
+    everyone: list[Any] = [None] * dist.get_world_size(group)
     # On NCCL this runs on torch.cuda.current_device(): each rank sets its
     # own device first, as torch.distributed asks of every NCCL program.
     dist.all_gather_object(everyone, (digest, failed), group=group)
@@ -65,20 +53,21 @@ def agree(group: Any, world: int, digest: str | None, failure: BaseException | N
 
 
 @contextlib.contextmanager
-def reported(group: Any) -> Iterator[None]:
-    """With a `group`: a failure inside (opening the file, reading its
-    index, checking arguments) is taken to the agreement the other ranks
-    are waiting in, so that every rank raises ``CooperativeLoadError``
+def reported(group: Any) -> Iterator[Any]:
+    """Gives `group` back, refused when ``torch.distributed`` is not
+    initialized; with a group, a failure inside (opening the file, reading
+    its index, checking arguments) is taken to the agreement the other
+    ranks are waiting in, so that every rank raises ``CooperativeLoadError``
     instead of the others waiting for this one."""
-    if group is None:
-        yield
-        return
-    try:
-        yield
-    except CooperativeLoadError:
-        raise
-    except Exception as exc:
+    if group is not None:
         import torch.distributed as dist
 
-        agree(group, dist.get_world_size(group), None, exc)
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("process_group was given but torch.distributed is not initialized (init_process_group)")
+    try:
+        yield group
+    except Exception as exc:
+        if group is None or isinstance(exc, CooperativeLoadError):
+            raise
+        agree(group, None, exc)
         raise  # agree() raised already: a failure was reported

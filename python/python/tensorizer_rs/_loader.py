@@ -15,8 +15,6 @@ import numpy as np
 
 from . import _cuda, _dtypes, _native
 
-MmapFallbackWarning = _native.MmapFallbackWarning
-
 
 def resolve_device(device: Any) -> Any:
     """The ``torch.device`` a load goes to: `device` as given, or CUDA
@@ -120,6 +118,20 @@ class TorchAllocator:
 
     def cuda(self, reader: Any, entries: list[Any], device: Any, verify: bool) -> list[Any]:
         return _cuda.load(reader, entries, device, verify)
+
+    def ranks(self, group: Any) -> tuple[int, list[int]]:
+        """This process's rank in process `group`, and each rank's global rank."""
+        import torch.distributed as dist
+
+        return dist.get_rank(group), [dist.get_global_rank(group, r) for r in range(dist.get_world_size(group))]
+
+    def broadcast(self, t: Any, src: int, group: Any) -> None:
+        """Broadcasts the bytes of `t` (a tensor, or host memory) from global rank `src`."""
+        import torch
+        import torch.distributed as dist
+
+        raw = t.detach().reshape(-1).view(torch.uint8) if isinstance(t, torch.Tensor) else torch.frombuffer(t, dtype=torch.uint8)
+        dist.broadcast(raw, src=src, group=group)
 
     def synchronize(self, device: Any) -> None:
         import torch

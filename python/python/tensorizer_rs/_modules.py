@@ -1,5 +1,5 @@
-"""Loading into and checking torch modules: ``load_into_module`` and
-``verify_module``, and the garbage-collector pause bulk loads run under."""
+"""Loading into torch modules: ``load_into_module`` (the tensors are set on
+the submodules natively: python/src/register.rs)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import _distributed, _native
 from ._registrar import _Registrar
-from ._types import FilterFuncType, TensorType
+from ._types import FilterFuncType
 
 if TYPE_CHECKING:
     from ._native import Loader
-
-_Entry = _native.Entry
-
-
-#: ``with gc_paused():`` Python's cyclic collector paused while many
-#: objects are made at once (python/src/gc_pause.rs).
-gc_paused = _native.gc_paused
 
 
 class StrictLoadError(RuntimeError):
@@ -47,8 +40,7 @@ def load_into_module(
 ) -> int:
     """``TensorDeserializer.load_into_module`` over the entries its
     constructor's filter kept (`names`)."""
-    group = _distributed.check_group(process_group)
-    with _distributed.reported(group):
+    with _distributed.reported(process_group) as group:
         entries = names.module_entries(filter_func)
         if strict:
             # Every parameter and buffer name counts as known (tied ones
@@ -60,40 +52,5 @@ def load_into_module(
             if any(wrong):
                 raise StrictLoadError(type(m).__name__, *wrong)
     loader.load(entries, verify, group)
-    with gc_paused():
-        _register(loader.cache, m, entries)
+    _native.register_loaded(loader.cache, m, entries, _Registrar())
     return len(entries)
-
-
-def _register(cache: dict[int, Any], m: Any, entries: list[_Entry]) -> None:
-    import torch
-
-    modules = dict(m.named_modules())
-    param = TensorType.PARAM
-    register = _Registrar()
-    # Per module: its parameter table when a parameter already there may
-    # simply be replaced (see _Registrar), else None.
-    replaceable: dict[str, dict[str, Any] | None] = {}
-    for e in entries:
-        name = e.name
-        assert isinstance(name, str)
-        prefix, _, attr = name.rpartition(".")
-        module = modules.get(prefix)
-        if module is None:
-            raise KeyError(f"Module {prefix!r} for tensor {name!r} not found in {type(m).__name__}")
-        tensor = cache[e.index]
-        if e.tensor_type is param:
-            if prefix in replaceable:
-                table = replaceable[prefix]
-            else:
-                table = replaceable[prefix] = register.parameters_of(module)
-            if table is not None and attr in table:
-                table[attr] = tensor
-            else:
-                register.parameter(module, attr, tensor)
-        else:
-            buffer = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
-            # As tensorizer: every loaded buffer is registered persistent,
-            # so state_dict() has the same keys after either library's
-            # load (spec §11, "non-persistent buffers").
-            register.buffer(module, attr, buffer)

@@ -21,6 +21,7 @@ class _Registrar:
         from torch.nn.modules import module as _module
 
         self._module_type = torch.nn.Module
+        self._parameter_type = torch.nn.Parameter
         self._hooks = {
             kind: bool(getattr(_module, f"_global_{kind}_registration_hooks", True)) for kind in ("parameter", "buffer")
         }
@@ -65,7 +66,9 @@ class _Registrar:
             table[attr] = tensor
 
     def buffer(self, module: Any, attr: str, tensor: Any) -> None:
-        """Registers `tensor` as a persistent buffer."""
+        """Registers `tensor` (a ``Parameter``'s data) as a persistent buffer."""
+        if isinstance(tensor, self._parameter_type):
+            tensor = tensor.data
         table = self._fast(module, "buffer", "_buffers", attr)
         if table is None:
             module.register_buffer(attr, tensor)

@@ -36,7 +36,7 @@ impl Copies {
     /// Every buffer of these copies, in the same order on every rank of a
     /// cooperative load (spec §24): the arenas (uint8 numpy arrays), then
     /// the tensors loaded alone.
-    fn buffers(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
+    pub(crate) fn buffers(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
         let arenas = self.arenas.iter().map(|a| a.0.clone_ref(py));
         arenas.chain(self.large.iter().map(|l| l.1.clone_ref(py))).collect()
     }

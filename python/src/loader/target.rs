@@ -42,6 +42,16 @@ impl Target {
         }
     }
 
+    /// The kind's name, in what the ranks of a cooperative load compare
+    /// (`NativeReader.selection_digest`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+            Self::Other => "other",
+        }
+    }
+
     /// Whether host copies bound for this device are page-locked, so the
     /// move to the device can be asynchronous.
     pub(crate) fn pinned(self) -> bool {
