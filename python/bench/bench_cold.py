@@ -44,7 +44,8 @@ Rows:
   its default backend (views of a map of the file, faulted in by the
   touches) and with ``backend="pread"`` (private copies);
   ``tensorizer_rs.safetensors``'s ``load_file`` on the same file (private
-  copies: the file is writable, spec §26.3), locally and over HTTP;
+  copies: the file is writable, spec §26.3), locally and over HTTP, and
+  on a read-only copy as ``mmap="auto"``'s (views, as safetensors' own);
   fastsafetensors (``fastsafe_open``, CPU, no GDS) and Run:ai's model
   streamer (``SafetensorsStreamer``) on it, each tensor cloned out of the
   loader's buffers as a caller keeping them must (run the script with the
@@ -53,8 +54,8 @@ Rows:
   reads them from the disk): ``curl`` to /dev/null (the HTTP limit), ours
   on our file and tensorizer on its own.
 * The same tensors as a folder of 4 safetensors shards and its index:
-  ``tensorizer_rs.load_state_dict`` on the folder (shards loaded in
-  parallel, the reader threads shared), safetensors ``load_file`` on each
+  ``tensorizer_rs.load_state_dict`` on the folder (shards loaded two or
+  more at once, the reader threads and the cold-read queue shared), safetensors ``load_file`` on each
   shard in turn, and fastsafetensors with the 4 files in one
   ``fastsafe_open``. A warm load reads every shard through first.
 * ``torch.load(path, mmap=True, weights_only=True)`` on the same state
@@ -138,6 +139,7 @@ CONTENDERS = {
     "safetensors": "safetensors load_file",
     "safetensors-pread": 'safetensors load_file(backend="pread")',
     "rs-st": "tensorizer_rs.safetensors load_file, the safetensors file",
+    "rs-st-ro": "tensorizer_rs.safetensors load_file, the safetensors file on a read-only file system (views)",
     "fastsafetensors": "fastsafetensors 0.5.0 (CPU, nogds), the safetensors file",
     "runai": "Run:ai model streamer 0.17.1, the safetensors file",
     "rs-st-http": "tensorizer_rs.safetensors load_file, the safetensors file over HTTP (nginx)",
@@ -171,7 +173,7 @@ S3_VAR = "BENCH_COLD_S3"
 S3_BUCKET = "models"
 FILE_OF = {
     "limit": "own", "device": "own", "dd": "own", "memory": "own", "rs-own": "own", "rs-theirs": "theirs", "rs-mmap": "own",
-    "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own",
+    "rs-own-cached": "own", "rs-auto-ro": "ro", "rs-auto": "own", "rs-st-ro": "st-ro",
     "tensorizer": "theirs", "safetensors": "st", "safetensors-pread": "st", "rs-st": "st",
     "fastsafetensors": "st", "runai": "st", "rs-st-http": "st",
     "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
@@ -309,7 +311,7 @@ def worker(kind: str, path: str) -> dict:
     elif kind == "torch-mmap":
         start = time.perf_counter()
         n = finish(torch.load(path, mmap=True, weights_only=True).values())
-    elif kind in ("rs-st", "rs-st-http"):
+    elif kind in ("rs-st", "rs-st-http", "rs-st-ro"):
         from tensorizer_rs.safetensors.torch import load_file as rs_load_file
 
         start = time.perf_counter()
@@ -502,11 +504,14 @@ def write_folder(sd: dict, d: Path) -> None:
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
-#: The files of one size, by kind (``FILE_OF``'s values; "ro" is made from
-#: "own" on demand), and where each lives under the size's folder.
+#: The files of one size, by kind (``FILE_OF``'s values but the read-only
+#: ones), and where each lives under the size's folder.
 FILE_NAMES = {
     "own": "own.tensors", "theirs": "theirs.tensors", "st": "model.safetensors", "folder": "folder", "pt": "model.pt",
 }  # fmt: skip
+#: Read-only copies (loop-mounted, root only, cold runs only), each made on
+#: demand from the file kind it names.
+READ_ONLY_OF = {"ro": "own", "st-ro": "st"}
 #: Room kept free beside the files of a group (torch.save's and the loads'
 #: temporary files, the machine's other users).
 DISK_SLACK = 2 << 30
@@ -603,19 +608,19 @@ def estimate_s(kinds: list[str], gib: float, reps: int, cold: bool, groups: int)
     return reps * load * (2 if cold else 1) + writes
 
 
-def read_only_copy(src: str, d: Path) -> tuple[str, list[list[str]]]:
-    """`src` copied into an ext4 image loop-mounted read-only under `d`
+def read_only_copy(src: str, d: Path, name: str) -> tuple[str, list[list[str]]]:
+    """`src` copied into an ext4 image loop-mounted read-only at `d`/`name`
     (needs root); returns the copy's path and the commands that undo it."""
-    image, mnt = d / "ro.img", d / "ro"
+    image, mnt = d / f"{name}.img", d / name
     mnt.mkdir(exist_ok=True)
     with image.open("wb") as f:
         f.truncate(os.path.getsize(src) + (256 << 20))
     run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True)  # noqa: E731
     run("mkfs.ext4", "-q", "-F", str(image))
     run("mount", "-o", "loop", str(image), str(mnt))
-    run("cp", src, str(mnt / "own.tensors"))
+    run("cp", src, str(mnt / Path(src).name))
     run("mount", "-o", "remount,ro", str(mnt))
-    return str(mnt / "own.tensors"), [["umount", str(mnt)], ["rm", "-f", str(image)]]
+    return str(mnt / Path(src).name), [["umount", str(mnt)], ["rm", "-f", str(image)]]
 
 
 def run_one(kind: str, path: str, env: dict[str, str]) -> dict:
@@ -674,6 +679,7 @@ def target_lines(stats: dict) -> list[str]:
         say(f"cold, {ours} × the read limit", speedup(stats, "cold", "limit", ours), 0.85)
     say("warm, rs-st ÷ safetensors pread (private copies both)", speedup(stats, "warm", "safetensors-pread", "rs-st"), 1.0)
     say("warm, rs-st ÷ safetensors load_file (its views of a map)", speedup(stats, "warm", "safetensors", "rs-st"), 1.0)
+    say("warm, rs-st-ro ÷ safetensors load_file (views of a map both)", speedup(stats, "warm", "safetensors", "rs-st-ro"), 1.0)
     for ours in ("rs-theirs", "rs-own"):
         say(f"warm, {ours} ÷ copy", speedup(stats, "warm", "copy", ours), 0.9)
     say("S3, rs-st-s3 ÷ runai-s3 (cold)", speedup(stats, "cold", "runai-s3", "rs-st-s3"), 1.0)
@@ -814,7 +820,7 @@ def main() -> int:
     plan = {}
     for gib in args.gib:
         kinds = [k for k in kinds_all if not (k in S3 and args.s3_max_gib is not None and gib > args.s3_max_gib)]
-        kinds = kinds if cold or "rs-auto-ro" not in kinds else [k for k in kinds if k != "rs-auto-ro"]
+        kinds = kinds if cold else [k for k in kinds if FILE_OF[k] not in READ_ONLY_OF]
         groups = groups_of(kinds, gib, room) if args.group_files else [kinds]
         need = max(len({FILE_OF[k] for k in g}) for g in groups) * file_bytes(gib)
         log(f"{gib:g} GiB: {len(groups)} group(s) of files, the largest {need / 2**30:.1f} GiB: {groups}")
@@ -842,11 +848,13 @@ def main() -> int:
         failed: dict = {}
         kinds = sum(groups, [])
         for i, group in enumerate(groups):
-            fks = sorted({FILE_OF[k] for k in group} - {"ro"})
+            needs = {FILE_OF[k] for k in group}
+            fks = sorted({READ_ONLY_OF.get(fk, fk) for fk in needs})
             files = write_files(gib, args.tensors, d, fks)
             undo: list[list[str]] = []
-            if "rs-auto-ro" in group:
-                files["ro"], undo = read_only_copy(files["own"], d)
+            for ro in sorted(needs & set(READ_ONLY_OF)):
+                files[ro], more = read_only_copy(files[READ_ONLY_OF[ro]], d, ro)
+                undo += more
             label = f"{gib:g} GiB group {i + 1}/{len(groups)}"
             t, f = run_group(group, files, d, env, reps_of[gib], states, label)
             times.update(t)
