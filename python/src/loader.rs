@@ -321,6 +321,17 @@ impl Loader {
         meta::check_headers(py, reader, &indices(mapped), false)?;
         let bytes = mapped.iter().map(|e| e.get().data_length).sum();
         self.state().book.mapped(bytes);
+        // Read ahead now what the caller is about to touch: through faults
+        // alone, a cold file comes in one read-ahead window at a time.
+        if let Some(file) = reader.inner.source().local_file() {
+            let spans: Vec<(u64, u64)> =
+                mapped.iter().map(|e| (e.get().data_offset, e.get().data_length)).collect();
+            py.detach(|| {
+                for (offset, len) in spans {
+                    tensorizer_native::source::will_need(file, offset, len);
+                }
+            });
+        }
         let offsets: Vec<u64> = mapped.iter().map(|e| e.get().data_offset).collect();
         let alloc = self.alloc.bind(py);
         let made = alloc.call_method1("carve", (PyList::new(py, mapped)?, map, offsets))?;

@@ -84,6 +84,27 @@ impl DirectFile {
     }
 }
 
+/// Asks the kernel to read `len` bytes of `file` from `offset` into the
+/// page cache now, in the background (`POSIX_FADV_WILLNEED`): views of a
+/// memory map about to be touched then find their pages read in long
+/// requests, not one fault's read-ahead window at a time (a device's
+/// default window is 128 KiB). Only a hint: a refusal changes nothing.
+pub fn will_need(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else { return };
+        // SAFETY: posix_fadvise(2) only reads its integer arguments; the
+        // descriptor is open for the call's duration.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
 /// Whether fewer than 1/[`COLD_SHARE`] of the pages of `file` (`len`
 /// bytes) are in the page cache, asked with `cachestat(2)` (Linux 6.5+).
 /// `false` where the kernel cannot say.
