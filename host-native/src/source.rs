@@ -13,7 +13,7 @@ use crate::error::{Error, Result, file_err, io_err};
 mod direct;
 mod frozen;
 mod window;
-pub use direct::{COLD_READS_VAR, DIRECT_BLOCK, will_need};
+pub use direct::{COLD_READS_VAR, DIRECT_BLOCK, read_ahead};
 pub use frozen::{Frozen, frozen};
 pub use window::Window;
 

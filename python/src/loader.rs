@@ -326,11 +326,7 @@ impl Loader {
         if let Some(file) = reader.inner.source().local_file() {
             let spans: Vec<(u64, u64)> =
                 mapped.iter().map(|e| (e.get().data_offset, e.get().data_length)).collect();
-            py.detach(|| {
-                for (offset, len) in spans {
-                    tensorizer_native::source::will_need(file, offset, len);
-                }
-            });
+            py.detach(|| tensorizer_native::source::read_ahead(file, &spans));
         }
         let offsets: Vec<u64> = mapped.iter().map(|e| e.get().data_offset).collect();
         let alloc = self.alloc.bind(py);
