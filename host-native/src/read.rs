@@ -27,6 +27,7 @@ pub mod safetensors;
 pub mod share;
 pub mod slice;
 mod spans;
+mod torch;
 mod turns;
 pub mod verify;
 
@@ -108,6 +109,10 @@ pub enum Layout {
         /// `__metadata__`'s string values, in file order.
         metadata: Vec<(String, String)>,
     },
+    /// A `torch.save` zip checkpoint whose entries are all contiguous
+    /// little-endian tensors (spec §16.10). Its tensors have no hashes and
+    /// no encryption.
+    Torch,
 }
 
 impl Reader<LocalFile> {
@@ -188,19 +193,26 @@ impl<S: RangeSource> Reader<S> {
     }
 
     /// A reader over a file without the tensorizer magic: a safetensors
-    /// file, or the error naming what else it is.
+    /// file, a `torch.save` zip checkpoint, or the error naming what else
+    /// it is.
     fn other_format(source: S, options: ReadOptions) -> Result<Self> {
         let mut head =
             vec![0u8; source.len().min(tensorizer_core::checkpoint::SNIFF_LEN as u64) as usize];
         source.read_exact_at(0, &mut head)?;
-        if !matches!(
-            tensorizer_core::sniff_format(&head, source.len()),
-            Some(tensorizer_core::Sniffed::Safetensors { .. })
-        ) {
+        let sniffed = tensorizer_core::sniff_format(&head, source.len());
+        let known = matches!(
+            sniffed,
+            Some(tensorizer_core::Sniffed::Safetensors { .. } | tensorizer_core::Sniffed::TorchZip)
+        );
+        if !known {
             return Err(not_tensorizer(&source));
         }
         if options.key.is_some() {
             return Err(key_for_plaintext(source.name().to_string()));
+        }
+        if sniffed == Some(tensorizer_core::Sniffed::TorchZip) {
+            let (source, entries) = torch::open(source)?;
+            return Ok(Self::assemble(source, Layout::Torch, Metadata { entries }, options));
         }
         let header = safetensors::SafetensorsHeader::read(&source)?;
         let metadata = Metadata { entries: header.index_entries() };
@@ -220,11 +232,12 @@ impl<S: RangeSource> Reader<S> {
         &self.layout
     }
 
-    /// The tensorizer file header; `None` for a safetensors file.
+    /// The tensorizer file header; `None` for a safetensors file or a
+    /// checkpoint.
     pub fn header(&self) -> Option<&FileHeader> {
         match &self.layout {
             Layout::Tensorizer(header) => Some(header),
-            Layout::Safetensors { .. } => None,
+            Layout::Safetensors { .. } | Layout::Torch => None,
         }
     }
 
@@ -232,18 +245,20 @@ impl<S: RangeSource> Reader<S> {
     pub fn tensor_size(&self) -> u64 {
         match &self.layout {
             Layout::Tensorizer(header) => header.tensor_size,
-            Layout::Safetensors { .. } => self.metadata.entries.iter().map(|e| e.data_length).sum(),
+            Layout::Safetensors { .. } | Layout::Torch => {
+                self.metadata.entries.iter().map(|e| e.data_length).sum()
+            }
         }
     }
 
     /// Parses tensor `entry`'s header bytes `raw` (none for a safetensors
-    /// tensor) and checks them against its index entry.
+    /// or checkpoint tensor) and checks them against its index entry.
     pub(crate) fn parse_record(&self, entry: &MetadataEntry, raw: &[u8]) -> Result<TensorRecord> {
         match &self.layout {
             Layout::Tensorizer(header) => {
                 TensorRecord::parse(entry, raw, header).map_err(self.tensor_err(entry))
             }
-            Layout::Safetensors { .. } => Ok(TensorRecord::bare(entry)),
+            Layout::Safetensors { .. } | Layout::Torch => Ok(TensorRecord::bare(entry)),
         }
     }
 

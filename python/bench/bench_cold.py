@@ -155,6 +155,7 @@ CONTENDERS = {
     "st-folder": "safetensors load_file, each of the 4 shards in turn",
     "fastsafetensors-folder": "fastsafetensors 0.5.0 (CPU, nogds), the 4 shards in one fastsafe_open",
     "torch-mmap": "torch.load(mmap=True, weights_only=True), the same tensors by torch.save",
+    "rs-pt": "tensorizer_rs, the same torch.save file",
     "rs-st-s3": "tensorizer_rs.safetensors load_file, the safetensors file over S3 (moto)",
     "runai-s3": "Run:ai model streamer 0.17.1 (+ -s3), the safetensors file over S3 (moto)",
     "rs-folder-s3": "tensorizer_rs.load_state_dict, the 4-shard folder's S3 prefix (moto)",
@@ -182,7 +183,7 @@ FILE_OF = {
     "curl-http": "own", "rs-http": "own", "tensorizer-http": "theirs",
     "rs-s3": "own", "tensorizer-s3": "theirs",
     "rs-folder": "folder", "st-folder": "folder", "fastsafetensors-folder": "folder",
-    "copy": "own", "copy-4k": "own", "torch-mmap": "pt", "rs-st-s3": "st", "runai-s3": "st", "rs-folder-s3": "folder",
+    "copy": "own", "copy-4k": "own", "torch-mmap": "pt", "rs-pt": "pt", "rs-st-s3": "st", "runai-s3": "st", "rs-folder-s3": "folder",
 }  # fmt: skip
 
 

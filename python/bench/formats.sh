@@ -36,7 +36,7 @@ mkdir -p "$OUT"
 [ "$(id -u)" = 0 ] || echo "formats.sh: not root: the page cache cannot be dropped, warm loads only" >&2
 CONTENDERS=(
     limit device memory copy copy-4k rs-own rs-theirs tensorizer rs-st rs-st-ro safetensors safetensors-pread safetensors-ro fastsafetensors runai
-    torch-mmap rs-folder st-folder fastsafetensors-folder rs-s3 rs-st-s3 runai-s3 rs-folder-s3
+    torch-mmap rs-pt rs-folder st-folder fastsafetensors-folder rs-s3 rs-st-s3 runai-s3 rs-folder-s3
 )
 "$PY" python/bench/bench_cold.py --gib 1 4 8 --reps 5 3 2 --s3-max-gib 1 --group-files --targets \
     --only "${CONTENDERS[@]}" --json "$OUT/formats.json" "$@" 2> >(tee "$OUT/progress.log" >&2) | tee "$OUT/formats.md"

@@ -150,16 +150,17 @@ impl NativeReader {
         self.origin
     }
 
-    /// The file's format: `"tensorizer"` or `"safetensors"`.
+    /// The file's format: `"tensorizer"`, `"safetensors"` or `"torch"`.
     #[getter]
     fn format(&self) -> &'static str {
         match self.inner.layout() {
             Layout::Tensorizer(_) => "tensorizer",
             Layout::Safetensors { .. } => "safetensors",
+            Layout::Torch => "torch",
         }
     }
 
-    /// The file's data version (`None` for a safetensors file).
+    /// The file's data version (`None` for a safetensors file or a checkpoint).
     #[getter]
     fn version(&self) -> Option<u32> {
         self.inner.header().map(|h| h.version)
@@ -183,11 +184,11 @@ impl NativeReader {
         self.inner.is_encrypted()
     }
 
-    /// A safetensors file's `__metadata__` (`None` for a tensorizer file).
+    /// A safetensors file's `__metadata__` (`None` for other formats).
     #[getter]
     fn safetensors_metadata(&self) -> Option<Vec<(String, String)>> {
         match self.inner.layout() {
-            Layout::Tensorizer(_) => None,
+            Layout::Tensorizer(_) | Layout::Torch => None,
             Layout::Safetensors { metadata, .. } => Some(metadata.clone()),
         }
     }

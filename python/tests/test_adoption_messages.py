@@ -96,10 +96,12 @@ def test_a_sharded_folder_or_index_names_the_call_that_loads_it(tmp_path):
         assert dict(tensorizer_rs.load_state_dict(str(where)))["a"].tolist() == [1.0, 1.0, 1.0]
 
 
-def test_a_torch_save_file_is_named(tmp_path):
+def test_a_legacy_torch_save_file_is_named(tmp_path):
+    # A zip checkpoint loads (test_torch_through_the_reader.py); the pre-zip
+    # layout is named, with the call that reads it.
     path = tmp_path / "x.pt"
-    torch.save({"w": torch.zeros(4)}, str(path))
-    with pytest.raises(_native.FormatError, match="is a torch.save checkpoint, not a tensorizer file"):
+    torch.save({"w": torch.zeros(4)}, str(path), _use_new_zipfile_serialization=False)
+    with pytest.raises(_native.FormatError, match=r"is a legacy \(pre-zip\) torch.save checkpoint, not a tensorizer file"):
         TensorDeserializer(str(path))
 
 

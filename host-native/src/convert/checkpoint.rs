@@ -224,6 +224,11 @@ impl<S: RangeSource> CheckpointReader<S> {
         &self.source
     }
 
+    /// The byte source, given back.
+    pub fn into_source(self) -> S {
+        self.source
+    }
+
     /// Caps the bytes one expanded view (stride 0, more elements than the
     /// storage bytes it spans) may produce in [`CheckpointReader::read_contiguous`].
     pub fn set_max_expanded_bytes(&mut self, cap: u64) {

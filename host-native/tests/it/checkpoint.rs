@@ -557,3 +557,42 @@ fn expanded_views_cannot_blow_a_small_checkpoint_up_on_conversion() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn the_reader_loads_a_checkpoint_of_contiguous_tensors_as_the_checkpoint_reader_reads_it() {
+    for file in ["dtypes.pt", "module.pt", "params.pt"] {
+        let path = dir().join(file);
+        let reader = Reader::open(&path, ReadOptions::default()).unwrap();
+        assert_eq!(reader.layout(), &tensorizer_native::Layout::Torch, "{file}");
+        assert!(reader.header().is_none());
+        let checkpoint = CheckpointReader::open(&path).unwrap();
+        assert_eq!(reader.entries().len(), checkpoint.entries().len(), "{file}");
+        let mut bufs: Vec<Vec<u8>> =
+            reader.entries().iter().map(|e| vec![0xEE; e.data_length as usize]).collect();
+        let jobs = bufs.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
+        reader.load_many(jobs).unwrap();
+        for (i, (entry, got)) in reader.entries().iter().zip(&bufs).enumerate() {
+            assert_eq!(entry.path, checkpoint.entries()[i].path, "{file}");
+            let mut want = vec![0u8; checkpoint.nbytes(i).unwrap() as usize];
+            checkpoint.read_contiguous(i, &mut want).unwrap();
+            assert_eq!(got, &want, "{file}: {}", entry.path);
+        }
+        assert_eq!(reader.tensor_size(), bufs.iter().map(|b| b.len() as u64).sum::<u64>());
+    }
+}
+
+#[test]
+fn the_reader_names_what_it_cannot_load_from_a_checkpoint_and_what_can() {
+    for (file, what) in [
+        ("views.pt", "tensor \"transposed\" is not contiguous in its storage"),
+        ("nested.pt", "\"optimizer.step\" is not a tensor"),
+        ("big_endian.pt", "its storages are big-endian"),
+    ] {
+        let err = Reader::open(dir().join(file), ReadOptions::default()).unwrap_err();
+        assert!(matches!(err, tensorizer_native::Error::Unsupported { .. }), "{file}: {err:?}");
+        let message = err.to_string();
+        assert!(message.contains(what), "{file}: {message}");
+        assert!(message.contains("tzr convert"), "{file}: {message}");
+        assert!(!message.contains('\n'), "{file}: {message}");
+    }
+}
