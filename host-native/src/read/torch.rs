@@ -62,7 +62,10 @@ fn index<S: RangeSource>(checkpoint: &CheckpointReader<S>) -> Result<Vec<Metadat
             // An empty tensor reads nothing, whatever its strides.
             .filter(|s| len == 0 || (view.is_contiguous() && s.end - s.start == len))
             .ok_or_else(|| {
-                refuse(format!("tensor {:?} is not contiguous in its storage", entry.path.to_string()))
+                refuse(format!(
+                    "tensor {:?} is not contiguous in its storage",
+                    entry.path.to_string()
+                ))
             })?;
         let storage = checkpoint.storage_range(view.storage)?;
         // Within the storage (checked by the core against its length).
