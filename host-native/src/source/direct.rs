@@ -84,19 +84,52 @@ impl DirectFile {
     }
 }
 
-/// The most one read-ahead hint asks for. The kernel reads at most the
-/// larger of a device's read-ahead window and its largest request per hint
-/// (`force_page_cache_readahead`) and drops the rest silently; the largest
-/// request is 1280 KiB by default, so pieces of 1 MiB are read whole. In
-/// 1 MiB pieces a cold 1 GiB file is touched as fast as in whole tensors
-/// (705–979 ms against 716–1017, four interleaved rounds; spec §23.6).
+/// The read-ahead hint's piece where the device's window cannot be found
+/// ([`hint_window`]): the largest request is 1280 KiB by default, so a
+/// piece of 1 MiB is read whole on common devices.
 const READ_AHEAD_PIECE: u64 = 1 << 20;
+
+/// Bounds on [`hint_window`]'s answer.
+const HINT_WINDOW_MIN: u64 = 128 << 10;
+const HINT_WINDOW_MAX: u64 = 64 << 20;
+
+/// The most one read-ahead hint on `file` is read for: the kernel reads at
+/// most the larger of the device's read-ahead window (`read_ahead_kb`) and
+/// its largest request (`max_sectors_kb`) per hint
+/// (`force_page_cache_readahead`) and drops the rest silently. Read from
+/// the file's block device in sysfs (its partition's disk for a
+/// partition); [`READ_AHEAD_PIECE`] where there is none (network and
+/// stacked file systems).
+fn hint_window(file: &File) -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = file.metadata() else { return READ_AHEAD_PIECE };
+        let dev = meta.dev();
+        let dir = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
+        let kib = |name: &str| -> Option<u64> {
+            let read = |p: String| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+            read(format!("{dir}/queue/{name}")).or_else(|| read(format!("{dir}/../queue/{name}")))
+        };
+        match (kib("read_ahead_kb"), kib("max_sectors_kb")) {
+            (None, None) => READ_AHEAD_PIECE,
+            (a, b) => {
+                (a.unwrap_or(0).max(b.unwrap_or(0)) << 10).clamp(HINT_WINDOW_MIN, HINT_WINDOW_MAX)
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        READ_AHEAD_PIECE
+    }
+}
 
 /// Asks the kernel to read the byte ranges `spans` (offset, length) of
 /// `file` into the page cache now, in the background
-/// (`POSIX_FADV_WILLNEED`, in [`READ_AHEAD_PIECE`]s): views of a memory map
-/// about to be touched then find their pages read in long requests, not
-/// one fault's read-ahead window at a time. Nothing is asked when every
+/// (`POSIX_FADV_WILLNEED`, in pieces of the device's window: `hint_window`):
+/// views of a memory map about to be touched then find their pages read in
+/// long requests, not one fault's read-ahead window at a time. Nothing is asked when every
 /// page from the first span to the end of the last is cached already (a
 /// warm file: walking its pages costs about 4.5 ms per GiB for nothing).
 /// Only a hint: a refusal changes nothing.
@@ -107,11 +140,12 @@ pub fn read_ahead(file: &File, spans: &[(u64, u64)]) {
     if range == 0 || cached_pages(file, start, range).is_some_and(|(c, all)| c >= all) {
         return;
     }
+    let window = hint_window(file);
     for &(offset, len) in spans {
         let end = offset.saturating_add(len);
         let mut at = offset;
         while at < end {
-            let piece = READ_AHEAD_PIECE.min(end - at);
+            let piece = window.min(end - at);
             will_need(file, at, piece);
             at += piece;
         }
@@ -208,22 +242,22 @@ mod tests {
 
     #[test]
     fn read_ahead_brings_every_piece_of_a_long_span_into_the_cache() {
-        const SPAN: u64 = 20 << 20;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        std::fs::write(&path, vec![7u8; 24 << 20]).unwrap();
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let window = hint_window(&File::open(&path).unwrap());
+        // Two and a half windows: more than the kernel reads for one hint.
+        let span = window * 5 / 2;
+        std::fs::write(&path, vec![7u8; (span + window) as usize]).unwrap();
         let file = File::open(&path).unwrap();
         evict(&file);
-        let Some((before, all)) = cached_pages(&file, 0, SPAN) else { return };
+        let Some((before, all)) = cached_pages(&file, 0, span) else { return };
         if before == all {
             return; // a file system that keeps every page (tmpfs)
         }
-        // One span longer than any hint the kernel reads whole (at most
-        // the larger of the read-ahead window and the largest request:
-        // 8 MiB on this project's VM).
-        read_ahead(&file, &[(0, SPAN)]);
+        read_ahead(&file, &[(0, span)]);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while cached_pages(&file, 0, SPAN).unwrap().0 < all {
+        while cached_pages(&file, 0, span).unwrap().0 < all {
             assert!(std::time::Instant::now() < deadline, "not read ahead in 10 s");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
