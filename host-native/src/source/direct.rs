@@ -113,9 +113,11 @@ fn hint_window(file: &File) -> u64 {
         };
         match (kib("read_ahead_kb"), kib("max_sectors_kb")) {
             (None, None) => READ_AHEAD_PIECE,
-            (a, b) => {
-                (a.unwrap_or(0).max(b.unwrap_or(0)) << 10).clamp(HINT_WINDOW_MIN, HINT_WINDOW_MAX)
-            }
+            (a, b) => a
+                .unwrap_or(0)
+                .max(b.unwrap_or(0))
+                .saturating_mul(1024)
+                .clamp(HINT_WINDOW_MIN, HINT_WINDOW_MAX),
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -129,10 +131,10 @@ fn hint_window(file: &File) -> u64 {
 /// `file` into the page cache now, in the background
 /// (`POSIX_FADV_WILLNEED`, in pieces of the device's window: `hint_window`):
 /// views of a memory map about to be touched then find their pages read in
-/// long requests, not one fault's read-ahead window at a time. Nothing is asked when every
-/// page from the first span to the end of the last is cached already (a
-/// warm file: walking its pages costs about 4.5 ms per GiB for nothing).
-/// Only a hint: a refusal changes nothing.
+/// long requests, not one fault's read-ahead window at a time. Nothing is
+/// asked when every page from the first span to the end of the last is
+/// cached already (a warm file: walking its pages costs about 4.5 ms per
+/// GiB for nothing). Only a hint: a refusal changes nothing.
 pub fn read_ahead(file: &File, spans: &[(u64, u64)]) {
     let start = spans.iter().map(|s| s.0).min().unwrap_or(0);
     let end = spans.iter().map(|s| s.0.saturating_add(s.1)).max().unwrap_or(0);
