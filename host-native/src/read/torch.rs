@@ -67,9 +67,11 @@ fn index<S: RangeSource>(checkpoint: &CheckpointReader<S>) -> Result<Vec<Metadat
                     entry.path.to_string()
                 ))
             })?;
+        // Inside the storage (the core checks every view against it).
         let storage = checkpoint.storage_range(view.storage)?;
-        // Within the storage (checked by the core against its length).
-        let at = storage.start + span.start;
+        let at = storage.start.checked_add(span.start).ok_or_else(|| {
+            refuse(format!("tensor {:?} lies past the file", entry.path.to_string()))
+        })?;
         out.push(MetadataEntry {
             path: entry.path.clone(),
             tensor_type: TensorType::StateDict,
