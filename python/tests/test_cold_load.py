@@ -13,18 +13,9 @@ import torch
 
 import tensorizer_rs
 from tensorizer_rs import _native
+from tzhelpers import evict
 
 MIB = 1 << 20
-
-
-def _evict(path: Path) -> None:
-    """Drops the file's pages from the page cache (no root needed)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _state_dict() -> dict[str, torch.Tensor]:
@@ -57,7 +48,7 @@ def test_a_cold_load_equals_a_cached_one(tmp_path: Path, writer: str) -> None:
         s = tensorizer.TensorSerializer(str(path))
     s.write_state_dict(sd)
     s.close()
-    _evict(path)
+    evict(path)
     cold = _load(path)
     _same(cold, sd)
     _same(_load(path, verify_hash=True), sd)
@@ -68,7 +59,7 @@ def test_long_tensors_sit_at_their_place_in_a_file_block(tmp_path: Path) -> None
     path = tmp_path / "m.tensors"
     with tensorizer_rs.TensorSerializer(str(path)) as s:
         s.write_state_dict(sd)
-    _evict(path)
+    evict(path)
     with tensorizer_rs.TensorDeserializer(str(path)) as d:
         offsets = {e.name: e.data_offset for e in d._all}
         loaded = dict(d.items())
@@ -84,7 +75,7 @@ def test_long_safetensors_tensors_sit_at_their_place_in_a_file_block(tmp_path: P
     sd = _state_dict()
     path = tmp_path / "m.safetensors"
     st.save_file(sd, str(path))
-    _evict(path)
+    evict(path)
     with tensorizer_rs.TensorDeserializer(str(path)) as d:
         offsets = {e.name: e.data_offset for e in d._all}
         loaded = dict(d.items())
@@ -103,7 +94,7 @@ def test_a_cold_encrypted_load_is_checked(tmp_path: Path) -> None:
     key = tensorizer_rs.EncryptionParams.random()
     with tensorizer_rs.TensorSerializer(str(path), encryption=key) as s:
         s.write_state_dict(sd)
-    _evict(path)
+    evict(path)
     dec = tensorizer_rs.DecryptionParams.from_key(key.key)
     _same(_load(path, encryption=dec, verify_hash=True), sd)
     # One flipped bit in the big tensor fails the cold load, naming it.
@@ -112,6 +103,6 @@ def test_a_cold_encrypted_load_is_checked(tmp_path: Path) -> None:
         byte = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 1]))
-    _evict(path)
+    evict(path)
     with pytest.raises(Exception, match="embed.weight"):
         _load(path, encryption=dec)

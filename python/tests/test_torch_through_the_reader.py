@@ -8,7 +8,6 @@ is not a tensor) is refused in one line naming what can."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import torch
 
 import tensorizer_rs
 from tensorizer_rs import _native
+from tzhelpers import evict
 
 MIB = 1 << 20
 
@@ -76,12 +76,7 @@ def test_a_cold_checkpoint_reads_around_the_page_cache_to_the_same_bytes(tmp_pat
     g = torch.Generator().manual_seed(7)
     sd = {f"w{i}": torch.randn(MIB + 17 * i, generator=g) for i in range(6)}  # 24 MiB
     torch.save(sd, path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    evict(path)
     _same(_load(path), sd)
 
 

@@ -48,6 +48,17 @@ needs_two_impls = pytest.mark.skipif(IS_ORACLE, reason=ORACLE_SKIP_REASON)
 _ORACLE_BUGS_MODE = os.environ.get("TZ_ORACLE_BUGS", "skip")
 
 
+def evict(path: "os.PathLike[str] | str") -> None:
+    """Drops the file's pages from the page cache (no root needed): the
+    next load finds it cold, as a serving pod's first load does."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def oracle_bug(reason: str):
     """Skip a test under the oracle because tensorizer has a known bug there."""
     reason = "tensorizer 2.12.1 bug: " + reason
