@@ -109,6 +109,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -747,7 +748,8 @@ def where_of(kind: str, path: str, base: str | None, d: Path) -> str:
 
 
 def run_group(kinds: list[str], files: dict[str, str], d: Path, env: dict, reps: int, states, label: str):
-    """Every contender of `kinds` `reps` times in each state, interleaved;
+    """Every contender of `kinds` `reps` times in each state, interleaved
+    (in a shuffled order after the first repetition);
     returns the times and the contenders that failed (with the error's last
     line): a failure is recorded and the others go on."""
     times: dict[str, dict[str, list[float]]] = {k: {"cold": [], "warm": []} for k in kinds}
@@ -755,8 +757,15 @@ def run_group(kinds: list[str], files: dict[str, str], d: Path, env: dict, reps:
     with contextlib.ExitStack() as served:
         base = serve(kinds, files, d, env, served)
         for rep in range(reps):
+            # After the first repetition, each takes the contenders in an
+            # order of its own (seeded: the same in every run), so that no
+            # contender always follows the same neighbour (a load that frees
+            # gigabytes leaves the next one memory the host took back).
+            order = list(kinds)
+            if rep > 0:
+                random.Random(rep).shuffle(order)
             for state in states:
-                for kind in kinds:
+                for kind in order:
                     if kind in failed:
                         continue
                     path = files[FILE_OF[kind]]
