@@ -11,6 +11,12 @@
 #
 # usage: host-wasm/test.sh [PYTHON]      (default: .venv-test/bin/python)
 #        host-wasm/test.sh --build-host  (only build and lint the Rust host)
+#        host-wasm/test.sh --without-host [PYTHON]
+#                                        (everything but the Rust host)
+#        host-wasm/test.sh --test-host   (only the Rust host's tests, on the
+#                                         module a run above built)
+# tests/run-all.sh runs the last three as separate jobs, so that the module's
+# tests need not wait for wasmtime to compile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,9 +29,30 @@ EMBED=(--locked --manifest-path host-wasm/embed/Cargo.toml --target-dir "$TARGET
 embed_test() {
     bash tests/linted.sh cargo test "${EMBED[@]}" "$@"
 }
-if [ "${1:-}" = "--build-host" ]; then
+WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
+# The Rust embedding (host-wasm/embed). Not a workspace member; a failure to
+# build it (offline, say) fails this script: there is no silent skip.
+test_host() {
+    if ! TZR_VALIDATOR_WASM="$WASM" embed_test; then
+        echo "FAILED: clippy or the Rust host tests in host-wasm/embed (tensorizer-validate-host)" >&2
+        exit 1
+    fi
+}
+case "${1:-}" in
+--build-host)
     embed_test --no-run
     exit 0
+    ;;
+--test-host)
+    [ -f "$WASM" ] || { echo "host-wasm/test.sh --test-host: no module at $WASM (run host-wasm/test.sh first)" >&2; exit 2; }
+    test_host
+    exit 0
+    ;;
+esac
+with_host=1
+if [ "${1:-}" = "--without-host" ]; then
+    with_host=0
+    shift
 fi
 
 WASMTIME_PY_VERSION=50.0.1
@@ -52,7 +79,6 @@ fi
 # Linted as it builds (clippy -D warnings on host-wasm and the core for wasip1).
 bash tests/linted.sh cargo build --locked -p tensorizer-wasm --target wasm32-wasip1 --bin tensorizer-validate \
     --config host-wasm/wasm-release.toml --profile wasm-release
-WASM="$TARGET_DIR/wasm32-wasip1/wasm-release/tensorizer-validate.wasm"
 echo "host-wasm: $WASM ($(wc -c <"$WASM") bytes)"
 
 TZR_VALIDATOR_WASM="$WASM" "$PY" -m pytest host-wasm/tests -q -p no:cacheprovider
@@ -68,9 +94,6 @@ else
     echo "SKIPPED: node is not installed; the npm package (host-wasm/npm) was not tested" >&2
 fi
 
-# The Rust embedding (host-wasm/embed). Not a workspace member; a failure to
-# build it (offline, say) fails this script: there is no silent skip.
-if ! TZR_VALIDATOR_WASM="$WASM" embed_test; then
-    echo "FAILED: clippy or the Rust host tests in host-wasm/embed (tensorizer-validate-host)" >&2
-    exit 1
+if [ "$with_host" = 1 ]; then
+    test_host
 fi

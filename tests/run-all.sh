@@ -6,11 +6,15 @@
 # compiler. What only downloads (Debian packages, pip, npm) starts at once in
 # the background. Each thing is compiled once: one workspace build gives the
 # Rust tests, the `tzr` the browser tests drive (with the inspector page its
-# build script compiles and embeds) and the Python extension, and
-# the Rust and Python test lanes start as soon as it is done, while the lint,
-# doc and wasm builds run beside them (the Python lane mostly waits on one
-# core, a server or a subprocess). Each background job and lane writes
-# target/ci-logs/NAME.log, printed whole when it ends.
+# build script compiles and embeds) and the Python extension, and every
+# test lane (Rust, Python, engines, the WASI module, the browser page)
+# starts as soon as it is done, while the lint, doc and wasm builds run
+# beside them: the lanes mostly wait on one core, a server or a
+# subprocess, so together they keep both cores busy to the end instead of
+# leaving one lane alone at the tail. Only the Rust host of the WASI
+# validator waits for wasmtime, compiled at the lowest priority from the
+# start. Each background job and lane writes target/ci-logs/NAME.log,
+# printed whole when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -195,8 +199,8 @@ lane_engines() {
 }
 
 lane_wasi() {
-    step "host-wasm: WASI validator (wasm32-wasip1) through wasmtime-py, node:wasi and the Rust host"
-    bash host-wasm/test.sh "$VENV/bin/python"
+    step "host-wasm: WASI validator (wasm32-wasip1) through wasmtime-py and node:wasi"
+    bash host-wasm/test.sh --without-host "$VENV/bin/python"
 }
 
 lane_browser() {
@@ -204,10 +208,12 @@ lane_browser() {
     TZR_BIN="$ROOT/target/debug/tzr" bash host-wasm/browser-test.sh "$VENV/bin/python"
 }
 
-step "Rust and Python test lanes start; lints, docs and wasm builds go on beside them"
+step "the test lanes start; lints, docs and wasm builds go on beside them"
 bg lane-rust lane_rust
 bg lane-python lane_python
 bg lane-engines lane_engines
+bg lane-wasi lane_wasi
+bg lane-browser lane_browser
 # The other feature sets and targets are checked in a target directory of
 # their own: check-mode artifacts are never shared with a build anyway, and
 # a cargo holding target/debug's lock for a lint would stall the Rust lane.
@@ -238,11 +244,10 @@ step "wasm32-unknown-unknown build of the core (no std), linted"
 step "fuzz targets compile (stable), linted"
 cargo clippy --locked --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
 
-step "the WASI validator and the browser inspector lanes"
 await wasmtime-host
-bg lane-wasi lane_wasi
-bg lane-browser lane_browser
 await lane-wasi
+step "host-wasm: the Rust host (wasmtime) on the module the WASI lane built"
+bash host-wasm/test.sh --test-host
 await lane-browser
 await lane-rust
 await lane-python
