@@ -170,7 +170,9 @@ lane_rust() {
     "${LINTED[@]}" cargo test --locked -p tensorizer-core --no-default-features --lib
 }
 
-lane_python() {
+# The wheel and the package's types, beside the Python tests: the longest
+# lane starts its pytest run at once.
+lane_wheel() {
     step "python: the wheel in a fresh virtual environment without a Rust toolchain"
     "$VENV/bin/python" tests/wheel-smoke.py "$WHEEL"
     step "python: stubs match the extension (mypy.stubtest), package is strictly typed"
@@ -178,6 +180,9 @@ lane_python() {
     "$VENV/bin/python" -m mypy --strict python/python/tensorizer_rs
     step "GPU benchmark plan (its CPU side; the GPU runs are tests/gpu-tests.sh and tests/gpu-bench.sh)"
     bash tests/gpu-bench.sh --dry-run
+}
+
+lane_python() {
     step "python: tests, interop with the real tensorizer, real models"
     "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
     step "python: tensorizer 2.12.1's own tests against tensorizer_rs"
@@ -214,6 +219,7 @@ lane_browser() {
 step "the test lanes start; lints, docs and wasm builds go on beside them"
 bg lane-rust lane_rust
 bg lane-python lane_python
+bg lane-wheel lane_wheel
 bg lane-engines lane_engines
 bg lane-wasi lane_wasi
 bg lane-browser lane_browser
@@ -257,6 +263,7 @@ else
 fi
 await lane-browser
 await lane-rust
+await lane-wheel
 await lane-python
 await lane-engines
 
