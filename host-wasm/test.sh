@@ -15,8 +15,8 @@
 #                                        (everything but the Rust host)
 #        host-wasm/test.sh --test-host   (only the Rust host's tests, on the
 #                                         module a run above built)
-# tests/run-all.sh runs the last three as separate jobs, so that the module's
-# tests need not wait for wasmtime to compile.
+# tests/run-all.sh runs --without-host, and the Rust host (--build-host at
+# low priority, then --test-host) only with TZR_CI_WASMTIME_HOST=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
