@@ -9,7 +9,7 @@
 mod models;
 mod suppressions;
 
-pub use models::{Scanned, many_json, scan_paths};
+pub use models::{Scanned, many_json, scan_listed, scan_paths};
 pub use suppressions::Suppressions;
 
 use alloc::string::String;

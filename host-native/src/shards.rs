@@ -5,13 +5,14 @@
 //! bounded by [`MAX_SHARD_INDEX_LEN`]; any of its findings refuses the load.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tensorizer_core::layout::MAX_SHARD_INDEX_LEN;
 use tensorizer_core::scan::shards::{self as core_shards, Shard, ShardIndex};
 use tensorizer_core::scan::{Finding, Findings};
 
 use tensorizer_core::KeySource;
+use tensorizer_core::walk::{self, Listed};
 
 use crate::convert::fingerprint::listing;
 use crate::convert::{Format, Input, Opened};
@@ -61,6 +62,29 @@ pub fn is_sharded(location: &str) -> bool {
 /// objects (an HTTP one is refused when opened: HTTP cannot list).
 fn is_prefix_uri(location: &str) -> bool {
     location.contains("://") && location.ends_with('/') && !location.starts_with("redis")
+}
+
+/// What a scan of `paths` reads (`tzr scan`, Python's `scan`), each file
+/// once: a local path as the core lists it ([`walk::expand`]: a folder's
+/// files recursively), and a store prefix (a URI ending in `/`) as the
+/// objects directly under it, listed as a folder's files are (one of no
+/// known format is left out, not reported).
+pub fn scan_listing(paths: &[PathBuf]) -> Result<Vec<Listed>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let text = path.to_string_lossy();
+        if is_prefix_uri(&text) {
+            let objects = crate::store::list_prefix(&text)?;
+            out.extend(objects.into_iter().map(|name| Listed { name, in_dir: true }));
+        } else {
+            let listed = walk::expand(core::slice::from_ref(path))
+                .map_err(|e| Error::File { file: text.into_owned(), source: e })?;
+            out.extend(listed);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|l| seen.insert(l.name.clone()));
+    Ok(out)
 }
 
 /// The shards of the model at `location` (see [`is_sharded`]). A folder

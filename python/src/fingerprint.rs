@@ -64,29 +64,29 @@ fn scan_native(path: &str) -> Result<tensorizer_core::Scan, tensorizer_native::E
 }
 
 /// Scans every file `paths` name as `tzr scan` does
-/// (`tensorizer_core::walk::scan_paths`: directories walked, a shard index
-/// with its shards, files of no known format found in a directory left
-/// out); returns `{"files": [...], "valid": ...}` as JSON, with the
-/// suppression file applied as in [`scan_file`]. The first file that could
-/// not be read raises its error.
+/// (`shards::scan_listing`, `walk::scan_listed`: directories walked, a
+/// store prefix's objects listed, a shard index with its shards, files of
+/// no known format found in a directory or prefix left out); returns
+/// `{"files": [...], "valid": ...}` as JSON, with the suppression file
+/// applied as in [`scan_file`]. The first file that could not be listed
+/// or read raises its error.
 #[pyfunction]
 #[pyo3(signature = (paths, ignore=None))]
 fn scan_paths(py: Python<'_>, paths: Vec<PathBuf>, ignore: Option<PathBuf>) -> PyResult<String> {
     let suppressions = load_suppressions(ignore)?;
     let files = py.detach(|| {
         let mut first_error = None;
-        let files = tensorizer_core::walk::scan_paths(&paths, false, |name| {
+        let listed = tensorizer_native::shards::scan_listing(&paths)?;
+        let files = tensorizer_core::walk::scan_listed(listed, false, |name| {
             scan_native(name).map_err(|e| {
                 let text = e.to_string();
                 first_error.get_or_insert(e);
                 text
             })
         });
-        files.map(|f| first_error.map_or(Ok(f), Err))
+        first_error.map_or(Ok(files), Err)
     });
-    let mut files = files
-        .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?
-        .map_err(crate::errors::to_py)?;
+    let mut files = files.map_err(crate::errors::to_py)?;
     Ok(document(&mut files, false, suppressions.as_ref()))
 }
 

@@ -67,6 +67,16 @@ def test_a_store_prefix_loads_what_is_directly_under_it(tmp_path: pathlib.Path, 
         assert _same(tensorizer_rs.load_state_dict("s3://models/indexed/"), want)
         assert _same(tensorizer_rs.load_state_dict("s3://models/bare/", num_readers=2), want)
         assert tensorizer_rs.fingerprint("s3://models/bare/") == tensorizer_rs.fingerprint(tmp_path)
+        # A scan lists the prefix as it walks a folder: the same files, the
+        # same reports, and objects of no model format left out.
+        client.put_object(Bucket="models", Key="indexed/config.json", Body=b"{}")  # type: ignore[attr-defined]
+        local = tensorizer_rs.scan(tmp_path)
+        remote = tensorizer_rs.scan("s3://models/indexed/")
+        assert [f["file"].rsplit("/", 1)[1] for f in remote["files"]] == [
+            pathlib.Path(f["file"]).name for f in local["files"]
+        ]
+        assert remote["valid"] == local["valid"]
+        assert [f["findings"] for f in remote["files"]] == [f["findings"] for f in local["files"]]
     with pytest.raises(ValueError, match=r"HTTP cannot list a folder; pass the model's \*\.index\.json URI"):
         tensorizer_rs.load_state_dict("http://127.0.0.1:9/model/")
 

@@ -68,10 +68,20 @@ pub fn many_json(files: &[Scanned]) -> Value {
 pub fn scan_paths(
     paths: &[PathBuf],
     models_only: bool,
-    mut scan_file: impl FnMut(&str) -> Result<Scan, String>,
+    scan_file: impl FnMut(&str) -> Result<Scan, String>,
 ) -> std::io::Result<Vec<Scanned>> {
+    Ok(scan_listed(super::expand(paths)?, models_only, scan_file))
+}
+
+/// [`scan_paths`] over files already listed: for a host that lists more
+/// than local folders (a store's prefix, its objects `in_dir`).
+pub fn scan_listed(
+    listed: Vec<super::Listed>,
+    models_only: bool,
+    mut scan_file: impl FnMut(&str) -> Result<Scan, String>,
+) -> Vec<Scanned> {
     let mut files = Vec::new();
-    for super::Listed { name, in_dir } in super::expand(paths)? {
+    for super::Listed { name, in_dir } in listed {
         let outcome = scan_file(&name);
         let unknown = outcome.as_ref().is_ok_and(|s| s.format == Format::Unknown);
         if !((in_dir || models_only) && unknown) {
@@ -90,7 +100,7 @@ pub fn scan_paths(
             s.add_findings(findings);
         }
     }
-    Ok(files)
+    files
 }
 
 /// A path as a key that two spellings of one local file share: its

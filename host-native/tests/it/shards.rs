@@ -211,6 +211,27 @@ fn a_store_prefix_lists_as_one_model_and_http_asks_for_the_index() {
             .unwrap();
     assert_eq!(doc["totals"]["shards"], 2);
     assert_eq!(doc["index"], "s3://shards/indexed/model.safetensors.index.json");
+    // A scan lists the prefix as a folder: the model's files, each once,
+    // the shards as the index's, and an object of no model format left out.
+    std::fs::write(tmp.path().join("config.json"), "{}").unwrap();
+    put(&tmp.path().join("config.json"), "indexed/config.json");
+    let run = tzr_s3(&["scan", "--json", "s3://shards/indexed/"]);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let doc: Value = serde_json::from_str(&stdout(&run)).unwrap();
+    let files = doc["files"].as_array().unwrap();
+    let names: Vec<&str> = files.iter().map(|f| f["file"].as_str().unwrap()).collect();
+    let index = "s3://shards/indexed/model.safetensors.index.json";
+    assert_eq!(
+        names,
+        [
+            "s3://shards/indexed/model-00001-of-00002.safetensors",
+            "s3://shards/indexed/model-00002-of-00002.safetensors",
+            index,
+        ]
+    );
+    assert_eq!(files[2]["findings"], serde_json::json!([]), "the index matches its shards: {doc}");
+    assert!(files[..2].iter().all(|f| f["model"] == index), "{doc}");
+    assert_eq!(files[2]["shards"].as_array().unwrap().len(), 2, "{doc}");
     let run = tzr_s3(&["fingerprint", "s3://shards/nothing/"]);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("no *.safetensors file and no *.index.json under this prefix"), "{err}");

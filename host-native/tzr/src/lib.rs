@@ -237,11 +237,12 @@ enum Command {
     /// Reads tensorizer, safetensors, torch.save (zip or legacy) and bare
     /// pickles, told apart by their bytes, without executing anything, and
     /// lists every finding with its rule id, offset and remediation.
-    /// Directories are scanned recursively. Exits with the worst status of
+    /// Directories are scanned recursively, a store prefix (s3://, gs://,
+    /// az://, ending in /) one level. Exits with the worst status of
     /// any file: 0 no findings at or above --fail-on, 1 such findings, 2
     /// could not scan.
     Scan {
-        /// Files (paths or URIs) and directories.
+        /// Files (paths or URIs), directories and store prefixes.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// The least severity that fails the scan (exit 1): `error` (code

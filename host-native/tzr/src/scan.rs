@@ -130,8 +130,9 @@ fn document(files: &[Scanned], output: Output, many: bool, notes: &Notes<'_>) ->
     }
 }
 
-/// Scans every file `paths` name (directories recursively, a shard index
-/// with its shards: `walk::scan_paths`); returns the worst exit status: 2
+/// Scans every file `paths` name (directories recursively, a store
+/// prefix's objects, a shard index with its shards: `scan_listing`,
+/// `walk::scan_listed`); returns the worst exit status: 2
 /// when a file could not be scanned, 1 when one has a finding at or above
 /// `fail_on`, else 0. In a directory (or with `models_only`, anywhere), a
 /// file whose bytes are no format the scanner knows (only `FMT-001`) is
@@ -144,13 +145,14 @@ pub(crate) fn run(
     models_only: bool,
     suppressions: Option<&Suppressions>,
 ) -> u8 {
-    let mut files = match tensorizer_core::walk::scan_paths(paths, models_only, scan_one) {
-        Ok(f) => f,
+    let listed = match tensorizer_native::shards::scan_listing(paths) {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("tzr: cannot list the files to scan: {e}");
             return 2;
         }
     };
+    let mut files = tensorizer_core::walk::scan_listed(listed, models_only, scan_one);
     let notes = suppressions.map(|s| (s, s.apply(&mut files)));
     let many = paths.len() != 1 || files.len() != 1 || Path::new(&files[0].name) != paths[0];
     let mut status = 0u8;

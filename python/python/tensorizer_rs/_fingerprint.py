@@ -110,8 +110,10 @@ def scan(
     ``message``, ``remediation`` and ``count``. Given a directory or a list
     of paths, returns ``{"files": [each file's report], "valid": ...}`` as
     ``tzr scan --json`` does: directories are walked recursively in sorted
-    order, each file told by its bytes, and files found there of no format
-    the scanner knows are left out; each file is reported once. A sharded
+    order and a store prefix (``s3://``, ``gs://`` or ``az://``, ending in
+    ``/``) lists the objects directly under it, each file told by its
+    bytes, and files found there of no format the scanner knows are left
+    out; each file is reported once. A sharded
     checkpoint's index (``*.index.json``, format ``"shard-index"``) is
     scanned with the shards it names as one model, given alone too: the
     shards' reports carry ``"model"`` (the index), the index's
@@ -127,13 +129,14 @@ def scan(
     entry that covered nothing.
 
     Raises:
-        OSError: A file could not be read.
-        ValueError: The suppression file cannot be read or is not one.
+        OSError: A file could not be read, or a store prefix listed.
+        ValueError: The suppression file cannot be read or is not one, or
+            the path is an ``http(s)://`` prefix (HTTP cannot list).
     """
     ignored = None if ignore is None else os.fspath(ignore)
     if isinstance(path_or_uri, (str, os.PathLike)):
         one = os.fspath(path_or_uri)
-        if not os.path.isdir(one):
+        if not _native.is_sharded(one):  # (a folder, a store prefix, an index: below)
             report = _scan_one(one, ignored)
             if report["format"] != "shard-index":
                 return report
