@@ -107,6 +107,19 @@ def cases(path: str) -> dict[str, Callable[[Any], Any]]:
     out["safe_open: get_tensor of a missing name"] = lambda lib: _with(lib, path, lambda f: f.get_tensor("nope"))
     out["safe_open: get_slice"] = lambda lib: _with(lib, path, lambda f: _slices(f.get_slice("a.weight")))
     out["safe_open: a slice out of range"] = lambda lib: _with(lib, path, lambda f: f.get_slice("a.weight")[5])
+    advanced: dict[str, Any] = {
+        "a list": [1, 2], "a list in a tuple": (slice(None), [0, 3]), "a tensor": torch.tensor([1, 2]),
+        "booleans": [True, False, True], "an int and a list": (0, [1, 2]), "a str": "a", "a float": 1.5,
+    }  # fmt: skip
+    for label, key in advanced.items():
+        out[f"safe_open: get_slice[{label}]"] = lambda lib, k=key: _with(lib, path, lambda f: f.get_slice("a.weight")[k])
+    out["safe_open(np): get_slice"] = lambda lib: _with(lib, path, lambda f: _np(f.get_slice("b")[2:5]), "np")
+    for label, key in {**advanced, "None": None, "an empty list": []}.items():
+        out[f"safe_open(np): get_slice[{label}]"] = lambda lib, k=key: _with(lib, path, lambda f: _np(f.get_slice("b")[k]), "np")
+    for framework in ("tf", "flax", "jax", "mlx", "paddle"):
+        out[f"safe_open(framework={framework!r}).get_tensor"] = lambda lib, f=framework: _with(
+            lib, path, lambda o: o.get_tensor("b"), f
+        )
     out["safe_open: closed after with"] = lambda lib: _closed(lib, path)
     out["safe_open: numpy"] = lambda lib: _with(lib, path, lambda f: f.get_tensor("b").tolist(), "np")
     out["load(bytes)"] = lambda lib: dict(sorted(lib.torch.load(pathlib.Path(path).read_bytes()).items()))
@@ -117,14 +130,27 @@ def cases(path: str) -> dict[str, Callable[[Any], Any]]:
     bad: dict[str, tuple[Any, Any]] = {
         "non-contiguous": ({"x": torch.ones(4, 4).t()}, None),
         "shared": ({"x": (t := torch.ones(4)), "y": t}, None),
+        "views overlapping": ({"x": (u := torch.arange(10.0))[:6], "y": u[4:]}, None),
+        "views of one storage, disjoint": ({"x": u[:5], "y": u[5:]}, None),
+        "a fused weight's chunks": (dict(zip("qkv", torch.arange(12.0).reshape(6, 2).chunk(3))), None),
         "metadata not str": ({"x": torch.ones(4)}, {"a": 1}),
+        "metadata a list": ({"x": torch.ones(4)}, [("a", "b")]),
+        "metadata a str": ({"x": torch.ones(4)}, "ab"),
+        "complex128": ({"x": torch.ones(2, dtype=torch.complex128)}, None),
         "a list": ([torch.ones(4)], None),
         "a key not str": ({1: torch.ones(4)}, None),
         "not a tensor": ({"x": 3}, None),
     }
     for label, (tensors, metadata) in bad.items():
         out[f"save({label})"] = lambda lib, t=tensors, m=metadata: lib.torch.save(t, metadata=m)
+    folder = os.path.dirname(path)
+    out["save_file(into a folder)"] = lambda lib: lib.torch.save_file({"x": torch.ones(2)}, folder)
+    out["save_file(a missing folder)"] = lambda lib: lib.torch.save_file({"x": torch.ones(2)}, os.path.join(folder, "no", "x"))
     return out
+
+
+def _np(a: Any) -> Any:
+    return type(a).__name__, a.tolist()
 
 
 def _keys(lib: Any, path: str, framework: Any) -> list[str]:
@@ -155,8 +181,15 @@ def _closed(lib: Any, path: str) -> Any:
     return f.keys()
 
 
-#: Cases that end differently on purpose, with the reason (spec §26).
-DIFFERENT: dict[str, str] = {}
+#: Cases that end differently on purpose, with the reason (spec §26.2).
+DIFFERENT: dict[str, str] = {
+    **{
+        f"safe_open(framework={f!r}).get_tensor": "only pt and np: SafetensorError naming them, where safetensors "
+        "imports the framework (ModuleNotFoundError here)"
+        for f in ("tf", "flax", "jax", "mlx", "paddle")
+    },
+    "save(complex128)": "ValueError naming the tensor and the dtype, where safetensors' lookup raises KeyError",
+}
 
 
 def test_every_case_ends_as_in_safetensors(sample: pathlib.Path) -> None:

@@ -22,17 +22,20 @@ both against the published package). The differences, each on purpose
   page cache when the file is not cached.
 - Only the ``"pt"`` (``"torch"``, ``"pytorch"``) and ``"np"`` (``"numpy"``)
   frameworks; the others raise ``SafetensorError`` naming these.
+- ``save`` of a dtype safetensors cannot store raises ``ValueError``
+  naming the tensor and the dtype (safetensors: a bare ``KeyError``).
 """
 
 from __future__ import annotations
 
 import os
 import types
+from collections.abc import Callable
 from typing import Any
 
 from .. import _native
 
-__all__ = ["SafetensorError", "safe_open"]
+__all__ = ["SafeSlice", "SafetensorError", "safe_open"]
 
 
 class SafetensorError(Exception):
@@ -109,10 +112,83 @@ def open_deserializer(filename: Any, device: Any, backend: Any, lazy: bool) -> A
         raise SafetensorError(f"Error while deserializing header: {e}") from e
 
 
+class SafeSlice:
+    """What ``safe_open.get_slice`` returns: one stored tensor, read a slice
+    at a time, in the framework the file was opened for. ``slice[key]``
+    with ints, slices, ``...`` and ``None`` reads only the bytes the key
+    selects (:class:`tensorizer_rs.TensorSlice`). As in safetensors, any
+    other key (lists, tensors, booleans: advanced indexing) indexes the
+    whole tensor with torch's rules under ``"pt"``, and raises
+    ``SafetensorError`` under ``"np"``, which takes ints, slices and
+    ``...`` only."""
+
+    def __init__(self, inner: Any, give: Callable[[Any], Any], numpy: bool) -> None:
+        self._inner = inner
+        self._give = give
+        self._numpy = numpy
+
+    @property
+    def shape(self) -> Any:
+        return self._inner.shape
+
+    @property
+    def dtype(self) -> Any:
+        return self._inner.dtype
+
+    @property
+    def ndim(self) -> int:
+        return int(self._inner.ndim)
+
+    def get_shape(self) -> list[int]:
+        """The stored tensor's shape, as a list."""
+        return list(self._inner.get_shape())
+
+    def get_dtype(self) -> str:
+        """The dtype as safetensors names it ("F32", "BF16", ...)."""
+        return str(self._inner.get_dtype())
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._numpy:
+            return self._give(self._inner[_numpy_key(key)])
+        try:
+            part = self._inner[key]
+        except TypeError:  # not a basic index: torch indexes the whole
+            return self._give(self._inner[...])[key]
+        return self._give(part)
+
+    def read(self) -> Any:
+        """The whole tensor (``self[...]``)."""
+        return self._give(self._inner.read())
+
+    def shard(self, dim: int, rank: int, world_size: int, *, even: bool = False) -> Any:
+        """Rank ``rank``'s share of ``world_size`` along ``dim``, reading
+        only that share (:func:`tensorizer_rs.tp_shard`)."""
+        return self._give(self._inner.shard(dim, rank, world_size, even=even))
+
+    def __repr__(self) -> str:
+        return f"SafeSlice({self._inner!r})"
+
+
+def _numpy_key(key: Any) -> Any:
+    """``key`` as safetensors' numpy slicing takes it: ints, slices and
+    ``...`` (an empty list selects nothing), else ``SafetensorError``."""
+    if isinstance(key, list):
+        if key:
+            raise SafetensorError("Non empty lists are not implemented")
+        return slice(0, 0)
+    for i, item in enumerate(key if isinstance(key, tuple) else (key,)):
+        if not (isinstance(item, slice) or item is Ellipsis or (isinstance(item, int) and not isinstance(item, bool))):
+            raise SafetensorError(f"Unsupported slice index at position {i}: expected slice, int, or ellipsis")
+    return key
+
+
 class safe_open:  # noqa: N801 (safetensors' name)
     """A safetensors file opened for reading tensors one at a time:
     ``keys()`` (sorted), ``offset_keys()`` (in file order), ``metadata()``,
-    ``get_tensor(name)``, ``get_slice(name)`` (a :class:`TensorSlice`:
+    ``get_tensor(name)``, ``get_slice(name)`` (a :class:`SafeSlice`:
     ``slice[key]`` reads only that part) and ``get_tensors()``. Works with
     or without ``with``; after the ``with`` block it is closed."""
 
@@ -159,12 +235,12 @@ class safe_open:  # noqa: N801 (safetensors' name)
             raise SafetensorError(f"File does not contain tensor {name}")
         return self._give(d[name])
 
-    def get_slice(self, name: str) -> Any:
+    def get_slice(self, name: str) -> SafeSlice:
         """Tensor ``name``, read a slice at a time (``slice[key]``)."""
         d = self._open()
         if name not in d:
             raise SafetensorError(f"File does not contain tensor {name}")
-        return d.get_slice(name)
+        return SafeSlice(d.get_slice(name), self._give, self._framework == "np")
 
     def get_tensors(self) -> dict[str, Any]:
         """Every tensor, in file order, loaded together."""

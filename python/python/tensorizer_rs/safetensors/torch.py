@@ -41,13 +41,32 @@ def load(data: bytes) -> dict[str, torch.Tensor]:
 
 
 def _shared(tensors: dict[str, torch.Tensor]) -> list[set[str]]:
-    """Names whose tensors share memory, as groups of two or more."""
-    groups: dict[tuple[Any, int], set[str]] = {}
+    """Names whose tensors overlap in memory, as groups of two or more.
+    Views of one storage that share no byte (a fused weight's ``chunk``s)
+    are saved as tensors of their own, as safetensors saves them; the
+    tensors are contiguous (checked first), so each covers one run of
+    bytes."""
+    runs: dict[tuple[Any, int], list[tuple[int, int, str]]] = {}
     for name, t in tensors.items():
         if t.device.type != "meta" and t.numel():
-            storage = t.untyped_storage()
-            groups.setdefault((t.device, storage.data_ptr()), set()).add(name)
-    return [names for names in groups.values() if len(names) > 1]
+            start = t.data_ptr()
+            key = (t.device, t.untyped_storage().data_ptr())
+            runs.setdefault(key, []).append((start, start + t.numel() * t.element_size(), name))
+    groups: list[set[str]] = []
+    for spans in runs.values():
+        spans.sort()
+        group, end = {spans[0][2]}, spans[0][1]
+        for start, stop, name in spans[1:]:
+            if start < end:
+                group.add(name)
+                end = max(end, stop)
+                continue
+            if len(group) > 1:
+                groups.append(group)
+            group, end = {name}, stop
+        if len(group) > 1:
+            groups.append(group)
+    return groups
 
 
 def _checked(tensors: Any, metadata: Any) -> tuple[list[tuple[str, str, list[int]]], list[Any], list[tuple[str, str]]]:
@@ -74,6 +93,8 @@ def _checked(tensors: Any, metadata: Any) -> tuple[list[tuple[str, str, list[int
             f"Some tensors share memory, so they would be stored twice and load as separate tensors: {shared}. "
             "Save one name per storage (or clone the others first)."
         )
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"argument 'metadata': {type(metadata).__name__!r} object is not an instance of 'dict'")
     pairs: list[tuple[str, str]] = []
     for k, v in (metadata or {}).items():
         if not isinstance(k, str) or not isinstance(v, str):
@@ -89,8 +110,8 @@ def _checked(tensors: Any, metadata: Any) -> tuple[list[tuple[str, str, list[int
 
 
 def save(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
-    """A safetensors file of ``tensors`` (contiguous, dense, sharing no
-    memory) with ``metadata``, as bytes laid out as safetensors lays them."""
+    """A safetensors file of ``tensors`` (contiguous, dense, no two
+    overlapping in memory) with ``metadata``, as bytes laid out as safetensors lays them."""
     specs, buffers, pairs = _checked(tensors, metadata)
     return _native.safetensors_file_bytes(specs, buffers, pairs)
 
@@ -99,6 +120,11 @@ def save_file(
     tensors: dict[str, torch.Tensor], filename: str | os.PathLike[str], metadata: dict[str, str] | None = None
 ) -> None:
     """Writes ``save(tensors, metadata)`` to ``filename`` atomically: a file
-    already there is replaced only by a complete, durable new one."""
+    already there is replaced only by a complete, durable new one. A write
+    that fails raises ``SafetensorError`` (its ``__cause__`` the
+    ``OSError``), as safetensors does."""
     specs, buffers, pairs = _checked(tensors, metadata)
-    _native.write_safetensors_file(filename, specs, buffers, pairs)
+    try:
+        _native.write_safetensors_file(filename, specs, buffers, pairs)
+    except OSError as e:  # (safetensors' class for every failed write)
+        raise SafetensorError(f"Error while serializing: {e}") from e
