@@ -166,3 +166,19 @@ def test_a_replaced_object_reads_as_the_new_one(store: str) -> None:
     _put(uri, b"first version")
     _put(uri, b"second, longer version")
     assert _get(uri) == b"second, longer version"
+
+
+def test_the_safetensors_api_reads_through_the_store(store: str) -> None:
+    st = pytest.importorskip("safetensors.torch")
+    from tensorizer_rs.safetensors import safe_open
+    from tensorizer_rs.safetensors.torch import load_file
+
+    want = {"w": torch.arange(12.0).reshape(3, 4), "b": torch.ones(5, dtype=torch.bfloat16)}
+    uri = store + "st/m.safetensors"
+    _put(uri, st.save(want, metadata={"format": "pt"}))
+    for backend in ("mmap", "pread"):
+        got = load_file(uri, backend=backend)
+        assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
+    with safe_open(uri, "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+        assert torch.equal(f.get_slice("w")[1:, 2:], want["w"][1:, 2:])

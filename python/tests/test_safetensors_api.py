@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -192,6 +194,7 @@ DIFFERENT: dict[str, str] = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")  # (torch's, in both libraries)
 def test_every_case_ends_as_in_safetensors(sample: pathlib.Path) -> None:
     mismatched = []
     for label, call in cases(str(sample)).items():
@@ -209,6 +212,50 @@ def test_a_uri_loads_as_the_local_file(sample: pathlib.Path) -> None:
             assert same_value(want, tensorizer_rs.safetensors.torch.load_file(url, backend=backend))
         with tensorizer_rs.safetensors.safe_open(url, "pt") as f:
             assert torch.equal(f.get_slice("a.weight")[1:, 2:], want["a.weight"][1:, 2:])
+
+
+def test_s3_loads_as_the_local_file(sample: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = safetensors.torch.load_file(str(sample))
+    monkeypatch.setenv("HOME", str(sample.parent))  # no ~/.s3cfg
+    with remote_servers.s3_bucket() as (endpoint, client):
+        for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                            "AWS_SECRET_ACCESS_KEY": "testing"}.items():  # fmt: skip
+            monkeypatch.setenv(name, value)
+        client.upload_file(str(sample), "models", sample.name)  # type: ignore[attr-defined]
+        uri = f"s3://models/{sample.name}"
+        for backend in ("mmap", "pread"):
+            assert same_value(want, tensorizer_rs.safetensors.torch.load_file(uri, backend=backend))
+        with tensorizer_rs.safetensors.safe_open(uri, "pt") as f:
+            assert torch.equal(f.get_slice("a.weight")[1:, 2:], want["a.weight"][1:, 2:])
+
+
+def _file_backed(t: torch.Tensor, path: pathlib.Path) -> bool:
+    """Whether ``t``'s memory is a mapping of the file ``path``."""
+    at = t.data_ptr()
+    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)  # range, perms, offset, dev, inode[, path]
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if lo <= at < hi:
+            return len(fields) == 6 and fields[5] == str(path)
+    return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not sys.platform.startswith("linux"), reason="chattr +i needs root")
+def test_an_immutable_file_loads_as_views_of_its_map(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.safetensors"
+    big = torch.arange(1 << 16, dtype=torch.float32)
+    safetensors.torch.save_file({"big": big}, str(path))
+    try:
+        subprocess.run(["chattr", "+i", str(path)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("this file system has no immutable attribute")
+    try:
+        views = tensorizer_rs.safetensors.torch.load_file(path)["big"]
+        copies = tensorizer_rs.safetensors.torch.load_file(path, backend="pread")["big"]
+        assert torch.equal(views, big) and torch.equal(copies, big)
+        assert _file_backed(views, path) and not _file_backed(copies, path)
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
 def test_the_backends_give_views_and_private_copies(tmp_path: pathlib.Path) -> None:
