@@ -10,8 +10,9 @@ installed with --no-deps (vLLM's wheel from target/releases when a test
 already fetched it), torch and numpy borrowed from the test environment
 through a path entry, and WHEEL installed over whatever was there. Then,
 inside it: vLLM's ``load_general_plugins()`` runs our entry point, its
-``get_model_loader`` gives our loader, which loads a file through a
-model's ``load_weights`` protocol, yields every tensor from
+``get_model_loader`` gives our loader, which loads a file (and a Hugging
+Face folder of safetensors shards: local, its index, an S3 prefix) through
+a model's ``load_weights`` protocol, yields every tensor from
 ``get_all_weights``, decrypts with a key from the environment, picks the
 file of its tensor-parallel rank, and refuses bad configuration in one
 line; vLLM's own LlamaForCausalLM (tiny config), built on the CPU
@@ -237,6 +238,14 @@ for uri in (shards, os.path.join(shards, "model.safetensors.index.json")):
     l.load_weights(model, None)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
 print("ok: a Hugging Face folder of safetensors shards, and its index, as published")
+if os.environ.get("S3_ENDPOINT_URL"):
+    for name in sorted(os.listdir(shards)):
+        s3.upload_file(os.path.join(shards, name), "models", f"hf-shards/{name}")
+    for uri in ("s3://models/hf-shards/", "s3://models/hf-shards/model.safetensors.index.json"):
+        model = Tiny()
+        loader({"uri": uri}).load_weights(model, None)
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in sd.items())
+    print("ok: the same folder from an S3 prefix, and its index by URI")
 
 def refused(extra, words):
     try:
