@@ -204,14 +204,19 @@ def test_every_case_ends_as_in_safetensors(sample: pathlib.Path) -> None:
     assert not mismatched, "\n".join(mismatched)
 
 
+def _loads_as(want: dict[str, torch.Tensor], uri: str) -> None:
+    """``uri`` loads as ``want`` with both backends, and slices from it."""
+    for backend in ("mmap", "pread"):
+        assert same_value(want, tensorizer_rs.safetensors.torch.load_file(uri, backend=backend))
+    with tensorizer_rs.safetensors.safe_open(uri, "pt") as f:
+        assert torch.equal(f.get_slice("a.weight")[1:, 2:], want["a.weight"][1:, 2:])
+
+
 def test_a_uri_loads_as_the_local_file(sample: pathlib.Path) -> None:
     want = safetensors.torch.load_file(str(sample))
     with remote_servers.nginx(str(sample.parent)) as base:
         url = f"{base}/{sample.name}"
-        for backend in ("mmap", "pread"):
-            assert same_value(want, tensorizer_rs.safetensors.torch.load_file(url, backend=backend))
-        with tensorizer_rs.safetensors.safe_open(url, "pt") as f:
-            assert torch.equal(f.get_slice("a.weight")[1:, 2:], want["a.weight"][1:, 2:])
+        _loads_as(want, url)
 
 
 def test_s3_loads_as_the_local_file(sample: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,11 +227,7 @@ def test_s3_loads_as_the_local_file(sample: pathlib.Path, monkeypatch: pytest.Mo
                             "AWS_SECRET_ACCESS_KEY": "testing"}.items():  # fmt: skip
             monkeypatch.setenv(name, value)
         client.upload_file(str(sample), "models", sample.name)  # type: ignore[attr-defined]
-        uri = f"s3://models/{sample.name}"
-        for backend in ("mmap", "pread"):
-            assert same_value(want, tensorizer_rs.safetensors.torch.load_file(uri, backend=backend))
-        with tensorizer_rs.safetensors.safe_open(uri, "pt") as f:
-            assert torch.equal(f.get_slice("a.weight")[1:, 2:], want["a.weight"][1:, 2:])
+        _loads_as(want, f"s3://models/{sample.name}")
 
 
 def _file_backed(t: torch.Tensor, path: pathlib.Path) -> bool:
